@@ -1,0 +1,107 @@
+// app/config.hpp — the resolved llmtrain configuration and its TOML loader.
+//
+// Sections and keys follow the field's names (README "Config reference" lists every key, its default,
+// range and meaning). Loading is strict: unknown keys, wrong types (TOML++ value_exact, no silent
+// conversion), out-of-range values and unreadable files raise ConfigError with file:line:column.
+#pragma once
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace llmtrain {
+
+/// A bad configuration; what() is "<file>:<line>:<col>: <key>: <what was expected>". Exit code 2.
+struct ConfigError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct RunConfig {
+    std::string name = "tiny";          ///< run label (metrics label `run`)
+    std::string run_dir = "runs/tiny";  ///< log.txt, config.toml, checkpoints/
+    std::string backend = "cpu";        ///< "cpu" | "cuda" | "auto"
+    uint64_t seed = 1337;
+    int max_steps = 1000;               ///< optimizer steps
+    int log_interval = 10;
+    int eval_interval = 100;            ///< 0 disables; eval also runs at the last step
+    int eval_steps = 20;                ///< val micro-batches per eval; 0 = the whole val file
+    int sample_interval = 200;          ///< 0 disables
+    int sample_tokens = 64;
+    int sample_top_k = 40;
+    float sample_temperature = 1.0f;
+    double peak_flops = 0;              ///< per device, FLOP/s, for MFU; 0 = backend default
+};
+
+struct ModelConfig {
+    int n_layer = 4, n_head = 4, n_embd = 256, seq_len = 256, vocab_size = 8192;
+    std::string attention = "native";   ///< "native" | "cudnn" (cuda only)
+};
+
+struct DataConfig {
+    std::string train = "data/brown/train.h5";
+    std::string val = "data/brown/val.h5";
+};
+
+struct TrainingConfig {
+    int micro_batch_size = 16;
+    int global_batch_size = 0;          ///< sequences per optimizer step; 0 = micro_batch_size * grad_accum_steps * dp
+    int grad_accum_steps = 0;           ///< 0 = derived from global_batch_size (1 if both are 0)
+    std::string precision = "fp32";     ///< "fp32" | "bf16" (bf16: cuda only)
+    float grad_clip = 1.0f;             ///< 0 disables
+};
+
+struct OptimizerConfig {
+    float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+};
+
+struct LRScheduleConfig {
+    std::string decay = "cosine";       ///< "cosine" | "linear" | "constant"
+    int warmup_steps = 100;
+    float min_lr = 1e-4f;
+};
+
+struct ParallelConfig {
+    int dp = 0;                         ///< data-parallel ranks; 0 = world size
+};
+
+struct ActivationCheckpointConfig {
+    float ratio = 0.0f;                 ///< fraction of layers recomputed in backward, [0,1]
+};
+
+struct CheckpointConfig {
+    int interval = 500;                 ///< steps; 0 = only at the end and on SIGTERM/SIGINT
+    int keep_last = 3;                  ///< complete checkpoints kept; 0 = keep all
+    std::string resume = "auto";        ///< "auto" | "none" | a checkpoint directory path
+};
+
+struct MetricsConfig {
+    bool enabled = true;
+    std::string listen = "127.0.0.1:9400";  ///< host:port; port 0 picks a free one; + local rank
+};
+
+struct Config {
+    RunConfig run;
+    ModelConfig model;
+    DataConfig data;
+    TrainingConfig training;
+    OptimizerConfig optimizer;
+    LRScheduleConfig lr_schedule;
+    ParallelConfig parallel;
+    ActivationCheckpointConfig activation_checkpoint;
+    CheckpointConfig checkpoint;
+    MetricsConfig metrics;
+};
+
+/// Loads `path` (may be empty: defaults only), then applies `overrides` ("section.key=value", the
+/// value in TOML syntax, e.g. training.precision="bf16" or run.max_steps=50), then validates.
+/// Errors: ConfigError with file:line:column (or "--set <override>") and the expected type/range.
+Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+/// The resolved config as TOML (every key, in section order); load_config of it gives it back.
+std::string to_toml(const Config& cfg);
+
+/// A stable hash of the settings that must not change across a resume (model shape, vocab):
+/// hex string, stored in checkpoints.
+std::string model_config_hash(const Config& cfg);
+
+}  // namespace llmtrain

@@ -1,0 +1,44 @@
+// app/metrics.hpp — Prometheus metrics (prometheus-cpp pull exposer), ARCHITECTURE.md "Formats".
+//
+// Names llmtrain_*, base units (_seconds, _bytes, _total), labels run and rank. The exposer binds
+// metrics.listen (default 127.0.0.1:9400 + local rank; port 0 picks a free port). A bare port is
+// refused: it would bind every interface.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace llmtrain {
+
+/// Bad listen address or port in use; what() names the address.
+struct MetricsError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+class Metrics {
+public:
+    /// Starts the exposer on `listen` ("host:port"), with `port_offset` added to a non-zero port.
+    /// Errors: MetricsError for a malformed address or a port that cannot be bound.
+    Metrics(const std::string& listen, int port_offset, const std::string& run, int rank);
+    ~Metrics();
+    int port() const;  ///< the bound port (useful with port 0)
+
+    void set_step(int64_t step);
+    void set_loss(double loss);
+    void set_val_loss(double loss);
+    void set_learning_rate(double lr);
+    void set_grad_norm(double norm);
+    void add_tokens(double tokens);              ///< llmtrain_tokens_total
+    void set_tokens_per_second(double v);
+    void set_mfu(double ratio);                  ///< llmtrain_mfu_ratio, 0..1
+    void observe_step_seconds(double s);         ///< histogram llmtrain_step_seconds
+    void set_memory_bytes(const std::string& category, double bytes);  ///< label category
+    void observe_checkpoint_seconds(double s);   ///< llmtrain_checkpoint_seconds + llmtrain_checkpoints_total
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llmtrain

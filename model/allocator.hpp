@@ -1,0 +1,51 @@
+// model/allocator.hpp — device memory with byte accounting by category.
+//
+// Every device allocation of the model, optimizer, ZeRO engine and pipeline goes through one
+// Allocator, which records current and peak bytes per category. The start-up summary, the metrics
+// (llmtrain_memory_bytes) and the planner's tests read these numbers instead of guessing.
+#pragma once
+#include <array>
+#include <cstddef>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "model/ops.hpp"
+
+namespace llmtrain {
+
+/// What an allocation is for (ARCHITECTURE.md, "an allocator accounts bytes by category").
+enum class MemCategory : int { params, grads, optimizer, activations, workspace, count };
+
+/// Lower-case name of a category ("params", "grads", "optimizer", "activations", "workspace").
+const char* mem_category_name(MemCategory c);
+
+/// Allocates through a backend's Ops::malloc and accounts the bytes.
+class Allocator {
+public:
+    explicit Allocator(Ops& ops) : ops_(ops) {}
+    ~Allocator();
+    Allocator(const Allocator&) = delete;
+    Allocator& operator=(const Allocator&) = delete;
+
+    /// Allocates `bytes` of device memory for category `cat`. Errors: std::runtime_error naming the
+    /// category and size when the backend cannot allocate.
+    void* alloc(MemCategory cat, size_t bytes);
+    /// Frees a pointer returned by alloc(); null is ignored. Errors: std::logic_error for an unknown pointer.
+    void release(void* p);
+
+    size_t current(MemCategory cat) const;  ///< bytes now held
+    size_t peak(MemCategory cat) const;     ///< most bytes held at once
+    size_t current_total() const;
+    size_t peak_total() const;              ///< peak of the sum over categories
+    Ops& ops() { return ops_; }
+
+private:
+    Ops& ops_;
+    mutable std::mutex mu_;
+    std::unordered_map<void*, std::pair<MemCategory, size_t>> live_;
+    std::array<size_t, static_cast<int>(MemCategory::count)> cur_{}, peak_{};
+    size_t cur_total_ = 0, peak_total_ = 0;
+};
+
+}  // namespace llmtrain

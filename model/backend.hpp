@@ -1,0 +1,15 @@
+// model/backend.hpp — choosing and creating a backend.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "model/ops.hpp"
+
+namespace llmtrain {
+
+/// Creates the backend named `name`: "cpu" (fp32 reference), "cuda" (needs a build with CUDA and a
+/// device), or "auto" (cuda when a device is present, else cpu). `precision` is "fp32" or "bf16"
+/// (bf16 only on cuda). Errors: std::runtime_error naming what is missing.
+std::unique_ptr<Ops> make_backend(const std::string& name, const std::string& precision);
+
+}  // namespace llmtrain

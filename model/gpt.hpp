@@ -1,0 +1,84 @@
+// model/gpt.hpp — GPT-2: parameters, activations, and forward/backward over a layer range.
+//
+// ARCHITECTURE.md "Forward and backward over a layer range": one micro-batch runs over layers
+// [l0, l1). The first stage (l0 == 0) takes token ids and runs the embeddings; the last stage
+// (l1 == n_layer) runs ln_f, the LM head tied to wte, and the fused softmax-cross-entropy; other
+// stages take and return (B,T,C) activations. A process without a pipeline owns [0, n_layer).
+// Activation checkpointing: floor(ratio * (l1-l0)) layers keep only their input and recompute their
+// internals in backward. Model: GPT-2 (Radford et al. 2019): learned positions, pre-LN blocks,
+// causal MHA, GELU(tanh), 4x MLP, final LN, vocab padded to a multiple of 128.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/allocator.hpp"
+#include "model/ops.hpp"
+#include "model/param_layout.hpp"
+
+namespace llmtrain {
+
+/// Run-time shape and memory options of one GPT instance.
+struct GPTOptions {
+    int B = 4;                      ///< micro_batch_size
+    int T = 256;                    ///< sequence length per row (<= GPTConfig::seq_len)
+    int l0 = 0, l1 = -1;            ///< layer range [l0, l1); l1 = -1 means n_layer
+    float checkpoint_ratio = 0.0f;  ///< fraction of this range's layers recomputed in backward, [0,1]
+    int shard_multiple = 1;         ///< ParamLayout padding (ZeRO group size * alignment)
+};
+
+class GPT {
+public:
+    /// Allocates params and grads (MemCategory::params/grads, one buffer each, layout().total_numel()
+    /// elements of ops.act_dtype()) and activations for (B,T). Errors: std::invalid_argument for
+    /// bad shapes (T > seq_len, empty range, ratio outside [0,1]); std::runtime_error when out of memory.
+    GPT(const GPTConfig& cfg, const GPTOptions& opt, Allocator& alloc);
+    ~GPT();
+    GPT(const GPT&) = delete;
+    GPT& operator=(const GPT&) = delete;
+
+    const GPTConfig& config() const;
+    const GPTOptions& options() const;
+    const ParamLayout& layout() const;
+    Ops& ops();
+    void* params();  ///< (layout().total_numel()) act dtype, device
+    void* grads();   ///< same layout as params()
+
+    /// GPT-2 init, computed on the host in fp32 from `seed` (so every backend gets identical
+    /// weights): N(0, 0.02); c_proj weights N(0, 0.02/sqrt(2*n_layer)); LN weights 1; biases 0;
+    /// padded wte rows 0. Copied (cast) to params().
+    void init_params(uint64_t seed);
+    /// grads() = 0.
+    void zero_grads();
+
+    // ---- layer-range API (one micro-batch) ----
+    /// Forward over [l0,l1). tokens (B,T) device int32 is used when l0 == 0, else act_in (B,T,C).
+    /// When l1 == n_layer, targets (B,T) device int32 gives losses() (B*T) fp32, and if `training`
+    /// the logit gradient (scaled by dloss) is kept for backward().
+    void forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training);
+    /// Backward of the last forward(training = true). dact_out (B,T,C) is the gradient of our output
+    /// when l1 < n_layer (ignored at the last stage); dact_in (B,T,C) receives the gradient of
+    /// act_in when l0 > 0. Parameter gradients are accumulated into grads().
+    void backward(const void* dact_out, void* dact_in);
+    const void* act_out() const;   ///< (B,T,C) output of the range when l1 < n_layer
+    const float* losses() const;   ///< (B*T) per-position losses, device, at the last stage
+
+    // ---- whole-model helpers for the trainer (require l0 == 0 and l1 == n_layer) ----
+    /// Copies inputs/targets (B,T) host int32 to the device, runs forward + backward, accumulates
+    /// grads scaled by dloss, and returns the mean loss of this micro-batch (synchronizes).
+    float forward_backward(const int* inputs, const int* targets, float dloss);
+    /// Mean loss of a micro-batch without gradients (synchronizes).
+    float evaluate(const int* inputs, const int* targets);
+    /// fp32 logits (V values, padding dropped) at position `pos` of row 0 after a forward of
+    /// inputs (B,T) host int32; used for sampling (synchronizes).
+    std::vector<float> logits_at(const int* inputs, int pos);
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+/// Training FLOPs per token, REFERENCE.md: 6*N_params + 6*n_layer*seq_len*n_embd (fwd + bwd, no recompute).
+double flops_per_token(const GPTConfig& cfg, size_t num_parameters, int T);
+
+}  // namespace llmtrain

@@ -1,0 +1,144 @@
+// model/ops.hpp — the op interface every backend implements (CPU reference, CUDA).
+//
+// The model (model/gpt.*) is written once against this interface; the backends decide how each op
+// runs. Conventions, shared by every op below:
+//  - Pointers are *device* pointers of the backend (on the CPU: plain host memory from malloc()).
+//  - `void*` tensors hold the backend's compute dtype `act_dtype()` ("floatX" in llm.c): fp32 on the
+//    CPU, bf16 or fp32 on CUDA. `float*` tensors are always fp32 (LayerNorm stats, losses, master
+//    weights, AdamW moments). `int*` tensors are int32 token ids.
+//  - Shapes use B (micro-batch), T (sequence), C (n_embd), NH (n_head), HS = C/NH, V (vocab_size),
+//    Vp (vocab padded to a multiple of 128), N = B*T rows, OC output channels.
+//  - Weights are stored (OC, C) row-major, as in llm.c: out = inp @ weight^T + bias.
+//  - Gradients of weights and biases are ACCUMULATED (+=) so that micro-batches sum; the gradient of
+//    an activation is OVERWRITTEN unless the op says "+=".
+//  - Ops are asynchronous on the backend's current stream; results are visible on the host only
+//    after synchronize() (the CPU backend runs them at once).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace llmtrain {
+
+/// Element type of a tensor.
+enum class DType : uint8_t { f32, bf16 };
+
+/// Bytes of one element of `t`: 4 for f32, 2 for bf16.
+inline size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+
+/// Opaque stream and event handles (cudaStream_t / cudaEvent_t on CUDA; dummies on the CPU).
+using Stream = void*;
+using Event = void*;
+
+/// The backend: memory, streams, and the GPT ops. One instance per process (per device).
+class Ops {
+public:
+    virtual ~Ops() = default;
+
+    /// Backend name for logs: "cpu" or "cuda".
+    virtual const char* name() const = 0;
+    /// Compute dtype of params, activations and grads on the device ("floatX").
+    virtual DType act_dtype() const = 0;
+
+    // ---- memory (bytes). Errors: throws std::runtime_error on allocation failure. ----
+    /// Allocates `bytes` of device memory, 256-byte aligned. Contents are undefined.
+    virtual void* malloc(size_t bytes) = 0;
+    virtual void free(void* p) = 0;
+    /// Allocates page-locked host memory (cudaMallocHost) for async copies; plain memory on the CPU.
+    virtual void* malloc_host(size_t bytes) = 0;
+    virtual void free_host(void* p) = 0;
+    virtual void memcpy_h2d(void* dst, const void* src, size_t bytes) = 0;  ///< async on the current stream
+    virtual void memcpy_d2h(void* dst, const void* src, size_t bytes) = 0;  ///< async: sync before reading dst
+    virtual void memcpy_d2d(void* dst, const void* src, size_t bytes) = 0;
+    virtual void memset(void* p, int value, size_t bytes) = 0;
+    /// Waits for all queued work on every stream of this device.
+    virtual void synchronize() = 0;
+    /// Device memory (free, total) in bytes; on the CPU, the host's available and total memory.
+    virtual void mem_info(size_t* free_bytes, size_t* total_bytes) = 0;
+
+    // ---- streams and events (no-ops that run at once on the CPU) ----
+    virtual Stream create_stream() = 0;
+    virtual void destroy_stream(Stream s) = 0;
+    /// Subsequent ops are queued on `s` (nullptr = the default stream).
+    virtual void set_stream(Stream s) = 0;
+    virtual Event create_event() = 0;
+    virtual void destroy_event(Event e) = 0;
+    virtual void record_event(Event e) = 0;         ///< on the current stream
+    virtual void wait_event(Event e) = 0;           ///< the current stream waits for e
+    virtual void synchronize_event(Event e) = 0;    ///< the host waits for e
+
+    // ---- casts ----
+    /// dst[i] = (dst_t) src[i] for i < n; bf16 rounding is round-to-nearest-even.
+    virtual void cast(void* dst, DType dst_t, const void* src, DType src_t, size_t n) = 0;
+
+    // ---- GPT ops (llm.c's train_gpt2 decomposition) ----
+    /// out(B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) int32, wte (Vp,C), wpe (maxT,C).
+    virtual void encoder_forward(void* out, const int* inp, const void* wte, const void* wpe,
+                                 int B, int T, int C) = 0;
+    /// dwte (Vp,C) += scatter of dout by token; dwpe (maxT,C) += sum over b. Deterministic (no atomics).
+    virtual void encoder_backward(void* dwte, void* dwpe, const void* dout, const int* inp,
+                                  int B, int T, int C) = 0;
+
+    /// out(N,C) = (inp - mean) * rstd * weight + bias, eps 1e-5; mean, rstd (N) fp32 saved for backward.
+    virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,
+                                   const void* weight, const void* bias, int N, int C) = 0;
+    /// residual(N,C) = a + b, then out = LayerNorm(residual) as above (the residual add fused in).
+    virtual void fused_residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd,
+                                                  const void* a, const void* b, const void* weight,
+                                                  const void* bias, int N, int C) = 0;
+    /// dinp (N,C) +=, dweight (C) +=, dbias (C) += from dout (N,C). Source: LayerNorm backward (Ba et al. 2016).
+    virtual void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                    const void* inp, const void* weight, const float* mean,
+                                    const float* rstd, int N, int C) = 0;
+
+    /// out(N,C) = a + b (the residual stream at a layer's end).
+    virtual void residual_forward(void* out, const void* a, const void* b, size_t n) = 0;
+
+    /// out(N,OC) = inp(N,C) @ weight(OC,C)^T + bias(OC) (bias may be null). If pre_gelu != null:
+    /// pre_gelu(N,OC) = that product and out = gelu_tanh(pre_gelu) (fused GELU epilogue).
+    virtual void matmul_forward(void* out, void* pre_gelu, const void* inp, const void* weight,
+                                const void* bias, int N, int C, int OC) = 0;
+    /// dinp(N,C) = dout(N,OC) @ weight(OC,C) (overwritten); dweight(OC,C) += dout^T @ inp;
+    /// dbias(OC) += column sums of dout (skipped when dbias is null). If pre_gelu (N,C) != null,
+    /// the GELU backward is fused: dinp *= gelu_tanh'(pre_gelu) — used when inp = gelu(pre_gelu).
+    virtual void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
+                                 const void* inp, const void* weight, const void* pre_gelu,
+                                 int N, int C, int OC) = 0;
+
+    /// Causal multi-head self-attention, never materializing (B,NH,T,T) scores in device memory.
+    /// qkv (B,T,3C) holds [q | k | v], each (NH,HS) per position; out (B,T,C); lse (B,NH,T) fp32 is the
+    /// log-sum-exp of each row of scaled scores (scale 1/sqrt(HS)), saved for backward.
+    /// Source: FlashAttention-2 (Dao 2023), online softmax.
+    virtual void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
+                                   int NH) = 0;
+    /// dqkv (B,T,3C) (overwritten) from dout (B,T,C), recomputing probabilities from qkv and lse.
+    virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                    const float* lse, int B, int T, int C, int NH) = 0;
+
+    /// out[i] = gelu_tanh(inp[i]) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), Hendrycks & Gimpel 2016.
+    virtual void gelu_forward(void* out, const void* inp, size_t n) = 0;
+    /// dinp[i] = gelu_tanh'(inp[i]) * dout[i] (overwritten; dinp may alias dout).
+    virtual void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) = 0;
+
+    /// Fused softmax + cross-entropy over the first V of Vp logits per row (padded columns ignored).
+    /// logits (N,Vp), targets (N) int32, losses (N) fp32 = -log softmax(logits[n,:V])[targets[n]].
+    /// If write_grad: logits is overwritten in place by dloss * (softmax - onehot(target)) on [0,V)
+    /// and 0 on [V,Vp) — no probability buffer. dloss is d(total loss)/d(loss[n]), e.g. 1/(N*accum).
+    virtual void fused_classifier(void* logits, float* losses, const int* targets, int N, int V,
+                                  int Vp, float dloss, bool write_grad) = 0;
+
+    // ---- optimizer and norms ----
+    /// AdamW (Loshchilov & Hutter 2019), PyTorch's update order, on n elements:
+    ///   g = grads*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+    ///   w = w - lr*weight_decay*w; w = w - lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps);
+    /// w is `master` (fp32) when non-null, written back to `params` in act dtype; when master is null,
+    /// params must be fp32 and are updated in place. t >= 1 is the step count.
+    virtual void adamw_update(void* params, float* master, const void* grads, float* m, float* v,
+                              size_t n, float lr, float beta1, float beta2, float eps,
+                              float weight_decay, float grad_scale, int t) = 0;
+    /// out[0] (device fp32) = (accumulate ? out[0] : 0) + sum_i x[i]^2, with fp32 or wider accumulation.
+    virtual void norm_squared(float* out, const void* x, size_t n, bool accumulate) = 0;
+    /// x[i] *= s for i < n (act dtype).
+    virtual void scale(void* x, float s, size_t n) = 0;
+};
+
+}  // namespace llmtrain
