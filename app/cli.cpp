@@ -1,0 +1,42 @@
+// app/cli.cpp — argv parsing for llmtrain with CLI11 (header-only, /usr/include/CLI).
+#include "app/cli.hpp"
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+namespace llmtrain {
+
+CliArgs parse_cli(int argc, const char* const* argv) {
+    CliArgs args;
+    CLI::App app{"llmtrain: GPT-2 pretraining (see docs/config.md for every config key)", "llmtrain"};
+    app.add_option("--config", args.config_path, "TOML config file (built-in defaults when omitted)")
+        ->option_text("PATH");
+    // One value per --set; repeat the flag for more overrides (a later one wins).
+    app.add_option("--set", args.overrides,
+                   "override one key, value in TOML syntax: --set run.max_steps=50 "
+                   "--set training.precision='\"bf16\"'")
+        ->option_text("SECTION.KEY=VALUE")
+        ->allow_extra_args(false)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    app.add_flag("--print-config", args.print_config, "print the resolved config as TOML and exit");
+    app.add_flag("--dry-run", args.dry_run, "print the start-up summary (model, memory, schedule) and exit");
+    app.set_version_flag("--version", std::string("llmtrain ") + kVersion);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::CallForHelp& e) {
+        std::cout << app.help();
+        args.exit_now = true;
+        args.exit_code = kExitOk;
+    } catch (const CLI::CallForVersion& e) {
+        std::cout << e.what() << "\n";
+        args.exit_now = true;
+        args.exit_code = kExitOk;
+    } catch (const CLI::ParseError& e) {
+        std::cerr << "llmtrain: " << e.what() << "\nRun with --help for the usage.\n";
+        args.exit_now = true;
+        args.exit_code = kExitUsage;
+    }
+    return args;
+}
+
+}  // namespace llmtrain
