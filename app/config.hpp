@@ -30,16 +30,19 @@ struct RunConfig {
     int sample_top_k = 40;
     float sample_temperature = 1.0f;
     double peak_flops = 0;              ///< per device, FLOP/s, for MFU; 0 = backend default
+    friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
 
 struct ModelConfig {
     int n_layer = 4, n_head = 4, n_embd = 256, seq_len = 256, vocab_size = 8192;
     std::string attention = "native";   ///< "native" | "cudnn" (cuda only)
+    friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
 struct DataConfig {
     std::string train = "data/brown/train.h5";
     std::string val = "data/brown/val.h5";
+    friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 
 struct TrainingConfig {
@@ -48,35 +51,42 @@ struct TrainingConfig {
     int grad_accum_steps = 0;           ///< 0 = derived from global_batch_size (1 if both are 0)
     std::string precision = "fp32";     ///< "fp32" | "bf16" (bf16: cuda only)
     float grad_clip = 1.0f;             ///< 0 disables
+    friend bool operator==(const TrainingConfig&, const TrainingConfig&) = default;
 };
 
 struct OptimizerConfig {
     float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+    friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
 };
 
 struct LRScheduleConfig {
     std::string decay = "cosine";       ///< "cosine" | "linear" | "constant"
     int warmup_steps = 100;
     float min_lr = 1e-4f;
+    friend bool operator==(const LRScheduleConfig&, const LRScheduleConfig&) = default;
 };
 
 struct ParallelConfig {
     int dp = 0;                         ///< data-parallel ranks; 0 = world size
+    friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
 struct ActivationCheckpointConfig {
     float ratio = 0.0f;                 ///< fraction of layers recomputed in backward, [0,1]
+    friend bool operator==(const ActivationCheckpointConfig&, const ActivationCheckpointConfig&) = default;
 };
 
 struct CheckpointConfig {
     int interval = 500;                 ///< steps; 0 = only at the end and on SIGTERM/SIGINT
     int keep_last = 3;                  ///< complete checkpoints kept; 0 = keep all
     std::string resume = "auto";        ///< "auto" | "none" | a checkpoint directory path
+    friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
 
 struct MetricsConfig {
     bool enabled = true;
     std::string listen = "127.0.0.1:9400";  ///< host:port; port 0 picks a free one; + local rank
+    friend bool operator==(const MetricsConfig&, const MetricsConfig&) = default;
 };
 
 struct Config {
@@ -90,12 +100,19 @@ struct Config {
     ActivationCheckpointConfig activation_checkpoint;
     CheckpointConfig checkpoint;
     MetricsConfig metrics;
+    friend bool operator==(const Config&, const Config&) = default;
 };
 
 /// Loads `path` (may be empty: defaults only), then applies `overrides` ("section.key=value", the
 /// value in TOML syntax, e.g. training.precision="bf16" or run.max_steps=50), then validates.
 /// Errors: ConfigError with file:line:column (or "--set <override>") and the expected type/range.
 Config load_config(const std::string& path, const std::vector<std::string>& overrides);
+
+/// Derives the batch keys for `dp` data-parallel ranks (dp >= 1): with S = micro_batch_size * dp,
+/// grad_accum_steps = global_batch_size / S when only global_batch_size is set, global_batch_size =
+/// S * grad_accum_steps when only grad_accum_steps is set, grad_accum_steps = 1 when neither is.
+/// Errors: ConfigError when global_batch_size is not a multiple of S, or both are set and disagree.
+void resolve_batch(Config& cfg, int dp);
 
 /// The resolved config as TOML (every key, in section order); load_config of it gives it back.
 std::string to_toml(const Config& cfg);

@@ -1,0 +1,565 @@
+// app/config.cpp — loading, checking, overriding and printing the llmtrain Config (TOML++ 3.3).
+//
+// One table, fields(), lists every key: its section, its member of Config and its range check.
+// TOML++ has no strict mode, so loading walks the document and looks every key up in that table:
+// an unknown section or key is an error (with the closest known key as a hint). Values are read
+// with value_exact (no silent conversion: "3e-4" or true for a number is an error; an integer for a
+// float key is accepted as that float). Each key's origin ("file:line:col" or "--set ...") is
+// remembered so that checks across keys point at the key the user wrote.
+// TOML++ is heavy to compile: it is included here only.
+#include "app/config.hpp"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <map>
+#include <sstream>
+
+#include "app/metrics.hpp"
+
+namespace llmtrain {
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Printing values in TOML syntax
+// ---------------------------------------------------------------------------------------------
+
+/// A TOML basic string: quotes, backslashes and control characters escaped; UTF-8 kept as is.
+std::string quote(const std::string& s) {
+    std::string out = "\"";
+    for (unsigned char ch : s) {
+        switch (ch) {
+            case '"': out += "\\\""; break;
+            case '\\': out += "\\\\"; break;
+            case '\n': out += "\\n"; break;
+            case '\t': out += "\\t"; break;
+            case '\r': out += "\\r"; break;
+            default:
+                if (ch < 0x20 || ch == 0x7f) {
+                    char buf[8];
+                    std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+                    out += buf;
+                } else {
+                    out += static_cast<char>(ch);
+                }
+        }
+    }
+    return out + "\"";
+}
+
+/// Shortest decimal of a finite float/double that reads back to the same value, as a TOML float
+/// (it always has a '.' or an exponent, so it is never read back as an integer).
+template <class T>
+std::string float_text(T v) {
+    char buf[64];
+    auto res = std::to_chars(buf, buf + sizeof buf, v);
+    std::string s(buf, res.ptr);
+    if constexpr (std::is_same_v<T, float>) {
+        // The loader reads a double and narrows it; if that double rounding ever lands elsewhere,
+        // print the float's exact double value instead.
+        if (static_cast<float>(std::strtod(s.c_str(), nullptr)) != v) {
+            res = std::to_chars(buf, buf + sizeof buf, static_cast<double>(v));
+            s.assign(buf, res.ptr);
+        }
+    }
+    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    return s;
+}
+
+std::string value_text(int v) { return std::to_string(v); }
+std::string value_text(uint64_t v) { return std::to_string(v); }
+std::string value_text(float v) { return float_text(v); }
+std::string value_text(double v) { return float_text(v); }
+std::string value_text(bool v) { return v ? "true" : "false"; }
+std::string value_text(const std::string& v) { return quote(v); }
+
+/// What a TOML node holds, for "got ..." in messages: `the string "3e-4"`, `the boolean true`.
+std::string describe(const toml::node& n) {
+    std::ostringstream os;
+    if (auto s = n.value_exact<std::string>()) return "the string " + quote(*s);
+    if (auto i = n.value_exact<int64_t>()) return "the integer " + std::to_string(*i);
+    if (auto d = n.value_exact<double>()) {
+        os << *d;
+        return "the float " + os.str();
+    }
+    if (auto b = n.value_exact<bool>()) return std::string("the boolean ") + (*b ? "true" : "false");
+    if (n.is_table()) return "a table";
+    if (n.is_array()) return "an array";
+    return "a date/time";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Reading one value: the type first (value_exact), then the key's range
+// ---------------------------------------------------------------------------------------------
+
+/// Each read_value returns "" or the complete complaint "expected ..., got ...".
+std::string read_value(const toml::node& n, int64_t& out) {
+    auto v = n.value_exact<int64_t>();
+    if (!v) return "expected an integer, got " + describe(n);
+    out = *v;
+    return "";
+}
+
+std::string read_value(const toml::node& n, int& out) {
+    int64_t v;
+    if (auto err = read_value(n, v); !err.empty()) return err;
+    if (v < std::numeric_limits<int>::min() || v > std::numeric_limits<int>::max())
+        return "expected an integer in [-2147483648, 2147483647], got " + std::to_string(v);
+    out = static_cast<int>(v);
+    return "";
+}
+
+std::string read_value(const toml::node& n, uint64_t& out) {
+    int64_t v;
+    if (auto err = read_value(n, v); !err.empty()) return err;
+    if (v < 0) return "expected an integer >= 0, got " + std::to_string(v);
+    out = static_cast<uint64_t>(v);
+    return "";
+}
+
+/// Floats: a TOML float or an integer (lr = 1 means 1.0); inf and nan are refused.
+std::string read_value(const toml::node& n, double& out) {
+    if (auto d = n.value_exact<double>()) {
+        out = *d;
+    } else if (auto i = n.value_exact<int64_t>()) {
+        out = static_cast<double>(*i);
+    } else {
+        return "expected a number, got " + describe(n);
+    }
+    if (!std::isfinite(out)) return "expected a finite number, got " + describe(n);
+    return "";
+}
+
+std::string read_value(const toml::node& n, float& out) {
+    double d;
+    if (auto err = read_value(n, d); !err.empty()) return err;
+    const auto f = static_cast<float>(d);
+    if (std::fabs(d) > std::numeric_limits<float>::max() || (f == 0.0f && d != 0.0))
+        return "expected a number that fits a 32-bit float, got " + describe(n);
+    out = f;
+    return "";
+}
+
+std::string read_value(const toml::node& n, bool& out) {
+    auto v = n.value_exact<bool>();
+    if (!v) return "expected true or false, got " + describe(n);
+    out = *v;
+    return "";
+}
+
+std::string read_value(const toml::node& n, std::string& out) {
+    auto v = n.value_exact<std::string>();
+    if (!v) return "expected a string (in quotes), got " + describe(n);
+    out = *v;
+    return "";
+}
+
+/// A range check: "" when the value is fine, else what was expected ("an integer >= 1").
+template <class T>
+using Check = std::function<std::string(const T&)>;
+
+Check<int> at_least(int lo) {
+    return [lo](const int& v) { return v >= lo ? "" : "an integer >= " + std::to_string(lo); };
+}
+
+Check<int> between(int lo, int hi) {
+    return [lo, hi](const int& v) {
+        return v >= lo && v <= hi ? "" : "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    };
+}
+
+template <class T>
+Check<T> positive() {
+    return [](const T& v) { return v > 0 ? "" : "a number > 0"; };
+}
+
+template <class T>
+Check<T> non_negative() {
+    return [](const T& v) { return v >= 0 ? "" : "a number >= 0"; };
+}
+
+/// [0, 1) when open_top, else [0, 1].
+Check<float> unit_interval(bool open_top) {
+    return [open_top](const float& v) -> std::string {
+        const bool ok = v >= 0 && (open_top ? v < 1 : v <= 1);
+        return ok ? "" : open_top ? "a number in [0, 1)" : "a number in [0, 1]";
+    };
+}
+
+Check<std::string> one_of(std::vector<std::string> allowed) {
+    return [allowed](const std::string& v) -> std::string {
+        if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return "";
+        std::string want = "one of";
+        for (size_t i = 0; i < allowed.size(); ++i) want += (i ? ", " : " ") + quote(allowed[i]);
+        return want;
+    };
+}
+
+Check<std::string> non_empty() {
+    return [](const std::string& v) { return v.empty() ? "a non-empty string" : ""; };
+}
+
+Check<std::string> listen_address() {
+    return [](const std::string& v) -> std::string {
+        try {
+            parse_listen(v);
+            return "";
+        } catch (const MetricsError&) {
+            return "\"host:port\" with a host (IPv4 address, host name or [IPv6]) and a port in [0, 65535]; "
+                   "a bare port would bind every interface";
+        }
+    };
+}
+
+// ---------------------------------------------------------------------------------------------
+// The table of keys
+// ---------------------------------------------------------------------------------------------
+
+/// One config key: reads a TOML value into its member (type and range checked) and prints it back.
+struct Field {
+    std::string section, key;
+    /// Reads `n` into cfg; returns "" or the complaint ("expected ..., got ...").
+    std::function<std::string(const toml::node& n, Config& cfg)> read;
+    /// The member's value in TOML syntax.
+    std::function<std::string(const Config& cfg)> write;
+    std::string name() const { return section + "." + key; }
+};
+
+template <class Sec, class T>
+Field field(const char* section, const char* key, Sec Config::*sec, T Sec::*member, Check<T> check = {}) {
+    Field f;
+    f.section = section;
+    f.key = key;
+    f.read = [sec, member, check](const toml::node& n, Config& cfg) -> std::string {
+        T v{};
+        if (auto err = read_value(n, v); !err.empty()) return err;
+        if (check)
+            if (auto want = check(v); !want.empty()) return "expected " + want + ", got " + value_text(v);
+        cfg.*sec.*member = v;
+        return "";
+    };
+    f.write = [sec, member](const Config& cfg) { return value_text(cfg.*sec.*member); };
+    return f;
+}
+
+/// Every key, in section order and in the order to_toml prints them (docs/config.md mirrors it).
+const std::vector<Field>& fields() {
+    using C = Config;
+    static const std::vector<Field> all = {
+        field("run", "name", &C::run, &RunConfig::name, non_empty()),
+        field("run", "run_dir", &C::run, &RunConfig::run_dir, non_empty()),
+        field("run", "backend", &C::run, &RunConfig::backend, one_of({"cpu", "cuda", "auto"})),
+        field("run", "seed", &C::run, &RunConfig::seed),
+        field("run", "max_steps", &C::run, &RunConfig::max_steps, at_least(1)),
+        field("run", "log_interval", &C::run, &RunConfig::log_interval, at_least(1)),
+        field("run", "eval_interval", &C::run, &RunConfig::eval_interval, at_least(0)),
+        field("run", "eval_steps", &C::run, &RunConfig::eval_steps, at_least(0)),
+        field("run", "sample_interval", &C::run, &RunConfig::sample_interval, at_least(0)),
+        field("run", "sample_tokens", &C::run, &RunConfig::sample_tokens, at_least(1)),
+        field("run", "sample_top_k", &C::run, &RunConfig::sample_top_k, at_least(1)),
+        field("run", "sample_temperature", &C::run, &RunConfig::sample_temperature, positive<float>()),
+        field("run", "peak_flops", &C::run, &RunConfig::peak_flops, non_negative<double>()),
+
+        field("model", "n_layer", &C::model, &ModelConfig::n_layer, at_least(1)),
+        field("model", "n_head", &C::model, &ModelConfig::n_head, at_least(1)),
+        field("model", "n_embd", &C::model, &ModelConfig::n_embd, at_least(1)),
+        field("model", "seq_len", &C::model, &ModelConfig::seq_len, at_least(1)),
+        field("model", "vocab_size", &C::model, &ModelConfig::vocab_size,
+              between(2, std::numeric_limits<int>::max())),
+        field("model", "attention", &C::model, &ModelConfig::attention, one_of({"native", "cudnn"})),
+
+        field("data", "train", &C::data, &DataConfig::train, non_empty()),
+        field("data", "val", &C::data, &DataConfig::val, non_empty()),
+
+        field("training", "micro_batch_size", &C::training, &TrainingConfig::micro_batch_size, at_least(1)),
+        field("training", "global_batch_size", &C::training, &TrainingConfig::global_batch_size, at_least(0)),
+        field("training", "grad_accum_steps", &C::training, &TrainingConfig::grad_accum_steps, at_least(0)),
+        field("training", "precision", &C::training, &TrainingConfig::precision, one_of({"fp32", "bf16"})),
+        field("training", "grad_clip", &C::training, &TrainingConfig::grad_clip, non_negative<float>()),
+
+        field("optimizer", "lr", &C::optimizer, &OptimizerConfig::lr, positive<float>()),
+        field("optimizer", "beta1", &C::optimizer, &OptimizerConfig::beta1, unit_interval(true)),
+        field("optimizer", "beta2", &C::optimizer, &OptimizerConfig::beta2, unit_interval(true)),
+        field("optimizer", "eps", &C::optimizer, &OptimizerConfig::eps, positive<float>()),
+        field("optimizer", "weight_decay", &C::optimizer, &OptimizerConfig::weight_decay, non_negative<float>()),
+
+        field("lr_schedule", "decay", &C::lr_schedule, &LRScheduleConfig::decay,
+              one_of({"cosine", "linear", "constant"})),
+        field("lr_schedule", "warmup_steps", &C::lr_schedule, &LRScheduleConfig::warmup_steps, at_least(0)),
+        field("lr_schedule", "min_lr", &C::lr_schedule, &LRScheduleConfig::min_lr, non_negative<float>()),
+
+        field("parallel", "dp", &C::parallel, &ParallelConfig::dp, at_least(0)),
+
+        field("activation_checkpoint", "ratio", &C::activation_checkpoint, &ActivationCheckpointConfig::ratio,
+              unit_interval(false)),
+
+        field("checkpoint", "interval", &C::checkpoint, &CheckpointConfig::interval, at_least(0)),
+        field("checkpoint", "keep_last", &C::checkpoint, &CheckpointConfig::keep_last, at_least(0)),
+        field("checkpoint", "resume", &C::checkpoint, &CheckpointConfig::resume, non_empty()),
+
+        field("metrics", "enabled", &C::metrics, &MetricsConfig::enabled),
+        field("metrics", "listen", &C::metrics, &MetricsConfig::listen, listen_address()),
+    };
+    return all;
+}
+
+const std::vector<std::string>& section_names() {
+    static const std::vector<std::string> names = [] {
+        std::vector<std::string> v;
+        for (const auto& f : fields())
+            if (v.empty() || v.back() != f.section) v.push_back(f.section);
+        return v;
+    }();
+    return names;
+}
+
+const Field* find_field(const std::string& section, const std::string& key) {
+    for (const auto& f : fields())
+        if (f.section == section && f.key == key) return &f;
+    return nullptr;
+}
+
+/// Levenshtein distance (Wagner-Fischer, one row), for "did you mean" hints.
+size_t edit_distance(const std::string& a, const std::string& b) {
+    std::vector<size_t> row(b.size() + 1);
+    for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        size_t diag = row[0];
+        row[0] = i;
+        for (size_t j = 1; j <= b.size(); ++j) {
+            const size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+
+/// " (did you mean optimizer.lr?)" for a key that lives in another section or is misspelt; else "".
+std::string hint_for_key(const std::string& section, const std::string& key) {
+    for (const auto& f : fields())
+        if (f.key == key) return " (did you mean " + f.name() + "?)";
+    const Field* best = nullptr;
+    size_t best_d = 3;  // at most 2 edits away
+    for (const auto& f : fields())
+        if (f.section == section)
+            if (size_t d = edit_distance(key, f.key); d < best_d) best = &f, best_d = d;
+    return best ? " (did you mean " + best->name() + "?)" : "";
+}
+
+std::string hint_for_section(const std::string& section) {
+    std::string best;
+    size_t best_d = 3;
+    for (const auto& s : section_names())
+        if (size_t d = edit_distance(section, s); d < best_d) best = s, best_d = d;
+    if (!best.empty()) return " (did you mean [" + best + "]?)";
+    std::string all;
+    for (const auto& s : section_names()) all += (all.empty() ? "" : ", ") + s;
+    return " (sections: " + all + ")";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loading
+// ---------------------------------------------------------------------------------------------
+
+/// Where each key was last set: "file:line:col" or "--set ..."; keys left at their default are absent.
+using Origins = std::map<std::string, std::string>;
+
+std::string position(const std::string& file, const toml::source_region& src) {
+    if (src.begin.line == 0) return file;
+    return file + ":" + std::to_string(src.begin.line) + ":" + std::to_string(src.begin.column);
+}
+
+[[noreturn]] void fail(const std::string& where, const std::string& what) { throw ConfigError(where + ": " + what); }
+
+std::string read_file(const std::string& path) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) fail(path, "cannot read config file: it is a directory");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(path, std::string("cannot open config file: ") + std::strerror(errno));
+    std::ostringstream text;
+    text << in.rdbuf();
+    if (in.bad()) fail(path, std::string("cannot read config file: ") + std::strerror(errno));
+    return text.str();
+}
+
+/// Applies every key of a parsed document to cfg; `file` names it in messages.
+void apply_document(const toml::table& doc, const std::string& file, Config& cfg, Origins& origins) {
+    for (const auto& [sec_key, sec_node] : doc) {
+        const std::string section(sec_key.str());
+        const std::string at = position(file, sec_key.source());
+        const bool known = std::find(section_names().begin(), section_names().end(), section) != section_names().end();
+        if (!sec_node.is_table()) {
+            if (known) fail(at, "[" + section + "] must be a table, got " + describe(sec_node));
+            // A bare key at the top level: usually a key whose [section] header is missing.
+            fail(at, section + ": keys must be inside a [section]" + hint_for_key("", section));
+        }
+        if (!known) fail(at, "unknown section [" + section + "]" + hint_for_section(section));
+        for (const auto& [key, node] : *sec_node.as_table()) {
+            const std::string k(key.str());
+            const Field* f = find_field(section, k);
+            if (!f) fail(position(file, key.source()), section + "." + k + ": unknown key" + hint_for_key(section, k));
+            const std::string where = position(file, node.source());
+            if (auto err = f->read(node, cfg); !err.empty()) fail(where, f->name() + ": " + err);
+            origins[f->name()] = where;
+        }
+    }
+}
+
+/// Applies one "section.key=value" override; the value is TOML ("strings need quotes").
+void apply_override(const std::string& ov, Config& cfg, Origins& origins) {
+    const std::string where = "--set " + ov;
+    const auto eq = ov.find('=');
+    const auto trim = [](std::string s) {
+        const auto b = s.find_first_not_of(" \t"), e = s.find_last_not_of(" \t");
+        return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+    };
+    const std::string name = trim(ov.substr(0, eq));
+    const auto dot = name.find('.');
+    if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == name.size() ||
+        name.find('.', dot + 1) != std::string::npos)
+        fail(where, "expected section.key=value, e.g. --set run.max_steps=50");
+    const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
+    const Field* f = find_field(section, key);
+    if (!f) fail("--set " + name + "=...", "unknown key" + hint_for_key(section, key));
+    toml::table doc;
+    try {
+        doc = toml::parse("value = " + ov.substr(eq + 1), std::string_view("--set"));
+    } catch (const toml::parse_error& e) {
+        fail(where, f->name() + ": the value is not valid TOML (" + std::string(e.description()) +
+                        "); strings need quotes, e.g. --set run.name='\"demo\"'");
+    }
+    if (doc.size() != 1 || !doc.contains("value"))
+        fail(where, f->name() + ": expected exactly one TOML value after '='");
+    if (auto err = f->read(*doc.get("value"), cfg); !err.empty()) fail(where, f->name() + ": " + err);
+    origins[f->name()] = where;
+}
+
+/// Checks that involve several keys; the message points at the first listed key that was set.
+void check_across_keys(const Config& c, const Origins& origins, const std::string& file) {
+    const auto at = [&](std::initializer_list<const char*> keys) {
+        for (const char* k : keys)
+            if (auto it = origins.find(k); it != origins.end()) return it->second;
+        return file.empty() ? std::string("(built-in defaults)") : file;
+    };
+    const auto& m = c.model;
+    if (m.n_embd % m.n_head != 0)
+        fail(at({"model.n_head", "model.n_embd"}), "model.n_head: expected a divisor of model.n_embd (" +
+                                                       std::to_string(m.n_embd) + "), got " +
+                                                       std::to_string(m.n_head));
+    if (c.run.sample_top_k > m.vocab_size)
+        fail(at({"run.sample_top_k", "model.vocab_size"}),
+             "run.sample_top_k: expected an integer in [1, model.vocab_size = " + std::to_string(m.vocab_size) +
+                 "], got " + std::to_string(c.run.sample_top_k));
+    if (c.lr_schedule.min_lr > c.optimizer.lr)
+        fail(at({"lr_schedule.min_lr", "optimizer.lr"}),
+             "lr_schedule.min_lr: expected a number in [0, optimizer.lr = " + value_text(c.optimizer.lr) +
+                 "], got " + value_text(c.lr_schedule.min_lr));
+    if (c.run.backend == "cpu" && c.training.precision != "fp32")
+        fail(at({"training.precision", "run.backend"}),
+             "training.precision: expected \"fp32\" with run.backend = \"cpu\" (bf16 needs the cuda backend), got " +
+                 quote(c.training.precision));
+    if (c.run.backend == "cpu" && m.attention != "native")
+        fail(at({"model.attention", "run.backend"}),
+             "model.attention: expected \"native\" with run.backend = \"cpu\" (cudnn needs the cuda backend), got " +
+                 quote(m.attention));
+    // dp is known only at start-up (resolve_batch); what does not depend on it is checked here.
+    const auto& t = c.training;
+    const int64_t per_rank = int64_t(t.micro_batch_size) * std::max(t.grad_accum_steps, 1);
+    if (t.global_batch_size > 0 && t.global_batch_size % per_rank != 0)
+        fail(at({"training.global_batch_size", "training.micro_batch_size", "training.grad_accum_steps"}),
+             "training.global_batch_size: expected a multiple of micro_batch_size x grad_accum_steps = " +
+                 std::to_string(per_rank) + ", got " + std::to_string(t.global_batch_size));
+}
+
+uint64_t fnv1a64(const std::string& s) {
+    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64-bit offset basis
+    for (unsigned char ch : s) {
+        h ^= ch;
+        h *= 0x100000001b3ull;  // FNV 64-bit prime
+    }
+    return h;
+}
+
+}  // namespace
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+    Config cfg;
+    Origins origins;
+    if (!path.empty()) {
+        const std::string text = read_file(path);
+        toml::table doc;
+        try {
+            doc = toml::parse(text, std::string_view(path));
+        } catch (const toml::parse_error& e) {
+            fail(position(path, e.source()), "TOML syntax error: " + std::string(e.description()));
+        }
+        apply_document(doc, path, cfg, origins);
+    }
+    for (const auto& ov : overrides) apply_override(ov, cfg, origins);
+    check_across_keys(cfg, origins, path);
+    return cfg;
+}
+
+void resolve_batch(Config& cfg, int dp) {
+    if (dp < 1) throw ConfigError("resolve_batch: dp must be >= 1, got " + std::to_string(dp));
+    auto& t = cfg.training;
+    const int64_t per_step = int64_t(t.micro_batch_size) * dp;  // sequences per micro-step, all ranks
+    int64_t global = t.global_batch_size, accum = t.grad_accum_steps;
+    if (global == 0) {
+        accum = std::max<int64_t>(accum, 1);
+        global = per_step * accum;
+    } else if (accum == 0) {
+        if (global % per_step != 0)
+            throw ConfigError("training.global_batch_size: expected a multiple of micro_batch_size (" +
+                              std::to_string(t.micro_batch_size) + ") x dp (" + std::to_string(dp) + ") = " +
+                              std::to_string(per_step) + ", got " + std::to_string(global));
+        accum = global / per_step;
+    } else if (global != per_step * accum) {
+        throw ConfigError("training.global_batch_size: expected micro_batch_size (" +
+                          std::to_string(t.micro_batch_size) + ") x dp (" + std::to_string(dp) +
+                          ") x grad_accum_steps (" + std::to_string(accum) + ") = " +
+                          std::to_string(per_step * accum) + ", got " + std::to_string(global));
+    }
+    if (global > std::numeric_limits<int>::max())
+        throw ConfigError("training.global_batch_size: micro_batch_size x dp x grad_accum_steps = " +
+                          std::to_string(global) + " exceeds 2147483647");
+    t.global_batch_size = static_cast<int>(global);
+    t.grad_accum_steps = static_cast<int>(accum);
+}
+
+std::string to_toml(const Config& cfg) {
+    std::string out = "# llmtrain config: every key (docs/config.md explains each one)\n";
+    std::string section;
+    for (const auto& f : fields()) {
+        if (f.section != section) {
+            section = f.section;
+            out += "\n[" + section + "]\n";
+        }
+        out += f.key + " = " + f.write(cfg) + "\n";
+    }
+    return out;
+}
+
+std::string model_config_hash(const Config& cfg) {
+    const auto& m = cfg.model;
+    // The canonical text is part of the checkpoint format (docs/config.md): change it only with a
+    // format version bump.
+    const std::string canon = "gpt2:n_layer=" + std::to_string(m.n_layer) + ",n_head=" + std::to_string(m.n_head) +
+                              ",n_embd=" + std::to_string(m.n_embd) + ",seq_len=" + std::to_string(m.seq_len) +
+                              ",vocab_size=" + std::to_string(m.vocab_size);
+    char buf[17];
+    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a64(canon)));
+    return buf;
+}
+
+}  // namespace llmtrain

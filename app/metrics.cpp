@@ -1,0 +1,158 @@
+// app/metrics.cpp — the Prometheus exposer and the llmtrain_* metrics (prometheus-cpp 1.0.1, pull).
+//
+// One Registry, served at http://<listen>/metrics by prometheus::Exposer (civetweb). Every family
+// carries the constant labels run and rank; llmtrain_memory_bytes adds `category`. Setters are
+// cheap and thread-safe (prometheus-cpp metrics are atomics; Family::Add takes a lock).
+#include "app/metrics.hpp"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <cctype>
+
+namespace llmtrain {
+
+namespace {
+
+bool all_digits(const std::string& s) {
+    if (s.empty()) return false;
+    for (unsigned char ch : s)
+        if (!std::isdigit(ch)) return false;
+    return true;
+}
+
+/// An IPv4 literal (four decimal parts 0..255) or a host name (letters, digits, '-', '.').
+bool valid_host(const std::string& h) {
+    if (h.size() >= 2 && h.front() == '[' && h.back() == ']') {  // [IPv6]
+        const std::string inner = h.substr(1, h.size() - 2);
+        return !inner.empty() && inner.find_first_not_of("0123456789abcdefABCDEF:.") == std::string::npos;
+    }
+    if (h.empty() || h.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") !=
+                         std::string::npos)
+        return false;
+    if (h.find_first_not_of("0123456789.") != std::string::npos) return true;  // a name
+    // All digits and dots: must be a dotted quad.
+    int parts = 0;
+    size_t start = 0;
+    while (true) {
+        const size_t dot = h.find('.', start);
+        const std::string part = h.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+        if (!all_digits(part) || part.size() > 3 || std::stoi(part) > 255) return false;
+        ++parts;
+        if (dot == std::string::npos) break;
+        start = dot + 1;
+    }
+    return parts == 4;
+}
+
+}  // namespace
+
+ListenAddress parse_listen(const std::string& listen) {
+    const auto colon = listen.rfind(':');
+    if (colon == std::string::npos || colon == 0)
+        throw MetricsError("metrics.listen \"" + listen +
+                           "\": expected host:port, e.g. 127.0.0.1:9400 (a bare port would bind every interface)");
+    ListenAddress a;
+    a.host = listen.substr(0, colon);
+    const std::string port = listen.substr(colon + 1);
+    if (!valid_host(a.host))
+        throw MetricsError("metrics.listen \"" + listen + "\": expected an IPv4 address, a host name or [IPv6] before ':', got \"" +
+                           a.host + "\"");
+    if (!all_digits(port) || port.size() > 5 || std::stoi(port) > 65535)
+        throw MetricsError("metrics.listen \"" + listen + "\": expected a port in [0, 65535] after ':', got \"" + port +
+                           "\"");
+    a.port = std::stoi(port);
+    return a;
+}
+
+struct Metrics::Impl {
+    std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+    std::unique_ptr<prometheus::Exposer> exposer;
+    prometheus::Labels labels;  // {run, rank}
+    prometheus::Gauge *step, *loss, *val_loss, *learning_rate, *grad_norm, *tokens_per_second, *mfu, *checkpoint_seconds;
+    prometheus::Counter *tokens_total, *checkpoints_total;
+    prometheus::Histogram* step_seconds;
+    prometheus::Family<prometheus::Gauge>* memory;
+
+    prometheus::Gauge* gauge(const std::string& name, const std::string& help) {
+        return &prometheus::BuildGauge().Name(name).Help(help).Labels(labels).Register(*registry).Add({});
+    }
+    prometheus::Counter* counter(const std::string& name, const std::string& help) {
+        return &prometheus::BuildCounter().Name(name).Help(help).Labels(labels).Register(*registry).Add({});
+    }
+};
+
+Metrics::Metrics(const std::string& listen, int port_offset, const std::string& run, int rank)
+    : impl_(std::make_unique<Impl>()) {
+    ListenAddress addr = parse_listen(listen);
+    if (addr.port != 0) addr.port += port_offset;
+    if (addr.port > 65535)
+        throw MetricsError("metrics.listen \"" + listen + "\" + local rank " + std::to_string(port_offset) +
+                           " gives port " + std::to_string(addr.port) + " > 65535");
+    const std::string bind = addr.host + ":" + std::to_string(addr.port);
+
+    auto& m = *impl_;
+    m.labels = {{"run", run}, {"rank", std::to_string(rank)}};
+    m.step = m.gauge("llmtrain_step", "Optimizer steps completed.");
+    m.loss = m.gauge("llmtrain_loss", "Training loss of the last step (mean cross-entropy, nats per token).");
+    m.val_loss = m.gauge("llmtrain_val_loss", "Validation loss of the last evaluation (nats per token).");
+    m.learning_rate = m.gauge("llmtrain_learning_rate", "Learning rate of the last step.");
+    m.grad_norm = m.gauge("llmtrain_grad_norm", "Global L2 norm of the gradients of the last step, before clipping.");
+    m.tokens_per_second = m.gauge("llmtrain_tokens_per_second", "Training throughput of the last step, tokens/s.");
+    m.mfu = m.gauge("llmtrain_mfu_ratio", "Model FLOPs utilization of the last step, 0..1.");
+    m.checkpoint_seconds = m.gauge("llmtrain_checkpoint_seconds", "Wall time of the last checkpoint write, seconds.");
+    m.tokens_total = m.counter("llmtrain_tokens_total", "Training tokens processed.");
+    m.checkpoints_total = m.counter("llmtrain_checkpoints_total", "Checkpoints written.");
+    // Step time: 1 ms .. 100 s in a 1-2.5-5 progression.
+    m.step_seconds = &prometheus::BuildHistogram()
+                          .Name("llmtrain_step_seconds")
+                          .Help("Wall time of one optimizer step, seconds.")
+                          .Labels(m.labels)
+                          .Register(*m.registry)
+                          .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                                           0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50,
+                                                                           100});
+    m.memory = &prometheus::BuildGauge()
+                    .Name("llmtrain_memory_bytes")
+                    .Help("Bytes allocated by category (params, grads, optimizer, activations, workspace, ...).")
+                    .Labels(m.labels)
+                    .Register(*m.registry);
+
+    try {
+        // One worker thread: Prometheus scrapes one request at a time.
+        m.exposer = std::make_unique<prometheus::Exposer>(bind, 1);
+    } catch (const std::exception& e) {
+        throw MetricsError("metrics.listen " + bind + ": cannot listen (port in use or address not local?): " +
+                           e.what());
+    }
+    m.exposer->RegisterCollectable(m.registry);
+}
+
+Metrics::~Metrics() = default;
+
+int Metrics::port() const {
+    const auto ports = impl_->exposer->GetListeningPorts();
+    return ports.empty() ? 0 : ports.front();
+}
+
+void Metrics::set_step(int64_t step) { impl_->step->Set(static_cast<double>(step)); }
+void Metrics::set_loss(double loss) { impl_->loss->Set(loss); }
+void Metrics::set_val_loss(double loss) { impl_->val_loss->Set(loss); }
+void Metrics::set_learning_rate(double lr) { impl_->learning_rate->Set(lr); }
+void Metrics::set_grad_norm(double norm) { impl_->grad_norm->Set(norm); }
+void Metrics::add_tokens(double tokens) { impl_->tokens_total->Increment(tokens); }
+void Metrics::set_tokens_per_second(double v) { impl_->tokens_per_second->Set(v); }
+void Metrics::set_mfu(double ratio) { impl_->mfu->Set(ratio); }
+void Metrics::observe_step_seconds(double s) { impl_->step_seconds->Observe(s); }
+void Metrics::set_memory_bytes(const std::string& category, double bytes) {
+    impl_->memory->Add({{"category", category}}).Set(bytes);
+}
+void Metrics::observe_checkpoint_seconds(double s) {
+    impl_->checkpoint_seconds->Set(s);
+    impl_->checkpoints_total->Increment();
+}
+
+}  // namespace llmtrain
