@@ -1,0 +1,407 @@
+// app/trainer.cpp — the training loop (see trainer.hpp).
+#include "app/trainer.hpp"
+
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <sstream>
+
+#include "app/checkpoint.hpp"
+#include "app/sampler.hpp"
+#include "data/loader.hpp"
+#include "data/token_dataset.hpp"
+#include "data/tokenizer.hpp"
+#include "model/backend.hpp"
+#include "model/gpt.hpp"
+#include "optim/adamw.hpp"
+#include "optim/grad_clip.hpp"
+#include "optim/lr_schedule.hpp"
+
+namespace llmtrain {
+
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;  // the signal number that asked us to stop, or 0
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string mib(size_t bytes) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / (1024.0 * 1024.0));
+    return buf;
+}
+
+std::string shape_of(const GPTConfig& m) {
+    return "n_layer=" + std::to_string(m.n_layer) + " n_head=" + std::to_string(m.n_head) +
+           " n_embd=" + std::to_string(m.n_embd) + " seq_len=" + std::to_string(m.seq_len) +
+           " vocab_size=" + std::to_string(m.vocab_size);
+}
+
+}  // namespace
+
+void install_stop_signal_handlers() {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART | SA_RESETHAND;
+    sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGINT, &sa, nullptr);
+}
+
+double peak_flops_for(const Config& cfg, const std::string& backend_name) {
+    if (cfg.run.peak_flops > 0) return cfg.run.peak_flops;
+    return backend_name == "cuda" ? 989e12 : 2e11;
+}
+
+struct Trainer::Impl {
+    Config cfg;
+    Comm& comm;
+    const int dp, rank, B, T, accum;
+    std::unique_ptr<Ops> ops;
+    std::unique_ptr<Allocator> alloc;
+    GPTConfig gcfg;
+    std::unique_ptr<GPT> gpt;
+    std::unique_ptr<AdamW> adam;
+    LRSchedule sched;
+    std::unique_ptr<DataLoader> train, val;
+    std::optional<Tokenizer> tokenizer;  // rank 0 with samples enabled
+    float* norm_scratch = nullptr;       // (1) device fp32
+    std::vector<int32_t> inputs, targets;  // (B,T) host int32
+    std::vector<uint8_t> grad_host;        // staging for the dp all-reduce when device != host
+    std::mt19937_64 sampler_rng;
+    int64_t step = 0, start_step = 0;
+    uint64_t tokens_seen = 0;
+
+    Impl(const Config& c, Comm& cm)
+        : cfg(c), comm(cm), dp(cm.size()), rank(cm.rank()), B(c.training.micro_batch_size), T(c.model.seq_len),
+          accum(c.training.grad_accum_steps), sampler_rng(c.run.seed) {
+        ops = make_backend(cfg.run.backend, cfg.training.precision);
+        alloc = std::make_unique<Allocator>(*ops);
+        gcfg.n_layer = cfg.model.n_layer;
+        gcfg.n_head = cfg.model.n_head;
+        gcfg.n_embd = cfg.model.n_embd;
+        gcfg.seq_len = cfg.model.seq_len;
+        gcfg.vocab_size = cfg.model.vocab_size;
+        GPTOptions go;
+        go.B = B;
+        go.T = T;
+        go.l0 = 0;
+        go.l1 = gcfg.n_layer;
+        go.checkpoint_ratio = cfg.activation_checkpoint.ratio;
+        gpt = std::make_unique<GPT>(gcfg, go, *alloc);
+        gpt->init_params(cfg.run.seed);
+        const bool master = ops->act_dtype() != DType::f32;
+        AdamWConfig ac;
+        ac.lr = cfg.optimizer.lr;
+        ac.beta1 = cfg.optimizer.beta1;
+        ac.beta2 = cfg.optimizer.beta2;
+        ac.eps = cfg.optimizer.eps;
+        ac.weight_decay = cfg.optimizer.weight_decay;
+        adam = std::make_unique<AdamW>(*alloc, gpt->layout(), ac, master);
+        if (master) adam->init_master(gpt->params());
+        sched.lr = cfg.optimizer.lr;
+        sched.min_lr = cfg.lr_schedule.min_lr;
+        sched.warmup_steps = cfg.lr_schedule.warmup_steps;
+        sched.decay_steps = cfg.run.max_steps;
+        sched.decay = cfg.lr_schedule.decay;
+        norm_scratch = static_cast<float*>(alloc->alloc(MemCategory::workspace, sizeof(float)));
+
+        LoaderOptions lo;
+        lo.path = cfg.data.train;
+        lo.B = B;
+        lo.T = T;
+        lo.rank = rank;
+        lo.world = dp;
+        lo.seed = cfg.run.seed;
+        lo.shuffle = true;
+        lo.vocab_size = cfg.model.vocab_size;
+        train = std::make_unique<DataLoader>(lo);
+        lo.path = cfg.data.val;
+        lo.shuffle = false;
+        lo.expect_tokenizer_sha256 = train->info().tokenizer_sha256;  // val must be tokenized alike
+        val = std::make_unique<DataLoader>(lo);
+        if (rank == 0 && cfg.run.sample_interval > 0) {
+            TokenDataset ds(cfg.data.train);
+            tokenizer.emplace(Tokenizer::from_bytes(ds.tokenizer_bytes(), cfg.data.train + ":/tokenizer"));
+        }
+        inputs.resize(size_t(B) * T);
+        targets.resize(size_t(B) * T);
+    }
+
+    size_t nparams() const { return gpt->layout().num_parameters(); }
+    uint64_t tokens_per_step() const { return uint64_t(cfg.training.global_batch_size) * T; }
+
+    /// Sums the grads over the dp ranks in place (host buffers; staged when the device is not the host).
+    void all_reduce_grads() {
+        const size_t n = gpt->layout().total_numel();
+        const DType t = ops->act_dtype();
+        if (std::strcmp(ops->name(), "cpu") == 0) {
+            comm.all_reduce_sum(gpt->grads(), n, t);
+            return;
+        }
+        grad_host.resize(n * dtype_size(t));
+        ops->memcpy_d2h(grad_host.data(), gpt->grads(), grad_host.size());
+        ops->synchronize();
+        comm.all_reduce_sum(grad_host.data(), n, t);
+        ops->memcpy_h2d(gpt->grads(), grad_host.data(), grad_host.size());
+    }
+
+    /// Mean of a per-rank value over the dp ranks.
+    float dp_mean(float v) {
+        if (dp == 1) return v;
+        comm.all_reduce_sum(&v, 1, DType::f32);
+        return v / float(dp);
+    }
+
+    /// One optimizer step at 0-based index `step`; returns (mean loss over micro-batches and ranks, lr, norm).
+    void train_step(float* loss, float* lr, float* norm) {
+        *lr = sched.at(int(step));
+        gpt->zero_grads();
+        double sum = 0;
+        for (int a = 0; a < accum; ++a) {
+            train->next(inputs.data(), targets.data());
+            sum += gpt->forward_backward(inputs.data(), targets.data(), 1.0f / float(accum));
+        }
+        if (dp > 1) all_reduce_grads();
+        // The grads now hold the sum over ranks: the averaged gradient is grads / dp.
+        *norm = grad_norm(*ops, gpt->grads(), gpt->layout().total_numel(), norm_scratch) / float(dp);
+        const float scale = clip_scale(*norm, cfg.training.grad_clip) / float(dp);
+        adam->step(gpt->params(), gpt->grads(), *lr, scale);
+        *loss = dp_mean(float(sum / accum));
+        ++step;
+        tokens_seen += tokens_per_step();
+    }
+
+    /// Mean val loss over eval_steps micro-batches per rank (0: the whole file), from the file's start.
+    float evaluate() {
+        val->restore(LoaderState{});
+        const uint64_t n = cfg.run.eval_steps > 0 ? uint64_t(cfg.run.eval_steps) : val->batches_per_epoch();
+        double sum = 0;
+        for (uint64_t i = 0; i < n; ++i) {
+            val->next(inputs.data(), targets.data());
+            sum += gpt->evaluate(inputs.data(), targets.data());
+        }
+        return dp_mean(float(sum / double(n)));
+    }
+
+    /// Host fp32 copies of the params (the master weights when present) and the optimizer moments.
+    void host_copies(std::vector<float>& p, std::vector<float>& m, std::vector<float>& v) {
+        const size_t n = gpt->layout().total_numel(), ns = adam->end() - adam->begin();
+        p.resize(n);
+        m.resize(ns);
+        v.resize(ns);
+        ops->memcpy_d2h(p.data(), adam->master() ? static_cast<const void*>(adam->master()) : gpt->params(),
+                        n * sizeof(float));
+        ops->memcpy_d2h(m.data(), adam->m(), ns * sizeof(float));
+        ops->memcpy_d2h(v.data(), adam->v(), ns * sizeof(float));
+        ops->synchronize();
+    }
+
+    std::string save(RunLog& log, Metrics* metrics) {
+        std::string dir;
+        if (rank == 0) {
+            const auto t0 = Clock::now();
+            TrainState st;
+            st.step = step;
+            st.tokens_seen = tokens_seen;
+            st.loader = train->state();
+            std::ostringstream rng;
+            rng << sampler_rng;
+            st.sampler_rng = rng.str();
+            st.adam_t = adam->t();
+            st.model_config_hash = model_config_hash(cfg);
+            st.model = gcfg;
+            st.dp = dp;
+            st.world_size = world_size();
+            st.backend = ops->name();
+            st.precision = cfg.training.precision;
+            std::vector<float> p, m, v;
+            host_copies(p, m, v);
+            OptimShardView shard{adam->begin(), adam->end(), m.data(), v.data()};
+            dir = save_checkpoint(cfg.run.run_dir, st, gpt->layout(), p.data(), {shard}, cfg.checkpoint.keep_last);
+            const double s = seconds_since(t0);
+            if (metrics) metrics->observe_checkpoint_seconds(s);
+            char buf[64];
+            std::snprintf(buf, sizeof buf, " (%.2f s)", s);
+            log.line("checkpoint: saved " + dir + buf);
+        }
+        comm.barrier();  // every rank leaves only after rank 0's checkpoint is complete
+        return dir;
+    }
+};
+
+Trainer::Trainer(const Config& cfg, Comm& dp_comm) : impl_(std::make_unique<Impl>(cfg, dp_comm)) {}
+Trainer::~Trainer() = default;
+int64_t Trainer::step() const { return impl_->step; }
+
+std::vector<std::string> Trainer::summary() const {
+    const Impl& I = *impl_;
+    const auto& c = I.cfg;
+    std::vector<std::string> out;
+    out.push_back("llmtrain: run '" + c.run.name + "' in " + c.run.run_dir);
+    out.push_back("backend: " + std::string(I.ops->name()) + ", precision " + c.training.precision + ", world " +
+                  std::to_string(world_size()) + ", dp " + std::to_string(I.dp));
+    out.push_back("model: GPT-2 " + shape_of(I.gcfg) + " | " + format_thousands(double(I.nparams())) +
+                  " parameters");
+    char fpt[64];
+    std::snprintf(fpt, sizeof fpt, "%.3g", flops_per_token(I.gcfg, I.nparams(), I.T));
+    out.push_back("batch: micro_batch_size " + std::to_string(I.B) + " x grad_accum_steps " + std::to_string(I.accum) +
+                  " x dp " + std::to_string(I.dp) + " = global_batch_size " +
+                  std::to_string(c.training.global_batch_size) + " sequences = " +
+                  format_thousands(double(I.tokens_per_step())) + " tokens per step | " + fpt +
+                  " training FLOPs per token");
+    std::string mem = "memory (this rank):";
+    for (int k = 0; k < int(MemCategory::count); ++k) {
+        auto cat = MemCategory(k);
+        mem += std::string(" ") + mem_category_name(cat) + " " + mib(I.alloc->current(cat)) + ",";
+    }
+    out.push_back(mem + " total " + mib(I.alloc->current_total()));
+    auto data_line = [](const char* what, const DataLoader& l) {
+        const auto& i = l.info();
+        return std::string("data: ") + what + " " + i.path + ": " + format_thousands(double(i.n_tokens)) +
+               " tokens, " + format_thousands(double(i.n_docs)) + " documents, vocab " +
+               std::to_string(i.vocab_size) + ", " + std::to_string(l.batches_per_epoch()) +
+               " micro-batches per epoch per rank";
+    };
+    out.push_back(data_line("train", *I.train));
+    out.push_back(data_line("val", *I.val));
+    char sched[200];
+    std::snprintf(sched, sizeof sched, "schedule: max_steps %d, lr %.3g -> %.3g (%s), warmup_steps %d, grad_clip %g",
+                  c.run.max_steps, c.optimizer.lr, c.lr_schedule.min_lr, c.lr_schedule.decay.c_str(),
+                  c.lr_schedule.warmup_steps, c.training.grad_clip);
+    out.push_back(sched);
+    return out;
+}
+
+std::string Trainer::resume_from(const std::string& dir) {
+    Impl& I = *impl_;
+    TrainState st = read_train_state(dir);
+    if (st.model_config_hash != model_config_hash(I.cfg))
+        throw CheckpointError("checkpoint '" + dir + "' holds a model with " + shape_of(st.model) +
+                              " but the config asks for " + shape_of(I.gcfg));
+    const ParamLayout& layout = I.gpt->layout();
+    Ops& ops = *I.ops;
+    std::vector<float> host(layout.total_numel());
+    read_params(dir, layout, host.data());
+    if (float* master = I.adam->master()) {
+        // Master weights hold the fp32 values; the compute copy is their cast.
+        const size_t b = I.adam->begin(), n = I.adam->end() - b;
+        ops.memcpy_h2d(master, host.data() + b, n * sizeof(float));
+        void* tmp = I.alloc->alloc(MemCategory::workspace, host.size() * sizeof(float));
+        ops.memcpy_h2d(tmp, host.data(), host.size() * sizeof(float));
+        ops.cast(I.gpt->params(), ops.act_dtype(), tmp, DType::f32, host.size());
+        ops.synchronize();
+        I.alloc->release(tmp);
+    } else {
+        ops.memcpy_h2d(I.gpt->params(), host.data(), host.size() * sizeof(float));
+    }
+    const size_t ns = I.adam->end() - I.adam->begin();
+    std::vector<float> m(ns), v(ns);
+    read_optim(dir, layout, I.adam->begin(), I.adam->end(), m.data(), v.data());
+    ops.memcpy_h2d(I.adam->m(), m.data(), ns * sizeof(float));
+    ops.memcpy_h2d(I.adam->v(), v.data(), ns * sizeof(float));
+    ops.synchronize();
+    I.adam->set_t(st.adam_t);
+    I.step = I.start_step = st.step;
+    I.tokens_seen = st.tokens_seen;
+    I.train->restore(st.loader);
+    std::istringstream rng(st.sampler_rng);
+    rng >> I.sampler_rng;
+    if (!rng) throw CheckpointError(dir + "/state.toml: sampler_rng: not a std::mt19937_64 state");
+    std::string note = "resume: from " + dir + " at step " + std::to_string(st.step) + " (" +
+                       format_thousands(double(st.tokens_seen)) + " tokens seen)";
+    if (st.dp != I.dp)
+        note += "; dp changed from " + std::to_string(st.dp) + " to " + std::to_string(I.dp) +
+                ", so the data order differs from the original run";
+    if (st.backend != I.ops->name() || st.precision != I.cfg.training.precision)
+        note += "; written by backend " + st.backend + "/" + st.precision;
+    return note;
+}
+
+void Trainer::run(RunLog& log, Metrics* metrics) {
+    Impl& I = *impl_;
+    const auto& rc = I.cfg.run;
+    const int64_t max_steps = rc.max_steps;
+    const double fpt = flops_per_token(I.gcfg, I.nparams(), I.T);
+    const double peak = peak_flops_for(I.cfg, I.ops->name());
+    if (metrics)
+        for (int k = 0; k < int(MemCategory::count); ++k)
+            metrics->set_memory_bytes(mem_category_name(MemCategory(k)), double(I.alloc->current(MemCategory(k))));
+    if (I.step >= max_steps) {
+        log.line("nothing to do: step " + std::to_string(I.step) + " >= run.max_steps " + std::to_string(max_steps));
+        return;
+    }
+    const auto t_start = Clock::now();
+    auto t_window = t_start;  // start of the current log window
+    int64_t window_steps = 0;
+    double train_seconds = 0;  // wall time inside train steps since start (for the ETA)
+    while (I.step < max_steps) {
+        const auto t0 = Clock::now();
+        float loss, lr, norm;
+        I.train_step(&loss, &lr, &norm);
+        const double step_s = seconds_since(t0);
+        train_seconds += step_s;
+        ++window_steps;
+        const int64_t s = I.step;
+        log.train_record(s, loss, lr, norm);
+        if (metrics) {
+            metrics->set_step(s);
+            metrics->set_loss(loss);
+            metrics->set_learning_rate(lr);
+            metrics->set_grad_norm(norm);
+            metrics->add_tokens(double(I.tokens_per_step()));
+            metrics->observe_step_seconds(step_s);
+        }
+        if (s % rc.log_interval == 0 || s == I.start_step + 1 || s == max_steps) {
+            StepStats st;
+            st.step = s;
+            st.max_steps = max_steps;
+            st.loss = loss;
+            st.lr = lr;
+            st.grad_norm = norm;
+            st.tokens_per_second = double(window_steps * I.tokens_per_step()) / seconds_since(t_window);
+            st.mfu = fpt * st.tokens_per_second / (peak * I.dp);
+            st.elapsed_seconds = seconds_since(t_start);
+            st.eta_seconds = train_seconds / double(s - I.start_step) * double(max_steps - s);
+            log.line(format_step_line(st));
+            if (metrics) {
+                metrics->set_tokens_per_second(st.tokens_per_second);
+                metrics->set_mfu(st.mfu);
+            }
+            t_window = Clock::now();
+            window_steps = 0;
+        }
+        if (rc.eval_interval > 0 && (s % rc.eval_interval == 0 || s == max_steps)) {
+            const float vl = I.evaluate();
+            log.val_record(s, vl);
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "val loss %.4f", vl);
+            log.line("step " + std::to_string(s) + "/" + std::to_string(max_steps) + " | " + buf);
+            if (metrics) metrics->set_val_loss(vl);
+        }
+        if (rc.sample_interval > 0 && s % rc.sample_interval == 0 && I.rank == 0) {
+            auto ids = generate(*I.gpt, I.train->info().eos_id, rc.sample_tokens, rc.sample_top_k,
+                                rc.sample_temperature, I.sampler_rng);
+            log.line("sample at step " + std::to_string(s) + ": " + I.tokenizer->decode(ids));
+        }
+        // Every rank must agree to stop at the same step: the max of the flags over the ranks.
+        float stop = g_stop_signal != 0 ? 1.0f : 0.0f;
+        if (I.dp > 1) I.comm.all_reduce_max(&stop, 1);
+        const int interval = I.cfg.checkpoint.interval;
+        if ((interval > 0 && s % interval == 0) || s == max_steps || stop > 0) I.save(log, metrics);
+        if (stop > 0) {
+            log.line(std::string("stopping after step ") + std::to_string(s) + " on " +
+                     (g_stop_signal == SIGINT ? "SIGINT" : g_stop_signal == SIGTERM ? "SIGTERM" : "a peer's signal"));
+            return;
+        }
+    }
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,61 @@
+// app/trainer.hpp — the training loop: micro-batches with gradient accumulation, data-parallel
+// gradient averaging, clipping, AdamW with warmup + decay, periodic eval, samples, logs and
+// checkpoints, exact resume, and a clean stop on SIGTERM/SIGINT.
+//
+// One optimizer step: zero grads; grad_accum_steps times { next train micro-batch, forward_backward
+// with dloss = 1/grad_accum_steps }; sum the grads over the dp ranks (Comm, rank order); norm of the
+// averaged gradient; AdamW with grad_scale = clip_scale(norm) / dp (averaging and clipping folded
+// into one scale). global_batch_size = micro_batch_size * grad_accum_steps * dp sequences.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "app/config.hpp"
+#include "app/metrics.hpp"
+#include "app/run_log.hpp"
+#include "parallel/comm.hpp"
+
+namespace llmtrain {
+
+/// Installs SIGTERM and SIGINT handlers that ask the loop to stop after the current step (it then
+/// saves a checkpoint and returns). A second signal of the same kind kills at once (SA_RESETHAND).
+void install_stop_signal_handlers();
+
+/// Peak FLOP/s per device for MFU: run.peak_flops when > 0, else the backend's default
+/// (cpu 2e11: OpenBLAS sgemm on this 2-core AVX-512 machine, REFERENCE.md; cuda 989e12: H100 bf16 dense).
+double peak_flops_for(const Config& cfg, const std::string& backend_name);
+
+class Trainer {
+public:
+    /// Builds the backend, model (initialized from run.seed), AdamW, the train and val loaders (this
+    /// rank's share of dp) and, on rank 0, the tokenizer for samples. Writes nothing.
+    /// `cfg` must be resolved (resolve_batch). Errors: DataError (data files), std::runtime_error
+    /// (backend, memory), std::invalid_argument (model shape).
+    Trainer(const Config& cfg, Comm& dp_comm);
+    ~Trainer();
+    Trainer(const Trainer&) = delete;
+    Trainer& operator=(const Trainer&) = delete;
+
+    /// Start-up summary: backend, precision, parameters, tokens per step, batch layout, memory by
+    /// category, dataset sizes.
+    std::vector<std::string> summary() const;
+
+    /// Loads a checkpoint directory (params, optimizer, step, loader position, sampler RNG) on every
+    /// rank. Returns a note for the log. Errors: CheckpointError naming the directory, including a
+    /// model shape that differs from the config (both shapes in the message).
+    std::string resume_from(const std::string& dir);
+
+    /// Runs optimizer steps until run.max_steps or a stop signal; rank 0 logs to `log`, writes
+    /// checkpoints and samples. metrics may be null. Errors: CheckpointError, DataError, CommError.
+    void run(RunLog& log, Metrics* metrics);
+
+    int64_t step() const;  ///< optimizer steps completed
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace llmtrain
