@@ -5,7 +5,8 @@
 // header's macros turn cublasCreate into cublasCreate_v2 etc.). Arguments are validated like
 // cuBLAS does (CUBLAS_STATUS_INVALID_VALUE / NOT_SUPPORTED); alpha and beta are host pointers
 // (the default pointer mode) read at call time; the product itself is queued on the handle's
-// stream and computed at the next synchronization (cublas_gemm.hpp).
+// stream and computed at the next synchronization (cublas_gemm.hpp). A buffer that is not emulated
+// device memory is reported at the call, as CUBLAS_STATUS_INVALID_VALUE with the emulator's reason.
 #include <cublas_v2.h>
 
 #include <algorithm>
@@ -77,7 +78,11 @@ cublasStatus_t gemm(const char* fn, cublasHandle_t handle, cublasOperation_t tra
     g.b = {B, Btype, ldb, strideB};
     g.c = {C, Ctype, ldc, strideC};
     g.d = g.c;  // cuBLAS writes the result over C
-    emu::blas::submit(handle->stream, g, fn);
+    try {
+        emu::blas::submit(handle->stream, g, fn);
+    } catch (const emu::Error& e) {  // a buffer outside device memory, a destroyed stream
+        return fail(CUBLAS_STATUS_INVALID_VALUE, fn, e.what());
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -116,8 +121,12 @@ cublasStatus_t cublasGetStream_v2(cublasHandle_t handle, cudaStream_t* streamId)
 /// Accepts a user workspace; the emulation needs none but checks it is device memory.
 cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t workspaceSizeInBytes) {
     if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
-    if (workspace != nullptr && workspaceSizeInBytes > 0)
-        emu::check_device_range(workspace, workspaceSizeInBytes, "cublasSetWorkspace workspace");
+    try {
+        if (workspace != nullptr && workspaceSizeInBytes > 0)
+            emu::check_device_range(workspace, workspaceSizeInBytes, "cublasSetWorkspace workspace");
+    } catch (const emu::Error& e) {
+        return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasSetWorkspace", e.what());
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 

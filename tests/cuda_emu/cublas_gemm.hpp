@@ -77,9 +77,9 @@ bool types_supported(cudaDataType a, cudaDataType b, cudaDataType c);
 /// returns `status`, so that a failing CUBLAS_CHECK in the backend comes with a reason.
 cublasStatus_t fail(cublasStatus_t status, const char* function, const std::string& why);
 
-/// Checks that A, B (when k > 0), C (when beta != 0), D, bias and aux lie inside emulated device
-/// allocations (emu::check_device_range throws otherwise) and queues run(g) on `stream`; the
-/// product is computed when the stream is synchronized.
+/// Checks that A, B (when read), C (when beta != 0), D, bias and aux lie inside emulated device
+/// allocations and queues run(g) on `stream`; the product is computed when the stream is
+/// synchronized. Errors: emu::Error from emu::check_device_range / emu::enqueue.
 void submit(cudaStream_t stream, const Gemm& g, const char* what);
 
 /// Computes the problem on host memory, now. Preconditions (checked by the callers): types are

@@ -427,8 +427,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
 
 /// D = epilogue(alpha op(A) op(B) + beta C) (+ bias/aux outputs), column-major, fp32 compute,
 /// queued on `stream`. beta == 0: C is not read (it may hold NaN). C and D may be the same buffer.
-/// alpha/beta are host floats read now. Errors: the statuses describe() returns; device range
-/// violations throw from emu::check_device_range.
+/// alpha/beta are host floats read now. Errors: the statuses describe() returns, and
+/// CUBLAS_STATUS_INVALID_VALUE for a buffer outside emulated device memory.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void* alpha,
                               const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
                               cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
@@ -448,9 +448,13 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     g.b.data = B;
     g.c.data = C;
     g.d.data = D;
-    if (workspace != nullptr && workspaceSizeInBytes > 0)
-        emu::check_device_range(workspace, workspaceSizeInBytes, "cublasLtMatmul workspace");
-    emu::blas::submit(stream, g, fn);
+    try {
+        if (workspace != nullptr && workspaceSizeInBytes > 0)
+            emu::check_device_range(workspace, workspaceSizeInBytes, "cublasLtMatmul workspace");
+        emu::blas::submit(stream, g, fn);
+    } catch (const emu::Error& e) {  // a buffer outside device memory, a destroyed stream
+        return fail(CUBLAS_STATUS_INVALID_VALUE, fn, e.what());
+    }
     return CUBLAS_STATUS_SUCCESS;
 }
 

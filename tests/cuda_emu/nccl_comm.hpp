@@ -1,0 +1,61 @@
+// tests/cuda_emu/nccl_comm.hpp — what an emulated NCCL communicator is, shared by nccl.cpp
+// (creating and destroying communicators) and nccl_coll.cpp (collectives, send/recv, groups).
+//
+// An ncclComm_t owns a reference to a CommState, which owns an MPI communicator whose ranks are
+// the NCCL ranks. Queued collectives hold their own reference, so a communicator destroyed with
+// work still queued on a stream stays valid until that work has run. ncclCommAbort raises the
+// `aborted` flag, which every wait loop polls: a collective hung on a lost peer then fails with
+// an error instead of blocking the synchronizing thread forever.
+#pragma once
+#include <mpi.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace emu::nccl {
+
+/// The MPI side of one communicator. MPI calls are made only from the thread that synchronizes
+/// the streams (MPI_THREAD_FUNNELED is enough); `aborted` and `async_error` may be touched from
+/// any thread.
+struct CommState {
+    MPI_Comm comm = MPI_COMM_NULL;  ///< rank in comm == NCCL rank
+    int rank = 0;
+    int size = 1;
+    std::atomic<bool> aborted{false};
+    std::atomic<ncclResult_t> async_error{ncclSuccess};
+
+    CommState(MPI_Comm c);
+    /// Frees the MPI communicator, unless MPI is finalized or the communicator was aborted (an
+    /// abort may come from a watchdog thread, which must not call MPI; the job is ending anyway).
+    ~CommState();
+    CommState(const CommState&) = delete;
+    CommState& operator=(const CommState&) = delete;
+};
+
+/// Raised by queued work: the communicator was aborted, or MPI failed. The message names the
+/// operation; the communicator's async_error says which.
+struct Error : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+/// Records `why` as the thread's last error (ncclGetLastError), prints "cuda_emu: <fn>: <why>"
+/// on stderr and returns `result`.
+ncclResult_t fail(ncclResult_t result, const char* fn, const std::string& why);
+
+/// Throws Error (after setting state.async_error = ncclSystemError) when an MPI call failed.
+void check_mpi(int mpi_result, CommState& state, const char* what);
+
+/// Waits for all `requests` on communicator `state`, polling its abort flag. Throws Error when
+/// aborted (the requests are abandoned) or when MPI reports an error.
+void wait_all(CommState& state, std::vector<MPI_Request>& requests, const char* what);
+
+}  // namespace emu::nccl
+
+/// The handle type of nccl.h: a reference to the shared state.
+struct ncclComm {
+    std::shared_ptr<emu::nccl::CommState> state;
+};
