@@ -41,6 +41,7 @@ public:
     const GPTOptions& options() const;
     const ParamLayout& layout() const;
     Ops& ops();
+    Allocator& allocator();  ///< the allocator every buffer of this GPT comes from
     void* params();  ///< (layout().total_numel()) act dtype, device
     void* grads();   ///< same layout as params()
 
@@ -62,6 +63,11 @@ public:
     void backward(const void* dact_out, void* dact_in);
     const void* act_out() const;   ///< (B,T,C) output of the range when l1 < n_layer
     const float* losses() const;   ///< (B*T) per-position losses, device, at the last stage
+    /// (B,T,Vp) act dtype, device, at the last stage: the logits after forward(training = false);
+    /// after forward(training = true) their gradient (padded columns 0), consumed by backward().
+    const void* logits() const;
+    /// Layers of this range that are recomputed in backward: the first floor(ratio * (l1-l0)).
+    int num_checkpointed_layers() const;
 
     // ---- whole-model helpers for the trainer (require l0 == 0 and l1 == n_layer) ----
     /// Copies inputs/targets (B,T) host int32 to the device, runs forward + backward, accumulates

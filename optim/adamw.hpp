@@ -5,6 +5,7 @@
 // ZeRO, one shard with it. The update itself is Ops::adamw_update.
 #pragma once
 #include <cstddef>
+#include <vector>
 
 #include "model/allocator.hpp"
 #include "model/param_layout.hpp"
@@ -53,6 +54,12 @@ private:
     size_t begin_, end_;
     float *m_ = nullptr, *v_ = nullptr, *master_ = nullptr;
     int t_ = 0;
+    /// Maximal runs of adjacent tensors (clipped to [begin,end)) with equal `decay`: one update each.
+    struct Run {
+        size_t offset, numel;
+        bool decay;
+    };
+    std::vector<Run> runs_;
 };
 
 }  // namespace llmtrain

@@ -1,0 +1,73 @@
+// model/allocator.cpp — byte accounting by category over a backend's malloc (see allocator.hpp).
+#include "model/allocator.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace llmtrain {
+
+const char* mem_category_name(MemCategory c) {
+    switch (c) {
+        case MemCategory::params: return "params";
+        case MemCategory::grads: return "grads";
+        case MemCategory::optimizer: return "optimizer";
+        case MemCategory::activations: return "activations";
+        case MemCategory::workspace: return "workspace";
+        default: return "unknown";
+    }
+}
+
+Allocator::~Allocator() {
+    // Whatever is still live belongs to us; hand it back so the backend does not leak.
+    for (auto& [p, info] : live_) ops_.free(p);
+}
+
+void* Allocator::alloc(MemCategory cat, size_t bytes) {
+    void* p = nullptr;
+    try {
+        p = ops_.malloc(bytes);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string("Allocator: cannot allocate ") + std::to_string(bytes) +
+                                 " bytes for " + mem_category_name(cat) + ": " + e.what());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    const int c = static_cast<int>(cat);
+    live_[p] = {cat, bytes};
+    cur_[c] += bytes;
+    peak_[c] = std::max(peak_[c], cur_[c]);
+    cur_total_ += bytes;
+    peak_total_ = std::max(peak_total_, cur_total_);
+    return p;
+}
+
+void Allocator::release(void* p) {
+    if (p == nullptr) return;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = live_.find(p);
+        if (it == live_.end()) throw std::logic_error("Allocator::release: pointer was not allocated here");
+        cur_[static_cast<int>(it->second.first)] -= it->second.second;
+        cur_total_ -= it->second.second;
+        live_.erase(it);
+    }
+    ops_.free(p);
+}
+
+size_t Allocator::current(MemCategory cat) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cur_[static_cast<int>(cat)];
+}
+size_t Allocator::peak(MemCategory cat) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_[static_cast<int>(cat)];
+}
+size_t Allocator::current_total() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cur_total_;
+}
+size_t Allocator::peak_total() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return peak_total_;
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,87 @@
+// model/cpu/cpu_ops.hpp — the CPU backend: fp32 everywhere, OpenMP over rows/heads, OpenBLAS sgemm.
+//
+// It is the reference the CUDA backend is tested against and the default without a GPU. "Device"
+// memory is host memory, streams and events are dummies and every op runs at once. The ops are
+// spread over one file per concept (memory.cpp, encoder.cpp, layernorm.cpp, matmul.cpp,
+// attention.cpp, gelu.cpp, classifier.cpp, adamw.cpp); their contracts are in model/ops.hpp.
+// Determinism: every reduction has a fixed order (static partitions, no atomics), so results are
+// bitwise reproducible for a fixed thread count; most ops are independent of the thread count too
+// (docs/model.md lists which).
+#pragma once
+#include <memory>
+
+#include "model/ops.hpp"
+
+namespace llmtrain {
+
+class CpuOps final : public Ops {
+public:
+    /// Sets OpenBLAS to one thread: the ops call sgemm from their own OpenMP threads (matmul.cpp).
+    CpuOps();
+    const char* name() const override { return "cpu"; }
+    DType act_dtype() const override { return DType::f32; }
+
+    // memory.cpp
+    void* malloc(size_t bytes) override;
+    void free(void* p) override;
+    void* malloc_host(size_t bytes) override;
+    void free_host(void* p) override;
+    void memcpy_h2d(void* dst, const void* src, size_t bytes) override;
+    void memcpy_d2h(void* dst, const void* src, size_t bytes) override;
+    void memcpy_d2d(void* dst, const void* src, size_t bytes) override;
+    void memset(void* p, int value, size_t bytes) override;
+    void synchronize() override {}
+    void mem_info(size_t* free_bytes, size_t* total_bytes) override;
+    Stream create_stream() override;
+    void destroy_stream(Stream s) override;
+    void set_stream(Stream) override {}
+    Event create_event() override;
+    void destroy_event(Event e) override;
+    void record_event(Event) override {}
+    void wait_event(Event) override {}
+    void synchronize_event(Event) override {}
+    void cast(void* dst, DType dst_t, const void* src, DType src_t, size_t n) override;
+
+    // encoder.cpp
+    void encoder_forward(void* out, const int* inp, const void* wte, const void* wpe, int B, int T,
+                         int C) override;
+    void encoder_backward(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T,
+                          int C) override;
+    // layernorm.cpp
+    void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                           const void* bias, int N, int C) override;
+    void fused_residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd,
+                                          const void* a, const void* b, const void* weight,
+                                          const void* bias, int N, int C) override;
+    void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                            const void* weight, const float* mean, const float* rstd, int N,
+                            int C) override;
+    void residual_forward(void* out, const void* a, const void* b, size_t n) override;
+    // matmul.cpp
+    void matmul_forward(void* out, void* pre_gelu, const void* inp, const void* weight,
+                        const void* bias, int N, int C, int OC) override;
+    void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                         const void* weight, const void* pre_gelu, int N, int C, int OC) override;
+    // attention.cpp
+    void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
+                           int NH) override;
+    void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                            const float* lse, int B, int T, int C, int NH) override;
+    // gelu.cpp
+    void gelu_forward(void* out, const void* inp, size_t n) override;
+    void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override;
+    // classifier.cpp
+    void fused_classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp,
+                          float dloss, bool write_grad) override;
+    // adamw.cpp
+    void adamw_update(void* params, float* master, const void* grads, float* m, float* v, size_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                      float grad_scale, int t) override;
+    void norm_squared(float* out, const void* x, size_t n, bool accumulate) override;
+    void scale(void* x, float s, size_t n) override;
+};
+
+/// Creates the CPU backend (memory.cpp).
+std::unique_ptr<Ops> make_cpu_backend();
+
+}  // namespace llmtrain

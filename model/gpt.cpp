@@ -1,0 +1,331 @@
+// model/gpt.cpp — GPT-2 forward/backward over a layer range, with per-layer activation checkpointing.
+//
+// Buffers of one micro-batch (N = B*T rows, act dtype unless noted):
+//   res[i]    (N,C)  the residual stream entering local layer i; res[n] leaves the range   activations
+//   acts[i]          what layer i keeps for backward (LayerActs below)                    activations
+//   lnf (N,C), lnf_mean/rstd (N) fp32, logits (N,Vp), losses (N) fp32 (last stage only)    activations
+//   recompute        one LayerActs shared by all checkpointed layers                      workspace
+//   tmp (N,C)        attproj / fcproj outputs, consumed at once by the residual adds       workspace
+//   dres (N,C), dbuf_c (N,C), dbuf_4c (N,4C)   backward gradients of activations           workspace
+// Checkpointing: the first floor(ratio * n) layers of the range keep only res[i] (their input)
+// and recompute their forward into `recompute` just before their backward.
+#include "model/gpt.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace llmtrain {
+
+namespace {
+
+/// What a transformer layer keeps for backward (Korthikanti et al. 2022 count these per token).
+struct LayerActs {
+    void* ln1 = nullptr;       // (N,C)  LN1 output
+    float* ln1_mean = nullptr; // (N)
+    float* ln1_rstd = nullptr; // (N)
+    void* qkv = nullptr;       // (N,3C)
+    void* atty = nullptr;      // (N,C)  attention output, before c_proj
+    float* att_lse = nullptr;  // (B,NH,T)
+    void* res2 = nullptr;      // (N,C)  x + attproj
+    void* ln2 = nullptr;       // (N,C)
+    float* ln2_mean = nullptr; // (N)
+    float* ln2_rstd = nullptr; // (N)
+    void* fch_pre = nullptr;   // (N,4C) c_fc output before GELU
+    void* fch = nullptr;       // (N,4C) GELU output
+};
+
+/// Element offsets of one layer's tensors in the flat buffer.
+struct LayerParams {
+    size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+};
+
+size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+}  // namespace
+
+struct GPT::Impl {
+    GPTConfig cfg;
+    GPTOptions opt;
+    ParamLayout layout;
+    Allocator& alloc;
+    Ops& ops;
+    size_t es;  // bytes per act-dtype element
+    int n_local = 0, n_ckpt = 0;
+    bool first = false, last = false;
+
+    void* params = nullptr;
+    void* grads = nullptr;
+    std::vector<LayerParams> lp;  // per local layer
+    size_t wte = 0, wpe = 0, lnfw = 0, lnfb = 0;
+
+    std::vector<void*> res;        // n_local + 1 buffers (N,C)
+    std::vector<LayerActs> acts;   // n_local; checkpointed layers point at `recompute`
+    LayerActs recompute;
+    void *lnf = nullptr, *logits = nullptr;
+    float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
+    void *tmp = nullptr, *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr;
+    int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
+    float* logit_row = nullptr;                  // (Vp) fp32 for logits_at
+    std::vector<void*> owned;                    // every allocation, released in ~Impl
+
+    const int* tokens = nullptr;  // tokens of the last forward (encoder_backward needs them)
+    bool have_logit_grad = false;
+
+    Impl(const GPTConfig& c, const GPTOptions& o, Allocator& a)
+        : cfg(c), opt(o), layout(c, o.shard_multiple), alloc(a), ops(a.ops()),
+          es(dtype_size(a.ops().act_dtype())) {}
+
+    ~Impl() {
+        for (void* p : owned) alloc.release(p);
+    }
+
+    void* get(MemCategory cat, size_t bytes) {
+        void* p = alloc.alloc(cat, bytes);
+        owned.push_back(p);
+        return p;
+    }
+
+    char* P(size_t off) const { return static_cast<char*>(params) + off * es; }
+    char* G(size_t off) const { return static_cast<char*>(grads) + off * es; }
+
+    /// One block holding a LayerActs set, carved at 256-byte boundaries.
+    LayerActs make_acts(MemCategory cat) {
+        const size_t N = static_cast<size_t>(opt.B) * opt.T, C = cfg.n_embd;
+        const size_t nc = align256(N * C * es), nf = align256(N * 4);
+        const size_t nlse = align256(static_cast<size_t>(opt.B) * cfg.n_head * opt.T * 4);
+        const size_t total = 4 * nc + align256(N * 3 * C * es) + 2 * align256(N * 4 * C * es) + 4 * nf + nlse;
+        char* p = static_cast<char*>(get(cat, total));
+        auto take = [&](size_t bytes) { char* q = p; p += bytes; return q; };
+        LayerActs a;
+        a.ln1 = take(nc);
+        a.ln1_mean = reinterpret_cast<float*>(take(nf));
+        a.ln1_rstd = reinterpret_cast<float*>(take(nf));
+        a.qkv = take(align256(N * 3 * C * es));
+        a.atty = take(nc);
+        a.att_lse = reinterpret_cast<float*>(take(nlse));
+        a.res2 = take(nc);
+        a.ln2 = take(nc);
+        a.ln2_mean = reinterpret_cast<float*>(take(nf));
+        a.ln2_rstd = reinterpret_cast<float*>(take(nf));
+        a.fch_pre = take(align256(N * 4 * C * es));
+        a.fch = take(align256(N * 4 * C * es));
+        return a;
+    }
+
+    /// Forward of local layer i from res[i] into the activations `a`; writes res[i+1] when write_out.
+    void layer_forward(int i, const LayerActs& a, bool write_out) {
+        const int B = opt.B, T = opt.T, C = cfg.n_embd, NH = cfg.n_head, N = B * T;
+        const LayerParams& p = lp[i];
+        const void* x = res[i];
+        ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p.ln1w), P(p.ln1b), N, C);
+        ops.matmul_forward(a.qkv, nullptr, a.ln1, P(p.qkvw), P(p.qkvb), N, C, 3 * C);
+        ops.attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH);
+        ops.matmul_forward(tmp, nullptr, a.atty, P(p.attprojw), P(p.attprojb), N, C, C);
+        ops.fused_residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, tmp, P(p.ln2w),
+                                             P(p.ln2b), N, C);
+        ops.matmul_forward(a.fch, a.fch_pre, a.ln2, P(p.fcw), P(p.fcb), N, C, 4 * C);
+        if (!write_out) return;  // recomputation needs only the layer's internals
+        ops.matmul_forward(tmp, nullptr, a.fch, P(p.fcprojw), P(p.fcprojb), N, 4 * C, C);
+        ops.residual_forward(res[i + 1], a.res2, tmp, static_cast<size_t>(N) * C);
+    }
+
+    /// Backward of local layer i: on entry dres = d(res[i+1]), on exit dres = d(res[i]).
+    void layer_backward(int i, const LayerActs& a) {
+        const int B = opt.B, T = opt.T, C = cfg.n_embd, NH = cfg.n_head, N = B * T;
+        const LayerParams& p = lp[i];
+        // MLP branch: out = res2 + c_proj(gelu(c_fc(ln2)))
+        ops.matmul_backward(dbuf_4c, G(p.fcprojw), G(p.fcprojb), dres, a.fch, P(p.fcprojw), a.fch_pre,
+                            N, 4 * C, C);  // dbuf_4c = d fch_pre (GELU backward fused)
+        ops.matmul_backward(dbuf_c, G(p.fcw), G(p.fcb), dbuf_4c, a.ln2, P(p.fcw), nullptr, N, C, 4 * C);
+        ops.layernorm_backward(dres, G(p.ln2w), G(p.ln2b), dbuf_c, a.res2, P(p.ln2w), a.ln2_mean,
+                               a.ln2_rstd, N, C);  // dres = d res2
+        // attention branch: res2 = x + c_proj(attention(c_attn(ln1)))
+        ops.matmul_backward(dbuf_c, G(p.attprojw), G(p.attprojb), dres, a.atty, P(p.attprojw), nullptr,
+                            N, C, C);  // dbuf_c = d atty
+        ops.attention_backward(dbuf_4c, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, NH);  // d qkv (N,3C)
+        ops.matmul_backward(dbuf_c, G(p.qkvw), G(p.qkvb), dbuf_4c, a.ln1, P(p.qkvw), nullptr, N, C,
+                            3 * C);  // dbuf_c = d ln1
+        ops.layernorm_backward(dres, G(p.ln1w), G(p.ln1b), dbuf_c, res[i], P(p.ln1w), a.ln1_mean,
+                               a.ln1_rstd, N, C);  // dres = d x
+    }
+};
+
+GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc) {
+    GPTOptions opt = opt_in;
+    if (opt.l1 < 0) opt.l1 = cfg.n_layer;
+    impl_ = std::make_unique<Impl>(cfg, opt, alloc);  // validates cfg (ParamLayout)
+    if (opt.B < 1) throw std::invalid_argument("GPT: micro_batch_size must be >= 1, got " + std::to_string(opt.B));
+    if (opt.T < 1 || opt.T > cfg.seq_len)
+        throw std::invalid_argument("GPT: sequence length T = " + std::to_string(opt.T) +
+                                    " must be in [1, seq_len = " + std::to_string(cfg.seq_len) + "]");
+    if (opt.l0 < 0 || opt.l1 > cfg.n_layer || opt.l0 >= opt.l1)
+        throw std::invalid_argument("GPT: layer range [" + std::to_string(opt.l0) + ", " +
+                                    std::to_string(opt.l1) + ") must be non-empty inside [0, n_layer = " +
+                                    std::to_string(cfg.n_layer) + ")");
+    if (!(opt.checkpoint_ratio >= 0.0f && opt.checkpoint_ratio <= 1.0f))
+        throw std::invalid_argument("GPT: activation_checkpoint.ratio must be in [0, 1], got " +
+                                    std::to_string(opt.checkpoint_ratio));
+    Impl& m = *impl_;
+    m.n_local = opt.l1 - opt.l0;
+    m.n_ckpt = static_cast<int>(std::floor(static_cast<double>(opt.checkpoint_ratio) * m.n_local));
+    m.first = opt.l0 == 0;
+    m.last = opt.l1 == cfg.n_layer;
+
+    const ParamLayout& L = m.layout;
+    m.wte = L.find("wte").offset;
+    m.wpe = L.find("wpe").offset;
+    m.lnfw = L.find("ln_f.weight").offset;
+    m.lnfb = L.find("ln_f.bias").offset;
+    for (int l = opt.l0; l < opt.l1; ++l) {
+        const std::string p = "h." + std::to_string(l) + ".";
+        auto off = [&](const char* n) { return L.find(p + n).offset; };
+        m.lp.push_back({off("ln_1.weight"), off("ln_1.bias"), off("attn.c_attn.weight"), off("attn.c_attn.bias"),
+                        off("attn.c_proj.weight"), off("attn.c_proj.bias"), off("ln_2.weight"), off("ln_2.bias"),
+                        off("mlp.c_fc.weight"), off("mlp.c_fc.bias"), off("mlp.c_proj.weight"),
+                        off("mlp.c_proj.bias")});
+    }
+
+    const size_t N = static_cast<size_t>(opt.B) * opt.T, C = cfg.n_embd, es = m.es;
+    m.params = m.get(MemCategory::params, L.total_numel() * es);
+    m.grads = m.get(MemCategory::grads, L.total_numel() * es);
+    for (int i = 0; i <= m.n_local; ++i) m.res.push_back(m.get(MemCategory::activations, N * C * es));
+    if (m.n_ckpt > 0) m.recompute = m.make_acts(MemCategory::workspace);
+    for (int i = 0; i < m.n_local; ++i)
+        m.acts.push_back(i < m.n_ckpt ? m.recompute : m.make_acts(MemCategory::activations));
+    if (m.last) {
+        const size_t Vp = cfg.padded_vocab_size();
+        m.lnf = m.get(MemCategory::activations, N * C * es);
+        m.lnf_mean = static_cast<float*>(m.get(MemCategory::activations, N * 4));
+        m.lnf_rstd = static_cast<float*>(m.get(MemCategory::activations, N * 4));
+        m.logits = m.get(MemCategory::activations, N * Vp * es);
+        m.losses = static_cast<float*>(m.get(MemCategory::activations, N * 4));
+        m.logit_row = static_cast<float*>(m.get(MemCategory::workspace, Vp * 4));
+    }
+    m.tmp = m.get(MemCategory::workspace, N * C * es);
+    m.dres = m.get(MemCategory::workspace, N * C * es);
+    m.dbuf_c = m.get(MemCategory::workspace, N * C * es);
+    m.dbuf_4c = m.get(MemCategory::workspace, N * 4 * C * es);
+    m.tok_dev = static_cast<int*>(m.get(MemCategory::workspace, N * 4));
+    m.tgt_dev = static_cast<int*>(m.get(MemCategory::workspace, N * 4));
+}
+
+GPT::~GPT() = default;
+
+const GPTConfig& GPT::config() const { return impl_->cfg; }
+const GPTOptions& GPT::options() const { return impl_->opt; }
+const ParamLayout& GPT::layout() const { return impl_->layout; }
+Ops& GPT::ops() { return impl_->ops; }
+Allocator& GPT::allocator() { return impl_->alloc; }
+void* GPT::params() { return impl_->params; }
+void* GPT::grads() { return impl_->grads; }
+const void* GPT::act_out() const { return impl_->res[impl_->n_local]; }
+const float* GPT::losses() const { return impl_->losses; }
+const void* GPT::logits() const { return impl_->logits; }
+int GPT::num_checkpointed_layers() const { return impl_->n_ckpt; }
+
+void GPT::zero_grads() { impl_->ops.memset(impl_->grads, 0, impl_->layout.total_numel() * impl_->es); }
+
+void GPT::forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training) {
+    Impl& m = *impl_;
+    const int B = m.opt.B, T = m.opt.T, C = m.cfg.n_embd, N = B * T;
+    if (m.first) {
+        m.ops.encoder_forward(m.res[0], tokens, m.P(m.wte), m.P(m.wpe), B, T, C);
+        m.tokens = tokens;
+    } else {
+        m.ops.memcpy_d2d(m.res[0], act_in, static_cast<size_t>(N) * C * m.es);
+    }
+    for (int i = 0; i < m.n_local; ++i) m.layer_forward(i, m.acts[i], true);
+    m.have_logit_grad = false;
+    if (!m.last) return;
+    const int Vp = m.cfg.padded_vocab_size();
+    m.ops.layernorm_forward(m.lnf, m.lnf_mean, m.lnf_rstd, m.res[m.n_local], m.P(m.lnfw), m.P(m.lnfb), N, C);
+    m.ops.matmul_forward(m.logits, nullptr, m.lnf, m.P(m.wte), nullptr, N, C, Vp);  // LM head tied to wte
+    if (targets != nullptr) {
+        m.ops.fused_classifier(m.logits, m.losses, targets, N, m.cfg.vocab_size, Vp, dloss, training);
+        m.have_logit_grad = training;
+    }
+}
+
+void GPT::backward(const void* dact_out, void* dact_in) {
+    Impl& m = *impl_;
+    const int B = m.opt.B, T = m.opt.T, C = m.cfg.n_embd, N = B * T;
+    const size_t act_bytes = static_cast<size_t>(N) * C * m.es;
+    if (m.last) {
+        if (!m.have_logit_grad)
+            throw std::logic_error("GPT::backward: the last forward() had no targets or training = false");
+        const int Vp = m.cfg.padded_vocab_size();
+        m.ops.matmul_backward(m.dbuf_c, m.G(m.wte), nullptr, m.logits, m.lnf, m.P(m.wte), nullptr, N, C, Vp);
+        m.ops.memset(m.dres, 0, act_bytes);
+        m.ops.layernorm_backward(m.dres, m.G(m.lnfw), m.G(m.lnfb), m.dbuf_c, m.res[m.n_local], m.P(m.lnfw),
+                                 m.lnf_mean, m.lnf_rstd, N, C);
+        m.have_logit_grad = false;  // logits now hold consumed gradients
+    } else {
+        m.ops.memcpy_d2d(m.dres, dact_out, act_bytes);
+    }
+    for (int i = m.n_local - 1; i >= 0; --i) {
+        if (i < m.n_ckpt) m.layer_forward(i, m.recompute, false);  // recompute this layer's internals
+        m.layer_backward(i, m.acts[i]);
+    }
+    if (m.first)
+        m.ops.encoder_backward(m.G(m.wte), m.G(m.wpe), m.dres, m.tokens, B, T, C);
+    else
+        m.ops.memcpy_d2d(dact_in, m.dres, act_bytes);
+}
+
+namespace {
+void require_whole_model(const GPTOptions& o, int n_layer, const char* what) {
+    if (o.l0 != 0 || o.l1 != n_layer)
+        throw std::logic_error(std::string("GPT::") + what + ": needs the whole model, layers [0, n_layer)");
+}
+}  // namespace
+
+float GPT::forward_backward(const int* inputs, const int* targets, float dloss) {
+    Impl& m = *impl_;
+    require_whole_model(m.opt, m.cfg.n_layer, "forward_backward");
+    const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T;
+    m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
+    m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
+    forward(m.tok_dev, nullptr, m.tgt_dev, dloss, true);
+    backward(nullptr, nullptr);
+    std::vector<float> host(N);
+    m.ops.memcpy_d2h(host.data(), m.losses, N * 4);
+    m.ops.synchronize();
+    double sum = 0.0;
+    for (float l : host) sum += l;
+    return static_cast<float>(sum / static_cast<double>(N));
+}
+
+float GPT::evaluate(const int* inputs, const int* targets) {
+    Impl& m = *impl_;
+    require_whole_model(m.opt, m.cfg.n_layer, "evaluate");
+    const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T;
+    m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
+    m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
+    forward(m.tok_dev, nullptr, m.tgt_dev, 0.0f, false);
+    std::vector<float> host(N);
+    m.ops.memcpy_d2h(host.data(), m.losses, N * 4);
+    m.ops.synchronize();
+    double sum = 0.0;
+    for (float l : host) sum += l;
+    return static_cast<float>(sum / static_cast<double>(N));
+}
+
+std::vector<float> GPT::logits_at(const int* inputs, int pos) {
+    Impl& m = *impl_;
+    require_whole_model(m.opt, m.cfg.n_layer, "logits_at");
+    if (pos < 0 || pos >= m.opt.T)
+        throw std::out_of_range("GPT::logits_at: position " + std::to_string(pos) + " outside [0, " +
+                                std::to_string(m.opt.T) + ")");
+    const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T, Vp = m.cfg.padded_vocab_size();
+    m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
+    forward(m.tok_dev, nullptr, nullptr, 0.0f, false);
+    const char* row = static_cast<const char*>(m.logits) + static_cast<size_t>(pos) * Vp * m.es;  // (b=0, pos)
+    m.ops.cast(m.logit_row, DType::f32, row, m.ops.act_dtype(), Vp);
+    std::vector<float> out(m.cfg.vocab_size);
+    m.ops.memcpy_d2h(out.data(), m.logit_row, out.size() * 4);
+    m.ops.synchronize();
+    return out;
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,82 @@
+// model/gpt_init.cpp — GPT-2 weight initialization and the training FLOPs per token.
+//
+// The init runs on the host, independent of backend, thread count and pipeline stage: one
+// std::mt19937_64 stream seeded with `seed` feeds Box-Muller pairs, consumed tensor by tensor in
+// layout order, row-major inside a tensor (LayerNorm parameters, biases and padded wte rows draw
+// nothing). Every stage draws the whole model, so the stages of a pipeline agree.
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/gpt.hpp"
+
+namespace llmtrain {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// Standard normal samples by the Box-Muller transform from 53-bit uniforms in (0, 1].
+class Normal {
+public:
+    explicit Normal(uint64_t seed) : rng_(seed) {}
+    double next() {
+        if (have_spare_) {
+            have_spare_ = false;
+            return spare_;
+        }
+        const double u1 = static_cast<double>((rng_() >> 11) + 1) * 0x1.0p-53;  // (0, 1]: log is finite
+        const double u2 = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+        const double r = std::sqrt(-2.0 * std::log(u1)), a = 2.0 * M_PI * u2;
+        spare_ = r * std::sin(a);
+        have_spare_ = true;
+        return r * std::cos(a);
+    }
+
+private:
+    std::mt19937_64 rng_;
+    double spare_ = 0.0;
+    bool have_spare_ = false;
+};
+
+}  // namespace
+
+void GPT::init_params(uint64_t seed) {
+    const ParamLayout& L = layout();
+    const GPTConfig& cfg = config();
+    std::vector<float> host(L.total_numel(), 0.0f);  // padding stays 0
+    Normal normal(seed);
+    const double std_resid = 0.02 / std::sqrt(2.0 * cfg.n_layer);  // GPT-2: residual projections
+    for (const ParamTensor& t : L.tensors()) {
+        float* w = host.data() + t.offset;
+        if (t.shape.size() == 1) {  // LayerNorm weights 1, every bias 0
+            const bool ln_weight = ends_with(t.name, ".weight");
+            for (size_t i = 0; i < t.numel; ++i) w[i] = ln_weight ? 1.0f : 0.0f;
+            continue;
+        }
+        const double sd = ends_with(t.name, "c_proj.weight") ? std_resid : 0.02;
+        // wte: only the vocab_size real rows are drawn; padded rows stay 0.
+        const size_t n = t.name == "wte" ? static_cast<size_t>(cfg.vocab_size) * cfg.n_embd : t.numel;
+        for (size_t i = 0; i < n; ++i) w[i] = static_cast<float>(sd * normal.next());
+    }
+    Ops& o = ops();
+    if (o.act_dtype() == DType::f32) {
+        o.memcpy_h2d(params(), host.data(), host.size() * 4);
+    } else {  // stage fp32 on the device, then round to the act dtype
+        void* staging = allocator().alloc(MemCategory::workspace, host.size() * 4);
+        o.memcpy_h2d(staging, host.data(), host.size() * 4);
+        o.cast(params(), o.act_dtype(), staging, DType::f32, host.size());
+        o.synchronize();
+        allocator().release(staging);
+    }
+    o.synchronize();
+}
+
+double flops_per_token(const GPTConfig& cfg, size_t num_parameters, int T) {
+    return 6.0 * static_cast<double>(num_parameters) + 6.0 * cfg.n_layer * static_cast<double>(T) * cfg.n_embd;
+}
+
+}  // namespace llmtrain
