@@ -1,0 +1,28 @@
+// model/cuda/cuda_backend.hpp — the entry points of the CUDA backend, for model/backend.cpp.
+//
+// Plain C++ (no CUDA headers), so the CPU-only parts of the build can include it. The backend is
+// compiled twice: by nvcc into llmtrain_cuda (real GPUs) and by g++ against tests/cuda_emu into
+// llmtrain_cuda_emu (the CPU emulator that the tests run); both export these functions.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "model/ops.hpp"
+
+namespace llmtrain {
+
+/// Options of the CUDA backend beyond the precision.
+struct CudaBackendOptions {
+    /// Round the fp32 master weights to bf16 params stochastically in AdamW (bf16 mode only).
+    bool stochastic_rounding = false;
+};
+
+/// Number of CUDA devices visible (0 when there is none or no driver; never throws).
+int cuda_device_count();
+
+/// Creates the CUDA backend on device (local MPI rank mod device count) with act dtype from
+/// `precision` ("bf16" or "fp32"). Errors: std::invalid_argument for another precision;
+/// std::runtime_error when no device is present or CUDA/cuBLASLt fails to initialize.
+std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaBackendOptions& options = {});
+
+}  // namespace llmtrain

@@ -1,0 +1,349 @@
+// model/cuda/cuda_ops.cu — CudaOps: the Ops interface (model/ops.hpp) on a CUDA device.
+//
+// Owns the device state every op shares: the current stream, the cuBLASLt handle and its 32 MiB
+// workspace, one fp32 scratch buffer per stream (reduction partials, attention's D = dO.O), and the
+// token buckets of the encoder backward. Each GPT op converts its void* tensors to the act dtype
+// (float in fp32 mode, __nv_bfloat16 in bf16 mode) and calls the launchers of kernels.cuh.
+// Everything is asynchronous on the current stream except where a comment says it synchronizes.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <stdexcept>
+#include <unordered_map>
+#include <vector>
+
+#include "model/cuda/cuda_backend.hpp"
+#include "model/cuda/kernels.cuh"
+
+namespace llmtrain {
+namespace {
+
+using cuda::LtContext;
+using bf16 = __nv_bfloat16;
+
+constexpr size_t kLtWorkspaceBytes = 32u << 20;  // cuBLASLt's recommendation for Hopper
+
+class CudaOps final : public Ops {
+public:
+    CudaOps(DType act, const CudaBackendOptions& opt) : act_(act), opt_(opt) {
+        if (cublasLtCreate(&lt_.handle) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasLtCreate failed");
+        CUDA_CHECK(cudaMalloc(&lt_.workspace, kLtWorkspaceBytes));
+        lt_.workspace_bytes = kLtWorkspaceBytes;
+    }
+    ~CudaOps() override {
+        cudaDeviceSynchronize();
+        for (auto& [s, buf] : scratch_) cudaFree(buf.ptr);
+        cudaFree(bucket_dev_);
+        cudaFreeHost(bucket_host_);
+        cudaFree(lt_.workspace);
+        cublasLtDestroy(lt_.handle);
+    }
+
+    const char* name() const override { return "cuda"; }
+    DType act_dtype() const override { return act_; }
+
+    // ---- memory ----
+    void* malloc(size_t bytes) override {
+        void* p = nullptr;
+        const cudaError_t err = cudaMalloc(&p, bytes == 0 ? 1 : bytes);
+        if (err != cudaSuccess) {
+            cudaGetLastError();  // clear it: out of memory is reported by the exception
+            throw std::runtime_error("cuda: cannot allocate " + std::to_string(bytes) + " bytes of device memory (" +
+                                     cudaGetErrorString(err) + ")");
+        }
+        return p;
+    }
+    void free(void* p) override { CUDA_CHECK(cudaFree(p)); }
+    void* malloc_host(size_t bytes) override {
+        void* p = nullptr;
+        CUDA_CHECK(cudaMallocHost(&p, bytes == 0 ? 1 : bytes));
+        return p;
+    }
+    void free_host(void* p) override { CUDA_CHECK(cudaFreeHost(p)); }
+    void memcpy_h2d(void* dst, const void* src, size_t bytes) override {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_));
+    }
+    void memcpy_d2h(void* dst, const void* src, size_t bytes) override {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
+    }
+    void memcpy_d2d(void* dst, const void* src, size_t bytes) override {
+        CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    }
+    void memset(void* p, int value, size_t bytes) override { CUDA_CHECK(cudaMemsetAsync(p, value, bytes, stream_)); }
+    void synchronize() override { CUDA_CHECK(cudaDeviceSynchronize()); }
+    void mem_info(size_t* free_bytes, size_t* total_bytes) override {
+        CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+    }
+
+    // ---- streams and events ----
+    Stream create_stream() override {
+        cudaStream_t s;
+        CUDA_CHECK(cudaStreamCreate(&s));
+        return s;
+    }
+    void destroy_stream(Stream s) override {
+        auto it = scratch_.find(static_cast<cudaStream_t>(s));
+        if (it != scratch_.end()) {
+            CUDA_CHECK(cudaStreamSynchronize(it->first));
+            CUDA_CHECK(cudaFree(it->second.ptr));
+            scratch_.erase(it);
+        }
+        CUDA_CHECK(cudaStreamDestroy(static_cast<cudaStream_t>(s)));
+    }
+    void set_stream(Stream s) override { stream_ = static_cast<cudaStream_t>(s); }
+    Event create_event() override {
+        cudaEvent_t e;
+        CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        return e;
+    }
+    void destroy_event(Event e) override { CUDA_CHECK(cudaEventDestroy(static_cast<cudaEvent_t>(e))); }
+    void record_event(Event e) override { CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(e), stream_)); }
+    void wait_event(Event e) override { CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(e), 0)); }
+    void synchronize_event(Event e) override { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e))); }
+
+    // ---- casts ----
+    void cast(void* dst, DType dst_t, const void* src, DType src_t, size_t n) override {
+        if (dst_t == src_t) return memcpy_d2d(dst, src, n * dtype_size(dst_t));
+        if (dst_t == DType::bf16)
+            cuda::cast(static_cast<bf16*>(dst), static_cast<const float*>(src), n, stream_);
+        else
+            cuda::cast(static_cast<float*>(dst), static_cast<const bf16*>(src), n, stream_);
+    }
+
+    // ---- GPT ops ----
+    void encoder_forward(void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) override {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::encoder_forward(as<X>(out), inp, as<X>(wte), as<X>(wpe), B, T, C, stream_);
+        });
+    }
+    /// Synchronizes the current stream: the token ids are bucketed on the host (see encoder.cu).
+    void encoder_backward(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) override {
+        const int N = B * T;
+        // packed buckets need at most 3N+1 ints; the token ids are read into the tail of the same buffer
+        ensure_buckets(static_cast<size_t>(4) * N + 1);
+        int* host_tokens = bucket_host_ + 3 * N + 1;
+        CUDA_CHECK(cudaMemcpyAsync(host_tokens, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaStreamSynchronize(stream_));  // also retires the previous call's use of both buffers
+        const int nb = cuda::build_encoder_buckets(host_tokens, N, packed_);
+        std::copy(packed_.begin(), packed_.end(), bucket_host_);
+        CUDA_CHECK(cudaMemcpyAsync(bucket_dev_, bucket_host_, sizeof(int) * packed_.size(), cudaMemcpyHostToDevice,
+                                   stream_));
+        const cuda::EncoderBuckets buckets{bucket_dev_, bucket_dev_ + nb, bucket_dev_ + 2 * nb + 1, nb};
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::encoder_backward(as<X>(dwte), as<X>(dwpe), as<X>(dout), buckets, B, T, C, stream_);
+        });
+    }
+    void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
+                           const void* bias, int N, int C) override {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::layernorm_forward(as<X>(out), mean, rstd, static_cast<X*>(nullptr), as<X>(inp),
+                                    static_cast<const X*>(nullptr), as<X>(weight), as<X>(bias), N, C, stream_);
+        });
+    }
+    void fused_residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd, const void* a,
+                                          const void* b, const void* weight, const void* bias, int N,
+                                          int C) override {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::layernorm_forward(as<X>(out), mean, rstd, as<X>(residual), as<X>(a), as<X>(b), as<X>(weight),
+                                    as<X>(bias), N, C, stream_);
+        });
+    }
+    void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                            const void* weight, const float* mean, const float* rstd, int N, int C) override {
+        float* scratch = scratch_for(cuda::layernorm_backward_scratch_bytes(N, C));
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::layernorm_backward(as<X>(dinp), as<X>(dweight), as<X>(dbias), as<X>(dout), as<X>(inp),
+                                     as<X>(weight), mean, rstd, N, C, scratch, stream_);
+        });
+    }
+    void residual_forward(void* out, const void* a, const void* b, size_t n) override {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::residual_forward(as<X>(out), as<X>(a), as<X>(b), n, stream_);
+        });
+    }
+    void matmul_forward(void* out, void* pre_gelu, const void* inp, const void* weight, const void* bias, int N,
+                        int C, int OC) override {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::matmul_forward(lt_, as<X>(out), as<X>(pre_gelu), as<X>(inp), as<X>(weight), as<X>(bias), N, C, OC,
+                                 stream_);
+        });
+    }
+    void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                         const void* weight, const void* pre_gelu, int N, int C, int OC) override {
+        float* scratch = dbias != nullptr ? scratch_for(cuda::matmul_backward_scratch_bytes(N, OC)) : nullptr;
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::matmul_backward(lt_, as<X>(dinp), as<X>(dweight), as<X>(dbias), as<X>(dout), as<X>(inp),
+                                  as<X>(weight), as<X>(pre_gelu), N, C, OC, scratch, stream_);
+        });
+    }
+    void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) override {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::attention_forward(as<X>(out), lse, as<X>(qkv), B, T, C, NH, stream_);
+        });
+    }
+    void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B,
+                            int T, int C, int NH) override {
+        float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::attention_backward(as<X>(dqkv), as<X>(dout), as<X>(qkv), as<X>(out), lse, B, T, C, NH, scratch,
+                                     stream_);
+        });
+    }
+    void gelu_forward(void* out, const void* inp, size_t n) override {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::gelu_forward(as<X>(out), as<X>(inp), n, stream_);
+        });
+    }
+    void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::gelu_backward(as<X>(dinp), as<X>(inp), as<X>(dout), n, stream_);
+        });
+    }
+    void fused_classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
+                          bool write_grad) override {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::fused_classifier(as<X>(logits), losses, targets, N, V, Vp, dloss, write_grad, stream_);
+        });
+    }
+
+    // ---- optimizer and norms ----
+    void adamw_update(void* params, float* master, const void* grads, float* m, float* v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override {
+        if (master == nullptr && act_ != DType::f32)
+            throw std::invalid_argument("cuda adamw_update: bf16 params need fp32 master weights (master is null)");
+        if (t < 1) throw std::invalid_argument("cuda adamw_update: step count t must be >= 1, got " + std::to_string(t));
+        const cuda::AdamWArgs args{lr,
+                                   beta1,
+                                   beta2,
+                                   eps,
+                                   weight_decay,
+                                   grad_scale,
+                                   static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), t)),
+                                   static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), t)),
+                                   opt_.stochastic_rounding,
+                                   sr_calls_++};
+        dispatch([&](auto x) {
+            using X = decltype(x);
+            cuda::adamw_update(as<X>(params), master, as<X>(grads), m, v, n, args, stream_);
+        });
+    }
+    void norm_squared(float* out, const void* x, size_t n, bool accumulate) override {
+        float* scratch = scratch_for(cuda::norm_squared_scratch_bytes());
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::norm_squared(out, as<X>(x), n, accumulate, scratch, stream_);
+        });
+    }
+    void scale(void* x, float s, size_t n) override {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::scale(as<X>(x), s, n, stream_);
+        });
+    }
+
+private:
+    /// Calls f(float{}) or f(bf16{}) for the act dtype.
+    template <class F>
+    void dispatch(F&& f) {
+        if (act_ == DType::f32)
+            f(float{});
+        else
+            f(bf16{});
+    }
+    template <class X>
+    static X* as(void* p) {
+        return static_cast<X*>(p);
+    }
+    template <class X>
+    static const X* as(const void* p) {
+        return static_cast<const X*>(p);
+    }
+
+    /// The current stream's fp32 scratch, at least `bytes` long. Growing it waits for the stream's
+    /// queued work (which may still read the old buffer), so it happens only when shapes grow.
+    float* scratch_for(size_t bytes) {
+        Buffer& buf = scratch_[stream_];
+        if (buf.bytes < bytes) {
+            if (buf.ptr != nullptr) {
+                CUDA_CHECK(cudaStreamSynchronize(stream_));
+                CUDA_CHECK(cudaFree(buf.ptr));
+            }
+            CUDA_CHECK(cudaMalloc(&buf.ptr, bytes));
+            buf.bytes = bytes;
+        }
+        return static_cast<float*>(buf.ptr);
+    }
+    /// Pinned host and device buffers of at least `ints` ints for the encoder's buckets.
+    void ensure_buckets(size_t ints) {
+        if (bucket_ints_ >= ints) return;
+        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        CUDA_CHECK(cudaFree(bucket_dev_));
+        CUDA_CHECK(cudaFreeHost(bucket_host_));
+        CUDA_CHECK(cudaMalloc(&bucket_dev_, sizeof(int) * ints));
+        CUDA_CHECK(cudaMallocHost(&bucket_host_, sizeof(int) * ints));
+        bucket_ints_ = ints;
+    }
+
+    struct Buffer {
+        void* ptr = nullptr;
+        size_t bytes = 0;
+    };
+    DType act_;
+    CudaBackendOptions opt_;
+    cudaStream_t stream_ = nullptr;
+    LtContext lt_;
+    std::unordered_map<cudaStream_t, Buffer> scratch_;
+    int* bucket_dev_ = nullptr;
+    int* bucket_host_ = nullptr;
+    size_t bucket_ints_ = 0;
+    std::vector<int> packed_;
+    uint32_t sr_calls_ = 0;
+};
+
+/// The node-local rank from the MPI launcher's environment (OpenMPI, Slurm), 0 when absent.
+int local_rank() {
+    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"})
+        if (const char* v = std::getenv(var)) return std::atoi(v);
+    return 0;
+}
+
+}  // namespace
+
+int cuda_device_count() {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaBackendOptions& options) {
+    DType act;
+    if (precision == "bf16")
+        act = DType::bf16;
+    else if (precision == "fp32")
+        act = DType::f32;
+    else
+        throw std::invalid_argument("training.precision: expected \"bf16\" or \"fp32\", got \"" + precision + "\"");
+    const int n = cuda_device_count();
+    if (n == 0) throw std::runtime_error("run.backend = \"cuda\": no CUDA device is present");
+    CUDA_CHECK(cudaSetDevice(local_rank() % n));
+    return std::make_unique<CudaOps>(act, options);
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,58 @@
+// model/cuda/elementwise.cu — the memory-bound one-liners: dtype casts, scaling, the residual add.
+// Each is a grid-stride loop over n elements with fp32 math; bf16 results round to nearest even.
+#include "model/cuda/kernels.cuh"
+
+namespace llmtrain::cuda {
+
+/// dst[i] = (Dst) src[i].
+template <typename Dst, typename Src>
+__global__ void cast_kernel(Dst* dst, const Src* src, size_t n) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+        dst[i] = from_float<Dst>(to_float(src[i]));
+}
+
+/// x[i] *= s.
+template <typename T>
+__global__ void scale_kernel(T* x, float s, size_t n) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+        x[i] = from_float<T>(to_float(x[i]) * s);
+}
+
+/// out[i] = a[i] + b[i].
+template <typename T>
+__global__ void residual_kernel(T* out, const T* a, const T* b, size_t n) {
+    for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+         i += static_cast<size_t>(gridDim.x) * blockDim.x)
+        out[i] = from_float<T>(to_float(a[i]) + to_float(b[i]));
+}
+
+template <typename Dst, typename Src>
+void cast(Dst* dst, const Src* src, size_t n, cudaStream_t stream) {
+    const int block = 256;
+    launch(cast_kernel<Dst, Src>, dim3(elementwise_grid(n, block)), dim3(block), 0, stream, dst, src, n);
+}
+
+template <typename T>
+void scale(T* x, float s, size_t n, cudaStream_t stream) {
+    const int block = 256;
+    launch(scale_kernel<T>, dim3(elementwise_grid(n, block)), dim3(block), 0, stream, x, s, n);
+}
+
+template <typename T>
+void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t stream) {
+    const int block = 256;
+    launch(residual_kernel<T>, dim3(elementwise_grid(n, block)), dim3(block), 0, stream, out, a, b, n);
+}
+
+template void cast<float, __nv_bfloat16>(float*, const __nv_bfloat16*, size_t, cudaStream_t);
+template void cast<__nv_bfloat16, float>(__nv_bfloat16*, const float*, size_t, cudaStream_t);
+#define INSTANTIATE(T)                                               \
+    template void scale<T>(T*, float, size_t, cudaStream_t);       \
+    template void residual_forward<T>(T*, const T*, const T*, size_t, cudaStream_t);
+INSTANTIATE(float)
+INSTANTIATE(__nv_bfloat16)
+#undef INSTANTIATE
+
+}  // namespace llmtrain::cuda

@@ -1,0 +1,114 @@
+// model/cuda/kernels.cuh — the host-side launchers of every CUDA kernel of the backend.
+//
+// One .cu file per concept implements a group below (named in each comment). Every launcher is a
+// template over the activation type T (float or __nv_bfloat16, instantiated for both), queues its
+// kernels on `stream` and returns at once; shapes follow model/ops.hpp (B, T, C, NH, N = B*T, OC,
+// V, Vp). `scratch` arguments are fp32 device workspaces of at least the matching *_scratch_bytes().
+// CudaOps (cuda_ops.hpp) converts the Ops interface's void* tensors and calls these.
+#pragma once
+#include <cublasLt.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/cuda/common.cuh"
+
+namespace llmtrain::cuda {
+
+// ---- encoder.cu ----
+/// out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) int32 device.
+template <typename T>
+void encoder_forward(T* out, const int* inp, const T* wte, const T* wpe, int B, int T_, int C, cudaStream_t stream);
+
+/// Positions grouped by token for the deterministic wte gradient, on the device: bucket k holds
+/// token bucket_token[k] and positions[bucket_start[k] .. bucket_start[k+1]) in ascending order.
+struct EncoderBuckets {
+    const int* bucket_token = nullptr;
+    const int* bucket_start = nullptr;
+    const int* positions = nullptr;
+    int n_buckets = 0;
+};
+/// Host side of the bucketing: from N token ids, the packed int array
+/// [bucket_token (nb) | bucket_start (nb+1) | positions (N)]; returns nb.
+int build_encoder_buckets(const int* tokens, int N, std::vector<int>& packed);
+/// dwte (Vp,C) += dout rows summed per token (one block per bucket); dwpe (maxT,C) += sum over b.
+template <typename T>
+void encoder_backward(T* dwte, T* dwpe, const T* dout, const EncoderBuckets& buckets, int B, int T_, int C,
+                      cudaStream_t stream);
+
+// ---- layernorm.cu ----
+/// LayerNorm of `a` (residual == null) or of residual = a + b (written, rounded to T). out (N,C),
+/// mean/rstd (N) fp32.
+template <typename T>
+void layernorm_forward(T* out, float* mean, float* rstd, T* residual, const T* a, const T* b, const T* weight,
+                       const T* bias, int N, int C, cudaStream_t stream);
+/// dinp (N,C) +=, dweight (C) +=, dbias (C) +=.
+template <typename T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                        const float* mean, const float* rstd, int N, int C, float* scratch, cudaStream_t stream);
+size_t layernorm_backward_scratch_bytes(int N, int C);
+
+// ---- matmul.cu ----
+/// cuBLASLt handle and its workspace (owned by CudaOps).
+struct LtContext {
+    cublasLtHandle_t handle = nullptr;
+    void* workspace = nullptr;
+    size_t workspace_bytes = 0;
+};
+/// out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias; with pre_gelu: pre_gelu = that, out = gelu(it).
+template <typename T>
+void matmul_forward(const LtContext& lt, T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias,
+                    int N, int C, int OC, cudaStream_t stream);
+/// dinp (N,C) = dout @ weight [* gelu'(pre_gelu)]; dweight (OC,C) += dout^T inp; dbias (OC) += sums.
+template <typename T>
+void matmul_backward(const LtContext& lt, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                     const T* weight, const T* pre_gelu, int N, int C, int OC, float* scratch, cudaStream_t stream);
+size_t matmul_backward_scratch_bytes(int N, int OC);
+
+// ---- attention.cu ----
+/// out (B,T,C), lse (B,NH,T) fp32 from qkv (B,T,3C). Errors: std::invalid_argument if C/NH > 128.
+template <typename T>
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream);
+/// dqkv (B,T,3C) overwritten.
+template <typename T>
+void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
+                        int C, int NH, float* scratch, cudaStream_t stream);
+size_t attention_backward_scratch_bytes(int B, int T_, int NH);
+
+// ---- gelu.cu ----
+template <typename T>
+void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream);
+template <typename T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t stream);
+
+// ---- classifier.cu ----
+/// losses (N) fp32; logits (N,Vp) overwritten with dloss * (softmax - onehot) when write_grad.
+template <typename T>
+void fused_classifier(T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
+                      bool write_grad, cudaStream_t stream);
+
+// ---- adamw.cu ----
+/// Scalars of one AdamW step; bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (computed on the host in double).
+struct AdamWArgs {
+    float lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2;
+    bool stochastic;  ///< stochastic rounding of bf16 params from the master weights
+    uint32_t seed;    ///< per-step seed of the stochastic rounding
+};
+template <typename T>
+void adamw_update(T* params, float* master, const T* grads, float* m, float* v, size_t n, const AdamWArgs& args,
+                  cudaStream_t stream);
+/// out[0] = (accumulate ? out[0] : 0) + sum x^2, deterministic two-stage sum.
+template <typename T>
+void norm_squared(float* out, const T* x, size_t n, bool accumulate, float* scratch, cudaStream_t stream);
+size_t norm_squared_scratch_bytes();
+
+// ---- elementwise.cu ----
+template <typename Dst, typename Src>
+void cast(Dst* dst, const Src* src, size_t n, cudaStream_t stream);
+template <typename T>
+void scale(T* x, float s, size_t n, cudaStream_t stream);
+template <typename T>
+void residual_forward(T* out, const T* a, const T* b, size_t n, cudaStream_t stream);
+
+}  // namespace llmtrain::cuda

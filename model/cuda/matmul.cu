@@ -1,0 +1,114 @@
+// model/cuda/matmul.cu — linear layers through cuBLASLt, with bias and GELU epilogues.
+//
+// Row-major (N,C) @ (OC,C)^T is, in cuBLAS's column-major view, D (OC x N) = W^T-view (OC x C) * X (C x N):
+// A = weight read as a C x OC column-major matrix with op T, B = inp as C x N, m = OC, n = N, k = C.
+// Forward epilogues: BIAS (bias of length m = OC) and GELU_AUX_BIAS (pre-GELU written to the aux
+// buffer, GELU to D). Backward: dinp (C x N) = W (C x OC) * dout (OC x N), with the DGELU epilogue
+// when the input was a GELU output; dweight (C x OC) += inp (C x N) * dout^T (N x OC) with beta = 1;
+// dbias by our own deterministic column reduction (reduce.cuh), which accumulates like the weights
+// (cuBLASLt's BGRADB epilogue would overwrite). All products accumulate in fp32 (CUBLAS_COMPUTE_32F).
+#include "model/cuda/kernels.cuh"
+#include "model/cuda/reduce.cuh"
+
+namespace llmtrain::cuda {
+
+/// Throws CudaError when a cuBLAS(Lt) call fails.
+static void check_cublas(cublasStatus_t st, const char* what, int line) {
+    if (st != CUBLAS_STATUS_SUCCESS)
+        throw CudaError(std::string("model/cuda/matmul.cu:") + std::to_string(line) + ": " + what + " failed: " +
+                        cublasLtGetStatusName(st) + ": " + cublasLtGetStatusString(st));
+}
+#define CUBLAS_CHECK(call) check_cublas((call), #call, __LINE__)
+
+template <typename T>
+constexpr cudaDataType cuda_type() {
+    return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
+}
+
+/// One column-major GEMM D (m x n) = op(A) (m x k) * op(B) (k x n) [+ D if accumulate], with an
+/// optional epilogue (bias of length m, aux of m x n with leading dimension m). A, B, D are T.
+template <typename T>
+static void lt_matmul(const LtContext& lt, bool transa, bool transb, int m, int n, int k, const T* A, int lda,
+                      const T* B, int ldb, T* D, int ldd, bool accumulate, cublasLtEpilogue_t epilogue,
+                      const T* bias, const T* aux, cudaStream_t stream) {
+    const cudaDataType type = cuda_type<T>();
+    cublasLtMatmulDesc_t desc;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (bias != nullptr) {
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
+    }
+    if (aux != nullptr) {
+        const int64_t aux_ld = m;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type, sizeof(type)));
+    }
+    cublasLtMatrixLayout_t la, lb, ld;
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, transa ? k : m, transa ? m : k, lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type, transb ? n : k, transb ? k : n, ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type, m, n, ldd));
+    cublasLtMatmulPreference_t pref;
+    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &lt.workspace_bytes, sizeof(lt.workspace_bytes)));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found));
+    if (found == 0)
+        throw CudaError("cuBLASLt has no algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                        " k=" + std::to_string(k) + " epilogue=" + std::to_string(static_cast<int>(epilogue)));
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    CUBLAS_CHECK(cublasLtMatmul(lt.handle, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heuristic.algo,
+                                lt.workspace, lt.workspace_bytes, stream));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
+    CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+}
+
+template <typename T>
+void matmul_forward(const LtContext& lt, T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias,
+                    int N, int C, int OC, cudaStream_t stream) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+    if (pre_gelu != nullptr) epi = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
+    else if (bias != nullptr) epi = CUBLASLT_EPILOGUE_BIAS;
+    lt_matmul<T>(lt, true, false, OC, N, C, weight, C, inp, C, out, OC, false, epi, bias, pre_gelu, stream);
+}
+
+/// Row n, column c's contribution to dbias: dout itself.
+template <typename T>
+struct BiasGrad {
+    const T* dout;
+    int C;
+    __device__ void operator()(int n, int c, float* acc) const { acc[0] += to_float(dout[static_cast<size_t>(n) * C + c]); }
+};
+
+template <typename T>
+void matmul_backward(const LtContext& lt, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                     const T* weight, const T* pre_gelu, int N, int C, int OC, float* scratch,
+                     cudaStream_t stream) {
+    if (dbias != nullptr) column_reduce<1, T>(dbias, static_cast<T*>(nullptr), scratch, N, OC, BiasGrad<T>{dout, OC}, stream);
+    lt_matmul<T>(lt, false, true, C, OC, N, inp, C, dout, OC, dweight, C, true, CUBLASLT_EPILOGUE_DEFAULT, nullptr,
+                 nullptr, stream);
+    lt_matmul<T>(lt, false, false, C, N, OC, weight, C, dout, OC, dinp, C, false,
+                 pre_gelu != nullptr ? CUBLASLT_EPILOGUE_DGELU : CUBLASLT_EPILOGUE_DEFAULT, nullptr, pre_gelu, stream);
+}
+
+size_t matmul_backward_scratch_bytes(int N, int OC) { return column_reduce_scratch_floats(1, N, OC) * sizeof(float); }
+
+#define INSTANTIATE(T)                                                                                    \
+    template void matmul_forward<T>(const LtContext&, T*, T*, const T*, const T*, const T*, int, int, int, \
+                                    cudaStream_t);                                                         \
+    template void matmul_backward<T>(const LtContext&, T*, T*, T*, const T*, const T*, const T*, const T*, \
+                                     int, int, int, float*, cudaStream_t);
+INSTANTIATE(float)
+INSTANTIATE(__nv_bfloat16)
+#undef INSTANTIATE
+
+}  // namespace llmtrain::cuda
