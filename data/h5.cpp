@@ -1,0 +1,49 @@
+// data/h5.cpp — HDF5 identifier ownership and error-stack capture (see h5.hpp).
+#include "data/h5.hpp"
+
+namespace llmtrain::h5 {
+
+Handle& Handle::operator=(Handle&& o) noexcept {
+    if (this != &o) {
+        reset();
+        id_ = o.id_;
+        o.id_ = H5I_INVALID_HID;
+    }
+    return *this;
+}
+
+void Handle::reset() {
+    if (id_ >= 0) H5Idec_ref(id_);
+    id_ = H5I_INVALID_HID;
+}
+
+QuietErrors::QuietErrors() {
+    H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+
+QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+
+// The walk goes from the API call down to the function that failed first; the last record
+// holds the most specific reason.
+static herr_t keep_innermost(unsigned, const H5E_error2_t* err, void* out) {
+    if (err->desc && err->desc[0]) *static_cast<std::string*>(out) = err->desc;
+    return 0;
+}
+
+std::string last_error() {
+    std::string desc;
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_innermost, &desc);
+    return desc.empty() ? "unknown HDF5 error" : desc;
+}
+
+hid_t check(hid_t id, const std::string& context) {
+    if (id < 0) throw DataError(context + ": " + last_error());
+    return id;
+}
+
+void check_status(herr_t status, const std::string& context) {
+    if (status < 0) throw DataError(context + ": " + last_error());
+}
+
+}  // namespace llmtrain::h5

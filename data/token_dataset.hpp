@@ -1,0 +1,75 @@
+// data/token_dataset.hpp — the tokenized HDF5 dataset format (ARCHITECTURE.md "Formats").
+//
+//   /tokens       1-D uint16 (vocab_size <= 65536) or uint32, chunked (~1-4 MiB), uncompressed
+//   /doc_offsets  1-D uint64, n_docs + 1 entries: document d is tokens[doc_offsets[d], doc_offsets[d+1])
+//   /tokenizer    1-D uint8: the SentencePiece model bytes
+//   attributes on /: format_version (int, 1), vocab_size, eos_id, bos_id (int), tokenizer_sha256 (string)
+// HDF5 1.10 has one global lock: open and read a dataset from one I/O thread only.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace llmtrain {
+
+/// A bad, missing or mismatched data file; what() names the file and what was expected.
+struct DataError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+
+struct DatasetInfo {
+    std::string path;
+    int format_version = 1;
+    uint64_t n_tokens = 0;
+    uint64_t n_docs = 0;
+    int vocab_size = 0;
+    int eos_id = -1;
+    int bos_id = -1;
+    std::string tokenizer_sha256;  ///< hex SHA-256 of the /tokenizer bytes
+    int token_bytes = 2;           ///< 2 (uint16) or 4 (uint32)
+};
+
+/// Read side. Errors: DataError (missing file, not HDF5, missing dataset/attribute, wrong type or
+/// format_version, truncated data, tokenizer hash mismatch).
+class TokenDataset {
+public:
+    explicit TokenDataset(const std::string& path);
+    ~TokenDataset();
+    const DatasetInfo& info() const;
+    /// Reads windows [starts[i], starts[i] + len) of /tokens into out (starts.size() * len int32),
+    /// with ONE H5Dread over the union of hyperslabs. Errors: DataError if a window is out of range
+    /// or a token id >= limit_vocab (names the file and the token position).
+    void read_windows(const std::vector<uint64_t>& starts, int len, int32_t* out, int limit_vocab);
+    /// The SentencePiece model bytes stored in /tokenizer.
+    std::string tokenizer_bytes();
+    /// /doc_offsets (n_docs + 1).
+    std::vector<uint64_t> doc_offsets();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+/// Write side, used by llmtrain-prep and tests. Writes into `path`.tmp and renames on finish().
+class TokenDatasetWriter {
+public:
+    /// Errors: DataError if the directory is not writable.
+    TokenDatasetWriter(const std::string& path, int vocab_size, int eos_id, int bos_id,
+                       const std::string& tokenizer_model_bytes);
+    ~TokenDatasetWriter();
+    /// Appends one document (its tokens, EOS already included by the caller).
+    void add_document(const std::vector<int32_t>& tokens);
+    /// Flushes, writes /doc_offsets and attributes, closes and renames into place.
+    void finish();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+/// Hex SHA-256 of `bytes` (FIPS 180-4), used for tokenizer_sha256.
+std::string sha256_hex(const std::string& bytes);
+
+}  // namespace llmtrain

@@ -1,0 +1,184 @@
+// data/token_dataset_writer.cpp — writes the token dataset format of token_dataset.hpp.
+//
+// Tokens are buffered one chunk (2 MiB) at a time and appended to an extendible chunked /tokens,
+// so memory stays bounded however large the corpus. The file is created with HDF5 1.10's newest
+// format (libver bounds V110), whose superblock, object headers and chunk index carry checksums:
+// corrupted metadata is then reported by the reader instead of being read as garbage.
+// Everything goes into "<path>.tmp", which finish() fsyncs and renames over <path>; an abandoned
+// writer removes its temporary file, so a failed run never replaces a good dataset.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <vector>
+
+#include "data/h5.hpp"
+#include "data/token_dataset.hpp"
+
+namespace llmtrain {
+
+namespace {
+
+constexpr hsize_t kChunkBytes = 2u << 20;  // 2 MiB: inside ARCHITECTURE's 1-4 MiB
+
+void write_int_attr(hid_t file, const char* name, int64_t value, const std::string& ctx) {
+    h5::Handle space(h5::check(H5Screate(H5S_SCALAR), ctx));
+    h5::Handle attr(h5::check(H5Acreate2(file, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                              ctx + ": attribute " + name));
+    h5::check_status(H5Awrite(attr.get(), H5T_NATIVE_INT64, &value), ctx + ": attribute " + name);
+}
+
+void write_string_attr(hid_t file, const char* name, const std::string& value, const std::string& ctx) {
+    h5::Handle type(h5::check(H5Tcopy(H5T_C_S1), ctx));
+    h5::check_status(H5Tset_size(type.get(), value.size()), ctx);
+    h5::check_status(H5Tset_strpad(type.get(), H5T_STR_NULLPAD), ctx);
+    h5::Handle space(h5::check(H5Screate(H5S_SCALAR), ctx));
+    h5::Handle attr(h5::check(H5Acreate2(file, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                              ctx + ": attribute " + name));
+    h5::check_status(H5Awrite(attr.get(), type.get(), value.data()), ctx + ": attribute " + name);
+}
+
+// A contiguous 1-D dataset holding `n` elements of `mem_type` from `data`, stored as `file_type`.
+void write_1d(hid_t file, const char* name, hid_t file_type, hid_t mem_type, const void* data, hsize_t n,
+              const std::string& ctx) {
+    h5::Handle space(h5::check(H5Screate_simple(1, &n, nullptr), ctx));
+    h5::Handle ds(h5::check(H5Dcreate2(file, name, file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                            ctx + ": create " + name));
+    if (n > 0)
+        h5::check_status(H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), ctx + ": write " + name);
+}
+
+// Flushes the file's data to disk (HDF5 closes without fsync).
+void fsync_path(const std::string& path) {
+    int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return;
+    ::fsync(fd);
+    ::close(fd);
+}
+
+}  // namespace
+
+struct TokenDatasetWriter::Impl {
+    std::string path, tmp;
+    int vocab_size, eos_id, bos_id;
+    std::string tokenizer;
+    hid_t file_type;               // H5T_STD_U16LE or H5T_STD_U32LE
+    hsize_t chunk;                 // tokens per chunk
+    h5::Handle file, tokens;
+    std::vector<uint32_t> pending;  // tokens not yet in /tokens (< chunk)
+    uint64_t n_written = 0;         // tokens already in /tokens
+    std::vector<uint64_t> offsets{0};
+    bool finished = false;
+
+    // Appends `pending` to /tokens, creating it (chunked, extendible, uncompressed) on first use.
+    void flush(hsize_t chunk_dims) {
+        const std::string ctx = tmp + ": /tokens";
+        if (!tokens.valid()) {
+            hsize_t dims = 0, maxdims = H5S_UNLIMITED;
+            h5::Handle space(h5::check(H5Screate_simple(1, &dims, &maxdims), ctx));
+            h5::Handle dcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), ctx));
+            h5::check_status(H5Pset_chunk(dcpl.get(), 1, &chunk_dims), ctx);
+            tokens = h5::Handle(h5::check(
+                H5Dcreate2(file.get(), "tokens", file_type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                ctx + ": create"));
+        }
+        if (pending.empty()) return;
+        hsize_t start = n_written, count = pending.size(), total = n_written + pending.size();
+        h5::check_status(H5Dset_extent(tokens.get(), &total), ctx + ": extend");
+        h5::Handle fspace(h5::check(H5Dget_space(tokens.get()), ctx));
+        h5::check_status(H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr), ctx);
+        h5::Handle mspace(h5::check(H5Screate_simple(1, &count, nullptr), ctx));
+        h5::check_status(H5Dwrite(tokens.get(), H5T_NATIVE_UINT32, mspace.get(), fspace.get(), H5P_DEFAULT,
+                                  pending.data()),
+                         ctx + ": write");
+        n_written = total;
+        pending.clear();
+    }
+};
+
+TokenDatasetWriter::TokenDatasetWriter(const std::string& path, int vocab_size, int eos_id, int bos_id,
+                                       const std::string& tokenizer_model_bytes)
+    : impl_(std::make_unique<Impl>()) {
+    Impl& w = *impl_;
+    w.path = path;
+    w.tmp = path + ".tmp";
+    if (vocab_size < 1) throw DataError(path + ": vocab_size must be >= 1, got " + std::to_string(vocab_size));
+    if (eos_id < 0 || eos_id >= vocab_size)
+        throw DataError(path + ": eos_id " + std::to_string(eos_id) + " is outside [0, vocab_size " +
+                        std::to_string(vocab_size) + ")");
+    if (bos_id < -1 || bos_id >= vocab_size)
+        throw DataError(path + ": bos_id " + std::to_string(bos_id) + " is outside [-1, vocab_size)");
+    if (tokenizer_model_bytes.empty()) throw DataError(path + ": the tokenizer model bytes are empty");
+    w.vocab_size = vocab_size;
+    w.eos_id = eos_id;
+    w.bos_id = bos_id;
+    w.tokenizer = tokenizer_model_bytes;
+    const bool narrow = vocab_size <= 65536;
+    w.file_type = narrow ? H5T_STD_U16LE : H5T_STD_U32LE;
+    w.chunk = kChunkBytes / (narrow ? 2 : 4);
+
+    std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (dir.empty()) dir = ".";
+    if (!std::filesystem::is_directory(dir))
+        throw DataError(path + ": output directory " + dir.string() + " does not exist");
+    h5::QuietErrors quiet;
+    h5::Handle fapl(h5::check(H5Pcreate(H5P_FILE_ACCESS), w.tmp));
+    h5::check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST), w.tmp);
+    w.file = h5::Handle(h5::check(H5Fcreate(w.tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
+                                  "cannot create " + w.tmp));
+    w.pending.reserve(w.chunk);
+}
+
+TokenDatasetWriter::~TokenDatasetWriter() {
+    if (!impl_ || impl_->finished) return;
+    h5::QuietErrors quiet;
+    impl_->tokens.reset();
+    impl_->file.reset();
+    std::error_code ec;
+    std::filesystem::remove(impl_->tmp, ec);
+}
+
+void TokenDatasetWriter::add_document(const std::vector<int32_t>& tokens) {
+    Impl& w = *impl_;
+    if (w.finished) throw DataError(w.path + ": add_document after finish()");
+    for (size_t i = 0; i < tokens.size(); ++i)
+        if (tokens[i] < 0 || tokens[i] >= w.vocab_size)
+            throw DataError(w.path + ": document " + std::to_string(w.offsets.size() - 1) + " position " +
+                            std::to_string(i) + ": token id " + std::to_string(tokens[i]) +
+                            " is outside [0, vocab_size " + std::to_string(w.vocab_size) + ")");
+    h5::QuietErrors quiet;
+    for (int32_t t : tokens) {
+        w.pending.push_back(static_cast<uint32_t>(t));
+        if (w.pending.size() == w.chunk) w.flush(w.chunk);
+    }
+    w.offsets.push_back(w.offsets.back() + tokens.size());
+}
+
+void TokenDatasetWriter::finish() {
+    Impl& w = *impl_;
+    if (w.finished) return;
+    h5::QuietErrors quiet;
+    // A file smaller than one chunk gets a chunk of its own size (edge chunks are stored whole).
+    hsize_t small_chunk = std::max<hsize_t>(1, w.pending.size());
+    w.flush(w.tokens.valid() ? w.chunk : small_chunk);
+    const hid_t f = w.file.get();
+    write_1d(f, "doc_offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, w.offsets.data(), w.offsets.size(), w.tmp);
+    write_1d(f, "tokenizer", H5T_STD_U8LE, H5T_NATIVE_UINT8, w.tokenizer.data(), w.tokenizer.size(), w.tmp);
+    write_int_attr(f, "format_version", 1, w.tmp);
+    write_int_attr(f, "vocab_size", w.vocab_size, w.tmp);
+    write_int_attr(f, "eos_id", w.eos_id, w.tmp);
+    write_int_attr(f, "bos_id", w.bos_id, w.tmp);
+    write_string_attr(f, "tokenizer_sha256", sha256_hex(w.tokenizer), w.tmp);
+    w.tokens.reset();
+    h5::check_status(H5Fflush(f, H5F_SCOPE_GLOBAL), w.tmp + ": flush");
+    w.file.reset();
+    fsync_path(w.tmp);
+    std::error_code ec;
+    std::filesystem::rename(w.tmp, w.path, ec);
+    if (ec) throw DataError("cannot rename " + w.tmp + " to " + w.path + ": " + ec.message());
+    std::filesystem::path dir = std::filesystem::path(w.path).parent_path();
+    fsync_path(dir.empty() ? "." : dir.string());
+    w.finished = true;
+}
+
+}  // namespace llmtrain

