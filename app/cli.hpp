@@ -12,7 +12,7 @@ namespace llmtrain {
 /// Process exit codes of llmtrain (docs/config.md "Exit codes").
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  ///< a runtime failure (data, I/O, numerics, communication)
-constexpr int kExitUsage = 2;    ///< bad command line or bad config (ConfigError, MetricsError at start-up)
+constexpr int kExitUsage = 2;    ///< bad command line or bad config (ConfigError): nothing is written
 
 /// The version printed by --version.
 constexpr const char* kVersion = "0.1.0";

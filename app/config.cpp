@@ -70,7 +70,15 @@ std::string float_text(T v) {
             s.assign(buf, res.ptr);
         }
     }
-    if (s.find_first_of(".e") == std::string::npos) s += ".0";
+    if (const auto e = s.find('e'); e != std::string::npos) {
+        // to_chars writes "1e-04", "9.89e+14": drop the '+' and the exponent's leading zeros.
+        size_t digits = e + 1;
+        if (s[digits] == '+') s.erase(digits, 1);
+        else if (s[digits] == '-') ++digits;
+        while (s[digits] == '0' && digits + 1 < s.size()) s.erase(digits, 1);
+    } else if (s.find('.') == std::string::npos) {
+        s += ".0";
+    }
     return s;
 }
 

@@ -1,0 +1,405 @@
+// tests/config/config_test.cpp — load_config, --set overrides, to_toml, resolve_batch,
+// model_config_hash and parse_cli against independent references:
+//   - error positions: a '@' marker in the test's TOML text gives the expected line:column;
+//   - defaults: the tables of docs/config.md (every key with its default);
+//   - batch derivation: a brute-force search over (global, accum) pairs;
+//   - the hash: FNV-1a 64 written out here, checked on the published test vector.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <regex>
+#include <sstream>
+
+#include "app/cli.hpp"
+#include "app/config.hpp"
+
+namespace fs = std::filesystem;
+using namespace llmtrain;
+
+namespace {
+
+/// A fresh file `name` with `text` in a per-test directory.
+std::string write_file(const std::string& name, const std::string& text) {
+    const auto* info = testing::UnitTest::GetInstance()->current_test_info();
+    const fs::path dir = fs::path(testing::TempDir()) / "llmtrain_config_test" / info->name();
+    fs::create_directories(dir);
+    const fs::path p = dir / name;
+    fs::remove(p);  // a locked file left by an earlier run
+    std::ofstream(p, std::ios::binary) << text;
+    return p.string();
+}
+
+/// The ConfigError message of load_config, or "" when it loads.
+std::string error_of(const std::string& path, const std::vector<std::string>& overrides = {}) {
+    try {
+        load_config(path, overrides);
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    return "";
+}
+
+/// Removes the '@' marker from `text` and returns the marker's 1-based "line:column".
+std::string take_marker(std::string& text) {
+    const auto at = text.find('@');
+    EXPECT_NE(at, std::string::npos) << "test text has no @ marker";
+    const auto before = text.substr(0, at);
+    const int line = 1 + int(std::count(before.begin(), before.end(), '\n'));
+    const auto nl = before.rfind('\n');
+    const int col = int(at - (nl == std::string::npos ? 0 : nl + 1)) + 1;
+    text.erase(at, 1);
+    return std::to_string(line) + ":" + std::to_string(col);
+}
+
+struct BadCase {
+    const char* what;   // the class of mistake
+    std::string toml;   // '@' marks where the error must point
+    std::vector<std::string> must_contain;
+};
+
+}  // namespace
+
+TEST(Config, EveryBadFileIsReportedAtItsPositionWithTheKey) {
+    const std::vector<BadCase> cases = {
+        {"unknown section", "[run]\nname = \"x\"\n[@optimiser]\nlr = 1.0\n", {"unknown section [optimiser]", "[optimizer]"}},
+        {"unknown key", "[model]\n@n_layers = 4\n", {"model.n_layers: unknown key", "model.n_layer"}},
+        {"key in the wrong section", "[training]\n@lr = 1e-3\n", {"training.lr: unknown key", "optimizer.lr"}},
+        {"key outside any section", "@max_steps = 5\n", {"max_steps", "inside a [section]", "run.max_steps"}},
+        {"section given as a value", "@model = 5\n", {"[model] must be a table"}},
+        {"nested table", "[model]\n@inner = { a = 1 }\n", {"model.inner: unknown key"}},
+        {"string for an integer", "[run]\nmax_steps = @\"50\"\n", {"run.max_steps", "expected an integer", "string \"50\""}},
+        {"float for an integer", "[model]\nn_layer = @4.0\n", {"model.n_layer", "expected an integer", "float 4"}},
+        {"bool for an integer", "[run]\nseed = @true\n", {"run.seed", "expected an integer", "boolean true"}},
+        {"string for a number", "[optimizer]\nlr = @\"3e-4\"\n", {"optimizer.lr", "expected a number", "string \"3e-4\""}},
+        {"bool for a number", "[optimizer]\nlr = @true\n", {"optimizer.lr", "expected a number", "boolean true"}},
+        {"number for a string", "[run]\nbackend = @1\n", {"run.backend", "expected a string", "integer 1"}},
+        {"number for a bool", "[metrics]\nenabled = @1\n", {"metrics.enabled", "expected true or false"}},
+        {"array for a number", "[optimizer]\nlr = @[1.0]\n", {"optimizer.lr", "an array"}},
+        {"integer below its minimum", "[run]\nmax_steps = @0\n", {"run.max_steps", "an integer >= 1", "got 0"}},
+        {"integer past int range", "[run]\nmax_steps = @2147483648\n", {"run.max_steps", "[-2147483648, 2147483647]"}},
+        {"integer range", "[model]\nvocab_size = @1\n", {"model.vocab_size", "[2, 2147483647]", "got 1"}},
+        {"negative seed", "[run]\nseed = @-1\n", {"run.seed", ">= 0"}},
+        {"float not > 0", "[optimizer]\nlr = @0.0\n", {"optimizer.lr", "a number > 0", "got 0.0"}},
+        {"float below 0", "[optimizer]\nweight_decay = @-0.1\n", {"optimizer.weight_decay", "a number >= 0"}},
+        {"half-open interval", "[optimizer]\nbeta2 = @1.0\n", {"optimizer.beta2", "[0, 1)", "got 1.0"}},
+        {"closed interval", "[activation_checkpoint]\nratio = @1.5\n", {"activation_checkpoint.ratio", "[0, 1]"}},
+        {"float overflow", "[optimizer]\nlr = @1e39\n", {"optimizer.lr", "32-bit float"}},
+        {"float underflow", "[optimizer]\nlr = @1e-50\n", {"optimizer.lr", "32-bit float"}},
+        {"nan", "[training]\ngrad_clip = @nan\n", {"training.grad_clip", "finite"}},
+        {"inf", "[run]\npeak_flops = @inf\n", {"run.peak_flops", "finite"}},
+        {"enum", "[run]\nbackend = @\"tpu\"\n", {"run.backend", "one of \"cpu\", \"cuda\", \"auto\"", "\"tpu\""}},
+        {"enum", "[lr_schedule]\ndecay = @\"step\"\n", {"lr_schedule.decay", "\"cosine\""}},
+        {"empty string", "[run]\nrun_dir = @\"\"\n", {"run.run_dir", "non-empty"}},
+        {"bare port", "[metrics]\nlisten = @\"9400\"\n", {"metrics.listen", "host:port", "bare port"}},
+        {"port too large", "[metrics]\nlisten = @\"127.0.0.1:70000\"\n", {"metrics.listen", "[0, 65535]"}},
+        {"bad host", "[metrics]\nlisten = @\"a b:9400\"\n", {"metrics.listen", "host:port"}},
+        {"n_head not dividing n_embd", "[model]\nn_embd = 256\nn_head = @3\n",
+         {"model.n_head", "divisor of model.n_embd (256)", "got 3"}},
+        {"min_lr above lr", "[optimizer]\nlr = 1e-4\n[lr_schedule]\nmin_lr = @1e-3\n", {"lr_schedule.min_lr", "[0, optimizer.lr"}},
+        {"bf16 on the cpu", "[training]\nprecision = @\"bf16\"\n", {"training.precision", "cuda"}},
+        {"cudnn on the cpu", "[model]\nattention = @\"cudnn\"\n", {"model.attention", "cuda"}},
+        {"top_k above vocab", "[model]\nvocab_size = 16\n[run]\nsample_top_k = @40\n", {"run.sample_top_k", "model.vocab_size = 16"}},
+        {"global batch not a multiple", "[training]\nmicro_batch_size = 4\ngrad_accum_steps = 2\nglobal_batch_size = @12\n",
+         {"training.global_batch_size", "multiple of", "8", "got 12"}},
+    };
+    for (const auto& c : cases) {
+        std::string text = c.toml;
+        const std::string pos = take_marker(text);
+        const std::string path = write_file("bad.toml", text);
+        const std::string err = error_of(path);
+        ASSERT_FALSE(err.empty()) << c.what << ": loaded without error:\n" << text;
+        EXPECT_EQ(err.rfind(path + ":" + pos + ": ", 0), 0u) << c.what << ": expected position " << pos << " in: " << err;
+        for (const auto& s : c.must_contain) EXPECT_NE(err.find(s), std::string::npos) << c.what << ": '" << s << "' not in: " << err;
+    }
+}
+
+TEST(Config, SyntaxErrorsNameFileLineAndColumn) {
+    // TOML++ points at the offending character; the line is what matters and what we check exactly.
+    const std::vector<std::pair<std::string, int>> cases = {
+        {"[run]\nmax_steps = 5\nname = \"unterminated\n", 3},
+        {"[model]\nn_layer = 4\nn_layer = 5\n", 3},  // duplicate key
+        {"[run]\n\n\nmax_steps = = 5\n", 4},
+        {"[model\nn_layer = 4\n", 1},
+    };
+    for (const auto& [text, line] : cases) {
+        const std::string path = write_file("syntax.toml", text);
+        const std::string err = error_of(path);
+        const std::regex want("^" + std::regex_replace(path, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") + ":" +
+                              std::to_string(line) + ":[0-9]+: TOML syntax error: .+");
+        EXPECT_TRUE(std::regex_match(err, want)) << text << "\n-> " << err;
+    }
+}
+
+TEST(Config, MissingFileAndDirectoryAreNamed) {
+    const std::string missing = (fs::path(testing::TempDir()) / "no_such_dir" / "none.toml").string();
+    std::string err = error_of(missing);
+    EXPECT_EQ(err.rfind(missing + ": cannot open config file", 0), 0u) << err;
+
+    const std::string dir = fs::path(write_file("x.toml", "")).parent_path().string();
+    err = error_of(dir);
+    EXPECT_EQ(err.rfind(dir + ": cannot read config file", 0), 0u) << err;
+}
+
+TEST(Config, UnreadableFileIsNamed) {
+    const std::string locked = write_file("locked.toml", "[run]\nmax_steps = 5\n");
+    fs::permissions(locked, fs::perms::none);
+    if (std::ifstream(locked).good()) GTEST_SKIP() << "running as root: permissions do not stop reads";
+    const std::string err = error_of(locked);
+    EXPECT_EQ(err.rfind(locked + ": cannot open config file: Permission denied", 0), 0u) << err;
+}
+
+TEST(Config, BadOverridesAreNamed) {
+    const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+        {"run.max_steps", {"--set run.max_steps: ", "section.key=value"}},
+        {"max_steps=5", {"--set max_steps=5: ", "section.key=value"}},
+        {"run.max_stepz=5", {"--set run.max_stepz=...: unknown key", "run.max_steps"}},
+        {"nosuch.key=5", {"--set nosuch.key=...: unknown key"}},
+        {"run.name=demo", {"--set run.name=demo: run.name: the value is not valid TOML", "quotes"}},
+        {"run.max_steps=\"5\"", {"--set run.max_steps=\"5\": run.max_steps: expected an integer"}},
+        {"run.max_steps=0", {"--set run.max_steps=0: run.max_steps: expected an integer >= 1"}},
+        {"run.max_steps=5\nrun.seed=3", {"expected exactly one TOML value"}},
+        {"model.n_head=5", {"--set model.n_head=5: model.n_head: expected a divisor"}},
+    };
+    for (const auto& [ov, parts] : cases) {
+        const std::string err = error_of("", {ov});
+        ASSERT_FALSE(err.empty()) << ov;
+        for (const auto& s : parts) EXPECT_NE(err.find(s), std::string::npos) << "'" << s << "' not in: " << err;
+    }
+}
+
+TEST(Config, OverridesApplyInOrderOverTheFile) {
+    const std::string path = write_file("c.toml", "[run]\nmax_steps = 10\nname = \"file\"\n[optimizer]\nlr = 0.5\n");
+    const Config c = load_config(path, {"run.max_steps=20", "run.name=\"cli\"", "run.max_steps = 30",
+                                        "optimizer.lr=1", "training.precision = 'fp32'"});
+    EXPECT_EQ(c.run.max_steps, 30);
+    EXPECT_EQ(c.run.name, "cli");
+    EXPECT_EQ(c.optimizer.lr, 1.0f);  // an integer for a float key is that float
+    EXPECT_EQ(c.model.n_layer, Config{}.model.n_layer);
+}
+
+TEST(Config, IntegerForAFloatKeyIsTheSameFloat) {
+    const std::string a = write_file("a.toml", "[optimizer]\nlr = 2\nweight_decay = 0\n");
+    const std::string b = write_file("b.toml", "[optimizer]\nlr = 2.0\nweight_decay = 0.0\n");
+    EXPECT_EQ(load_config(a, {}), load_config(b, {}));
+}
+
+TEST(Config, DefaultsMatchTheDocumentedTable) {
+    // docs/config.md: "### [section]" headings, then rows "| `key` | `default` | range | meaning |".
+    std::ifstream docs(std::string(LLMTRAIN_SOURCE_DIR) + "/docs/config.md");
+    ASSERT_TRUE(docs) << "docs/config.md not found";
+    std::map<std::string, std::string> documented;
+    std::string line, section;
+    const std::regex heading(R"(^### \[([a-z_]+)\].*)"), row(R"(^\| `([a-z_0-9]+)` \| `([^`]*)` \|.*)");
+    std::smatch m;
+    while (std::getline(docs, line)) {
+        if (std::regex_match(line, m, heading)) {
+            section = m[1];
+        } else if (std::regex_match(line, m, row)) {
+            documented[section + "." + m[1].str()] = m[2];
+        }
+    }
+    std::map<std::string, std::string> actual;
+    std::istringstream toml(to_toml(Config{}));
+    const std::regex sec_line(R"(^\[([a-z_]+)\]$)"), kv(R"(^([a-z_0-9]+) = (.*)$)");
+    while (std::getline(toml, line)) {
+        if (std::regex_match(line, m, sec_line)) {
+            section = m[1];
+        } else if (std::regex_match(line, m, kv)) {
+            actual[section + "." + m[1].str()] = m[2];
+        }
+    }
+    EXPECT_EQ(actual.size(), 41u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(documented, actual);
+    // An empty file and empty sections are the defaults too.
+    EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});
+    EXPECT_EQ(load_config(write_file("sections.toml", "[run]\n[model]\n[metrics]\n"), {}), Config{});
+    EXPECT_EQ(load_config("", {}), Config{});
+}
+
+TEST(Config, RoundTripOfEveryKey) {
+    // Every key set away from its default, then printed and loaded back.
+    const std::vector<std::string> all = {
+        "run.name=\"r \\\"q\\\" \\\\ \\t é\"", "run.run_dir=\"/tmp/x y\"", "run.backend=\"cuda\"",
+        "run.seed=9223372036854775807", "run.max_steps=7", "run.log_interval=3", "run.eval_interval=0",
+        "run.eval_steps=0", "run.sample_interval=0", "run.sample_tokens=5", "run.sample_top_k=1",
+        "run.sample_temperature=0.7", "run.peak_flops=989e12", "model.n_layer=12", "model.n_head=12",
+        "model.n_embd=768", "model.seq_len=1024", "model.vocab_size=50257", "model.attention=\"cudnn\"",
+        "data.train=\"a.h5\"", "data.val=\"b.h5\"", "training.micro_batch_size=3", "training.global_batch_size=12",
+        "training.grad_accum_steps=2", "training.precision=\"bf16\"", "training.grad_clip=0",
+        "optimizer.lr=3e-4", "optimizer.beta1=0", "optimizer.beta2=0.999", "optimizer.eps=1e-6",
+        "optimizer.weight_decay=0", "lr_schedule.decay=\"linear\"", "lr_schedule.warmup_steps=0",
+        "lr_schedule.min_lr=3e-5", "parallel.dp=2", "activation_checkpoint.ratio=1",
+        "checkpoint.interval=0", "checkpoint.keep_last=0", "checkpoint.resume=\"runs/x/checkpoints/step_5\"",
+        "metrics.enabled=false", "metrics.listen=\"localhost:0\""};
+    const Config c = load_config("", all);
+    // Each override changed exactly its own line of the printout.
+    std::istringstream a(to_toml(Config{})), b(to_toml(c));
+    std::string la, lb;
+    int differing = 0;
+    while (std::getline(a, la) && std::getline(b, lb)) differing += la != lb;
+    EXPECT_EQ(differing, int(all.size()));
+    EXPECT_EQ(load_config(write_file("rt.toml", to_toml(c)), {}), c);
+    EXPECT_EQ(load_config(write_file("rt0.toml", to_toml(Config{})), {}), Config{});
+}
+
+TEST(Config, FloatsRoundTripBitExactly) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> log10(-30, 30);
+    for (int i = 0; i < 300; ++i) {
+        Config c;
+        c.optimizer.lr = static_cast<float>(std::pow(10.0, log10(rng)));
+        c.lr_schedule.min_lr = c.optimizer.lr * std::uniform_real_distribution<float>(0, 1)(rng);
+        c.run.peak_flops = std::pow(10.0, log10(rng) + 10);
+        const Config back = load_config(write_file("f.toml", to_toml(c)), {});
+        ASSERT_EQ(back.optimizer.lr, c.optimizer.lr) << to_toml(c);
+        ASSERT_EQ(back.lr_schedule.min_lr, c.lr_schedule.min_lr);
+        ASSERT_EQ(back.run.peak_flops, c.run.peak_flops);
+    }
+}
+
+TEST(Config, ResolveBatchMatchesBruteForce) {
+    // Reference: the unique (global, accum) with global = micro * dp * accum, accum >= 1, that agrees
+    // with every key the user set (0 = unset; neither set means accum = 1); an error if none exists.
+    for (int micro = 1; micro <= 3; ++micro)
+        for (int dp = 1; dp <= 4; ++dp)
+            for (int global = 0; global <= 30; ++global)
+                for (int accum = 0; accum <= 4; ++accum) {
+                    int want_g = -1, want_a = -1;
+                    for (int a = 1; a <= 30 && want_a < 0; ++a) {
+                        const int g = micro * dp * a;
+                        const bool ok = (global == 0 || g == global) && (accum == 0 || a == accum) &&
+                                        (global != 0 || accum != 0 || a == 1);
+                        if (ok) want_g = g, want_a = a;
+                    }
+                    Config c;
+                    c.training.micro_batch_size = micro;
+                    c.training.global_batch_size = global;
+                    c.training.grad_accum_steps = accum;
+                    if (want_a < 0) {
+                        EXPECT_THROW(resolve_batch(c, dp), ConfigError) << micro << " " << dp << " " << global << " " << accum;
+                    } else {
+                        ASSERT_NO_THROW(resolve_batch(c, dp));
+                        EXPECT_EQ(c.training.global_batch_size, want_g);
+                        EXPECT_EQ(c.training.grad_accum_steps, want_a);
+                    }
+                }
+    Config c;
+    EXPECT_THROW(resolve_batch(c, 0), ConfigError);
+    c.training.micro_batch_size = 16;
+    c.training.global_batch_size = 48;
+    try {
+        resolve_batch(c, 2);
+        FAIL() << "48 is not a multiple of 16 x 2";
+    } catch (const ConfigError& e) {
+        EXPECT_NE(std::string(e.what()).find("training.global_batch_size"), std::string::npos) << e.what();
+    }
+}
+
+namespace {
+uint64_t fnv1a64_reference(const std::string& s) {
+    uint64_t h = 14695981039346656037ull;
+    for (unsigned char ch : s) h = (h ^ ch) * 1099511628211ull;
+    return h;
+}
+}  // namespace
+
+TEST(Config, ModelHashIsFnv1aOfTheShape) {
+    ASSERT_EQ(fnv1a64_reference("a"), 0xaf63dc4c8601ec8cull);  // published FNV-1a 64 test vector
+    Config c;
+    char want[17];
+    std::snprintf(want, sizeof want, "%016llx",
+                  (unsigned long long)fnv1a64_reference(
+                      "gpt2:n_layer=4,n_head=4,n_embd=256,seq_len=256,vocab_size=8192"));
+    EXPECT_EQ(model_config_hash(c), want);
+    const std::string base = model_config_hash(c);
+    Config other = c;
+    other.optimizer.lr = 0.5f;
+    other.run.name = "x";
+    other.training.micro_batch_size = 1;
+    EXPECT_EQ(model_config_hash(other), base);  // only the shape counts
+    for (auto change : std::vector<void (*)(Config&)>{[](Config& x) { x.model.n_layer++; },
+                                                      [](Config& x) { x.model.n_head = 8; },
+                                                      [](Config& x) { x.model.n_embd = 512; },
+                                                      [](Config& x) { x.model.seq_len++; },
+                                                      [](Config& x) { x.model.vocab_size++; }}) {
+        Config d = c;
+        change(d);
+        EXPECT_NE(model_config_hash(d), base);
+    }
+}
+
+TEST(Configs, ShippedConfigsLoadWithGpt2Shapes) {
+    struct Shipped {
+        const char* file;
+        int n_layer, n_head, n_embd, seq_len, vocab_size;
+        double params;  // published GPT-2 parameter counts (tied wte), and the tiny model's
+    };
+    const std::vector<Shipped> shipped = {{"tiny", 4, 4, 256, 256, 8192, 0},
+                                          {"gpt2-124m", 12, 12, 768, 1024, 50257, 124439808},
+                                          {"gpt2-350m", 24, 16, 1024, 1024, 50257, 354823168},
+                                          {"gpt2-774m", 36, 20, 1280, 1024, 50257, 774030080},
+                                          {"gpt2-1.5b", 48, 25, 1600, 1024, 50257, 1557611200}};
+    for (const auto& s : shipped) {
+        const std::string path = std::string(LLMTRAIN_SOURCE_DIR) + "/configs/" + s.file + ".toml";
+        Config c;
+        ASSERT_NO_THROW(c = load_config(path, {})) << path;
+        const auto& m = c.model;
+        EXPECT_EQ(m.n_layer, s.n_layer) << path;
+        EXPECT_EQ(m.n_head, s.n_head) << path;
+        EXPECT_EQ(m.n_embd, s.n_embd) << path;
+        EXPECT_EQ(m.seq_len, s.seq_len) << path;
+        EXPECT_EQ(m.vocab_size, s.vocab_size) << path;
+        // wte + wpe + per layer (2 LayerNorms, qkv, proj, fc, fc proj: 12C^2 + 13C) + ln_f
+        const double C = m.n_embd, params = double(m.vocab_size) * C + double(m.seq_len) * C +
+                                            m.n_layer * (12 * C * C + 13 * C) + 2 * C;
+        if (s.params > 0) EXPECT_EQ(params, s.params) << path;
+        const bool gpu = s.params > 0;
+        EXPECT_EQ(c.run.backend, gpu ? "cuda" : "cpu") << path;
+        EXPECT_EQ(c.training.precision, gpu ? "bf16" : "fp32") << path;
+        EXPECT_EQ(c.metrics.listen, "127.0.0.1:9400") << path;
+        for (int dp : {1, 2, 4, 8}) {
+            Config r = c;
+            if (!gpu && dp > 1) continue;  // tiny fixes grad_accum_steps, its global batch follows dp
+            ASSERT_NO_THROW(resolve_batch(r, dp)) << path << " dp " << dp;
+            if (gpu) EXPECT_EQ(r.training.global_batch_size, c.training.global_batch_size) << path;
+        }
+    }
+}
+
+namespace {
+CliArgs parse(std::vector<const char*> argv) {
+    argv.insert(argv.begin(), "llmtrain");
+    return parse_cli(int(argv.size()), argv.data());
+}
+}  // namespace
+
+TEST(Cli, FlagsAndRepeatedOverrides) {
+    const CliArgs a = parse({"--config", "c.toml", "--set", "run.max_steps=5", "--set=run.name=\"x\"",
+                             "--print-config", "--dry-run"});
+    EXPECT_FALSE(a.exit_now);
+    EXPECT_EQ(a.config_path, "c.toml");
+    EXPECT_EQ(a.overrides, (std::vector<std::string>{"run.max_steps=5", "run.name=\"x\""}));
+    EXPECT_TRUE(a.print_config);
+    EXPECT_TRUE(a.dry_run);
+    const CliArgs none = parse({});
+    EXPECT_FALSE(none.exit_now);
+    EXPECT_TRUE(none.config_path.empty());
+    EXPECT_FALSE(none.print_config || none.dry_run);
+}
+
+TEST(Cli, HelpAndVersionExitZeroUsageErrorsExitTwo) {
+    for (auto argv : std::vector<std::vector<const char*>>{{"--help"}, {"--version"}}) {
+        const CliArgs a = parse(argv);
+        EXPECT_TRUE(a.exit_now) << argv[0];
+        EXPECT_EQ(a.exit_code, kExitOk) << argv[0];
+    }
+    for (auto argv : std::vector<std::vector<const char*>>{
+             {"--bogus"}, {"--config"}, {"stray"}, {"--set", "a.b=1", "c.d=2"}, {"--set"}}) {
+        const CliArgs a = parse(argv);
+        EXPECT_TRUE(a.exit_now) << argv[0];
+        EXPECT_EQ(a.exit_code, kExitUsage) << argv[0];
+    }
+}
