@@ -1,4 +1,9 @@
 // model/backend.cpp — make_backend: picks the CPU or CUDA backend by name (see backend.hpp).
+//
+// The CUDA hook: make_cuda_backend() and cuda_device_count() (model/cuda/cuda_backend.hpp) are
+// referenced weakly. They resolve only in executables that link a CUDA backend object library
+// (llmtrain_cuda with nvcc, llmtrain_cuda_emu on the emulator); elsewhere their address is null
+// and "cuda" is refused with a clear message, so CPU-only binaries need no CUDA runtime.
 #include "model/backend.hpp"
 
 #include <stdexcept>
@@ -8,35 +13,25 @@
 
 namespace llmtrain {
 
-// The CUDA hook: make_cuda_backend is defined by llmtrain_cuda (nvcc) or llmtrain_cuda_emu (the CPU
-// emulator) when the executable links one of them; in a CPU-only executable this weak reference
-// is null. It throws when no device is present, and "auto" then falls back to the CPU.
 std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaBackendOptions& options)
     __attribute__((weak));
+int cuda_device_count() __attribute__((weak));
 
 std::unique_ptr<Ops> make_backend(const std::string& name, const std::string& precision) {
     if (precision != "fp32" && precision != "bf16")
         throw std::runtime_error("backend: precision must be \"fp32\" or \"bf16\", got \"" + precision + "\"");
-    if (name == "cpu") {
-        if (precision != "fp32")
-            throw std::runtime_error("backend: the cpu backend computes in fp32 only; precision \"" +
-                                     precision + "\" needs backend = \"cuda\"");
-        return make_cpu_backend();
+    const bool have_cuda = &make_cuda_backend != nullptr && &cuda_device_count != nullptr;
+    if (name == "cuda") {
+        if (!have_cuda)
+            throw std::runtime_error("backend \"cuda\": this build has no CUDA backend (this executable was "
+                                     "linked without it); use backend = \"cpu\"");
+        return make_cuda_backend(precision, CudaBackendOptions{});
     }
-    if (name == "cuda" || name == "auto") {
-        if (make_cuda_backend != nullptr) {
-            if (name == "cuda") return make_cuda_backend(precision, {});
-            try {
-                return make_cuda_backend(precision, {});
-            } catch (const std::runtime_error&) {
-            }
-        } else if (name == "cuda") {
-            throw std::runtime_error("backend \"cuda\": this build has no CUDA backend (rebuild with the "
-                                     "CUDA toolkit), use backend = \"cpu\"");
-        }
+    if (name == "auto" && have_cuda && cuda_device_count() > 0) return make_cuda_backend(precision, CudaBackendOptions{});
+    if (name == "cpu" || name == "auto") {
         if (precision != "fp32")
-            throw std::runtime_error("backend \"auto\": no CUDA device, and the cpu backend runs fp32 "
-                                     "only, not \"" + precision + "\"");
+            throw std::runtime_error("backend \"" + name + "\": the cpu backend computes in fp32 only; precision \"" +
+                                     precision + "\" needs a CUDA device");
         return make_cpu_backend();
     }
     throw std::runtime_error("backend: unknown backend \"" + name + "\" (expected \"cpu\", \"cuda\" or \"auto\")");
