@@ -221,7 +221,7 @@ Check<std::string> listen_address() {
             parse_listen(v);
             return "";
         } catch (const MetricsError&) {
-            return "\"host:port\" with a host (IPv4 address, host name or [IPv6]) and a port in [0, 65535]; "
+            return "\"host:port\" with a host (IPv4 address or host name) and a port in [0, 65535]; "
                    "a bare port would bind every interface";
         }
     };

@@ -25,11 +25,8 @@ bool all_digits(const std::string& s) {
 }
 
 /// An IPv4 literal (four decimal parts 0..255) or a host name (letters, digits, '-', '.').
+/// Not IPv6: Debian's civetweb is built without it.
 bool valid_host(const std::string& h) {
-    if (h.size() >= 2 && h.front() == '[' && h.back() == ']') {  // [IPv6]
-        const std::string inner = h.substr(1, h.size() - 2);
-        return !inner.empty() && inner.find_first_not_of("0123456789abcdefABCDEF:.") == std::string::npos;
-    }
     if (h.empty() || h.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") !=
                          std::string::npos)
         return false;
@@ -59,7 +56,7 @@ ListenAddress parse_listen(const std::string& listen) {
     a.host = listen.substr(0, colon);
     const std::string port = listen.substr(colon + 1);
     if (!valid_host(a.host))
-        throw MetricsError("metrics.listen \"" + listen + "\": expected an IPv4 address, a host name or [IPv6] before ':', got \"" +
+        throw MetricsError("metrics.listen \"" + listen + "\": expected an IPv4 address or a host name before ':' (no IPv6), got \"" +
                            a.host + "\"");
     if (!all_digits(port) || port.size() > 5 || std::stoi(port) > 65535)
         throw MetricsError("metrics.listen \"" + listen + "\": expected a port in [0, 65535] after ':', got \"" + port +
@@ -125,8 +122,8 @@ Metrics::Metrics(const std::string& listen, int port_offset, const std::string& 
         // One worker thread: Prometheus scrapes one request at a time.
         m.exposer = std::make_unique<prometheus::Exposer>(bind, 1);
     } catch (const std::exception& e) {
-        throw MetricsError("metrics.listen " + bind + ": cannot listen (port in use or address not local?): " +
-                           e.what());
+        throw MetricsError("metrics.listen " + bind + ": cannot listen: the port is in use or the address is not this machine's (" +
+                           e.what() + ")");
     }
     m.exposer->RegisterCollectable(m.registry);
 }

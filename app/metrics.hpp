@@ -18,7 +18,7 @@ struct MetricsError : std::runtime_error {
 
 /// A parsed metrics.listen address.
 struct ListenAddress {
-    std::string host;  ///< IPv4 literal ("127.0.0.1"), host name ("localhost") or bracketed IPv6 ("[::1]")
+    std::string host;  ///< IPv4 literal ("127.0.0.1") or host name ("localhost"); civetweb has no IPv6 here
     int port = 0;      ///< [0, 65535]; 0 = the OS picks a free port
 };
 

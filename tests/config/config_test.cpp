@@ -127,9 +127,10 @@ TEST(Config, SyntaxErrorsNameFileLineAndColumn) {
     for (const auto& [text, line] : cases) {
         const std::string path = write_file("syntax.toml", text);
         const std::string err = error_of(path);
-        const std::regex want("^" + std::regex_replace(path, std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") + ":" +
-                              std::to_string(line) + ":[0-9]+: TOML syntax error: .+");
-        EXPECT_TRUE(std::regex_match(err, want)) << text << "\n-> " << err;
+        const std::string prefix = path + ":" + std::to_string(line) + ":";
+        ASSERT_EQ(err.rfind(prefix, 0), 0u) << text << "\n-> " << err;
+        EXPECT_TRUE(std::regex_match(err.substr(prefix.size()), std::regex("[0-9]+: TOML syntax error: .+")))
+            << text << "\n-> " << err;
     }
 }
 
@@ -355,8 +356,10 @@ TEST(Configs, ShippedConfigsLoadWithGpt2Shapes) {
         // wte + wpe + per layer (2 LayerNorms, qkv, proj, fc, fc proj: 12C^2 + 13C) + ln_f
         const double C = m.n_embd, params = double(m.vocab_size) * C + double(m.seq_len) * C +
                                             m.n_layer * (12 * C * C + 13 * C) + 2 * C;
-        if (s.params > 0) EXPECT_EQ(params, s.params) << path;
         const bool gpu = s.params > 0;
+        if (gpu) {
+            EXPECT_EQ(params, s.params) << path;
+        }
         EXPECT_EQ(c.run.backend, gpu ? "cuda" : "cpu") << path;
         EXPECT_EQ(c.training.precision, gpu ? "bf16" : "fp32") << path;
         EXPECT_EQ(c.metrics.listen, "127.0.0.1:9400") << path;
@@ -364,7 +367,9 @@ TEST(Configs, ShippedConfigsLoadWithGpt2Shapes) {
             Config r = c;
             if (!gpu && dp > 1) continue;  // tiny fixes grad_accum_steps, its global batch follows dp
             ASSERT_NO_THROW(resolve_batch(r, dp)) << path << " dp " << dp;
-            if (gpu) EXPECT_EQ(r.training.global_batch_size, c.training.global_batch_size) << path;
+            if (gpu) {
+                EXPECT_EQ(r.training.global_batch_size, c.training.global_batch_size) << path;
+            }
         }
     }
 }

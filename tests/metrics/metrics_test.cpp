@@ -1,0 +1,198 @@
+// tests/metrics/metrics_test.cpp — the Prometheus exporter, scraped over a plain loopback socket.
+// Reference: the values the test sets, and the Prometheus text exposition format (one sample per
+// line: name{label="value",...} number); histogram buckets are cumulative counts.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+#include <regex>
+#include <sstream>
+
+#include "app/metrics.hpp"
+
+using namespace llmtrain;
+
+namespace {
+
+/// GET http://127.0.0.1:port/path with HTTP/1.0; returns the body ("" on any failure).
+std::string http_get(int port, const std::string& path) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return "";
+    timeval tv{5, 0};  // a hung server fails the test instead of blocking it
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string out;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
+        const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+        if (write(fd, req.data(), req.size()) == ssize_t(req.size())) {
+            char buf[4096];
+            ssize_t n;
+            while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, size_t(n));
+        }
+    }
+    close(fd);
+    const auto body = out.find("\r\n\r\n");
+    return body == std::string::npos ? "" : out.substr(body + 4);
+}
+
+/// The samples of an exposition: "name{labels}" -> value, labels sorted by name (their order in
+/// the exposition carries no meaning).
+std::map<std::string, double> samples(const std::string& text) {
+    std::map<std::string, double> out;
+    std::istringstream in(text);
+    std::string line;
+    const std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})? (\S+)$)");
+    const std::regex label(R"re(([a-zA-Z_]\w*)="([^"]*)")re");
+    std::smatch m;
+    while (std::getline(in, line)) {
+        if (line.empty() || line[0] == '#' || !std::regex_match(line, m, sample)) continue;
+        std::map<std::string, std::string> labels;
+        const std::string inside = m[3];
+        for (std::sregex_iterator it(inside.begin(), inside.end(), label), end; it != end; ++it)
+            labels[(*it)[1]] = (*it)[2];
+        std::string key = m[1];
+        if (!labels.empty()) {
+            std::string sep = "{";
+            for (const auto& [k, v] : labels) key += sep + k + "=\"" + v + "\"", sep = ",";
+            key += "}";
+        }
+        out[key] = std::stod(m[4]);  // stod reads "+Inf" too
+    }
+    return out;
+}
+
+/// A socket listening on 127.0.0.1 at an OS-picked port; closed on destruction.
+struct Listener {
+    int fd = -1, port = 0;
+    Listener() {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+        listen(fd, 1);
+        socklen_t len = sizeof a;
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+        port = ntohs(a.sin_port);
+    }
+    ~Listener() { close(fd); }
+};
+
+}  // namespace
+
+TEST(Metrics, ScrapeShowsEveryMetricWithRunAndRankLabels) {
+    Metrics m("127.0.0.1:0", 5, "unit-run", 3);  // port 0: the offset does not apply
+    ASSERT_GT(m.port(), 0);
+    m.set_step(42);
+    m.set_loss(3.25);
+    m.set_val_loss(3.5);
+    m.set_learning_rate(6e-4);
+    m.set_grad_norm(0.75);
+    m.add_tokens(4096);
+    m.add_tokens(4096);
+    m.set_tokens_per_second(2500.5);
+    m.set_mfu(0.125);
+    m.observe_step_seconds(0.003);
+    m.observe_step_seconds(0.3);
+    m.observe_step_seconds(250);  // beyond the last bucket: only +Inf
+    m.set_memory_bytes("params", 1048576);
+    m.set_memory_bytes("activations", 2048);
+    m.set_memory_bytes("params", 4096);  // replaces
+    m.observe_checkpoint_seconds(1.5);
+    m.observe_checkpoint_seconds(0.5);
+
+    const std::string text = http_get(m.port(), "/metrics");
+    ASSERT_FALSE(text.empty()) << "no answer on port " << m.port();
+    const auto s = samples(text);
+    const std::string L = R"(rank="3",run="unit-run")";  // sorted by name, as samples() keys are
+    const std::map<std::string, double> want = {
+        {"llmtrain_step{" + L + "}", 42},
+        {"llmtrain_loss{" + L + "}", 3.25},
+        {"llmtrain_val_loss{" + L + "}", 3.5},
+        {"llmtrain_learning_rate{" + L + "}", 6e-4},
+        {"llmtrain_grad_norm{" + L + "}", 0.75},
+        {"llmtrain_tokens_total{" + L + "}", 8192},
+        {"llmtrain_tokens_per_second{" + L + "}", 2500.5},
+        {"llmtrain_mfu_ratio{" + L + "}", 0.125},
+        {"llmtrain_checkpoint_seconds{" + L + "}", 0.5},
+        {"llmtrain_checkpoints_total{" + L + "}", 2},
+        {"llmtrain_memory_bytes{category=\"params\"," + L + "}", 4096},
+        {"llmtrain_memory_bytes{category=\"activations\"," + L + "}", 2048},
+        {"llmtrain_step_seconds_count{" + L + "}", 3},
+        {"llmtrain_step_seconds_sum{" + L + "}", 250.303},
+        {"llmtrain_step_seconds_bucket{le=\"0.001\"," + L + "}", 0},
+        {"llmtrain_step_seconds_bucket{le=\"0.005\"," + L + "}", 1},
+        {"llmtrain_step_seconds_bucket{le=\"0.25\"," + L + "}", 1},
+        {"llmtrain_step_seconds_bucket{le=\"0.5\"," + L + "}", 2},
+        {"llmtrain_step_seconds_bucket{le=\"100\"," + L + "}", 2},
+        {"llmtrain_step_seconds_bucket{le=\"+Inf\"," + L + "}", 3},
+    };
+    for (const auto& [name, value] : want) {
+        auto it = s.find(name);
+        ASSERT_NE(it, s.end()) << name << " missing from:\n" << text;
+        EXPECT_NEAR(it->second, value, 1e-9 * std::max(1.0, std::fabs(value))) << name;
+    }
+    // Types as Prometheus expects them; bucket bounds span 1 ms .. 100 s.
+    for (const char* t : {"# TYPE llmtrain_loss gauge", "# TYPE llmtrain_tokens_total counter",
+                          "# TYPE llmtrain_checkpoints_total counter", "# TYPE llmtrain_step_seconds histogram",
+                          "# TYPE llmtrain_memory_bytes gauge"})
+        EXPECT_NE(text.find(t), std::string::npos) << t;
+    int buckets = 0;
+    for (const auto& [name, v] : s) buckets += name.rfind("llmtrain_step_seconds_bucket", 0) == 0;
+    EXPECT_EQ(buckets, 17);  // 16 bounds + +Inf
+}
+
+TEST(Metrics, PortOffsetIsAddedToANonZeroPort) {
+    int free_port;
+    {
+        Listener probe;  // a port that was free a moment ago
+        free_port = probe.port;
+    }
+    Metrics m("127.0.0.1:" + std::to_string(free_port - 2), 2, "r", 2);
+    EXPECT_EQ(m.port(), free_port);
+    EXPECT_FALSE(http_get(free_port, "/metrics").empty());
+}
+
+TEST(Metrics, PortInUseIsAMetricsErrorNamingTheAddress) {
+    Listener busy;
+    const std::string addr = "127.0.0.1:" + std::to_string(busy.port);
+    try {
+        Metrics m(addr, 0, "r", 0);
+        FAIL() << "bound a port that is in use";
+    } catch (const MetricsError& e) {
+        EXPECT_NE(std::string(e.what()).find(addr), std::string::npos) << e.what();
+    }
+    // Two exporters on one port: the second fails the same way.
+    Metrics first("127.0.0.1:0", 0, "r", 0);
+    EXPECT_THROW(Metrics("127.0.0.1:" + std::to_string(first.port()), 0, "r", 1), MetricsError);
+    EXPECT_THROW(Metrics("127.0.0.1:65535", 1, "r", 1), MetricsError);  // offset past 65535
+}
+
+TEST(Metrics, ListenAddressesAreParsedStrictly) {
+    const std::vector<std::pair<std::string, ListenAddress>> good = {
+        {"127.0.0.1:9400", {"127.0.0.1", 9400}}, {"0.0.0.0:0", {"0.0.0.0", 0}},
+        {"localhost:65535", {"localhost", 65535}},
+        {"node-7.cluster:80", {"node-7.cluster", 80}}};
+    for (const auto& [text, want] : good) {
+        const ListenAddress a = parse_listen(text);
+        EXPECT_EQ(a.host, want.host) << text;
+        EXPECT_EQ(a.port, want.port) << text;
+    }
+    for (const char* bad : {"9400", ":9400", "127.0.0.1", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:-1",
+                            "127.0.0.1:94a0", "256.0.0.1:9400", "1.2.3:9400", "a b:9400", "[::1]:9400",
+                            "127.0.0.1:9400,9401", "127.0.0.1:9400s", "127.0.0.1: 9400"}) {
+        try {
+            parse_listen(bad);
+            ADD_FAILURE() << "accepted " << bad;
+        } catch (const MetricsError& e) {
+            EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+        }
+    }
+}
