@@ -18,8 +18,9 @@ namespace llmtrain {
 namespace {
 
 h5::Handle open_attr(hid_t file, const char* name, H5T_class_t want, const std::string& path) {
-    htri_t exists = H5Aexists(file, name);
-    if (exists <= 0) throw DataError(path + ": missing attribute '" + name + "' on /");
+    htri_t exists = H5Aexists(file, name);  // < 0: the root object header is unreadable (checksum)
+    h5::check_status(exists, path + ": attributes of /");
+    if (exists == 0) throw DataError(path + ": missing attribute '" + name + "' on /");
     h5::Handle attr(h5::check(H5Aopen(file, name, H5P_DEFAULT), path + ": attribute " + name));
     h5::Handle type(h5::check(H5Aget_type(attr.get()), path + ": attribute " + name));
     h5::Handle space(h5::check(H5Aget_space(attr.get()), path + ": attribute " + name));
@@ -61,7 +62,9 @@ std::string read_string_attr(hid_t file, const char* name, const std::string& pa
 
 // Opens a 1-D dataset, returning it and its length.
 h5::Handle open_1d(hid_t file, const char* name, hsize_t* n, const std::string& path) {
-    if (H5Lexists(file, name, H5P_DEFAULT) <= 0) throw DataError(path + ": missing dataset " + name);
+    htri_t exists = H5Lexists(file, name, H5P_DEFAULT);
+    h5::check_status(exists, path + ": links of /");
+    if (exists == 0) throw DataError(path + ": missing dataset " + name);
     h5::Handle ds(h5::check(H5Dopen2(file, name, H5P_DEFAULT), path + ": open " + name));
     h5::Handle space(h5::check(H5Dget_space(ds.get()), path + ": " + name));
     if (H5Sget_simple_extent_ndims(space.get()) != 1)
@@ -133,7 +136,7 @@ TokenDataset::TokenDataset(const std::string& path) : impl_(std::make_unique<Imp
     info.n_docs = n_offsets - 1;
 
     h5::Handle tok_ds = open_1d(f, "tokenizer", &n_tok_bytes, path);
-    auto bytes = read_all<char>(tok_ds.get(), H5T_NATIVE_CHAR, n_tok_bytes, path + ": read /tokenizer");
+    auto bytes = read_all<unsigned char>(tok_ds.get(), H5T_NATIVE_UCHAR, n_tok_bytes, path + ": read /tokenizer");
     d.tokenizer.assign(bytes.begin(), bytes.end());
     std::string actual = sha256_hex(d.tokenizer);
     if (actual != info.tokenizer_sha256)
