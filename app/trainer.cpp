@@ -164,10 +164,12 @@ struct Trainer::Impl {
     void train_step(float* loss, float* lr, float* norm) {
         *lr = sched.at(int(step));
         gpt->zero_grads();
+        // dloss is d(loss)/d(per-position loss): the step's loss is the mean over B*T*accum positions.
+        const float dloss = 1.0f / (float(B) * float(T) * float(accum));
         double sum = 0;
         for (int a = 0; a < accum; ++a) {
             train->next(inputs.data(), targets.data());
-            sum += gpt->forward_backward(inputs.data(), targets.data(), 1.0f / float(accum));
+            sum += gpt->forward_backward(inputs.data(), targets.data(), dloss);
         }
         if (dp > 1) all_reduce_grads();
         // The grads now hold the sum over ranks: the averaged gradient is grads / dp.

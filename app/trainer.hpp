@@ -3,8 +3,8 @@
 // checkpoints, exact resume, and a clean stop on SIGTERM/SIGINT.
 //
 // One optimizer step: zero grads; grad_accum_steps times { next train micro-batch, forward_backward
-// with dloss = 1/grad_accum_steps }; sum the grads over the dp ranks (Comm, rank order); norm of the
-// averaged gradient; AdamW with grad_scale = clip_scale(norm) / dp (averaging and clipping folded
+// with dloss = 1/(B*T*grad_accum_steps) per position }; sum the grads over the dp ranks (Comm, rank
+// order); norm of the averaged gradient; AdamW with grad_scale = clip_scale(norm) / dp (averaging and clipping folded
 // into one scale). global_batch_size = micro_batch_size * grad_accum_steps * dp sequences.
 #pragma once
 #include <cstdint>
