@@ -139,6 +139,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
         for (int r = 0; r < n; ++r) {
             off[r] = static_cast<int>(count * r / n);
             cnt[r] = static_cast<int>(count * (r + 1) / n) - off[r];
+        }
+        for (int r = 0; r < n; ++r) {  // my chunk arrives from every rank, stacked in rank order
             from_cnt[r] = cnt[me];
             from_off[r] = r * cnt[me];
         }
