@@ -43,6 +43,7 @@ std::string read_string_attr(hid_t file, const char* name, const std::string& pa
     h5::Handle ftype(h5::check(H5Aget_type(attr.get()), path));
     h5::Handle mtype(h5::check(H5Tcopy(H5T_C_S1), path));
     const std::string ctx = path + ": attribute " + name;
+    h5::check_status(H5Tset_cset(mtype.get(), H5Tget_cset(ftype.get())), ctx);  // h5py writes UTF-8
     if (H5Tis_variable_str(ftype.get()) > 0) {
         h5::check_status(H5Tset_size(mtype.get(), H5T_VARIABLE), ctx);
         char* s = nullptr;
