@@ -436,7 +436,56 @@ TEST_F(E2E, DataParallelMatchesReference) {
     EXPECT_NE(log.find("dp 2"), std::string::npos);
 }
 
+/// Direct children of `pid` (from /proc/<child>/stat's ppid field).
+std::vector<pid_t> children_of(pid_t pid) {
+    std::vector<pid_t> out;
+    for (const auto& e : fs::directory_iterator("/proc")) {
+        const std::string name = e.path().filename().string();
+        if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+        std::string stat = read_file(e.path() / "stat");
+        auto close = stat.rfind(')');
+        if (close == std::string::npos) continue;
+        std::istringstream rest(stat.substr(close + 2));
+        std::string state;
+        long ppid = 0;
+        rest >> state >> ppid;
+        if (ppid == pid) out.push_back(pid_t(std::stol(name)));
+    }
+    return out;
+}
+
+TEST_F(E2E, DataParallelStopsTogetherOnOneRanksSignal) {
+    // SIGTERM to one rank only: the flag is all-reduced each step, so both ranks stop after the
+    // same step, rank 0 saves it, and the job exits 0.
+    const fs::path rd = case_dir() / "dp2";
+    auto args = llmtrain_args(rd, {"run.max_steps=1000000", "run.log_interval=100000", "run.eval_interval=0",
+                                   "run.sample_interval=0"});
+    args.insert(args.begin(), {MPIEXEC, "--oversubscribe", "-np", "2"});
+    const fs::path out = case_dir() / "mpi.out", err = case_dir() / "mpi.err";
+    pid_t mpirun = spawn(args, out, err);
+    bool started = false;
+    for (int i = 0; i < 600 && !started; ++i) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        started = fs::exists(rd / "losses.tsv") && train_losses(rd).size() >= 3;
+    }
+    ASSERT_TRUE(started) << read_file(err);
+    auto ranks = children_of(mpirun);
+    ASSERT_EQ(ranks.size(), 2u);
+    kill(ranks.back(), SIGTERM);
+    Proc p = wait_for(mpirun, out, err);
+    ASSERT_EQ(p.code, 0) << p.err;
+    const int64_t k = train_losses(rd).rbegin()->first;
+    EXPECT_NE(p.out.find("stopping after step " + std::to_string(k)), std::string::npos) << p.out;
+    EXPECT_TRUE(fs::exists(rd / "checkpoints" / ("step_" + std::to_string(k)) / "state.toml"));
+}
+
 int main(int argc, char** argv) {
     ::testing::InitGoogleTest(&argc, argv);
-    return RUN_ALL_TESTS();
+    const int rc = RUN_ALL_TESTS();
+    // ctest runs one case per entry: a filter that matches nothing must fail, not pass.
+    if (::testing::UnitTest::GetInstance()->test_to_run_count() == 0) {
+        std::fprintf(stderr, "no test matched the filter\n");
+        return 1;
+    }
+    return rc;
 }
