@@ -1,0 +1,308 @@
+// tests/cuda/test_cuda_ops.cpp — every op of the CUDA backend, run under cuda_emu, against the CPU
+// backend (the fp32 reference of tests/model) on the same inputs, at odd sizes: B 3, T 17,
+// n_embd 48, n_head 3 (head size 16), vocab 101 padded to 128. Each test runs in fp32 and bf16 and
+// under forward, reverse and random thread orders (cuda_test_util.hpp states the tolerances).
+// Gradients that the ops accumulate (+=) start from random values, so the += is checked too.
+#include <numeric>
+
+#include "tests/cuda/cuda_test_util.hpp"
+
+namespace llmtrain::cudatest {
+namespace {
+
+constexpr int B = 3, T = 17, C = 48, NH = 3, V = 101, Vp = 128, N = B * T;
+
+using OpsTest = CudaVsCpu;
+
+TEST_P(OpsTest, EncoderForwardBackward) {
+    std::vector<int> tok(N);
+    for (int i = 0; i < N; i++) tok[i] = (i * 7 + 3) % 13;  // repeated tokens: several positions per wte row
+    tok[5] = V - 1;
+    const auto wte = rnd(static_cast<size_t>(Vp) * C, 1), wpe = rnd(static_cast<size_t>(T) * C, 2);
+    const auto dout = rnd(static_cast<size_t>(N) * C, 3);
+    const auto dwte0 = rnd(wte.size(), 4), dwpe0 = rnd(wpe.size(), 5);
+    std::vector<float> res[2][3];
+    Ops* backends[2] = {cpu.get(), cuda.get()};
+    for (int k = 0; k < 2; k++) {
+        Ops& o = *backends[k];
+        const DType dt = o.act_dtype();
+        DevBuf itok = upload_ints(o, tok), dwte_w = upload(o, wte, dt), dwpe_w = upload(o, wpe, dt);
+        DevBuf out(o, static_cast<size_t>(N) * C * dtype_size(dt));
+        DevBuf dgo = upload(o, dout, dt), dwte = upload(o, dwte0, dt), dwpe = upload(o, dwpe0, dt);
+        o.encoder_forward(out.ptr, itok.as<int>(), dwte_w.ptr, dwpe_w.ptr, B, T, C);
+        o.encoder_backward(dwte.ptr, dwpe.ptr, dgo.ptr, itok.as<int>(), B, T, C);
+        res[k][0] = download(o, out.ptr, static_cast<size_t>(N) * C, dt);
+        res[k][1] = download(o, dwte.ptr, wte.size(), dt);
+        res[k][2] = download(o, dwpe.ptr, wpe.size(), dt);
+    }
+    expect_close("encoder out", res[1][0], res[0][0], tol);
+    expect_close("dwte", res[1][1], res[0][1], tol);
+    expect_close("dwpe", res[1][2], res[0][2], tol);
+}
+
+TEST_P(OpsTest, LayerNormForwardAndFusedResidual) {
+    const auto a = rnd(static_cast<size_t>(N) * C, 10, -2, 2), b = rnd(a.size(), 11);
+    const auto w = rnd(C, 12, 0.5f, 1.5f), bias = rnd(C, 13);
+    std::vector<float> res[2][6];
+    Ops* backends[2] = {cpu.get(), cuda.get()};
+    for (int k = 0; k < 2; k++) {
+        Ops& o = *backends[k];
+        const DType dt = o.act_dtype();
+        DevBuf da = upload(o, a, dt), db = upload(o, b, dt), dw = upload(o, w, dt), dbias = upload(o, bias, dt);
+        DevBuf out(o, a.size() * dtype_size(dt)), out2(o, a.size() * dtype_size(dt)), resid(o, a.size() * dtype_size(dt));
+        DevBuf mean(o, N * 4), rstd(o, N * 4), mean2(o, N * 4), rstd2(o, N * 4);
+        o.layernorm_forward(out.ptr, mean.as<float>(), rstd.as<float>(), da.ptr, dw.ptr, dbias.ptr, N, C);
+        o.fused_residual_layernorm_forward(resid.ptr, out2.ptr, mean2.as<float>(), rstd2.as<float>(), da.ptr, db.ptr,
+                                           dw.ptr, dbias.ptr, N, C);
+        res[k][0] = download(o, out.ptr, a.size(), dt);
+        res[k][1] = download(o, mean.ptr, N, DType::f32);
+        res[k][2] = download(o, rstd.ptr, N, DType::f32);
+        res[k][3] = download(o, resid.ptr, a.size(), dt);
+        res[k][4] = download(o, out2.ptr, a.size(), dt);
+        res[k][5] = download(o, rstd2.ptr, N, DType::f32);
+    }
+    if (bf16) {
+        // The CPU reference sums a + b in fp32; the CUDA residual is rounded to bf16 first (and
+        // normalized as stored). Feed the CPU the rounded residual for the fused output.
+        std::vector<float> r(a.size());
+        for (size_t i = 0; i < r.size(); i++) r[i] = bf16_round(a[i] + b[i]);
+        DevBuf dr = upload(*cpu, r, DType::f32), dw = upload(*cpu, w, DType::f32), dbias = upload(*cpu, bias, DType::f32);
+        DevBuf out(*cpu, r.size() * 4), mean(*cpu, N * 4), rstd(*cpu, N * 4);
+        cpu->layernorm_forward(out.ptr, mean.as<float>(), rstd.as<float>(), dr.ptr, dw.ptr, dbias.ptr, N, C);
+        res[0][4] = download(*cpu, out.ptr, r.size(), DType::f32);
+        res[0][5] = download(*cpu, rstd.ptr, N, DType::f32);
+    }
+    expect_close("ln out", res[1][0], res[0][0], tol);
+    expect_close("ln mean", res[1][1], res[0][1], kTolF32);  // fp32 statistics of identical inputs
+    expect_close("ln rstd", res[1][2], res[0][2], kTolF32);
+    expect_close("residual", res[1][3], res[0][3], tol);
+    expect_close("fused ln out", res[1][4], res[0][4], tol);
+    expect_close("fused ln rstd", res[1][5], res[0][5], kTolF32);
+}
+
+TEST_P(OpsTest, LayerNormBackward) {
+    const auto x = rnd(static_cast<size_t>(N) * C, 20, -2, 2), dout = rnd(x.size(), 21);
+    const auto w = rnd(C, 22, 0.5f, 1.5f), bias = rnd(C, 23);
+    const auto dinp0 = rnd(x.size(), 24), dw0 = rnd(C, 25), db0 = rnd(C, 26);
+    std::vector<float> res[2][3];
+    Ops* backends[2] = {cpu.get(), cuda.get()};
+    // The saved statistics come from the CPU forward, so both backwards see the same mean/rstd.
+    DevBuf cx = upload(*cpu, x, DType::f32), cw = upload(*cpu, w, DType::f32), cb = upload(*cpu, bias, DType::f32);
+    DevBuf cout(*cpu, x.size() * 4), cmean(*cpu, N * 4), crstd(*cpu, N * 4);
+    cpu->layernorm_forward(cout.ptr, cmean.as<float>(), crstd.as<float>(), cx.ptr, cw.ptr, cb.ptr, N, C);
+    const auto mean = download(*cpu, cmean.ptr, N, DType::f32), rstd = download(*cpu, crstd.ptr, N, DType::f32);
+    for (int k = 0; k < 2; k++) {
+        Ops& o = *backends[k];
+        const DType dt = o.act_dtype();
+        DevBuf dx = upload(o, x, dt), dw = upload(o, w, dt), dgo = upload(o, dout, dt);
+        DevBuf dm = upload(o, mean, DType::f32), dr = upload(o, rstd, DType::f32);
+        DevBuf dinp = upload(o, dinp0, dt), gw = upload(o, dw0, dt), gb = upload(o, db0, dt);
+        o.layernorm_backward(dinp.ptr, gw.ptr, gb.ptr, dgo.ptr, dx.ptr, dw.ptr, dm.as<float>(), dr.as<float>(), N, C);
+        res[k][0] = download(o, dinp.ptr, x.size(), dt);
+        res[k][1] = download(o, gw.ptr, C, dt);
+        res[k][2] = download(o, gb.ptr, C, dt);
+    }
+    expect_close("ln dinp", res[1][0], res[0][0], tol);
+    expect_close("ln dweight", res[1][1], res[0][1], tol);
+    expect_close("ln dbias", res[1][2], res[0][2], tol);
+}
+
+TEST_P(OpsTest, ResidualGeluScaleCast) {
+    const size_t n = static_cast<size_t>(N) * C + 5;
+    const auto a = rnd(n, 30, -3, 3), b = rnd(n, 31);
+    std::vector<float> res[2][4];
+    Ops* backends[2] = {cpu.get(), cuda.get()};
+    for (int k = 0; k < 2; k++) {
+        Ops& o = *backends[k];
+        const DType dt = o.act_dtype();
+        DevBuf da = upload(o, a, dt), db = upload(o, b, dt), out(o, n * dtype_size(dt)), g(o, n * dtype_size(dt));
+        DevBuf dg = upload(o, b, dt);
+        o.residual_forward(out.ptr, da.ptr, db.ptr, n);
+        o.gelu_forward(g.ptr, da.ptr, n);
+        o.gelu_backward(dg.ptr, da.ptr, dg.ptr, n);  // dinp aliases dout, as the interface allows
+        o.scale(db.ptr, 0.37f, n);
+        res[k][0] = download(o, out.ptr, n, dt);
+        res[k][1] = download(o, g.ptr, n, dt);
+        res[k][2] = download(o, dg.ptr, n, dt);
+        res[k][3] = download(o, db.ptr, n, dt);
+    }
+    expect_close("residual", res[1][0], res[0][0], tol);
+    expect_close("gelu", res[1][1], res[0][1], tol);
+    expect_close("gelu backward", res[1][2], res[0][2], tol);
+    expect_close("scale", res[1][3], res[0][3], tol);
+
+    // Casts: fp32 -> act dtype -> fp32 rounds to nearest even in bf16 and is exact in fp32.
+    const auto x = random_vec(n, 32, false, -100, 100);
+    DevBuf src = upload(*cuda, x, DType::f32), mid(*cuda, n * dtype_size(t)), back(*cuda, n * 4);
+    cuda->cast(mid.ptr, t, src.ptr, DType::f32, n);
+    cuda->cast(back.ptr, DType::f32, mid.ptr, t, n);
+    const auto y = download(*cuda, back.ptr, n, DType::f32);
+    for (size_t i = 0; i < n; i++) ASSERT_EQ(y[i], bf16 ? bf16_round(x[i]) : x[i]) << "cast element " << i;
+}
+
+/// matmul forward in its three forms and backward with and without bias and fused GELU.
+TEST_P(OpsTest, Matmul) {
+    const int OC = 4 * C;
+    const auto inp = rnd(static_cast<size_t>(N) * C, 40), w = rnd(static_cast<size_t>(OC) * C, 41, -0.3f, 0.3f);
+    const auto bias = rnd(OC, 42), dout = rnd(static_cast<size_t>(N) * OC, 43);
+    const auto pre = rnd(static_cast<size_t>(N) * C, 44, -3, 3);  // a GELU input for the fused backward
+    const auto dw0 = rnd(w.size(), 45), db0 = rnd(OC, 46);
+    std::vector<float> res[2][8];
+    Ops* backends[2] = {cpu.get(), cuda.get()};
+    for (int k = 0; k < 2; k++) {
+        Ops& o = *backends[k];
+        const DType dt = o.act_dtype();
+        const size_t es = dtype_size(dt);
+        DevBuf di = upload(o, inp, dt), dw = upload(o, w, dt), db = upload(o, bias, dt), dgo = upload(o, dout, dt);
+        DevBuf dpre = upload(o, pre, dt);
+        DevBuf out1(o, static_cast<size_t>(N) * OC * es), out2(o, static_cast<size_t>(N) * OC * es);
+        DevBuf out3(o, static_cast<size_t>(N) * OC * es), pg(o, static_cast<size_t>(N) * OC * es);
+        o.matmul_forward(out1.ptr, nullptr, di.ptr, dw.ptr, nullptr, N, C, OC);
+        o.matmul_forward(out2.ptr, nullptr, di.ptr, dw.ptr, db.ptr, N, C, OC);
+        o.matmul_forward(out3.ptr, pg.ptr, di.ptr, dw.ptr, db.ptr, N, C, OC);
+        DevBuf dinp(o, static_cast<size_t>(N) * C * es), dinp2(o, static_cast<size_t>(N) * C * es);
+        DevBuf gw = upload(o, dw0, dt), gb = upload(o, db0, dt), gw2 = upload(o, dw0, dt);
+        o.matmul_backward(dinp.ptr, gw.ptr, gb.ptr, dgo.ptr, di.ptr, dw.ptr, nullptr, N, C, OC);
+        o.matmul_backward(dinp2.ptr, gw2.ptr, nullptr, dgo.ptr, di.ptr, dw.ptr, dpre.ptr, N, C, OC);
+        res[k][0] = download(o, out1.ptr, static_cast<size_t>(N) * OC, dt);
+        res[k][1] = download(o, out2.ptr, static_cast<size_t>(N) * OC, dt);
+        res[k][2] = download(o, out3.ptr, static_cast<size_t>(N) * OC, dt);
+        res[k][3] = download(o, pg.ptr, static_cast<size_t>(N) * OC, dt);
+        res[k][4] = download(o, dinp.ptr, static_cast<size_t>(N) * C, dt);
+        res[k][5] = download(o, gw.ptr, w.size(), dt);
+        res[k][6] = download(o, gb.ptr, OC, dt);
+        res[k][7] = download(o, dinp2.ptr, static_cast<size_t>(N) * C, dt);
+    }
+    expect_close("matmul", res[1][0], res[0][0], tol);
+    expect_close("matmul+bias", res[1][1], res[0][1], tol);
+    expect_close("matmul+bias+gelu", res[1][2], res[0][2], tol);
+    expect_close("matmul pre_gelu", res[1][3], res[0][3], tol);
+    expect_close("matmul dinp", res[1][4], res[0][4], tol);
+    expect_close("matmul dweight", res[1][5], res[0][5], tol);
+    expect_close("matmul dbias", res[1][6], res[0][6], tol);
+    expect_close("matmul dinp (fused gelu backward)", res[1][7], res[0][7], tol);
+}
+
+TEST_P(OpsTest, Attention) {
+    const auto qkv = rnd(static_cast<size_t>(N) * 3 * C, 50, -2, 2), dout = rnd(static_cast<size_t>(N) * C, 51);
+    std::vector<float> res[2][3];
+    Ops* backends[2] = {cpu.get(), cuda.get()};
+    for (int k = 0; k < 2; k++) {
+        Ops& o = *backends[k];
+        const DType dt = o.act_dtype();
+        const size_t es = dtype_size(dt);
+        DevBuf dq = upload(o, qkv, dt), dgo = upload(o, dout, dt);
+        DevBuf out(o, static_cast<size_t>(N) * C * es), lse(o, static_cast<size_t>(B) * NH * T * 4);
+        DevBuf dqkv(o, qkv.size() * es);
+        o.attention_forward(out.ptr, lse.as<float>(), dq.ptr, B, T, C, NH);
+        o.attention_backward(dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>(), B, T, C, NH);
+        res[k][0] = download(o, out.ptr, static_cast<size_t>(N) * C, dt);
+        res[k][1] = download(o, lse.ptr, static_cast<size_t>(B) * NH * T, DType::f32);
+        res[k][2] = download(o, dqkv.ptr, qkv.size(), dt);
+    }
+    expect_close("attention out", res[1][0], res[0][0], tol);
+    expect_close("attention lse", res[1][1], res[0][1], bf16 ? kTolBf16 : kTolF32);
+    // bf16: the backward reads the bf16-rounded forward output (D = dO.O), a second rounding.
+    expect_close("attention dqkv", res[1][2], res[0][2], bf16 ? 2 * kTolBf16 : kTolF32);
+}
+
+TEST_P(OpsTest, FusedClassifier) {
+    const auto logits = rnd(static_cast<size_t>(N) * Vp, 60, -4, 4);
+    std::vector<int> tgt(N);
+    for (int i = 0; i < N; i++) tgt[i] = (i * 37 + 11) % V;
+    const float dloss = 1.0f / N;
+    std::vector<float> res[2][3];
+    Ops* backends[2] = {cpu.get(), cuda.get()};
+    for (int k = 0; k < 2; k++) {
+        Ops& o = *backends[k];
+        const DType dt = o.act_dtype();
+        DevBuf dl = upload(o, logits, dt), dl2 = upload(o, logits, dt), dt_ = upload_ints(o, tgt);
+        DevBuf losses(o, N * 4), losses2(o, N * 4);
+        o.fused_classifier(dl.ptr, losses.as<float>(), dt_.as<int>(), N, V, Vp, dloss, true);
+        o.fused_classifier(dl2.ptr, losses2.as<float>(), dt_.as<int>(), N, V, Vp, dloss, false);
+        res[k][0] = download(o, losses.ptr, N, DType::f32);
+        res[k][1] = download(o, dl.ptr, logits.size(), dt);
+        res[k][2] = download(o, losses2.ptr, N, DType::f32);
+        if (k == 1) EXPECT_EQ(download(o, dl2.ptr, logits.size(), dt), logits) << "logits changed without write_grad";
+    }
+    expect_close("losses", res[1][0], res[0][0], kTolF32);  // fp32 math on identical inputs
+    expect_close("dlogits", res[1][1], res[0][1], tol);
+    expect_close("losses (no grad)", res[1][2], res[0][2], kTolF32);
+    for (int n = 0; n < N; n++)  // padded columns hold exactly 0
+        for (int v = V; v < Vp; v++) ASSERT_EQ(res[1][1][static_cast<size_t>(n) * Vp + v], 0.0f);
+}
+
+/// AdamW with fp32 master weights (both precisions) and in place on fp32 params (fp32 only); the
+/// CPU reference always runs on fp32 master weights. Three steps, so t > 1 bias corrections run.
+TEST_P(OpsTest, AdamWAndNorm) {
+    const size_t n = 1000;
+    const auto w = random_vec(n, 70, false, -1, 1), g = rnd(n, 71, -0.1f, 0.1f);
+    std::vector<float> zeros(n, 0.0f);
+    auto run = [&](Ops& o, bool use_master, std::vector<float>* master_out) {
+        const DType dt = o.act_dtype();
+        DevBuf p = upload(o, w, dt), gr = upload(o, g, dt), m = upload(o, zeros, DType::f32),
+               v = upload(o, zeros, DType::f32), ms = upload(o, w, DType::f32);
+        for (int step = 1; step <= 3; step++)
+            o.adamw_update(p.ptr, use_master ? ms.as<float>() : nullptr, gr.ptr, m.as<float>(), v.as<float>(), n, 1e-2f,
+                           0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step);
+        if (master_out) *master_out = download(o, ms.ptr, n, DType::f32);
+        return download(o, p.ptr, n, dt);
+    };
+    std::vector<float> cpu_master, cuda_master;
+    const auto cpu_p = run(*cpu, true, &cpu_master);
+    const auto cuda_p = run(*cuda, true, &cuda_master);
+    expect_close("adamw master", cuda_master, cpu_master, kTolF32);
+    std::vector<float> cpu_p_rounded = cpu_p;
+    if (bf16)
+        for (float& x : cpu_p_rounded) x = bf16_round(x);
+    expect_close("adamw params", cuda_p, cpu_p_rounded, bf16 ? 1.0 / 256 : kTolF32);
+    if (!bf16) expect_close("adamw in place", run(*cuda, false, nullptr), cpu_p, kTolF32);
+
+    // norm_squared, fresh and accumulated; reference in double.
+    double ref = 0.0;
+    for (float x : g) ref += static_cast<double>(x) * x;
+    DevBuf dg = upload(*cuda, g, t), out(*cuda, 4);
+    cuda->norm_squared(out.as<float>(), dg.ptr, n, false);
+    const float once = download(*cuda, out.ptr, 1, DType::f32)[0];
+    cuda->norm_squared(out.as<float>(), dg.ptr, n, true);
+    const float twice = download(*cuda, out.ptr, 1, DType::f32)[0];
+    EXPECT_NEAR(once, ref, 1e-5 * ref);
+    EXPECT_NEAR(twice, 2 * ref, 2e-5 * ref);
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, OpsTest, testing::ValuesIn(all_modes()), mode_name);
+
+/// Stochastic rounding: each bf16 param is one of the two neighbours of its master weight, and over
+/// many elements with the same master value the mean is unbiased (within 4 standard errors).
+TEST(CudaAdamW, StochasticRoundingIsUnbiased) {
+    CudaBackendOptions opt;
+    opt.stochastic_rounding = true;
+    auto cuda = make_cuda_backend("bf16", opt);
+    const size_t n = 20000;
+    const float x = 1.0f + 3.0f / 512;  // between the bf16 neighbours 1 and 1 + 1/128 (P(up) = 3/4)
+    // lr = 0 and weight decay 0 leave the master weights at x: only the rounding acts.
+    std::vector<float> master(n, x), zeros(n, 0.0f);
+    DevBuf p = upload(*cuda, zeros, DType::bf16), g = upload(*cuda, zeros, DType::bf16);
+    DevBuf ms = upload(*cuda, master, DType::f32), m = upload(*cuda, zeros, DType::f32), v = upload(*cuda, zeros, DType::f32);
+    cuda->adamw_update(p.ptr, ms.as<float>(), g.ptr, m.as<float>(), v.as<float>(), n, 0.0f, 0.9f, 0.95f, 1e-8f, 0.0f,
+                       1.0f, 1);
+    const auto out = download(*cuda, p.ptr, n, DType::bf16);
+    // The two bf16 neighbours of x (x is not representable: 8 mantissa bits).
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    const uint32_t down_bits = u & 0xffff0000u, up_bits = down_bits + 0x10000u;
+    float down, up;
+    std::memcpy(&down, &down_bits, 4);
+    std::memcpy(&up, &up_bits, 4);
+    double sum = 0.0;
+    for (float y : out) {
+        ASSERT_TRUE(y == down || y == up) << y << " is not a neighbour of " << x;
+        sum += y;
+    }
+    const double p_up = (x - down) / (up - down);
+    const double se = (up - down) * std::sqrt(p_up * (1 - p_up) / n);
+    EXPECT_NEAR(sum / n, x, 4 * se);
+}
+
+}  // namespace
+}  // namespace llmtrain::cudatest
