@@ -1,15 +1,19 @@
-// app/metrics.cpp — the Prometheus exposer and the llmtrain_* metrics (prometheus-cpp 1.0.1, pull).
+// app/metrics.cpp — the llmtrain_* metrics (prometheus-cpp 1.0.1 core) and their /metrics endpoint.
 //
-// One Registry, served at http://<listen>/metrics by prometheus::Exposer (civetweb). Every family
-// carries the constant labels run and rank; llmtrain_memory_bytes adds `category`. Setters are
-// cheap and thread-safe (prometheus-cpp metrics are atomics; Family::Add takes a lock).
+// One prometheus::Registry, serialized in the Prometheus text format by prometheus::TextSerializer
+// and served at http://<listen>/metrics by MetricsServer (not prometheus::Exposer: see
+// metrics_server.hpp). Every family carries the constant labels run and rank;
+// llmtrain_memory_bytes adds `category`. Setters are cheap and thread-safe (prometheus-cpp metrics
+// are atomics; Family::Add and Registry::Collect take locks).
 #include "app/metrics.hpp"
 
 #include <prometheus/counter.h>
-#include <prometheus/exposer.h>
 #include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "app/metrics_server.hpp"
 
 #include <cctype>
 
@@ -25,7 +29,7 @@ bool all_digits(const std::string& s) {
 }
 
 /// An IPv4 literal (four decimal parts 0..255) or a host name (letters, digits, '-', '.').
-/// Not IPv6: Debian's civetweb is built without it.
+/// IPv4 only (the server binds AF_INET).
 bool valid_host(const std::string& h) {
     if (h.empty() || h.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-.") !=
                          std::string::npos)
@@ -67,7 +71,7 @@ ListenAddress parse_listen(const std::string& listen) {
 
 struct Metrics::Impl {
     std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
-    std::unique_ptr<prometheus::Exposer> exposer;
+    std::unique_ptr<MetricsServer> server;
     prometheus::Labels labels;  // {run, rank}
     prometheus::Gauge *step, *loss, *val_loss, *learning_rate, *grad_norm, *tokens_per_second, *mfu, *checkpoint_seconds;
     prometheus::Counter *tokens_total, *checkpoints_total;
@@ -89,7 +93,6 @@ Metrics::Metrics(const std::string& listen, int port_offset, const std::string& 
     if (addr.port > 65535)
         throw MetricsError("metrics.listen \"" + listen + "\" + local rank " + std::to_string(port_offset) +
                            " gives port " + std::to_string(addr.port) + " > 65535");
-    const std::string bind = addr.host + ":" + std::to_string(addr.port);
 
     auto& m = *impl_;
     m.labels = {{"run", run}, {"rank", std::to_string(rank)}};
@@ -118,22 +121,14 @@ Metrics::Metrics(const std::string& listen, int port_offset, const std::string& 
                     .Labels(m.labels)
                     .Register(*m.registry);
 
-    try {
-        // One worker thread: Prometheus scrapes one request at a time.
-        m.exposer = std::make_unique<prometheus::Exposer>(bind, 1);
-    } catch (const std::exception& e) {
-        throw MetricsError("metrics.listen " + bind + ": cannot listen: the port is in use or the address is not this machine's (" +
-                           e.what() + ")");
-    }
-    m.exposer->RegisterCollectable(m.registry);
+    m.server = std::make_unique<MetricsServer>(addr, [registry = m.registry] {
+        return prometheus::TextSerializer().Serialize(registry->Collect());
+    });
 }
 
 Metrics::~Metrics() = default;
 
-int Metrics::port() const {
-    const auto ports = impl_->exposer->GetListeningPorts();
-    return ports.empty() ? 0 : ports.front();
-}
+int Metrics::port() const { return impl_->server->port(); }
 
 void Metrics::set_step(int64_t step) { impl_->step->Set(static_cast<double>(step)); }
 void Metrics::set_loss(double loss) { impl_->loss->Set(loss); }

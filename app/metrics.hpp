@@ -1,6 +1,6 @@
-// app/metrics.hpp — Prometheus metrics (prometheus-cpp pull exposer), ARCHITECTURE.md "Formats".
+// app/metrics.hpp — Prometheus metrics (prometheus-cpp registry, served over HTTP), ARCHITECTURE.md "Formats".
 //
-// Names llmtrain_*, base units (_seconds, _bytes, _total), labels run and rank. The exposer binds
+// Names llmtrain_*, base units (_seconds, _bytes, _total), labels run and rank. The endpoint binds
 // metrics.listen (default 127.0.0.1:9400 + local rank; port 0 picks a free port). A bare port is
 // refused: it would bind every interface.
 #pragma once
@@ -18,7 +18,7 @@ struct MetricsError : std::runtime_error {
 
 /// A parsed metrics.listen address.
 struct ListenAddress {
-    std::string host;  ///< IPv4 literal ("127.0.0.1") or host name ("localhost"); civetweb has no IPv6 here
+    std::string host;  ///< IPv4 literal ("127.0.0.1") or host name ("localhost", resolved to IPv4)
     int port = 0;      ///< [0, 65535]; 0 = the OS picks a free port
 };
 

@@ -18,8 +18,8 @@ using namespace llmtrain;
 
 namespace {
 
-/// GET http://127.0.0.1:port/path with HTTP/1.0; returns the body ("" on any failure).
-std::string http_get(int port, const std::string& path) {
+/// Sends `request` to 127.0.0.1:port and returns the whole response ("" on any failure).
+std::string http(int port, const std::string& request) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return "";
     timeval tv{5, 0};  // a hung server fails the test instead of blocking it
@@ -30,14 +30,19 @@ std::string http_get(int port, const std::string& path) {
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     std::string out;
     if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-        const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-        if (write(fd, req.data(), req.size()) == ssize_t(req.size())) {
+        if (write(fd, request.data(), request.size()) == ssize_t(request.size())) {
             char buf[4096];
             ssize_t n;
             while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, size_t(n));
         }
     }
     close(fd);
+    return out;
+}
+
+/// The body of GET http://127.0.0.1:port/path ("" on any failure).
+std::string http_get(int port, const std::string& path) {
+    const std::string out = http(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     const auto body = out.find("\r\n\r\n");
     return body == std::string::npos ? "" : out.substr(body + 4);
 }
@@ -147,6 +152,22 @@ TEST(Metrics, ScrapeShowsEveryMetricWithRunAndRankLabels) {
     int buckets = 0;
     for (const auto& [name, v] : s) buckets += name.rfind("llmtrain_step_seconds_bucket", 0) == 0;
     EXPECT_EQ(buckets, 17);  // 16 bounds + +Inf
+}
+
+TEST(Metrics, OnlyGetAndHeadOfMetricsAreServed) {
+    Metrics m("localhost:0", 0, "r", 0);
+    m.set_loss(1.5);
+    const std::string get = http(m.port(), "GET /metrics?x=1 HTTP/1.1\r\n\r\n");
+    EXPECT_EQ(get.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << get;
+    const auto body = get.substr(get.find("\r\n\r\n") + 4);
+    EXPECT_NE(get.find("Content-Length: " + std::to_string(body.size()) + "\r\n"), std::string::npos) << get;
+    EXPECT_NE(body.find("llmtrain_loss{rank=\"0\",run=\"r\"} 1.5"), std::string::npos) << body;
+    const std::string head = http(m.port(), "HEAD /metrics HTTP/1.1\r\n\r\n");
+    EXPECT_EQ(head.rfind("HTTP/1.1 200 OK\r\n", 0), 0u) << head;
+    EXPECT_EQ(head.substr(head.find("\r\n\r\n") + 4), "");  // headers only
+    EXPECT_EQ(http(m.port(), "GET / HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 404", 0), 0u);
+    EXPECT_EQ(http(m.port(), "POST /metrics HTTP/1.1\r\n\r\n").rfind("HTTP/1.1 405", 0), 0u);
+    EXPECT_EQ(http(m.port(), "garbage\r\n\r\n"), "");  // no request line: closed without an answer
 }
 
 TEST(Metrics, PortOffsetIsAddedToANonZeroPort) {
