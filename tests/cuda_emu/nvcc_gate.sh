@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# tests/cuda_emu/nvcc_gate.sh — the compile gate: every .cu and .cuh under model/cuda and
+# tests/cuda_emu/kernels must compile with the real nvcc for sm_80 and sm_90 (compile only: no GPU
+# needed). The emulator compiles the same files with g++; this keeps them honest CUDA.
+# Usage: nvcc_gate.sh <nvcc> <repo root>. Exit 77 (skipped) without nvcc.
+set -uo pipefail
+NVCC=${1:-}
+ROOT=${2:?usage: nvcc_gate.sh <nvcc> <repo root>}
+if [ -z "$NVCC" ] || [ ! -x "$NVCC" ]; then
+  echo "nvcc_gate: nvcc not found: skipped"
+  exit 77
+fi
+cd "$ROOT"
+mapfile -t files < <(find model/cuda tests/cuda_emu/kernels \( -name '*.cu' -o -name '*.cuh' \) 2>/dev/null | sort)
+if [ ${#files[@]} -eq 0 ]; then
+  echo "nvcc_gate: no CUDA sources found"
+  exit 1
+fi
+# C++20 when this nvcc accepts it, else C++17.
+STD=-std=c++20
+echo '' | "$NVCC" $STD -x cu -c -o /dev/null - 2>/dev/null || STD=-std=c++17
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+failed=0
+for f in "${files[@]}"; do
+  # A header is compiled on its own too (through a one-line .cu): it must include what it uses.
+  src=$f
+  case "$f" in *.cuh) src=$tmp/header.cu; echo "#include \"$f\"" > "$src" ;; esac
+  if "$NVCC" $STD -I"$ROOT" -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+       -c "$src" -o /dev/null; then
+    echo "nvcc_gate: ok   $f"
+  else
+    echo "nvcc_gate: FAIL $f"
+    failed=1
+  fi
+done
+exit $failed
