@@ -82,6 +82,25 @@ struct Trainer::Impl {
     Impl(const Config& c, Comm& cm)
         : cfg(c), comm(cm), dp(cm.size()), rank(cm.rank()), B(c.training.micro_batch_size), T(c.model.seq_len),
           accum(c.training.grad_accum_steps), sampler_rng(c.run.seed) {
+        // Data first: a bad file fails before any large allocation.
+        LoaderOptions lo;
+        lo.path = cfg.data.train;
+        lo.B = B;
+        lo.T = T;
+        lo.rank = rank;
+        lo.world = dp;
+        lo.seed = cfg.run.seed;
+        lo.shuffle = true;
+        lo.vocab_size = cfg.model.vocab_size;
+        train = std::make_unique<DataLoader>(lo);
+        lo.path = cfg.data.val;
+        lo.shuffle = false;
+        lo.expect_tokenizer_sha256 = train->info().tokenizer_sha256;  // val must be tokenized alike
+        val = std::make_unique<DataLoader>(lo);
+        if (rank == 0 && cfg.run.sample_interval > 0) {
+            TokenDataset ds(cfg.data.train);
+            tokenizer.emplace(Tokenizer::from_bytes(ds.tokenizer_bytes(), cfg.data.train + ":/tokenizer"));
+        }
         ops = make_backend(cfg.run.backend, cfg.training.precision);
         alloc = std::make_unique<Allocator>(*ops);
         gcfg.n_layer = cfg.model.n_layer;
@@ -113,24 +132,6 @@ struct Trainer::Impl {
         sched.decay = cfg.lr_schedule.decay;
         norm_scratch = static_cast<float*>(alloc->alloc(MemCategory::workspace, sizeof(float)));
 
-        LoaderOptions lo;
-        lo.path = cfg.data.train;
-        lo.B = B;
-        lo.T = T;
-        lo.rank = rank;
-        lo.world = dp;
-        lo.seed = cfg.run.seed;
-        lo.shuffle = true;
-        lo.vocab_size = cfg.model.vocab_size;
-        train = std::make_unique<DataLoader>(lo);
-        lo.path = cfg.data.val;
-        lo.shuffle = false;
-        lo.expect_tokenizer_sha256 = train->info().tokenizer_sha256;  // val must be tokenized alike
-        val = std::make_unique<DataLoader>(lo);
-        if (rank == 0 && cfg.run.sample_interval > 0) {
-            TokenDataset ds(cfg.data.train);
-            tokenizer.emplace(Tokenizer::from_bytes(ds.tokenizer_bytes(), cfg.data.train + ":/tokenizer"));
-        }
         inputs.resize(size_t(B) * T);
         targets.resize(size_t(B) * T);
     }
