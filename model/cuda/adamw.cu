@@ -69,7 +69,7 @@ void adamw_update(T* params, float* master, const T* grads, float* m, float* v, 
            m, v, n, args);
 }
 
-constexpr int kNormBlocks = 256;  ///< partial sums of norm_squared (fixed: device independent)
+constexpr int kNormBlocks = 128;  ///< partial sums of norm_squared (fixed: device independent)
 
 /// partials[blockIdx.x] = sum of x[i]^2 over this block's grid-stride elements.
 template <typename T>
@@ -95,7 +95,7 @@ __global__ void norm_finish_kernel(float* out, const float* partials, int count,
 
 template <typename T>
 void norm_squared(float* out, const T* x, size_t n, bool accumulate, float* scratch, cudaStream_t stream) {
-    launch(norm_partials_kernel<T>, dim3(kNormBlocks), dim3(512), 0, stream, scratch, x, n);
+    launch(norm_partials_kernel<T>, dim3(kNormBlocks), dim3(256), 0, stream, scratch, x, n);
     launch(norm_finish_kernel, dim3(1), dim3(1), 0, stream, out, static_cast<const float*>(scratch),
            kNormBlocks, accumulate);
 }
