@@ -123,7 +123,7 @@ cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, siz
     if (handle == nullptr) return CUBLAS_STATUS_NOT_INITIALIZED;
     try {
         if (workspace != nullptr && workspaceSizeInBytes > 0)
-            emu::check_device_range(workspace, workspaceSizeInBytes, "cublasSetWorkspace workspace");
+            emu::check_device_range(workspace, workspaceSizeInBytes, "workspace");
     } catch (const emu::Error& e) {
         return fail(CUBLAS_STATUS_INVALID_VALUE, "cublasSetWorkspace", e.what());
     }

@@ -96,22 +96,21 @@ void check_operand(const Operand& o, int64_t rows, int64_t cols, int64_t batch, 
 
 void submit(cudaStream_t stream, const Gemm& g, const char* what) {
     if (g.m <= 0 || g.n <= 0 || g.batch <= 0) return;
-    const std::string w(what);
     if (reads_inputs(g)) {
         bool ta = g.transa != CUBLAS_OP_N, tb = g.transb != CUBLAS_OP_N;
-        check_operand(g.a, ta ? g.k : g.m, ta ? g.m : g.k, g.batch, (w + " A").c_str());
-        check_operand(g.b, tb ? g.n : g.k, tb ? g.k : g.n, g.batch, (w + " B").c_str());
+        check_operand(g.a, ta ? g.k : g.m, ta ? g.m : g.k, g.batch, "A");
+        check_operand(g.b, tb ? g.n : g.k, tb ? g.k : g.n, g.batch, "B");
     }
-    if (g.beta != 0.0f) check_operand(g.c, g.m, g.n, g.batch, (w + " C").c_str());
-    check_operand(g.d, g.m, g.n, g.batch, (w + " D").c_str());
+    if (g.beta != 0.0f) check_operand(g.c, g.m, g.n, g.batch, "C");
+    check_operand(g.d, g.m, g.n, g.batch, "D");
     if (epilogue_reads_bias(g.epilogue) || epilogue_writes_bias(g.epilogue)) {
         int64_t len = g.epilogue == CUBLASLT_EPILOGUE_BGRADB ? g.n : g.m;
         check_operand({g.bias, g.bias_type, len, g.bias_batch_stride}, len, 1, g.batch,
-                      (w + " bias").c_str());
+                      "bias");
     }
     if (epilogue_uses_aux(g.epilogue))
         check_operand({g.aux, g.aux_type, g.aux_ld, g.aux_batch_stride}, g.m, g.n, g.batch,
-                      (w + " aux").c_str());
+                      "aux");
     emu::enqueue(stream, [g] { run(g); }, what);
 }
 

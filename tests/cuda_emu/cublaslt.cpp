@@ -450,7 +450,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     g.d.data = D;
     try {
         if (workspace != nullptr && workspaceSizeInBytes > 0)
-            emu::check_device_range(workspace, workspaceSizeInBytes, "cublasLtMatmul workspace");
+            emu::check_device_range(workspace, workspaceSizeInBytes, "workspace");
         emu::blas::submit(stream, g, fn);
     } catch (const emu::Error& e) {  // a buffer outside device memory, a destroyed stream
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, e.what());

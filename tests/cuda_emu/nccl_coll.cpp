@@ -93,8 +93,8 @@ ncclResult_t check_call(const char* fn, ncclComm_t comm, size_t count, ncclDataT
     return ncclSuccess;
 }
 
-void check_buffer(const void* p, size_t elements, ncclDataType_t type, const char* fn, const char* which) {
-    if (elements > 0) emu::check_device_range(p, elements * type_size(type), (std::string(fn) + " " + which).c_str());
+void check_buffer(const void* p, size_t elements, ncclDataType_t type, const char* which) {
+    if (elements > 0) emu::check_device_range(p, elements * type_size(type), which);
 }
 
 const char* at(const void* p, size_t elements, ncclDataType_t type) {
@@ -125,8 +125,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
     if (!emu::nccl::op_supported(op)) return fail(ncclInvalidArgument, fn, "reduction op " + std::to_string(op));
     if (count == 0) return ncclSuccess;
     return emu::nccl::queue(fn, stream, [&] {
-        emu::nccl::check_buffer(sendbuff, count, datatype, fn, "sendbuff");
-        emu::nccl::check_buffer(recvbuff, count, datatype, fn, "recvbuff");
+        emu::nccl::check_buffer(sendbuff, count, datatype, "sendbuff");
+        emu::nccl::check_buffer(recvbuff, count, datatype, "recvbuff");
     }, [st = comm->state, sendbuff, recvbuff, count, datatype, op, fn](auto&) {
         const int n = st->size, me = st->rank;
         const size_t es = emu::nccl::type_size(datatype);
@@ -170,8 +170,8 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
     if (recvcount == 0) return ncclSuccess;
     const int n = comm->state->size;
     return emu::nccl::queue(fn, stream, [&] {
-        emu::nccl::check_buffer(sendbuff, recvcount * n, datatype, fn, "sendbuff");
-        emu::nccl::check_buffer(recvbuff, recvcount, datatype, fn, "recvbuff");
+        emu::nccl::check_buffer(sendbuff, recvcount * n, datatype, "sendbuff");
+        emu::nccl::check_buffer(recvbuff, recvcount, datatype, "recvbuff");
     }, [st = comm->state, sendbuff, recvbuff, recvcount, datatype, op, fn](auto&) {
         const int cnt = static_cast<int>(recvcount);
         const MPI_Datatype mt = emu::nccl::transport_type(datatype);
@@ -192,8 +192,8 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
     if (sendcount == 0) return ncclSuccess;
     const int n = comm->state->size;
     return emu::nccl::queue(fn, stream, [&] {
-        emu::nccl::check_buffer(sendbuff, sendcount, datatype, fn, "sendbuff");
-        emu::nccl::check_buffer(recvbuff, sendcount * n, datatype, fn, "recvbuff");
+        emu::nccl::check_buffer(sendbuff, sendcount, datatype, "sendbuff");
+        emu::nccl::check_buffer(recvbuff, sendcount * n, datatype, "recvbuff");
     }, [st = comm->state, sendbuff, recvbuff, sendcount, datatype, fn](auto&) {
         const int cnt = static_cast<int>(sendcount);
         const size_t bytes = sendcount * emu::nccl::type_size(datatype);
@@ -226,8 +226,8 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
         return fail(ncclInvalidArgument, fn, "root " + std::to_string(root) + " of " + std::to_string(comm->state->size));
     if (count == 0) return ncclSuccess;
     return emu::nccl::queue(fn, stream, [&] {
-        if (comm->state->rank == root) emu::nccl::check_buffer(sendbuff, count, datatype, fn, "sendbuff");
-        emu::nccl::check_buffer(recvbuff, count, datatype, fn, "recvbuff");
+        if (comm->state->rank == root) emu::nccl::check_buffer(sendbuff, count, datatype, "sendbuff");
+        emu::nccl::check_buffer(recvbuff, count, datatype, "recvbuff");
     }, [st = comm->state, sendbuff, recvbuff, count, datatype, root, fn](auto&) {
         if (st->rank == root && sendbuff != recvbuff)
             std::memmove(recvbuff, sendbuff, count * emu::nccl::type_size(datatype));
@@ -249,7 +249,7 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
         return fail(ncclInvalidArgument, fn, "peer " + std::to_string(peer) + " of " + std::to_string(comm->state->size));
     if (count == 0) return ncclSuccess;
     return emu::nccl::queue(fn, stream, [&] {
-        emu::nccl::check_buffer(sendbuff, count, datatype, fn, "sendbuff");
+        emu::nccl::check_buffer(sendbuff, count, datatype, "sendbuff");
     }, [st = comm->state, sendbuff, count, datatype, peer, fn](emu::nccl::Progress& p) {
         MPI_Request req;
         emu::nccl::check_mpi(MPI_Isend(sendbuff, static_cast<int>(count), emu::nccl::transport_type(datatype), peer,
@@ -268,7 +268,7 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
         return fail(ncclInvalidArgument, fn, "peer " + std::to_string(peer) + " of " + std::to_string(comm->state->size));
     if (count == 0) return ncclSuccess;
     return emu::nccl::queue(fn, stream, [&] {
-        emu::nccl::check_buffer(recvbuff, count, datatype, fn, "recvbuff");
+        emu::nccl::check_buffer(recvbuff, count, datatype, "recvbuff");
     }, [st = comm->state, recvbuff, count, datatype, peer, fn](emu::nccl::Progress& p) {
         MPI_Request req;
         emu::nccl::check_mpi(MPI_Irecv(recvbuff, static_cast<int>(count), emu::nccl::transport_type(datatype), peer,

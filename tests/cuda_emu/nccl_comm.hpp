@@ -7,6 +7,9 @@
 // `aborted` flag, which every wait loop polls: a collective hung on a lost peer then fails with
 // an error instead of blocking the synchronizing thread forever.
 #pragma once
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // MPI's C API only: OpenMPI's deprecated C++ bindings need libmpi_cxx
+#endif
 #include <mpi.h>
 #include <nccl.h>
 

@@ -5,6 +5,9 @@
 // arithmetic happens here, always in rank order 0, 1, ..., n-1. Since exactly one rank reduces
 // each element and then shares the result, every rank ends up with identical bits.
 #pragma once
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // MPI's C API only: OpenMPI's deprecated C++ bindings need libmpi_cxx
+#endif
 #include <mpi.h>
 #include <nccl.h>
 

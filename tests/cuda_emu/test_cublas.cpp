@@ -21,7 +21,7 @@ using namespace emu_test;
 constexpr float kSentinel = 12345.0f;  // padding marker; rounded to C's type before use
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-struct Fixture : ::testing::Test {
+struct Cublas : ::testing::Test {
     cublasHandle_t handle = nullptr;
     cudaStream_t stream = nullptr;
     void SetUp() override {
@@ -67,7 +67,7 @@ struct Problem {
 enum class Api { sgemm, gemm_ex, strided_batched };
 
 /// Runs `p` through `api` on the fixture's stream and checks every element of C, padding included.
-void run_and_check(Fixture& f, const Problem& p, Api api) {
+void run_and_check(Cublas& f, const Problem& p, Api api) {
     SCOPED_TRACE(p.name());
     const size_t a_size = p.stride_a() * (p.batch - 1) + static_cast<size_t>(p.lda()) * p.a_cols();
     const size_t b_size = p.stride_b() * (p.batch - 1) + static_cast<size_t>(p.ldb()) * p.b_cols();
@@ -123,7 +123,7 @@ const cublasOperation_t kOps[] = {CUBLAS_OP_N, CUBLAS_OP_T};
 struct Shape { int m, n, k; };
 const Shape kShapes[] = {{1, 1, 1}, {7, 5, 3}, {33, 18, 65}, {64, 41, 31}};
 
-TEST_F(Fixture, GemmExAllTransposesTypesAndBetas) {
+TEST_F(Cublas, GemmExAllTransposesTypesAndBetas) {
     const std::pair<cudaDataType, cudaDataType> types[] = {
         {CUDA_R_32F, CUDA_R_32F}, {CUDA_R_16BF, CUDA_R_16BF}, {CUDA_R_16BF, CUDA_R_32F}};
     for (auto [ab, c] : types)
@@ -139,7 +139,7 @@ TEST_F(Fixture, GemmExAllTransposesTypesAndBetas) {
                         }
 }
 
-TEST_F(Fixture, SgemmAlphaBeta) {
+TEST_F(Cublas, SgemmAlphaBeta) {
     for (cublasOperation_t ta : kOps)
         for (cublasOperation_t tb : kOps) {
             Problem p;
@@ -149,7 +149,7 @@ TEST_F(Fixture, SgemmAlphaBeta) {
         }
 }
 
-TEST_F(Fixture, StridedBatchedWithGapsAndSharedB) {
+TEST_F(Cublas, StridedBatchedWithGapsAndSharedB) {
     for (cudaDataType t : {CUDA_R_32F, CUDA_R_16BF})
         for (cublasOperation_t ta : kOps)
             for (cublasOperation_t tb : kOps)
@@ -164,7 +164,7 @@ TEST_F(Fixture, StridedBatchedWithGapsAndSharedB) {
 }
 
 // BLAS does not reference A and B when alpha == 0: NaN inputs must not reach C.
-TEST_F(Fixture, AlphaZeroDoesNotReadInputs) {
+TEST_F(Cublas, AlphaZeroDoesNotReadInputs) {
     const int m = 5, n = 4, k = 3;
     std::vector<float> nan_a(m * k, kNaN), nan_b(k * n, kNaN), c0 = random_values(m * n, CUDA_R_32F, 7);
     DeviceMatrix da(nan_a, CUDA_R_32F), db(nan_b, CUDA_R_32F), dc(c0, CUDA_R_32F);
@@ -178,7 +178,7 @@ TEST_F(Fixture, AlphaZeroDoesNotReadInputs) {
 }
 
 // Streams are deferred: C changes only when the stream is synchronized.
-TEST_F(Fixture, ResultAppearsOnlyAtSynchronization) {
+TEST_F(Cublas, ResultAppearsOnlyAtSynchronization) {
     const int m = 4, n = 4, k = 4;
     std::vector<float> ones(m * k, 1.0f), c0(m * n, -7.0f);
     DeviceMatrix da(ones, CUDA_R_32F), db(ones, CUDA_R_32F), dc(c0, CUDA_R_32F);
@@ -193,7 +193,7 @@ TEST_F(Fixture, ResultAppearsOnlyAtSynchronization) {
     EXPECT_EQ(dc.download()[0], 4.0f);
 }
 
-TEST_F(Fixture, InvalidArgumentsAreRefused) {
+TEST_F(Cublas, InvalidArgumentsAreRefused) {
     std::vector<float> v(64, 0.0f);
     DeviceMatrix d(v, CUDA_R_32F);
     const float one = 1.0f;

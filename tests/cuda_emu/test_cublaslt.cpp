@@ -100,7 +100,7 @@ cublasLtMatrixLayout_t layout(cudaDataType t, int64_t rows, int64_t cols, int64_
     return l;
 }
 
-struct LtFixture : ::testing::Test {
+struct CublasLt : ::testing::Test {
     cublasLtHandle_t lt = nullptr;
     cudaStream_t stream = nullptr;
     void SetUp() override {
@@ -115,7 +115,7 @@ struct LtFixture : ::testing::Test {
     void run_case(const Case& c);
 };
 
-void LtFixture::run_case(const Case& c) {
+void CublasLt::run_case(const Case& c) {
     SCOPED_TRACE(c.name());
     const cudaDataType t = c.t;
     const bool reads_bias = has(c.epi, {CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS});
@@ -268,7 +268,7 @@ void LtFixture::run_case(const Case& c) {
 
 const cublasOperation_t kOps[] = {CUBLAS_OP_N, CUBLAS_OP_T};
 
-TEST_F(LtFixture, EveryEpilogueTransposeTypeAndBeta) {
+TEST_F(CublasLt, EveryEpilogueTransposeTypeAndBeta) {
     struct Shape { int m, n, k; };
     for (cudaDataType t : {CUDA_R_32F, CUDA_R_16BF})
         for (cublasLtEpilogue_t epi : kEpilogues)
@@ -283,7 +283,7 @@ TEST_F(LtFixture, EveryEpilogueTransposeTypeAndBeta) {
                         }
 }
 
-TEST_F(LtFixture, StridedBatchesWithBiasAndAuxStrides) {
+TEST_F(CublasLt, StridedBatchesWithBiasAndAuxStrides) {
     for (cudaDataType t : {CUDA_R_32F, CUDA_R_16BF})
         for (cublasLtEpilogue_t epi : kEpilogues)
             for (float beta : {0.0f, 1.0f}) {
@@ -294,7 +294,7 @@ TEST_F(LtFixture, StridedBatchesWithBiasAndAuxStrides) {
             }
 }
 
-TEST_F(LtFixture, Fp32BiasWithBf16Output) {
+TEST_F(CublasLt, Fp32BiasWithBf16Output) {
     for (cublasLtEpilogue_t epi : {CUBLASLT_EPILOGUE_BIAS, CUBLASLT_EPILOGUE_GELU_AUX_BIAS, CUBLASLT_EPILOGUE_BGRADB}) {
         Case c;
         c.tb = CUBLAS_OP_T; c.m = 24; c.n = 10; c.k = 7;
@@ -303,7 +303,7 @@ TEST_F(LtFixture, Fp32BiasWithBf16Output) {
     }
 }
 
-TEST_F(LtFixture, InPlaceCEqualsD) {
+TEST_F(CublasLt, InPlaceCEqualsD) {
     for (cudaDataType t : {CUDA_R_32F, CUDA_R_16BF})
         for (cublasLtEpilogue_t epi : {CUBLASLT_EPILOGUE_DEFAULT, CUBLASLT_EPILOGUE_GELU_BIAS}) {
             Case c;
@@ -313,7 +313,7 @@ TEST_F(LtFixture, InPlaceCEqualsD) {
 }
 
 // The descriptor API: exact attribute sizes, size queries, refusal of what is not emulated.
-TEST_F(LtFixture, AttributesAndValidation) {
+TEST_F(CublasLt, AttributesAndValidation) {
     cublasLtMatmulDesc_t desc = nullptr;
     ASSERT_EQ(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), CUBLAS_STATUS_SUCCESS);
     int32_t trans = CUBLAS_OP_T;

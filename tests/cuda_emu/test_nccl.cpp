@@ -10,6 +10,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1  // MPI's C API only: OpenMPI's deprecated C++ bindings need libmpi_cxx
+#endif
 #include <mpi.h>
 #include <nccl.h>
 
@@ -92,7 +95,9 @@ struct Nccl : ::testing::Test {
     cudaStream_t stream = nullptr;
     int rank = world_rank(), n = world_size();
     void SetUp() override { ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess); }
-    void TearDown() override { cudaStreamDestroy(stream); }
+    void TearDown() override {
+        if (stream != nullptr) cudaStreamDestroy(stream);
+    }
 };
 
 TEST_F(Nccl, AllReduceSumIsRankOrderedAndIdentical) {
@@ -393,6 +398,31 @@ TEST_F(Nccl, ErrorsAreReportedAtTheCall) {
     EXPECT_EQ(ncclCommGetAsyncError(world_comm, &async), ncclSuccess);
     EXPECT_EQ(async, ncclSuccess);
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
+}
+
+// ncclCommAbort from a watchdog thread ends a receive that will never be matched: the stream
+// synchronization fails (a sticky device error, cleared by cudaDeviceReset) instead of hanging.
+// The outcome does not depend on when the abort comes (before or during the wait). Kept last: it
+// leaves the abandoned receive behind and resets the emulated device.
+TEST_F(Nccl, AbortEndsAHungReceive) {
+    ncclComm_t comm = nullptr;
+    ASSERT_EQ(ncclCommSplit(world_comm, 0, rank, &comm, nullptr), ncclSuccess);
+    if (rank != 0) {
+        EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
+        return;
+    }
+    {
+        Dev<float> buf(16);
+        ASSERT_EQ(ncclRecv(buf.p, 16, ncclFloat, 1, comm, stream), ncclSuccess);  // rank 1 never sends
+        std::thread watchdog([comm] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            ncclCommAbort(comm);
+        });
+        EXPECT_NE(cudaStreamSynchronize(stream), cudaSuccess);
+        watchdog.join();
+    }
+    EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
+    stream = nullptr;  // destroyed by the reset
 }
 
 }  // namespace
