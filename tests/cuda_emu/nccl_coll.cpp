@@ -86,7 +86,6 @@ ncclResult_t queue(const char* fn, cudaStream_t stream, Checks checks, Op op) {
 // Argument checks shared by every call. Returns ncclSuccess or the reported error.
 ncclResult_t check_call(const char* fn, ncclComm_t comm, size_t count, ncclDataType_t type) {
     if (comm == nullptr) return fail(ncclInvalidArgument, fn, "null communicator");
-    if (comm->state->aborted) return fail(ncclInvalidUsage, fn, "communicator was aborted");
     if (type_size(type) == 0) return fail(ncclInvalidArgument, fn, "data type " + std::to_string(type) + " is not emulated");
     if (count > static_cast<size_t>(INT_MAX))
         return fail(ncclInvalidArgument, fn, "count " + std::to_string(count) + " exceeds INT_MAX (MPI counts)");
