@@ -1,6 +1,9 @@
 // data/h5.cpp — HDF5 identifier ownership and error-stack capture (see h5.hpp).
 #include "data/h5.hpp"
 
+#include <cstdlib>
+#include <mutex>
+
 namespace llmtrain::h5 {
 
 Handle& Handle::operator=(Handle&& o) noexcept {
@@ -17,8 +20,16 @@ void Handle::reset() {
     id_ = H5I_INVALID_HID;
 }
 
+// HDF5 1.10 leaks internal state after some failed opens (truncated file, checksum mismatch) and,
+// at exit, prints "HDF5: infinite loop closing library" plus a line of interface names unless
+// error printing is off. This handler turns printing off at exit; registered after HDF5's own
+// (the H5Eget_auto2 call below initializes the library first), it runs before it.
+static void quiet_at_exit() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
 QuietErrors::QuietErrors() {
     H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+    static std::once_flag registered;
+    std::call_once(registered, [] { std::atexit(quiet_at_exit); });
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
 }
 
