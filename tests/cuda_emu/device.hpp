@@ -43,7 +43,8 @@ void syncthreads(std::source_location site);
 /// or waits elsewhere, or a shuffle reads a lane outside the mask.
 uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, std::source_location site);
 
-/// Lanes of the caller's warp that have not exited (the emulator has no divergence to report).
+/// The lanes that exist in the caller's warp (all 32 unless the block size is not a multiple of
+/// 32). Threads do not run in lockstep here, so neither divergence nor exits show in it.
 unsigned active_mask();
 
 /// The current block's dynamic shared memory (the launch's `smem` bytes, 16-byte aligned, filled
@@ -55,13 +56,13 @@ template <class T>
 uint64_t to_bits(const T& v) {
     static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= 8, "warp shuffle of a type > 8 bytes");
     uint64_t b = 0;
-    std::memcpy(&b, &v, sizeof(T));
+    std::memcpy(&b, static_cast<const void*>(&v), sizeof(T));
     return b;
 }
 template <class T>
 T from_bits(uint64_t b) {
     T v;
-    std::memcpy(&v, &b, sizeof(T));
+    std::memcpy(static_cast<void*>(&v), &b, sizeof(T));
     return v;
 }
 
@@ -134,5 +135,6 @@ inline int __all_sync(unsigned mask, int predicate, std::source_location site = 
     using namespace ::emu::detail;
     return static_cast<int>(warp_op(WarpOp::all, mask, predicate != 0, 0, 32, site));
 }
-/// Lanes of the warp that have not exited (not a synchronization point).
+/// The lanes that exist in the caller's warp: the emulator cannot see divergence, so code must not
+/// use this to find the lanes of a branch (use __ballot_sync). Not a synchronization point.
 inline unsigned __activemask() { return ::emu::detail::active_mask(); }

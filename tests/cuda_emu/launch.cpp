@@ -2,11 +2,13 @@
 // attributes (cudaFuncSetAttribute), and the execution of a launch over the worker pool.
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <elf.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -27,23 +29,13 @@ namespace {
 constexpr int kDefaultDynamicSmem = 48 * 1024;  // without cudaFuncSetAttribute
 constexpr int kMaxDynamicSmem = 232448;         // H100 opt-in maximum per block (227 KiB)
 
-/// What the emulator learned about a kernel.
+/// A kernel's attributes (cudaFuncSetAttribute).
 struct KernelInfo {
-    bool ran = false;    ///< a launch completed on the fiber path
-    bool syncs = false;  ///< some thread reached a barrier or warp operation
     int max_dynamic_smem = kDefaultDynamicSmem;
 };
 std::mutex g_mu;
 std::unordered_map<const void*, KernelInfo> g_kernels;  // guarded by g_mu
 std::atomic<uint64_t> g_launches{0};
-
-bool fast_path_enabled() {
-    static const bool on = [] {
-        const char* e = std::getenv("CUDA_EMU_FAST_PATH");
-        return !(e && std::strcmp(e, "0") == 0);
-    }();
-    return on;
-}
 
 std::string dims(dim3 d) {
     std::ostringstream s;
@@ -61,16 +53,39 @@ uint64_t hash3(uint64_t a, uint64_t b, uint64_t c) {
     return h ^ (h >> 31);
 }
 
+/// The name of the function symbol at address `addr` in the ELF file `path` loaded at `base` (from
+/// its .symtab, which also lists functions with internal linkage), or "" when it has none.
+std::string elf_symbol(const char* path, uintptr_t addr, uintptr_t base) {
+    std::ifstream f(path, std::ios::binary);
+    Elf64_Ehdr eh{};
+    if (!f.read(reinterpret_cast<char*>(&eh), sizeof eh) || std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 ||
+        eh.e_ident[EI_CLASS] != ELFCLASS64)
+        return "";
+    const uintptr_t value = eh.e_type == ET_EXEC ? addr : addr - base;  // position-dependent: absolute
+    std::vector<Elf64_Shdr> sections(eh.e_shnum);
+    f.seekg(static_cast<std::streamoff>(eh.e_shoff));
+    if (!f.read(reinterpret_cast<char*>(sections.data()), sections.size() * sizeof(Elf64_Shdr))) return "";
+    for (const Elf64_Shdr& sh : sections) {
+        if (sh.sh_type != SHT_SYMTAB || sh.sh_link >= sections.size()) continue;
+        std::vector<Elf64_Sym> syms(sh.sh_size / sizeof(Elf64_Sym));
+        f.seekg(static_cast<std::streamoff>(sh.sh_offset));
+        f.read(reinterpret_cast<char*>(syms.data()), syms.size() * sizeof(Elf64_Sym));
+        const Elf64_Shdr& strtab = sections[sh.sh_link];
+        for (const Elf64_Sym& sym : syms) {
+            if (ELF64_ST_TYPE(sym.st_info) != STT_FUNC || sym.st_value != value) continue;
+            std::string name;
+            f.seekg(static_cast<std::streamoff>(strtab.sh_offset + sym.st_name));
+            std::getline(f, name, '\0');
+            return name;
+        }
+    }
+    return "";
+}
+
 /// Runs every block of a launch; throws emu::Error with the first block's report.
 void execute(const detail::LaunchSpec& spec) {
     const Order ord = order();
     const uint64_t serial = g_launches++;
-    bool fast = false;
-    {
-        std::lock_guard lock(g_mu);
-        const KernelInfo& k = g_kernels[spec.kernel];
-        fast = fast_path_enabled() && k.ran && !k.syncs;
-    }
     const dim3 g = spec.grid;
     const uint64_t blocks = uint64_t{g.x} * g.y * g.z;
     std::vector<uint64_t> perm;
@@ -79,7 +94,7 @@ void execute(const detail::LaunchSpec& spec) {
         std::iota(perm.begin(), perm.end(), uint64_t{0});
         for (uint64_t r = blocks; r > 1; --r) std::swap(perm[r - 1], perm[hash3(ord.block_seed, serial, r) % r]);
     }
-    std::atomic<bool> used_sync{false}, failed{false};
+    std::atomic<bool> failed{false};
     std::mutex err_mu;
     std::string first_error;
     detail::parallel_for(blocks, [&](uint64_t r) {
@@ -87,22 +102,13 @@ void execute(const detail::LaunchSpec& spec) {
         const uint64_t b = perm.empty() ? r : perm[r];
         const uint3 idx{static_cast<unsigned>(b % g.x), static_cast<unsigned>((b / g.x) % g.y),
                         static_cast<unsigned>(b / (uint64_t{g.x} * g.y))};
-        bool synced = false;
-        const detail::BlockRun run{idx, ord.thread, hash3(ord.thread_seed, serial, b), fast, &synced};
-        std::string err = detail::run_block(spec, run);
-        if (synced) used_sync = true;
+        std::string err = detail::run_block(spec, {idx, ord.thread, hash3(ord.thread_seed, serial, b)});
         if (!err.empty()) {
             std::lock_guard lock(err_mu);
             if (first_error.empty()) first_error = "block " + dims(dim3(idx.x, idx.y, idx.z)) + ": " + err;
             failed = true;
         }
     });
-    if (!fast) {
-        std::lock_guard lock(g_mu);
-        KernelInfo& k = g_kernels[spec.kernel];
-        k.ran = true;
-        k.syncs = k.syncs || used_sync;
-    }
     if (!first_error.empty())
         throw Error(launch_text(spec.kernel, spec.grid, spec.block, spec.smem) + " [" + to_string(ord) + "], " +
                     first_error);
@@ -112,16 +118,23 @@ void execute(const detail::LaunchSpec& spec) {
 
 std::string kernel_name(const void* kernel) {
     Dl_info info{};
-    if (dladdr(kernel, &info) && info.dli_sname && info.dli_saddr == kernel) {
-        int status = 0;
-        char* d = abi::__cxa_demangle(info.dli_sname, nullptr, nullptr, &status);
-        std::string name = status == 0 && d ? d : info.dli_sname;
-        std::free(d);
-        return name;
+    std::string name;
+    if (dladdr(kernel, &info)) {
+        if (info.dli_sname && info.dli_saddr == kernel) name = info.dli_sname;
+        else if (info.dli_fname && info.dli_fbase)  // a kernel with internal linkage: not exported
+            name = elf_symbol(*info.dli_fname ? info.dli_fname : "/proc/self/exe", reinterpret_cast<uintptr_t>(kernel),
+                              reinterpret_cast<uintptr_t>(info.dli_fbase));
     }
-    std::ostringstream s;
-    s << "kernel@" << kernel;
-    return s.str();
+    if (name.empty()) {
+        std::ostringstream s;
+        s << "kernel@" << kernel;
+        return s.str();
+    }
+    int status = 0;
+    char* d = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
+    if (status == 0 && d) name = d;
+    std::free(d);
+    return name;
 }
 
 cudaError_t check_kernel_pointer(const void* kernel, int index, const void* p) {

@@ -43,7 +43,7 @@ struct Lane : ThreadCoords {
     unsigned mask = 0;
     int width = 32, arg = 0;
     uint64_t value = 0, result = 0;
-    ctx::fiber fiber;  ///< the suspended fiber while the lane is not running
+    unsigned fiber = 0;    ///< the pool fiber running it (valid once started)
 };
 
 const char* op_name(WarpOp op) {
@@ -67,7 +67,8 @@ std::string where(const std::source_location& s) {
     return std::string(slash ? slash + 1 : f) + ":" + std::to_string(s.line());
 }
 bool same_site(const std::source_location& a, const std::source_location& b) {
-    return a.line() == b.line() && a.column() == b.column() && std::strcmp(a.file_name(), b.file_name()) == 0;
+    return a.line() == b.line() && a.column() == b.column() &&
+           (a.file_name() == b.file_name() || std::strcmp(a.file_name(), b.file_name()) == 0);
 }
 std::string hex(unsigned m) {
     char b[16];
@@ -113,10 +114,11 @@ public:
 
 private:
     void setup(const LaunchSpec& spec, const BlockRun& run);
-    void run_fast();
-    void run_fibers();
-    void ensure_fibers(unsigned n);
+    unsigned take_fiber();
+    void fiber_main(unsigned f);
+    void enter(unsigned i, unsigned f);
     void run_lane(unsigned i);
+    void lane_exited();
     void resume(unsigned i);
     void suspend();
     [[noreturn]] void fail_in_lane(const std::string& msg);
@@ -135,19 +137,22 @@ private:
 
     const LaunchSpec* spec_ = nullptr;
     BlockCoords coords_;
-    unsigned n_ = 0;                // threads in the block
-    std::vector<Lane> lanes_;       // grows to the largest block seen; fiber i serves slot i
-    std::vector<unsigned> order_;   // thread order: order_[r] runs r-th
-    std::vector<unsigned> rank_;    // inverse of order_
-    std::deque<unsigned> ready_;    // lanes that may run, in the order they will
-    std::vector<uint32_t> waiting_; // per warp: lanes waiting at a warp operation
+    unsigned n_ = 0;                 // threads in the block
+    std::vector<Lane> lanes_;        // one per thread of the block (grows to the largest block)
+    std::vector<unsigned> order_;    // thread order: order_[r] runs r-th
+    std::vector<unsigned> rank_;     // inverse of order_
+    std::deque<unsigned> ready_;     // lanes that may run, in the order they will
+    std::vector<uint32_t> waiting_;  // per warp: lanes waiting at a warp operation
     unsigned live_ = 0, at_barrier_ = 0;
-    unsigned cur_ = 0;              // the lane running now
-    bool fiber_mode_ = false, abandon_ = false, used_sync_ = false;
+    unsigned cur_ = 0;               // the lane running now
+    bool abandon_ = false;
+    bool chain_ended_ = false;       // the fiber that just returned finished its lanes (not waiting)
     std::string error_;
-    ctx::fiber sched_;              // the scheduler's continuation while a lane runs
+    ctx::fiber sched_;                  // the scheduler's continuation while a fiber runs
+    std::vector<ctx::fiber> fibers_;    // the pool (a suspended fiber's continuation)
+    std::vector<unsigned> fiber_lane_;  // the lane a fiber starts with when resumed idle
+    std::vector<unsigned> idle_;        // fibers with no lane
     std::vector<unsigned char> smem_;
-    Lane fast_lane_;                // coordinates on the fast path
 };
 
 // Never destroyed: worker threads outlive static destructors.
@@ -161,6 +166,14 @@ void Worker::setup(const LaunchSpec& spec, const BlockRun& run) {
     coords_ = {run.block_idx, spec.block, spec.grid};
     t_block = &coords_;
     n_ = spec.block.x * spec.block.y * spec.block.z;
+    if (lanes_.size() < n_) lanes_.resize(n_);
+    const dim3 b = spec.block;
+    for (unsigned i = 0; i < n_; ++i) {
+        Lane& l = lanes_[i];
+        l.thread_idx = {i % b.x, (i / b.x) % b.y, i / (b.x * b.y)};
+        l.state = State::ready;
+        l.started = false;
+    }
     order_.resize(n_);
     rank_.resize(n_);
     for (unsigned r = 0; r < n_; ++r) order_[r] = run.order == ThreadOrder::reverse ? n_ - 1 - r : r;
@@ -169,54 +182,86 @@ void Worker::setup(const LaunchSpec& spec, const BlockRun& run) {
         for (unsigned r = n_; r > 1; --r) std::swap(order_[r - 1], order_[mix(s) % r]);
     }
     for (unsigned r = 0; r < n_; ++r) rank_[order_[r]] = r;
+    ready_.assign(order_.begin(), order_.end());
+    waiting_.assign((n_ + 31) / 32, 0);
+    live_ = n_;
+    at_barrier_ = 0;
     // Dynamic shared memory starts as garbage on a GPU: poison it (NaN as fp32/bf16).
     smem_.assign(spec.smem + 16, 0xFF);
     error_.clear();
     abandon_ = false;
-    used_sync_ = false;
 }
 
+// The scheduler loop. A lane runs on a fiber until it exits or waits; when it exits and the next
+// lane in the ready queue has not started, the same fiber runs that one at once (a plain loop of
+// calls: a kernel that never synchronizes costs one fiber switch per block). When it waits, the
+// fiber stays with it and the loop hands the next unstarted lane a fresh fiber. Either way the
+// lanes run in exactly the order of the ready queue.
 std::string Worker::run(const LaunchSpec& spec, const BlockRun& run) {
     setup(spec, run);
-    if (run.fast) run_fast();
-    else run_fibers();
-    if (used_sync_) *run.used_sync = true;
+    while (live_ > 0 && error_.empty()) {
+        if (ready_.empty()) {
+            diagnose_deadlock();
+            break;
+        }
+        const unsigned i = ready_.front();
+        ready_.pop_front();
+        resume(i);
+        if (chain_ended_) continue;  // its lanes exited; the bookkeeping is done
+        switch (lanes_[cur_].state) {  // cur_: the lane that suspended (the chain may have moved on)
+            case State::barrier: ++at_barrier_, check_barrier(); break;
+            case State::warp: arrive_warp(cur_); break;
+            default: break;
+        }
+    }
+    if (!error_.empty()) abandon();
     t_thread = nullptr;
     t_block = nullptr;
     return error_;
 }
 
-void Worker::run_fast() {
-    fiber_mode_ = false;
-    const dim3 b = spec_->block;
-    for (unsigned r = 0; r < n_ && error_.empty(); ++r) {
-        unsigned i = order_[r];
-        fast_lane_.thread_idx = {i % b.x, (i / b.x) % b.y, i / (b.x * b.y)};
-        cur_ = i;
-        t_thread = &fast_lane_;
-        try {
-            spec_->body();
-        } catch (const Abandon&) {
-        } catch (const std::exception& e) {
-            fail(who(i) + " threw: " + e.what());
-        }
+unsigned Worker::take_fiber() {
+    if (!idle_.empty()) {
+        unsigned f = idle_.back();
+        idle_.pop_back();
+        return f;
     }
+    const auto f = static_cast<unsigned>(fibers_.size());
+    fiber_lane_.push_back(0);
+    fibers_.emplace_back(std::allocator_arg, ctx::protected_fixedsize_stack(kStackBytes),
+                         [this, f](ctx::fiber&& sched) {
+                             sched_ = std::move(sched);
+                             for (;;) {  // serve lanes, block after block, forever
+                                 fiber_main(f);
+                                 sched_ = std::move(sched_).resume();
+                             }
+                             return std::move(sched_);
+                         });
+    return f;
 }
 
-void Worker::ensure_fibers(unsigned n) {
-    while (lanes_.size() < n) {
-        unsigned i = static_cast<unsigned>(lanes_.size());
-        lanes_.emplace_back();
-        lanes_[i].fiber = ctx::fiber(std::allocator_arg, ctx::protected_fixedsize_stack(kStackBytes),
-                                     [this, i](ctx::fiber&& sched) {
-                                         sched_ = std::move(sched);
-                                         for (;;) {  // one kernel thread per block, forever
-                                             run_lane(i);
-                                             sched_ = std::move(sched_).resume();
-                                         }
-                                         return std::move(sched_);
-                                     });
+void Worker::enter(unsigned i, unsigned f) {
+    Lane& l = lanes_[i];
+    l.started = true;
+    l.fiber = f;
+    cur_ = i;
+    t_thread = &l;
+}
+
+/// Runs fiber f's lane, then the following unstarted lanes of the ready queue, until one waits
+/// (then this never returns here: the fiber is suspended inside the wait) or none is left.
+void Worker::fiber_main(unsigned f) {
+    unsigned i = fiber_lane_[f];
+    for (;;) {
+        run_lane(i);
+        lane_exited();
+        if (abandon_ || !error_.empty() || ready_.empty() || lanes_[ready_.front()].started) break;
+        i = ready_.front();
+        ready_.pop_front();
+        enter(i, f);
     }
+    idle_.push_back(f);
+    chain_ended_ = true;
 }
 
 void Worker::run_lane(unsigned i) {
@@ -231,12 +276,23 @@ void Worker::run_lane(unsigned i) {
     lanes_[i].state = State::done;
 }
 
+void Worker::lane_exited() {
+    --live_;
+    check_barrier();  // the last thread not at the barrier may have left
+}
+
 void Worker::resume(unsigned i) {
     Lane& l = lanes_[i];
-    l.started = true;
-    cur_ = i;
-    t_thread = &l;
-    l.fiber = std::move(l.fiber).resume();
+    if (!l.started) {
+        const unsigned f = take_fiber();
+        fiber_lane_[f] = i;
+        enter(i, f);
+    } else {
+        cur_ = i;
+        t_thread = &l;
+    }
+    chain_ended_ = false;
+    fibers_[l.fiber] = std::move(fibers_[l.fiber]).resume();
 }
 
 void Worker::suspend() {
@@ -247,38 +303,6 @@ void Worker::suspend() {
 void Worker::fail_in_lane(const std::string& msg) {
     fail(msg);
     throw Abandon{};
-}
-
-void Worker::run_fibers() {
-    fiber_mode_ = true;
-    ensure_fibers(n_);
-    const dim3 b = spec_->block;
-    for (unsigned i = 0; i < n_; ++i) {
-        Lane& l = lanes_[i];
-        l.thread_idx = {i % b.x, (i / b.x) % b.y, i / (b.x * b.y)};
-        l.state = State::ready;
-        l.started = false;
-    }
-    waiting_.assign((n_ + 31) / 32, 0);
-    ready_.assign(order_.begin(), order_.end());
-    live_ = n_;
-    at_barrier_ = 0;
-    while (live_ > 0 && error_.empty()) {
-        if (ready_.empty()) {
-            diagnose_deadlock();
-            break;
-        }
-        unsigned i = ready_.front();
-        ready_.pop_front();
-        resume(i);
-        switch (lanes_[i].state) {
-            case State::done: --live_, check_barrier(); break;
-            case State::barrier: ++at_barrier_, check_barrier(); break;
-            case State::warp: arrive_warp(i); break;
-            case State::ready: break;
-        }
-    }
-    if (!error_.empty()) abandon();
 }
 
 void Worker::abandon() {
@@ -294,11 +318,6 @@ void Worker::abandon() {
 // ---- barriers ----
 
 void Worker::syncthreads(std::source_location site) {
-    if (!fiber_mode_)
-        fail_in_lane(who(cur_) + " reached __syncthreads() at " + where(site) +
-                     " on the fast path (earlier launches of this kernel never synchronized); run with "
-                     "CUDA_EMU_FAST_PATH=0");
-    used_sync_ = true;
     Lane& l = lanes_[cur_];
     l.state = State::barrier;
     l.site = site;
@@ -327,7 +346,8 @@ void Worker::check_barrier() {
 }
 
 void Worker::make_ready(std::vector<unsigned>& lanes) {
-    std::sort(lanes.begin(), lanes.end(), [this](unsigned a, unsigned b) { return rank_[a] < rank_[b]; });
+    auto by_rank = [this](unsigned a, unsigned b) { return rank_[a] < rank_[b]; };
+    if (!std::is_sorted(lanes.begin(), lanes.end(), by_rank)) std::sort(lanes.begin(), lanes.end(), by_rank);
     for (unsigned i : lanes) {
         lanes_[i].state = State::ready;
         ready_.push_back(i);
@@ -338,11 +358,6 @@ void Worker::make_ready(std::vector<unsigned>& lanes) {
 
 uint64_t Worker::warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, std::source_location site) {
     auto call = [&] { return std::string(op_name(op)) + "(mask=" + hex(mask) + ") at " + where(site); };
-    if (!fiber_mode_)
-        fail_in_lane(who(cur_) + " reached " + call() +
-                     " on the fast path (earlier launches of this kernel never synchronized); run with "
-                     "CUDA_EMU_FAST_PATH=0");
-    used_sync_ = true;
     unsigned lane = cur_ % 32, base = cur_ - lane;
     if (!((mask >> lane) & 1u))
         fail_in_lane("wrong warp mask: " + who(cur_) + " calls " + call() + ", a mask without its own lane " +
@@ -411,10 +426,8 @@ void Worker::complete_warp(unsigned base, unsigned mask) {
 }
 
 unsigned Worker::active_mask() const {
-    unsigned lane = cur_ % 32, base = cur_ - lane, mask = 0;
-    for (unsigned j = 0; j < 32 && base + j < n_; ++j)
-        if (!fiber_mode_ || lanes_[base + j].state != State::done) mask |= 1u << j;
-    return mask;
+    const unsigned base = cur_ - cur_ % 32, lanes = std::min(32u, n_ - base);
+    return lanes == 32 ? 0xffffffffu : (1u << lanes) - 1;
 }
 
 // ---- reports ----
