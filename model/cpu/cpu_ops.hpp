@@ -16,7 +16,8 @@ namespace llmtrain {
 
 class CpuOps final : public Ops {
 public:
-    /// Sets OpenBLAS to one thread: the ops call sgemm from their own OpenMP threads (matmul.cpp).
+    /// Sets OpenBLAS up once (blas_setup.hpp): one thread, since the ops call sgemm from their own
+    /// OpenMP threads (matmul.cpp), and kernels that match this CPU.
     CpuOps();
     const char* name() const override { return "cpu"; }
     DType act_dtype() const override { return DType::f32; }

@@ -2,7 +2,6 @@
 //
 // "Device" memory is 256-byte aligned host memory; copies are memcpy and run at once, so streams
 // and events need no state beyond a unique handle.
-#include <cblas.h>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/cpu/blas_setup.hpp"
 #include "model/cpu/cpu_ops.hpp"
 
 namespace llmtrain {
@@ -37,7 +37,7 @@ float bf16_to_f32(uint16_t h) {
 
 }  // namespace
 
-CpuOps::CpuOps() { openblas_set_num_threads(1); }
+CpuOps::CpuOps() { cpu::setup_blas(); }
 
 void* CpuOps::malloc(size_t bytes) {
     const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
