@@ -1,5 +1,5 @@
 // tests/cuda_emu/memory.cpp — the allocation registry (see memory.hpp): poisoned, range-tracked
-// device and pinned host memory with double-free detection, a quarantine and a leak report at exit.
+// device and pinned host memory from the arena, with double-free detection and a leak report.
 #include "tests/cuda_emu/memory.hpp"
 
 #include <cstdio>
@@ -10,14 +10,14 @@
 #include <mutex>
 #include <sstream>
 
+#include "tests/cuda_emu/arena.hpp"
 #include "tests/cuda_emu/emu.hpp"
 
 namespace emu::memory {
 namespace {
 
-constexpr size_t kAlign = 256;                 // cudaMalloc's alignment
-constexpr size_t kQuarantineBytes = 64 << 20;  // freed memory kept (poisoned) so stale pointers stay recognisable
-constexpr unsigned char kPoison = 0xFF;        // NaN as fp32, bf16 and fp16
+constexpr size_t kAlign = 256;           // cudaMalloc's alignment
+constexpr unsigned char kPoison = 0xFF;  // NaN as fp32, bf16 and fp16
 
 const char* kind_name(Kind k) {
     switch (k) {
@@ -31,9 +31,7 @@ const char* kind_name(Kind k) {
 struct Registry {
     std::mutex mu;
     std::map<uintptr_t, Allocation> live;   // by base address
-    std::map<uintptr_t, Allocation> freed;  // quarantined: memory still held, poisoned
-    std::deque<uintptr_t> quarantine_fifo;
-    size_t quarantine_bytes = 0;
+    std::map<uintptr_t, Allocation> freed;  // by base address: arena addresses are never reused
     size_t device_bytes = 0;
     uint64_t next_serial = 1;
 
@@ -45,22 +43,46 @@ struct Registry {
         const Allocation& a = it->second;
         return (p < a.base + a.size || (allow_end && p == a.base + a.size)) ? &a : nullptr;
     }
-    void evict_quarantine() {
-        while (quarantine_bytes > kQuarantineBytes && !quarantine_fifo.empty()) {
-            auto it = freed.find(quarantine_fifo.front());
-            quarantine_fifo.pop_front();
-            if (it == freed.end()) continue;
-            quarantine_bytes -= it->second.size;
-            std::free(reinterpret_cast<void*>(it->second.base));
-            freed.erase(it);
+    /// The allocation of `m` that starts closest below p, or nullptr.
+    static const Allocation* below(const std::map<uintptr_t, Allocation>& m, uintptr_t p) {
+        auto it = m.upper_bound(p);
+        return it == m.begin() ? nullptr : &std::prev(it)->second;
+    }
+    /// Why p, inside the arena, is not in a live allocation. Call with mu held.
+    std::string explain_arena(uintptr_t p) const {
+        std::ostringstream s;
+        if (const Allocation* f = lookup(freed, p, false)) {
+            s << "it points into " << describe(*f) << ", which was freed";
+            return s.str();
         }
+        const Allocation* a = below(live, p);
+        const Allocation* f = below(freed, p);
+        if (f && (!a || f->base > a->base)) a = f;
+        if (!a) return "it is inside the device arena but before every allocation";
+        s << "it is " << (p - (a->base + a->size)) << " B past the end of " << describe(*a)
+          << (a == f ? ", which was freed" : "");
+        return s.str();
     }
 };
 
+std::string explain_fault(const void* p);
+
 // Never destroyed: static destructors of other objects may still free memory at exit.
 Registry& reg() {
-    static Registry* r = new Registry;
+    static Registry* r = [] {
+        arena::install_fault_handler(explain_fault);
+        return new Registry;
+    }();
     return *r;
+}
+
+/// For the fault handler: never blocks (the faulting thread may be interrupted anywhere).
+std::string explain_fault(const void* p) {
+    Registry& r = reg();
+    if (!r.mu.try_lock()) return "(allocation registry busy)";
+    std::string s = r.explain_arena(reinterpret_cast<uintptr_t>(p));
+    r.mu.unlock();
+    return s;
 }
 
 /// Emulated device capacity: $CUDA_EMU_DEVICE_MEMORY (bytes, optional K/M/G suffix), default 80 GiB.
@@ -115,25 +137,27 @@ cudaError_t allocate(void** p, size_t bytes, Kind kind) {
         return record_error(cudaErrorInvalidValue,
                             "CUDA_EMU_DEVICE_MEMORY must be a byte count such as 8589934592 or 8G, got '" +
                                 std::string(std::getenv("CUDA_EMU_DEVICE_MEMORY")) + "'");
+    const char* fn = kind == Kind::device ? "cudaMalloc(" : "cudaMallocHost(";
     {
         std::lock_guard lock(r.mu);
         if (kind == Kind::device && r.device_bytes + bytes > capacity)
             return record_error(cudaErrorMemoryAllocation,
-                                "cudaMalloc(" + std::to_string(bytes) + " B): out of emulated device memory (" +
+                                fn + std::to_string(bytes) + " B): out of emulated device memory (" +
                                     std::to_string(r.device_bytes) + " of " + std::to_string(capacity) +
                                     " B in use; set CUDA_EMU_DEVICE_MEMORY)");
     }
-    size_t padded = (bytes + kAlign - 1) / kAlign * kAlign;
-    void* mem = std::aligned_alloc(kAlign, padded);
-    if (!mem)
+    const size_t padded = (bytes + kAlign - 1) / kAlign * kAlign;
+    const arena::Region region = arena::map(padded);
+    if (!region.base)
         return record_error(cudaErrorMemoryAllocation,
-                            "allocation of " + std::to_string(bytes) + " B failed: the host is out of memory");
-    std::memset(mem, kPoison, padded);
+                            fn + std::to_string(bytes) + " B): the emulator's address arena refused the mapping");
+    std::memset(reinterpret_cast<void*>(region.base), kPoison, region.bytes);
+    // Placed at the end of its pages: an access beyond the 256-byte padding hits the guard page.
+    const uintptr_t base = region.base + region.bytes - padded;
     std::lock_guard lock(r.mu);
-    Allocation a{reinterpret_cast<uintptr_t>(mem), bytes, kind, r.next_serial++};
-    r.live[a.base] = a;
+    r.live[base] = Allocation{base, bytes, kind, r.next_serial++, region.base, region.bytes};
     if (kind == Kind::device) r.device_bytes += bytes;
-    *p = mem;
+    *p = reinterpret_cast<void*>(base);
     return cudaSuccess;
 }
 
@@ -148,14 +172,11 @@ cudaError_t release(void* p, Kind kind) {
         auto u = reinterpret_cast<uintptr_t>(p);
         auto it = r.live.find(u);
         if (it != r.live.end() && it->second.kind == kind) {
-            Allocation a = it->second;
+            const Allocation a = it->second;
             r.live.erase(it);
             if (kind == Kind::device) r.device_bytes -= a.size;
-            std::memset(p, kPoison, a.size);
+            arena::unmap({a.region, a.region_bytes});  // later accesses fault and are explained
             r.freed[a.base] = a;
-            r.quarantine_fifo.push_back(a.base);
-            r.quarantine_bytes += a.size;
-            r.evict_quarantine();
             return cudaSuccess;
         }
         if (it != r.live.end()) msg << "it is " << describe(it->second) << ", not " << kind_name(kind);
@@ -203,24 +224,12 @@ const Allocation* find(const void* p, bool allow_end) {
 }
 
 std::string explain_foreign(const void* p) {
+    if (!arena::contains(p))
+        return "it is not inside any emulated device or pinned host allocation (a plain host pointer? use "
+               "cudaMalloc, cudaMallocHost or cudaHostRegister)";
     Registry& r = reg();
     std::lock_guard lock(r.mu);
-    auto u = reinterpret_cast<uintptr_t>(p);
-    std::ostringstream s;
-    if (const Allocation* f = Registry::lookup(r.freed, u, false)) {
-        s << "it points into " << describe(*f) << ", which was freed";
-        return s.str();
-    }
-    auto it = r.live.upper_bound(u);
-    if (it != r.live.begin()) {
-        const Allocation& a = std::prev(it)->second;
-        if (u - (a.base + a.size) < (size_t{1} << 20)) {
-            s << "it is " << (u - (a.base + a.size)) << " B past the end of " << describe(a);
-            return s.str();
-        }
-    }
-    return "it is not inside any emulated device or pinned host allocation (a plain host pointer? use cudaMalloc, "
-           "cudaMallocHost or cudaHostRegister)";
+    return r.explain_arena(reinterpret_cast<uintptr_t>(p));
 }
 
 void device_usage(size_t* used, size_t* total) {
@@ -233,11 +242,13 @@ void device_usage(size_t* used, size_t* total) {
 void release_all() {
     Registry& r = reg();
     std::lock_guard lock(r.mu);
-    for (auto& [base, a] : r.live)
-        if (a.kind != Kind::registered) std::free(reinterpret_cast<void*>(base));
-    for (auto& [base, a] : r.freed) std::free(reinterpret_cast<void*>(base));
-    r.live.clear(), r.freed.clear(), r.quarantine_fifo.clear();
-    r.quarantine_bytes = r.device_bytes = 0;
+    for (auto& [base, a] : r.live) {
+        if (a.kind == Kind::registered) continue;
+        arena::unmap({a.region, a.region_bytes});
+        r.freed[base] = a;
+    }
+    r.live.clear();
+    r.device_bytes = 0;
 }
 
 }  // namespace emu::memory

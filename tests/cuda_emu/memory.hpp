@@ -1,10 +1,11 @@
 // tests/cuda_emu/memory.hpp — the registry of emulated device and pinned host allocations.
 //
-// Device memory is host memory handed out by cudaMalloc, 256-byte aligned and filled with 0xFF
-// (NaN as fp32/bf16) so that a kernel reading memory nobody wrote sees NaN instead of a lucky zero.
-// Every allocation is tracked by address range, which is what lets the emulator tell a device
-// pointer from a host pointer at launch time, report double frees and frees of foreign pointers,
-// recognise recently freed memory (a quarantine, also poisoned) and list leaks at exit.
+// Device and pinned memory come from the arena (arena.hpp): each allocation gets its own pages,
+// placed at the end of them (256-byte aligned) so that reading past the end soon hits the guard
+// page, and is filled with 0xFF (NaN as fp32/bf16) so that a kernel reading memory nobody wrote
+// sees NaN instead of a lucky zero. Every allocation is tracked by address range: that tells a
+// device pointer from a host pointer at launch time, reports double frees and frees of foreign
+// pointers, recognises freed memory (its addresses are never reused) and lists leaks at exit.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -21,12 +22,14 @@ struct Allocation {
     uintptr_t base = 0;
     size_t size = 0;
     Kind kind = Kind::device;
-    uint64_t serial = 0;  ///< 1, 2, ... in allocation order, for messages
+    uint64_t serial = 0;        ///< 1, 2, ... in allocation order, for messages
+    uintptr_t region = 0;       ///< the arena pages holding it (0 for registered host memory)
+    size_t region_bytes = 0;
 };
 
 /// Allocates `bytes` of `kind` (device or pinned), poisoned with 0xFF. bytes == 0 gives nullptr.
 /// Returns cudaErrorMemoryAllocation when the emulated device is full ($CUDA_EMU_DEVICE_MEMORY
-/// bytes, default 80 GiB) or the host has no memory; records the error with a message.
+/// bytes, default 80 GiB) or the arena cannot map more; records the error with a message.
 cudaError_t allocate(void** p, size_t bytes, Kind kind);
 
 /// Frees an allocation of `kind` (device for cudaFree, pinned for cudaFreeHost) starting at p;
@@ -45,7 +48,8 @@ const Allocation* find(const void* p, bool allow_end = false);
 /// "allocation #3 (4096 B device memory at 0x...)": for messages.
 std::string describe(const Allocation& a);
 
-/// Explains why p is not emulated device memory (freed, plain host memory, ...), for messages.
+/// Explains why p is not emulated device memory (freed, past an allocation's end, plain host
+/// memory), for messages. Also explains device-memory faults (arena.hpp).
 std::string explain_foreign(const void* p);
 
 /// Device bytes in use and the emulated capacity, for cudaMemGetInfo.

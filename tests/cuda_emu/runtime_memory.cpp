@@ -5,7 +5,8 @@
 //  - host -> device from pageable memory: the source is copied at queue time (as CUDA stages it),
 //    from pinned memory it is read when the copy runs (rewriting it before the sync is a race);
 //  - device -> host: the destination is poisoned (0xFF: NaN) at queue time and written at the sync;
-//  - cudaMemcpy / cudaMemcpy2D are cudaMemcpyAsync on the legacy stream followed by its sync.
+//  - cudaMemcpy / cudaMemcpy2D are cudaMemcpyAsync on the legacy stream followed by its sync;
+//  - cudaFree and cudaFreeHost first run all queued work (CUDA waits for an idle device).
 #include <cstring>
 #include <memory>
 #include <mutex>
@@ -144,6 +145,16 @@ cudaError_t queue_memset(const char* fn, void* p, int value, size_t count, cudaS
     return cudaSuccess;
 }
 
+/// Frees after running all queued work, as CUDA's cudaFree waits for the device to be idle.
+cudaError_t free_after_sync(void* p, Kind kind) {
+    {
+        std::lock_guard lock(emu::streams::lock());
+        emu::streams::run_all();
+    }
+    EMU_RETURN_IF_STICKY();
+    return emu::memory::release(p, kind);
+}
+
 }  // namespace
 
 extern "C" {
@@ -155,7 +166,7 @@ cudaError_t cudaMalloc(void** devPtr, size_t size) {
 
 cudaError_t cudaFree(void* devPtr) {
     EMU_RETURN_IF_STICKY();
-    return emu::memory::release(devPtr, Kind::device);
+    return free_after_sync(devPtr, Kind::device);
 }
 
 cudaError_t cudaMallocHost(void** ptr, size_t size) {
@@ -170,7 +181,7 @@ cudaError_t cudaHostAlloc(void** pHost, size_t size, unsigned int) {
 
 cudaError_t cudaFreeHost(void* ptr) {
     EMU_RETURN_IF_STICKY();
-    return emu::memory::release(ptr, Kind::pinned);
+    return free_after_sync(ptr, Kind::pinned);
 }
 
 cudaError_t cudaHostRegister(void* ptr, size_t size, unsigned int) {

@@ -250,4 +250,52 @@ TEST(Bugs, MissingStreamWaitEventIsExposed) {
     }
 }
 
+// ---- out-of-bounds and use-after-free accesses inside a kernel ----
+
+/// Reads x[i + offset]: with a large offset, beyond the allocation.
+__global__ void read_at_offset(float* out, const float* x, int offset) { out[threadIdx.x] = x[threadIdx.x + offset]; }
+
+/// A pointer hidden in a struct is not checked at launch, only when dereferenced.
+struct View {
+    const float* data;
+};
+__global__ void read_view(float* out, View v) { out[threadIdx.x] = v.data[threadIdx.x]; }
+
+void read_past_the_end() {
+    DeviceArray<float> x(100), out(32);
+    llmtrain::launch(read_at_offset, 1, 32, 0, nullptr, out.p, x.p, 150);  // 200 B past the padding
+    cudaDeviceSynchronize();
+}
+
+void read_after_free() {
+    float* x = nullptr;
+    DeviceArray<float> out(32);
+    CUDA_CHECK(cudaMalloc(&x, 32 * sizeof(float)));
+    CUDA_CHECK(cudaFree(x));
+    llmtrain::launch(read_view, 1, 32, 0, nullptr, out.p, View{x});
+    cudaDeviceSynchronize();
+}
+
+TEST(BugsDeathTest, OutOfBoundsReadInAKernelIsReported) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(read_past_the_end(), "illegal address .* B past the end of allocation #[0-9]+ \\(400 B device memory");
+}
+
+TEST(BugsDeathTest, UseAfterFreeInAKernelIsReported) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(read_after_free(),
+                 "illegal address .* which was freed; accessed by kernel thread \\(0,0,0\\) of block \\(0,0,0\\)");
+}
+
+/// Within bounds and after the sync that cudaFree implies, the same kernels are fine.
+TEST(Bugs, FreeWaitsForQueuedKernels) {
+    float* x = nullptr;
+    DeviceArray<float> out(32);
+    CUDA_CHECK(cudaMalloc(&x, 32 * sizeof(float)));
+    CUDA_CHECK(cudaMemset(x, 0, 32 * sizeof(float)));
+    llmtrain::launch(read_view, 1, 32, 0, nullptr, out.p, View{x});
+    CUDA_CHECK(cudaFree(x));  // runs the kernel first
+    EXPECT_EQ(out.download(), std::vector<float>(32, 0.0f));
+}
+
 }  // namespace
