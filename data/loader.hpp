@@ -4,6 +4,8 @@
 // Training order: windows are permuted deterministically from (seed, epoch); batch k of rank r in
 // an epoch takes permuted windows [(k*world + r)*B, (k*world + r + 1)*B), so no two data-parallel
 // ranks read the same window in an epoch. Evaluation (shuffle = false) reads windows in order.
+// The permutation is Fisher–Yates over splitmix64 (data/window_order.hpp): the same on every platform.
+// The n_windows mod (B*world) windows left over in an epoch are not read (different ones each epoch).
 // One background I/O thread owns the HDF5 file and reads each micro-batch with one call, one batch ahead.
 #pragma once
 #include <cstdint>
@@ -41,7 +43,8 @@ public:
     /// Errors: DataError from the I/O thread (bad token id, read failure) is rethrown here.
     void next(int32_t* inputs, int32_t* targets);
     LoaderState state() const;              ///< position of the next batch next() returns
-    void restore(const LoaderState& s);     ///< exact restore; drops any prefetched batch
+    /// Exact restore; drops any prefetched batch. Errors: DataError if s.batch >= batches_per_epoch().
+    void restore(const LoaderState& s);
     uint64_t batches_per_epoch() const;     ///< floor(n_windows / (B * world))
 
 private:

@@ -4,7 +4,9 @@
 //   /doc_offsets  1-D uint64, n_docs + 1 entries: document d is tokens[doc_offsets[d], doc_offsets[d+1])
 //   /tokenizer    1-D uint8: the SentencePiece model bytes
 //   attributes on /: format_version (int, 1), vocab_size, eos_id, bos_id (int), tokenizer_sha256 (string)
+// Files use HDF5's 1.10 format (checksummed metadata: corruption is detected, not read as data).
 // HDF5 1.10 has one global lock: open and read a dataset from one I/O thread only.
+// docs/data.md describes the format and every check.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -31,16 +33,18 @@ struct DatasetInfo {
     int token_bytes = 2;           ///< 2 (uint16) or 4 (uint32)
 };
 
-/// Read side. Errors: DataError (missing file, not HDF5, missing dataset/attribute, wrong type or
-/// format_version, truncated data, tokenizer hash mismatch).
+/// Read side. Errors: DataError (missing file, not HDF5, truncated or corrupted metadata, missing
+/// dataset/attribute, wrong type or format_version, /tokens dtype not matching vocab_size,
+/// inconsistent /doc_offsets, tokenizer hash mismatch).
 class TokenDataset {
 public:
     explicit TokenDataset(const std::string& path);
     ~TokenDataset();
     const DatasetInfo& info() const;
     /// Reads windows [starts[i], starts[i] + len) of /tokens into out (starts.size() * len int32),
-    /// with ONE H5Dread over the union of hyperslabs. Errors: DataError if a window is out of range
-    /// or a token id >= limit_vocab (names the file and the token position).
+    /// with ONE H5Dread over the union of hyperslabs; windows may overlap, repeat and come in any
+    /// order. Errors: DataError if a window is out of range or a token id >= limit_vocab (names
+    /// the file and the token position).
     void read_windows(const std::vector<uint64_t>& starts, int len, int32_t* out, int limit_vocab);
     /// The SentencePiece model bytes stored in /tokenizer.
     std::string tokenizer_bytes();
@@ -55,13 +59,16 @@ private:
 /// Write side, used by llmtrain-prep and tests. Writes into `path`.tmp and renames on finish().
 class TokenDatasetWriter {
 public:
-    /// Errors: DataError if the directory is not writable.
+    /// Errors: DataError if the directory is missing or not writable, vocab_size < 1, eos_id outside
+    /// [0, vocab_size), bos_id outside [-1, vocab_size) or the tokenizer bytes are empty.
     TokenDatasetWriter(const std::string& path, int vocab_size, int eos_id, int bos_id,
                        const std::string& tokenizer_model_bytes);
     ~TokenDatasetWriter();
-    /// Appends one document (its tokens, EOS already included by the caller).
+    /// Appends one document (its tokens, EOS already included by the caller). Errors: DataError
+    /// naming the document and position of a token id outside [0, vocab_size).
     void add_document(const std::vector<int32_t>& tokens);
-    /// Flushes, writes /doc_offsets and attributes, closes and renames into place.
+    /// Flushes, writes /doc_offsets and attributes, closes, fsyncs and renames into place.
+    /// A writer destroyed without finish() removes its temporary file.
     void finish();
 
 private:

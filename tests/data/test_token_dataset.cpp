@@ -121,7 +121,7 @@ TEST(TokenDataset, ReadWindowsAnyOrderAndOverlap) {
 TEST(TokenDataset, DtypeSwitchAt65536) {
     TempDir dir;
     for (int vocab : {65536, 65537, 100000}) {
-        const std::string path = dir.file("v" + std::to_string(vocab) + ".h5");
+        const std::string path = dir.file(std::to_string(vocab) + ".h5");
         TokenDatasetWriter w(path, vocab, 0, -1, "tok");
         w.add_document({vocab - 1, 0, 65535, vocab - 2});
         w.finish();

@@ -39,7 +39,8 @@ std::vector<std::string> corpus_lines() {
         std::string line;
         for (int w = 0; w < 12; ++w) {
             x = x * 6364136223846793005ull + 1442695040888963407ull;
-            line += (w ? " " : "") + std::string(words[(x >> 33) % 60]);
+            if (w) line += ' ';
+            line += words[(x >> 33) % 60];
         }
         lines.push_back(line + ".");
     }
