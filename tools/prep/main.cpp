@@ -172,6 +172,7 @@ int run(const Args& a) {
         block.clear();
         while (block.size() < kBlockDocs && (more = reader.next(doc))) block.push_back(doc);
         for (auto& ids : encode_all(*tok, block, a.num_threads)) {
+            if (index == n_docs) throw std::runtime_error("the input files changed while llmtrain-prep read them");
             ids.push_back(eos);
             if (is_val[index++]) {
                 val->add_document(ids);
@@ -183,6 +184,7 @@ int run(const Args& a) {
             }
         }
     }
+    if (index != n_docs) throw std::runtime_error("the input files changed while llmtrain-prep read them");
     train.finish();
     if (val) val->finish();
     write_file(staging.dir / "tokenizer.model", tok->model_bytes());
