@@ -105,12 +105,10 @@ void submit(cudaStream_t stream, const Gemm& g, const char* what) {
     check_operand(g.d, g.m, g.n, g.batch, "D");
     if (epilogue_reads_bias(g.epilogue) || epilogue_writes_bias(g.epilogue)) {
         int64_t len = g.epilogue == CUBLASLT_EPILOGUE_BGRADB ? g.n : g.m;
-        check_operand({g.bias, g.bias_type, len, g.bias_batch_stride}, len, 1, g.batch,
-                      "bias");
+        check_operand({g.bias, g.bias_type, len, g.bias_batch_stride}, len, 1, g.batch, "bias");
     }
     if (epilogue_uses_aux(g.epilogue))
-        check_operand({g.aux, g.aux_type, g.aux_ld, g.aux_batch_stride}, g.m, g.n, g.batch,
-                      "aux");
+        check_operand({g.aux, g.aux_type, g.aux_ld, g.aux_batch_stride}, g.m, g.n, g.batch, "aux");
     emu::enqueue(stream, [g] { run(g); }, what);
 }
 
