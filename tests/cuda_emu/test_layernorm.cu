@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
-#include "model/cuda/launch.cuh"
 #include "tests/cuda_emu/kernels/layernorm_example.cuh"
+#include "tests/cuda_emu/test_util.hpp"
 
 namespace {
 
@@ -37,7 +39,7 @@ class LayerNormExample : public ::testing::TestWithParam<std::tuple<Case, const 
 TEST_P(LayerNormExample, MatchesDoubleReference) {
     const auto [c, order_spec] = GetParam();
     const int N = c.N, C = c.C;
-    emu::set_order(emu::parse_order(order_spec, std::string(order_spec).rfind("random", 0) == 0 ? "random:3" : ""));
+    emu_test::ScopedOrder scoped(order_spec, std::string(order_spec).rfind("random", 0) == 0 ? "random:3" : "");
 
     std::mt19937 rng(42);
     std::normal_distribution<float> dist(0.5f, 2.0f);
@@ -76,13 +78,24 @@ TEST_P(LayerNormExample, MatchesDoubleReference) {
 
     for (float* p : {d_x, d_w, d_b, d_y, d_mean, d_rstd}) CUDA_CHECK(cudaFree(p));
     CUDA_CHECK(cudaStreamDestroy(stream));
-    emu::set_order({});
+}
+
+/// "N51_C48_random_1": rows, channels and thread order.
+std::string case_name(const ::testing::TestParamInfo<std::tuple<Case, const char*>>& info) {
+    const Case c = std::get<0>(info.param);
+    std::ostringstream s;
+    s << "N" << c.N << "_C" << c.C << "_" << std::get<1>(info.param);
+    std::string name = s.str();
+    for (char& ch : name)
+        if (ch == ':') ch = '_';
+    return name;
 }
 
 // N = B*T = 3*17 rows (not a multiple of the 4 rows per block); C = 48 (lanes loop unevenly),
 // C = 256, and C = 8192 (64 KiB of weights: needs the cudaFuncSetAttribute opt-in).
 INSTANTIATE_TEST_SUITE_P(Orders, LayerNormExample,
                          ::testing::Combine(::testing::Values(Case{51, 48}, Case{51, 256}, Case{5, 8192}),
-                                            ::testing::Values("forward", "reverse", "random:1", "random:2")));
+                                            ::testing::ValuesIn(emu_test::kThreadOrders)),
+                         case_name);
 
 }  // namespace

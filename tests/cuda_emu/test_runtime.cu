@@ -279,6 +279,12 @@ TEST(Runtime, ErrorNamesAndStrings) {
     EXPECT_STREQ(cudaGetErrorName(cudaErrorIllegalAddress), "cudaErrorIllegalAddress");
 }
 
+/// Run by ctest twice: without the variables (the default order) and with them set.
+TEST(Runtime, OrderComesFromTheEnvironment) {
+    const emu::Order want = emu::parse_order(std::getenv("CUDA_EMU_THREAD_ORDER"), std::getenv("CUDA_EMU_BLOCK_ORDER"));
+    EXPECT_EQ(emu::to_string(emu::order()), emu::to_string(want));
+}
+
 TEST(Runtime, OrderParsing) {
     emu::Order o = emu::parse_order("random:17", "random:4");
     EXPECT_EQ(o.thread, emu::ThreadOrder::random);
