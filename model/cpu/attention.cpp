@@ -48,7 +48,8 @@ void CpuOps::attention_forward(void* out, float* lse, const void* qkv_, int B, i
                     const int i = i0 + r;
                     float* s = S.data() + static_cast<size_t>(r) * nk;
                     float mx = s[0];
-                    for (int j = 1; j <= i; ++j) mx = std::max(mx, s[j]);
+#pragma omp simd reduction(max : mx)
+                    for (int j = 1; j <= i; ++j) mx = s[j] > mx ? s[j] : mx;  // vectorizes; std::max does not
                     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
                     for (int j = 0; j <= i; ++j) {

@@ -18,7 +18,8 @@ void CpuOps::fused_classifier(void* logits_, float* losses, const int* targets, 
         float* x = logits + static_cast<size_t>(n) * Vp;
         const int target = targets[n];
         float mx = x[0];
-        for (int j = 1; j < V; ++j) mx = std::max(mx, x[j]);
+#pragma omp simd reduction(max : mx)
+        for (int j = 1; j < V; ++j) mx = x[j] > mx ? x[j] : mx;  // vectorizes; std::max does not
         const float x_target = x[target];
         float sum = 0.0f;
         if (write_grad) {  // keep e^(x - max) in place for the gradient pass

@@ -3,10 +3,11 @@
 // It is the reference the CUDA backend is tested against and the default without a GPU. "Device"
 // memory is host memory, streams and events are dummies and every op runs at once. The ops are
 // spread over one file per concept (memory.cpp, encoder.cpp, layernorm.cpp, matmul.cpp,
-// attention.cpp, gelu.cpp, classifier.cpp, adamw.cpp); their contracts are in model/ops.hpp.
+// attention.cpp, gelu.cpp, classifier.cpp, adamw.cpp; OpenBLAS setup in blas_setup.cpp); their
+// contracts are in model/ops.hpp.
 // Determinism: every reduction has a fixed order (static partitions, no atomics), so results are
-// bitwise reproducible for a fixed thread count; most ops are independent of the thread count too
-// (docs/model.md lists which).
+// bitwise reproducible for a fixed thread count. Everything but matmul is also independent of the
+// thread count; matmul's per-thread sgemm slices change size with it (matmul.cpp).
 #pragma once
 #include <memory>
 

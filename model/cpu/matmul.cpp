@@ -3,7 +3,8 @@
 // Each OpenMP thread calls single-threaded OpenBLAS sgemm on its own slice (rows of N for outputs
 // and dinp, rows of OC for dweight), so one thread pool does all the work and the bias/GELU
 // epilogues run on data still in cache. OpenBLAS is set to one thread when the backend is created
-// (memory.cpp), which also makes every sgemm's summation order independent of our thread count.
+// (blas_setup.cpp). Results are reproducible for a fixed thread count; another count gives other
+// slice sizes, for which OpenBLAS may choose kernels that sum in another order.
 #include <cblas.h>
 
 #include "model/cpu/cpu_ops.hpp"

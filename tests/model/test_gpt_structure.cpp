@@ -2,6 +2,7 @@
 // checkpointing gives bitwise the same losses and gradients as none and saves the documented
 // bytes; two layer ranges chained equal the whole model; init statistics; the helpers; errors.
 #include <cmath>
+#include <omp.h>
 
 #include "model/backend.hpp"
 #include "model/gpt.hpp"
@@ -70,6 +71,20 @@ TEST(GptCheckpointing, SameGradientsAsNoneAndDocumentedBytes) {
         EXPECT_EQ(full.act_peak - ck.act_peak, k * per_layer) << "ratio " << ratio;
         EXPECT_EQ(ck.ws_peak - full.ws_peak, per_layer) << "one shared recompute set";
     }
+}
+
+TEST(GptDeterminism, RepeatableBitsForAFixedThreadCount) {
+    // Every reduction has a fixed order (static splits, no atomics), so repeating a run with the
+    // same thread count gives the same bits; 3 threads split rows and heads unevenly.
+    // (Across thread counts OpenBLAS may pick other kernels for the smaller slices.)
+    const int saved = omp_get_max_threads();
+    for (int threads : {2, 3}) {
+        omp_set_num_threads(threads);
+        const TrainResult a = train_once(0.5f), b = train_once(0.5f);
+        EXPECT_EQ(a.loss, b.loss) << threads << " threads";
+        EXPECT_EQ(a.grads, b.grads) << threads << " threads";
+    }
+    omp_set_num_threads(saved);
 }
 
 TEST(GptLayerRange, TwoStagesEqualTheWholeModel) {
