@@ -15,7 +15,8 @@
 
 namespace {
 
-std::unordered_set<CUevent_st*> g_events;  // live events; guarded by the streams lock
+// Live events; guarded by the streams lock. Never destroyed, like the streams.
+std::unordered_set<CUevent_st*>& g_events = *new std::unordered_set<CUevent_st*>;
 
 double now_ms() {
     using namespace std::chrono;

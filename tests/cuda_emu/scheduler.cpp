@@ -29,6 +29,35 @@ namespace {
 namespace ctx = boost::context;
 constexpr size_t kStackBytes = 64 * 1024;
 
+// AddressSanitizer must be told about every stack switch (Sanitize builds); no-ops otherwise.
+#if defined(__SANITIZE_ADDRESS__)
+extern "C" void __sanitizer_start_switch_fiber(void** fake_stack_save, const void* bottom, size_t size);
+extern "C" void __sanitizer_finish_switch_fiber(void* fake_stack_save, const void** bottom_old, size_t* size_old);
+#else
+inline void __sanitizer_start_switch_fiber(void**, const void*, size_t) {}
+inline void __sanitizer_finish_switch_fiber(void*, const void**, size_t*) {}
+#endif
+
+/// A stack: where it lives (for the sanitizer) and its fake-stack slot.
+struct StackInfo {
+    const void* bottom = nullptr;
+    size_t size = 0;
+    void* fake = nullptr;
+};
+
+/// Guarded fixed-size stacks that record their bounds in a StackInfo.
+struct RecordingStack {
+    ctx::protected_fixedsize_stack inner{kStackBytes};
+    StackInfo* info;
+    ctx::stack_context allocate() {
+        ctx::stack_context sc = inner.allocate();
+        info->bottom = static_cast<char*>(sc.sp) - sc.size;
+        info->size = sc.size;
+        return sc;
+    }
+    void deallocate(ctx::stack_context& sc) { inner.deallocate(sc); }
+};
+
 enum class State : uint8_t { ready, barrier, warp, done };
 
 /// Thrown inside a lane to unwind its kernel when the block is abandoned after a report.
@@ -121,6 +150,7 @@ private:
     void lane_exited();
     void resume(unsigned i);
     void suspend();
+    void to_scheduler(unsigned f);
     [[noreturn]] void fail_in_lane(const std::string& msg);
     void fail(const std::string& msg) {
         if (error_.empty()) error_ = msg;
@@ -150,6 +180,8 @@ private:
     std::string error_;
     ctx::fiber sched_;                  // the scheduler's continuation while a fiber runs
     std::vector<ctx::fiber> fibers_;    // the pool (a suspended fiber's continuation)
+    std::deque<StackInfo> stacks_;      // per fiber (a deque: stable addresses for RecordingStack)
+    StackInfo sched_stack_;             // the worker thread's own stack
     std::vector<unsigned> fiber_lane_;  // the lane a fiber starts with when resumed idle
     std::vector<unsigned> idle_;        // fibers with no lane
     std::vector<unsigned char> smem_;
@@ -228,16 +260,25 @@ unsigned Worker::take_fiber() {
     }
     const auto f = static_cast<unsigned>(fibers_.size());
     fiber_lane_.push_back(0);
-    fibers_.emplace_back(std::allocator_arg, ctx::protected_fixedsize_stack(kStackBytes),
+    stacks_.emplace_back();
+    fibers_.emplace_back(std::allocator_arg, RecordingStack{{kStackBytes}, &stacks_[f]},
                          [this, f](ctx::fiber&& sched) {
+                             __sanitizer_finish_switch_fiber(nullptr, &sched_stack_.bottom, &sched_stack_.size);
                              sched_ = std::move(sched);
                              for (;;) {  // serve lanes, block after block, forever
                                  fiber_main(f);
-                                 sched_ = std::move(sched_).resume();
+                                 to_scheduler(f);
                              }
                              return std::move(sched_);
                          });
     return f;
+}
+
+/// Switches from fiber f back to the scheduler; returns when the scheduler resumes f.
+void Worker::to_scheduler(unsigned f) {
+    __sanitizer_start_switch_fiber(&stacks_[f].fake, sched_stack_.bottom, sched_stack_.size);
+    sched_ = std::move(sched_).resume();
+    __sanitizer_finish_switch_fiber(stacks_[f].fake, &sched_stack_.bottom, &sched_stack_.size);
 }
 
 void Worker::enter(unsigned i, unsigned f) {
@@ -292,11 +333,14 @@ void Worker::resume(unsigned i) {
         t_thread = &l;
     }
     chain_ended_ = false;
+    const StackInfo& stack = stacks_[l.fiber];
+    __sanitizer_start_switch_fiber(&sched_stack_.fake, stack.bottom, stack.size);
     fibers_[l.fiber] = std::move(fibers_[l.fiber]).resume();
+    __sanitizer_finish_switch_fiber(sched_stack_.fake, nullptr, nullptr);
 }
 
 void Worker::suspend() {
-    sched_ = std::move(sched_).resume();
+    to_scheduler(lanes_[cur_].fiber);
     if (abandon_) throw Abandon{};
 }
 

@@ -16,8 +16,10 @@ CUstream_st g_legacy = [] {
     s.legacy = true;
     return s;
 }();
-CUstream_st g_per_thread;              // cudaStreamPerThread: one blocking stream for the process
-std::vector<CUstream_st*> g_created;   // every stream created since the last reset, in order
+CUstream_st g_per_thread;  // cudaStreamPerThread: one blocking stream for the process
+// Every stream created since the last reset, in order. Never destroyed (work may still be queued
+// at exit, and other static destructors may still synchronize).
+std::vector<CUstream_st*>& g_created = *new std::vector<CUstream_st*>;
 
 bool blocking(const CUstream_st* s) { return !s->legacy && !(s->flags & cudaStreamNonBlocking); }
 

@@ -57,6 +57,18 @@ TEST(Runtime, FreeMisuseIsReported) {
     EXPECT_CUDA_ERROR(cudaFree(&on_stack), cudaErrorInvalidValue, "not a pointer returned by cudaMalloc");
 }
 
+void leak_and_exit() {
+    void* p = nullptr;
+    cudaMalloc(&p, 123);
+    std::exit(0);
+}
+
+TEST(RuntimeDeathTest, LeaksAreReportedAtExit) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(leak_and_exit(), ::testing::ExitedWithCode(0),
+                "leak report: 1 allocation\\(s\\), 123 bytes never freed:\n  allocation #[0-9]+ \\(123 B device memory");
+}
+
 TEST(Runtime, MemoryStatsAndMemGetInfoTrackAllocations) {
     const emu::MemoryStats before = emu::memory_stats();
     size_t free0 = 0, total = 0;
