@@ -124,7 +124,7 @@ TEST(Runtime, CopyChecksNameTheBadSide) {
                       "runs 4 B past the end");
     EXPECT_CUDA_ERROR(cudaMemcpy(host.data(), host.data() + 1, 4, cudaMemcpyDeviceToHost), cudaErrorInvalidValue,
                       "plain host pointer");
-    EXPECT_CUDA_ERROR(cudaMemcpy(host.data(), dev.p, 4, static_cast<cudaMemcpyKind>(9)),
+    EXPECT_CUDA_ERROR(cudaMemcpy(host.data(), dev.p, 4, static_cast<cudaMemcpyKind>(7)),
                       cudaErrorInvalidMemcpyDirection, "invalid cudaMemcpyKind");
 }
 
