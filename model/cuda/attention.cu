@@ -6,7 +6,8 @@
 // log-sum-exp of each row of scaled scores s_ij = q_i.k_j / sqrt(HS), j <= i.
 // Forward: a block owns kRows query rows of one (b, h), one warp per row; key/value tiles of
 // kTile rows are staged in shared memory in fp32; lane j scores key j of the tile, the warp keeps
-// the running max m, sum l and output o (each lane owns dims d = lane + 32r).
+// the running max m, sum l and output o (each lane owns dims d = lane + 32r); a warp shares its
+// tile's probabilities through a shared-memory row (one __syncwarp instead of 32 shuffles).
 // Backward (FA-2, Algorithm 2, split in two kernels so no atomics are needed):
 //   D_i = dO_i . O_i;  P_ij = exp(s_ij - lse_i);  dP_ij = dO_i . v_j;  dS_ij = P_ij (dP_ij - D_i)
 //   dv_j = sum_i P_ij dO_i,  dk_j = scale sum_i dS_ij q_i   (kernel over key rows)
@@ -37,7 +38,8 @@ __device__ inline void load_tile(float* tile, int ld, const T* src, int b, int r
 }
 
 /// grid (ceil(T/kRows), NH, B), block kRows*32, smem attention_forward_smem(HS).
-/// smem: K tile (kTile x HS+1), V tile (kTile x HS), per-warp q row (kRows x HS), all fp32.
+/// smem: K tile (kTile x HS+1), V tile (kTile x HS), per-warp q row (kRows x HS) and
+/// probability row (kRows x kTile), all fp32.
 template <typename T>
 __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH) {
     EXTERN_SHARED(float, smem);
@@ -47,6 +49,7 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T
     float* ks = smem;                      // (kTile, HS+1): lane j reads row j, padding avoids bank conflicts
     float* vs = ks + kTile * (HS + 1);     // (kTile, HS)
     float* qs = vs + kTile * HS + warp * HS;  // this warp's q row (HS)
+    float* ps = vs + kTile * HS + kRows * HS + warp * kTile;  // this warp's probabilities of the tile
     const float scale = 1.0f / sqrtf(static_cast<float>(HS));
     if (i < T_)
         for (int d = lane; d < HS; d += kWarpSize) qs[d] = to_float(qkv_row(qkv, b, i, h, 0, T_, C, HS)[d]);
@@ -71,9 +74,13 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T
         const float corr = expf(m - m_new);  // 0 on the first tile (m = -inf)
         l = l * corr + warp_sum(p);
         for (int r = 0; r < kDimsPerLane; r++) o[r] *= corr;
+        // Every lane needs every p_j: one shared-memory row instead of 32 shuffles. The
+        // __syncthreads at the top of the next tile orders these reads before the next writes.
+        ps[lane] = p;
+        __syncwarp(kFullMask);
         const int n_keys = min(kTile, i - k0 + 1);
         for (int jj = 0; jj < n_keys; jj++) {
-            const float pj = __shfl_sync(kFullMask, p, jj);
+            const float pj = ps[jj];
             for (int r = 0; r < kDimsPerLane; r++) {
                 const int d = lane + r * kWarpSize;
                 if (d < HS) o[r] += pj * vs[jj * HS + d];
@@ -91,7 +98,7 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T
 }
 
 inline size_t attention_forward_smem(int HS) {
-    return sizeof(float) * (kTile * (HS + 1) + kTile * HS + kRows * HS);
+    return sizeof(float) * (kTile * (HS + 1) + kTile * HS + kRows * HS + kRows * kTile);
 }
 
 /// delta (B,NH,T) fp32 = dO_i . O_i per row; one warp per (b, t, h) row.
@@ -111,7 +118,8 @@ __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out
 
 /// dk, dv for kRows key rows of one (b, h), one warp per key row j; loops over query tiles i >= j.
 /// grid (ceil(T/kRows), NH, B), block kRows*32, smem attention_backward_kv_smem(HS):
-/// q tile and dO tile (kTile x HS+1 each), lse and delta (kTile each), per-warp k and v rows.
+/// q tile and dO tile (kTile x HS+1 each), lse and delta (kTile each), per-warp k and v rows and
+/// P and dS rows (kTile each).
 template <typename T>
 __global__ void attention_backward_kv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                                              const float* delta, int T_, int C, int NH) {
@@ -125,6 +133,7 @@ __global__ void attention_backward_kv_kernel(T* dqkv, const T* dout, const T* qk
     float* deltas = lses + kTile;            // (kTile)
     float* kw = deltas + kTile + warp * 2 * HS;  // this warp's k row (HS), then its v row (HS)
     float* vw = kw + HS;
+    float* pds = deltas + kTile + kRows * 2 * HS + warp * 2 * kTile;  // this warp's P and dS of the tile
     const float scale = 1.0f / sqrtf(static_cast<float>(HS));
     const size_t stat = (static_cast<size_t>(b) * NH + h) * T_;
     if (j < T_)
@@ -160,9 +169,12 @@ __global__ void attention_backward_kv_kernel(T* dqkv, const T* dout, const T* qk
             p = expf(s * scale - lses[lane]);
             ds = p * (dp - deltas[lane]);
         }
+        pds[lane] = p;
+        pds[kTile + lane] = ds;
+        __syncwarp(kFullMask);
         const int n_q = min(kTile, T_ - q0);
         for (int ii = 0; ii < n_q; ii++) {
-            const float pi = __shfl_sync(kFullMask, p, ii), dsi = __shfl_sync(kFullMask, ds, ii);
+            const float pi = pds[ii], dsi = pds[kTile + ii];
             for (int r = 0; r < kDimsPerLane; r++) {
                 const int d = lane + r * kWarpSize;
                 if (d < HS) {
@@ -185,12 +197,12 @@ __global__ void attention_backward_kv_kernel(T* dqkv, const T* dout, const T* qk
 }
 
 inline size_t attention_backward_kv_smem(int HS) {
-    return sizeof(float) * (2 * kTile * (HS + 1) + 2 * kTile + kRows * 2 * HS);
+    return sizeof(float) * (2 * kTile * (HS + 1) + 2 * kTile + kRows * 2 * HS + kRows * 2 * kTile);
 }
 
 /// dq for kRows query rows of one (b, h), one warp per row i; loops over key tiles j <= i.
 /// grid (ceil(T/kRows), NH, B), block kRows*32, smem attention_backward_q_smem(HS):
-/// k and v tiles (kTile x HS+1 each), per-warp q and dO rows.
+/// k and v tiles (kTile x HS+1 each), per-warp q and dO rows and dS row (kTile).
 template <typename T>
 __global__ void attention_backward_q_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
                                             const float* delta, int T_, int C, int NH) {
@@ -202,6 +214,7 @@ __global__ void attention_backward_q_kernel(T* dqkv, const T* dout, const T* qkv
     float* vs = ks + kTile * (HS + 1);        // (kTile, HS+1)
     float* qw = vs + kTile * (HS + 1) + warp * 2 * HS;  // this warp's q row, then its dO row
     float* dow = qw + HS;
+    float* dss = vs + kTile * (HS + 1) + kRows * 2 * HS + warp * kTile;  // this warp's dS of the tile
     const float scale = 1.0f / sqrtf(static_cast<float>(HS));
     const size_t stat = (static_cast<size_t>(b) * NH + h) * T_;
     float lse_i = 0.0f, delta_i = 0.0f;
@@ -233,9 +246,11 @@ __global__ void attention_backward_q_kernel(T* dqkv, const T* dout, const T* qkv
             const float p = expf(s * scale - lse_i);
             ds = p * (dp - delta_i);
         }
+        dss[lane] = ds;
+        __syncwarp(kFullMask);
         const int n_keys = min(kTile, i - k0 + 1);
         for (int jj = 0; jj < n_keys; jj++) {
-            const float dsj = __shfl_sync(kFullMask, ds, jj);
+            const float dsj = dss[jj];
             for (int r = 0; r < kDimsPerLane; r++) {
                 const int d = lane + r * kWarpSize;
                 if (d < HS) dq[r] += dsj * ks[jj * (HS + 1) + d];
@@ -251,7 +266,7 @@ __global__ void attention_backward_q_kernel(T* dqkv, const T* dout, const T* qkv
 }
 
 inline size_t attention_backward_q_smem(int HS) {
-    return sizeof(float) * (2 * kTile * (HS + 1) + kRows * 2 * HS);
+    return sizeof(float) * (2 * kTile * (HS + 1) + kRows * 2 * HS + kRows * kTile);
 }
 
 /// Throws std::invalid_argument unless C splits into NH heads of at most kMaxHS.

@@ -7,10 +7,11 @@
 # The tiny dataset (tests/app's make_tiny_dataset fixture) replaces the Brown corpus; the model is
 # tiny.toml's (4 layers, width 256, seq_len 256) with micro_batch_size 2 to keep the emulated run
 # to seconds. Checks (each prints what it compared):
-#   1. 4 steps, cuda fp32 vs cpu: every train loss within 1e-4 relative;
-#   2. 4 steps, cuda bf16 vs cpu: within 3e-2 relative (bf16 weights and activations);
-#   3. cpu trains 2 steps and checkpoints, cuda (fp32) resumes to step 4: steps 3-4 match run 1's cpu
-#      losses within 1e-4; 4. the reverse (cuda checkpoints, cpu resumes), same check.
+#   1. 3 steps, cuda fp32 vs cpu: every train loss within 1e-4 relative;
+#   2. 3 steps, cuda bf16 vs cpu: within 5e-3 relative (bf16 weights and activations; 3e-4 seen);
+#   3. cpu trains 2 steps and checkpoints, cuda (fp32) resumes to step 3: step 3 matches run 1's cpu
+#      loss within 1e-4; 4. the reverse (cuda checkpoints, cpu resumes), same check.
+# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 9 emulated steps.
 set -euo pipefail
 LLMTRAIN=$1 EMU=$2 CONFIG=$3 DATA=$4 WORK=$5
 VOCAB=$(cat "$DATA/vocab_size.txt")
@@ -42,18 +43,18 @@ compare() {
         "$2/losses.tsv" "$3/losses.tsv"
 }
 
-run "$LLMTRAIN" "$WORK/cpu" cpu fp32 4
-run "$EMU" "$WORK/cuda_fp32" cuda fp32 4
+run "$LLMTRAIN" "$WORK/cpu" cpu fp32 3
+run "$EMU" "$WORK/cuda_fp32" cuda fp32 3
 compare "cuda fp32 vs cpu" "$WORK/cpu" "$WORK/cuda_fp32" 1e-4 1
-run "$EMU" "$WORK/cuda_bf16" cuda bf16 4
-compare "cuda bf16 vs cpu" "$WORK/cpu" "$WORK/cuda_bf16" 3e-2 1
+run "$EMU" "$WORK/cuda_bf16" cuda bf16 3
+compare "cuda bf16 vs cpu" "$WORK/cpu" "$WORK/cuda_bf16" 5e-3 1
 
 run "$LLMTRAIN" "$WORK/cpu_then_cuda" cpu fp32 2
-run "$EMU" "$WORK/cpu_then_cuda" cuda fp32 4
+run "$EMU" "$WORK/cpu_then_cuda" cuda fp32 3
 compare "cpu checkpoint resumed on cuda" "$WORK/cpu" "$WORK/cpu_then_cuda" 1e-4 3
 
 run "$EMU" "$WORK/cuda_then_cpu" cuda fp32 2
-run "$LLMTRAIN" "$WORK/cuda_then_cpu" cpu fp32 4
+run "$LLMTRAIN" "$WORK/cuda_then_cpu" cpu fp32 3
 compare "cuda checkpoint resumed on cpu" "$WORK/cpu" "$WORK/cuda_then_cpu" 1e-4 3
 grep -q "resum" "$WORK/cuda_then_cpu.log" || { echo "the cpu run did not report resuming"; exit 1; }
 echo "emu_train: all checks passed"
