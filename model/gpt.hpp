@@ -55,7 +55,8 @@ public:
     // ---- layer-range API (one micro-batch) ----
     /// Forward over [l0,l1). tokens (B,T) device int32 is used when l0 == 0, else act_in (B,T,C).
     /// When l1 == n_layer, targets (B,T) device int32 gives losses() (B*T) fp32, and if `training`
-    /// the logit gradient (scaled by dloss) is kept for backward().
+    /// the logit gradient (scaled by dloss) is kept for backward(). `tokens` must stay valid until
+    /// backward() (the embedding gradient reads them); act_in is copied.
     void forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training);
     /// Backward of the last forward(training = true). dact_out (B,T,C) is the gradient of our output
     /// when l1 < n_layer (ignored at the last stage); dact_in (B,T,C) receives the gradient of

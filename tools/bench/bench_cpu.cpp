@@ -5,9 +5,11 @@
 // micro_batch_size 16 on random tokens, after warmup steps, and prints the mean time per phase.
 // MFU = flops_per_token (6 N_params + 6 n_layer T C) * tokens/s / peak, where the peak is the
 // backend's own sgemm rate at 2048^3 (all threads), measured here unless --peak-gflops is given.
+// It also prints tokens per CPU-second (all threads), which a loaded machine disturbs far less.
 //
 // Usage: bench_cpu [--steps N] [--warmup N] [--batch B] [--ratio R] [--peak-gflops G]
 #include <chrono>
+#include <ctime>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "model/backend.hpp"
+#include "model/cpu/blas_setup.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/grad_clip.hpp"
@@ -96,9 +99,10 @@ int main(int argc, char** argv) {
     ops->memcpy_h2d(d_tgt, tgt.data(), N * 4);
     if (peak <= 0) peak = measure_sgemm_peak(*ops);
 
-    double t_fwd = 0, t_bwd = 0, t_opt = 0;
+    double t_fwd = 0, t_bwd = 0, t_opt = 0, cpu_s = 0;
     for (int s = 0; s < warmup + steps; ++s) {
         const bool timed = s >= warmup;
+        const std::clock_t c0 = std::clock();
         auto t0 = Clock::now();
         gpt.zero_grads();
         gpt.forward(d_tok, nullptr, d_tgt, 1.0f / N, true);
@@ -114,6 +118,7 @@ int main(int argc, char** argv) {
         adamw.step(gpt.params(), gpt.grads(), 1e-4f, clip_scale(norm, 1.0f));
         ops->synchronize();
         if (timed) t_opt += seconds_since(t0);
+        if (timed) cpu_s += static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
     }
     const double step_s = (t_fwd + t_bwd + t_opt) / steps;
     const double tok_s = N / step_s;
@@ -122,7 +127,10 @@ int main(int argc, char** argv) {
                 "checkpoint ratio %.2f, %d OpenMP threads\n", B, ratio, omp_get_max_threads());
     std::printf("step %.1f ms (forward %.1f, backward %.1f, optimizer %.1f), %d timed steps after %d warmup\n",
                 1e3 * step_s, 1e3 * t_fwd / steps, 1e3 * t_bwd / steps, 1e3 * t_opt / steps, steps, warmup);
-    std::printf("flops_per_token %.2f MFLOP, peak (sgemm 2048^3) %.1f GFLOP/s\n", fpt / 1e6, peak / 1e9);
+    std::printf("flops_per_token %.2f MFLOP, peak (sgemm 2048^3) %.1f GFLOP/s, OpenBLAS core %s\n", fpt / 1e6,
+                peak / 1e9, cpu::blas_core());
+    // CPU seconds of all threads (spin-waiting included): the rate that matters on a shared machine.
+    std::printf("cpu-seconds/step %.2f, tokens per cpu-second %.1f\n", cpu_s / steps, N * steps / cpu_s);
     std::printf("tokens/s %.1f MFU %.1f%%\n", tok_s, 100.0 * fpt * tok_s / peak);
     return 0;
 }

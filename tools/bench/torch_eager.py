@@ -3,7 +3,8 @@
 
 Same GPT-2 as llmtrain's CPU backend (4 layers, 4 heads, width 256, seq_len 256, vocab 8192 padded
 to a multiple of 128, tied LM head, tanh GELU) and the same step: zero grads, forward + backward of
-one micro-batch, clip_grad_norm_, AdamW. Prints the step time and tokens/s after warmup steps.
+one micro-batch, clip_grad_norm_, AdamW. Prints the step time, tokens/s and tokens per CPU-second
+(all threads) after warmup steps.
 
 Usage: /usr/bin/python3 torch_eager.py [--steps N] [--warmup N] [--batch B] [--threads K]
 """
@@ -70,18 +71,20 @@ def main():
     B, T = args.batch, 256
     idx = torch.randint(0, 8192, (B, T))
     tgt = torch.randint(0, 8192, (B, T))
-    total = 0.0
+    total = cpu = 0.0
     for s in range(args.warmup + args.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         model(idx, tgt).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if s >= args.warmup:
             total += time.perf_counter() - t0
+            cpu += time.process_time() - c0
     step = total / args.steps
     print("torch_eager: torch %s, %d threads, micro_batch_size %d" % (torch.__version__, args.threads, B))
     print("step %.1f ms" % (1e3 * step))
+    print("cpu-seconds/step %.2f, tokens per cpu-second %.1f" % (cpu / args.steps, B * T * args.steps / cpu))
     print("tokens/s %.1f" % (B * T / step))
 
 
