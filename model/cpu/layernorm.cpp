@@ -1,10 +1,9 @@
 // model/cpu/layernorm.cpp — LayerNorm (Ba et al. 2016) forward/backward, the fused residual add,
 // and the plain residual add. fp32, OpenMP over rows (forward, dinp) or channels (dweight, dbias).
-#include <algorithm>
 #include <cmath>
-#include <omp.h>
 
 #include "model/cpu/cpu_ops.hpp"
+#include "model/cpu/parallel.hpp"
 
 namespace llmtrain {
 
@@ -26,14 +25,6 @@ inline void layernorm_row(float* out, float* mean, float* rstd, const float* x, 
     for (int c = 0; c < C; ++c) out[c] = (x[c] - m) * s * w[c] + b[c];
     *mean = m;
     *rstd = s;
-}
-
-/// The channel range [c0, c1) of the calling OpenMP thread (static split of C, vector-aligned).
-inline void thread_channels(int C, int* c0, int* c1) {
-    const int nt = omp_get_num_threads(), id = omp_get_thread_num();
-    const int per = ((C + nt - 1) / nt + 15) / 16 * 16;
-    *c0 = std::min(C, id * per);
-    *c1 = std::min(C, *c0 + per);
 }
 
 }  // namespace
@@ -101,7 +92,7 @@ void CpuOps::layernorm_backward(void* dinp, void* dweight, void* dbias, const vo
             }
         }
         int c0, c1;
-        thread_channels(C, &c0, &c1);
+        cpu::thread_range(C, 16, &c0, &c1);
         for (int n = 0; n < N; ++n) {
             const size_t off = static_cast<size_t>(n) * C;
             const float m = mean[n], s = rstd[n];
