@@ -5,8 +5,8 @@
 // token buckets of the encoder backward. Each GPT op converts its void* tensors to the act dtype
 // (float in fp32 mode, __nv_bfloat16 in bf16 mode) and calls the launchers of kernels.cuh.
 // Everything is asynchronous on the current stream except where a comment says it synchronizes.
-#include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <stdexcept>

@@ -10,6 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <tuple>
 #include <vector>
 
 #include "model/cuda/common.cuh"
@@ -50,19 +52,23 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 size_t layernorm_backward_scratch_bytes(int N, int C);
 
 // ---- matmul.cu ----
-/// cuBLASLt handle and its workspace (owned by CudaOps).
+/// cuBLASLt handle, its workspace, and the algorithm chosen for each problem shape (owned by
+/// CudaOps; the heuristic query costs tens of microseconds, so it runs once per shape).
 struct LtContext {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
+    /// (transa, transb, m, n, k, epilogue, dtype, accumulate, pointer alignment) -> algorithm
+    using Key = std::tuple<bool, bool, int, int, int, int, int, bool, uint32_t>;
+    std::map<Key, cublasLtMatmulAlgo_t> algos;
 };
 /// out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias; with pre_gelu: pre_gelu = that, out = gelu(it).
 template <typename T>
-void matmul_forward(const LtContext& lt, T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias,
+void matmul_forward(LtContext& lt, T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias,
                     int N, int C, int OC, cudaStream_t stream);
 /// dinp (N,C) = dout @ weight [* gelu'(pre_gelu)]; dweight (OC,C) += dout^T inp; dbias (OC) += sums.
 template <typename T>
-void matmul_backward(const LtContext& lt, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+void matmul_backward(LtContext& lt, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                      const T* weight, const T* pre_gelu, int N, int C, int OC, float* scratch, cudaStream_t stream);
 size_t matmul_backward_scratch_bytes(int N, int OC);
 

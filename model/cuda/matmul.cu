@@ -7,6 +7,8 @@
 // when the input was a GELU output; dweight (C x OC) += inp (C x N) * dout^T (N x OC) with beta = 1;
 // dbias by our own deterministic column reduction (reduce.cuh), which accumulates like the weights
 // (cuBLASLt's BGRADB epilogue would overwrite). All products accumulate in fp32 (CUBLAS_COMPUTE_32F).
+#include <algorithm>
+
 #include "model/cuda/kernels.cuh"
 #include "model/cuda/reduce.cuh"
 
@@ -25,10 +27,18 @@ constexpr cudaDataType cuda_type() {
     return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
 }
 
+/// Largest power of two, at most 256, that divides the address (cuBLASLt's alignment unit).
+static uint32_t alignment_of(const void* p) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    uint32_t al = 256;
+    while (al > 1 && a % al != 0) al /= 2;
+    return al;
+}
+
 /// One column-major GEMM D (m x n) = op(A) (m x k) * op(B) (k x n) [+ D if accumulate], with an
 /// optional epilogue (bias of length m, aux of m x n with leading dimension m). A, B, D are T.
 template <typename T>
-static void lt_matmul(const LtContext& lt, bool transa, bool transb, int m, int n, int k, const T* A, int lda,
+static void lt_matmul(LtContext& lt, bool transa, bool transb, int m, int n, int k, const T* A, int lda,
                       const T* B, int ldb, T* D, int ldd, bool accumulate, cublasLtEpilogue_t epilogue,
                       const T* bias, const T* aux, cudaStream_t stream) {
     const cudaDataType type = cuda_type<T>();
@@ -52,20 +62,33 @@ static void lt_matmul(const LtContext& lt, bool transa, bool transb, int m, int 
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, transa ? k : m, transa ? m : k, lda));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type, transb ? n : k, transb ? k : n, ldb));
     CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type, m, n, ldd));
-    cublasLtMatmulPreference_t pref;
-    CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                      &lt.workspace_bytes, sizeof(lt.workspace_bytes)));
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int found = 0;
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found));
-    if (found == 0)
-        throw CudaError("cuBLASLt has no algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) +
-                        " k=" + std::to_string(k) + " epilogue=" + std::to_string(static_cast<int>(epilogue)));
+    // Parameter tensors sit inside one flat buffer, 16-byte aligned; the heuristic otherwise assumes 256.
+    const uint32_t align = std::min({alignment_of(A), alignment_of(B), alignment_of(D)});
+    const LtContext::Key key{transa, transb, m, n, k, static_cast<int>(epilogue), static_cast<int>(type), accumulate,
+                             align};
+    auto it = lt.algos.find(key);
+    if (it == lt.algos.end()) {
+        cublasLtMatmulPreference_t pref;
+        CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                          &lt.workspace_bytes, sizeof(lt.workspace_bytes)));
+#ifndef EMU_BUILD  // cuda_emu has a single algorithm and does not emulate the alignment filters
+        for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+            CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
+#endif
+        cublasLtMatmulHeuristicResult_t heuristic;
+        int found = 0;
+        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found));
+        CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
+        if (found == 0)
+            throw CudaError("cuBLASLt has no algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                            " k=" + std::to_string(k) + " epilogue=" + std::to_string(static_cast<int>(epilogue)));
+        it = lt.algos.emplace(key, heuristic.algo).first;
+    }
     const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(lt.handle, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &heuristic.algo,
+    CUBLAS_CHECK(cublasLtMatmul(lt.handle, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &it->second,
                                 lt.workspace, lt.workspace_bytes, stream));
-    CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
     CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
@@ -73,7 +96,7 @@ static void lt_matmul(const LtContext& lt, bool transa, bool transb, int m, int 
 }
 
 template <typename T>
-void matmul_forward(const LtContext& lt, T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias,
+void matmul_forward(LtContext& lt, T* out, T* pre_gelu, const T* inp, const T* weight, const T* bias,
                     int N, int C, int OC, cudaStream_t stream) {
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
     if (pre_gelu != nullptr) epi = bias != nullptr ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
@@ -90,7 +113,7 @@ struct BiasGrad {
 };
 
 template <typename T>
-void matmul_backward(const LtContext& lt, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+void matmul_backward(LtContext& lt, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                      const T* weight, const T* pre_gelu, int N, int C, int OC, float* scratch,
                      cudaStream_t stream) {
     if (dbias != nullptr) column_reduce<1, T>(dbias, static_cast<T*>(nullptr), scratch, N, OC, BiasGrad<T>{dout, OC}, stream);
@@ -103,9 +126,9 @@ void matmul_backward(const LtContext& lt, T* dinp, T* dweight, T* dbias, const T
 size_t matmul_backward_scratch_bytes(int N, int OC) { return column_reduce_scratch_floats(1, N, OC) * sizeof(float); }
 
 #define INSTANTIATE(T)                                                                                    \
-    template void matmul_forward<T>(const LtContext&, T*, T*, const T*, const T*, const T*, int, int, int, \
+    template void matmul_forward<T>(LtContext&, T*, T*, const T*, const T*, const T*, int, int, int, \
                                     cudaStream_t);                                                         \
-    template void matmul_backward<T>(const LtContext&, T*, T*, T*, const T*, const T*, const T*, const T*, \
+    template void matmul_backward<T>(LtContext&, T*, T*, T*, const T*, const T*, const T*, const T*, \
                                      int, int, int, float*, cudaStream_t);
 INSTANTIATE(float)
 INSTANTIATE(__nv_bfloat16)

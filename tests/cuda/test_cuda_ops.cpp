@@ -26,10 +26,10 @@ TEST_P(OpsTest, EncoderForwardBackward) {
     for (int k = 0; k < 2; k++) {
         Ops& o = *backends[k];
         const DType dt = o.act_dtype();
-        DevBuf itok = upload_ints(o, tok), dwte_w = upload(o, wte, dt), dwpe_w = upload(o, wpe, dt);
+        DevBuf itok = upload_ints(o, tok), wte_d = upload(o, wte, dt), wpe_d = upload(o, wpe, dt);
         DevBuf out(o, static_cast<size_t>(N) * C * dtype_size(dt));
         DevBuf dgo = upload(o, dout, dt), dwte = upload(o, dwte0, dt), dwpe = upload(o, dwpe0, dt);
-        o.encoder_forward(out.ptr, itok.as<int>(), dwte_w.ptr, dwpe_w.ptr, B, T, C);
+        o.encoder_forward(out.ptr, itok.as<int>(), wte_d.ptr, wpe_d.ptr, B, T, C);
         o.encoder_backward(dwte.ptr, dwpe.ptr, dgo.ptr, itok.as<int>(), B, T, C);
         res[k][0] = download(o, out.ptr, static_cast<size_t>(N) * C, dt);
         res[k][1] = download(o, dwte.ptr, wte.size(), dt);
@@ -223,7 +223,9 @@ TEST_P(OpsTest, FusedClassifier) {
         res[k][0] = download(o, losses.ptr, N, DType::f32);
         res[k][1] = download(o, dl.ptr, logits.size(), dt);
         res[k][2] = download(o, losses2.ptr, N, DType::f32);
-        if (k == 1) EXPECT_EQ(download(o, dl2.ptr, logits.size(), dt), logits) << "logits changed without write_grad";
+        if (k == 1) {
+            EXPECT_EQ(download(o, dl2.ptr, logits.size(), dt), logits) << "logits changed without write_grad";
+        }
     }
     expect_close("losses", res[1][0], res[0][0], kTolF32);  // fp32 math on identical inputs
     expect_close("dlogits", res[1][1], res[0][1], tol);
