@@ -10,7 +10,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${1:-$ROOT/build-cuda-cov}
 JOBS=${JOBS:-2}
-cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="--coverage -O1" \
+cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="--coverage -O0" \
     -DCMAKE_EXE_LINKER_FLAGS=--coverage >/dev/null
 cmake --build "$BUILD" --target test_cuda_ops test_cuda_gpt -j "$JOBS" >/dev/null
 OBJ="$BUILD/model/cuda/emu/CMakeFiles/llmtrain_cuda_emu.dir/__"
@@ -21,7 +21,8 @@ export CUDA_EMU_WORKERS=2 OMP_NUM_THREADS=2
 
 cd "$OBJ"
 echo "Line coverage of model/cuda under the emulated tests (gcov):"
-report=$(for src in "$ROOT"/model/cuda/*.cu; do gcov -n -f -m -o . "$src" 2>/dev/null; done)
+# Objects are named <file>.cu.o, so gcov is pointed at each object (it then finds <file>.cu.gcda).
+report=$(for src in "$ROOT"/model/cuda/*.cu; do gcov -n -f -m -o "$(basename "$src").o" "$src" 2>/dev/null || true; done)
 # Per-file line summaries, restricted to model/cuda sources and headers (headers appear once per
 # translation unit that includes them; the maximum is shown).
 echo "$report" | awk '
