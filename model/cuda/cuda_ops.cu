@@ -1,8 +1,9 @@
 // model/cuda/cuda_ops.cu — CudaOps: the Ops interface (model/ops.hpp) on a CUDA device.
 //
 // Owns the device state every op shares: the current stream, the cuBLASLt handle and its 32 MiB
-// workspace, one fp32 scratch buffer per stream (reduction partials, attention's D = dO.O), and the
-// token buckets of the encoder backward. Each GPT op converts its void* tensors to the act dtype
+// workspace, one fp32 scratch buffer per stream (reduction partials, attention's D = dO.O), the
+// token buckets of the encoder backward, and (attention = "cudnn", nvcc builds with cuDNN) the
+// cuDNN fused-attention plans. Each GPT op converts its void* tensors to the act dtype
 // (float in fp32 mode, __nv_bfloat16 in bf16 mode) and calls the launchers of kernels.cuh.
 // Everything is asynchronous on the current stream except where a comment says it synchronizes.
 
@@ -15,6 +16,9 @@
 
 #include "model/cuda/cuda_backend.hpp"
 #include "model/cuda/kernels.cuh"
+#ifdef LLMTRAIN_HAVE_CUDNN
+#include "model/cuda/cudnn_attention.hpp"  // nvcc builds with cuDNN only (never under cuda_emu)
+#endif
 
 namespace llmtrain {
 namespace {
@@ -30,9 +34,15 @@ public:
         if (cublasLtCreate(&lt_.handle) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasLtCreate failed");
         CUDA_CHECK(cudaMalloc(&lt_.workspace, kLtWorkspaceBytes));
         lt_.workspace_bytes = kLtWorkspaceBytes;
+#ifdef LLMTRAIN_HAVE_CUDNN
+        if (opt.attention == "cudnn") cudnn_ = std::make_unique<cuda::CudnnAttention>();
+#endif
     }
     ~CudaOps() override {
         cudaDeviceSynchronize();
+#ifdef LLMTRAIN_HAVE_CUDNN
+        cudnn_.reset();
+#endif
         for (auto& [s, buf] : scratch_) cudaFree(buf.ptr);
         cudaFree(bucket_dev_);
         cudaFreeHost(bucket_host_);
@@ -186,6 +196,9 @@ public:
         });
     }
     void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) override {
+#ifdef LLMTRAIN_HAVE_CUDNN
+        if (cudnn_) return cudnn_->forward(as<bf16>(out), lse, as<bf16>(qkv), B, T, C, NH, stream_);
+#endif
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::attention_forward(as<X>(out), lse, as<X>(qkv), B, T, C, NH, stream_);
@@ -193,6 +206,11 @@ public:
     }
     void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B,
                             int T, int C, int NH) override {
+#ifdef LLMTRAIN_HAVE_CUDNN
+        if (cudnn_)
+            return cudnn_->backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B, T, C, NH,
+                                    stream_);
+#endif
         float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
         dispatch([&](auto t) {
             using X = decltype(t);
@@ -312,6 +330,9 @@ private:
     size_t bucket_ints_ = 0;
     std::vector<int> packed_;
     uint32_t sr_calls_ = 0;
+#ifdef LLMTRAIN_HAVE_CUDNN
+    std::unique_ptr<cuda::CudnnAttention> cudnn_;  ///< set when options.attention == "cudnn"
+#endif
 };
 
 /// The node-local rank from the MPI launcher's environment (OpenMPI, Slurm), 0 when absent.
@@ -340,6 +361,16 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
         act = DType::f32;
     else
         throw std::invalid_argument("training.precision: expected \"bf16\" or \"fp32\", got \"" + precision + "\"");
+    if (options.attention != "native" && options.attention != "cudnn")
+        throw std::invalid_argument("model.attention: expected \"native\" or \"cudnn\", got \"" + options.attention +
+                                    "\"");
+    if (options.attention == "cudnn") {
+#ifndef LLMTRAIN_HAVE_CUDNN
+        throw std::invalid_argument("model.attention = \"cudnn\": this build has no cuDNN (use \"native\")");
+#endif
+        if (act != DType::bf16)
+            throw std::invalid_argument("model.attention = \"cudnn\" needs training.precision = \"bf16\"");
+    }
     const int n = cuda_device_count();
     if (n == 0) throw std::runtime_error("run.backend = \"cuda\": no CUDA device is present");
     CUDA_CHECK(cudaSetDevice(local_rank() % n));

@@ -1,0 +1,362 @@
+// model/cuda/cudnn_attention.cu — CudnnAttention: causal attention as cuDNN operation graphs.
+//
+// cuDNN's fused flash-attention engine is selected by the shape of an operation graph built with
+// the backend API (cudnn_graph.h). The graphs below are the pattern the engine accepts for cuDNN
+// 8.9.5 - 9.20 (the composite softmax; cuDNN 9.21 adds a single softmax operation):
+// forward   S = Q K^T * scale, causal mask (generated row/column indices, row >= col, else the
+//           lowest float), softmax with stats (max, x - max, exp, sum, lse = max + log sum -> our
+//           lse output, exp / sum -> P in bf16), O = P V;
+// backward  D = rowsum(dO * O) (times 1: the engine expects the dropout-scale slot), the same S and
+//           mask, P = exp(S - lse) in bf16, dV = P^T dO, dS = P (dO V^T * 1 - D) * scale,
+//           dK = dS^T Q, dQ = dS K accumulated in an fp32 buffer (reordered F16x16, zeroed) and
+//           copied to bf16 by an identity operation.
+// Q, K, V are strided views into qkv (B,T,3C): dims (b, h, t, d) with strides (3CT, HS, 3C, 1);
+// K^T and V^T swap the last two. Plans are cached per (direction, B, T, C, NH).
+#include "model/cuda/cudnn_attention.hpp"
+
+#include <cudnn.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "model/cuda/launch.cuh"
+
+namespace llmtrain::cuda {
+namespace {
+
+using Desc = cudnnBackendDescriptor_t;
+
+/// Throws CudaError naming the step when a cuDNN call fails.
+void check(cudnnStatus_t st, const char* what) {
+    if (st != CUDNN_STATUS_SUCCESS)
+        throw CudaError(std::string("cuDNN attention: ") + what + " failed: " + cudnnGetErrorString(st));
+}
+
+// Unique ids of the tensors the variant pack binds to memory (virtual tensors get ids from 100).
+enum Uid : int64_t { kQ = 1, kKT, kV, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kOne, kDQAccum, kVT };
+
+/// Builds one operation graph: creates descriptors (kept for the plan's lifetime) and operations.
+class GraphBuilder {
+public:
+    explicit GraphBuilder(std::vector<void*>& keep) : keep_(keep) {}
+
+    Desc make(cudnnBackendDescriptorType_t type) {
+        Desc d;
+        check(cudnnBackendCreateDescriptor(type, &d), "cudnnBackendCreateDescriptor");
+        keep_.push_back(d);
+        return d;
+    }
+    static void set(Desc d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type, int64_t count,
+                    const void* value) {
+        check(cudnnBackendSetAttribute(d, name, type, count, value), "cudnnBackendSetAttribute");
+    }
+
+    /// A 4-D tensor. uid < 0 makes a virtual tensor with a fresh id.
+    Desc tensor(int64_t uid, cudnnDataType_t type, const int64_t (&dims)[4], const int64_t (&strides)[4],
+                bool by_value = false, bool reorder_f16x16 = false) {
+        const bool is_virtual = uid < 0;
+        if (is_virtual) uid = next_virtual_++;
+        const int64_t alignment = 16;
+        Desc t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
+        set(t, CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
+        set(t, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims);
+        set(t, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides);
+        set(t, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid);
+        set(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
+        set(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
+        set(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
+        if (reorder_f16x16) {
+            const cudnnBackendTensorReordering_t r = CUDNN_TENSOR_REORDERING_F16x16;
+            set(t, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &r);
+        }
+        check(cudnnBackendFinalize(t), "tensor descriptor");
+        return t;
+    }
+    /// A virtual tensor with packed (row-major) strides.
+    Desc virt(cudnnDataType_t type, const int64_t (&dims)[4]) {
+        const int64_t strides[4] = {dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+        return tensor(-1, type, dims, strides);
+    }
+    /// A by-value fp32 scalar (1,1,1,1) bound at execution.
+    Desc scalar(int64_t uid) {
+        const int64_t one[4] = {1, 1, 1, 1};
+        return tensor(uid, CUDNN_DATA_FLOAT, one, one, true);
+    }
+
+    /// y = mode(x [, b [, t]]) with math precision `math` (GEN_INDEX: along `axis`).
+    void pointwise(cudnnPointwiseMode_t mode, Desc x, Desc b, Desc y, Desc t = nullptr,
+                   cudnnDataType_t math = CUDNN_DATA_FLOAT, int64_t axis = -1) {
+        Desc pw = make(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+        set(pw, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode);
+        set(pw, CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, 1, &math);
+        if (axis >= 0) set(pw, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
+        check(cudnnBackendFinalize(pw), "pointwise descriptor");
+        Desc op = make(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+        set(op, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pw);
+        set(op, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+        if (b != nullptr) set(op, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+        set(op, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+        if (t != nullptr) set(op, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
+        check(cudnnBackendFinalize(op), "pointwise operation");
+        ops_.push_back(op);
+    }
+    /// c = a @ b (batched over the first two dims), fp32 accumulation.
+    void matmul(Desc a, Desc b, Desc c) {
+        Desc mm = make(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
+        const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+        set(mm, CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+        check(cudnnBackendFinalize(mm), "matmul descriptor");
+        Desc op = make(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR);
+        set(op, CUDNN_ATTR_OPERATION_MATMUL_ADESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a);
+        set(op, CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b);
+        set(op, CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c);
+        set(op, CUDNN_ATTR_OPERATION_MATMUL_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &mm);
+        check(cudnnBackendFinalize(op), "matmul operation");
+        ops_.push_back(op);
+    }
+    /// y = reduce(x) over the dims where y has extent 1, fp32.
+    void reduce(cudnnReduceTensorOp_t how, Desc x, Desc y) {
+        Desc r = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
+        const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
+        set(r, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &how);
+        set(r, CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp);
+        check(cudnnBackendFinalize(r), "reduction descriptor");
+        Desc op = make(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR);
+        set(op, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+        set(op, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+        set(op, CUDNN_ATTR_OPERATION_REDUCTION_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &r);
+        check(cudnnBackendFinalize(op), "reduction operation");
+        ops_.push_back(op);
+    }
+    /// y = x viewed with y's dims and strides (a transpose here).
+    void reshape(Desc x, Desc y) {
+        Desc op = make(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+        set(op, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
+        set(op, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
+        check(cudnnBackendFinalize(op), "reshape operation");
+        ops_.push_back(op);
+    }
+
+    /// The causal mask on scores s (b,h,T,T) fp32: keeps s where row >= column, else the lowest float.
+    Desc causal_mask(Desc s, const int64_t (&dims)[4], Desc neg_inf) {
+        Desc row = virt(CUDNN_DATA_INT32, dims), col = virt(CUDNN_DATA_INT32, dims);
+        pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, row, nullptr, CUDNN_DATA_INT32, 2);
+        pointwise(CUDNN_POINTWISE_GEN_INDEX, s, nullptr, col, nullptr, CUDNN_DATA_INT32, 3);
+        Desc keep = virt(CUDNN_DATA_BOOLEAN, dims);
+        pointwise(CUDNN_POINTWISE_CMP_GE, row, col, keep, nullptr, CUDNN_DATA_BOOLEAN);
+        Desc masked = virt(CUDNN_DATA_FLOAT, dims);
+        pointwise(CUDNN_POINTWISE_BINARY_SELECT, s, neg_inf, masked, keep);
+        return masked;
+    }
+
+    /// Finalizes the graph and returns the first engine configuration that builds a plan.
+    void* build_plan(cudnnHandle_t handle, int64_t* workspace) {
+        Desc graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
+        set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+        set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops_.size()),
+            ops_.data());
+        check(cudnnBackendFinalize(graph), "operation graph (the fused attention pattern was not accepted)");
+        Desc heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
+        const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_INSTANT;
+        set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
+        set(heur, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
+        check(cudnnBackendFinalize(heur), "engine heuristics");
+        int64_t count = 0;
+        check(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count,
+                                       nullptr),
+              "engine heuristics count");
+        std::vector<Desc> configs;
+        for (int64_t i = 0; i < count; i++) configs.push_back(make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
+        int64_t got = 0;
+        if (count > 0)
+            check(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
+                                           &got, configs.data()),
+                  "engine heuristics results");
+        for (int64_t i = 0; i < got; i++) {
+            Desc plan = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+            set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
+            set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]);
+            if (cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS) continue;  // try the next engine
+            int64_t n = 0;
+            check(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
+                                           workspace),
+                  "plan workspace size");
+            return plan;
+        }
+        throw CudaError("cuDNN attention: no engine supports this graph (" + std::to_string(got) + " tried)");
+    }
+
+private:
+    std::vector<void*>& keep_;
+    std::vector<Desc> ops_;
+    int64_t next_virtual_ = 100;
+};
+
+/// Runs `plan` with the (uid, pointer) bindings and `workspace` on the handle's stream.
+void execute(cudnnHandle_t handle, void* plan, const std::vector<int64_t>& uids, const std::vector<void*>& ptrs,
+             void* workspace) {
+    Desc pack;
+    check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack), "variant pack");
+    GraphBuilder::set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, static_cast<int64_t>(uids.size()),
+                      uids.data());
+    GraphBuilder::set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR,
+                      static_cast<int64_t>(ptrs.size()), ptrs.data());
+    GraphBuilder::set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    const cudnnStatus_t st = cudnnBackendFinalize(pack);
+    const cudnnStatus_t run = st == CUDNN_STATUS_SUCCESS
+                                  ? cudnnBackendExecute(handle, static_cast<Desc>(plan), pack)
+                                  : st;
+    cudnnBackendDestroyDescriptor(pack);
+    check(run, "execute");
+}
+
+}  // namespace
+
+CudnnAttention::CudnnAttention() {
+    cudnnHandle_t h;
+    check(cudnnCreate(&h), "cudnnCreate");
+    handle_ = h;
+}
+
+CudnnAttention::~CudnnAttention() {
+    for (auto& [key, plan] : plans_)
+        for (auto it = plan.keep.rbegin(); it != plan.keep.rend(); ++it) cudnnBackendDestroyDescriptor(static_cast<Desc>(*it));
+    cudaFree(workspace_);
+    cudnnDestroy(static_cast<cudnnHandle_t>(handle_));
+}
+
+CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int C, int NH) {
+    const auto key = std::make_tuple(backward, B, T, C, NH);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) return it->second;
+    Plan plan;
+    GraphBuilder g(plan.keep);
+    const int64_t b = B, h = NH, t = T, c = C, d = C / NH;
+    const int64_t qkv_dims[4] = {b, h, t, d}, qkv_strides[4] = {3 * c * t, d, 3 * c, 1};
+    const int64_t tr_dims[4] = {b, h, d, t}, tr_strides[4] = {3 * c * t, d, 1, 3 * c};  // K^T, V^T views
+    const int64_t out_dims[4] = {b, h, t, d}, out_strides[4] = {c * t, d, c, 1};
+    const int64_t s_dims[4] = {b, h, t, t}, row_dims[4] = {b, h, t, 1};
+    const int64_t row_strides[4] = {h * t, t, 1, 1};
+    const int64_t s_tr_strides[4] = {h * t * t, t * t, 1, t};  // (b,h,T,T) transposed in place
+    Desc q = g.tensor(kQ, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
+    Desc kt = g.tensor(kKT, CUDNN_DATA_BFLOAT16, tr_dims, tr_strides);
+    Desc o = g.tensor(kO, CUDNN_DATA_BFLOAT16, out_dims, out_strides);
+    Desc stats = g.tensor(kStats, CUDNN_DATA_FLOAT, row_dims, row_strides);
+    Desc scale = g.scalar(kScale), neg_inf = g.scalar(kNegInf);
+
+    Desc s = g.virt(CUDNN_DATA_FLOAT, s_dims), ss = g.virt(CUDNN_DATA_FLOAT, s_dims);
+    g.matmul(q, kt, s);
+    g.pointwise(CUDNN_POINTWISE_MUL, s, scale, ss);
+    Desc sm = g.causal_mask(ss, s_dims, neg_inf);
+    if (!backward) {
+        Desc v = g.tensor(kV, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
+        Desc mx = g.virt(CUDNN_DATA_FLOAT, row_dims), sub = g.virt(CUDNN_DATA_FLOAT, s_dims);
+        Desc e = g.virt(CUDNN_DATA_FLOAT, s_dims), z = g.virt(CUDNN_DATA_FLOAT, row_dims);
+        Desc lz = g.virt(CUDNN_DATA_FLOAT, row_dims), p = g.virt(CUDNN_DATA_BFLOAT16, s_dims);
+        g.reduce(CUDNN_REDUCE_TENSOR_MAX, sm, mx);
+        g.pointwise(CUDNN_POINTWISE_SUB, sm, mx, sub);
+        g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, e);
+        g.reduce(CUDNN_REDUCE_TENSOR_ADD, e, z);
+        g.pointwise(CUDNN_POINTWISE_LOG, z, nullptr, lz);
+        g.pointwise(CUDNN_POINTWISE_ADD, mx, lz, stats);
+        g.pointwise(CUDNN_POINTWISE_DIV, e, z, p);
+        g.matmul(p, v, o);
+    } else {
+        Desc vt = g.tensor(kVT, CUDNN_DATA_BFLOAT16, tr_dims, tr_strides);
+        Desc dout = g.tensor(kDO, CUDNN_DATA_BFLOAT16, out_dims, out_strides);
+        Desc dq = g.tensor(kDQ, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
+        Desc dk = g.tensor(kDK, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
+        Desc dv = g.tensor(kDV, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
+        const int64_t acc_strides[4] = {h * t * d, t * d, d, 1};
+        Desc dq_acc = g.tensor(kDQAccum, CUDNN_DATA_FLOAT, qkv_dims, acc_strides, false, true);
+        Desc one = g.scalar(kOne);
+        // D = rowsum(dO * O) * 1
+        Desc dodo = g.virt(CUDNN_DATA_FLOAT, out_dims), dsum = g.virt(CUDNN_DATA_FLOAT, row_dims);
+        Desc delta = g.virt(CUDNN_DATA_FLOAT, row_dims);
+        g.pointwise(CUDNN_POINTWISE_MUL, dout, o, dodo);
+        g.reduce(CUDNN_REDUCE_TENSOR_ADD, dodo, dsum);
+        g.pointwise(CUDNN_POINTWISE_MUL, dsum, one, delta);
+        // P = exp(S - lse) in bf16; dV = P^T dO
+        Desc sub = g.virt(CUDNN_DATA_FLOAT, s_dims), p = g.virt(CUDNN_DATA_BFLOAT16, s_dims);
+        g.pointwise(CUDNN_POINTWISE_SUB, sm, stats, sub);
+        g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, p);
+        Desc pt = g.tensor(-1, CUDNN_DATA_BFLOAT16, s_dims, s_tr_strides);
+        g.reshape(p, pt);
+        g.matmul(pt, dout, dv);
+        // dS = P * (dO V^T * 1 - D) * scale
+        Desc dp = g.virt(CUDNN_DATA_FLOAT, s_dims), dp1 = g.virt(CUDNN_DATA_FLOAT, s_dims);
+        Desc dpd = g.virt(CUDNN_DATA_FLOAT, s_dims), dpp = g.virt(CUDNN_DATA_FLOAT, s_dims);
+        Desc ds = g.virt(CUDNN_DATA_FLOAT, s_dims);
+        g.matmul(dout, vt, dp);
+        g.pointwise(CUDNN_POINTWISE_MUL, dp, one, dp1);
+        g.pointwise(CUDNN_POINTWISE_SUB, dp1, delta, dpd);
+        g.pointwise(CUDNN_POINTWISE_MUL, dpd, p, dpp);
+        g.pointwise(CUDNN_POINTWISE_MUL, dpp, scale, ds);
+        // dK = dS^T Q
+        Desc dst = g.tensor(-1, CUDNN_DATA_FLOAT, s_dims, s_tr_strides);
+        g.reshape(ds, dst);
+        g.matmul(dst, q, dk);
+        // dQ = dS K (fp32 accumulator, then bf16)
+        Desc k = g.tensor(-1, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
+        g.reshape(kt, k);
+        g.matmul(ds, k, dq_acc);
+        g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_acc, nullptr, dq);
+    }
+    plan.plan = g.build_plan(static_cast<cudnnHandle_t>(handle_), &plan.workspace);
+    return plans_.emplace(key, std::move(plan)).first->second;
+}
+
+void* CudnnAttention::workspace(size_t bytes, cudaStream_t stream) {
+    if (bytes > workspace_bytes_) {
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaFree(workspace_));
+        CUDA_CHECK(cudaMalloc(&workspace_, bytes));
+        workspace_bytes_ = bytes;
+    }
+    return workspace_;
+}
+
+void CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int C, int NH,
+                             cudaStream_t stream) {
+    Plan& plan = plan_for(false, B, T, C, NH);
+    check(cudnnSetStream(static_cast<cudnnHandle_t>(handle_), stream), "cudnnSetStream");
+    float scale = 1.0f / std::sqrt(static_cast<float>(C / NH)), neg_inf = std::numeric_limits<float>::lowest();
+    auto* base = const_cast<__nv_bfloat16*>(qkv);
+    const std::vector<int64_t> uids = {kQ, kKT, kV, kO, kStats, kScale, kNegInf};
+    const std::vector<void*> ptrs = {base, base + C, base + 2 * C, out, lse, &scale, &neg_inf};
+    execute(static_cast<cudnnHandle_t>(handle_), plan.plan, uids, ptrs,
+            workspace(static_cast<size_t>(plan.workspace) + 1, stream));
+}
+
+void CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                              const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH,
+                              cudaStream_t stream) {
+    Plan& plan = plan_for(true, B, T, C, NH);
+    check(cudnnSetStream(static_cast<cudnnHandle_t>(handle_), stream), "cudnnSetStream");
+    // Workspace: the plan's, then the fp32 dQ accumulator (B,NH,T,HS), zeroed.
+    const size_t plan_bytes = (static_cast<size_t>(plan.workspace) + 255) / 256 * 256;
+    const size_t acc_bytes = sizeof(float) * static_cast<size_t>(B) * T * C;
+    char* ws = static_cast<char*>(workspace(plan_bytes + acc_bytes, stream));
+    CUDA_CHECK(cudaMemsetAsync(ws + plan_bytes, 0, acc_bytes, stream));
+    float scale = 1.0f / std::sqrt(static_cast<float>(C / NH)), neg_inf = std::numeric_limits<float>::lowest();
+    float one = 1.0f;
+    auto* base = const_cast<__nv_bfloat16*>(qkv);
+    const std::vector<int64_t> uids = {kQ, kKT, kVT, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kOne, kDQAccum};
+    const std::vector<void*> ptrs = {base,
+                                     base + C,
+                                     base + 2 * C,
+                                     const_cast<__nv_bfloat16*>(out),
+                                     const_cast<float*>(lse),
+                                     &scale,
+                                     &neg_inf,
+                                     const_cast<__nv_bfloat16*>(dout),
+                                     dqkv,
+                                     dqkv + C,
+                                     dqkv + 2 * C,
+                                     &one,
+                                     ws + plan_bytes};
+    execute(static_cast<cudnnHandle_t>(handle_), plan.plan, uids, ptrs, ws);
+}
+
+}  // namespace llmtrain::cuda

@@ -1,0 +1,53 @@
+// model/cuda/cudnn_attention.hpp — causal attention through cuDNN's fused flash-attention engine
+// (cuDNN graph API, backend descriptors), the fast path behind model.attention = "cudnn".
+//
+// Same contract as the native kernels (attention.cu): qkv (B,T,3C) bf16 holding q | k | v with
+// heads of HS = C/NH, out (B,T,C) bf16, lse (B,NH,T) fp32 = log-sum-exp of each row of the scaled,
+// causally masked scores; backward overwrites dqkv (B,T,3C). bf16 only (cuDNN's fused attention
+// has no fp32 path). Compiled by nvcc when cuDNN is found; never built under cuda_emu (the engine
+// is a closed tensor-core kernel), so it has not run here: test_cuda_gpu compares it with the
+// native kernels on a machine with a GPU.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <vector>
+
+namespace llmtrain::cuda {
+
+class CudnnAttention {
+public:
+    /// Creates the cuDNN handle. Errors: CudaError when cuDNN cannot initialize.
+    CudnnAttention();
+    ~CudnnAttention();
+    CudnnAttention(const CudnnAttention&) = delete;
+    CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+    /// out (B,T,C), lse (B,NH,T) from qkv (B,T,3C). Builds (once per shape) and runs the forward graph.
+    /// Errors: CudaError naming the step when cuDNN rejects the graph or finds no engine.
+    void forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int C, int NH,
+                 cudaStream_t stream);
+    /// dqkv (B,T,3C) overwritten from dout (B,T,C), qkv, out and lse of the forward.
+    void backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                  const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
+
+private:
+    struct Plan {
+        void* plan = nullptr;       ///< cudnnBackendDescriptor_t of the execution plan
+        int64_t workspace = 0;      ///< bytes the plan needs
+        std::vector<void*> keep;    ///< every descriptor the plan was built from (destroyed with it)
+    };
+    Plan& plan_for(bool backward, int B, int T, int C, int NH);
+    /// Device workspace of at least `bytes` (grows; waits for queued work on `stream` first).
+    void* workspace(size_t bytes, cudaStream_t stream);
+
+    void* handle_ = nullptr;  ///< cudnnHandle_t
+    std::map<std::tuple<bool, int, int, int, int>, Plan> plans_;
+    void* workspace_ = nullptr;
+    size_t workspace_bytes_ = 0;
+};
+
+}  // namespace llmtrain::cuda
