@@ -14,7 +14,7 @@ cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS="--cover
     -DCMAKE_EXE_LINKER_FLAGS=--coverage >/dev/null
 cmake --build "$BUILD" --target test_cuda_ops test_cuda_gpt -j "$JOBS" >/dev/null
 OBJ="$BUILD/model/cuda/emu/CMakeFiles/llmtrain_cuda_emu.dir/__"
-find "$OBJ" -name '*.gcda' -delete
+find "$BUILD" -name '*.gcda' -delete  # stale counts of an earlier build would not merge
 export CUDA_EMU_WORKERS=2 OMP_NUM_THREADS=2
 "$BUILD/tests/cuda/test_cuda_ops" >/dev/null
 "$BUILD/tests/cuda/test_cuda_gpt" >/dev/null
