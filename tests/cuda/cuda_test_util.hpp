@@ -21,7 +21,9 @@
 #include "model/cpu/cpu_ops.hpp"
 #include "model/cuda/cuda_backend.hpp"
 #include "model/ops.hpp"
+#ifndef LLMTRAIN_REAL_GPU
 #include "tests/cuda_emu/emu.hpp"
+#endif
 
 namespace llmtrain::cudatest {
 
@@ -146,6 +148,11 @@ inline std::vector<Mode> all_modes() {
     return m;
 }
 
+#ifdef LLMTRAIN_REAL_GPU
+// The same tests linked with the nvcc backend (test_cuda_gpu): a real GPU schedules as it likes.
+inline void set_emu_order(const std::string&) {}
+inline void reset_emu_order() {}
+#else
 /// Sets the emulator's order for a mode: threads forward, reversed, or shuffled (seeded), and
 /// blocks shuffled in the random mode.
 inline void set_emu_order(const std::string& order) {
@@ -159,6 +166,8 @@ inline void set_emu_order(const std::string& order) {
     }
     emu::set_order(o);
 }
+inline void reset_emu_order() { emu::set_order(emu::Order{}); }
+#endif
 
 /// Fixture: a CPU backend, an emulated CUDA backend in the mode's precision, the order applied.
 class CudaVsCpu : public testing::TestWithParam<Mode> {
@@ -171,7 +180,7 @@ protected:
         bf16 = t == DType::bf16;
         tol = bf16 ? kTolBf16 : kTolF32;
     }
-    void TearDown() override { emu::set_order(emu::Order{}); }
+    void TearDown() override { reset_emu_order(); }
     /// Random inputs for both backends (bf16-exact in bf16 mode).
     std::vector<float> rnd(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) const {
         return random_vec(n, seed, bf16, lo, hi);
