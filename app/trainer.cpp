@@ -101,7 +101,7 @@ struct Trainer::Impl {
             TokenDataset ds(cfg.data.train);
             tokenizer.emplace(Tokenizer::from_bytes(ds.tokenizer_bytes(), cfg.data.train + ":/tokenizer"));
         }
-        ops = make_backend(cfg.run.backend, cfg.training.precision);
+        ops = make_backend(cfg.run.backend, cfg.training.precision, cfg.model.attention);
         alloc = std::make_unique<Allocator>(*ops);
         gcfg.n_layer = cfg.model.n_layer;
         gcfg.n_head = cfg.model.n_head;

@@ -9,7 +9,9 @@ namespace llmtrain {
 
 /// Creates the backend named `name`: "cpu" (fp32 reference), "cuda" (needs a build with CUDA and a
 /// device), or "auto" (cuda when a device is present, else cpu). `precision` is "fp32" or "bf16"
-/// (bf16 only on cuda). Errors: std::runtime_error naming what is missing.
-std::unique_ptr<Ops> make_backend(const std::string& name, const std::string& precision);
+/// (bf16 only on cuda). `attention` is model.attention: "native" or "cudnn" (cuda only; the CPU
+/// always runs its own attention). Errors: std::runtime_error naming what is missing.
+std::unique_ptr<Ops> make_backend(const std::string& name, const std::string& precision,
+                                  const std::string& attention = "native");
 
 }  // namespace llmtrain
