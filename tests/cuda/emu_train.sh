@@ -10,8 +10,9 @@
 #   1. 3 steps, cuda fp32 vs cpu: every train loss within 1e-4 relative;
 #   2. 3 steps, cuda bf16 vs cpu: within 5e-3 relative (bf16 weights and activations; 3e-4 seen);
 #   3. cpu trains 2 steps and checkpoints, cuda (fp32) resumes to step 3: step 3 matches run 1's cpu
-#      loss within 1e-4; 4. the reverse (cuda checkpoints, cpu resumes), same check.
-# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 9 emulated steps.
+#      loss within 1e-4; 4. the reverse (cuda checkpoints, cpu resumes), same check;
+#   5. cuda in bf16 checkpoints (fp32 master weights saved), cpu resumes: within 5e-3.
+# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 11 emulated steps.
 set -euo pipefail
 LLMTRAIN=$1 EMU=$2 CONFIG=$3 DATA=$4 WORK=$5
 VOCAB=$(cat "$DATA/vocab_size.txt")
@@ -57,4 +58,8 @@ run "$EMU" "$WORK/cuda_then_cpu" cuda fp32 2
 run "$LLMTRAIN" "$WORK/cuda_then_cpu" cpu fp32 3
 compare "cuda checkpoint resumed on cpu" "$WORK/cpu" "$WORK/cuda_then_cpu" 1e-4 3
 grep -q "resum" "$WORK/cuda_then_cpu.log" || { echo "the cpu run did not report resuming"; exit 1; }
+
+run "$EMU" "$WORK/bf16_then_cpu" cuda bf16 2
+run "$LLMTRAIN" "$WORK/bf16_then_cpu" cpu fp32 3
+compare "cuda bf16 checkpoint resumed on cpu" "$WORK/cpu" "$WORK/bf16_then_cpu" 5e-3 3
 echo "emu_train: all checks passed"
