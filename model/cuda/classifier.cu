@@ -8,20 +8,25 @@
 
 namespace llmtrain::cuda {
 
-/// logits (N,Vp) T, losses (N) fp32, targets (N) int32. blockDim.x a multiple of 32.
+/// logits (N,Vp) T, losses (N) fp32, targets (N) int32. blockDim.x a multiple of 32. The row is
+/// read and written in 16-byte packs (Vp is a multiple of 128); columns >= V are masked per element.
 template <typename T>
 __global__ void fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp,
                                         float dloss, bool write_grad) {
     __shared__ float scratch[kWarpSize];
+    constexpr int P = Pack<T>::size;
     T* row = logits + static_cast<size_t>(blockIdx.x) * Vp;
     const int target = targets[blockIdx.x];
     const float target_logit = to_float(row[target]);  // read before any thread overwrites the row
     float m = -INFINITY, s = 0.0f;
-    for (int v = threadIdx.x; v < V; v += blockDim.x) {
-        const float x = to_float(row[v]);
-        const float m_new = fmaxf(m, x);
-        s = s * expf(m - m_new) + expf(x - m_new);
-        m = m_new;
+    for (int c = threadIdx.x * P; c < V; c += blockDim.x * P) {
+        const Pack<T> px = load_pack(row + c);
+        for (int k = 0; k < P && c + k < V; k++) {
+            const float x = to_float(px.v[k]);
+            const float m_new = fmaxf(m, x);
+            s = s * expf(m - m_new) + expf(x - m_new);
+            m = m_new;
+        }
     }
     const float row_max = block_max(m, scratch);
     // A thread with no columns has m = -inf and s = 0: its term is 0 (guarded to avoid inf - inf).
@@ -29,10 +34,16 @@ __global__ void fused_classifier_kernel(T* logits, float* losses, const int* tar
     const float lse = row_max + logf(sum);
     if (threadIdx.x == 0) losses[blockIdx.x] = lse - target_logit;
     if (!write_grad) return;  // block-uniform
-    for (int v = threadIdx.x; v < Vp; v += blockDim.x) {
-        float g = 0.0f;
-        if (v < V) g = dloss * (expf(to_float(row[v]) - lse) - (v == target ? 1.0f : 0.0f));
-        row[v] = from_float<T>(g);
+    for (int c = threadIdx.x * P; c < Vp; c += blockDim.x * P) {
+        const Pack<T> px = load_pack(row + c);
+        Pack<T> g;
+        for (int k = 0; k < P; k++) {
+            const int v = c + k;
+            float gv = 0.0f;
+            if (v < V) gv = dloss * (expf(to_float(px.v[k]) - lse) - (v == target ? 1.0f : 0.0f));
+            g.v[k] = from_float<T>(gv);
+        }
+        store_pack(row + c, g);
     }
 }
 

@@ -34,6 +34,25 @@ __device__ __host__ inline float from_float<float>(float x) { return x; }
 template <>
 __device__ __host__ inline __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
 
+/// 16 bytes of T (8 bf16 or 4 floats), moved with one 128-bit load or store (llm.c's x128): the
+/// memory-bound kernels read rows through packs. Pointers must be 16-byte aligned (allocations are
+/// 256-byte aligned, parameter tensors start at multiples of 8 elements, rows have C % 8 == 0).
+template <typename T>
+struct alignas(16) Pack {
+    static constexpr int size = 16 / sizeof(T);
+    T v[size];
+};
+template <typename T>
+__device__ inline Pack<T> load_pack(const T* p) {
+    return *reinterpret_cast<const Pack<T>*>(p);
+}
+template <typename T>
+__device__ inline void store_pack(T* p, const Pack<T>& x) {
+    *reinterpret_cast<Pack<T>*>(p) = x;
+}
+/// Elements per pack of the widest case (bf16): row lengths must be multiples of this.
+constexpr int kPackElems = 8;
+
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarpSize = 32;
 

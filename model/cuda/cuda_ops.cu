@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <stdexcept>
 #include <unordered_map>
 #include <vector>
@@ -27,6 +29,19 @@ using cuda::LtContext;
 using bf16 = __nv_bfloat16;
 
 constexpr size_t kLtWorkspaceBytes = 32u << 20;  // cuBLASLt's recommendation for Hopper
+
+/// Throws std::invalid_argument unless the row length suits the 16-byte packs of the row kernels.
+void require_packed_rows(int C, const char* op) {
+    if (C % cuda::kPackElems != 0)
+        throw std::invalid_argument(std::string("cuda ") + op + ": the row length (n_embd) " + std::to_string(C) +
+                                    " must be a multiple of " + std::to_string(cuda::kPackElems));
+}
+/// Throws std::invalid_argument unless every pointer is 16-byte aligned (128-bit loads).
+void require_aligned(std::initializer_list<const void*> ptrs, const char* op) {
+    for (const void* p : ptrs)
+        if (p != nullptr && reinterpret_cast<uintptr_t>(p) % 16 != 0)
+            throw std::invalid_argument(std::string("cuda ") + op + ": tensor pointers must be 16-byte aligned");
+}
 
 class CudaOps final : public Ops {
 public:
@@ -148,6 +163,8 @@ public:
     }
     void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                            const void* bias, int N, int C) override {
+        require_packed_rows(C, "layernorm_forward");
+        require_aligned({out, inp, weight, bias}, "layernorm_forward");
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::layernorm_forward(as<X>(out), mean, rstd, static_cast<X*>(nullptr), as<X>(inp),
@@ -157,6 +174,8 @@ public:
     void fused_residual_layernorm_forward(void* residual, void* out, float* mean, float* rstd, const void* a,
                                           const void* b, const void* weight, const void* bias, int N,
                                           int C) override {
+        require_packed_rows(C, "fused_residual_layernorm_forward");
+        require_aligned({residual, out, a, b, weight, bias}, "fused_residual_layernorm_forward");
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::layernorm_forward(as<X>(out), mean, rstd, as<X>(residual), as<X>(a), as<X>(b), as<X>(weight),
@@ -165,6 +184,8 @@ public:
     }
     void layernorm_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                             const void* weight, const float* mean, const float* rstd, int N, int C) override {
+        require_packed_rows(C, "layernorm_backward");
+        require_aligned({dinp, dout, inp, weight}, "layernorm_backward");
         float* scratch = scratch_for(cuda::layernorm_backward_scratch_bytes(N, C));
         dispatch([&](auto t) {
             using X = decltype(t);
@@ -173,6 +194,7 @@ public:
         });
     }
     void residual_forward(void* out, const void* a, const void* b, size_t n) override {
+        require_aligned({out, a, b}, "residual_forward");
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::residual_forward(as<X>(out), as<X>(a), as<X>(b), n, stream_);
@@ -219,12 +241,14 @@ public:
         });
     }
     void gelu_forward(void* out, const void* inp, size_t n) override {
+        require_aligned({out, inp}, "gelu_forward");
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::gelu_forward(as<X>(out), as<X>(inp), n, stream_);
         });
     }
     void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override {
+        require_aligned({dinp, inp, dout}, "gelu_backward");
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::gelu_backward(as<X>(dinp), as<X>(inp), as<X>(dout), n, stream_);
@@ -232,6 +256,10 @@ public:
     }
     void fused_classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
                           bool write_grad) override {
+        require_aligned({logits}, "fused_classifier");
+        if (Vp % cuda::kPackElems != 0)
+            throw std::invalid_argument("cuda fused_classifier: padded vocab " + std::to_string(Vp) +
+                                        " must be a multiple of " + std::to_string(cuda::kPackElems));
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::fused_classifier(as<X>(logits), losses, targets, N, V, Vp, dloss, write_grad, stream_);

@@ -1,7 +1,8 @@
 // model/cuda/layernorm.cu — LayerNorm forward (optionally with the residual add fused in) and backward.
 //
 // LayerNorm (Ba et al. 2016), eps 1e-5, biased variance: y = (x - mean) * rstd * w + b.
-// Forward: one warp per row, two passes over the row (mean, then the centred variance) in fp32.
+// Forward: one warp per row, two passes over the row (mean, then the centred variance) in fp32,
+// rows read in 16-byte packs (C must be a multiple of 8: CudaOps checks).
 // Backward: one warp per row for dinp (the standard closed form, below), and a deterministic
 // column reduction (reduce.cuh) for dweight = sum_n dout*xhat and dbias = sum_n dout.
 #include "model/cuda/kernels.cuh"
@@ -11,32 +12,49 @@ namespace llmtrain::cuda {
 
 constexpr float kLnEps = 1e-5f;
 
-/// One warp per row of N rows of C. If `residual` is non-null: residual = a + b (rounded to T) and
-/// the row normalized is that rounded residual; otherwise the row is `a`. out (N,C) T; mean, rstd (N) fp32.
+/// One warp per row of N rows of C (C % 8 == 0), read and written in 16-byte packs. If `residual`
+/// is non-null: residual = a + b (rounded to T) and the row normalized is that rounded residual;
+/// otherwise the row is `a`. out (N,C) T; mean, rstd (N) fp32.
 template <typename T>
 __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* residual, const T* a,
                                          const T* b, const T* weight, const T* bias, int N, int C) {
+    constexpr int P = Pack<T>::size;
     const int lane = threadIdx.x % kWarpSize;
     const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
     if (row >= N) return;  // warp-uniform
     const size_t off = static_cast<size_t>(row) * C;
     const T* x = a + off;
     if (residual != nullptr) {
-        for (int c = lane; c < C; c += kWarpSize)
-            residual[off + c] = from_float<T>(to_float(a[off + c]) + to_float(b[off + c]));
-        x = residual + off;  // each lane re-reads only what it wrote itself
+        for (int c = lane * P; c < C; c += kWarpSize * P) {
+            const Pack<T> pa = load_pack(a + off + c), pb = load_pack(b + off + c);
+            Pack<T> sum;
+            for (int k = 0; k < P; k++) sum.v[k] = from_float<T>(to_float(pa.v[k]) + to_float(pb.v[k]));
+            store_pack(residual + off + c, sum);
+        }
+        x = residual + off;  // each lane re-reads only the packs it wrote itself
     }
     float s = 0.0f;
-    for (int c = lane; c < C; c += kWarpSize) s += to_float(x[c]);
+    for (int c = lane * P; c < C; c += kWarpSize * P) {
+        const Pack<T> px = load_pack(x + c);
+        for (int k = 0; k < P; k++) s += to_float(px.v[k]);
+    }
     const float m = warp_sum(s) / C;
     float v = 0.0f;
-    for (int c = lane; c < C; c += kWarpSize) {
-        const float d = to_float(x[c]) - m;
-        v += d * d;
+    for (int c = lane * P; c < C; c += kWarpSize * P) {
+        const Pack<T> px = load_pack(x + c);
+        for (int k = 0; k < P; k++) {
+            const float d = to_float(px.v[k]) - m;
+            v += d * d;
+        }
     }
     const float r = 1.0f / sqrtf(warp_sum(v) / C + kLnEps);
-    for (int c = lane; c < C; c += kWarpSize)
-        out[off + c] = from_float<T>((to_float(x[c]) - m) * r * to_float(weight[c]) + to_float(bias[c]));
+    for (int c = lane * P; c < C; c += kWarpSize * P) {
+        const Pack<T> px = load_pack(x + c), pw = load_pack(weight + c), pbias = load_pack(bias + c);
+        Pack<T> o;
+        for (int k = 0; k < P; k++)
+            o.v[k] = from_float<T>((to_float(px.v[k]) - m) * r * to_float(pw.v[k]) + to_float(pbias.v[k]));
+        store_pack(out + off + c, o);
+    }
     if (lane == 0) {
         mean[row] = m;
         rstd[row] = r;
@@ -52,27 +70,35 @@ void layernorm_forward(T* out, float* mean, float* rstd, T* residual, const T* a
 }
 
 /// dinp (N,C) += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)) with dnorm = dout * w,
-/// xhat = (inp - mean) * rstd. One warp per row.
+/// xhat = (inp - mean) * rstd. One warp per row, 16-byte packs (C % 8 == 0).
 template <typename T>
 __global__ void layernorm_backward_dinp_kernel(T* dinp, const T* dout, const T* inp, const T* weight,
                                                const float* mean, const float* rstd, int N, int C) {
+    constexpr int P = Pack<T>::size;
     const int lane = threadIdx.x % kWarpSize;
     const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
     if (row >= N) return;  // warp-uniform
     const size_t off = static_cast<size_t>(row) * C;
     const float m = mean[row], r = rstd[row];
     float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
-    for (int c = lane; c < C; c += kWarpSize) {
-        const float dn = to_float(dout[off + c]) * to_float(weight[c]);
-        sum_dn += dn;
-        sum_dn_xhat += dn * (to_float(inp[off + c]) - m) * r;
+    for (int c = lane * P; c < C; c += kWarpSize * P) {
+        const Pack<T> pg = load_pack(dout + off + c), px = load_pack(inp + off + c), pw = load_pack(weight + c);
+        for (int k = 0; k < P; k++) {
+            const float dn = to_float(pg.v[k]) * to_float(pw.v[k]);
+            sum_dn += dn;
+            sum_dn_xhat += dn * (to_float(px.v[k]) - m) * r;
+        }
     }
     const float mean_dn = warp_sum(sum_dn) / C, mean_dn_xhat = warp_sum(sum_dn_xhat) / C;
-    for (int c = lane; c < C; c += kWarpSize) {
-        const float dn = to_float(dout[off + c]) * to_float(weight[c]);
-        const float xhat = (to_float(inp[off + c]) - m) * r;
-        const float d = (dn - mean_dn - xhat * mean_dn_xhat) * r;
-        dinp[off + c] = from_float<T>(to_float(dinp[off + c]) + d);
+    for (int c = lane * P; c < C; c += kWarpSize * P) {
+        const Pack<T> pg = load_pack(dout + off + c), px = load_pack(inp + off + c), pw = load_pack(weight + c);
+        Pack<T> pd = load_pack(dinp + off + c);
+        for (int k = 0; k < P; k++) {
+            const float dn = to_float(pg.v[k]) * to_float(pw.v[k]);
+            const float xhat = (to_float(px.v[k]) - m) * r;
+            pd.v[k] = from_float<T>(to_float(pd.v[k]) + (dn - mean_dn - xhat * mean_dn_xhat) * r);
+        }
+        store_pack(dinp + off + c, pd);
     }
 }
 
