@@ -2,8 +2,8 @@
 //
 // Owns the device state every op shares: the current stream, the cuBLASLt handle and its 32 MiB
 // workspace, one fp32 scratch buffer per stream (reduction partials, attention's D = dO.O), the
-// token buckets of the encoder backward, and (attention = "cudnn", nvcc builds with cuDNN) the
-// cuDNN fused-attention plans. Each GPT op converts its void* tensors to the act dtype
+// token buckets of the encoder backward (fed by a token copy the forward starts), and, with
+// attention = "cudnn" in nvcc builds with cuDNN, the cuDNN fused-attention plans. Each GPT op converts its void* tensors to the act dtype
 // (float in fp32 mode, __nv_bfloat16 in bf16 mode) and calls the launchers of kernels.cuh.
 // Everything is asynchronous on the current stream except where a comment says it synchronizes.
 
@@ -49,6 +49,8 @@ public:
         if (cublasLtCreate(&lt_.handle) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasLtCreate failed");
         CUDA_CHECK(cudaMalloc(&lt_.workspace, kLtWorkspaceBytes));
         lt_.workspace_bytes = kLtWorkspaceBytes;
+        CUDA_CHECK(cudaEventCreateWithFlags(&buckets_done_, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&tokens_ready_, cudaEventDisableTiming));
 #ifdef LLMTRAIN_HAVE_CUDNN
         if (opt.attention == "cudnn") cudnn_ = std::make_unique<cuda::CudnnAttention>();
 #endif
@@ -61,6 +63,9 @@ public:
         for (auto& [s, buf] : scratch_) cudaFree(buf.ptr);
         cudaFree(bucket_dev_);
         cudaFreeHost(bucket_host_);
+        cudaFreeHost(tokens_host_);
+        cudaEventDestroy(buckets_done_);
+        cudaEventDestroy(tokens_ready_);
         cudaFree(lt_.workspace);
         cublasLtDestroy(lt_.handle);
     }
@@ -137,22 +142,36 @@ public:
     }
 
     // ---- GPT ops ----
+    /// Also starts copying the token ids to the host, for the backward's bucketing (see below).
     void encoder_forward(void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) override {
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::encoder_forward(as<X>(out), inp, as<X>(wte), as<X>(wpe), B, T, C, stream_);
         });
+        const int N = B * T;
+        ensure_host_tokens(N);
+        CUDA_CHECK(cudaMemcpyAsync(tokens_host_, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaEventRecord(tokens_ready_, stream_));
+        tokens_src_ = inp;
+        tokens_n_ = N;
     }
-    /// Synchronizes the current stream: the token ids are bucketed on the host (see encoder.cu).
+    /// The token ids are bucketed on the host (see encoder.cu). They normally come from the copy the
+    /// matching encoder_forward started (same inp and size), which finished long ago, so the host
+    /// waits for nothing but that copy; otherwise they are copied now (synchronizing the stream).
     void encoder_backward(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) override {
         const int N = B * T;
-        // packed buckets need at most 3N+1 ints; the token ids are read into the tail of the same buffer
-        ensure_buckets(static_cast<size_t>(4) * N + 1);
-        int* host_tokens = bucket_host_ + 3 * N + 1;
-        CUDA_CHECK(cudaMemcpyAsync(host_tokens, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
-        CUDA_CHECK(cudaStreamSynchronize(stream_));  // also retires the previous call's use of both buffers
-        const int nb = cuda::build_encoder_buckets(host_tokens, N, packed_);
+        if (inp == tokens_src_ && N == tokens_n_) {
+            CUDA_CHECK(cudaEventSynchronize(tokens_ready_));
+        } else {
+            ensure_host_tokens(N);
+            CUDA_CHECK(cudaMemcpyAsync(tokens_host_, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
+            CUDA_CHECK(cudaStreamSynchronize(stream_));
+        }
+        const int nb = cuda::build_encoder_buckets(tokens_host_, N, packed_);
+        ensure_buckets(packed_.size());
+        CUDA_CHECK(cudaEventSynchronize(buckets_done_));  // the previous upload has left the pinned buffer
         std::copy(packed_.begin(), packed_.end(), bucket_host_);
+        CUDA_CHECK(cudaStreamWaitEvent(stream_, buckets_done_, 0));  // ... and its kernels the device buffer
         CUDA_CHECK(cudaMemcpyAsync(bucket_dev_, bucket_host_, sizeof(int) * packed_.size(), cudaMemcpyHostToDevice,
                                    stream_));
         const cuda::EncoderBuckets buckets{bucket_dev_, bucket_dev_ + nb, bucket_dev_ + 2 * nb + 1, nb};
@@ -160,6 +179,7 @@ public:
             using X = decltype(t);
             cuda::encoder_backward(as<X>(dwte), as<X>(dwpe), as<X>(dout), buckets, B, T, C, stream_);
         });
+        CUDA_CHECK(cudaEventRecord(buckets_done_, stream_));
     }
     void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                            const void* bias, int N, int C) override {
@@ -336,12 +356,21 @@ private:
     /// Pinned host and device buffers of at least `ints` ints for the encoder's buckets.
     void ensure_buckets(size_t ints) {
         if (bucket_ints_ >= ints) return;
-        CUDA_CHECK(cudaStreamSynchronize(stream_));
+        CUDA_CHECK(cudaEventSynchronize(buckets_done_));
         CUDA_CHECK(cudaFree(bucket_dev_));
         CUDA_CHECK(cudaFreeHost(bucket_host_));
         CUDA_CHECK(cudaMalloc(&bucket_dev_, sizeof(int) * ints));
         CUDA_CHECK(cudaMallocHost(&bucket_host_, sizeof(int) * ints));
         bucket_ints_ = ints;
+    }
+    /// Pinned host buffer of at least n token ids (waits for a copy into the old one first).
+    void ensure_host_tokens(int n) {
+        if (tokens_cap_ >= n) return;
+        CUDA_CHECK(cudaEventSynchronize(tokens_ready_));
+        CUDA_CHECK(cudaFreeHost(tokens_host_));
+        CUDA_CHECK(cudaMallocHost(&tokens_host_, sizeof(int) * n));
+        tokens_cap_ = n;
+        tokens_src_ = nullptr;  // the old copy is gone
     }
 
     struct Buffer {
@@ -356,6 +385,11 @@ private:
     int* bucket_dev_ = nullptr;
     int* bucket_host_ = nullptr;
     size_t bucket_ints_ = 0;
+    cudaEvent_t buckets_done_ = nullptr;  ///< after the last bucket upload and its kernels
+    int* tokens_host_ = nullptr;          ///< pinned copy of the last encoder_forward's token ids
+    int tokens_cap_ = 0, tokens_n_ = 0;
+    const int* tokens_src_ = nullptr;     ///< device ids that copy came from
+    cudaEvent_t tokens_ready_ = nullptr;  ///< after that copy
     std::vector<int> packed_;
     uint32_t sr_calls_ = 0;
 #ifdef LLMTRAIN_HAVE_CUDNN

@@ -21,16 +21,20 @@ TEST_P(OpsTest, EncoderForwardBackward) {
     const auto wte = rnd(static_cast<size_t>(Vp) * C, 1), wpe = rnd(static_cast<size_t>(T) * C, 2);
     const auto dout = rnd(static_cast<size_t>(N) * C, 3);
     const auto dwte0 = rnd(wte.size(), 4), dwpe0 = rnd(wpe.size(), 5);
+    std::vector<int> tok2(N);  // a second batch, backward without a forward (the CUDA backend's other path)
+    for (int i = 0; i < N; i++) tok2[i] = (i * 5 + 1) % 17;
     std::vector<float> res[2][3];
     Ops* backends[2] = {cpu.get(), cuda.get()};
     for (int k = 0; k < 2; k++) {
         Ops& o = *backends[k];
         const DType dt = o.act_dtype();
-        DevBuf itok = upload_ints(o, tok), wte_d = upload(o, wte, dt), wpe_d = upload(o, wpe, dt);
+        DevBuf itok = upload_ints(o, tok), itok2 = upload_ints(o, tok2), wte_d = upload(o, wte, dt),
+               wpe_d = upload(o, wpe, dt);
         DevBuf out(o, static_cast<size_t>(N) * C * dtype_size(dt));
         DevBuf dgo = upload(o, dout, dt), dwte = upload(o, dwte0, dt), dwpe = upload(o, dwpe0, dt);
         o.encoder_forward(out.ptr, itok.as<int>(), wte_d.ptr, wpe_d.ptr, B, T, C);
         o.encoder_backward(dwte.ptr, dwpe.ptr, dgo.ptr, itok.as<int>(), B, T, C);
+        o.encoder_backward(dwte.ptr, dwpe.ptr, dgo.ptr, itok2.as<int>(), B, T, C);
         res[k][0] = download(o, out.ptr, static_cast<size_t>(N) * C, dt);
         res[k][1] = download(o, dwte.ptr, wte.size(), dt);
         res[k][2] = download(o, dwpe.ptr, wpe.size(), dt);
