@@ -8,7 +8,7 @@ namespace llmtrain {
 
 CliArgs parse_cli(int argc, const char* const* argv) {
     CliArgs args;
-    CLI::App app{"llmtrain: GPT-2 pretraining (see docs/config.md for every config key)", "llmtrain"};
+    CLI::App app{"llmtrain: GPT-2 pretraining (see README.md (Configuration reference) for every config key)", "llmtrain"};
     app.add_option("--config", args.config_path, "TOML config file (built-in defaults when omitted)")
         ->option_text("PATH");
     // One value per --set; repeat the flag for more overrides (a later one wins).

@@ -9,7 +9,7 @@
 
 namespace llmtrain {
 
-/// Process exit codes of llmtrain (docs/config.md "Exit codes").
+/// Process exit codes of llmtrain (README.md (Configuration reference) "Exit codes").
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  ///< a runtime failure (data, I/O, numerics, communication)
 constexpr int kExitUsage = 2;    ///< bad command line or bad config (ConfigError): nothing is written

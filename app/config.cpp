@@ -258,7 +258,7 @@ Field field(const char* section, const char* key, Sec Config::*sec, T Sec::*memb
     return f;
 }
 
-/// Every key, in section order and in the order to_toml prints them (docs/config.md mirrors it).
+/// Every key, in section order and in the order to_toml prints them (README.md (Configuration reference) mirrors it).
 const std::vector<Field>& fields() {
     using C = Config;
     static const std::vector<Field> all = {
@@ -546,7 +546,7 @@ void resolve_batch(Config& cfg, int dp) {
 }
 
 std::string to_toml(const Config& cfg) {
-    std::string out = "# llmtrain config: every key (docs/config.md explains each one)\n";
+    std::string out = "# llmtrain config: every key (README.md, Configuration reference, explains each one)\n";
     std::string section;
     for (const auto& f : fields()) {
         if (f.section != section) {
@@ -560,7 +560,7 @@ std::string to_toml(const Config& cfg) {
 
 std::string model_config_hash(const Config& cfg) {
     const auto& m = cfg.model;
-    // The canonical text is part of the checkpoint format (docs/config.md): change it only with a
+    // The canonical text is part of the checkpoint format (README.md (Configuration reference)): change it only with a
     // format version bump.
     const std::string canon = "gpt2:n_layer=" + std::to_string(m.n_layer) + ",n_head=" + std::to_string(m.n_head) +
                               ",n_embd=" + std::to_string(m.n_embd) + ",seq_len=" + std::to_string(m.seq_len) +

@@ -6,7 +6,7 @@
 //   attributes on /: format_version (int, 1), vocab_size, eos_id, bos_id (int), tokenizer_sha256 (string)
 // Files use HDF5's 1.10 format (checksummed metadata: corruption is detected, not read as data).
 // HDF5 1.10 has one global lock: open and read a dataset from one I/O thread only.
-// docs/data.md describes the format and every check.
+// README.md (Data) describes the format and every check.
 #pragma once
 #include <cstdint>
 #include <memory>

@@ -1,7 +1,7 @@
 // tests/config/config_test.cpp — load_config, --set overrides, to_toml, resolve_batch,
 // model_config_hash and parse_cli against independent references:
 //   - error positions: a '@' marker in the test's TOML text gives the expected line:column;
-//   - defaults: the tables of docs/config.md (every key with its default);
+//   - defaults: the tables of README.md (Configuration reference) (every key with its default);
 //   - batch derivation: a brute-force search over (global, accum) pairs;
 //   - the hash: FNV-1a 64 written out here, checked on the published test vector.
 #include <gtest/gtest.h>
@@ -188,12 +188,12 @@ TEST(Config, IntegerForAFloatKeyIsTheSameFloat) {
 }
 
 TEST(Config, DefaultsMatchTheDocumentedTable) {
-    // docs/config.md: "### [section]" headings, then rows "| `key` | `default` | range | meaning |".
-    std::ifstream docs(std::string(LLMTRAIN_SOURCE_DIR) + "/docs/config.md");
-    ASSERT_TRUE(docs) << "docs/config.md not found";
+    // README.md (Configuration reference): "#... [section]" headings, then rows "| `key` | `default` | range | meaning |".
+    std::ifstream docs(std::string(LLMTRAIN_SOURCE_DIR) + "/README.md");
+    ASSERT_TRUE(docs) << "README.md not found";
     std::map<std::string, std::string> documented;
     std::string line, section;
-    const std::regex heading(R"(^### \[([a-z_]+)\].*)"), row(R"(^\| `([a-z_0-9]+)` \| `([^`]*)` \|.*)");
+    const std::regex heading(R"(^#+ \[([a-z_]+)\].*)"), row(R"(^\| `([a-z_0-9]+)` \| `([^`]*)` \|.*)");
     std::smatch m;
     while (std::getline(docs, line)) {
         if (std::regex_match(line, m, heading)) {
