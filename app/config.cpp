@@ -292,6 +292,7 @@ const std::vector<Field>& fields() {
         field("training", "grad_accum_steps", &C::training, &TrainingConfig::grad_accum_steps, at_least(0)),
         field("training", "precision", &C::training, &TrainingConfig::precision, one_of({"fp32", "bf16"})),
         field("training", "grad_clip", &C::training, &TrainingConfig::grad_clip, non_negative<float>()),
+        field("training", "stochastic_rounding", &C::training, &TrainingConfig::stochastic_rounding),
 
         field("optimizer", "lr", &C::optimizer, &OptimizerConfig::lr, positive<float>()),
         field("optimizer", "beta1", &C::optimizer, &OptimizerConfig::beta1, unit_interval(true)),
@@ -476,6 +477,10 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
         fail(at({"training.precision", "run.backend"}),
              "training.precision: expected \"fp32\" with run.backend = \"cpu\" (bf16 needs the cuda backend), got " +
                  quote(c.training.precision));
+    if (c.training.stochastic_rounding && c.training.precision != "bf16")
+        fail(at({"training.stochastic_rounding", "training.precision"}),
+             "training.stochastic_rounding: expected false with training.precision = " + quote(c.training.precision) +
+                 " (it rounds fp32 master weights to bf16 params), got true");
     if (c.run.backend == "cpu" && m.attention != "native")
         fail(at({"model.attention", "run.backend"}),
              "model.attention: expected \"native\" with run.backend = \"cpu\" (cudnn needs the cuda backend), got " +

@@ -51,6 +51,7 @@ struct TrainingConfig {
     int grad_accum_steps = 0;           ///< 0 = derived from global_batch_size (1 if both are 0)
     std::string precision = "fp32";     ///< "fp32" | "bf16" (bf16: cuda only)
     float grad_clip = 1.0f;             ///< 0 disables
+    bool stochastic_rounding = false;   ///< bf16 params rounded stochastically from the fp32 master weights
     friend bool operator==(const TrainingConfig&, const TrainingConfig&) = default;
 };
 

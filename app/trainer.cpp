@@ -101,7 +101,10 @@ struct Trainer::Impl {
             TokenDataset ds(cfg.data.train);
             tokenizer.emplace(Tokenizer::from_bytes(ds.tokenizer_bytes(), cfg.data.train + ":/tokenizer"));
         }
-        ops = make_backend(cfg.run.backend, cfg.training.precision, cfg.model.attention);
+        CudaBackendOptions cuda;
+        cuda.attention = cfg.model.attention;
+        cuda.stochastic_rounding = cfg.training.stochastic_rounding;
+        ops = make_backend(cfg.run.backend, cfg.training.precision, cuda);
         alloc = std::make_unique<Allocator>(*ops);
         gcfg.n_layer = cfg.model.n_layer;
         gcfg.n_head = cfg.model.n_head;
@@ -334,9 +337,12 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
     const int64_t max_steps = rc.max_steps;
     const double fpt = flops_per_token(I.gcfg, I.nparams(), I.T);
     const double peak = peak_flops_for(I.cfg, I.ops->name());
-    if (metrics)
+    // Memory gauges: at start, and after every step (the backend's workspaces grow in the first one).
+    auto report_memory = [&] {
         for (int k = 0; k < int(MemCategory::count); ++k)
             metrics->set_memory_bytes(mem_category_name(MemCategory(k)), double(I.alloc->current(MemCategory(k))));
+    };
+    if (metrics) report_memory();
     if (I.step >= max_steps) {
         log.line("nothing to do: step " + std::to_string(I.step) + " >= run.max_steps " + std::to_string(max_steps));
         return;
@@ -361,6 +367,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
             metrics->set_grad_norm(norm);
             metrics->add_tokens(double(I.tokens_per_step()));
             metrics->observe_step_seconds(step_s);
+            report_memory();
         }
         if (s % rc.log_interval == 0 || s == I.start_step + 1 || s == max_steps) {
             StepStats st;

@@ -17,9 +17,30 @@ const char* mem_category_name(MemCategory c) {
     }
 }
 
+Allocator::Allocator(Ops& ops) : ops_(ops) {
+    if (ops_.internal_memory_listener() == nullptr) ops_.set_internal_memory_listener(this);
+}
+
 Allocator::~Allocator() {
+    if (ops_.internal_memory_listener() == this) ops_.set_internal_memory_listener(nullptr);
     // Whatever is still live belongs to us; hand it back so the backend does not leak.
     for (auto& [p, info] : live_) ops_.free(p);
+}
+
+void Allocator::add(MemCategory cat, size_t bytes) {
+    const int c = static_cast<int>(cat);
+    cur_[c] += bytes;
+    peak_[c] = std::max(peak_[c], cur_[c]);
+    cur_total_ += bytes;
+    peak_total_ = std::max(peak_total_, cur_total_);
+}
+
+void Allocator::internal_memory_changed(std::ptrdiff_t delta_bytes) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (delta_bytes >= 0) return add(MemCategory::workspace, static_cast<size_t>(delta_bytes));
+    const size_t freed = static_cast<size_t>(-delta_bytes);
+    cur_[static_cast<int>(MemCategory::workspace)] -= freed;
+    cur_total_ -= freed;
 }
 
 void* Allocator::alloc(MemCategory cat, size_t bytes) {
@@ -31,12 +52,8 @@ void* Allocator::alloc(MemCategory cat, size_t bytes) {
                                  " bytes for " + mem_category_name(cat) + ": " + e.what());
     }
     std::lock_guard<std::mutex> lock(mu_);
-    const int c = static_cast<int>(cat);
     live_[p] = {cat, bytes};
-    cur_[c] += bytes;
-    peak_[c] = std::max(peak_[c], cur_[c]);
-    cur_total_ += bytes;
-    peak_total_ = std::max(peak_total_, cur_total_);
+    add(cat, bytes);
     return p;
 }
 

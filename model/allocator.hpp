@@ -2,7 +2,9 @@
 //
 // Every device allocation of the model, optimizer, ZeRO engine and pipeline goes through one
 // Allocator, which records current and peak bytes per category. The start-up summary, the metrics
-// (llmtrain_memory_bytes) and the planner's tests read these numbers instead of guessing.
+// (llmtrain_memory_bytes) and the planner's tests read these numbers instead of guessing. The
+// backend's own workspaces (cuBLASLt, reduction scratch: Ops::InternalMemoryListener) count as
+// "workspace" too, so the totals are all the device memory the program asked for.
 #pragma once
 #include <array>
 #include <cstddef>
@@ -20,10 +22,11 @@ enum class MemCategory : int { params, grads, optimizer, activations, workspace,
 /// Lower-case name of a category ("params", "grads", "optimizer", "activations", "workspace").
 const char* mem_category_name(MemCategory c);
 
-/// Allocates through a backend's Ops::malloc and accounts the bytes.
-class Allocator {
+/// Allocates through a backend's Ops::malloc and accounts the bytes. The first Allocator made over
+/// a backend also listens to the backend's own allocations (workspace category).
+class Allocator final : public Ops::InternalMemoryListener {
 public:
-    explicit Allocator(Ops& ops) : ops_(ops) {}
+    explicit Allocator(Ops& ops);
     ~Allocator();
     Allocator(const Allocator&) = delete;
     Allocator& operator=(const Allocator&) = delete;
@@ -40,7 +43,12 @@ public:
     size_t peak_total() const;              ///< peak of the sum over categories
     Ops& ops() { return ops_; }
 
+    /// The backend allocated (+) or freed (-) bytes of its own: accounted as workspace.
+    void internal_memory_changed(std::ptrdiff_t delta_bytes) override;
+
 private:
+    void add(MemCategory cat, size_t bytes);  ///< caller holds mu_
+
     Ops& ops_;
     mutable std::mutex mu_;
     std::unordered_map<void*, std::pair<MemCategory, size_t>> live_;

@@ -18,12 +18,10 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
 int cuda_device_count() __attribute__((weak));
 
 std::unique_ptr<Ops> make_backend(const std::string& name, const std::string& precision,
-                                  const std::string& attention) {
+                                  const CudaBackendOptions& cuda_options) {
     if (precision != "fp32" && precision != "bf16")
         throw std::runtime_error("backend: precision must be \"fp32\" or \"bf16\", got \"" + precision + "\"");
     const bool have_cuda = &make_cuda_backend != nullptr && &cuda_device_count != nullptr;
-    CudaBackendOptions cuda_options;
-    cuda_options.attention = attention;  // the CPU backend has one attention and ignores it
     if (name == "cuda") {
         if (!have_cuda)
             throw std::runtime_error("backend \"cuda\": this build has no CUDA backend (this executable was "

@@ -3,15 +3,17 @@
 #include <memory>
 #include <string>
 
+#include "model/cuda/cuda_backend.hpp"
 #include "model/ops.hpp"
 
 namespace llmtrain {
 
 /// Creates the backend named `name`: "cpu" (fp32 reference), "cuda" (needs a build with CUDA and a
 /// device), or "auto" (cuda when a device is present, else cpu). `precision` is "fp32" or "bf16"
-/// (bf16 only on cuda). `attention` is model.attention: "native" or "cudnn" (cuda only; the CPU
-/// always runs its own attention). Errors: std::runtime_error naming what is missing.
+/// (bf16 only on cuda). `cuda` holds the CUDA backend's options (model.attention,
+/// training.stochastic_rounding); the CPU backend has one attention and no rounding to choose and
+/// ignores them. Errors: std::runtime_error naming what is missing.
 std::unique_ptr<Ops> make_backend(const std::string& name, const std::string& precision,
-                                  const std::string& attention = "native");
+                                  const CudaBackendOptions& cuda = {});
 
 }  // namespace llmtrain

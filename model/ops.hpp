@@ -55,6 +55,26 @@ public:
     /// Device memory (free, total) in bytes; on the CPU, the host's available and total memory.
     virtual void mem_info(size_t* free_bytes, size_t* total_bytes) = 0;
 
+    // ---- the backend's own device memory (workspaces no Allocator hands out) ----
+    /// Told of every allocation (+bytes) and free (-bytes) a backend makes for its own use: the
+    /// CUDA backend's cuBLASLt workspace, reduction scratch, encoder buckets and cuDNN workspace.
+    /// The Allocator listens, so these bytes count under its "workspace" category.
+    class InternalMemoryListener {
+    public:
+        virtual void internal_memory_changed(std::ptrdiff_t delta_bytes) = 0;
+
+    protected:
+        ~InternalMemoryListener() = default;
+    };
+    /// Installs `l` (nullptr removes it) and tells it at once of the bytes already held.
+    void set_internal_memory_listener(InternalMemoryListener* l) {
+        listener_ = l;
+        if (l != nullptr && internal_bytes_ != 0) l->internal_memory_changed(static_cast<std::ptrdiff_t>(internal_bytes_));
+    }
+    InternalMemoryListener* internal_memory_listener() const { return listener_; }
+    /// Device bytes the backend now holds for its own use (0 on the CPU, whose scratch is per call).
+    size_t internal_bytes() const { return internal_bytes_; }
+
     // ---- streams and events (no-ops that run at once on the CPU) ----
     virtual Stream create_stream() = 0;
     virtual void destroy_stream(Stream s) = 0;
@@ -139,6 +159,17 @@ public:
     virtual void norm_squared(float* out, const void* x, size_t n, bool accumulate) = 0;
     /// x[i] *= s for i < n (act dtype).
     virtual void scale(void* x, float s, size_t n) = 0;
+
+protected:
+    /// Backends call this after allocating (+bytes) or freeing (-bytes) device memory of their own.
+    void note_internal_memory(std::ptrdiff_t delta_bytes) {
+        internal_bytes_ = static_cast<size_t>(static_cast<std::ptrdiff_t>(internal_bytes_) + delta_bytes);
+        if (listener_ != nullptr) listener_->internal_memory_changed(delta_bytes);
+    }
+
+private:
+    InternalMemoryListener* listener_ = nullptr;
+    size_t internal_bytes_ = 0;
 };
 
 }  // namespace llmtrain

@@ -1,14 +1,17 @@
 // model/cuda/cuda_ops.cu — CudaOps: the Ops interface (model/ops.hpp) on a CUDA device.
 //
 // Owns the device state every op shares: the current stream, the cuBLASLt handle and its 32 MiB
-// workspace, one fp32 scratch buffer per stream (reduction partials, attention's D = dO.O), the
-// token buckets of the encoder backward (fed by a token copy the forward starts), and, with
-// attention = "cudnn" in nvcc builds with cuDNN, the cuDNN fused-attention plans. Each GPT op converts its void* tensors to the act dtype
-// (float in fp32 mode, __nv_bfloat16 in bf16 mode) and calls the launchers of kernels.cuh.
-// Everything is asynchronous on the current stream except where a comment says it synchronizes.
+// workspace, one scratch buffer per stream (reduction partials, attention's D = dO.O, cuDNN's
+// workspace), the token buckets of the encoder backward (fed by a token copy the forward starts),
+// and, with attention = "cudnn" in nvcc builds with cuDNN, the cuDNN fused-attention plans. These
+// device buffers are reported through Ops::note_internal_memory, so the Allocator counts them as
+// workspace. Each GPT op converts its void* tensors to the act dtype (float in fp32 mode,
+// __nv_bfloat16 in bf16 mode) and calls the launchers of kernels.cuh. Everything is asynchronous
+// on the current stream except where a comment says it synchronizes.
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <initializer_list>
@@ -47,7 +50,7 @@ class CudaOps final : public Ops {
 public:
     CudaOps(DType act, const CudaBackendOptions& opt) : act_(act), opt_(opt) {
         if (cublasLtCreate(&lt_.handle) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasLtCreate failed");
-        CUDA_CHECK(cudaMalloc(&lt_.workspace, kLtWorkspaceBytes));
+        lt_.workspace = internal_malloc(kLtWorkspaceBytes);
         lt_.workspace_bytes = kLtWorkspaceBytes;
         CUDA_CHECK(cudaEventCreateWithFlags(&buckets_done_, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&tokens_ready_, cudaEventDisableTiming));
@@ -68,6 +71,7 @@ public:
         cudaEventDestroy(tokens_ready_);
         cudaFree(lt_.workspace);
         cublasLtDestroy(lt_.handle);
+        note_internal_memory(-static_cast<std::ptrdiff_t>(internal_bytes()));
     }
 
     const char* name() const override { return "cuda"; }
@@ -116,7 +120,7 @@ public:
         auto it = scratch_.find(static_cast<cudaStream_t>(s));
         if (it != scratch_.end()) {
             CUDA_CHECK(cudaStreamSynchronize(it->first));
-            CUDA_CHECK(cudaFree(it->second.ptr));
+            internal_free(it->second.ptr, it->second.bytes);
             scratch_.erase(it);
         }
         CUDA_CHECK(cudaStreamDestroy(static_cast<cudaStream_t>(s)));
@@ -239,7 +243,10 @@ public:
     }
     void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) override {
 #ifdef LLMTRAIN_HAVE_CUDNN
-        if (cudnn_) return cudnn_->forward(as<bf16>(out), lse, as<bf16>(qkv), B, T, C, NH, stream_);
+        if (cudnn_) {
+            void* ws = scratch_for(cudnn_->workspace_bytes(false, B, T, C, NH));
+            return cudnn_->forward(as<bf16>(out), lse, as<bf16>(qkv), B, T, C, NH, ws, stream_);
+        }
 #endif
         dispatch([&](auto t) {
             using X = decltype(t);
@@ -249,9 +256,11 @@ public:
     void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B,
                             int T, int C, int NH) override {
 #ifdef LLMTRAIN_HAVE_CUDNN
-        if (cudnn_)
+        if (cudnn_) {
+            void* ws = scratch_for(cudnn_->workspace_bytes(true, B, T, C, NH));
             return cudnn_->backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B, T, C, NH,
-                                    stream_);
+                                    ws, stream_);
+        }
 #endif
         float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
         dispatch([&](auto t) {
@@ -301,7 +310,7 @@ public:
                                    static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), t)),
                                    static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), t)),
                                    opt_.stochastic_rounding,
-                                   sr_calls_++};
+                                   rounding_seed(t)};
         dispatch([&](auto x) {
             using X = decltype(x);
             cuda::adamw_update(as<X>(params), master, as<X>(grads), m, v, n, args, stream_);
@@ -339,16 +348,35 @@ private:
         return static_cast<const X*>(p);
     }
 
-    /// The current stream's fp32 scratch, at least `bytes` long. Growing it waits for the stream's
+    /// Seed of the stochastic rounding for the next adamw_update of step t: a function of t and of
+    /// the call's index within the step (one call per parameter buffer or shard), never of the
+    /// process's history, so a run resumed from a checkpoint rounds exactly as the unbroken run.
+    uint32_t rounding_seed(int t) {
+        if (t != sr_step_) sr_step_ = t, sr_call_ = 0;
+        return static_cast<uint32_t>(t) * 0x9E3779B1u ^ sr_call_++;  // the kernel hashes it again
+    }
+    /// Device memory for the backend's own use, reported to the Allocator's listener.
+    /// Errors: CudaError when the device is out of memory.
+    void* internal_malloc(size_t bytes) {
+        void* p = nullptr;
+        CUDA_CHECK(cudaMalloc(&p, bytes));
+        note_internal_memory(static_cast<std::ptrdiff_t>(bytes));
+        return p;
+    }
+    /// Frees `bytes` at p from internal_malloc (null is ignored).
+    void internal_free(void* p, size_t bytes) {
+        if (p == nullptr) return;
+        CUDA_CHECK(cudaFree(p));
+        note_internal_memory(-static_cast<std::ptrdiff_t>(bytes));
+    }
+    /// The current stream's scratch, at least `bytes` long. Growing it waits for the stream's
     /// queued work (which may still read the old buffer), so it happens only when shapes grow.
     float* scratch_for(size_t bytes) {
         Buffer& buf = scratch_[stream_];
         if (buf.bytes < bytes) {
-            if (buf.ptr != nullptr) {
-                CUDA_CHECK(cudaStreamSynchronize(stream_));
-                CUDA_CHECK(cudaFree(buf.ptr));
-            }
-            CUDA_CHECK(cudaMalloc(&buf.ptr, bytes));
+            if (buf.ptr != nullptr) CUDA_CHECK(cudaStreamSynchronize(stream_));
+            internal_free(buf.ptr, buf.bytes);
+            buf.ptr = internal_malloc(bytes);
             buf.bytes = bytes;
         }
         return static_cast<float*>(buf.ptr);
@@ -357,9 +385,9 @@ private:
     void ensure_buckets(size_t ints) {
         if (bucket_ints_ >= ints) return;
         CUDA_CHECK(cudaEventSynchronize(buckets_done_));
-        CUDA_CHECK(cudaFree(bucket_dev_));
+        internal_free(bucket_dev_, sizeof(int) * bucket_ints_);
         CUDA_CHECK(cudaFreeHost(bucket_host_));
-        CUDA_CHECK(cudaMalloc(&bucket_dev_, sizeof(int) * ints));
+        bucket_dev_ = static_cast<int*>(internal_malloc(sizeof(int) * ints));
         CUDA_CHECK(cudaMallocHost(&bucket_host_, sizeof(int) * ints));
         bucket_ints_ = ints;
     }
@@ -391,7 +419,8 @@ private:
     const int* tokens_src_ = nullptr;     ///< device ids that copy came from
     cudaEvent_t tokens_ready_ = nullptr;  ///< after that copy
     std::vector<int> packed_;
-    uint32_t sr_calls_ = 0;
+    int sr_step_ = 0;       ///< step count t of the last adamw_update
+    uint32_t sr_call_ = 0;  ///< adamw_update calls so far in that step
 #ifdef LLMTRAIN_HAVE_CUDNN
     std::unique_ptr<cuda::CudnnAttention> cudnn_;  ///< set when options.attention == "cudnn"
 #endif

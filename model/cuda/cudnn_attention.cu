@@ -222,7 +222,6 @@ CudnnAttention::CudnnAttention() {
 CudnnAttention::~CudnnAttention() {
     for (auto& [key, plan] : plans_)
         for (auto it = plan.keep.rbegin(); it != plan.keep.rend(); ++it) cudnnBackendDestroyDescriptor(static_cast<Desc>(*it));
-    cudaFree(workspace_);
     cudnnDestroy(static_cast<cudnnHandle_t>(handle_));
 }
 
@@ -307,38 +306,36 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
     return plans_.emplace(key, std::move(plan)).first->second;
 }
 
-void* CudnnAttention::workspace(size_t bytes, cudaStream_t stream) {
-    if (bytes > workspace_bytes_) {
-        CUDA_CHECK(cudaStreamSynchronize(stream));
-        CUDA_CHECK(cudaFree(workspace_));
-        CUDA_CHECK(cudaMalloc(&workspace_, bytes));
-        workspace_bytes_ = bytes;
-    }
-    return workspace_;
+/// The plan's workspace rounded up to 256 bytes (where backward's dQ accumulator starts).
+static size_t plan_bytes(int64_t workspace) { return (static_cast<size_t>(workspace) + 255) / 256 * 256; }
+
+size_t CudnnAttention::workspace_bytes(bool backward, int B, int T, int C, int NH) {
+    const Plan& plan = plan_for(backward, B, T, C, NH);
+    if (!backward) return plan_bytes(plan.workspace);
+    return plan_bytes(plan.workspace) + sizeof(float) * static_cast<size_t>(B) * T * C;  // + dQ accumulator
 }
 
 void CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int C, int NH,
-                             cudaStream_t stream) {
+                             void* workspace, cudaStream_t stream) {
     Plan& plan = plan_for(false, B, T, C, NH);
     check(cudnnSetStream(static_cast<cudnnHandle_t>(handle_), stream), "cudnnSetStream");
     float scale = 1.0f / std::sqrt(static_cast<float>(C / NH)), neg_inf = std::numeric_limits<float>::lowest();
     auto* base = const_cast<__nv_bfloat16*>(qkv);
     const std::vector<int64_t> uids = {kQ, kKT, kV, kO, kStats, kScale, kNegInf};
     const std::vector<void*> ptrs = {base, base + C, base + 2 * C, out, lse, &scale, &neg_inf};
-    execute(static_cast<cudnnHandle_t>(handle_), plan.plan, uids, ptrs,
-            workspace(static_cast<size_t>(plan.workspace) + 1, stream));
+    execute(static_cast<cudnnHandle_t>(handle_), plan.plan, uids, ptrs, workspace);
 }
 
 void CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH,
-                              cudaStream_t stream) {
+                              void* workspace, cudaStream_t stream) {
     Plan& plan = plan_for(true, B, T, C, NH);
     check(cudnnSetStream(static_cast<cudnnHandle_t>(handle_), stream), "cudnnSetStream");
     // Workspace: the plan's, then the fp32 dQ accumulator (B,NH,T,HS), zeroed.
-    const size_t plan_bytes = (static_cast<size_t>(plan.workspace) + 255) / 256 * 256;
+    const size_t acc_offset = plan_bytes(plan.workspace);
     const size_t acc_bytes = sizeof(float) * static_cast<size_t>(B) * T * C;
-    char* ws = static_cast<char*>(workspace(plan_bytes + acc_bytes, stream));
-    CUDA_CHECK(cudaMemsetAsync(ws + plan_bytes, 0, acc_bytes, stream));
+    char* ws = static_cast<char*>(workspace);
+    CUDA_CHECK(cudaMemsetAsync(ws + acc_offset, 0, acc_bytes, stream));
     float scale = 1.0f / std::sqrt(static_cast<float>(C / NH)), neg_inf = std::numeric_limits<float>::lowest();
     float one = 1.0f;
     auto* base = const_cast<__nv_bfloat16*>(qkv);
@@ -355,7 +352,7 @@ void CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
                                      dqkv + C,
                                      dqkv + 2 * C,
                                      &one,
-                                     ws + plan_bytes};
+                                     ws + acc_offset};
     execute(static_cast<cudnnHandle_t>(handle_), plan.plan, uids, ptrs, ws);
 }
 

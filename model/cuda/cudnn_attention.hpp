@@ -26,13 +26,19 @@ public:
     CudnnAttention(const CudnnAttention&) = delete;
     CudnnAttention& operator=(const CudnnAttention&) = delete;
 
-    /// out (B,T,C), lse (B,NH,T) from qkv (B,T,3C). Builds (once per shape) and runs the forward graph.
-    /// Errors: CudaError naming the step when cuDNN rejects the graph or finds no engine.
+    /// Bytes of device workspace forward (backward = false) or backward needs at this shape; builds
+    /// the plan once per shape. Errors: CudaError naming the step when cuDNN rejects the graph or
+    /// finds no engine.
+    size_t workspace_bytes(bool backward, int B, int T, int C, int NH);
+    /// out (B,T,C), lse (B,NH,T) from qkv (B,T,3C), with `workspace` of workspace_bytes(false, ...)
+    /// bytes, 256-byte aligned (the caller owns it, so it counts in the Allocator's workspace).
     void forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int C, int NH,
-                 cudaStream_t stream);
-    /// dqkv (B,T,3C) overwritten from dout (B,T,C), qkv, out and lse of the forward.
+                 void* workspace, cudaStream_t stream);
+    /// dqkv (B,T,3C) overwritten from dout (B,T,C), qkv, out and lse of the forward, with
+    /// `workspace` of workspace_bytes(true, ...) bytes.
     void backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                  const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH, cudaStream_t stream);
+                  const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH, void* workspace,
+                  cudaStream_t stream);
 
 private:
     struct Plan {
@@ -41,13 +47,9 @@ private:
         std::vector<void*> keep;    ///< every descriptor the plan was built from (destroyed with it)
     };
     Plan& plan_for(bool backward, int B, int T, int C, int NH);
-    /// Device workspace of at least `bytes` (grows; waits for queued work on `stream` first).
-    void* workspace(size_t bytes, cudaStream_t stream);
 
     void* handle_ = nullptr;  ///< cudnnHandle_t
     std::map<std::tuple<bool, int, int, int, int>, Plan> plans_;
-    void* workspace_ = nullptr;
-    size_t workspace_bytes_ = 0;
 };
 
 }  // namespace llmtrain::cuda

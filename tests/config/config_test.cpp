@@ -101,6 +101,8 @@ TEST(Config, EveryBadFileIsReportedAtItsPositionWithTheKey) {
         {"min_lr above lr", "[optimizer]\nlr = 1e-4\n[lr_schedule]\nmin_lr = @1e-3\n", {"lr_schedule.min_lr", "[0, optimizer.lr"}},
         {"bf16 on the cpu", "[training]\nprecision = @\"bf16\"\n", {"training.precision", "cuda"}},
         {"cudnn on the cpu", "[model]\nattention = @\"cudnn\"\n", {"model.attention", "cuda"}},
+        {"stochastic rounding in fp32", "[run]\nbackend = \"cuda\"\n[training]\nstochastic_rounding = @true\n",
+         {"training.stochastic_rounding", "expected false", "\"fp32\""}},
         {"top_k above vocab", "[model]\nvocab_size = 16\n[run]\nsample_top_k = @40\n", {"run.sample_top_k", "model.vocab_size = 16"}},
         {"global batch not a multiple", "[training]\nmicro_batch_size = 4\ngrad_accum_steps = 2\nglobal_batch_size = @12\n",
          {"training.global_batch_size", "multiple of", "8", "got 12"}},
@@ -212,7 +214,7 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
             actual[section + "." + m[1].str()] = m[2];
         }
     }
-    EXPECT_EQ(actual.size(), 41u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(actual.size(), 42u);  // keep in step with the key table in config.cpp
     EXPECT_EQ(documented, actual);
     // An empty file and empty sections are the defaults too.
     EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});
@@ -230,6 +232,7 @@ TEST(Config, RoundTripOfEveryKey) {
         "model.n_embd=768", "model.seq_len=1024", "model.vocab_size=50257", "model.attention=\"cudnn\"",
         "data.train=\"a.h5\"", "data.val=\"b.h5\"", "training.micro_batch_size=3", "training.global_batch_size=12",
         "training.grad_accum_steps=2", "training.precision=\"bf16\"", "training.grad_clip=0",
+        "training.stochastic_rounding=true",
         "optimizer.lr=3e-4", "optimizer.beta1=0", "optimizer.beta2=0.999", "optimizer.eps=1e-6",
         "optimizer.weight_decay=0", "lr_schedule.decay=\"linear\"", "lr_schedule.warmup_steps=0",
         "lr_schedule.min_lr=3e-5", "parallel.dp=2", "activation_checkpoint.ratio=1",

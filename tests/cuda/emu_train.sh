@@ -11,16 +11,19 @@
 #   2. 3 steps, cuda bf16 vs cpu: within 5e-3 relative (bf16 weights and activations; 3e-4 seen);
 #   3. cpu trains 2 steps and checkpoints, cuda (fp32) resumes to step 3: step 3 matches run 1's cpu
 #      loss within 1e-4; 4. the reverse (cuda checkpoints, cpu resumes), same check;
-#   5. cuda in bf16 checkpoints (fp32 master weights saved), cpu resumes: within 5e-3.
-# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 11 emulated steps.
+#   5. cuda in bf16 checkpoints (fp32 master weights saved), cpu resumes: within 5e-3;
+#   6. training.stochastic_rounding = true reaches the backend: 2 bf16 steps whose step-2 loss
+#      differs from the round-to-nearest run's (the params after step 1 differ) yet stays within 5e-3 of cpu.
+# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 13 emulated steps.
 set -euo pipefail
 LLMTRAIN=$1 EMU=$2 CONFIG=$3 DATA=$4 WORK=$5
 VOCAB=$(cat "$DATA/vocab_size.txt")
 rm -rf "$WORK" && mkdir -p "$WORK"
 
-run() {  # run <binary> <run_dir> <backend> <precision> <max_steps>
+run() {  # run <binary> <run_dir> <backend> <precision> <max_steps> [--set overrides...]
     local bin=$1 rd=$2 backend=$3 prec=$4 steps=$5
-    "$bin" --config "$CONFIG" \
+    shift 5
+    "$bin" --config "$CONFIG" "$@" \
         --set "run.run_dir=\"$rd\"" --set "run.backend=\"$backend\"" --set "training.precision=\"$prec\"" \
         --set "run.max_steps=$steps" --set "model.vocab_size=$VOCAB" \
         --set "data.train=\"$DATA/train.h5\"" --set "data.val=\"$DATA/val.h5\"" \
@@ -62,4 +65,12 @@ grep -q "resum" "$WORK/cuda_then_cpu.log" || { echo "the cpu run did not report 
 run "$EMU" "$WORK/bf16_then_cpu" cuda bf16 2
 run "$LLMTRAIN" "$WORK/bf16_then_cpu" cpu fp32 3
 compare "cuda bf16 checkpoint resumed on cpu" "$WORK/cpu" "$WORK/bf16_then_cpu" 5e-3 3
+run "$EMU" "$WORK/bf16_sr" cuda bf16 2 --set training.stochastic_rounding=true
+compare "cuda bf16 stochastic rounding vs cpu" "$WORK/cpu" "$WORK/bf16_sr" 5e-3 1
+awk -F'\t' '$1 == 2 && $2 == "train" { print FILENAME ": " $3 }' "$WORK/cuda_bf16/losses.tsv" "$WORK/bf16_sr/losses.tsv"
+if [ "$(awk -F'\t' '$1 == 2 && $2 == "train" { print $3 }' "$WORK/cuda_bf16/losses.tsv")" = \
+     "$(awk -F'\t' '$1 == 2 && $2 == "train" { print $3 }' "$WORK/bf16_sr/losses.tsv")" ]; then
+    echo "stochastic rounding changed nothing: is training.stochastic_rounding passed to the backend?"
+    exit 1
+fi
 echo "emu_train: all checks passed"

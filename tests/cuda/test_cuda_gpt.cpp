@@ -1,10 +1,13 @@
 // tests/cuda/test_cuda_gpt.cpp — the whole GPT on the emulated CUDA backend against the CPU backend:
 // one full training step (forward, backward, AdamW), and a 10-step loss trajectory with global-norm
-// clipping, also with every layer checkpointed (recomputed in backward) on the CUDA side.
+// clipping, also with every layer checkpointed (recomputed in backward) on the CUDA side; and the
+// Allocator's byte count against the emulator's count of live device memory.
 // Config: n_layer 2, n_head 3, n_embd 48, seq_len 17, vocab 101 (padded 128), B 3, T 17 — the
 // odd sizes of the op tests, small enough for ~seconds under the emulator.
 // In bf16 mode the CPU model starts from the same bf16-rounded weights; the remaining differences
 // come from bf16 activations and gradients, hence the looser bf16 tolerances stated below.
+#include <cuda_runtime.h>
+
 #include <cmath>
 
 #include "model/allocator.hpp"
@@ -178,6 +181,28 @@ TEST_P(GptTest, TenStepTrajectory) {
 TEST_P(GptTest, TenStepTrajectoryWithCheckpointing) {
     auto [cpu, cuda] = models(1.0f);
     trajectory(*this, bf16, *cpu, *cuda);
+}
+
+/// The Allocator accounts every byte of device memory the program holds, the backend's own
+/// workspaces (cuBLASLt, reduction scratch, encoder buckets) included: after a training step with
+/// half the layers recomputed, its total equals the emulator's count of live device bytes
+/// (cudaMemGetInfo's total - free) minus those live before the backend was made, exactly.
+/// Emulator only: a real device rounds allocations up to its page size.
+TEST_P(GptTest, AllocatorAccountsEveryDeviceByte) {
+#ifdef LLMTRAIN_REAL_GPU
+    GTEST_SKIP() << "exact byte counts need the emulator (a GPU rounds allocations up)";
+#endif
+    size_t free_before = 0, total = 0, free_after = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_before, &total), cudaSuccess);
+    Model m(make_cuda_backend(GetParam()), 0.5f);
+    m.make_optimizer();
+    m.step(0);
+    ASSERT_EQ(cudaMemGetInfo(&free_after, &total), cudaSuccess);
+    EXPECT_EQ(free_before - free_after, m.alloc->current_total());
+    // The backend's own buffers are in the workspace category: at least cuBLASLt's 32 MiB.
+    EXPECT_GE(m.ops->internal_bytes(), size_t{32} << 20);
+    EXPECT_GE(m.alloc->current(MemCategory::workspace), m.ops->internal_bytes());
+    EXPECT_GE(m.alloc->peak_total(), m.alloc->current_total());
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, GptTest, testing::Values("fp32", "bf16"),

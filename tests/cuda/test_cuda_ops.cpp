@@ -310,5 +310,63 @@ TEST(CudaAdamW, StochasticRoundingIsUnbiased) {
     EXPECT_NEAR(sum / n, x, 4 * se);
 }
 
+/// Stochastic rounding depends only on the step count and the call's place within the step, so a
+/// backend that starts at step 3 from step 2's state (a resumed run) writes the same bf16 params,
+/// bit for bit, as the backend that ran steps 1-3; and the rounding is really stochastic (it
+/// differs from round-to-nearest somewhere). Two buffers per step, as AdamW's decay and no-decay ranges.
+TEST(CudaAdamW, StochasticRoundingResumesExactly) {
+    CudaBackendOptions opt;
+    opt.stochastic_rounding = true;
+    const size_t n = 4096;
+    struct State {
+        std::vector<float> params, master, m, v;
+    };
+    // Runs steps [first, last] on both buffers from `from`; returns the state after each step.
+    auto run = [&](Ops& o, const State (&from)[2], int first, int last, State (&to)[2]) {
+        DevBuf p[2], ms[2], m[2], v[2], g[2];
+        for (int b = 0; b < 2; b++) {
+            p[b] = upload(o, from[b].params, DType::bf16);
+            ms[b] = upload(o, from[b].master, DType::f32);
+            m[b] = upload(o, from[b].m, DType::f32);
+            v[b] = upload(o, from[b].v, DType::f32);
+        }
+        for (int t = first; t <= last; t++)
+            for (int b = 0; b < 2; b++) {
+                g[b] = upload(o, random_vec(n, 100 * t + b, true), DType::bf16);
+                o.adamw_update(p[b].ptr, ms[b].as<float>(), g[b].ptr, m[b].as<float>(), v[b].as<float>(), n, 1e-3f,
+                               0.9f, 0.95f, 1e-8f, b == 0 ? 0.1f : 0.0f, 1.0f, t);
+            }
+        for (int b = 0; b < 2; b++)
+            to[b] = {download(o, p[b].ptr, n, DType::bf16), download(o, ms[b].ptr, n, DType::f32),
+                     download(o, m[b].ptr, n, DType::f32), download(o, v[b].ptr, n, DType::f32)};
+    };
+    State init[2], after2[2], unbroken[2], resumed[2];
+    for (int b = 0; b < 2; b++) {
+        const auto w = random_vec(n, 7 + b, false);
+        std::vector<float> wb = w;
+        for (float& x : wb) x = bf16_round(x);
+        init[b] = {wb, w, std::vector<float>(n, 0.0f), std::vector<float>(n, 0.0f)};
+    }
+    {
+        auto a = make_cuda_backend("bf16", opt);
+        run(*a, init, 1, 3, unbroken);
+    }
+    {
+        auto a = make_cuda_backend("bf16", opt);
+        run(*a, init, 1, 2, after2);
+    }
+    auto fresh = make_cuda_backend("bf16", opt);  // a new process: no history of steps 1-2
+    run(*fresh, after2, 3, 3, resumed);
+    size_t not_nearest = 0;
+    for (int b = 0; b < 2; b++) {
+        for (size_t i = 0; i < n; i++) {
+            ASSERT_EQ(resumed[b].params[i], unbroken[b].params[i]) << "buffer " << b << " element " << i;
+            ASSERT_EQ(resumed[b].master[i], unbroken[b].master[i]) << "buffer " << b << " element " << i;
+            not_nearest += unbroken[b].params[i] != bf16_round(unbroken[b].master[i]);
+        }
+    }
+    EXPECT_GT(not_nearest, n / 10) << "stochastic rounding rounded (almost) everything to nearest";
+}
+
 }  // namespace
 }  // namespace llmtrain::cudatest
