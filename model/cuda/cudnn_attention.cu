@@ -2,14 +2,18 @@
 //
 // cuDNN's fused flash-attention engine is selected by the shape of an operation graph built with
 // the backend API (cudnn_graph.h). The graphs below are the pattern the engine accepts for cuDNN
-// 8.9.5 - 9.20 (the composite softmax; cuDNN 9.21 adds a single softmax operation):
+// 9.x (the composite softmax; cuDNN 9.21 adds a single softmax operation):
 // forward   S = Q K^T * scale, causal mask (generated row/column indices, row >= col, else the
 //           lowest float), softmax with stats (max, x - max, exp, sum, lse = max + log sum -> our
 //           lse output, exp / sum -> P in bf16), O = P V;
-// backward  D = rowsum(dO * O) (times 1: the engine expects the dropout-scale slot), the same S and
-//           mask, P = exp(S - lse) in bf16, dV = P^T dO, dS = P (dO V^T * 1 - D) * scale,
-//           dK = dS^T Q, dQ = dS K accumulated in an fp32 buffer (reordered F16x16, zeroed) and
-//           copied to bf16 by an identity operation.
+// backward  D = rowsum(dO * O) * 1 (the dropout-scale slot) into a non-virtual fp32 (b,h,t,1)
+//           tensor in the workspace; the same scaled S, minus lse, then the mask; P = exp(that) in
+//           fp32 (bf16 only where it feeds dV = P^T dO); dS = P (dO V^T - D) * scale in fp32;
+//           dK = dS^T Q with dS^T in bf16; dQ = dS K accumulated in a dense fp32 (b,h,t,d) buffer
+//           in the workspace (zeroed) and copied to bf16 by an identity operation.
+// The data types, virtual/non-virtual choices and the order of these operations follow the graph
+// cudnn-frontend 1.x emits for cuDNN 9.x (its composite SDPA backward node); the engine matches
+// the graph's shape, so a different spelling of the same math can find no engine.
 // Q, K, V are strided views into qkv (B,T,3C): dims (b, h, t, d) with strides (3CT, HS, 3C, 1);
 // K^T and V^T swap the last two. Plans are cached per (direction, B, T, C, NH).
 #include "model/cuda/cudnn_attention.hpp"
@@ -34,7 +38,14 @@ void check(cudnnStatus_t st, const char* what) {
 }
 
 // Unique ids of the tensors the variant pack binds to memory (virtual tensors get ids from 100).
-enum Uid : int64_t { kQ = 1, kKT, kV, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kOne, kDQAccum, kVT };
+enum Uid : int64_t { kQ = 1, kKT, kV, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kOne, kDQAccum, kVT, kSoftmaxSum };
+
+/// cuDNN's own account of its last failure (empty when it has none).
+std::string last_cudnn_error() {
+    char msg[1024] = {0};
+    cudnnGetLastErrorString(msg, sizeof msg);
+    return msg;
+}
 
 /// Builds one operation graph: creates descriptors (kept for the plan's lifetime) and operations.
 class GraphBuilder {
@@ -54,7 +65,7 @@ public:
 
     /// A 4-D tensor. uid < 0 makes a virtual tensor with a fresh id.
     Desc tensor(int64_t uid, cudnnDataType_t type, const int64_t (&dims)[4], const int64_t (&strides)[4],
-                bool by_value = false, bool reorder_f16x16 = false) {
+                bool by_value = false) {
         const bool is_virtual = uid < 0;
         if (is_virtual) uid = next_virtual_++;
         const int64_t alignment = 16;
@@ -66,10 +77,6 @@ public:
         set(t, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment);
         set(t, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
         set(t, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
-        if (reorder_f16x16) {
-            const cudnnBackendTensorReordering_t r = CUDNN_TENSOR_REORDERING_F16x16;
-            set(t, CUDNN_ATTR_TENSOR_REORDERING_MODE, CUDNN_TYPE_TENSOR_REORDERING_MODE, 1, &r);
-        }
         check(cudnnBackendFinalize(t), "tensor descriptor");
         return t;
     }
@@ -156,7 +163,10 @@ public:
         set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
         set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops_.size()),
             ops_.data());
-        check(cudnnBackendFinalize(graph), "operation graph (the fused attention pattern was not accepted)");
+        const cudnnStatus_t st = cudnnBackendFinalize(graph);
+        if (st != CUDNN_STATUS_SUCCESS)
+            throw CudaError(std::string("cuDNN attention: the operation graph was not accepted: ") +
+                            cudnnGetErrorString(st) + " " + last_cudnn_error() + diagnose_hint());
         Desc heur = make(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
         const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_INSTANT;
         set(heur, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &graph);
@@ -169,6 +179,7 @@ public:
         std::vector<Desc> configs;
         for (int64_t i = 0; i < count; i++) configs.push_back(make(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR));
         int64_t got = 0;
+        std::string failures;
         if (count > 0)
             check(cudnnBackendGetAttribute(heur, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count,
                                            &got, configs.data()),
@@ -177,14 +188,27 @@ public:
             Desc plan = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
             set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
             set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]);
-            if (cudnnBackendFinalize(plan) != CUDNN_STATUS_SUCCESS) continue;  // try the next engine
+            const cudnnStatus_t fin = cudnnBackendFinalize(plan);
+            if (fin != CUDNN_STATUS_SUCCESS) {  // try the next engine, remembering why this one failed
+                failures += std::string(" [") + cudnnGetErrorString(fin) + " " + last_cudnn_error() + "]";
+                continue;
+            }
             int64_t n = 0;
             check(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
                                            workspace),
                   "plan workspace size");
             return plan;
         }
-        throw CudaError("cuDNN attention: no engine supports this graph (" + std::to_string(got) + " tried)");
+        throw CudaError("cuDNN attention: no engine supports this graph (" + std::to_string(got) +
+                        " engine configurations tried" + (failures.empty() ? "" : ":" + failures) + ")" +
+                        diagnose_hint());
+    }
+
+    /// What to do next, appended to every graph failure: cuDNN logs the rule a graph broke.
+    static std::string diagnose_hint() {
+        return "; cuDNN " + std::to_string(cudnnGetVersion()) +
+               "; rerun with CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr for the backend's reason, or use "
+               "model.attention = \"native\"";
     }
 
 private:
@@ -219,9 +243,14 @@ CudnnAttention::CudnnAttention() {
     handle_ = h;
 }
 
+/// Destroys descriptors in the reverse order of their creation (a plan before what it was built from).
+static void destroy_descriptors(std::vector<void*>& keep) {
+    for (auto it = keep.rbegin(); it != keep.rend(); ++it) cudnnBackendDestroyDescriptor(static_cast<Desc>(*it));
+    keep.clear();
+}
+
 CudnnAttention::~CudnnAttention() {
-    for (auto& [key, plan] : plans_)
-        for (auto it = plan.keep.rbegin(); it != plan.keep.rend(); ++it) cudnnBackendDestroyDescriptor(static_cast<Desc>(*it));
+    for (auto& [key, plan] : plans_) destroy_descriptors(plan.keep);
     cudnnDestroy(static_cast<cudnnHandle_t>(handle_));
 }
 
@@ -230,6 +259,12 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
     Plan plan;
+    struct Cleanup {  // a graph that fails to build leaves no descriptors behind
+        std::vector<void*>* keep;
+        ~Cleanup() {
+            if (keep != nullptr) destroy_descriptors(*keep);
+        }
+    } cleanup{&plan.keep};
     GraphBuilder g(plan.keep);
     const int64_t b = B, h = NH, t = T, c = C, d = C / NH;
     const int64_t qkv_dims[4] = {b, h, t, d}, qkv_strides[4] = {3 * c * t, d, 3 * c, 1};
@@ -247,8 +282,8 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
     Desc s = g.virt(CUDNN_DATA_FLOAT, s_dims), ss = g.virt(CUDNN_DATA_FLOAT, s_dims);
     g.matmul(q, kt, s);
     g.pointwise(CUDNN_POINTWISE_MUL, s, scale, ss);
-    Desc sm = g.causal_mask(ss, s_dims, neg_inf);
     if (!backward) {
+        Desc sm = g.causal_mask(ss, s_dims, neg_inf);
         Desc v = g.tensor(kV, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
         Desc mx = g.virt(CUDNN_DATA_FLOAT, row_dims), sub = g.virt(CUDNN_DATA_FLOAT, s_dims);
         Desc e = g.virt(CUDNN_DATA_FLOAT, s_dims), z = g.virt(CUDNN_DATA_FLOAT, row_dims);
@@ -267,52 +302,65 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
         Desc dq = g.tensor(kDQ, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
         Desc dk = g.tensor(kDK, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
         Desc dv = g.tensor(kDV, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
-        const int64_t acc_strides[4] = {h * t * d, t * d, d, 1};
-        Desc dq_acc = g.tensor(kDQAccum, CUDNN_DATA_FLOAT, qkv_dims, acc_strides, false, true);
+        const int64_t acc_strides[4] = {h * t * d, t * d, d, 1};  // dense (b,h,t,d), no reordering
+        Desc dq_acc = g.tensor(kDQAccum, CUDNN_DATA_FLOAT, qkv_dims, acc_strides);
         Desc one = g.scalar(kOne);
-        // D = rowsum(dO * O) * 1
+        // D = rowsum(dO * O) * 1, a non-virtual fp32 tensor in the workspace (the engine's "softmax sum")
         Desc dodo = g.virt(CUDNN_DATA_FLOAT, out_dims), dsum = g.virt(CUDNN_DATA_FLOAT, row_dims);
-        Desc delta = g.virt(CUDNN_DATA_FLOAT, row_dims);
+        Desc delta = g.tensor(kSoftmaxSum, CUDNN_DATA_FLOAT, row_dims, row_strides);
         g.pointwise(CUDNN_POINTWISE_MUL, dout, o, dodo);
         g.reduce(CUDNN_REDUCE_TENSOR_ADD, dodo, dsum);
         g.pointwise(CUDNN_POINTWISE_MUL, dsum, one, delta);
-        // P = exp(S - lse) in bf16; dV = P^T dO
-        Desc sub = g.virt(CUDNN_DATA_FLOAT, s_dims), p = g.virt(CUDNN_DATA_BFLOAT16, s_dims);
-        g.pointwise(CUDNN_POINTWISE_SUB, sm, stats, sub);
-        g.pointwise(CUDNN_POINTWISE_EXP, sub, nullptr, p);
+        // P = exp(mask(S - lse)) in fp32; dV = P^T dO with P^T in bf16
+        Desc sub = g.virt(CUDNN_DATA_FLOAT, s_dims), p = g.virt(CUDNN_DATA_FLOAT, s_dims);
+        g.pointwise(CUDNN_POINTWISE_SUB, ss, stats, sub);
+        Desc subm = g.causal_mask(sub, s_dims, neg_inf);
+        g.pointwise(CUDNN_POINTWISE_EXP, subm, nullptr, p);
         Desc pt = g.tensor(-1, CUDNN_DATA_BFLOAT16, s_dims, s_tr_strides);
         g.reshape(p, pt);
         g.matmul(pt, dout, dv);
-        // dS = P * (dO V^T * 1 - D) * scale
-        Desc dp = g.virt(CUDNN_DATA_FLOAT, s_dims), dp1 = g.virt(CUDNN_DATA_FLOAT, s_dims);
-        Desc dpd = g.virt(CUDNN_DATA_FLOAT, s_dims), dpp = g.virt(CUDNN_DATA_FLOAT, s_dims);
-        Desc ds = g.virt(CUDNN_DATA_FLOAT, s_dims);
+        // dS = P * (dO V^T - D) * scale, fp32
+        Desc dp = g.virt(CUDNN_DATA_FLOAT, s_dims), dpd = g.virt(CUDNN_DATA_FLOAT, s_dims);
+        Desc dpp = g.virt(CUDNN_DATA_FLOAT, s_dims), ds = g.virt(CUDNN_DATA_FLOAT, s_dims);
         g.matmul(dout, vt, dp);
-        g.pointwise(CUDNN_POINTWISE_MUL, dp, one, dp1);
-        g.pointwise(CUDNN_POINTWISE_SUB, dp1, delta, dpd);
+        g.pointwise(CUDNN_POINTWISE_SUB, dp, delta, dpd);
         g.pointwise(CUDNN_POINTWISE_MUL, dpd, p, dpp);
         g.pointwise(CUDNN_POINTWISE_MUL, dpp, scale, ds);
-        // dK = dS^T Q
-        Desc dst = g.tensor(-1, CUDNN_DATA_FLOAT, s_dims, s_tr_strides);
+        // dK = dS^T Q, with dS^T in bf16 (the reshape is also the cast)
+        Desc dst = g.tensor(-1, CUDNN_DATA_BFLOAT16, s_dims, s_tr_strides);
         g.reshape(ds, dst);
         g.matmul(dst, q, dk);
-        // dQ = dS K (fp32 accumulator, then bf16)
-        Desc k = g.tensor(-1, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
+        // dQ = dS K (K as a virtual fp32 view; fp32 accumulator, then bf16)
+        Desc k = g.tensor(-1, CUDNN_DATA_FLOAT, qkv_dims, qkv_strides);
         g.reshape(kt, k);
         g.matmul(ds, k, dq_acc);
         g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_acc, nullptr, dq);
     }
     plan.plan = g.build_plan(static_cast<cudnnHandle_t>(handle_), &plan.workspace);
-    return plans_.emplace(key, std::move(plan)).first->second;
+    Plan& kept = plans_.emplace(key, std::move(plan)).first->second;
+    cleanup.keep = nullptr;  // the descriptors now belong to plans_
+    return kept;
 }
 
-/// The plan's workspace rounded up to 256 bytes (where backward's dQ accumulator starts).
-static size_t plan_bytes(int64_t workspace) { return (static_cast<size_t>(workspace) + 255) / 256 * 256; }
+namespace {
+size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/// Backward's workspace: the plan's own bytes, then the fp32 dQ accumulator (B,NH,T,HS), then the
+/// fp32 softmax sum D (B,NH,T); each part 256-byte aligned.
+struct BackwardWorkspace {
+    size_t acc_offset, acc_bytes, sum_offset, total;
+    BackwardWorkspace(int64_t plan_bytes, int B, int T, int C, int NH)
+        : acc_offset(round_up_256(static_cast<size_t>(plan_bytes))),
+          acc_bytes(sizeof(float) * static_cast<size_t>(B) * T * C),
+          sum_offset(acc_offset + round_up_256(acc_bytes)),
+          total(sum_offset + sizeof(float) * static_cast<size_t>(B) * NH * T) {}
+};
+}  // namespace
 
 size_t CudnnAttention::workspace_bytes(bool backward, int B, int T, int C, int NH) {
     const Plan& plan = plan_for(backward, B, T, C, NH);
-    if (!backward) return plan_bytes(plan.workspace);
-    return plan_bytes(plan.workspace) + sizeof(float) * static_cast<size_t>(B) * T * C;  // + dQ accumulator
+    if (!backward) return round_up_256(static_cast<size_t>(plan.workspace));
+    return BackwardWorkspace(plan.workspace, B, T, C, NH).total;
 }
 
 void CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int C, int NH,
@@ -331,15 +379,15 @@ void CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
                               void* workspace, cudaStream_t stream) {
     Plan& plan = plan_for(true, B, T, C, NH);
     check(cudnnSetStream(static_cast<cudnnHandle_t>(handle_), stream), "cudnnSetStream");
-    // Workspace: the plan's, then the fp32 dQ accumulator (B,NH,T,HS), zeroed.
-    const size_t acc_offset = plan_bytes(plan.workspace);
-    const size_t acc_bytes = sizeof(float) * static_cast<size_t>(B) * T * C;
+    const BackwardWorkspace layout(plan.workspace, B, T, C, NH);
     char* ws = static_cast<char*>(workspace);
-    CUDA_CHECK(cudaMemsetAsync(ws + acc_offset, 0, acc_bytes, stream));
+    // The accumulator starts at zero (cuDNN >= 9.6 zeroes it itself; older versions need this).
+    CUDA_CHECK(cudaMemsetAsync(ws + layout.acc_offset, 0, layout.acc_bytes, stream));
     float scale = 1.0f / std::sqrt(static_cast<float>(C / NH)), neg_inf = std::numeric_limits<float>::lowest();
     float one = 1.0f;
     auto* base = const_cast<__nv_bfloat16*>(qkv);
-    const std::vector<int64_t> uids = {kQ, kKT, kVT, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kOne, kDQAccum};
+    const std::vector<int64_t> uids = {kQ,  kKT, kVT, kO,  kStats, kScale,   kNegInf,
+                                       kDO, kDQ, kDK, kDV, kOne,   kDQAccum, kSoftmaxSum};
     const std::vector<void*> ptrs = {base,
                                      base + C,
                                      base + 2 * C,
@@ -352,7 +400,8 @@ void CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
                                      dqkv + C,
                                      dqkv + 2 * C,
                                      &one,
-                                     ws + acc_offset};
+                                     ws + layout.acc_offset,
+                                     ws + layout.sum_offset};
     execute(static_cast<cudnnHandle_t>(handle_), plan.plan, uids, ptrs, ws);
 }
 
