@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# tools/gpu/bundle.sh — packs the CUDA build for a GPU machine that has the NVIDIA driver and CUDA
+# libraries but none of our other dependencies (a lent machine cannot install packages).
+#
+# Usage: tools/gpu/bundle.sh [out_dir (default .gpu)]; tested by tests/cuda/bundle_test.sh
+# Builds (Release, nvcc) app/llmtrain, tests/cuda/test_cuda_gpu and tests/app/make_tiny_dataset in
+# $BUILD (default build), then writes <out_dir>/bundle.tar.gz holding, under llmtrain-gpu/:
+#   app/, tests/   the three executables, in their build-tree places (tools/bench/gpu_bench.sh's BUILD)
+#   lib/           every shared library they load except glibc's, libstdc++/libgcc_s (the target's
+#                  own are newer and compatible) and CUDA's (cudart, cuBLASLt, cuDNN: the target's
+#                  own, found by tools/gpu/run.sh)
+#   openmpi/       Open MPI's plugin folder and help texts (MPI_Init loads plugins at run time)
+# tools/gpu/run.sh unpacks and runs it. The binaries need glibc >= this machine's (2.36).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${1:-.gpu}
+BUILD=${BUILD:-build}
+if [ "${NO_BUILD:-0}" != 1 ]; then  # NO_BUILD=1: use what $BUILD holds (the ctest does)
+    cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build "$BUILD" -j "$(nproc)" --target llmtrain test_cuda_gpu make_tiny_dataset
+fi
+for exe in app/llmtrain tests/cuda/test_cuda_gpu; do
+    ldd "$BUILD/$exe" | grep -q libcudart || { echo "bundle: $BUILD/$exe is not linked with CUDA (nvcc not found?)"; exit 1; }
+done
+
+STAGE=$(mktemp -d)
+trap 'rm -rf "$STAGE"' EXIT
+ROOT=$STAGE/llmtrain-gpu
+mkdir -p "$ROOT/app" "$ROOT/tests/cuda" "$ROOT/tests/app" "$ROOT/lib" "$ROOT/openmpi"
+cp "$BUILD/app/llmtrain" "$ROOT/app/"
+cp "$BUILD/tests/cuda/test_cuda_gpu" "$ROOT/tests/cuda/"
+cp "$BUILD/tests/app/make_tiny_dataset" "$ROOT/tests/app/"
+
+# Libraries the target provides itself (glibc, the C++ runtime, the driver and CUDA's libraries).
+SKIP='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcublas|libcudnn|libnccl)'
+ompi_plugins=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+for f in "$ROOT/app/llmtrain" "$ROOT/tests/cuda/test_cuda_gpu" "$ROOT/tests/app/make_tiny_dataset" \
+         "$ompi_plugins"/*.so; do
+    ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
+done | sort -u | while read -r name path; do
+    [[ $name =~ $SKIP ]] && continue
+    cp -L "$path" "$ROOT/lib/$name"
+done
+cp -r "$ompi_plugins" "$ROOT/openmpi/plugins"
+cp -r /usr/share/openmpi "$ROOT/openmpi/share"
+
+mkdir -p "$OUT"
+tar -C "$STAGE" -czf "$OUT/bundle.tar.gz" llmtrain-gpu
+echo "bundle: $OUT/bundle.tar.gz ($(du -h "$OUT/bundle.tar.gz" | cut -f1); $(ls "$ROOT/lib" | wc -l) libraries)"

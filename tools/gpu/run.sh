@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# tools/gpu/run.sh — on a GPU machine: unpacks tools/gpu/bundle.sh's bundle, runs the CUDA tests on
+# the real device (test_cuda_gpu: every op and the model against the CPU backend, cuDNN attention
+# against ours), then tools/bench/gpu_bench.sh (tokens/s and MFU, GPT-2 124M and 1.5B), native and
+# cuDNN attention. Logs go to $LOGS (default $OUT when set, else gpu-logs/).
+#
+# Usage: tools/gpu/run.sh [bundle.tar.gz (default .gpu/bundle.tar.gz)] [bench steps (default 10)]
+# Writes 8 files at most (the device tool returns no more): env.txt, test_cuda_gpu.log,
+# bench_{native,cudnn}.txt and the four llmtrain logs {native,cudnn}_gpt2-{124m,1.5b}.log.
+# Run from the repository root (configs/ and tools/ are read from the tree). Needs the NVIDIA driver
+# and CUDA 13's cudart and cuBLASLt, and cuDNN 9 (a system install or pip's nvidia-* wheels).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+BUNDLE=${1:-.gpu/bundle.tar.gz}
+STEPS=${2:-10}
+LOGS=${LOGS:-${OUT:-gpu-logs}}
+mkdir -p "$LOGS"
+DIR=$(mktemp -d)/llmtrain-gpu
+tar -C "$(dirname "$DIR")" -xzf "$BUNDLE" || { echo "run.sh: cannot unpack $BUNDLE"; exit 2; }
+
+# The folder holding `lib` (e.g. libcudnn.so.9), searched where CUDA and pip's wheels put it.
+find_lib() {
+    local f
+    for root in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu / ; do
+        f=$(find "$root" -xdev -name "$1" -print -quit 2>/dev/null)
+        [ -n "$f" ] && { dirname "$f"; return 0; }
+    done
+    return 1
+}
+libpath=$DIR/lib
+for lib in libcudart.so.13 libcublasLt.so.13 libcudnn.so.9; do
+    d=$(find_lib "$lib") || { echo "run.sh: $lib not found on this machine"; exit 2; }
+    libpath=$libpath:$d
+done
+export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# Open MPI (singleton MPI_Init) loads its plugins and help texts from the bundle, and starts no
+# orted daemon (none is installed there; a singleton that never spawns needs none).
+export OMPI_MCA_mca_base_component_path=$DIR/openmpi/plugins OPAL_PKGDATADIR=$DIR/openmpi/share
+export OMPI_MCA_ess_singleton_isolated=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+{
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    ldd "$DIR/app/llmtrain" | grep -E "not found|cudart|cublasLt|cudnn"
+} 2>&1 | tee "$LOGS/env.txt"
+
+echo "== test_cuda_gpu"
+"$DIR/tests/cuda/test_cuda_gpu" >"$LOGS/test_cuda_gpu.log" 2>&1
+echo "test_cuda_gpu exit $?"
+grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$LOGS/test_cuda_gpu.log"
+
+for attention in native cudnn; do
+    echo "== gpu_bench, model.attention = $attention"
+    BUILD=$DIR bash tools/bench/gpu_bench.sh "$STEPS" --set "model.attention=\"$attention\"" 2>&1 |
+        tee "$LOGS/bench_$attention.txt"
+    for f in "$DIR"/gpu_bench/*.log; do [ -f "$f" ] && cp "$f" "$LOGS/${attention}_$(basename "$f")"; done
+done
