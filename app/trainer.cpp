@@ -14,6 +14,7 @@
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
 #include "model/backend.hpp"
+#include "model/cpu/peak_flops.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/grad_clip.hpp"
@@ -57,7 +58,7 @@ void install_stop_signal_handlers() {
 
 double peak_flops_for(const Config& cfg, const std::string& backend_name) {
     if (cfg.run.peak_flops > 0) return cfg.run.peak_flops;
-    return backend_name == "cuda" ? 989e12 : 2e11;
+    return backend_name == "cuda" ? 989e12 : cpu::peak_flops();
 }
 
 struct Trainer::Impl {

@@ -1,7 +1,11 @@
 // tests/model/test_allocator_backend.cpp — the allocator's per-category current/peak accounting
-// (closed-form byte sums) and make_backend's choices and error messages.
+// (closed-form byte sums), make_backend's choices and error messages, and the CPU's peak FLOP/s
+// (the MFU denominator) against a measured sgemm rate.
+#include <chrono>
+
 #include "model/allocator.hpp"
 #include "model/backend.hpp"
+#include "model/cpu/peak_flops.hpp"
 #include "tests/model/test_util.hpp"
 
 namespace llmtrain::test {
@@ -42,6 +46,29 @@ TEST(Backend, ChoosesCpuAndExplainsErrors) {
     } catch (const std::runtime_error& e) {
         EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
     }
+}
+
+/// The CPU's theoretical peak bounds what its sgemm achieves: the best of 3 matmul_forward calls
+/// at N = C = OC = 1024 (2 GFLOP each, all threads) must not exceed it (10% for timer noise), and
+/// must reach at least 5% of it (a peak far above any real rate would make MFU meaningless; 5%
+/// leaves room for a loaded machine). The former default, a fixed 2e11, sat below what sgemm
+/// reaches on the development machine (220-270 GFLOP/s), hence MFU above 100% in training logs.
+TEST(CpuPeakFlops, BoundsTheMeasuredSgemmRate) {
+    auto ops = make_backend("cpu", "fp32");
+    const int n = 1024;
+    std::vector<float> a(size_t(n) * n, 0.5f), w(size_t(n) * n, 0.25f), out(size_t(n) * n);
+    ops->matmul_forward(out.data(), nullptr, a.data(), w.data(), nullptr, n, n, n);  // warm-up
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        const auto t0 = std::chrono::steady_clock::now();
+        ops->matmul_forward(out.data(), nullptr, a.data(), w.data(), nullptr, n, n, n);
+        ops->synchronize();
+        best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    EXPECT_FLOAT_EQ(out[12345], 0.5f * 0.25f * n);  // the product really ran
+    const double rate = 2.0 * n * n * n / best, peak = cpu::peak_flops();
+    EXPECT_LE(rate, 1.1 * peak) << "measured " << rate / 1e9 << " GFLOP/s, peak " << peak / 1e9;
+    EXPECT_GE(rate, 0.05 * peak) << "measured " << rate / 1e9 << " GFLOP/s, peak " << peak / 1e9;
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ if [ "${NO_BUILD:-0}" != 1 ]; then  # NO_BUILD=1: use what $BUILD holds (the cte
     cmake --build "$BUILD" -j "$(nproc)" --target llmtrain test_cuda_gpu make_tiny_dataset
 fi
 for exe in app/llmtrain tests/cuda/test_cuda_gpu; do
-    ldd "$BUILD/$exe" | grep -q libcudart || { echo "bundle: $BUILD/$exe is not linked with CUDA (nvcc not found?)"; exit 1; }
+    deps=$(ldd "$BUILD/$exe")  # not piped into grep -q: its early exit would fail the pipe (pipefail)
+    [[ $deps == *libcudart* ]] || { echo "bundle: $BUILD/$exe is not linked with CUDA (nvcc not found?)"; exit 1; }
 done
 
 STAGE=$(mktemp -d)
