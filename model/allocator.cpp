@@ -35,12 +35,17 @@ void Allocator::add(MemCategory cat, size_t bytes) {
     peak_total_ = std::max(peak_total_, cur_total_);
 }
 
+void Allocator::remove(MemCategory cat, size_t bytes) {
+    cur_[static_cast<int>(cat)] -= bytes;
+    cur_total_ -= bytes;
+}
+
 void Allocator::internal_memory_changed(std::ptrdiff_t delta_bytes) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (delta_bytes >= 0) return add(MemCategory::workspace, static_cast<size_t>(delta_bytes));
-    const size_t freed = static_cast<size_t>(-delta_bytes);
-    cur_[static_cast<int>(MemCategory::workspace)] -= freed;
-    cur_total_ -= freed;
+    if (delta_bytes >= 0)
+        add(MemCategory::workspace, static_cast<size_t>(delta_bytes));
+    else
+        remove(MemCategory::workspace, static_cast<size_t>(-delta_bytes));
 }
 
 void* Allocator::alloc(MemCategory cat, size_t bytes) {
@@ -63,8 +68,7 @@ void Allocator::release(void* p) {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = live_.find(p);
         if (it == live_.end()) throw std::logic_error("Allocator::release: pointer was not allocated here");
-        cur_[static_cast<int>(it->second.first)] -= it->second.second;
-        cur_total_ -= it->second.second;
+        remove(it->second.first, it->second.second);
         live_.erase(it);
     }
     ops_.free(p);

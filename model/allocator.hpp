@@ -47,7 +47,8 @@ public:
     void internal_memory_changed(std::ptrdiff_t delta_bytes) override;
 
 private:
-    void add(MemCategory cat, size_t bytes);  ///< caller holds mu_
+    void add(MemCategory cat, size_t bytes);     ///< caller holds mu_
+    void remove(MemCategory cat, size_t bytes);  ///< caller holds mu_
 
     Ops& ops_;
     mutable std::mutex mu_;

@@ -27,9 +27,9 @@ cp "$SRC/configs/tiny.toml" "$R/work/"
 
 D=/work/llmtrain-gpu
 # tools/gpu/run.sh's environment, with /cuda standing for the target's CUDA libraries.
-export LD_LIBRARY_PATH=$D/lib:/cuda OMPI_MCA_mca_base_component_path=$D/openmpi/plugins \
-    OPAL_PKGDATADIR=$D/openmpi/share OMPI_MCA_ess_singleton_isolated=1
-grep -q "OMPI_MCA_ess_singleton_isolated=1" "$SRC/tools/gpu/run.sh" || { echo "run.sh lost the singleton setting"; exit 1; }
+source "$SRC/tools/gpu/bundle_env.sh"
+unset LD_LIBRARY_PATH  # nothing of this machine's may leak into the chroot
+bundle_env "$D" /cuda
 rc=0
 chroot "$R" "$D/tests/cuda/test_cuda_gpu" || rc=$?
 [ "$rc" = 77 ] || { echo "test_cuda_gpu in the chroot exited $rc (expected 77: loads, finds no GPU)"; exit 1; }

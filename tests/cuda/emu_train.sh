@@ -67,9 +67,10 @@ run "$LLMTRAIN" "$WORK/bf16_then_cpu" cpu fp32 3
 compare "cuda bf16 checkpoint resumed on cpu" "$WORK/cpu" "$WORK/bf16_then_cpu" 5e-3 3
 run "$EMU" "$WORK/bf16_sr" cuda bf16 2 --set training.stochastic_rounding=true
 compare "cuda bf16 stochastic rounding vs cpu" "$WORK/cpu" "$WORK/bf16_sr" 5e-3 1
-awk -F'\t' '$1 == 2 && $2 == "train" { print FILENAME ": " $3 }' "$WORK/cuda_bf16/losses.tsv" "$WORK/bf16_sr/losses.tsv"
-if [ "$(awk -F'\t' '$1 == 2 && $2 == "train" { print $3 }' "$WORK/cuda_bf16/losses.tsv")" = \
-     "$(awk -F'\t' '$1 == 2 && $2 == "train" { print $3 }' "$WORK/bf16_sr/losses.tsv")" ]; then
+step2_loss() { awk -F'\t' '$1 == 2 && $2 == "train" { print $3 }' "$1/losses.tsv"; }
+nearest=$(step2_loss "$WORK/cuda_bf16") stochastic=$(step2_loss "$WORK/bf16_sr")
+echo "step-2 loss: round-to-nearest $nearest, stochastic rounding $stochastic"
+if [ "$nearest" = "$stochastic" ]; then
     echo "stochastic rounding changed nothing: is training.stochastic_rounding passed to the backend?"
     exit 1
 fi

@@ -27,17 +27,13 @@ find_lib() {
     done
     return 1
 }
-libpath=$DIR/lib
+cuda_libdirs=
 for lib in libcudart.so.13 libcublasLt.so.13 libcudnn.so.9; do
     d=$(find_lib "$lib") || { echo "run.sh: $lib not found on this machine"; exit 2; }
-    libpath=$libpath:$d
+    cuda_libdirs=${cuda_libdirs:+$cuda_libdirs:}$d
 done
-export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-# Open MPI (singleton MPI_Init) loads its plugins and help texts from the bundle, and starts no
-# orted daemon (none is installed there; a singleton that never spawns needs none).
-export OMPI_MCA_mca_base_component_path=$DIR/openmpi/plugins OPAL_PKGDATADIR=$DIR/openmpi/share
-export OMPI_MCA_ess_singleton_isolated=1
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+source tools/gpu/bundle_env.sh
+bundle_env "$DIR" "$cuda_libdirs"
 
 {
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
