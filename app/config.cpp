@@ -258,7 +258,7 @@ Field field(const char* section, const char* key, Sec Config::*sec, T Sec::*memb
     return f;
 }
 
-/// Every key, in section order and in the order to_toml prints them (README.md (Configuration reference) mirrors it).
+/// Every key, in section order and in the order to_toml prints them (docs/configuration.md mirrors it).
 const std::vector<Field>& fields() {
     using C = Config;
     static const std::vector<Field> all = {
@@ -293,6 +293,7 @@ const std::vector<Field>& fields() {
         field("training", "precision", &C::training, &TrainingConfig::precision, one_of({"fp32", "bf16"})),
         field("training", "grad_clip", &C::training, &TrainingConfig::grad_clip, non_negative<float>()),
         field("training", "stochastic_rounding", &C::training, &TrainingConfig::stochastic_rounding),
+        field("training", "max_skipped_steps", &C::training, &TrainingConfig::max_skipped_steps, at_least(1)),
 
         field("optimizer", "lr", &C::optimizer, &OptimizerConfig::lr, positive<float>()),
         field("optimizer", "beta1", &C::optimizer, &OptimizerConfig::beta1, unit_interval(true)),
@@ -306,6 +307,11 @@ const std::vector<Field>& fields() {
         field("lr_schedule", "min_lr", &C::lr_schedule, &LRScheduleConfig::min_lr, non_negative<float>()),
 
         field("parallel", "dp", &C::parallel, &ParallelConfig::dp, at_least(0)),
+        field("parallel", "pp", &C::parallel, &ParallelConfig::pp, between(1, 1)),
+        field("parallel", "zero_stage", &C::parallel, &ParallelConfig::zero_stage, between(0, 3)),
+        field("parallel", "zero_group_size", &C::parallel, &ParallelConfig::zero_group_size, at_least(0)),
+        field("parallel", "grad_reduce_dtype", &C::parallel, &ParallelConfig::grad_reduce_dtype, one_of({"fp32", "bf16"})),
+        field("parallel", "timeout_s", &C::parallel, &ParallelConfig::timeout_s, non_negative<double>()),
 
         field("activation_checkpoint", "ratio", &C::activation_checkpoint, &ActivationCheckpointConfig::ratio,
               unit_interval(false)),
@@ -313,6 +319,7 @@ const std::vector<Field>& fields() {
         field("checkpoint", "interval", &C::checkpoint, &CheckpointConfig::interval, at_least(0)),
         field("checkpoint", "keep_last", &C::checkpoint, &CheckpointConfig::keep_last, at_least(0)),
         field("checkpoint", "resume", &C::checkpoint, &CheckpointConfig::resume, non_empty()),
+        field("checkpoint", "overwrite", &C::checkpoint, &CheckpointConfig::overwrite),
 
         field("metrics", "enabled", &C::metrics, &MetricsConfig::enabled),
         field("metrics", "listen", &C::metrics, &MetricsConfig::listen, listen_address()),
@@ -551,7 +558,7 @@ void resolve_batch(Config& cfg, int dp) {
 }
 
 std::string to_toml(const Config& cfg) {
-    std::string out = "# llmtrain config: every key (README.md, Configuration reference, explains each one)\n";
+    std::string out = "# llmtrain config: every key (docs/configuration.md explains each one)\n";
     std::string section;
     for (const auto& f : fields()) {
         if (f.section != section) {
@@ -565,7 +572,7 @@ std::string to_toml(const Config& cfg) {
 
 std::string model_config_hash(const Config& cfg) {
     const auto& m = cfg.model;
-    // The canonical text is part of the checkpoint format (README.md (Configuration reference)): change it only with a
+    // The canonical text is part of the checkpoint format (docs/configuration.md "The model hash"): change it only with a
     // format version bump.
     const std::string canon = "gpt2:n_layer=" + std::to_string(m.n_layer) + ",n_head=" + std::to_string(m.n_head) +
                               ",n_embd=" + std::to_string(m.n_embd) + ",seq_len=" + std::to_string(m.seq_len) +

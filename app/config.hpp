@@ -1,6 +1,6 @@
 // app/config.hpp — the resolved llmtrain configuration and its TOML loader.
 //
-// Sections and keys follow the field's names (README "Config reference" lists every key, its default,
+// Sections and keys follow the field's names (docs/configuration.md lists every key, its default,
 // range and meaning). Loading is strict: unknown keys, wrong types (TOML++ value_exact, no silent
 // conversion), out-of-range values and unreadable files raise ConfigError with file:line:column.
 #pragma once
@@ -52,6 +52,7 @@ struct TrainingConfig {
     std::string precision = "fp32";     ///< "fp32" | "bf16" (bf16: cuda only)
     float grad_clip = 1.0f;             ///< 0 disables
     bool stochastic_rounding = false;   ///< bf16 params rounded stochastically from the fp32 master weights
+    int max_skipped_steps = 10;         ///< consecutive non-finite steps (skipped, no update) before the run stops
     friend bool operator==(const TrainingConfig&, const TrainingConfig&) = default;
 };
 
@@ -68,7 +69,12 @@ struct LRScheduleConfig {
 };
 
 struct ParallelConfig {
-    int dp = 0;                         ///< data-parallel ranks; 0 = world size
+    int dp = 0;                         ///< data-parallel ranks; 0 = world size / pp
+    int pp = 1;                         ///< pipeline stages (1 until the pipeline lands)
+    int zero_stage = 0;                 ///< 0 plain DP, 1 optimizer state, 2 + grads, 3 + params sharded
+    int zero_group_size = 0;            ///< ranks a ZeRO group shards over; 0 = all dp ranks
+    std::string grad_reduce_dtype = "fp32";  ///< "fp32" | "bf16": dtype of gradients on the wire
+    double timeout_s = 600;             ///< a collective waiting longer ends the job; 0 = never
     friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
@@ -81,6 +87,7 @@ struct CheckpointConfig {
     int interval = 500;                 ///< steps; 0 = only at the end and on SIGTERM/SIGINT
     int keep_last = 3;                  ///< complete checkpoints kept; 0 = keep all
     std::string resume = "auto";        ///< "auto" | "none" | a checkpoint directory path
+    bool overwrite = false;             ///< allow resume = "none" in a run dir that has checkpoints
     friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
 

@@ -13,6 +13,7 @@ const char* mem_category_name(MemCategory c) {
         case MemCategory::optimizer: return "optimizer";
         case MemCategory::activations: return "activations";
         case MemCategory::workspace: return "workspace";
+        case MemCategory::comm: return "comm";
         default: return "unknown";
     }
 }

@@ -16,10 +16,11 @@
 
 namespace llmtrain {
 
-/// What an allocation is for (ARCHITECTURE.md, "an allocator accounts bytes by category").
-enum class MemCategory : int { params, grads, optimizer, activations, workspace, count };
+/// What an allocation is for (docs/design.md "Forward and backward over a layer range": bytes by category).
+enum class MemCategory : int { params, grads, optimizer, activations, workspace, comm, count };
 
-/// Lower-case name of a category ("params", "grads", "optimizer", "activations", "workspace").
+/// Lower-case name of a category ("params", "grads", "optimizer", "activations", "workspace",
+/// "comm"). comm: ZeRO gather and reduce working buffers.
 const char* mem_category_name(MemCategory c);
 
 /// Allocates through a backend's Ops::malloc and accounts the bytes. The first Allocator made over

@@ -9,6 +9,8 @@
 //   dres (N,C), dbuf_c (N,C), dbuf_4c (N,4C)   backward gradients of activations           workspace
 // Checkpointing: the first floor(ratio * n) layers of the range keep only res[i] (their input)
 // and recompute their forward into `recompute` just before their backward.
+// Parameters and gradients come from a ParamStore one unit at a time (model/param_store.hpp):
+// acquired before a unit is used, released after; grads_done(u) once a unit's backward is over.
 #include "model/gpt.hpp"
 
 #include <cmath>
@@ -35,7 +37,7 @@ struct LayerActs {
     void* fch = nullptr;       // (N,4C) GELU output
 };
 
-/// Element offsets of one layer's tensors in the flat buffer.
+/// Element offsets of one layer's tensors from the start of its unit.
 struct LayerParams {
     size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
 };
@@ -54,10 +56,12 @@ struct GPT::Impl {
     int n_local = 0, n_ckpt = 0;
     bool first = false, last = false;
 
-    void* params = nullptr;
-    void* grads = nullptr;
-    std::vector<LayerParams> lp;  // per local layer
-    size_t wte = 0, wpe = 0, lnfw = 0, lnfb = 0;
+    ParamStore* store = nullptr;
+    std::unique_ptr<FullParamStore> own_store;  // when no store was given
+    std::vector<LayerParams> lp;  // per local layer, unit-relative
+    size_t wte = 0, wpe = 0;      // in unit 0
+    size_t lnfw = 0, lnfb = 0;    // in unit n_layer + 1
+    int u_lnf = 0;                // unit of ln_f
 
     std::vector<void*> res;        // n_local + 1 buffers (N,C)
     std::vector<LayerActs> acts;   // n_local; checkpointed layers point at `recompute`
@@ -86,8 +90,10 @@ struct GPT::Impl {
         return p;
     }
 
-    char* P(size_t off) const { return static_cast<char*>(params) + off * es; }
-    char* G(size_t off) const { return static_cast<char*>(grads) + off * es; }
+    /// Element `off` of a unit's parameters (or gradients) at `base`.
+    const char* P(const void* base, size_t off) const { return static_cast<const char*>(base) + off * es; }
+    char* G(void* base, size_t off) const { return static_cast<char*>(base) + off * es; }
+    int unit_of_local(int i) const { return 1 + opt.l0 + i; }
 
     /// One block holding a LayerActs set, carved at 256-byte boundaries.
     LayerActs make_acts(MemCategory cat) {
@@ -113,10 +119,12 @@ struct GPT::Impl {
         return a;
     }
 
-    /// Forward of local layer i from res[i] into the activations `a`; writes res[i+1] when write_out.
-    void layer_forward(int i, const LayerActs& a, bool write_out) {
+    /// Forward of local layer i (parameters at w) from res[i] into the activations `a`; writes
+    /// res[i+1] when write_out.
+    void layer_forward(int i, const void* w, const LayerActs& a, bool write_out) {
         const int B = opt.B, T = opt.T, C = cfg.n_embd, NH = cfg.n_head, N = B * T;
         const LayerParams& p = lp[i];
+        auto P = [&](size_t off) { return this->P(w, off); };
         const void* x = res[i];
         ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p.ln1w), P(p.ln1b), N, C);
         ops.matmul_forward(a.qkv, nullptr, a.ln1, P(p.qkvw), P(p.qkvb), N, C, 3 * C);
@@ -130,10 +138,13 @@ struct GPT::Impl {
         ops.residual_forward(res[i + 1], a.res2, tmp, static_cast<size_t>(N) * C);
     }
 
-    /// Backward of local layer i: on entry dres = d(res[i+1]), on exit dres = d(res[i]).
-    void layer_backward(int i, const LayerActs& a) {
+    /// Backward of local layer i (parameters at w, gradients accumulated at g): on entry
+    /// dres = d(res[i+1]), on exit dres = d(res[i]).
+    void layer_backward(int i, const void* w, void* g, const LayerActs& a) {
         const int B = opt.B, T = opt.T, C = cfg.n_embd, NH = cfg.n_head, N = B * T;
         const LayerParams& p = lp[i];
+        auto P = [&](size_t off) { return this->P(w, off); };
+        auto G = [&](size_t off) { return this->G(g, off); };
         // MLP branch: out = res2 + c_proj(gelu(c_fc(ln2)))
         ops.matmul_backward(dbuf_4c, G(p.fcprojw), G(p.fcprojb), dres, a.fch, P(p.fcprojw), a.fch_pre,
                             N, 4 * C, C);  // dbuf_4c = d fch_pre (GELU backward fused)
@@ -151,7 +162,7 @@ struct GPT::Impl {
     }
 };
 
-GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc) {
+GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, ParamStore* store) {
     GPTOptions opt = opt_in;
     if (opt.l1 < 0) opt.l1 = cfg.n_layer;
     impl_ = std::make_unique<Impl>(cfg, opt, alloc);  // validates cfg (ParamLayout)
@@ -173,13 +184,18 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc) {
     m.last = opt.l1 == cfg.n_layer;
 
     const ParamLayout& L = m.layout;
-    m.wte = L.find("wte").offset;
-    m.wpe = L.find("wpe").offset;
-    m.lnfw = L.find("ln_f.weight").offset;
-    m.lnfb = L.find("ln_f.bias").offset;
+    m.u_lnf = cfg.n_layer + 1;
+    auto rel = [&](const std::string& n) {  // offset of tensor n inside its unit
+        const ParamTensor& t = L.find(n);
+        return t.offset - L.units()[t.unit].offset;
+    };
+    m.wte = rel("wte");
+    m.wpe = rel("wpe");
+    m.lnfw = rel("ln_f.weight");
+    m.lnfb = rel("ln_f.bias");
     for (int l = opt.l0; l < opt.l1; ++l) {
         const std::string p = "h." + std::to_string(l) + ".";
-        auto off = [&](const char* n) { return L.find(p + n).offset; };
+        auto off = [&](const char* n) { return rel(p + n); };
         m.lp.push_back({off("ln_1.weight"), off("ln_1.bias"), off("attn.c_attn.weight"), off("attn.c_attn.bias"),
                         off("attn.c_proj.weight"), off("attn.c_proj.bias"), off("ln_2.weight"), off("ln_2.bias"),
                         off("mlp.c_fc.weight"), off("mlp.c_fc.bias"), off("mlp.c_proj.weight"),
@@ -187,8 +203,11 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc) {
     }
 
     const size_t N = static_cast<size_t>(opt.B) * opt.T, C = cfg.n_embd, es = m.es;
-    m.params = m.get(MemCategory::params, L.total_numel() * es);
-    m.grads = m.get(MemCategory::grads, L.total_numel() * es);
+    if (store == nullptr) {
+        m.own_store = std::make_unique<FullParamStore>(alloc, m.layout);
+        store = m.own_store.get();
+    }
+    m.store = store;
     for (int i = 0; i <= m.n_local; ++i) m.res.push_back(m.get(MemCategory::activations, N * C * es));
     if (m.n_ckpt > 0) m.recompute = m.make_acts(MemCategory::workspace);
     for (int i = 0; i < m.n_local; ++i)
@@ -217,30 +236,51 @@ const GPTOptions& GPT::options() const { return impl_->opt; }
 const ParamLayout& GPT::layout() const { return impl_->layout; }
 Ops& GPT::ops() { return impl_->ops; }
 Allocator& GPT::allocator() { return impl_->alloc; }
-void* GPT::params() { return impl_->params; }
-void* GPT::grads() { return impl_->grads; }
+ParamStore& GPT::store() { return *impl_->store; }
+
+namespace {
+FullParamStore& full_store(const std::unique_ptr<FullParamStore>& s, const char* what) {
+    if (!s) throw std::logic_error(std::string("GPT::") + what + ": the parameters live in an external ParamStore");
+    return *s;
+}
+}  // namespace
+
+void* GPT::params() { return full_store(impl_->own_store, "params").params(); }
+void* GPT::grads() { return full_store(impl_->own_store, "grads").grads(); }
 const void* GPT::act_out() const { return impl_->res[impl_->n_local]; }
 const float* GPT::losses() const { return impl_->losses; }
 const void* GPT::logits() const { return impl_->logits; }
 int GPT::num_checkpointed_layers() const { return impl_->n_ckpt; }
 
-void GPT::zero_grads() { impl_->ops.memset(impl_->grads, 0, impl_->layout.total_numel() * impl_->es); }
+void GPT::zero_grads() { full_store(impl_->own_store, "zero_grads").zero_grads(); }
 
 void GPT::forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training) {
     Impl& m = *impl_;
     const int B = m.opt.B, T = m.opt.T, C = m.cfg.n_embd, N = B * T;
+    ParamStore& st = *m.store;
     if (m.first) {
-        m.ops.encoder_forward(m.res[0], tokens, m.P(m.wte), m.P(m.wpe), B, T, C);
+        const void* we = st.acquire_params(0, m.unit_of_local(0));
+        m.ops.encoder_forward(m.res[0], tokens, m.P(we, m.wte), m.P(we, m.wpe), B, T, C);
+        st.release_params(0);
         m.tokens = tokens;
     } else {
         m.ops.memcpy_d2d(m.res[0], act_in, static_cast<size_t>(N) * C * m.es);
     }
-    for (int i = 0; i < m.n_local; ++i) m.layer_forward(i, m.acts[i], true);
+    for (int i = 0; i < m.n_local; ++i) {
+        const int u = m.unit_of_local(i);
+        const int next = i + 1 < m.n_local ? u + 1 : m.last ? m.u_lnf : -1;
+        m.layer_forward(i, st.acquire_params(u, next), m.acts[i], true);
+        st.release_params(u);
+    }
     m.have_logit_grad = false;
     if (!m.last) return;
     const int Vp = m.cfg.padded_vocab_size();
-    m.ops.layernorm_forward(m.lnf, m.lnf_mean, m.lnf_rstd, m.res[m.n_local], m.P(m.lnfw), m.P(m.lnfb), N, C);
-    m.ops.matmul_forward(m.logits, nullptr, m.lnf, m.P(m.wte), nullptr, N, C, Vp);  // LM head tied to wte
+    const void* wf = st.acquire_params(m.u_lnf, 0);
+    m.ops.layernorm_forward(m.lnf, m.lnf_mean, m.lnf_rstd, m.res[m.n_local], m.P(wf, m.lnfw), m.P(wf, m.lnfb), N, C);
+    st.release_params(m.u_lnf);
+    const void* we = st.acquire_params(0, -1);
+    m.ops.matmul_forward(m.logits, nullptr, m.lnf, m.P(we, m.wte), nullptr, N, C, Vp);  // LM head tied to wte
+    st.release_params(0);
     if (targets != nullptr) {
         m.ops.fused_classifier(m.logits, m.losses, targets, N, m.cfg.vocab_size, Vp, dloss, training);
         m.have_logit_grad = training;
@@ -251,26 +291,44 @@ void GPT::backward(const void* dact_out, void* dact_in) {
     Impl& m = *impl_;
     const int B = m.opt.B, T = m.opt.T, C = m.cfg.n_embd, N = B * T;
     const size_t act_bytes = static_cast<size_t>(N) * C * m.es;
+    ParamStore& st = *m.store;
+    void* ge = nullptr;  // unit 0's gradients: from the LM head (last stage) and the encoder (first)
     if (m.last) {
         if (!m.have_logit_grad)
             throw std::logic_error("GPT::backward: the last forward() had no targets or training = false");
         const int Vp = m.cfg.padded_vocab_size();
-        m.ops.matmul_backward(m.dbuf_c, m.G(m.wte), nullptr, m.logits, m.lnf, m.P(m.wte), nullptr, N, C, Vp);
+        const void* we = st.acquire_params(0, m.u_lnf);
+        ge = st.acquire_grads(0);
+        m.ops.matmul_backward(m.dbuf_c, m.G(ge, m.wte), nullptr, m.logits, m.lnf, m.P(we, m.wte), nullptr, N, C, Vp);
+        st.release_params(0);
+        if (!m.first) st.grads_done(0);
+        const void* wf = st.acquire_params(m.u_lnf, m.unit_of_local(m.n_local - 1));
+        void* gf = st.acquire_grads(m.u_lnf);
         m.ops.memset(m.dres, 0, act_bytes);
-        m.ops.layernorm_backward(m.dres, m.G(m.lnfw), m.G(m.lnfb), m.dbuf_c, m.res[m.n_local], m.P(m.lnfw),
-                                 m.lnf_mean, m.lnf_rstd, N, C);
+        m.ops.layernorm_backward(m.dres, m.G(gf, m.lnfw), m.G(gf, m.lnfb), m.dbuf_c, m.res[m.n_local],
+                                 m.P(wf, m.lnfw), m.lnf_mean, m.lnf_rstd, N, C);
+        st.release_params(m.u_lnf);
+        st.grads_done(m.u_lnf);
         m.have_logit_grad = false;  // logits now hold consumed gradients
     } else {
         m.ops.memcpy_d2d(m.dres, dact_out, act_bytes);
     }
     for (int i = m.n_local - 1; i >= 0; --i) {
-        if (i < m.n_ckpt) m.layer_forward(i, m.recompute, false);  // recompute this layer's internals
-        m.layer_backward(i, m.acts[i]);
+        const int u = m.unit_of_local(i);
+        const void* w = st.acquire_params(u, i > 0 ? u - 1 : m.first ? 0 : -1);
+        void* g = st.acquire_grads(u);
+        if (i < m.n_ckpt) m.layer_forward(i, w, m.recompute, false);  // recompute this layer's internals
+        m.layer_backward(i, w, g, m.acts[i]);
+        st.release_params(u);
+        st.grads_done(u);
     }
-    if (m.first)
-        m.ops.encoder_backward(m.G(m.wte), m.G(m.wpe), m.dres, m.tokens, B, T, C);
-    else
+    if (m.first) {
+        if (ge == nullptr) ge = st.acquire_grads(0);
+        m.ops.encoder_backward(m.G(ge, m.wte), m.G(ge, m.wpe), m.dres, m.tokens, B, T, C);
+        st.grads_done(0);
+    } else {
         m.ops.memcpy_d2d(dact_in, m.dres, act_bytes);
+    }
 }
 
 namespace {

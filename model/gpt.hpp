@@ -15,6 +15,7 @@
 #include "model/allocator.hpp"
 #include "model/ops.hpp"
 #include "model/param_layout.hpp"
+#include "model/param_store.hpp"
 
 namespace llmtrain {
 
@@ -29,10 +30,12 @@ struct GPTOptions {
 
 class GPT {
 public:
-    /// Allocates params and grads (MemCategory::params/grads, one buffer each, layout().total_numel()
-    /// elements of ops.act_dtype()) and activations for (B,T). Errors: std::invalid_argument for
-    /// bad shapes (T > seq_len, empty range, ratio outside [0,1]); std::runtime_error when out of memory.
-    GPT(const GPTConfig& cfg, const GPTOptions& opt, Allocator& alloc);
+    /// Allocates activations for (B,T). Parameters and gradients come from `store` (not owned; it must
+    /// use a layout equal to ParamLayout(cfg, opt.shard_multiple) and outlive the GPT); without one the
+    /// GPT owns a FullParamStore (params and grads: one buffer each, layout().total_numel() elements of
+    /// ops.act_dtype(), MemCategory::params/grads). Errors: std::invalid_argument for bad shapes
+    /// (T > seq_len, empty range, ratio outside [0,1]); std::runtime_error when out of memory.
+    GPT(const GPTConfig& cfg, const GPTOptions& opt, Allocator& alloc, ParamStore* store = nullptr);
     ~GPT();
     GPT(const GPT&) = delete;
     GPT& operator=(const GPT&) = delete;
@@ -42,14 +45,17 @@ public:
     const ParamLayout& layout() const;
     Ops& ops();
     Allocator& allocator();  ///< the allocator every buffer of this GPT comes from
-    void* params();  ///< (layout().total_numel()) act dtype, device
-    void* grads();   ///< same layout as params()
+    ParamStore& store();  ///< where the parameters and gradients live
+    /// (layout().total_numel()) act dtype, device. Only with the GPT's own FullParamStore
+    /// (std::logic_error otherwise).
+    void* params();
+    void* grads();   ///< same layout as params(); same condition
 
     /// GPT-2 init, computed on the host in fp32 from `seed` (so every backend gets identical
     /// weights): N(0, 0.02); c_proj weights N(0, 0.02/sqrt(2*n_layer)); LN weights 1; biases 0;
-    /// padded wte rows 0. Copied (cast) to params().
+    /// padded wte rows 0. Handed to the store (ParamStore::load_params).
     void init_params(uint64_t seed);
-    /// grads() = 0.
+    /// grads() = 0 (own FullParamStore only, like grads()).
     void zero_grads();
 
     // ---- layer-range API (one micro-batch) ----

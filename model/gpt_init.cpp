@@ -62,17 +62,7 @@ void GPT::init_params(uint64_t seed) {
         const size_t n = t.name == "wte" ? static_cast<size_t>(cfg.vocab_size) * cfg.n_embd : t.numel;
         for (size_t i = 0; i < n; ++i) w[i] = static_cast<float>(sd * normal.next());
     }
-    Ops& o = ops();
-    if (o.act_dtype() == DType::f32) {
-        o.memcpy_h2d(params(), host.data(), host.size() * 4);
-    } else {  // stage fp32 on the device, then round to the act dtype
-        void* staging = allocator().alloc(MemCategory::workspace, host.size() * 4);
-        o.memcpy_h2d(staging, host.data(), host.size() * 4);
-        o.cast(params(), o.act_dtype(), staging, DType::f32, host.size());
-        o.synchronize();
-        allocator().release(staging);
-    }
-    o.synchronize();
+    store().load_params(host.data());
 }
 
 double flops_per_token(const GPTConfig& cfg, size_t num_parameters, int T) {

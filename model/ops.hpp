@@ -19,11 +19,11 @@
 
 namespace llmtrain {
 
-/// Element type of a tensor.
-enum class DType : uint8_t { f32, bf16 };
+/// Element type of a tensor. u8 is raw bytes (control data moved by Comm; no op computes on it).
+enum class DType : uint8_t { f32, bf16, u8 };
 
-/// Bytes of one element of `t`: 4 for f32, 2 for bf16.
-inline size_t dtype_size(DType t) { return t == DType::f32 ? 4 : 2; }
+/// Bytes of one element of `t`: 4 for f32, 2 for bf16, 1 for u8.
+inline size_t dtype_size(DType t) { return t == DType::f32 ? 4 : t == DType::bf16 ? 2 : 1; }
 
 /// Opaque stream and event handles (cudaStream_t / cudaEvent_t on CUDA; dummies on the CPU).
 using Stream = void*;

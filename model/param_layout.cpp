@@ -88,4 +88,21 @@ const ParamTensor& ParamLayout::find(const std::string& name) const {
     throw std::out_of_range("ParamLayout: no parameter tensor named '" + name + "'");
 }
 
+std::vector<FlatRange> ParamLayout::shard(int rank, int n) const {
+    if (n < 1 || rank < 0 || rank >= n)
+        throw std::invalid_argument("ParamLayout::shard: rank " + std::to_string(rank) + " outside a group of " +
+                                    std::to_string(n));
+    std::vector<FlatRange> out;
+    for (size_t u = 0; u < units_.size(); ++u) {
+        if (units_[u].numel % size_t(n) != 0)
+            throw std::invalid_argument("ParamLayout::shard: unit " + std::to_string(u) + " of " +
+                                        std::to_string(units_[u].numel) + " elements does not split over " +
+                                        std::to_string(n) + " ranks (build the layout with shard_multiple " +
+                                        std::to_string(n) + ")");
+        const size_t c = units_[u].numel / size_t(n);
+        out.push_back({units_[u].offset + size_t(rank) * c, c});
+    }
+    return out;
+}
+
 }  // namespace llmtrain

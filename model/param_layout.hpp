@@ -40,6 +40,13 @@ struct ParamUnit {
     size_t numel = 0;   ///< padded element count (multiple of shard_multiple)
 };
 
+/// Elements [offset, offset + numel) of the flat buffer.
+struct FlatRange {
+    size_t offset = 0;
+    size_t numel = 0;
+    friend bool operator==(const FlatRange&, const FlatRange&) = default;
+};
+
 /// Layout of all parameters (and, identically, of their gradients).
 class ParamLayout {
 public:
@@ -54,6 +61,10 @@ public:
     /// The tensor with this name. Errors: std::out_of_range naming it.
     const ParamTensor& find(const std::string& name) const;
     int unit_of_layer(int l) const { return 1 + l; }
+    /// Rank `rank`'s shard of a group of n ranks (ZeRO, docs/design.md): chunk `rank` of every unit,
+    /// units()[u].numel / n elements each, in unit order. Its "shard-local" buffer is these ranges
+    /// back to back. Errors: std::invalid_argument if n does not divide every unit (shard_multiple).
+    std::vector<FlatRange> shard(int rank, int n) const;
     const GPTConfig& config() const { return cfg_; }
 
 private:

@@ -1,19 +1,32 @@
-// parallel/comm.hpp — ranks, groups and collectives (ARCHITECTURE.md "Ranks and groups").
+// parallel/comm.hpp — ranks, groups and collectives (docs/design.md "Ranks and groups").
 //
-// MPI gives rank and world. A Group is an ordered set of world ranks; a Comm runs collectives on
-// one group. MpiComm moves host buffers (the CPU backend); NcclComm (CUDA) moves device buffers.
-// Sums are reduced in rank order so every rank gets bit-identical results.
+// MPI gives rank and world. A group is an ordered list of world ranks; a Comm runs collectives on
+// one group. MpiComm moves host buffers (the CPU backend); NcclComm moves device buffers (the CUDA
+// backend) on a stream of its own, ordered against the compute stream by events.
+//
+// Units: every count is in ELEMENTS of a DType (u8 for raw bytes); never bytes.
+// Ordering: an operation reads its input as produced by the work queued on the caller's current
+// stream before the call; its result is visible to work queued on the current stream after
+// wait() (after the call, for the blocking forms). On the CPU backend streams run at once, so
+// "visible after wait()" is simply "written when wait() returns".
+// Sums: MpiComm (and cuda_emu's NCCL) add in rank order, so every rank gets the same bits and a
+// sum equals a single-process sum taken in that order. Real NCCL sums are deterministic for a fixed
+// communicator and size but not in rank order (docs/reference.md): tests that must hold on a GPU
+// compare with a tolerance.
 #pragma once
+#include <array>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "model/ops.hpp"
 
 namespace llmtrain {
 
-/// An MPI call failed; what() names the call and MPI's error string.
+/// A communication call failed or timed out; what() names the operation, the group and the peer(s).
 struct CommError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
@@ -26,27 +39,112 @@ void mpi_finalize();
 [[noreturn]] void mpi_abort(int code);
 int world_rank();
 int world_size();
-/// Rank on this node (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, else 0): picks the device and metrics port.
+/// Rank on this node: LOCAL_RANK (torchrun), OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, else 0.
+/// Picks the device and the metrics port.
 int local_rank();
+
+/// The kinds of operation a Comm counts bytes for.
+enum class CommOp : int { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, count };
+/// "all_reduce", "reduce_scatter", ... (the metrics/bench label).
+const char* comm_op_name(CommOp op);
+
+/// Bytes this rank put on the wire per kind of operation since the Comm was made (or reset).
+/// Counted by the algorithm's data movement, not by the library's internals: for P ranks and n
+/// elements of es bytes, reduce_scatter and all_gather send (P-1)/P·n·es (n the full length),
+/// all_reduce 2(P-1)/P·n·es, broadcast n·es on the root, send n·es. One rank sends nothing.
+struct CommStats {
+    std::array<uint64_t, static_cast<int>(CommOp::count)> bytes{};
+    std::array<uint64_t, static_cast<int>(CommOp::count)> calls{};
+    uint64_t total_bytes() const {
+        uint64_t s = 0;
+        for (uint64_t b : bytes) s += b;
+        return s;
+    }
+};
+
+/// An operation in flight. wait() returns when its result is visible to work queued on the
+/// current stream afterwards (MpiComm: the host waited; NcclComm: the current stream waits on the
+/// comm stream's event, the host does not block). wait() is idempotent. Errors: CommError
+/// (including the timeout). Destroying an unwaited handle waits.
+class CommWork {
+public:
+    virtual ~CommWork() = default;
+    virtual void wait() = 0;
+};
+using CommHandle = std::unique_ptr<CommWork>;
+
+/// Options shared by every Comm of a run.
+struct CommOptions {
+    /// parallel.timeout_s: a wait longer than this throws CommError naming the operation, the
+    /// group's world ranks and, for send/recv, the peer. <= 0 waits forever.
+    double timeout_s = 600;
+};
 
 class Comm {
 public:
     virtual ~Comm() = default;
     virtual int rank() const = 0;  ///< index in the group
     virtual int size() const = 0;
-    /// In-place sum over the group of n elements of type t (f32 or bf16, bf16 summed in fp32).
-    /// Every rank receives the bit-identical result of summing in rank order (0 + 1 + 2 ...).
-    virtual void all_reduce_sum(void* buf, size_t n, DType t) = 0;
-    /// In-place max of n fp32 values.
+    /// World ranks of the group, in group order (for messages).
+    virtual const std::vector<int>& world_ranks() const = 0;
+
+    // ---- asynchronous forms (every blocking form below is the async one followed by wait()) ----
+    /// In-place sum of n elements of t (f32 or bf16; bf16 summed in fp32, rounded once).
+    virtual CommHandle all_reduce_sum_async(void* buf, size_t n, DType t) = 0;
+    /// send (size()*n elements) is summed over the group; recv (n) receives chunk rank() of the sum
+    /// (elements [rank()*n, (rank()+1)*n)). In place when recv == send + rank()*n (NCCL's layout).
+    virtual CommHandle reduce_scatter_sum_async(const void* send, void* recv, size_t n, DType t) = 0;
+    /// recv (size()*n) = the n-element send buffers of ranks 0..size()-1 in order. In place when
+    /// send == recv + rank()*n.
+    virtual CommHandle all_gather_async(const void* send, void* recv, size_t n, DType t) = 0;
+    /// n elements from `root` (group index) to every rank.
+    virtual CommHandle broadcast_async(void* buf, size_t n, DType t, int root) = 0;
+    /// Point-to-point to/from group index `peer`. Messages between a pair arrive in the order sent.
+    virtual CommHandle send_async(const void* buf, size_t n, DType t, int peer) = 0;
+    virtual CommHandle recv_async(void* buf, size_t n, DType t, int peer) = 0;
+
+    // ---- blocking forms ----
+    void all_reduce_sum(void* buf, size_t n, DType t) { all_reduce_sum_async(buf, n, t)->wait(); }
+    void reduce_scatter_sum(const void* send, void* recv, size_t n, DType t) {
+        reduce_scatter_sum_async(send, recv, n, t)->wait();
+    }
+    void all_gather(const void* send, void* recv, size_t n, DType t) { all_gather_async(send, recv, n, t)->wait(); }
+    void broadcast(void* buf, size_t n, DType t, int root) { broadcast_async(buf, n, t, root)->wait(); }
+    void send(const void* buf, size_t n, DType t, int peer) { send_async(buf, n, t, peer)->wait(); }
+    void recv(void* buf, size_t n, DType t, int peer) { recv_async(buf, n, t, peer)->wait(); }
+    /// In-place max of n fp32 values (exact, order-free). Blocking.
     virtual void all_reduce_max(float* buf, size_t n) = 0;
-    virtual void broadcast(void* buf, size_t bytes, int root) = 0;
+    /// Every rank of the group has reached the barrier (host-side, blocking).
     virtual void barrier() = 0;
+
+    const CommStats& stats() const { return stats_; }
+    void reset_stats() { stats_ = CommStats{}; }
+
+protected:
+    /// Implementations call this once per operation with the bytes the formula in CommStats gives.
+    void count(CommOp op, uint64_t bytes) {
+        stats_.bytes[static_cast<int>(op)] += bytes;
+        stats_.calls[static_cast<int>(op)] += 1;
+    }
+
+private:
+    CommStats stats_;
 };
 
 /// A Comm over MPI on the given world ranks, in that order (all ranks when empty). Collective over
 /// the listed ranks: each of them calls it with the same list; other ranks need not call it.
-/// Errors: std::invalid_argument if the calling rank is not listed or a rank is out of range or
-/// repeated; CommError if MPI fails. Buffers are host memory.
-std::unique_ptr<Comm> make_mpi_comm(const std::vector<int>& world_ranks = {});
+/// Buffers are host memory. Errors: std::invalid_argument if the calling rank is not listed or a
+/// rank is out of range or repeated; CommError if MPI fails.
+std::unique_ptr<Comm> make_mpi_comm(const std::vector<int>& world_ranks = {}, const CommOptions& opt = {});
+
+/// A Comm over NCCL on the given world ranks (all when empty), for device buffers of `ops` (the CUDA
+/// backend): the unique id is made by the first listed rank and broadcast over MPI; collectives run
+/// on a stream of its own. Collective over the listed ranks like make_mpi_comm. Returns null when
+/// this executable has no CUDA backend linked. Errors: CommError naming the NCCL error.
+std::unique_ptr<Comm> make_nccl_comm(Ops& ops, const std::vector<int>& world_ranks = {}, const CommOptions& opt = {});
+
+/// The Comm for a backend: NCCL for "cuda", MPI for "cpu" (whose device memory is host memory).
+/// Errors: as the two factories; std::runtime_error when cuda has no NCCL linked.
+std::unique_ptr<Comm> make_comm(Ops& ops, const std::vector<int>& world_ranks = {}, const CommOptions& opt = {});
 
 }  // namespace llmtrain

@@ -1,0 +1,256 @@
+// parallel/zero.cpp — the ZeRO engine (see zero.hpp for the stages and the buffers they keep).
+//
+// Ordering: every rank runs the same model code, so collectives start in the same order on every
+// rank of a group (MPI and NCCL both require it). Async handles are waited for in the order they
+// were started. When grad_reduce_dtype differs from the act dtype, gradients are cast into one
+// shared wire buffer, so each such reduction completes before the next one starts.
+#include "parallel/zero.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace llmtrain {
+
+ZeroEngine::ZeroEngine(Allocator& alloc, const ParamLayout& layout, Comm& zero, Comm& replicas, const ZeroOptions& opt)
+    : alloc_(alloc), ops_(alloc.ops()), layout_(layout), zero_(zero), replicas_(replicas), opt_(opt),
+      es_(dtype_size(alloc.ops().act_dtype())), wire_es_(dtype_size(opt.reduce_dtype)), N_(zero.size()) {
+    if (opt_.stage < 0 || opt_.stage > 3)
+        throw std::invalid_argument("parallel.zero_stage: expected 0, 1, 2 or 3, got " + std::to_string(opt_.stage));
+    if (opt_.stage == 0 && N_ != 1)
+        throw std::invalid_argument("ZeroEngine: stage 0 shards nothing, so its ZeRO group must be one rank");
+    if (opt_.reduce_dtype != DType::f32 && opt_.reduce_dtype != DType::bf16)
+        throw std::invalid_argument("parallel.grad_reduce_dtype: expected \"fp32\" or \"bf16\"");
+    shard_ = layout_.shard(zero_.rank(), N_);  // throws when the layout does not split
+    const auto& units = layout_.units();
+    size_t max_unit = 0, max_chunk = 0;
+    for (size_t u = 0; u < units.size(); ++u) {
+        local_off_.push_back(shard_numel_);
+        shard_numel_ += shard_[u].numel;
+        if (u > 0) max_unit = std::max(max_unit, units[u].numel);
+        max_chunk = std::max(max_chunk, shard_[u].numel);
+    }
+    const size_t total = layout_.total_numel();
+    if (opt_.stage <= 2) params_ = alloc_cat(MemCategory::params, total * es_);
+    if (opt_.stage <= 1) grads_ = alloc_cat(MemCategory::grads, total * es_);
+    pshard_ = opt_.stage == 0 ? params_ : alloc_cat(MemCategory::params, shard_numel_ * es_);
+    gshard_ = opt_.stage == 0 ? grads_ : alloc_cat(MemCategory::grads, shard_numel_ * es_);
+    if (opt_.stage >= 2) {
+        gemb_.buf = alloc_cat(MemCategory::comm, units[0].numel * es_);
+        gemb_.tmp = alloc_cat(MemCategory::comm, shard_[0].numel * es_);
+        for (Slot& s : gslots_) {
+            s.buf = alloc_cat(MemCategory::comm, max_unit * es_);
+            s.tmp = alloc_cat(MemCategory::comm, max_chunk * es_);
+        }
+    }
+    if (opt_.stage == 3) {
+        pemb_.buf = alloc_cat(MemCategory::comm, units[0].numel * es_);
+        for (Slot& s : pslots_) s.buf = alloc_cat(MemCategory::comm, max_unit * es_);
+    }
+    if (opt_.reduce_dtype != ops_.act_dtype() && (N_ > 1 || replicas_.size() > 1)) {
+        wire_send_ = alloc_cat(MemCategory::comm, std::max(max_unit, units[0].numel) * wire_es_);
+        wire_recv_ = alloc_cat(MemCategory::comm, (replicas_.size() > 1 ? shard_numel_ : max_chunk) * wire_es_);
+    }
+}
+
+ZeroEngine::~ZeroEngine() {
+    for (Slot* s : {&pemb_, &pslots_[0], &pslots_[1], &gemb_, &gslots_[0], &gslots_[1]}) s->pending.reset();
+    for (void* p : owned_) alloc_.release(p);
+}
+
+void* ZeroEngine::alloc_cat(MemCategory c, size_t bytes) {
+    void* p = alloc_.alloc(c, bytes);
+    owned_.push_back(p);
+    return p;
+}
+
+size_t ZeroEngine::chunk(int u) const { return shard_[u].numel; }
+
+char* ZeroEngine::shard_at(void* base, int u) const { return static_cast<char*>(base) + local_off_[u] * es_; }
+
+// ---- the step ----
+
+void ZeroEngine::begin_step() {
+    if (grads_) ops_.memset(grads_, 0, layout_.total_numel() * es_);
+    if (gshard_ != grads_) ops_.memset(gshard_, 0, shard_numel_ * es_);
+}
+
+void ZeroEngine::start_reduce(Slot& s) {
+    const int u = s.unit;
+    const size_t n = chunk(u);
+    if (N_ == 1) {  // nothing to scatter: the "sum" is our own gradient
+        ops_.memcpy_d2d(s.tmp, s.buf, n * es_);
+        return;
+    }
+    if (wire_send_ == nullptr) {
+        s.pending = zero_.reduce_scatter_sum_async(s.buf, s.tmp, n, ops_.act_dtype());
+        return;
+    }
+    ops_.cast(wire_send_, opt_.reduce_dtype, s.buf, ops_.act_dtype(), layout_.units()[u].numel);
+    zero_.reduce_scatter_sum(wire_send_, wire_recv_, n, opt_.reduce_dtype);
+    ops_.cast(s.tmp, ops_.act_dtype(), wire_recv_, opt_.reduce_dtype, n);
+}
+
+void ZeroEngine::finish_reduce(Slot& s) {
+    if (s.unit < 0) return;
+    if (s.pending) s.pending->wait();
+    s.pending.reset();
+    char* dst = shard_at(gshard_, s.unit);
+    ops_.residual_forward(dst, dst, s.tmp, chunk(s.unit));  // accumulate over micro-batches
+    reduce_order_.erase(std::remove(reduce_order_.begin(), reduce_order_.end(), &s), reduce_order_.end());
+    s.unit = -1;
+}
+
+void ZeroEngine::reduce_grads() {
+    while (!reduce_order_.empty()) finish_reduce(*reduce_order_.front());
+    if (opt_.stage == 1) {
+        for (size_t u = 0; u < layout_.units().size(); ++u) {
+            const char* src = static_cast<const char*>(grads_) + layout_.units()[u].offset * es_;
+            const size_t n = chunk(int(u));
+            if (wire_send_ == nullptr) {
+                zero_.reduce_scatter_sum(src, shard_at(gshard_, int(u)), n, ops_.act_dtype());
+            } else {
+                ops_.cast(wire_send_, opt_.reduce_dtype, src, ops_.act_dtype(), layout_.units()[u].numel);
+                zero_.reduce_scatter_sum(wire_send_, wire_recv_, n, opt_.reduce_dtype);
+                ops_.cast(shard_at(gshard_, int(u)), ops_.act_dtype(), wire_recv_, opt_.reduce_dtype, n);
+            }
+        }
+    }
+    if (replicas_.size() == 1) return;
+    if (wire_send_ == nullptr) {
+        replicas_.all_reduce_sum(gshard_, shard_numel_, ops_.act_dtype());
+    } else {
+        ops_.cast(wire_recv_, opt_.reduce_dtype, gshard_, ops_.act_dtype(), shard_numel_);
+        replicas_.all_reduce_sum(wire_recv_, shard_numel_, opt_.reduce_dtype);
+        ops_.cast(gshard_, ops_.act_dtype(), wire_recv_, opt_.reduce_dtype, shard_numel_);
+    }
+}
+
+float ZeroEngine::grad_norm_squared(float* scratch) {
+    ops_.norm_squared(scratch, gshard_, shard_numel_, false);
+    zero_.all_reduce_sum(scratch, 1, DType::f32);  // replicas hold the same shard: the ZeRO group covers all
+    float host = 0;
+    ops_.memcpy_d2h(&host, scratch, sizeof host);
+    ops_.synchronize();
+    return host;
+}
+
+void ZeroEngine::gather_params() {
+    if (opt_.stage == 3) pemb_.unit = -1;  // the gathered embeddings are stale now
+    if (opt_.stage != 1 && opt_.stage != 2) return;
+    for (size_t u = 0; u < layout_.units().size(); ++u)
+        zero_.all_gather(shard_at(pshard_, int(u)), static_cast<char*>(params_) + layout_.units()[u].offset * es_,
+                         chunk(int(u)), ops_.act_dtype());
+}
+
+void ZeroEngine::unit_to_host(int u, const void* src, DType t, float* out) {
+    const size_t n = layout_.units()[u].numel, ts = dtype_size(t);
+    const char* mine = static_cast<const char*>(src) + local_off_[u] * ts;
+    void* full = alloc_.alloc(MemCategory::workspace, n * ts);
+    if (N_ == 1)
+        ops_.memcpy_d2d(full, mine, n * ts);
+    else
+        zero_.all_gather(mine, full, chunk(u), t);
+    void* f32 = full;
+    if (t != DType::f32) {
+        f32 = alloc_.alloc(MemCategory::workspace, n * 4);
+        ops_.cast(f32, DType::f32, full, t, n);
+    }
+    ops_.memcpy_d2h(out, f32, n * 4);
+    ops_.synchronize();
+    if (f32 != full) alloc_.release(f32);
+    alloc_.release(full);
+}
+
+// ---- ParamStore ----
+
+void ZeroEngine::start_gather(Slot& s, int u) {
+    s.unit = u;
+    s.pending = zero_.all_gather_async(shard_at(pshard_, u), s.buf, chunk(u), ops_.act_dtype());
+}
+
+ZeroEngine::Slot& ZeroEngine::param_slot_for(int u, int avoid) {
+    if (u == 0) return pemb_;
+    for (Slot& s : pslots_)
+        if (s.unit == u) return s;
+    for (Slot& s : pslots_)  // a free slot, preferably not the one holding the prefetch of `avoid`
+        if (!s.in_use && s.unit != avoid) return s;
+    for (Slot& s : pslots_)
+        if (!s.in_use) return s;
+    throw std::logic_error("ZeroEngine: more than two units acquired at once");
+}
+
+const void* ZeroEngine::acquire_params(int u, int next) {
+    if (opt_.stage < 3) return static_cast<char*>(params_) + layout_.units()[u].offset * es_;
+    Slot& s = param_slot_for(u, next);
+    if (s.unit != u) {
+        if (s.pending) s.pending->wait();  // a prefetch nobody used: let it land first
+        start_gather(s, u);
+    }
+    if (s.pending) s.pending->wait();
+    s.pending.reset();
+    s.in_use = true;
+    if (next >= 0 && next != u) {  // prefetch the next unit while u computes
+        Slot& p = param_slot_for(next, u);
+        if (p.unit != next && !p.in_use) {
+            if (p.pending) p.pending->wait();
+            start_gather(p, next);
+        }
+    }
+    return s.buf;
+}
+
+void ZeroEngine::release_params(int u) {
+    if (opt_.stage < 3) return;
+    Slot& s = u == 0 ? pemb_ : *std::find_if(pslots_.begin(), pslots_.end(), [&](const Slot& x) { return x.unit == u; });
+    s.in_use = false;
+    if (u != 0) s.unit = -1;  // layers are gathered again for backward; the embeddings stay until the step
+}
+
+void* ZeroEngine::acquire_grads(int u) {
+    if (opt_.stage < 2) return static_cast<char*>(grads_) + layout_.units()[u].offset * es_;
+    Slot* s = &gemb_;
+    if (u != 0) {
+        s = &gslots_[next_gslot_];
+        next_gslot_ ^= 1;
+    }
+    finish_reduce(*s);  // its previous reduce-scatter must land before the buffer is reused
+    ops_.memset(s->buf, 0, layout_.units()[u].numel * es_);
+    s->unit = u;
+    s->in_use = true;
+    return s->buf;
+}
+
+void ZeroEngine::grads_done(int u) {
+    if (opt_.stage < 2) return;
+    Slot& s = u == 0 ? gemb_ : *std::find_if(gslots_.begin(), gslots_.end(), [&](const Slot& x) { return x.unit == u; });
+    s.in_use = false;
+    start_reduce(s);
+    reduce_order_.push_back(&s);
+}
+
+void ZeroEngine::load_params(const float* host) {
+    const size_t total = layout_.total_numel();
+    void* staging = alloc_.alloc(MemCategory::workspace, std::max(total, shard_numel_) * 4);
+    auto put = [&](void* dst, const float* src, size_t n) {  // host fp32 -> device act dtype
+        if (ops_.act_dtype() == DType::f32) {
+            ops_.memcpy_h2d(dst, src, n * 4);
+        } else {
+            ops_.memcpy_h2d(staging, src, n * 4);
+            ops_.cast(dst, ops_.act_dtype(), staging, DType::f32, n);
+            ops_.synchronize();
+        }
+    };
+    if (params_) put(params_, host, total);
+    if (pshard_ != params_) {
+        std::vector<float> mine;
+        mine.reserve(shard_numel_);
+        for (const FlatRange& r : shard_) mine.insert(mine.end(), host + r.offset, host + r.offset + r.numel);
+        put(pshard_, mine.data(), shard_numel_);
+    }
+    ops_.synchronize();
+    alloc_.release(staging);
+    pemb_.unit = -1;
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,119 @@
+// parallel/zero.hpp — the ZeRO engine: who holds which part of the parameters and gradients, and
+// the collectives that move them (Rajbhandari et al. 2020, "ZeRO"; docs/design.md "ZeRO").
+//
+// A rank belongs to a ZeRO group of N ranks (Comm `zero`) and a replica group of R ranks (Comm
+// `replicas`: the ranks of the other ZeRO groups holding the same shard). Its shard is chunk z of
+// every unit (ParamLayout::shard), stored back to back ("shard-local"). Per stage:
+//   stage 0  full params and grads; the "shard" is the whole buffer (N = 1): plain data parallelism.
+//   stage 1  full params and grads; at the step, per unit, grads reduce-scattered into the shard.
+//   stage 2  full params; each unit's gradient is reduce-scattered as soon as its backward is done,
+//            from one of two working buffers (the embeddings have their own), and added into the
+//            shard; no full gradient buffer.
+//   stage 3  as 2, and params sharded too: a unit is gathered into a working buffer (embeddings:
+//            their own; layers and ln_f: two, the next one prefetched while the current computes)
+//            before use, and dropped at release; the embeddings stay gathered until the step.
+// Then, at every stage: the shard is all-reduced across replicas (sub-DP), AdamW updates the
+// shard (the trainer calls it with param_shard()/grad_shard()), and gather_params() all-gathers the
+// updated params inside the ZeRO group (stages 1 and 2). Every collective sums in rank order on
+// MpiComm, so ZeRO-1 and ZeRO-2/3 at one micro-batch reproduce plain DP's bits (docs/design.md).
+#pragma once
+#include <array>
+#include <vector>
+
+#include "model/param_store.hpp"
+#include "parallel/comm.hpp"
+
+namespace llmtrain {
+
+struct ZeroOptions {
+    int stage = 0;                   ///< parallel.zero_stage, 0..3
+    DType reduce_dtype = DType::f32; ///< parallel.grad_reduce_dtype: gradients on the wire
+};
+
+class ZeroEngine final : public ParamStore {
+public:
+    /// Allocates this rank's buffers through `alloc` (params/grads: what the stage keeps; comm: working
+    /// buffers). `layout` must split over zero.size() (shard_multiple a multiple of it) and outlive the
+    /// engine, as must both Comms. Stage 0 needs zero.size() == 1. Errors: std::invalid_argument.
+    ZeroEngine(Allocator& alloc, const ParamLayout& layout, Comm& zero, Comm& replicas, const ZeroOptions& opt);
+    ~ZeroEngine() override;
+    ZeroEngine(const ZeroEngine&) = delete;
+    ZeroEngine& operator=(const ZeroEngine&) = delete;
+
+    int stage() const { return opt_.stage; }
+    /// This rank's ranges of the flat buffer, in shard-local order.
+    const std::vector<FlatRange>& shard() const { return shard_; }
+    size_t shard_numel() const { return shard_numel_; }
+    /// (shard_numel) act dtype: the params this rank updates (the only copy at stage 3).
+    void* param_shard() { return pshard_; }
+    /// (shard_numel) act dtype: the gradient summed over every dp rank, after reduce_grads().
+    void* grad_shard() { return gshard_; }
+
+    /// Zeroes the gradients for a new optimizer step.
+    void begin_step();
+    /// Completes the reduction of the step's gradients: pending reduce-scatters (stages 2, 3), the
+    /// per-unit reduce-scatter of the full grads (stage 1), then the all-reduce across replicas.
+    void reduce_grads();
+    /// Sum over every dp rank of the squared reduced gradient (collective over the ZeRO group;
+    /// scratch: one device fp32). Synchronizes.
+    float grad_norm_squared(float* scratch);
+    /// After the optimizer wrote param_shard(): all-gathers it into the full params (stages 1, 2);
+    /// marks gathered copies stale (stage 3).
+    void gather_params();
+    /// Unit u's values of a shard-local buffer `src` (dtype t: the params, or fp32 master weights)
+    /// gathered over the ZeRO group into host fp32 `out` (units()[u].numel). Collective over the
+    /// ZeRO group. Synchronizes.
+    void unit_to_host(int u, const void* src, DType t, float* out);
+
+    // ---- ParamStore ----
+    const void* acquire_params(int u, int next) override;
+    void release_params(int u) override;
+    void* acquire_grads(int u) override;
+    void grads_done(int u) override;
+    void load_params(const float* host) override;
+
+private:
+    /// A full-unit working buffer: a gathered unit (stage 3) or a unit's gradient (stages 2, 3).
+    struct Slot {
+        void* buf = nullptr;   // (units()[u].numel) act dtype
+        void* tmp = nullptr;   // gradient slots: (chunk) act dtype, the reduce-scatter result
+        int unit = -1;         // what it holds (or is receiving)
+        bool in_use = false;   // acquired and not yet released / grads_done
+        CommHandle pending;    // gather or reduce-scatter in flight
+    };
+    Slot& param_slot_for(int u, int avoid);
+    void start_gather(Slot& s, int u);
+    void start_reduce(Slot& s);
+    void finish_reduce(Slot& s);
+    size_t chunk(int u) const;
+    char* shard_at(void* base, int u) const;  // unit u's chunk of a shard-local act-dtype buffer
+    void* alloc_cat(MemCategory c, size_t bytes);
+
+    Allocator& alloc_;
+    Ops& ops_;
+    const ParamLayout& layout_;
+    Comm& zero_;
+    Comm& replicas_;
+    ZeroOptions opt_;
+    size_t es_, wire_es_;
+    int N_;
+    std::vector<FlatRange> shard_;
+    std::vector<size_t> local_off_;  // per unit: its chunk's offset in the shard-local buffers
+    size_t shard_numel_ = 0;
+
+    void* params_ = nullptr;   // full params (stages 0-2)
+    void* grads_ = nullptr;    // full grads (stages 0-1)
+    void* pshard_ = nullptr;   // shard-local params (aliases params_ at stage 0)
+    void* gshard_ = nullptr;   // shard-local grads (aliases grads_ at stage 0)
+    Slot pemb_;                // stage 3: the gathered embeddings
+    std::array<Slot, 2> pslots_;  // stage 3: gathered layers / ln_f
+    Slot gemb_;                // stages 2-3: the embeddings' gradient
+    std::array<Slot, 2> gslots_;  // stages 2-3: layer / ln_f gradients
+    int next_gslot_ = 0;
+    std::vector<Slot*> reduce_order_;  // slots with a reduce in flight, in the order started
+    void* wire_send_ = nullptr;  // (max unit) reduce dtype, when it differs from the act dtype
+    void* wire_recv_ = nullptr;  // (max(shard, max chunk)) reduce dtype
+    std::vector<void*> owned_;
+};
+
+}  // namespace llmtrain
