@@ -1,21 +1,30 @@
-// app/checkpoint.hpp — checkpoints on disk: layout, the crash-safe write protocol, and resume lookup.
+// app/checkpoint.hpp — checkpoints on disk: layout, the crash-safe write protocol, integrity,
+// lineage (run ids) and resume lookup.
 //
-// ARCHITECTURE.md "Formats". A checkpoint is the directory <run_dir>/checkpoints/step_<N>/ holding
+// docs/design.md "Formats". A checkpoint is the directory <run_dir>/checkpoints/step_<N>/ holding
 //   model.h5       one fp32 dataset per parameter tensor, by GPT-2 name and global shape
-//                  (the fp32 master weights when the backend keeps them);
-//   optim_<k>.h5   optimizer shard k: /m/<name> and /v/<name>, 1-D fp32 pieces of each tensor that
-//                  lies in the shard, each with an int64 attribute `offset` (first element within
-//                  the flattened tensor), so a run with another sharding or padding can load them;
-//   state.toml     step, tokens seen, loader position, sampler RNG, Adam step, model shape and
-//                  config hash, world layout, backend/precision — written last: it marks completion.
-// Protocol (after llm.c's DONE marker and Megatron's `latest` file): everything is written into
-// checkpoints/.tmp_step_<N>/, each file and the directory fsynced, the directory renamed to step_<N>,
-// checkpoints/ fsynced, then checkpoints/latest ("step_<N>") replaced through a temporary file and
-// a rename. Only then are older checkpoints beyond keep_last pruned. A crash at any point leaves
-// the previous complete checkpoint untouched; resume ignores .tmp_* and directories without state.toml.
+//                  (the fp32 master weights when the backend keeps them); written by rank 0;
+//   optim_<k>.h5   written by rank k: /m/<name> and /v/<name>, 1-D fp32 pieces of each tensor that
+//                  lies in one of the rank's flat-buffer segments, each with an int64 attribute
+//                  `offset` (first element within the flattened tensor), so a run with another
+//                  sharding or padding can load them;
+//   state.toml     (format 2) step, tokens seen, loader position, sampler RNG, Adam step, model shape
+//                  and config hash, world layout, backend/precision, the run id, the SHA-256 of every
+//                  other file ([files]) and, last, [integrity] state_sha256 over the bytes before it.
+//                  Written last: it marks completion. Format 1 (no run id, no checksums) still reads.
+// HDF5 files are written without object timestamps, so the same tensors give the same bytes.
+// Protocol (after llm.c's DONE marker and Megatron's `latest` file): every rank writes its files
+// into checkpoints/.tmp_step_<N>/ and fsyncs them; after a barrier rank 0 checksums them, writes
+// state.toml, fsyncs the directory, moves an existing step_<N> aside to .old_step_<N>, renames the
+// directory to step_<N>, fsyncs checkpoints/, removes .old_step_<N>, replaces checkpoints/latest
+// ("step_<N>") through latest.tmp and a rename, and only then prunes. A crash at any point leaves
+// the previous complete checkpoint intact; recover_checkpoint_leftovers() tidies up at start.
+// Crash tests: LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP=<k> makes the process raise SIGKILL just before
+// its k-th file-system operation of the protocol (tests/app/checkpoint_fault_test.py).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -42,31 +51,110 @@ struct TrainState {
     int dp = 1;                    ///< data-parallel ranks
     int world_size = 1;
     std::string backend, precision;
+    std::string run_id;            ///< new_run_id() of the run's start from scratch, kept across resumes ("" in format 1)
 };
 
-/// One optimizer shard: AdamW m and v for flat-buffer elements [begin, end), host fp32.
+/// One segment of a rank's optimizer state: AdamW m and v for flat-buffer elements [begin, end), host fp32.
 struct OptimShardView {
     size_t begin = 0, end = 0;
     const float* m = nullptr;  ///< (end - begin)
     const float* v = nullptr;  ///< (end - begin)
 };
 
-/// Writes checkpoint step_<st.step> under run_dir by the protocol above and returns its directory.
-/// params: host fp32, layout.total_numel() elements (padding ignored). An existing step_<N> is
-/// replaced only after the new one is complete. keep_last > 0 then prunes the oldest complete
-/// checkpoints so that keep_last remain. Errors: CheckpointError naming the path and the OS/HDF5 reason.
+/// A fresh run id: 128 random bits (std::random_device) as 32 lowercase hex digits.
+std::string new_run_id();
+
+// ---- writing (checkpoint.cpp) ----
+
+/// <run_dir>/checkpoints/.tmp_step_<step>: where every rank writes its files for that step.
+std::string checkpoint_tmp_dir(const std::string& run_dir, int64_t step);
+
+/// Rank 0: creates checkpoint_tmp_dir(run_dir, step) (and checkpoints/), removing a leftover of
+/// that name, and returns it. Errors: CheckpointError naming the path and the OS reason.
+std::string begin_checkpoint(const std::string& run_dir, int64_t step);
+
+/// model.h5, written unit by unit by one rank (rank 0), so the caller needs one unit on the host at
+/// a time (ZeRO-3 gathers it). Errors: CheckpointError naming the file, tensor and HDF5 reason.
+class ModelWriter {
+public:
+    /// Creates tmp_dir/model.h5 (must not exist).
+    ModelWriter(const std::string& tmp_dir, const ParamLayout& layout);
+    ~ModelWriter();
+    ModelWriter(const ModelWriter&) = delete;
+    ModelWriter& operator=(const ModelWriter&) = delete;
+    /// values: host fp32, layout.units()[u].numel elements, unit-relative (element 0 = the unit's
+    /// offset); padding is ignored. Throws, before writing anything of the unit, when one of its
+    /// tensors holds a NaN or an infinity (naming the tensor and element).
+    void write_unit(int u, const float* values);
+    /// Flushes, closes and fsyncs model.h5. Errors: a unit was never written; HDF5/OS failures.
+    void close();
+
+private:
+    struct Impl;
+    Impl* impl_;
+};
+
+/// Any rank k: writes tmp_dir/optim_<k>.h5 holding the m/v pieces of every tensor inside each of
+/// `views` (segments of the flat buffer; they must not overlap), then fsyncs it. Throws before
+/// creating the file when any m or v element of a real parameter is non-finite (naming it).
+void write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& layout,
+                       const std::vector<OptimShardView>& views);
+
+/// Rank 0, after every rank has written its files (the caller barriers): checksums every file,
+/// writes state.toml last (st.run_id must be set), renames tmp_dir into step_<st.step> (replacing
+/// an existing one), replaces `latest`, then prunes: keep_last > 0 keeps the keep_last newest
+/// checkpoints of st.run_id up to this step; checkpoints of other runs and newer steps are never
+/// removed. Returns the final directory. Errors: CheckpointError naming the path.
+std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp_dir, const TrainState& st,
+                              int keep_last);
+
+/// Rank 0: removes tmp_dir after a failed write; never throws.
+void abort_checkpoint(const std::string& tmp_dir) noexcept;
+
+/// One process holding everything: begin, model (all units), one optimizer shard file per view
+/// (optim_<k>.h5 for views[k]), commit; aborts the temporary directory on error and rethrows.
+/// params: host fp32, layout.total_numel() elements.
 std::string save_checkpoint(const std::string& run_dir, const TrainState& st, const ParamLayout& layout,
                             const float* params, const std::vector<OptimShardView>& shards, int keep_last);
 
-/// The newest complete checkpoint directory (step_<N> with state.toml) under run_dir/checkpoints,
-/// or "" when there is none (also when the run dir does not exist).
-std::string find_latest_checkpoint(const std::string& run_dir);
+/// Rank 0 at start-up, before resume lookup: finishes or undoes an interrupted write. Removes
+/// latest.tmp and .tmp_step_* directories; a .old_step_N is renamed back to step_N when step_N is
+/// missing and it verifies, else removed. Returns one line per action (for the log).
+std::vector<std::string> recover_checkpoint_leftovers(const std::string& run_dir);
 
-/// Resolves checkpoint.resume: "none" -> "", "auto" -> find_latest_checkpoint(run_dir), anything
-/// else is a checkpoint directory that must be complete. Errors: CheckpointError naming the path.
-std::string resolve_resume(const std::string& resume, const std::string& run_dir);
+// ---- lookup and reading (checkpoint_read.cpp) ----
 
-/// Reads dir/state.toml. Errors: CheckpointError naming the file and the bad or missing key.
+/// Why dir is not a usable checkpoint, or "" when it is: state.toml parses (and, format 2, its
+/// state_sha256 and the SHA-256 of every listed file match, and no unlisted optim_*.h5 is present).
+std::string checkpoint_problem(const std::string& dir);
+
+/// The outcome of resume lookup.
+struct ResumeChoice {
+    std::string dir;                   ///< the checkpoint to resume from; "" = start from scratch
+    std::string run_id;                ///< the run it belongs to ("" when starting from scratch)
+    std::vector<std::string> skipped;  ///< "skipped step_N: <reason>" for each newer one passed over
+};
+
+/// The newest checkpoint of run `run_id` under run_dir/checkpoints that verifies
+/// (checkpoint_problem() == ""), with the newer step_* directories skipped and why. dir is "" when
+/// none verifies (also when the run dir does not exist).
+ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::string& run_id);
+
+/// The run a run dir continues: the run id in the state.toml of `latest`'s target when that file
+/// reads (its own state_sha256 matches), else that of the newest checkpoint that fully verifies,
+/// else nullopt (no usable checkpoint; "" is the id of format-1 checkpoints). `latest` is replaced only after a checkpoint is complete, so it
+/// names the run that wrote last; the fallback covers a `latest` lost or damaged after the fact.
+std::optional<std::string> current_run_id(const std::string& run_dir);
+
+/// Resolves checkpoint.resume on rank 0 (broadcast the dir to the other ranks):
+///  "auto": find_latest_checkpoint(run_dir, current_run_id(run_dir)); from scratch when the run dir
+///          has no step_* directory; CheckpointError when it has some but none of the run verifies.
+///  "none": from scratch; CheckpointError when the run dir already holds checkpoints, unless overwrite.
+///  a path: that directory, which must verify. Errors: CheckpointError naming the path and reason.
+ResumeChoice resolve_resume(const std::string& resume, const std::string& run_dir, bool overwrite);
+
+/// Reads dir/state.toml (format 1 or 2). Errors: CheckpointError naming the file and the bad or
+/// missing key. Checksums are not checked here (checkpoint_problem does).
 TrainState read_train_state(const std::string& dir);
 
 /// Fills params (host fp32, layout.total_numel(); padding elements set to 0) from dir/model.h5 by
@@ -76,7 +164,8 @@ void read_params(const std::string& dir, const ParamLayout& layout, float* param
 
 /// Fills m and v (host fp32, end - begin elements each; padding set to 0) for flat elements
 /// [begin, end) of `layout` from every optim_<k>.h5 shard in dir. Errors: CheckpointError when a
-/// shard is unreadable or some parameter element of the range is in no shard.
+/// shard is unreadable, a tensor has an m piece without its v piece (or the reverse), two shard
+/// files hold the same element (naming both), or some parameter element of the range is in none.
 void read_optim(const std::string& dir, const ParamLayout& layout, size_t begin, size_t end, float* m,
                 float* v);
 

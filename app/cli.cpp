@@ -8,7 +8,7 @@ namespace llmtrain {
 
 CliArgs parse_cli(int argc, const char* const* argv) {
     CliArgs args;
-    CLI::App app{"llmtrain: GPT-2 pretraining (see README.md (Configuration reference) for every config key)", "llmtrain"};
+    CLI::App app{"llmtrain: GPT-2 pretraining (see docs/configuration.md for every config key)", "llmtrain"};
     app.add_option("--config", args.config_path, "TOML config file (built-in defaults when omitted)")
         ->option_text("PATH");
     // One value per --set; repeat the flag for more overrides (a later one wins).
@@ -19,7 +19,12 @@ CliArgs parse_cli(int argc, const char* const* argv) {
         ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     app.add_flag("--print-config", args.print_config, "print the resolved config as TOML and exit");
-    app.add_flag("--dry-run", args.dry_run, "print the start-up summary (model, memory, schedule) and exit");
+    auto* dry = app.add_flag("--dry-run", args.dry_run, "print the start-up summary (model, memory, schedule) and exit");
+    app.add_option("--world-size", args.world_size,
+                   "with --dry-run: per-rank memory of an N-rank run at every ZeRO stage, without allocating "
+                   "(no data files needed)")
+        ->check(CLI::PositiveNumber)
+        ->needs(dry);
     app.set_version_flag("--version", std::string("llmtrain ") + kVersion);
     try {
         app.parse(argc, argv);

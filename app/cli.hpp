@@ -1,6 +1,6 @@
 // app/cli.hpp — the llmtrain command line (CLI11): which config to load, overrides, and what to do.
 //
-// llmtrain [--config PATH] [--set section.key=value]... [--print-config] [--dry-run]
+// llmtrain [--config PATH] [--set section.key=value]... [--print-config] [--dry-run [--world-size N]]
 // --help and --version print and exit 0; an unknown flag or a missing value exits 2 (kExitUsage).
 // The config itself is loaded by the caller with load_config(config_path, overrides).
 #pragma once
@@ -9,7 +9,7 @@
 
 namespace llmtrain {
 
-/// Process exit codes of llmtrain (README.md (Configuration reference) "Exit codes").
+/// Process exit codes of llmtrain (docs/configuration.md "Exit codes").
 constexpr int kExitOk = 0;
 constexpr int kExitFailure = 1;  ///< a runtime failure (data, I/O, numerics, communication)
 constexpr int kExitUsage = 2;    ///< bad command line or bad config (ConfigError): nothing is written
@@ -22,6 +22,7 @@ struct CliArgs {
     std::vector<std::string> overrides;  ///< --set values in command-line order ("section.key=value")
     bool print_config = false;           ///< --print-config: print the resolved config as TOML, exit 0
     bool dry_run = false;                ///< --dry-run: print the start-up summary, exit 0
+    int world_size = 0;                  ///< --world-size N (with --dry-run): estimate an N-rank run's memory
     bool exit_now = false;               ///< --help/--version handled or a usage error: exit with exit_code
     int exit_code = kExitOk;
 };

@@ -17,6 +17,7 @@
 #include "app/cli.hpp"
 #include "app/config.hpp"
 #include "app/metrics.hpp"
+#include "app/model_state.hpp"
 #include "app/run_log.hpp"
 #include "app/trainer.hpp"
 #include "parallel/comm.hpp"
@@ -50,13 +51,37 @@ void prepare_run_dir(const Config& cfg, RunLog& log) {
 /// "127.0.0.1:9400" -> "127.0.0.1" (the host part of metrics.listen).
 std::string listen_host(const std::string& listen) { return listen.substr(0, listen.rfind(':')); }
 
+/// parallel.zero_stage / zero_group_size against the world: a group size must divide dp (exit 2).
+void check_zero_config(const Config& cfg, int rank) {
+    const auto& p = cfg.parallel;
+    if (p.zero_stage == 0 && p.zero_group_size != 0)
+        throw ConfigError("parallel.zero_group_size: expected 0 with parallel.zero_stage = 0 (plain data parallelism "
+                          "shards nothing), got " + std::to_string(p.zero_group_size));
+    if (p.zero_group_size != 0 && p.dp % p.zero_group_size != 0)
+        throw ConfigError("parallel.zero_group_size: expected 0 or a divisor of dp = " + std::to_string(p.dp) +
+                          ", got " + std::to_string(p.zero_group_size));
+    const int group = p.zero_group_size == 0 ? p.dp : p.zero_group_size;
+    if (p.zero_stage > 0 && group == 1 && rank == 0)
+        std::fprintf(stderr, "llmtrain: warning: parallel.zero_stage = %d over a ZeRO group of one rank shards "
+                     "nothing\n", p.zero_stage);
+}
+
 int run(const CliArgs& args) {
     Config cfg = load_config(args.config_path, args.overrides);
+    if (args.world_size > 0) {  // --dry-run --world-size N: count one rank of an N-rank run, allocate nothing
+        if (cfg.parallel.dp == 0) cfg.parallel.dp = args.world_size / cfg.parallel.pp;
+        check_zero_config(cfg, 0);
+        resolve_batch(cfg, cfg.parallel.dp);
+        if (world_rank() == 0)
+            for (const auto& l : memory_report(cfg, args.world_size)) std::printf("%s\n", l.c_str());
+        return kExitOk;
+    }
     const int world = world_size(), rank = world_rank();
     if (cfg.parallel.dp == 0) cfg.parallel.dp = world;
     if (cfg.parallel.dp != world)
         throw ConfigError("parallel.dp: expected the number of ranks (" + std::to_string(world) + "), got " +
-                          std::to_string(cfg.parallel.dp) + " (pipeline and ZeRO groups come later)");
+                          std::to_string(cfg.parallel.dp) + " (pipeline stages come later)");
+    check_zero_config(cfg, rank);
     resolve_batch(cfg, cfg.parallel.dp);
     if (args.print_config) {
         if (rank == 0) std::fputs(to_toml(cfg).c_str(), stdout);
@@ -64,14 +89,26 @@ int run(const CliArgs& args) {
     }
 
     install_stop_signal_handlers();
-    auto comm = make_mpi_comm();
+    auto comm = make_mpi_comm({}, CommOptions{cfg.parallel.timeout_s});
     RunLog log(rank == 0);
     Trainer trainer(cfg, *comm);
     if (args.dry_run) {
         for (const auto& l : trainer.summary()) log.line(l);
         return kExitOk;
     }
-    const std::string ck = resolve_resume(cfg.checkpoint.resume, cfg.run.run_dir);
+    // Resume lookup on rank 0 alone (it tidies leftovers and checksums files); the others get its choice.
+    std::vector<std::string> ckpt_notes;
+    std::string ck;
+    if (rank == 0) {
+        ckpt_notes = recover_checkpoint_leftovers(cfg.run.run_dir);
+        ResumeChoice choice = resolve_resume(cfg.checkpoint.resume, cfg.run.run_dir, cfg.checkpoint.overwrite);
+        ck = choice.dir;
+        ckpt_notes.insert(ckpt_notes.end(), choice.skipped.begin(), choice.skipped.end());
+    }
+    uint64_t ck_len = ck.size();
+    comm->broadcast(&ck_len, sizeof ck_len, DType::u8, 0);
+    ck.resize(ck_len);
+    comm->broadcast(ck.data(), ck_len, DType::u8, 0);
     const std::string resume_note = ck.empty() ? "" : trainer.resume_from(ck);
     std::unique_ptr<Metrics> metrics;
     if (cfg.metrics.enabled) {
@@ -86,6 +123,7 @@ int run(const CliArgs& args) {
     if (rank == 0) prepare_run_dir(cfg, log);
     comm->barrier();  // the run dir exists before any rank goes on
     for (const auto& l : trainer.summary()) log.line(l);
+    for (const auto& l : ckpt_notes) log.line(l);
     log.line(resume_note.empty() ? "start: from scratch (checkpoint.resume = \"" + cfg.checkpoint.resume + "\")"
                                  : resume_note);
     trainer.run(log, metrics.get());

@@ -74,7 +74,7 @@ struct Metrics::Impl {
     std::unique_ptr<MetricsServer> server;
     prometheus::Labels labels;  // {run, rank}
     prometheus::Gauge *step, *loss, *val_loss, *learning_rate, *grad_norm, *tokens_per_second, *mfu, *checkpoint_seconds;
-    prometheus::Counter *tokens_total, *checkpoints_total;
+    prometheus::Counter *tokens_total, *checkpoints_total, *skipped_steps_total;
     prometheus::Histogram* step_seconds;
     prometheus::Family<prometheus::Gauge>* memory;
 
@@ -106,6 +106,8 @@ Metrics::Metrics(const std::string& listen, int port_offset, const std::string& 
     m.checkpoint_seconds = m.gauge("llmtrain_checkpoint_seconds", "Wall time of the last checkpoint write, seconds.");
     m.tokens_total = m.counter("llmtrain_tokens_total", "Training tokens processed.");
     m.checkpoints_total = m.counter("llmtrain_checkpoints_total", "Checkpoints written.");
+    m.skipped_steps_total =
+        m.counter("llmtrain_skipped_steps_total", "Steps skipped without an update: loss or gradient norm not finite.");
     // Step time: 1 ms .. 100 s in a 1-2.5-5 progression.
     m.step_seconds = &prometheus::BuildHistogram()
                           .Name("llmtrain_step_seconds")
@@ -142,6 +144,8 @@ void Metrics::observe_step_seconds(double s) { impl_->step_seconds->Observe(s); 
 void Metrics::set_memory_bytes(const std::string& category, double bytes) {
     impl_->memory->Add({{"category", category}}).Set(bytes);
 }
+void Metrics::add_skipped_step() { impl_->skipped_steps_total->Increment(); }
+
 void Metrics::observe_checkpoint_seconds(double s) {
     impl_->checkpoint_seconds->Set(s);
     impl_->checkpoints_total->Increment();

@@ -1,4 +1,4 @@
-// app/metrics.hpp — Prometheus metrics (prometheus-cpp registry, served over HTTP), ARCHITECTURE.md "Formats".
+// app/metrics.hpp — Prometheus metrics (prometheus-cpp registry, served over HTTP), docs/metrics.md.
 //
 // Names llmtrain_*, base units (_seconds, _bytes, _total), labels run and rank. The endpoint binds
 // metrics.listen (default 127.0.0.1:9400 + local rank; port 0 picks a free port). A bare port is
@@ -45,6 +45,7 @@ public:
     void observe_step_seconds(double s);         ///< histogram llmtrain_step_seconds
     void set_memory_bytes(const std::string& category, double bytes);  ///< label category
     void observe_checkpoint_seconds(double s);   ///< llmtrain_checkpoint_seconds + llmtrain_checkpoints_total
+    void add_skipped_step();                     ///< llmtrain_skipped_steps_total (non-finite loss or norm)
 
 private:
     struct Impl;

@@ -1,31 +1,62 @@
-// app/metrics_server.cpp — the /metrics HTTP server (see metrics_server.hpp for why it exists).
+// app/metrics_server.cpp — the /metrics endpoint on GNU libmicrohttpd (see metrics_server.hpp for
+// the design and why not civetweb). API: MHD 0.9.75 (Debian libmicrohttpd-dev), microhttpd.h.
 #include "app/metrics_server.hpp"
 
-#include <arpa/inet.h>
-#include <fcntl.h>
+#include <microhttpd.h>
 #include <netdb.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
-#include <cerrno>
+#include <cstdarg>
+#include <cstdio>
 #include <cstring>
 
 namespace llmtrain {
 
 namespace {
 
-/// Writes all of `data`; false on an error (the client went away).
-bool write_all(int fd, const std::string& data) {
-    size_t done = 0;
-    while (done < data.size()) {
-        const ssize_t n = send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return false;
-        done += size_t(n);
+/// MHD's messages while MHD_start_daemon runs on this thread (the reason a bind failed); messages
+/// from MHD's own thread afterwards (misbehaving clients) are dropped.
+thread_local std::string* t_start_log = nullptr;
+
+void log_start(void*, const char* fmt, va_list ap) {
+    if (!t_start_log) return;
+    char line[512];
+    std::vsnprintf(line, sizeof line, fmt, ap);
+    *t_start_log += line;
+}
+
+/// MHD's access handler: one answer per request, queued on the first call (no request body is read).
+MHD_Result answer(void* cls, MHD_Connection* conn, const char* url, const char* method, const char*, const char*,
+                  size_t*, void**) {
+    const auto& body = *static_cast<const std::function<std::string()>*>(cls);
+    unsigned status = MHD_HTTP_OK;
+    const char* type = "text/plain; version=0.0.4; charset=utf-8";
+    std::string content;
+    if (std::strcmp(method, MHD_HTTP_METHOD_GET) != 0 && std::strcmp(method, MHD_HTTP_METHOD_HEAD) != 0) {
+        status = MHD_HTTP_METHOD_NOT_ALLOWED;
+        type = "text/plain";
+        content = "only GET and HEAD\n";
+    } else if (std::strcmp(url, "/metrics") != 0) {  // MHD has already cut off any "?query"
+        status = MHD_HTTP_NOT_FOUND;
+        type = "text/plain";
+        content = "llmtrain serves /metrics\n";
+    } else {
+        try {
+            content = body();
+        } catch (const std::exception& e) {  // an exception must not unwind through MHD's C frames
+            status = MHD_HTTP_INTERNAL_SERVER_ERROR;
+            type = "text/plain";
+            content = std::string("metrics: ") + e.what() + "\n";
+        }
     }
-    return true;
+    MHD_Response* r = MHD_create_response_from_buffer(content.size(), content.data(), MHD_RESPMEM_MUST_COPY);
+    if (!r) return MHD_NO;  // out of memory: MHD closes the connection
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONNECTION, "close");
+    if (status == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, HEAD");
+    const MHD_Result queued = MHD_queue_response(conn, status, r);
+    MHD_destroy_response(r);
+    return queued;
 }
 
 }  // namespace
@@ -42,84 +73,32 @@ MetricsServer::MetricsServer(const ListenAddress& addr, std::function<std::strin
     freeaddrinfo(found);
     sa.sin_port = htons(uint16_t(addr.port));
 
-    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (listen_fd_ < 0) throw MetricsError(where + ": socket: " + std::strerror(errno));
-    const int one = 1;  // a restarted run may rebind at once (TIME_WAIT); a live listener still blocks it
-    setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 || listen(listen_fd_, 16) != 0) {
-        const std::string why = std::strerror(errno);
-        close(listen_fd_);
-        throw MetricsError(where + ": cannot listen: " + why);
+    // MHD sets SO_REUSEADDR (a restarted run rebinds at once past TIME_WAIT) but not SO_REUSEPORT,
+    // so a live listener on the port still makes the bind fail.
+    std::string log;
+    t_start_log = &log;
+    // The port argument only names the port in MHD's messages; MHD_OPTION_SOCK_ADDR is what is bound.
+    daemon_ = MHD_start_daemon(
+        MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ERROR_LOG, uint16_t(addr.port), nullptr, nullptr, &answer, &body_,
+        MHD_OPTION_EXTERNAL_LOGGER, &log_start, nullptr,
+        MHD_OPTION_SOCK_ADDR, reinterpret_cast<const sockaddr*>(&sa),  // this address only, never INADDR_ANY
+        MHD_OPTION_CONNECTION_TIMEOUT, kIdleTimeoutSeconds,
+        MHD_OPTION_CONNECTION_LIMIT, kMaxConnections,
+        MHD_OPTION_THREAD_STACK_SIZE, kThreadStackBytes,
+        MHD_OPTION_END);
+    t_start_log = nullptr;
+    if (!daemon_) {
+        while (!log.empty() && (log.back() == '\n' || log.back() == ' ')) log.pop_back();
+        throw MetricsError(where + ": cannot listen: " + (log.empty() ? "libmicrohttpd did not start" : log));
     }
-    socklen_t len = sizeof sa;
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
-    port_ = ntohs(sa.sin_port);
-    if (pipe2(wake_fd_, O_CLOEXEC) != 0) {
-        close(listen_fd_);
-        throw MetricsError(where + ": pipe: " + std::strerror(errno));
-    }
-    thread_ = std::thread([this] { serve(); });
-}
-
-MetricsServer::~MetricsServer() {
-    const char stop = 1;
-    (void)!write(wake_fd_[1], &stop, 1);
-    thread_.join();
-    close(listen_fd_);
-    close(wake_fd_[0]);
-    close(wake_fd_[1]);
-}
-
-void MetricsServer::serve() {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_fd_[0], POLLIN, 0}};
-    while (true) {
-        if (poll(fds, 2, -1) < 0) {
-            if (errno == EINTR) continue;
-            return;
-        }
-        if (fds[1].revents) return;  // woken by the destructor
-        if (!(fds[0].revents & POLLIN)) continue;
-        const int conn = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (conn < 0) continue;
-        answer(conn);
-        close(conn);
+    const MHD_DaemonInfo* info = MHD_get_daemon_info(daemon_, MHD_DAEMON_INFO_BIND_PORT);
+    port_ = info ? info->port : 0;
+    if (port_ == 0) {
+        MHD_stop_daemon(daemon_);
+        throw MetricsError(where + ": libmicrohttpd did not report the bound port");
     }
 }
 
-void MetricsServer::answer(int conn) {
-    timeval timeout{2, 0};  // a stalled client cannot hold the server for long
-    setsockopt(conn, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
-    setsockopt(conn, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
-    std::string request;
-    char buf[2048];
-    while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
-        const ssize_t n = recv(conn, buf, sizeof buf, 0);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        request.append(buf, size_t(n));
-    }
-    // Request line: METHOD SP TARGET SP VERSION
-    const auto sp1 = request.find(' '), sp2 = request.find(' ', sp1 + 1);
-    if (sp1 == std::string::npos || sp2 == std::string::npos) return;
-    const std::string method = request.substr(0, sp1);
-    std::string target = request.substr(sp1 + 1, sp2 - sp1 - 1);
-    target = target.substr(0, target.find('?'));
-
-    std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", content;
-    if (method != "GET" && method != "HEAD") {
-        status = "405 Method Not Allowed";
-        type = "text/plain";
-        content = "only GET and HEAD\n";
-    } else if (target != "/metrics") {
-        status = "404 Not Found";
-        type = "text/plain";
-        content = "llmtrain serves /metrics\n";
-    } else {
-        content = body_();
-    }
-    std::string head = "HTTP/1.1 " + status + "\r\nContent-Type: " + type +
-                       "\r\nContent-Length: " + std::to_string(content.size()) + "\r\nConnection: close\r\n\r\n";
-    if (write_all(conn, head) && method != "HEAD") write_all(conn, content);
-}
+MetricsServer::~MetricsServer() { MHD_stop_daemon(daemon_); }
 
 }  // namespace llmtrain

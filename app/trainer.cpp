@@ -2,6 +2,7 @@
 #include "app/trainer.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <sstream>
 
 #include "app/checkpoint.hpp"
+#include "app/model_state.hpp"
 #include "app/sampler.hpp"
 #include "data/loader.hpp"
 #include "data/token_dataset.hpp"
@@ -19,6 +21,8 @@
 #include "optim/adamw.hpp"
 #include "optim/grad_clip.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parallel/topology.hpp"
+#include "parallel/zero.hpp"
 
 namespace llmtrain {
 
@@ -63,11 +67,15 @@ double peak_flops_for(const Config& cfg, const std::string& backend_name) {
 
 struct Trainer::Impl {
     Config cfg;
-    Comm& comm;
+    Comm& comm;  // every dp rank, MPI, host buffers: losses, flags, barriers
+    Topology topo;
     const int dp, rank, B, T, accum;
     std::unique_ptr<Ops> ops;
     std::unique_ptr<Allocator> alloc;
     GPTConfig gcfg;
+    std::unique_ptr<ParamLayout> layout;            // padded to split over the ZeRO group
+    std::unique_ptr<Comm> zero_comm, replica_comm;  // the backend's Comm (NCCL on cuda)
+    std::unique_ptr<ZeroEngine> engine;
     std::unique_ptr<GPT> gpt;
     std::unique_ptr<AdamW> adam;
     LRSchedule sched;
@@ -75,20 +83,22 @@ struct Trainer::Impl {
     std::optional<Tokenizer> tokenizer;  // rank 0 with samples enabled
     float* norm_scratch = nullptr;       // (1) device fp32
     std::vector<int32_t> inputs, targets;  // (B,T) host int32
-    std::vector<uint8_t> grad_host;        // staging for the dp all-reduce when device != host
     std::mt19937_64 sampler_rng;
     int64_t step = 0, start_step = 0;
     uint64_t tokens_seen = 0;
+    std::string run_id = new_run_id();  // replaced by the checkpoint's on resume
+    int skipped_in_a_row = 0;           // consecutive non-finite steps
 
     Impl(const Config& c, Comm& cm)
-        : cfg(c), comm(cm), dp(cm.size()), rank(cm.rank()), B(c.training.micro_batch_size), T(c.model.seq_len),
-          accum(c.training.grad_accum_steps), sampler_rng(c.run.seed) {
+        : cfg(c), comm(cm), topo(world_size(), world_rank(), c.parallel.pp, zero_group_of(c)), dp(topo.dp()),
+          rank(cm.rank()), B(c.training.micro_batch_size), T(c.model.seq_len), accum(c.training.grad_accum_steps),
+          sampler_rng(c.run.seed) {
         // Data first: a bad file fails before any large allocation.
         LoaderOptions lo;
         lo.path = cfg.data.train;
         lo.B = B;
         lo.T = T;
-        lo.rank = rank;
+        lo.rank = topo.dp_index();  // data is sharded by the global dp index, not a group rank
         lo.world = dp;
         lo.seed = cfg.run.seed;
         lo.shuffle = true;
@@ -107,28 +117,19 @@ struct Trainer::Impl {
         cuda.stochastic_rounding = cfg.training.stochastic_rounding;
         ops = make_backend(cfg.run.backend, cfg.training.precision, cuda);
         alloc = std::make_unique<Allocator>(*ops);
-        gcfg.n_layer = cfg.model.n_layer;
-        gcfg.n_head = cfg.model.n_head;
-        gcfg.n_embd = cfg.model.n_embd;
-        gcfg.seq_len = cfg.model.seq_len;
-        gcfg.vocab_size = cfg.model.vocab_size;
-        GPTOptions go;
-        go.B = B;
-        go.T = T;
-        go.l0 = 0;
-        go.l1 = gcfg.n_layer;
-        go.checkpoint_ratio = cfg.activation_checkpoint.ratio;
-        gpt = std::make_unique<GPT>(gcfg, go, *alloc);
+        gcfg = gpt_config_of(cfg);
+        CommOptions co;
+        co.timeout_s = cfg.parallel.timeout_s;
+        ModelState ms = make_model_state(cfg, *alloc, topo, make_comm(*ops, topo.zero_group(), co),
+                                         make_comm(*ops, topo.replica_group(), co));
+        layout = std::move(ms.layout);
+        zero_comm = std::move(ms.zero_comm);
+        replica_comm = std::move(ms.replica_comm);
+        engine = std::move(ms.engine);
+        gpt = std::move(ms.gpt);
+        adam = std::move(ms.adam);
         gpt->init_params(cfg.run.seed);
-        const bool master = ops->act_dtype() != DType::f32;
-        AdamWConfig ac;
-        ac.lr = cfg.optimizer.lr;
-        ac.beta1 = cfg.optimizer.beta1;
-        ac.beta2 = cfg.optimizer.beta2;
-        ac.eps = cfg.optimizer.eps;
-        ac.weight_decay = cfg.optimizer.weight_decay;
-        adam = std::make_unique<AdamW>(*alloc, gpt->layout(), ac, master);
-        if (master) adam->init_master(gpt->params());
+        adam->init_master(engine->param_shard());  // no-op without master weights
         sched.lr = cfg.optimizer.lr;
         sched.min_lr = cfg.lr_schedule.min_lr;
         sched.warmup_steps = cfg.lr_schedule.warmup_steps;
@@ -140,23 +141,8 @@ struct Trainer::Impl {
         targets.resize(size_t(B) * T);
     }
 
-    size_t nparams() const { return gpt->layout().num_parameters(); }
+    size_t nparams() const { return layout->num_parameters(); }
     uint64_t tokens_per_step() const { return uint64_t(cfg.training.global_batch_size) * T; }
-
-    /// Sums the grads over the dp ranks in place (host buffers; staged when the device is not the host).
-    void all_reduce_grads() {
-        const size_t n = gpt->layout().total_numel();
-        const DType t = ops->act_dtype();
-        if (std::strcmp(ops->name(), "cpu") == 0) {
-            comm.all_reduce_sum(gpt->grads(), n, t);
-            return;
-        }
-        grad_host.resize(n * dtype_size(t));
-        ops->memcpy_d2h(grad_host.data(), gpt->grads(), grad_host.size());
-        ops->synchronize();
-        comm.all_reduce_sum(grad_host.data(), n, t);
-        ops->memcpy_h2d(gpt->grads(), grad_host.data(), grad_host.size());
-    }
 
     /// Mean of a per-rank value over the dp ranks.
     float dp_mean(float v) {
@@ -165,10 +151,11 @@ struct Trainer::Impl {
         return v / float(dp);
     }
 
-    /// One optimizer step at 0-based index `step`; returns (mean loss over micro-batches and ranks, lr, norm).
-    void train_step(float* loss, float* lr, float* norm) {
+    /// One optimizer step at 0-based index `step`: (mean loss over micro-batches and ranks, lr, norm).
+    /// Returns false when the loss or the gradient norm is not finite: then nothing is updated.
+    bool train_step(float* loss, float* lr, float* norm) {
         *lr = sched.at(int(step));
-        gpt->zero_grads();
+        engine->begin_step();
         // dloss is d(loss)/d(per-position loss): the step's loss is the mean over B*T*accum positions.
         const float dloss = 1.0f / (float(B) * float(T) * float(accum));
         double sum = 0;
@@ -176,14 +163,18 @@ struct Trainer::Impl {
             train->next(inputs.data(), targets.data());
             sum += gpt->forward_backward(inputs.data(), targets.data(), dloss);
         }
-        if (dp > 1) all_reduce_grads();
-        // The grads now hold the sum over ranks: the averaged gradient is grads / dp.
-        *norm = grad_norm(*ops, gpt->grads(), gpt->layout().total_numel(), norm_scratch) / float(dp);
-        const float scale = clip_scale(*norm, cfg.training.grad_clip) / float(dp);
-        adam->step(gpt->params(), gpt->grads(), *lr, scale);
+        engine->reduce_grads();
+        // The grad shard now holds the sum over the dp ranks: the averaged gradient is that / dp.
+        *norm = std::sqrt(engine->grad_norm_squared(norm_scratch)) / float(dp);
         *loss = dp_mean(float(sum / accum));
         ++step;
         tokens_seen += tokens_per_step();
+        // Every rank sees the same all-reduced loss and norm, so every rank decides alike.
+        if (!std::isfinite(*loss) || !std::isfinite(*norm)) return false;
+        const float scale = clip_scale(*norm, cfg.training.grad_clip) / float(dp);
+        adam->step(engine->param_shard(), engine->grad_shard(), *lr, scale);
+        engine->gather_params();
+        return true;
     }
 
     /// Mean val loss over eval_steps micro-batches per rank (0: the whole file), from the file's start.
@@ -198,49 +189,121 @@ struct Trainer::Impl {
         return dp_mean(float(sum / double(n)));
     }
 
-    /// Host fp32 copies of the params (the master weights when present) and the optimizer moments.
-    void host_copies(std::vector<float>& p, std::vector<float>& m, std::vector<float>& v) {
-        const size_t n = gpt->layout().total_numel(), ns = adam->end() - adam->begin();
-        p.resize(n);
-        m.resize(ns);
-        v.resize(ns);
-        ops->memcpy_d2h(p.data(), adam->master() ? static_cast<const void*>(adam->master()) : gpt->params(),
-                        n * sizeof(float));
-        ops->memcpy_d2h(m.data(), adam->m(), ns * sizeof(float));
-        ops->memcpy_d2h(v.data(), adam->v(), ns * sizeof(float));
-        ops->synchronize();
+    /// Rank 0's answer to "did every rank succeed?": any rank's failure fails all (a collective).
+    void agree(const std::string& error, const char* what) {
+        float bad = error.empty() ? 0.0f : 1.0f;
+        comm.all_reduce_max(&bad, 1);
+        if (!error.empty()) throw CheckpointError(error);
+        if (bad > 0) throw CheckpointError(std::string("checkpoint: another rank failed while ") + what);
     }
 
+    /// Host copy of n fp32 device values.
+    std::vector<float> to_host(const float* d, size_t n) {
+        std::vector<float> h(n);
+        ops->memcpy_d2h(h.data(), d, n * sizeof(float));
+        ops->synchronize();
+        return h;
+    }
+
+    /// Writes a checkpoint with every rank (docs/training.md "Checkpoints"): rank 0 opens the
+    /// temporary directory; the ranks of replica 0 (together they hold every shard once) write their
+    /// optimizer shards in parallel and gather the weights one unit at a time for rank 0 to write
+    /// into model.h5; rank 0 commits after all are done. A failure on any rank fails all, and the
+    /// temporary directory is removed: the previous checkpoints stay as they were.
     std::string save(RunLog& log, Metrics* metrics) {
-        std::string dir;
+        const auto t0 = Clock::now();
+        std::string dir, tmp, err;
         if (rank == 0) {
-            const auto t0 = Clock::now();
-            TrainState st;
-            st.step = step;
-            st.tokens_seen = tokens_seen;
-            st.loader = train->state();
-            std::ostringstream rng;
-            rng << sampler_rng;
-            st.sampler_rng = rng.str();
-            st.adam_t = adam->t();
-            st.model_config_hash = model_config_hash(cfg);
-            st.model = gcfg;
-            st.dp = dp;
-            st.world_size = world_size();
-            st.backend = ops->name();
-            st.precision = cfg.training.precision;
-            std::vector<float> p, m, v;
-            host_copies(p, m, v);
-            OptimShardView shard{adam->begin(), adam->end(), m.data(), v.data()};
-            dir = save_checkpoint(cfg.run.run_dir, st, gpt->layout(), p.data(), {shard}, cfg.checkpoint.keep_last);
+            try {
+                tmp = begin_checkpoint(cfg.run.run_dir, step);
+            } catch (const std::exception& e) {
+                err = e.what();
+            }
+        }
+        agree(err, "opening the checkpoint directory");
+        tmp = checkpoint_tmp_dir(cfg.run.run_dir, step);
+        if (topo.replica() == 0) {
+            // The fp32 values of the weights: the master weights when the backend keeps them.
+            const void* wsrc = adam->master() ? static_cast<const void*>(adam->master()) : engine->param_shard();
+            const DType wt = adam->master() ? DType::f32 : ops->act_dtype();
+            try {
+                const auto m = to_host(adam->m(), adam->numel()), v = to_host(adam->v(), adam->numel());
+                std::vector<OptimShardView> views;
+                size_t local = 0;
+                for (const FlatRange& r : engine->shard()) {
+                    views.push_back({r.offset, r.offset + r.numel, m.data() + local, v.data() + local});
+                    local += r.numel;
+                }
+                write_optim_shard(tmp, topo.zero_index(), *layout, views);
+            } catch (const std::exception& e) {
+                err = e.what();
+            }
+            std::unique_ptr<ModelWriter> mw;
+            if (rank == 0 && err.empty()) {
+                try {
+                    mw = std::make_unique<ModelWriter>(tmp, *layout);
+                } catch (const std::exception& e) {
+                    err = e.what();
+                }
+            }
+            std::vector<float> unit;
+            for (size_t u = 0; u < layout->units().size(); ++u) {  // collective: every writer gathers
+                unit.resize(layout->units()[u].numel);
+                engine->unit_to_host(int(u), wsrc, wt, unit.data());
+                if (!mw) continue;
+                try {
+                    mw->write_unit(int(u), unit.data());
+                } catch (const std::exception& e) {
+                    err = e.what();
+                    mw.reset();
+                }
+            }
+            if (mw) {
+                try {
+                    mw->close();
+                } catch (const std::exception& e) {
+                    err = e.what();
+                }
+            }
+        }
+        if (rank == 0 && !err.empty()) abort_checkpoint(tmp);
+        agree(err, "writing its checkpoint files");
+        if (rank == 0) {
+            try {
+                dir = commit_checkpoint(cfg.run.run_dir, tmp, train_state(), cfg.checkpoint.keep_last);
+            } catch (const std::exception& e) {
+                err = e.what();
+                abort_checkpoint(tmp);
+            }
+        }
+        agree(err, "committing the checkpoint");  // every rank leaves only after the checkpoint is complete
+        if (rank == 0) {
             const double s = seconds_since(t0);
             if (metrics) metrics->observe_checkpoint_seconds(s);
             char buf[64];
             std::snprintf(buf, sizeof buf, " (%.2f s)", s);
             log.line("checkpoint: saved " + dir + buf);
         }
-        comm.barrier();  // every rank leaves only after rank 0's checkpoint is complete
         return dir;
+    }
+
+    TrainState train_state() const {
+        TrainState st;
+        st.step = step;
+        st.tokens_seen = tokens_seen;
+        st.loader = train->state();
+        std::ostringstream rng;
+        rng << sampler_rng;
+        st.sampler_rng = rng.str();
+        st.adam_t = adam->t();
+        st.model_config_hash = model_config_hash(cfg);
+        st.model = gcfg;
+        st.dp = dp;
+        st.world_size = world_size();
+        st.backend = ops->name();
+        st.precision = cfg.training.precision;
+        st.run_id = run_id;
+        return st;
     }
 };
 
@@ -255,6 +318,8 @@ std::vector<std::string> Trainer::summary() const {
     out.push_back("llmtrain: run '" + c.run.name + "' in " + c.run.run_dir);
     out.push_back("backend: " + std::string(I.ops->name()) + ", precision " + c.training.precision + ", world " +
                   std::to_string(world_size()) + ", dp " + std::to_string(I.dp));
+    out.push_back("parallel: zero_stage " + std::to_string(c.parallel.zero_stage) + ", grad_reduce_dtype " +
+                  c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
     out.push_back("model: GPT-2 " + shape_of(I.gcfg) + " | " + format_thousands(double(I.nparams())) +
                   " parameters");
     char fpt[64];
@@ -293,28 +358,24 @@ std::string Trainer::resume_from(const std::string& dir) {
     if (st.model_config_hash != model_config_hash(I.cfg))
         throw CheckpointError("checkpoint '" + dir + "' holds a model with " + shape_of(st.model) +
                               " but the config asks for " + shape_of(I.gcfg));
-    const ParamLayout& layout = I.gpt->layout();
+    const ParamLayout& layout = *I.layout;
     Ops& ops = *I.ops;
     std::vector<float> host(layout.total_numel());
     read_params(dir, layout, host.data());
-    if (float* master = I.adam->master()) {
-        // Master weights hold the fp32 values; the compute copy is their cast.
-        const size_t b = I.adam->begin(), n = I.adam->end() - b;
-        ops.memcpy_h2d(master, host.data() + b, n * sizeof(float));
-        void* tmp = I.alloc->alloc(MemCategory::workspace, host.size() * sizeof(float));
-        ops.memcpy_h2d(tmp, host.data(), host.size() * sizeof(float));
-        ops.cast(I.gpt->params(), ops.act_dtype(), tmp, DType::f32, host.size());
-        ops.synchronize();
-        I.alloc->release(tmp);
-    } else {
-        ops.memcpy_h2d(I.gpt->params(), host.data(), host.size() * sizeof(float));
+    I.engine->load_params(host.data());  // every rank takes the part it holds
+    const size_t ns = I.adam->numel();
+    std::vector<float> m(ns), v(ns), w;
+    size_t local = 0;
+    for (const FlatRange& r : I.adam->ranges()) {  // the optimizer shard, by flat offset: any old sharding
+        read_optim(dir, layout, r.offset, r.offset + r.numel, m.data() + local, v.data() + local);
+        w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
+        local += r.numel;
     }
-    const size_t ns = I.adam->end() - I.adam->begin();
-    std::vector<float> m(ns), v(ns);
-    read_optim(dir, layout, I.adam->begin(), I.adam->end(), m.data(), v.data());
+    if (float* master = I.adam->master()) ops.memcpy_h2d(master, w.data(), ns * sizeof(float));  // fp32 values
     ops.memcpy_h2d(I.adam->m(), m.data(), ns * sizeof(float));
     ops.memcpy_h2d(I.adam->v(), v.data(), ns * sizeof(float));
     ops.synchronize();
+    I.run_id = st.run_id.empty() ? I.run_id : st.run_id;
     I.adam->set_t(st.adam_t);
     I.step = I.start_step = st.step;
     I.tokens_seen = st.tokens_seen;
@@ -349,18 +410,35 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
         return;
     }
     const auto t_start = Clock::now();
-    auto t_window = t_start;  // start of the current log window
     int64_t window_steps = 0;
-    double train_seconds = 0;  // wall time inside train steps since start (for the ETA)
+    double window_train_s = 0;  // time inside train steps in the window: eval, samples, checkpoints excluded
+    double train_seconds = 0;   // wall time inside train steps since start (for the ETA)
     while (I.step < max_steps) {
         const auto t0 = Clock::now();
         float loss, lr, norm;
-        I.train_step(&loss, &lr, &norm);
+        const bool updated = I.train_step(&loss, &lr, &norm);
         const double step_s = seconds_since(t0);
         train_seconds += step_s;
+        window_train_s += step_s;
         ++window_steps;
         const int64_t s = I.step;
         log.train_record(s, loss, lr, norm);
+        if (updated) {
+            I.skipped_in_a_row = 0;
+        } else {
+            ++I.skipped_in_a_row;
+            if (metrics) metrics->add_skipped_step();
+            char buf[160];
+            std::snprintf(buf, sizeof buf, "step %lld: loss %g, grad norm %g: not finite, no update (%d in a row, limit "
+                          "training.max_skipped_steps = %d)", (long long)s, loss, norm, I.skipped_in_a_row,
+                          I.cfg.training.max_skipped_steps);
+            log.line(buf);
+            if (I.skipped_in_a_row >= I.cfg.training.max_skipped_steps)
+                throw std::runtime_error("stopping at step " + std::to_string(s) + ": " +
+                                         std::to_string(I.skipped_in_a_row) +
+                                         " steps in a row had a non-finite loss or gradient norm "
+                                         "(training.max_skipped_steps); the last checkpoint is kept as it was");
+        }
         if (metrics) {
             metrics->set_step(s);
             metrics->set_loss(loss);
@@ -377,7 +455,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
             st.loss = loss;
             st.lr = lr;
             st.grad_norm = norm;
-            st.tokens_per_second = double(window_steps * I.tokens_per_step()) / seconds_since(t_window);
+            st.tokens_per_second = double(window_steps * I.tokens_per_step()) / window_train_s;
             st.mfu = fpt * st.tokens_per_second / (peak * I.dp);
             st.elapsed_seconds = seconds_since(t_start);
             st.eta_seconds = train_seconds / double(s - I.start_step) * double(max_steps - s);
@@ -386,8 +464,8 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
                 metrics->set_tokens_per_second(st.tokens_per_second);
                 metrics->set_mfu(st.mfu);
             }
-            t_window = Clock::now();
             window_steps = 0;
+            window_train_s = 0;
         }
         if (rc.eval_interval > 0 && (s % rc.eval_interval == 0 || s == max_steps)) {
             const float vl = I.evaluate();
@@ -397,10 +475,13 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
             log.line("step " + std::to_string(s) + "/" + std::to_string(max_steps) + " | " + buf);
             if (metrics) metrics->set_val_loss(vl);
         }
-        if (rc.sample_interval > 0 && s % rc.sample_interval == 0 && I.rank == 0) {
+        // ZeRO-3 gathers the weights for every forward, so its whole group samples in step (every
+        // rank draws the same tokens: same gathered weights, same RNG); rank 0 prints.
+        const bool samples_here = I.rank == 0 || (I.cfg.parallel.zero_stage == 3 && I.topo.replica() == 0);
+        if (rc.sample_interval > 0 && s % rc.sample_interval == 0 && samples_here) {
             auto ids = generate(*I.gpt, I.train->info().eos_id, rc.sample_tokens, rc.sample_top_k,
                                 rc.sample_temperature, I.sampler_rng);
-            log.line("sample at step " + std::to_string(s) + ": " + I.tokenizer->decode(ids));
+            if (I.rank == 0) log.line("sample at step " + std::to_string(s) + ": " + I.tokenizer->decode(ids));
         }
         // Every rank must agree to stop at the same step: the max of the flags over the ranks.
         float stop = g_stop_signal != 0 ? 1.0f : 0.0f;

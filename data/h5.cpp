@@ -1,7 +1,12 @@
-// data/h5.cpp — HDF5 identifier ownership and error-stack capture (see h5.hpp).
+// data/h5.cpp — HDF5 identifier ownership, error-stack capture and fsync (see h5.hpp).
 #include "data/h5.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 namespace llmtrain::h5 {
@@ -48,13 +53,13 @@ std::string last_error() {
     return desc.empty() ? "unknown HDF5 error" : desc;
 }
 
-hid_t check(hid_t id, const std::string& context) {
-    if (id < 0) throw DataError(context + ": " + last_error());
-    return id;
-}
-
-void check_status(herr_t status, const std::string& context) {
-    if (status < 0) throw DataError(context + ": " + last_error());
+std::string try_fsync(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return std::string("open: ") + std::strerror(errno);
+    const int rc = ::fsync(fd);
+    const int err = errno;
+    ::close(fd);
+    return rc == 0 ? std::string() : std::string("fsync: ") + std::strerror(err);
 }
 
 }  // namespace llmtrain::h5

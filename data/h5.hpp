@@ -1,6 +1,8 @@
 // data/h5.hpp — a thin RAII and error layer over the HDF5 1.10 C API, shared by the dataset reader
-// and writer. Every failing HDF5 call becomes a DataError whose message names the file, the step
-// and HDF5's own innermost reason (e.g. "truncated file: eof = ...", "incorrect metadata checksum").
+// and writer and by app/'s checkpoints. Every failing HDF5 call becomes an exception (DataError
+// unless the caller names another type) whose message names the file, the step and HDF5's own
+// innermost reason (e.g. "truncated file: eof = ...", "incorrect metadata checksum"). Also the one
+// fsync helper: HDF5 closes files without fsync, so writers that must survive a crash call it.
 #pragma once
 #include <hdf5.h>
 
@@ -46,9 +48,26 @@ private:
 /// The innermost description on this thread's HDF5 error stack ("" if empty).
 std::string last_error();
 
-/// Returns id if it is valid, else throws DataError("<context>: <last_error()>").
-hid_t check(hid_t id, const std::string& context);
-/// Throws DataError("<context>: <last_error()>") if status < 0.
-void check_status(herr_t status, const std::string& context);
+/// Returns id if it is valid, else throws E("<context>: <last_error()>").
+template <class E = DataError>
+hid_t check(hid_t id, const std::string& context) {
+    if (id < 0) throw E(context + ": " + last_error());
+    return id;
+}
+/// Throws E("<context>: <last_error()>") if status < 0.
+template <class E = DataError>
+void check_status(herr_t status, const std::string& context) {
+    if (status < 0) throw E(context + ": " + last_error());
+}
+
+/// fsync(2) of a file or directory by path (a directory: so that its entries, e.g. a rename, reach
+/// the disk). Returns "" on success, else the OS reason ("open: No such file or directory").
+std::string try_fsync(const std::string& path);
+/// try_fsync, throwing E("cannot fsync '<path>': <reason>") on failure.
+template <class E = DataError>
+void fsync_path(const std::string& path) {
+    const std::string why = try_fsync(path);
+    if (!why.empty()) throw E("cannot fsync '" + path + "': " + why);
+}
 
 }  // namespace llmtrain::h5

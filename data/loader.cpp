@@ -179,15 +179,14 @@ LoaderState DataLoader::state() const {
 
 void DataLoader::restore(const LoaderState& s) {
     Impl& d = *impl_;
-    if (s.batch >= d.n_batches)
-        throw DataError(d.opt.path + ": loader state batch " + std::to_string(s.batch) + " >= batches_per_epoch " +
-                        std::to_string(d.n_batches) + " (dataset, B, T or world changed since it was saved?)");
+    // Saved with fewer batches per epoch (a larger dp now): that epoch has no batch left here.
+    const LoaderState at = s.batch < d.n_batches ? s : LoaderState{s.epoch + 1, 0};
     {
         std::lock_guard<std::mutex> lk(d.m);
         ++d.generation;
         d.have_batch = false;
         d.batch_error = nullptr;
-        d.cursor = d.produce = s;
+        d.cursor = d.produce = at;
     }
     d.cv.notify_all();
 }

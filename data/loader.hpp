@@ -43,7 +43,11 @@ public:
     /// Errors: DataError from the I/O thread (bad token id, read failure) is rethrown here.
     void next(int32_t* inputs, int32_t* targets);
     LoaderState state() const;              ///< position of the next batch next() returns
-    /// Exact restore; drops any prefetched batch. Errors: DataError if s.batch >= batches_per_epoch().
+    /// Restores a position saved by state(); drops any prefetched batch. Exact when s.batch <
+    /// batches_per_epoch(). A larger index (saved with a smaller world or B, e.g. resuming at a
+    /// larger dp) is past the end of epoch s.epoch here, so the loader goes on at the start of the
+    /// next one, {s.epoch + 1, 0}, as next() does after an epoch's last batch; state() reports that.
+    /// Never throws.
     void restore(const LoaderState& s);
     uint64_t batches_per_epoch() const;     ///< floor(n_windows / (B * world))
 

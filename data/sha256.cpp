@@ -1,21 +1,36 @@
 // data/sha256.cpp — hex SHA-256 (FIPS 180-4) through OpenSSL's EVP interface; identifies the
-// tokenizer a dataset was made with (attribute tokenizer_sha256).
+// tokenizer a dataset was made with (attribute tokenizer_sha256) and checksums checkpoint files.
 #include <openssl/evp.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <memory>
+#include <vector>
 
 #include "data/token_dataset.hpp"
 
 namespace llmtrain {
 
-std::string sha256_hex(const std::string& bytes) {
-    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+namespace {
+
+using MdCtx = std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)>;
+
+MdCtx sha256_begin() {
+    MdCtx ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1)
+        throw DataError("sha256: OpenSSL EVP digest failed");
+    return ctx;
+}
+
+void sha256_update(EVP_MD_CTX* ctx, const void* data, size_t n) {
+    if (EVP_DigestUpdate(ctx, data, n) != 1) throw DataError("sha256: OpenSSL EVP digest failed");
+}
+
+std::string sha256_end(EVP_MD_CTX* ctx) {
     unsigned char digest[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
-    if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
-        EVP_DigestUpdate(ctx.get(), bytes.data(), bytes.size()) != 1 ||
-        EVP_DigestFinal_ex(ctx.get(), digest, &len) != 1)
-        throw DataError("sha256: OpenSSL EVP digest failed");
+    if (EVP_DigestFinal_ex(ctx, digest, &len) != 1) throw DataError("sha256: OpenSSL EVP digest failed");
     static const char* hex = "0123456789abcdef";
     std::string out;
     for (unsigned int i = 0; i < len; ++i) {
@@ -23,6 +38,25 @@ std::string sha256_hex(const std::string& bytes) {
         out += hex[digest[i] & 15];
     }
     return out;
+}
+
+}  // namespace
+
+std::string sha256_hex(const std::string& bytes) {
+    MdCtx ctx = sha256_begin();
+    sha256_update(ctx.get(), bytes.data(), bytes.size());
+    return sha256_end(ctx.get());
+}
+
+std::string sha256_file_hex(const std::string& path) {
+    std::unique_ptr<FILE, decltype(&std::fclose)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+    if (!f) throw DataError("sha256: cannot open '" + path + "': " + std::strerror(errno));
+    MdCtx ctx = sha256_begin();
+    std::vector<unsigned char> buf(4u << 20);
+    size_t n = 0;
+    while ((n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0) sha256_update(ctx.get(), buf.data(), n);
+    if (std::ferror(f.get())) throw DataError("sha256: cannot read '" + path + "': " + std::strerror(errno));
+    return sha256_end(ctx.get());
 }
 
 }  // namespace llmtrain

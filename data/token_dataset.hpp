@@ -1,4 +1,4 @@
-// data/token_dataset.hpp — the tokenized HDF5 dataset format (ARCHITECTURE.md "Formats").
+// data/token_dataset.hpp — the tokenized HDF5 dataset format (docs/design.md "Formats").
 //
 //   /tokens       1-D uint16 (vocab_size <= 65536) or uint32, chunked (~1-4 MiB), uncompressed
 //   /doc_offsets  1-D uint64, n_docs + 1 entries: document d is tokens[doc_offsets[d], doc_offsets[d+1])
@@ -6,7 +6,7 @@
 //   attributes on /: format_version (int, 1), vocab_size, eos_id, bos_id (int), tokenizer_sha256 (string)
 // Files use HDF5's 1.10 format (checksummed metadata: corruption is detected, not read as data).
 // HDF5 1.10 has one global lock: open and read a dataset from one I/O thread only.
-// README.md (Data) describes the format and every check.
+// docs/data.md describes the format and every check.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -78,5 +78,8 @@ private:
 
 /// Hex SHA-256 of `bytes` (FIPS 180-4), used for tokenizer_sha256.
 std::string sha256_hex(const std::string& bytes);
+/// Hex SHA-256 of the file at `path`, read in 4 MiB blocks (bounded memory for multi-GB files);
+/// used for checkpoint checksums. Errors: DataError naming the file and the OS reason.
+std::string sha256_file_hex(const std::string& path);
 
 }  // namespace llmtrain

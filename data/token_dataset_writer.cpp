@@ -6,9 +6,6 @@
 // corrupted metadata is then reported by the reader instead of being read as garbage.
 // Everything goes into "<path>.tmp", which finish() fsyncs and renames over <path>; an abandoned
 // writer removes its temporary file, so a failed run never replaces a good dataset.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <filesystem>
 #include <vector>
 
@@ -19,7 +16,7 @@ namespace llmtrain {
 
 namespace {
 
-constexpr hsize_t kChunkBytes = 2u << 20;  // 2 MiB: inside ARCHITECTURE's 1-4 MiB
+constexpr hsize_t kChunkBytes = 2u << 20;  // 2 MiB: inside docs/data.md's 1-4 MiB
 
 void write_int_attr(hid_t file, const char* name, int64_t value, const std::string& ctx) {
     h5::Handle space(h5::check(H5Screate(H5S_SCALAR), ctx));
@@ -46,14 +43,6 @@ void write_1d(hid_t file, const char* name, hid_t file_type, hid_t mem_type, con
                             ctx + ": create " + name));
     if (n > 0)
         h5::check_status(H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), ctx + ": write " + name);
-}
-
-// Flushes the file's data to disk (HDF5 closes without fsync).
-void fsync_path(const std::string& path) {
-    int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) return;
-    ::fsync(fd);
-    ::close(fd);
 }
 
 }  // namespace
@@ -172,12 +161,12 @@ void TokenDatasetWriter::finish() {
     w.tokens.reset();
     h5::check_status(H5Fflush(f, H5F_SCOPE_GLOBAL), w.tmp + ": flush");
     w.file.reset();
-    fsync_path(w.tmp);
+    h5::fsync_path(w.tmp);
     std::error_code ec;
     std::filesystem::rename(w.tmp, w.path, ec);
     if (ec) throw DataError("cannot rename " + w.tmp + " to " + w.path + ": " + ec.message());
     std::filesystem::path dir = std::filesystem::path(w.path).parent_path();
-    fsync_path(dir.empty() ? "." : dir.string());
+    h5::fsync_path(dir.empty() ? "." : dir.string());
     w.finished = true;
 }
 

@@ -148,3 +148,11 @@ std::unique_ptr<Comm> make_nccl_comm(Ops& ops, const std::vector<int>& world_ran
 std::unique_ptr<Comm> make_comm(Ops& ops, const std::vector<int>& world_ranks = {}, const CommOptions& opt = {});
 
 }  // namespace llmtrain
+
+namespace llmtrain {
+
+/// A Comm that only knows its shape: size ranks, this one `rank`, for counting memory in a dry run
+/// (model/dry_ops.hpp). Every operation throws std::logic_error.
+std::unique_ptr<Comm> make_dry_comm(int size, int rank);
+
+}  // namespace llmtrain

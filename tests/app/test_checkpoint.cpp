@@ -1,17 +1,27 @@
 // tests/app/test_checkpoint.cpp — the checkpoint format and write protocol (app/checkpoint.hpp).
 //
 // References: the values written (seeded random tensors) must come back bit for bit, by tensor
-// name, also into a layout with other padding and into other optimizer shard ranges; completion is
-// judged by state.toml alone; keep_last prunes exactly the oldest complete checkpoints.
+// name, also into a layout with other padding, other optimizer shard ranges, and when written by
+// several "ranks" unit by unit; a checkpoint counts only when state.toml and every checksum verify
+// (damage made here byte by byte must be caught); lineage and pruning follow the run ids given.
+// Each test marked "fails on the old code" says what the previous single-writer version (no
+// checksums, no run ids; hardening issue) did in that situation.
 #include <gtest/gtest.h>
+#include <hdf5.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cstring>
+#include <optional>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include "app/checkpoint.hpp"
+#include "data/token_dataset.hpp"
 
 using namespace llmtrain;
 namespace fs = std::filesystem;
@@ -38,8 +48,9 @@ std::vector<float> random_flat(const ParamLayout& L, uint64_t seed) {
     return x;
 }
 
-TrainState some_state(int64_t step) {
+TrainState some_state(int64_t step, const std::string& run_id = "run-a") {
     TrainState st;
+    st.run_id = run_id;
     st.step = step;
     st.tokens_seen = 123456789012ull;
     st.loader = {3, 17};
@@ -67,11 +78,34 @@ struct Ckpt : ::testing::Test {
         fs::create_directories(dir);
     }
     std::string save(const ParamLayout& L, int64_t step, int keep_last, const std::vector<float>& p,
-                     const std::vector<float>& m, const std::vector<float>& v) {
-        return save_checkpoint(dir.string(), some_state(step), L, p.data(),
+                     const std::vector<float>& m, const std::vector<float>& v, const std::string& run = "run-a") {
+        return save_checkpoint(dir.string(), some_state(step, run), L, p.data(),
                                {OptimShardView{0, L.total_numel(), m.data(), v.data()}}, keep_last);
     }
+    fs::path ck() const { return dir / "checkpoints"; }
 };
+
+std::string slurp(const fs::path& p) {
+    std::ifstream f(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+void spit(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary | std::ios::trunc) << text; }
+
+/// Re-seals an edited state.toml: a new state_sha256 over the bytes before "[integrity]" (as a
+/// careful forger would), so that only the edit itself is left to be caught.
+std::string reseal(const std::string& text) {
+    const std::string body = text.substr(0, text.rfind("\n[integrity]\n") + 1);
+    return body + "[integrity]\nstate_sha256 = \"" + sha256_hex(body) + "\"\n";
+}
+
+/// XORs one byte of the file at `pos` (a damaged disk block).
+void flip_byte(const fs::path& p, size_t pos) {
+    std::string b = slurp(p);
+    ASSERT_LT(pos, b.size());
+    b[pos] = char(b[pos] ^ 0x20);
+    spit(p, b);
+}
 
 }  // namespace
 
@@ -80,7 +114,8 @@ TEST_F(Ckpt, RoundTripIsBitwiseAndStateComplete) {
     auto p = random_flat(L, 1), m = random_flat(L, 2), v = random_flat(L, 3);
     const std::string d = save(L, 7, 0, p, m, v);
     EXPECT_EQ(d, (dir / "checkpoints" / "step_7").string());
-    EXPECT_EQ(find_latest_checkpoint(dir.string()), d);
+    EXPECT_EQ(find_latest_checkpoint(dir.string(), "run-a").dir, d);
+    EXPECT_EQ(checkpoint_problem(d), "");
 
     std::vector<float> p2(L.total_numel()), m2(L.total_numel()), v2(L.total_numel());
     read_params(d, L, p2.data());
@@ -104,6 +139,7 @@ TEST_F(Ckpt, RoundTripIsBitwiseAndStateComplete) {
     EXPECT_EQ(b.model.vocab_size, 50);
     EXPECT_EQ(b.dp, 2);
     EXPECT_EQ(b.backend, "cpu");
+    EXPECT_EQ(b.run_id, "run-a");
     std::ifstream latest(dir / "checkpoints" / "latest");
     std::string line;
     std::getline(latest, line);
@@ -185,13 +221,18 @@ TEST_F(Ckpt, IncompleteDirectoriesAreIgnored) {
     fs::copy(good, ck / "step_8", fs::copy_options::recursive);
     fs::remove(ck / "step_8" / "state.toml");
     fs::create_directories(ck / "step_x9");
-    EXPECT_EQ(find_latest_checkpoint(dir.string()), good);
-    EXPECT_EQ(resolve_resume("auto", dir.string()), good);
-    EXPECT_EQ(resolve_resume("none", dir.string()), "");
-    EXPECT_THROW(resolve_resume((ck / "step_8").string(), dir.string()), CheckpointError);
-    EXPECT_THROW(resolve_resume((ck / "nope").string(), dir.string()), CheckpointError);
-    EXPECT_EQ(resolve_resume(good, dir.string()), good);
-    EXPECT_EQ(find_latest_checkpoint((dir / "no_such_run").string()), "");
+    const ResumeChoice c = resolve_resume("auto", dir.string(), false);
+    EXPECT_EQ(c.dir, good);
+    EXPECT_EQ(c.run_id, "run-a");
+    ASSERT_EQ(c.skipped.size(), 1u);  // step_8; .tmp_step_6 and step_x9 are not checkpoints at all
+    EXPECT_EQ(c.skipped[0].rfind("skipped step_8: ", 0), 0u) << c.skipped[0];
+    EXPECT_NE(c.skipped[0].find("state.toml"), std::string::npos) << c.skipped[0];
+    EXPECT_EQ(resolve_resume("none", dir.string(), true).dir, "");
+    EXPECT_THROW(resolve_resume((ck / "step_8").string(), dir.string(), false), CheckpointError);
+    EXPECT_THROW(resolve_resume((ck / "nope").string(), dir.string(), false), CheckpointError);
+    EXPECT_EQ(resolve_resume(good, dir.string(), false).dir, good);
+    EXPECT_EQ(find_latest_checkpoint((dir / "no_such_run").string(), "run-a").dir, "");
+    EXPECT_EQ(resolve_resume("auto", (dir / "no_such_run").string(), false).dir, "");
 }
 
 TEST_F(Ckpt, KeepLastPrunesOnlyOlderCompleteOnes) {
@@ -237,15 +278,11 @@ TEST_F(Ckpt, BadStateFileNamesTheKey) {
     ParamLayout L(tiny());
     auto p = random_flat(L, 1), m = p, v = p;
     const std::string d = save(L, 3, 0, p, m, v);
-    std::string text;
-    {
-        std::ifstream f(d + "/state.toml");
-        text.assign(std::istreambuf_iterator<char>(f), {});
-    }
+    std::string text = slurp(d + "/state.toml");
     const auto at = text.find("tokens_seen = ");
     ASSERT_NE(at, std::string::npos);
     text.replace(at, 14, "tokens_seen = \"many\" #");
-    std::ofstream(d + "/state.toml") << text;
+    spit(d + "/state.toml", reseal(text));
     try {
         read_train_state(d);
         FAIL() << "expected CheckpointError";
@@ -253,4 +290,281 @@ TEST_F(Ckpt, BadStateFileNamesTheKey) {
         EXPECT_NE(std::string(e.what()).find("tokens_seen"), std::string::npos) << e.what();
         EXPECT_NE(std::string(e.what()).find("state.toml"), std::string::npos) << e.what();
     }
+}
+
+// Non-finite values are refused before anything of them is written. Fails on the old code: it
+// checkpointed NaN silently, and the NaN checkpoint became `latest`.
+TEST_F(Ckpt, NonFiniteValuesAreRefused) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = p, v = p;
+    const std::string good = save(L, 2, 0, p, m, v);
+    const auto& t = L.tensors()[5];
+    auto bad = p;
+    bad[t.offset + 3] = std::nanf("");
+    try {
+        save(L, 4, 0, bad, m, v);
+        FAIL() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find(t.name + " holds a non-finite value (nan) at element 3; refusing to checkpoint it"),
+                  std::string::npos) << msg;
+    }
+    EXPECT_FALSE(fs::exists(ck() / "step_4"));
+    EXPECT_FALSE(fs::exists(ck() / ".tmp_step_4"));  // save_checkpoint aborts its temporary directory
+    EXPECT_EQ(slurp(ck() / "latest"), "step_2\n");
+
+    // The optimizer writer checks before it creates its file.
+    const std::string tmp = begin_checkpoint(dir.string(), 6);
+    auto vinf = v;
+    vinf[L.tensors()[0].offset + 7] = INFINITY;
+    try {
+        write_optim_shard(tmp, 1, L, {OptimShardView{0, L.total_numel(), m.data(), vinf.data()}});
+        FAIL() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+        EXPECT_NE(std::string(e.what()).find("v/" + L.tensors()[0].name + " holds a non-finite value (inf) at element 7"),
+                  std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(fs::path(tmp) / "optim_1.h5"));
+    // The model writer checks a unit before writing any tensor of it: the unit stays unwritten.
+    ModelWriter mw(tmp, L);
+    const size_t u = size_t(t.unit);
+    EXPECT_THROW(mw.write_unit(int(u), bad.data() + L.units()[u].offset), CheckpointError);
+    for (size_t k = 0; k < L.units().size(); ++k)
+        if (k != u) mw.write_unit(int(k), p.data() + L.units()[k].offset);
+    EXPECT_THROW(mw.close(), CheckpointError);  // unit u was never written
+    abort_checkpoint(tmp);
+    EXPECT_FALSE(fs::exists(tmp));
+}
+
+// ZeRO layout: model.h5 written unit by unit (in any order) and one optim_<k>.h5 per rank, each
+// with one segment per unit; read back bitwise against the single flat buffers written.
+TEST_F(Ckpt, EveryRankWritesItsShard) {
+    ParamLayout L(tiny(), 4);  // units padded to split over 4 ranks
+    auto p = random_flat(L, 11), m = random_flat(L, 12), v = random_flat(L, 13);
+    for (size_t k = 0; k < L.total_numel(); ++k)  // padding holds garbage that must be ignored ...
+        if (std::isnan(m[k])) m[k] = v[k] = 0.0f;  // ... but the finite check covers real elements only
+    const int P = 4;
+    const std::string tmp = begin_checkpoint(dir.string(), 9);
+    ModelWriter mw(tmp, L);
+    for (int u = int(L.units().size()) - 1; u >= 0; --u) mw.write_unit(u, p.data() + L.units()[u].offset);
+    mw.close();
+    for (int r = 0; r < P; ++r) {
+        std::vector<OptimShardView> views;
+        for (const auto& un : L.units()) {
+            const size_t n = un.numel / P, b = un.offset + size_t(r) * n;
+            views.push_back({b, b + n, m.data() + b, v.data() + b});
+        }
+        write_optim_shard(tmp, r, L, views);
+    }
+    const std::string d = commit_checkpoint(dir.string(), tmp, some_state(9), 0);
+    EXPECT_EQ(checkpoint_problem(d), "");
+    std::vector<float> p2(L.total_numel()), m2(L.total_numel()), v2(L.total_numel());
+    read_params(d, L, p2.data());
+    read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
+    for (const auto& t : L.tensors()) {
+        ASSERT_EQ(std::memcmp(&p[t.offset], &p2[t.offset], 4 * t.numel), 0) << t.name;
+        ASSERT_EQ(std::memcmp(&m[t.offset], &m2[t.offset], 4 * t.numel), 0) << t.name;
+        ASSERT_EQ(std::memcmp(&v[t.offset], &v2[t.offset], 4 * t.numel), 0) << t.name;
+    }
+}
+
+// One damaged byte anywhere makes auto resume fall back to the previous checkpoint, and the log
+// says why. Fails on the old code: it resumed from the damaged step_4.
+TEST_F(Ckpt, DamagedCheckpointIsSkipped) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = p, v = p;
+    const std::string two = save(L, 2, 0, p, m, v);
+    for (const char* f : {"model.h5", "optim_0.h5", "state.toml"}) {
+        const std::string four = save(L, 4, 0, p, m, v);
+        const fs::path file = fs::path(four) / f;
+        flip_byte(file, fs::file_size(file) * 2 / 3);
+        const ResumeChoice c = resolve_resume("auto", dir.string(), false);
+        EXPECT_EQ(c.dir, two) << f;
+        ASSERT_EQ(c.skipped.size(), 1u) << f;
+        EXPECT_EQ(c.skipped[0].rfind("skipped step_4: ", 0), 0u) << c.skipped[0];
+        EXPECT_NE(c.skipped[0].find(std::string(f) == "state.toml" ? "state_sha256" : f), std::string::npos)
+            << c.skipped[0];
+        EXPECT_NE(checkpoint_problem(four), "");
+    }
+    // A truncated file and an extra shard file are caught too.
+    const std::string four = save(L, 4, 0, p, m, v);
+    fs::resize_file(fs::path(four) / "model.h5", fs::file_size(fs::path(four) / "model.h5") - 1);
+    EXPECT_NE(checkpoint_problem(four).find("model.h5"), std::string::npos);
+    const std::string six = save(L, 6, 0, p, m, v);
+    fs::copy_file(fs::path(six) / "optim_0.h5", fs::path(six) / "optim_1.h5");
+    EXPECT_NE(checkpoint_problem(six).find("optim_1.h5 is not listed"), std::string::npos);
+    // Nothing verifies any more: auto refuses rather than silently starting over.
+    fs::remove_all(two);
+    EXPECT_THROW(resolve_resume("auto", dir.string(), false), CheckpointError);
+}
+
+// Lineage: auto continues the run that wrote `latest`, never another run's newer checkpoint.
+// Fails on the old code: it took the highest step whatever run wrote it.
+TEST_F(Ckpt, AutoResumesOnlyThisRun) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = p, v = p;
+    save(L, 2, 0, p, m, v, "run-a");
+    const std::string a8 = save(L, 8, 0, p, m, v, "run-a");
+    const std::string b3 = save(L, 3, 0, p, m, v, "run-b");  // a new run started there with overwrite
+    EXPECT_EQ(current_run_id(dir.string()), std::optional<std::string>("run-b"));
+    ResumeChoice c = resolve_resume("auto", dir.string(), false);
+    EXPECT_EQ(c.dir, b3);
+    EXPECT_EQ(c.run_id, "run-b");
+    ASSERT_EQ(c.skipped.size(), 1u);
+    EXPECT_NE(c.skipped[0].find("skipped step_8: belongs to run run-a"), std::string::npos) << c.skipped[0];
+    // `latest` damaged: the newest verified checkpoint names the run (documented fallback).
+    spit(ck() / "latest", "step_9\n");
+    EXPECT_EQ(resolve_resume("auto", dir.string(), false).dir, a8);
+    // latest's target damaged in a data file only: its state.toml still names the run.
+    spit(ck() / "latest", "step_3\n");
+    flip_byte(fs::path(b3) / "model.h5", 100);
+    EXPECT_THROW(resolve_resume("auto", dir.string(), false), CheckpointError);  // run-b has nothing else
+}
+
+// resume = "none" must not start a second run over an existing one by accident. Fails on the old
+// code: it started from scratch (and pruning then deleted the first run's checkpoints).
+TEST_F(Ckpt, NoneRefusesARunDirWithCheckpoints) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = p, v = p;
+    EXPECT_EQ(resolve_resume("none", dir.string(), false).dir, "");  // nothing there yet
+    save(L, 2, 0, p, m, v);
+    save(L, 5, 0, p, m, v);
+    try {
+        resolve_resume("none", dir.string(), false);
+        FAIL() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+        EXPECT_NE(std::string(e.what()).find("run dir " + dir.string() + " already holds checkpoints of run run-a "
+                                             "(newest step_5); set checkpoint.resume = \"auto\""),
+                  std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("checkpoint.overwrite = true"), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(resolve_resume("none", dir.string(), true).dir, "");
+}
+
+// Pruning removes only older checkpoints of the run that writes. Fails on the old code: it pruned
+// by count over every checkpoint, deleting the other run's and the newer ones.
+TEST_F(Ckpt, PruningKeepsOtherRunsAndNewerSteps) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = p, v = p;
+    for (int s : {2, 4, 6, 8}) save(L, s, 0, p, m, v, "run-a");
+    for (int s : {3, 5, 7}) save(L, s, 2, p, m, v, "run-b");
+    auto has = [&](int s) { return fs::exists(ck() / ("step_" + std::to_string(s)) / "state.toml"); };
+    EXPECT_FALSE(has(3));
+    for (int s : {2, 4, 5, 6, 7, 8}) EXPECT_TRUE(has(s)) << s;
+    // run-a rewrites step 4 (resumed from an older checkpoint): 6 and 8 are newer and stay.
+    save(L, 4, 1, p, m, v, "run-a");
+    EXPECT_FALSE(has(2));
+    for (int s : {4, 5, 6, 7, 8}) EXPECT_TRUE(has(s)) << s;
+}
+
+// A crash in the middle of replacing step_4 (moved aside, new one not yet in place) loses
+// nothing: start-up recovery restores it and removes the other leftovers. Fails on the old code:
+// auto resume ignored .old_step_4 and went back to step_2.
+TEST_F(Ckpt, LeftoversAreRecovered) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = p, v = p;
+    save(L, 2, 0, p, m, v);
+    const std::string four = save(L, 4, 0, p, m, v);
+    const std::string ref = slurp(fs::path(four) / "model.h5");
+    fs::rename(four, ck() / ".old_step_4");
+    fs::copy(ck() / "step_2", ck() / ".tmp_step_4", fs::copy_options::recursive);
+    fs::copy(ck() / "step_2", ck() / ".old_step_2", fs::copy_options::recursive);  // step_2 exists: stale
+    spit(ck() / "latest.tmp", "step_4\n");
+    const auto notes = recover_checkpoint_leftovers(dir.string());
+    EXPECT_EQ(notes.size(), 4u);
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(ck())) names.push_back(e.path().filename().string());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_2", "step_4"}));
+    EXPECT_EQ(slurp(fs::path(four) / "model.h5"), ref);
+    EXPECT_EQ(resolve_resume("auto", dir.string(), false).dir, four);
+    // A damaged .old_step_4 is not brought back.
+    fs::rename(four, ck() / ".old_step_4");
+    flip_byte(ck() / ".old_step_4" / "model.h5", 50);
+    recover_checkpoint_leftovers(dir.string());
+    EXPECT_FALSE(fs::exists(ck() / "step_4"));
+    EXPECT_FALSE(fs::exists(ck() / ".old_step_4"));
+    EXPECT_TRUE(recover_checkpoint_leftovers(dir.string()).empty());  // nothing left to do
+}
+
+// Finding 5: a tensor with an m piece but no v piece is an error. Fails on the old code: v stayed
+// zero and the run went on with a wrong second moment.
+TEST_F(Ckpt, ReadOptimRefusesAMissingPiece) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = p, v = p;
+    const std::string d = save(L, 1, 0, p, m, v);
+    const std::string victim = "v/" + L.tensors()[2].name;
+    {
+        hid_t f = H5Fopen((d + "/optim_0.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+        ASSERT_GE(f, 0);
+        ASSERT_GE(H5Ldelete(f, victim.c_str(), H5P_DEFAULT), 0);
+        H5Fclose(f);
+    }
+    std::vector<float> m2(L.total_numel()), v2(L.total_numel());
+    try {
+        read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
+        FAIL() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+        EXPECT_NE(std::string(e.what()).find("tensor " + L.tensors()[2].name + " has a /m piece but no /v piece"),
+                  std::string::npos) << e.what();
+    }
+}
+
+// Finding 5: elements held by two shard files are an error naming both. Fails on the old code:
+// an overlap of 10 elements and a gap of 10 counted as full coverage, leaving the gap zero.
+TEST_F(Ckpt, ReadOptimRefusesOverlappingShards) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = p, v = p;
+    const size_t n = L.total_numel(), cut = L.tensors()[3].offset + 5;
+    const std::string tmp = begin_checkpoint(dir.string(), 1);
+    ModelWriter mw(tmp, L);
+    for (size_t u = 0; u < L.units().size(); ++u) mw.write_unit(int(u), p.data() + L.units()[u].offset);
+    mw.close();
+    write_optim_shard(tmp, 0, L, {OptimShardView{0, cut + 10, m.data(), v.data()}});
+    write_optim_shard(tmp, 1, L, {OptimShardView{cut, n - 10, m.data() + cut, v.data() + cut}});
+    const std::string d = commit_checkpoint(dir.string(), tmp, some_state(1), 0);
+    std::vector<float> m2(n), v2(n);
+    try {
+        read_optim(d, L, 0, n, m2.data(), v2.data());
+        FAIL() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("optim_0.h5 and " + d + "/optim_1.h5 both hold flat elements [" + std::to_string(cut) +
+                           ", " + std::to_string(cut + 10) + ")"),
+                  std::string::npos) << msg;
+    }
+}
+
+// Equal tensors give equal files (no HDF5 timestamps), so a checkpoint rewritten after a resume is
+// byte-identical and the crash test can compare files. Fails on the old code once a second passes.
+TEST_F(Ckpt, FilesAreReproducible) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = random_flat(L, 2), v = random_flat(L, 3);
+    const std::string a = slurp(fs::path(save(L, 3, 0, p, m, v)) / "model.h5");
+    const std::string ao = slurp(ck() / "step_3" / "optim_0.h5");
+    std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+    const std::string d = save(L, 3, 0, p, m, v);
+    EXPECT_TRUE(slurp(fs::path(d) / "model.h5") == a);
+    EXPECT_TRUE(slurp(fs::path(d) / "optim_0.h5") == ao);
+}
+
+// Format 1 checkpoints (no run id, no checksums) still resume.
+TEST_F(Ckpt, ReadsFormatOne) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = p, v = p;
+    const std::string d = save(L, 4, 0, p, m, v, "");
+    // Format 1 as written before: no run_id, no [files], no [integrity].
+    std::string text = slurp(fs::path(d) / "state.toml");
+    text = text.substr(0, text.find("\n[integrity]"));
+    const size_t files = text.find("[files]\n");
+    ASSERT_NE(files, std::string::npos);
+    text.erase(files, text.find("\n\n", files) + 2 - files);
+    text.erase(text.find("run_id = "), text.find('\n', text.find("run_id = ")) + 1 - text.find("run_id = "));
+    const auto at = text.find("format_version = 2");
+    ASSERT_NE(at, std::string::npos);
+    text.replace(at, 18, "format_version = 1");
+    spit(fs::path(d) / "state.toml", text);
+    EXPECT_EQ(checkpoint_problem(d), "");
+    EXPECT_EQ(read_train_state(d).step, 4);
+    EXPECT_EQ(resolve_resume("auto", dir.string(), false).dir, d);
 }

@@ -5,7 +5,7 @@
 # --version, --dry-run write nothing, and --print-config output loads back to the same text.
 #
 #   cli_errors.sh LLMTRAIN LLMTRAIN_PREP
-# Reference: the exit codes and message format of README.md (Configuration reference); positions counted in the files below.
+# Reference: the exit codes and message format of docs/configuration.md; positions counted in the files below.
 set -u
 LLMTRAIN=$1
 PREP=$2

@@ -1,7 +1,7 @@
 // tests/config/config_test.cpp — load_config, --set overrides, to_toml, resolve_batch,
 // model_config_hash and parse_cli against independent references:
 //   - error positions: a '@' marker in the test's TOML text gives the expected line:column;
-//   - defaults: the tables of README.md (Configuration reference) (every key with its default);
+//   - defaults: the key tables of docs/configuration.md (every key with its default);
 //   - batch derivation: a brute-force search over (global, accum) pairs;
 //   - the hash: FNV-1a 64 written out here, checked on the published test vector.
 #include <gtest/gtest.h>
@@ -190,9 +190,9 @@ TEST(Config, IntegerForAFloatKeyIsTheSameFloat) {
 }
 
 TEST(Config, DefaultsMatchTheDocumentedTable) {
-    // README.md (Configuration reference): "#... [section]" headings, then rows "| `key` | `default` | range | meaning |".
-    std::ifstream docs(std::string(LLMTRAIN_SOURCE_DIR) + "/README.md");
-    ASSERT_TRUE(docs) << "README.md not found";
+    // docs/configuration.md: "#... [section]" headings, then rows "| `key` | `default` | range | meaning |".
+    std::ifstream docs(std::string(LLMTRAIN_SOURCE_DIR) + "/docs/configuration.md");
+    ASSERT_TRUE(docs) << "docs/configuration.md not found";
     std::map<std::string, std::string> documented;
     std::string line, section;
     const std::regex heading(R"(^#+ \[([a-z_]+)\].*)"), row(R"(^\| `([a-z_0-9]+)` \| `([^`]*)` \|.*)");
@@ -214,7 +214,7 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
             actual[section + "." + m[1].str()] = m[2];
         }
     }
-    EXPECT_EQ(actual.size(), 42u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(actual.size(), 49u);  // keep in step with the key table in config.cpp
     EXPECT_EQ(documented, actual);
     // An empty file and empty sections are the defaults too.
     EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});
@@ -232,11 +232,12 @@ TEST(Config, RoundTripOfEveryKey) {
         "model.n_embd=768", "model.seq_len=1024", "model.vocab_size=50257", "model.attention=\"cudnn\"",
         "data.train=\"a.h5\"", "data.val=\"b.h5\"", "training.micro_batch_size=3", "training.global_batch_size=12",
         "training.grad_accum_steps=2", "training.precision=\"bf16\"", "training.grad_clip=0",
-        "training.stochastic_rounding=true",
+        "training.stochastic_rounding=true", "training.max_skipped_steps=3",
         "optimizer.lr=3e-4", "optimizer.beta1=0", "optimizer.beta2=0.999", "optimizer.eps=1e-6",
         "optimizer.weight_decay=0", "lr_schedule.decay=\"linear\"", "lr_schedule.warmup_steps=0",
-        "lr_schedule.min_lr=3e-5", "parallel.dp=2", "activation_checkpoint.ratio=1",
-        "checkpoint.interval=0", "checkpoint.keep_last=0", "checkpoint.resume=\"runs/x/checkpoints/step_5\"",
+        "lr_schedule.min_lr=3e-5", "parallel.dp=2", "parallel.zero_stage=3", "parallel.zero_group_size=2",
+        "parallel.grad_reduce_dtype=\"bf16\"", "parallel.timeout_s=30", "activation_checkpoint.ratio=1",
+        "checkpoint.interval=0", "checkpoint.keep_last=0", "checkpoint.resume=\"runs/x/checkpoints/step_5\"", "checkpoint.overwrite=true",
         "metrics.enabled=false", "metrics.listen=\"localhost:0\""};
     const Config c = load_config("", all);
     // Each override changed exactly its own line of the printout.

@@ -1,6 +1,6 @@
 // tests/cuda_emu/emu.hpp — the emulator's C++ API for the emulated libraries (cuBLAS, NCCL) and tests.
 //
-// cuda_emu runs CUDA code on the CPU (see README.md (CUDA on a CPU)). The extern "C" runtime functions
+// cuda_emu runs CUDA code on the CPU (see docs/cuda_emu.md). The extern "C" runtime functions
 // (cudaMalloc, cudaMemcpyAsync, ...) are its public face; this header is what code *inside* the
 // emulator needs beyond them: queueing host work on a deferred stream, checking that a pointer is
 // emulated device memory, poisoning host destinations, choosing thread and block orders, and

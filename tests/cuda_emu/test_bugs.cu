@@ -2,9 +2,11 @@
 //
 // A missing __syncthreads (results differ between thread orders), a divergent __syncthreads, warp
 // operations with wrong masks, a host pointer passed to a kernel, a host read of an asynchronous
-// device-to-host copy before its sync, and a missing cudaStreamWaitEvent between two streams. The
-// reference for the fixed twins is the closed-form result.
+// device-to-host copy before its sync, a missing cudaStreamWaitEvent between two streams, and the
+// same between a compute stream and the stream of an NCCL all-reduce. The reference for the fixed
+// twins is the closed-form result.
 #include <gtest/gtest.h>
+#include <nccl.h>
 
 #include <cmath>
 #include <string>
@@ -248,6 +250,47 @@ TEST(Bugs, MissingStreamWaitEventIsExposed) {
         // Without the wait the consumer runs before the producer and copies the poison.
         for (float v : produce_consume(false, device_sync)) ASSERT_TRUE(std::isnan(v)) << "device_sync " << device_sync;
     }
+}
+
+// ---- 7. a missing wait between the compute stream and the comm stream ----
+
+/// A kernel on the compute stream fills buf with 3; an NCCL sum over a one-rank communicator on
+/// the comm stream copies it to out; the host reads out after syncing the comm stream (or the whole
+/// device). Returns what the host saw. The emulator runs an NCCL call when its stream reaches it,
+/// so without the event wait the all-reduce reads buf before the kernel has written it.
+std::vector<float> compute_then_all_reduce(ncclComm_t comm, bool wait_event, bool device_sync) {
+    const int n = 256;
+    DeviceArray<float> buf(n), out(n);
+    cudaStream_t compute, comm_stream;
+    cudaEvent_t produced;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&comm_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&produced, cudaEventDisableTiming));
+    llmtrain::launch(fill_kernel, 2, 128, 0, compute, buf.p, 3.0f, n);
+    CUDA_CHECK(cudaEventRecord(produced, compute));
+    if (wait_event) CUDA_CHECK(cudaStreamWaitEvent(comm_stream, produced, 0));
+    EXPECT_EQ(ncclAllReduce(buf.p, out.p, n, ncclFloat32, ncclSum, comm, comm_stream), ncclSuccess);
+    std::vector<float> host(n);
+    CUDA_CHECK(cudaMemcpyAsync(host.data(), out.p, n * sizeof(float), cudaMemcpyDeviceToHost, comm_stream));
+    CUDA_CHECK(device_sync ? cudaDeviceSynchronize() : cudaStreamSynchronize(comm_stream));
+    CUDA_CHECK(cudaEventDestroy(produced));
+    CUDA_CHECK(cudaStreamDestroy(compute));
+    CUDA_CHECK(cudaStreamDestroy(comm_stream));
+    return host;
+}
+
+TEST(Bugs, MissingWaitBeforeAnNcclCollectiveIsExposed) {
+    ncclUniqueId id;
+    ncclComm_t comm = nullptr;
+    ASSERT_EQ(ncclGetUniqueId(&id), ncclSuccess);  // one rank: MPI starts as a singleton
+    ASSERT_EQ(ncclCommInitRank(&comm, 1, id, 0), ncclSuccess);
+    for (bool device_sync : {false, true}) {
+        EXPECT_EQ(compute_then_all_reduce(comm, true, device_sync), std::vector<float>(256, 3.0f));
+        // Without the wait the all-reduce runs first and sums the poison of the fresh allocation.
+        for (float v : compute_then_all_reduce(comm, false, device_sync))
+            ASSERT_TRUE(std::isnan(v)) << "device_sync " << device_sync;
+    }
+    EXPECT_EQ(ncclCommDestroy(comm), ncclSuccess);
 }
 
 // ---- out-of-bounds and use-after-free accesses inside a kernel ----

@@ -2,7 +2,7 @@
 """tests/data/check_h5py.py — the token dataset format against h5py, an independent HDF5 library binding.
 
 C++ -> h5py: files written by TokenDatasetWriter (through dataset_tool) must have exactly the layout
-of ARCHITECTURE.md: /tokens 1-D uint16 (vocab <= 65536) else uint32, chunked 1-4 MiB, no filters;
+of docs/data.md: /tokens 1-D uint16 (vocab <= 65536) else uint32, chunked 1-4 MiB, no filters;
 /doc_offsets uint64; /tokenizer uint8; the five attributes; tokens equal to the closed form
 token_at(p) = (p * 2654435761 + 17) % vocab, documents of length 1 + (d * 37) % max_len.
 h5py -> C++: a file written by h5py (other chunking, int32 and variable-length string attributes)

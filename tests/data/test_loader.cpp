@@ -2,7 +2,8 @@
 // p is p itself (vocab larger than the file), so every batch reveals which window it read: the
 // tests check windows against the closed forms in loader.hpp (window w = tokens [w*T, w*T+T+1),
 // eval batch k of rank r = windows (k*world + r)*B + i), sharding (ranks disjoint, covering the
-// epoch), exact restore (a restored loader continues exactly like an uninterrupted one) and errors.
+// epoch), exact restore (a restored loader continues exactly like an uninterrupted one), restore
+// of a position saved at a smaller world (it goes on at the next epoch) and errors.
 #include <map>
 #include <set>
 
@@ -190,7 +191,49 @@ TEST(Loader, OpenErrors) {
     expect_data_error([&] { DataLoader dl(o); }, {"rank 4"});
     expect_data_error([&] { DataLoader dl(options(dir.file("missing.h5"), 4, 16, 0, 1)); },
                       {"missing.h5", "no such dataset file"});
-    expect_data_error([&] { fine.restore(LoaderState{0, fine.batches_per_epoch()}); }, {"batches_per_epoch"});
+}
+
+// Resuming at a larger dp (finding 7: restore() threw). A state saved at world 1 near the end of an
+// epoch has a batch index past that epoch's end at world 3; every rank must go on at the start of
+// the next epoch exactly like an uninterrupted world-3 loader that has just finished the epoch, and
+// an index that still fits must restore exactly.
+TEST(Loader, RestoreSavedAtSmallerWorldGoesOnAtTheNextEpoch) {
+    TempDir dir;
+    const int B = 2, T = 8;
+    const std::string path = identity_file(dir, 1001);  // 125 windows: 62 batches at world 1, 20 at world 3
+    LoaderState near_end, early;
+    {
+        DataLoader one(options(path, B, T, 0, 1));
+        ASSERT_EQ(one.batches_per_epoch(), 62u);
+        for (int k = 0; k < 62 + 5; ++k) next_windows(one, B, T);
+        early = one.state();
+        for (int k = 5; k < 60; ++k) next_windows(one, B, T);
+        near_end = one.state();
+    }
+    ASSERT_EQ(early.epoch, 1u);
+    ASSERT_EQ(early.batch, 5u);
+    ASSERT_EQ(near_end.epoch, 1u);
+    ASSERT_EQ(near_end.batch, 60u);
+    for (int r = 0; r < 3; ++r) {
+        const LoaderOptions opt = options(path, B, T, r, 3);
+        DataLoader ref(opt);  // uninterrupted at world 3: batches of epochs 0, 1 and 2
+        ASSERT_EQ(ref.batches_per_epoch(), 20u);
+        std::vector<std::vector<uint64_t>> expected;
+        for (int k = 0; k < 3 * 20; ++k) expected.push_back(next_windows(ref, B, T));
+
+        DataLoader resumed(opt);
+        resumed.restore(near_end);
+        EXPECT_EQ(resumed.state().epoch, 2u);
+        EXPECT_EQ(resumed.state().batch, 0u);
+        for (int k = 40; k < 60; ++k)
+            ASSERT_EQ(next_windows(resumed, B, T), expected[k]) << "rank " << r << " batch " << k;
+
+        resumed.restore(early);
+        EXPECT_EQ(resumed.state().epoch, 1u);
+        EXPECT_EQ(resumed.state().batch, 5u);
+        for (int k = 25; k < 40; ++k)
+            ASSERT_EQ(next_windows(resumed, B, T), expected[k]) << "rank " << r << " batch " << k;
+    }
 }
 
 // A bad token surfaces from the I/O thread in next(), which keeps its position.

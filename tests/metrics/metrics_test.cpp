@@ -1,4 +1,5 @@
-// tests/metrics/metrics_test.cpp — the Prometheus exporter, scraped over a plain loopback socket.
+// tests/metrics/metrics_test.cpp — the Prometheus exporter, scraped over a plain loopback socket
+// (tests/metrics/http_client.hpp).
 // Reference: the values the test sets, and the Prometheus text exposition format (one sample per
 // line: name{label="value",...} number); histogram buckets are cumulative counts.
 #include <arpa/inet.h>
@@ -13,39 +14,12 @@
 #include <sstream>
 
 #include "app/metrics.hpp"
+#include "http_client.hpp"
 
 using namespace llmtrain;
+using namespace llmtrain::test;
 
 namespace {
-
-/// Sends `request` to 127.0.0.1:port and returns the whole response ("" on any failure).
-std::string http(int port, const std::string& request) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return "";
-    timeval tv{5, 0};  // a hung server fails the test instead of blocking it
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(uint16_t(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    std::string out;
-    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) {
-        if (write(fd, request.data(), request.size()) == ssize_t(request.size())) {
-            char buf[4096];
-            ssize_t n;
-            while ((n = read(fd, buf, sizeof buf)) > 0) out.append(buf, size_t(n));
-        }
-    }
-    close(fd);
-    return out;
-}
-
-/// The body of GET http://127.0.0.1:port/path ("" on any failure).
-std::string http_get(int port, const std::string& path) {
-    const std::string out = http(port, "GET " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
-    const auto body = out.find("\r\n\r\n");
-    return body == std::string::npos ? "" : out.substr(body + 4);
-}
 
 /// The samples of an exposition: "name{labels}" -> value, labels sorted by name (their order in
 /// the exposition carries no meaning).

@@ -207,7 +207,7 @@ TEST(GptHelpers, EvaluateLogitsAtAndErrors) {
 }
 
 TEST(GptFlops, TinyConfigMatchesReference) {
-    // REFERENCE.md: 4 layers, width 256, seq_len 256, vocab 8192 need ~35 MFLOP per token.
+    // docs/reference.md "Throughput anchors": 4 layers, width 256, seq_len 256, vocab 8192 need ~35 MFLOP per token.
     const GPTConfig tiny{4, 4, 256, 256, 8192};
     ParamLayout L(tiny);
     const double f = flops_per_token(tiny, L.num_parameters(), 256);

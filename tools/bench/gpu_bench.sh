@@ -10,7 +10,7 @@
 # the token values). Steps 1-3 are warm-up (cuBLASLt heuristics, allocation) and are left out of
 # the averages. Each step is 8 micro-batches of the config's micro_batch_size (the optimizer step
 # is amortized as in training; override with --set training.grad_accum_steps=N).
-# MFU = 6*N_params + 6*n_layer*seq_len*n_embd FLOPs/token (REFERENCE.md) over the peak of
+# MFU = 6*N_params + 6*n_layer*seq_len*n_embd FLOPs/token (docs/reference.md) over the peak of
 # run.peak_flops (default 989 TFLOP/s, H100 SXM dense bf16). llm.c reference: ~56% MFU (124M, A100)
 # and ~46% (1.5B, H100).
 set -euo pipefail

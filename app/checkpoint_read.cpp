@@ -1,0 +1,329 @@
+// app/checkpoint_read.cpp — checkpoint verification, resume lookup and reading (see checkpoint.hpp).
+// HDF5 through data/h5.hpp; state.toml through TOML++.
+#include <hdf5.h>
+
+#include <algorithm>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <toml++/toml.h>
+
+#include "app/checkpoint.hpp"
+#include "app/checkpoint_files.hpp"
+#include "data/h5.hpp"
+
+namespace llmtrain {
+
+namespace ckpt {
+
+StateFile read_state_file(const std::string& dir) {
+    const fs::path path = fs::path(dir) / "state.toml";
+    const std::string file = path.string();
+    std::string text;
+    {
+        std::ifstream f(path, std::ios::binary);
+        if (!f) throw CheckpointError("checkpoint '" + dir + "': missing state.toml (incomplete)");
+        std::stringstream ss;
+        ss << f.rdbuf();
+        text = ss.str();
+    }
+    // Format 2's self-checksum first, so damage is reported as such rather than as a syntax error.
+    const size_t sealed = text.rfind(std::string("\n") + kIntegrityHeader);
+    if (sealed != std::string::npos) {
+        const std::string key = "state_sha256 = \"";
+        const size_t at = text.find(key, sealed);
+        if (at == std::string::npos || text.compare(at + key.size(), 64, sha256_hex(text.substr(0, sealed + 1))) != 0)
+            throw CheckpointError(file + ": state_sha256 does not match the file's contents (damaged)");
+    }
+    toml::table t;
+    try {
+        t = toml::parse(text, file);
+    } catch (const toml::parse_error& e) {
+        std::ostringstream os;
+        os << file << ":" << e.source().begin.line << ":" << e.source().begin.column << ": " << e.description();
+        throw CheckpointError(os.str());
+    }
+    auto need_int = [&](const char* key) -> int64_t {
+        auto v = t.at_path(key).value_exact<int64_t>();
+        if (!v) throw CheckpointError(file + ": " + key + ": missing or not an integer");
+        return *v;
+    };
+    auto need_str = [&](const char* key) -> std::string {
+        auto v = t.at_path(key).value_exact<std::string>();
+        if (!v) throw CheckpointError(file + ": " + key + ": missing or not a string");
+        return *v;
+    };
+    StateFile sf;
+    sf.version = int(need_int("format_version"));
+    if (sf.version != 1 && sf.version != kFormatVersion)
+        throw CheckpointError(file + ": format_version: expected 1 or " + std::to_string(kFormatVersion) + ", got " +
+                              std::to_string(sf.version));
+    if (sf.version >= 2) {
+        if (sealed == std::string::npos) throw CheckpointError(file + ": [integrity] state_sha256: missing");
+        sf.st.run_id = need_str("run_id");
+        const toml::table* files = t["files"].as_table();
+        if (!files || files->empty()) throw CheckpointError(file + ": files: missing or empty");
+        for (const auto& [k, v] : *files) {
+            auto s = v.value_exact<std::string>();
+            if (!s) throw CheckpointError(file + ": files." + std::string(k.str()) + ": not a string");
+            sf.files.emplace_back(std::string(k.str()), *s);
+        }
+    }
+    TrainState& st = sf.st;
+    st.step = need_int("step");
+    st.tokens_seen = uint64_t(need_int("tokens_seen"));
+    st.adam_t = int(need_int("adam_t"));
+    st.loader.epoch = uint64_t(need_int("loader.epoch"));
+    st.loader.batch = uint64_t(need_int("loader.batch"));
+    st.sampler_rng = need_str("sampler_rng");
+    st.model_config_hash = need_str("model.config_hash");
+    st.model.n_layer = int(need_int("model.n_layer"));
+    st.model.n_head = int(need_int("model.n_head"));
+    st.model.n_embd = int(need_int("model.n_embd"));
+    st.model.seq_len = int(need_int("model.seq_len"));
+    st.model.vocab_size = int(need_int("model.vocab_size"));
+    st.dp = int(need_int("world.dp"));
+    st.world_size = int(need_int("world.world_size"));
+    st.backend = need_str("backend.name");
+    st.precision = need_str("backend.precision");
+    return sf;
+}
+
+}  // namespace ckpt
+
+namespace {
+
+using namespace ckpt;
+
+/// The checkpoint file dir/name must exist; returns its path.
+std::string require_file(const std::string& dir, const std::string& name) {
+    fs::path p = fs::path(dir) / name;
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec)) throw CheckpointError("checkpoint '" + dir + "': missing " + name);
+    return p.string();
+}
+
+std::string shape_str(const std::vector<hsize_t>& d) {
+    std::string s = "[";
+    for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
+    return s + "]";
+}
+
+hid_t h5c(hid_t id, const std::string& context) { return h5::check<CheckpointError>(id, context); }
+
+/// Opens dataset `name` under loc and returns its dims; an empty handle when it does not exist.
+h5::Handle open_f32(hid_t loc, const std::string& name, std::vector<hsize_t>& dims, const std::string& file) {
+    if (H5Lexists(loc, name.c_str(), H5P_DEFAULT) <= 0) return {};
+    h5::Handle ds(h5c(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), file + ": cannot open dataset " + name));
+    h5::Handle sp(h5c(H5Dget_space(ds.get()), file + ": cannot read the shape of " + name));
+    const int rank = H5Sget_simple_extent_ndims(sp.get());
+    if (rank < 0) throw CheckpointError(file + ": cannot read the shape of " + name);
+    dims.assign(size_t(rank), 0);
+    H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
+    return ds;
+}
+
+void read_all(const h5::Handle& ds, float* out, const std::string& name, const std::string& file) {
+    h5::check_status<CheckpointError>(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out),
+                                      file + ": cannot read dataset " + name);
+}
+
+/// A 1-D piece of a tensor in one shard file: flat range [lo, hi) of the layout.
+struct Piece {
+    size_t lo, hi;
+    size_t file;  ///< index into the file list
+};
+
+}  // namespace
+
+std::string checkpoint_problem(const std::string& dir) {
+    try {
+        const StateFile sf = read_state_file(dir);
+        if (sf.version < 2) return "";  // format 1 carries no checksums
+        for (const auto& [name, sha] : sf.files) {
+            const fs::path p = fs::path(dir) / name;
+            std::error_code ec;
+            if (!fs::is_regular_file(p, ec)) return name + " is missing";
+            if (sha256_file_hex(p.string()) != sha) return name + ": SHA-256 differs from state.toml (damaged)";
+        }
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(dir, ec)) {
+            const std::string n = e.path().filename().string();
+            const bool listed = std::any_of(sf.files.begin(), sf.files.end(), [&](const auto& f) { return f.first == n; });
+            if (n != "state.toml" && !listed) return n + " is not listed in state.toml";
+        }
+        return "";
+    } catch (const std::exception& e) {  // CheckpointError from the state file, DataError from hashing
+        return e.what();
+    }
+}
+
+std::optional<std::string> current_run_id(const std::string& run_dir) {
+    const fs::path ckdir = fs::path(run_dir) / "checkpoints";
+    std::string target;
+    std::ifstream(ckdir / "latest") >> target;
+    if (step_of(target) >= 0) {
+        try {
+            return read_state_file((ckdir / target).string()).st.run_id;
+        } catch (const CheckpointError&) {
+            // damaged or missing: fall back to the newest checkpoint that verifies
+        }
+    }
+    const auto all = step_dirs(ckdir);
+    for (auto it = all.rbegin(); it != all.rend(); ++it)
+        if (checkpoint_problem(it->second.string()).empty()) return read_state_file(it->second.string()).st.run_id;
+    return std::nullopt;
+}
+
+ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::string& run_id) {
+    ResumeChoice c;
+    const auto all = step_dirs(fs::path(run_dir) / "checkpoints");
+    for (auto it = all.rbegin(); it != all.rend(); ++it) {
+        const std::string d = it->second.string(), name = it->second.filename().string();
+        std::string why;
+        try {
+            const std::string other = read_state_file(d).st.run_id;
+            why = other == run_id ? checkpoint_problem(d) : "belongs to run " + other + ", not " + run_id;
+        } catch (const CheckpointError& e) {
+            why = e.what();
+        }
+        if (why.empty()) {
+            c.dir = d;
+            c.run_id = run_id;
+            return c;
+        }
+        c.skipped.push_back("skipped " + name + ": " + why);
+    }
+    return c;
+}
+
+ResumeChoice resolve_resume(const std::string& resume, const std::string& run_dir, bool overwrite) {
+    const auto all = step_dirs(fs::path(run_dir) / "checkpoints");
+    if (resume == "none") {
+        if (all.empty() || overwrite) return {};
+        const auto rid = current_run_id(run_dir);
+        const ResumeChoice c = rid ? find_latest_checkpoint(run_dir, *rid) : ResumeChoice{};
+        const std::string which = rid ? "of run " + (rid->empty() ? std::string("(format 1)") : *rid) + " (newest " +
+                                            fs::path(c.dir).filename().string() + ")"
+                                      : "(none of them verifies)";
+        throw CheckpointError("run dir " + run_dir + " already holds checkpoints " + which +
+                              "; set checkpoint.resume = \"auto\" to continue it or checkpoint.overwrite = true to "
+                              "start a new run there");
+    }
+    if (resume == "auto") {
+        if (all.empty()) return {};
+        const auto rid = current_run_id(run_dir);
+        ResumeChoice c;
+        if (rid) {
+            c = find_latest_checkpoint(run_dir, *rid);
+            if (!c.dir.empty()) return c;
+        } else {
+            for (auto it = all.rbegin(); it != all.rend(); ++it)
+                c.skipped.push_back("skipped " + it->second.filename().string() + ": " +
+                                    checkpoint_problem(it->second.string()));
+        }
+        std::string why;
+        for (const auto& s : c.skipped) why += "\n  " + s;
+        throw CheckpointError("checkpoint.resume = \"auto\": no checkpoint in " + run_dir +
+                              "/checkpoints verifies:" + why +
+                              "\nset checkpoint.resume = \"none\" and checkpoint.overwrite = true to start a new run there");
+    }
+    std::error_code ec;
+    if (!fs::is_directory(resume, ec))
+        throw CheckpointError("checkpoint.resume: '" + resume + "' is not a directory");
+    const std::string why = checkpoint_problem(resume);
+    if (!why.empty()) throw CheckpointError("checkpoint.resume: '" + resume + "' is not a complete checkpoint (" + why + ")");
+    return ResumeChoice{resume, read_state_file(resume).st.run_id, {}};
+}
+
+TrainState read_train_state(const std::string& dir) { return read_state_file(dir).st; }
+
+void read_params(const std::string& dir, const ParamLayout& layout, float* params) {
+    h5::QuietErrors quiet;
+    const std::string file = require_file(dir, "model.h5");
+    std::fill(params, params + layout.total_numel(), 0.0f);
+    h5::Handle f(h5c(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "checkpoint: cannot open " + file));
+    for (const auto& t : layout.tensors()) {
+        const std::vector<hsize_t> want(t.shape.begin(), t.shape.end());
+        std::vector<hsize_t> dims;
+        h5::Handle ds = open_f32(f.get(), t.name, dims, file);
+        if (!ds.valid()) throw CheckpointError(file + ": tensor " + t.name + " is missing");
+        if (dims != want)
+            throw CheckpointError(file + ": tensor " + t.name + " has shape " + shape_str(dims) +
+                                  " in the checkpoint but " + shape_str(want) + " in the model");
+        read_all(ds, params + t.offset, t.name, file);
+    }
+}
+
+void read_optim(const std::string& dir, const ParamLayout& layout, size_t begin, size_t end, float* m,
+                float* v) {
+    h5::QuietErrors quiet;
+    std::fill(m, m + (end - begin), 0.0f);
+    std::fill(v, v + (end - begin), 0.0f);
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+        const std::string n = e.path().filename().string();
+        if (n.rfind("optim_", 0) == 0 && e.path().extension() == ".h5") files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    if (files.empty()) throw CheckpointError("checkpoint '" + dir + "': no optim_<k>.h5 shard");
+    std::vector<Piece> pieces;  // every piece of every file, for the overlap check
+    std::vector<float> buf;
+    for (size_t fi = 0; fi < files.size(); ++fi) {
+        const std::string& file = files[fi];
+        h5::Handle f(h5c(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "checkpoint: cannot open " + file));
+        for (const char* g : {"m", "v"})
+            if (H5Lexists(f.get(), g, H5P_DEFAULT) <= 0) throw CheckpointError(file + ": group " + g + " is missing");
+        for (const auto& t : layout.tensors()) {
+            std::vector<hsize_t> dm, dv;
+            h5::Handle dsm = open_f32(f.get(), "m/" + t.name, dm, file), dsv = open_f32(f.get(), "v/" + t.name, dv, file);
+            if (dsm.valid() != dsv.valid())
+                throw CheckpointError(file + ": tensor " + t.name + " has a /" + (dsm.valid() ? "m" : "v") +
+                                      " piece but no /" + (dsm.valid() ? "v" : "m") + " piece");
+            if (!dsm.valid()) continue;
+            int64_t off[2] = {-1, -1};
+            for (int i = 0; i < 2; ++i) {
+                const h5::Handle& ds = i ? dsv : dsm;
+                h5::Handle at(h5c(H5Aopen(ds.get(), "offset", H5P_DEFAULT), file + ": " + t.name + ": no offset attribute"));
+                h5::check_status<CheckpointError>(H5Aread(at.get(), H5T_NATIVE_INT64, &off[i]),
+                                                  file + ": " + t.name + ": cannot read offset");
+            }
+            if (dm.size() != 1 || dm != dv || off[0] != off[1])
+                throw CheckpointError(file + ": tensor " + t.name + ": its /m and /v pieces differ in shape or offset");
+            if (off[0] < 0 || size_t(off[0]) + dm[0] > t.numel)
+                throw CheckpointError(file + ": " + t.name + ": piece [" + std::to_string(off[0]) + ", +" +
+                                      std::to_string(dm[0]) + ") outside the tensor's " + std::to_string(t.numel) +
+                                      " elements");
+            const size_t plo = t.offset + size_t(off[0]), phi = plo + dm[0];
+            pieces.push_back({plo, phi, fi});
+            const size_t lo = std::max(plo, begin), hi = std::min(phi, end);
+            if (lo >= hi) continue;
+            buf.resize(dm[0]);
+            for (int i = 0; i < 2; ++i) {
+                read_all(i ? dsv : dsm, buf.data(), (i ? "v/" : "m/") + t.name, file);
+                std::copy(buf.begin() + (lo - plo), buf.begin() + (hi - plo), (i ? v : m) + (lo - begin));
+            }
+        }
+    }
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.lo < b.lo; });
+    size_t covered = 0;  // parameter elements of [begin, end) filled
+    for (size_t i = 0; i < pieces.size(); ++i) {
+        if (i > 0 && pieces[i].lo < pieces[i - 1].hi)
+            throw CheckpointError("checkpoint '" + dir + "': " + files[pieces[i - 1].file] + " and " +
+                                  files[pieces[i].file] + " both hold flat elements [" + std::to_string(pieces[i].lo) +
+                                  ", " + std::to_string(std::min(pieces[i].hi, pieces[i - 1].hi)) + ")");
+        const size_t lo = std::max(pieces[i].lo, begin), hi = std::min(pieces[i].hi, end);
+        if (lo < hi) covered += hi - lo;
+    }
+    size_t want = 0;
+    for (const auto& t : layout.tensors()) {
+        const size_t lo = std::max(t.offset, begin), hi = std::min(t.offset + t.numel, end);
+        if (lo < hi) want += hi - lo;
+    }
+    if (covered != want)
+        throw CheckpointError("checkpoint '" + dir + "': optimizer shards cover " + std::to_string(covered) + " of " +
+                              std::to_string(want) + " parameter elements of this rank's range");
+}
+
+}  // namespace llmtrain

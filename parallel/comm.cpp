@@ -1,0 +1,72 @@
+// parallel/comm.cpp — the backend-independent parts of parallel/comm.hpp: operation names and
+// make_comm, which picks the Comm for a backend.
+//
+// The NCCL hook: make_nccl_comm is referenced weakly (as model/backend.cpp does for the CUDA
+// backend). It resolves only in executables that link the NCCL Comm's object file; elsewhere its
+// address is null and a "cuda" backend is refused with a clear message, so CPU-only binaries need
+// no NCCL.
+#include <stdexcept>
+#include <string>
+
+#include "parallel/comm.hpp"
+
+namespace llmtrain {
+
+std::unique_ptr<Comm> make_nccl_comm(Ops& ops, const std::vector<int>& world_ranks, const CommOptions& opt)
+    __attribute__((weak));
+
+const char* comm_op_name(CommOp op) {
+    switch (op) {
+        case CommOp::all_reduce: return "all_reduce";
+        case CommOp::reduce_scatter: return "reduce_scatter";
+        case CommOp::all_gather: return "all_gather";
+        case CommOp::broadcast: return "broadcast";
+        case CommOp::send: return "send";
+        case CommOp::recv: return "recv";
+        case CommOp::count: break;
+    }
+    throw std::invalid_argument("comm_op_name: not an operation: " + std::to_string(static_cast<int>(op)));
+}
+
+std::unique_ptr<Comm> make_comm(Ops& ops, const std::vector<int>& world_ranks, const CommOptions& opt) {
+    if (std::string(ops.name()) != "cuda") return make_mpi_comm(world_ranks, opt);
+    if (&make_nccl_comm == nullptr)
+        throw std::runtime_error("make_comm: backend \"cuda\" needs NCCL, and this build has no NCCL Comm (this "
+                                 "executable was linked without it)");
+    return make_nccl_comm(ops, world_ranks, opt);
+}
+
+}  // namespace llmtrain
+
+namespace llmtrain {
+
+namespace {
+
+class DryComm final : public Comm {
+public:
+    DryComm(int size, int rank) : size_(size), rank_(rank) {
+        for (int r = 0; r < size; ++r) ranks_.push_back(r);
+    }
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+    const std::vector<int>& world_ranks() const override { return ranks_; }
+    CommHandle all_reduce_sum_async(void*, size_t, DType) override { fail(); }
+    CommHandle reduce_scatter_sum_async(const void*, void*, size_t, DType) override { fail(); }
+    CommHandle all_gather_async(const void*, void*, size_t, DType) override { fail(); }
+    CommHandle broadcast_async(void*, size_t, DType, int) override { fail(); }
+    CommHandle send_async(const void*, size_t, DType, int) override { fail(); }
+    CommHandle recv_async(void*, size_t, DType, int) override { fail(); }
+    void all_reduce_max(float*, size_t) override { fail(); }
+    void barrier() override { fail(); }
+
+private:
+    [[noreturn]] static void fail() { throw std::logic_error("dry-run Comm: no communication in a dry run"); }
+    int size_, rank_;
+    std::vector<int> ranks_;
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_dry_comm(int size, int rank) { return std::make_unique<DryComm>(size, rank); }
+
+}  // namespace llmtrain
