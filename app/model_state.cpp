@@ -108,8 +108,11 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
     }
     Topology topo(world, 0, cfg.parallel.pp, cfg.parallel.zero_group_size == 0 ? 0 : cfg.parallel.zero_group_size);
     out.push_back("groups at stages 1-3: " + topo.describe());
-    out.push_back("(model states = params + grads + optimizer; the difference to the formula is unit padding; comm "
-                  "holds the ZeRO working buffers; the CUDA backend adds ~35 MB of its own workspaces)");
+    out.push_back("(model states = params + grads + optimizer. Differences to the formula: unit padding, and at stages "
+                  "1-2 the params and grads categories also hold this rank's shard buffers (the updated params before "
+                  "the all-gather, the reduced gradient). comm holds the ZeRO working buffers and, when "
+                  "grad_reduce_dtype differs from the precision, the cast buffers. The CUDA backend adds ~35 MB of "
+                  "its own workspaces.)");
     return out;
 }
 

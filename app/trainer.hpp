@@ -24,7 +24,8 @@ namespace llmtrain {
 void install_stop_signal_handlers();
 
 /// Peak FLOP/s per device for MFU: run.peak_flops when > 0, else the backend's default
-/// (cpu 2e11: OpenBLAS sgemm on this 2-core AVX-512 machine, REFERENCE.md; cuda 989e12: H100 bf16 dense).
+/// (cpu: threads x max clock x FMA width, model/cpu/peak_flops.cpp; cuda 989e12: H100 bf16 dense,
+/// docs/reference.md "Training FLOPs and MFU").
 double peak_flops_for(const Config& cfg, const std::string& backend_name);
 
 class Trainer {

@@ -1,6 +1,6 @@
 // model/gpt.hpp — GPT-2: parameters, activations, and forward/backward over a layer range.
 //
-// ARCHITECTURE.md "Forward and backward over a layer range": one micro-batch runs over layers
+// docs/design.md "Forward and backward over a layer range": one micro-batch runs over layers
 // [l0, l1). The first stage (l0 == 0) takes token ids and runs the embeddings; the last stage
 // (l1 == n_layer) runs ln_f, the LM head tied to wte, and the fused softmax-cross-entropy; other
 // stages take and return (B,T,C) activations. A process without a pipeline owns [0, n_layer).
@@ -91,7 +91,7 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-/// Training FLOPs per token, REFERENCE.md: 6*N_params + 6*n_layer*seq_len*n_embd (fwd + bwd, no recompute).
+/// Training FLOPs per token, docs/reference.md "Training FLOPs and MFU": 6*N_params + 6*n_layer*seq_len*n_embd (fwd + bwd, no recompute).
 double flops_per_token(const GPTConfig& cfg, size_t num_parameters, int T);
 
 }  // namespace llmtrain

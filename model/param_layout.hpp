@@ -1,6 +1,6 @@
 // model/param_layout.hpp — every GPT-2 parameter tensor in one flat buffer, cut into units.
 //
-// ARCHITECTURE.md "Parameters: one flat buffer, cut into units": unit 0 holds the embeddings
+// docs/design.md "Parameter layout": unit 0 holds the embeddings
 // (wte, wpe), unit 1+l holds transformer layer l, unit n_layer+1 holds the final LayerNorm. Each
 // unit's slice is padded to a multiple of `shard_multiple` elements so it splits evenly over a ZeRO
 // group, and every tensor starts at a multiple of 8 elements (16 bytes in bf16). Checkpoints store

@@ -49,7 +49,7 @@ ZeroEngine::ZeroEngine(Allocator& alloc, const ParamLayout& layout, Comm& zero, 
     }
     if (opt_.reduce_dtype != ops_.act_dtype() && (N_ > 1 || replicas_.size() > 1)) {
         wire_send_ = alloc_cat(MemCategory::comm, std::max(max_unit, units[0].numel) * wire_es_);
-        wire_recv_ = alloc_cat(MemCategory::comm, (replicas_.size() > 1 ? shard_numel_ : max_chunk) * wire_es_);
+        wire_recv_ = alloc_cat(MemCategory::comm, max_chunk * wire_es_);
     }
 }
 
@@ -119,10 +119,13 @@ void ZeroEngine::reduce_grads() {
     if (replicas_.size() == 1) return;
     if (wire_send_ == nullptr) {
         replicas_.all_reduce_sum(gshard_, shard_numel_, ops_.act_dtype());
-    } else {
-        ops_.cast(wire_recv_, opt_.reduce_dtype, gshard_, ops_.act_dtype(), shard_numel_);
-        replicas_.all_reduce_sum(wire_recv_, shard_numel_, opt_.reduce_dtype);
-        ops_.cast(gshard_, ops_.act_dtype(), wire_recv_, opt_.reduce_dtype, shard_numel_);
+        return;
+    }
+    for (size_t u = 0; u < layout_.units().size(); ++u) {  // unit by unit: the cast buffer stays one chunk
+        char* g = shard_at(gshard_, int(u));
+        ops_.cast(wire_recv_, opt_.reduce_dtype, g, ops_.act_dtype(), chunk(int(u)));
+        replicas_.all_reduce_sum(wire_recv_, chunk(int(u)), opt_.reduce_dtype);
+        ops_.cast(g, ops_.act_dtype(), wire_recv_, opt_.reduce_dtype, chunk(int(u)));
     }
 }
 

@@ -112,7 +112,7 @@ private:
     int next_gslot_ = 0;
     std::vector<Slot*> reduce_order_;  // slots with a reduce in flight, in the order started
     void* wire_send_ = nullptr;  // (max unit) reduce dtype, when it differs from the act dtype
-    void* wire_recv_ = nullptr;  // (max(shard, max chunk)) reduce dtype
+    void* wire_recv_ = nullptr;  // (max chunk) reduce dtype
     std::vector<void*> owned_;
 };
 

@@ -426,9 +426,11 @@ private:
 #endif
 };
 
-/// The node-local rank from the MPI launcher's environment (OpenMPI, Slurm), 0 when absent.
+/// The node-local rank from the launcher's environment, 0 when absent. Same variables in the same
+/// order as parallel/comm.hpp's local_rank() (the metrics port), so a rank's device and port agree;
+/// the model layer cannot call into parallel/, hence this twin.
 int local_rank() {
-    for (const char* var : {"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "LOCAL_RANK"})
+    for (const char* var : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
         if (const char* v = std::getenv(var)) return std::atoi(v);
     return 0;
 }
