@@ -311,6 +311,8 @@ Trainer::Trainer(const Config& cfg, Comm& dp_comm) : impl_(std::make_unique<Impl
 Trainer::~Trainer() = default;
 int64_t Trainer::step() const { return impl_->step; }
 
+std::string Trainer::save_checkpoint(RunLog& log) { return impl_->save(log, nullptr); }
+
 std::vector<std::string> Trainer::summary() const {
     const Impl& I = *impl_;
     const auto& c = I.cfg;

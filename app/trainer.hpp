@@ -54,6 +54,11 @@ public:
 
     int64_t step() const;  ///< optimizer steps completed
 
+    /// Writes a checkpoint of the current state now, with every rank (collective; the same protocol
+    /// as the periodic ones); returns its directory on rank 0. Used to reshard a checkpoint: resume
+    /// it under another world size or ZeRO stage, then save. Errors: CheckpointError, CommError.
+    std::string save_checkpoint(RunLog& log);
+
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
