@@ -12,7 +12,8 @@
 # is amortized as in training; override with --set training.grad_accum_steps=N).
 # MFU = 6*N_params + 6*n_layer*seq_len*n_embd FLOPs/token (docs/reference.md) over the peak of
 # run.peak_flops (default 989 TFLOP/s, H100 SXM dense bf16). llm.c reference: ~56% MFU (124M, A100)
-# and ~46% (1.5B, H100).
+# and ~46% (1.5B, H100). With >= 2 GPUs it also runs 124M under mpirun, one rank per GPU, at
+# zero_stage 0 and 3 (the tokens/s of the log are per job, so the two compare directly).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=${1:-20}
@@ -24,17 +25,23 @@ DATA=$BUILD/gpu_bench/data
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || { echo "gpu_bench: no GPU"; exit 2; }
 [ -f "$DATA/train.h5" ] || "$BUILD/tests/app/make_tiny_dataset" "$DATA" >/dev/null
 
-for model in gpt2-124m gpt2-1.5b; do
-    rd=$BUILD/gpu_bench/$model
+# bench <label> <model> <launcher...> -- [llmtrain args]: trains, prints mean tokens/s and MFU after warm-up
+bench() {
+    local label=$1 model=$2
+    shift 2
+    local launch=()
+    while [ "$1" != "--" ]; do launch+=("$1"); shift; done
+    shift
+    local rd=$BUILD/gpu_bench/$label
     rm -rf "$rd"
-    "$BIN" --config "configs/$model.toml" --set "run.run_dir=\"$rd\"" --set run.backend=\"cuda\" \
+    "${launch[@]}" "$BIN" --config "configs/$model.toml" --set "run.run_dir=\"$rd\"" --set run.backend=\"cuda\" \
         --set "run.max_steps=$STEPS" --set run.log_interval=1 --set run.eval_interval=0 \
         --set run.sample_interval=0 --set metrics.enabled=false --set checkpoint.interval=0 \
         --set training.global_batch_size=0 --set training.grad_accum_steps=8 \
         --set "data.train=\"$DATA/train.h5\"" --set "data.val=\"$DATA/val.h5\"" "$@" >"$rd.log" 2>&1 ||
-        { echo "$model: llmtrain failed, see $rd.log"; tail -5 "$rd.log"; continue; }
+        { echo "$label: llmtrain failed, see $rd.log"; tail -5 "$rd.log"; return; }
     # Log lines: "step k/N | loss L | lr .. | norm .. | 12,345 tok/s | MFU 45.6% | ..."
-    awk -v model="$model" '
+    awk -v label="$label" '
         /^step [0-9]+\// {
             split($2, s, "/"); if (s[1] + 0 <= 3) next
             for (i = 1; i <= NF; i++) {
@@ -42,7 +49,21 @@ for model in gpt2-124m gpt2-1.5b; do
                 if ($i == "MFU") { m = $(i + 1); sub("%", "", m); mfu += m }
             }
         }
-        END { if (n == 0) { print model ": no steps after warm-up"; exit }
-              printf "%-10s %12.0f tokens/s   MFU %5.1f%%   (mean of %d steps)\n", model, tok / n, mfu / n, n }' \
+        END { if (n == 0) { print label ": no steps after warm-up"; exit }
+              printf "%-16s %12.0f tokens/s   MFU %5.1f%%   (mean of %d steps)\n", label, tok / n, mfu / n, n }' \
         "$rd.log"
+}
+
+for model in gpt2-124m gpt2-1.5b; do
+    bench "$model" "$model" -- "$@"
 done
+
+# ZeRO-3 against plain DP on every GPU of this node (one rank per GPU; tokens/s over all ranks).
+GPUS=$(nvidia-smi -L | wc -l)
+if [ "$GPUS" -ge 2 ]; then
+    mpi=(mpirun --allow-run-as-root -np "$GPUS")
+    bench "124m-dp$GPUS" gpt2-124m "${mpi[@]}" -- --set parallel.zero_stage=0 "$@"
+    bench "124m-zero3-$GPUS" gpt2-124m "${mpi[@]}" -- --set parallel.zero_stage=3 "$@"
+else
+    echo "ZeRO-3 vs DP: needs >= 2 GPUs on this node, found $GPUS"
+fi
