@@ -307,7 +307,10 @@ const std::vector<Field>& fields() {
         field("lr_schedule", "min_lr", &C::lr_schedule, &LRScheduleConfig::min_lr, non_negative<float>()),
 
         field("parallel", "dp", &C::parallel, &ParallelConfig::dp, at_least(0)),
-        field("parallel", "pp", &C::parallel, &ParallelConfig::pp, between(1, 1)),
+        field("parallel", "pp", &C::parallel, &ParallelConfig::pp,
+              Check<int>([](const int& v) -> std::string {
+                  return v == 1 ? "" : "1 (pipeline parallelism is not supported yet)";
+              })),
         field("parallel", "zero_stage", &C::parallel, &ParallelConfig::zero_stage, between(0, 3)),
         field("parallel", "zero_group_size", &C::parallel, &ParallelConfig::zero_group_size, at_least(0)),
         field("parallel", "grad_reduce_dtype", &C::parallel, &ParallelConfig::grad_reduce_dtype, one_of({"fp32", "bf16"})),
