@@ -14,7 +14,7 @@ if [[ ${1:-} == --sanitize ]]; then
   BUILD_TYPE=Sanitize
   BUILD=${LLMTRAIN_BUILD_DIR:-build-sanitize}
   # No nvcc backend (never runs here) and no emulator (cuda, cuda_emu labels): docs/testing.md.
-  CONFIGURE_ARGS=(-DCMAKE_CUDA_COMPILER=NOTFOUND -DCUDA_EMU_CUDA_INCLUDE=/nonexistent)
+  CONFIGURE_ARGS=(-DCMAKE_CUDA_COMPILER=NOTFOUND -DLLMTRAIN_CUDA_EMU=OFF)
 fi
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" "${CONFIGURE_ARGS[@]}"
