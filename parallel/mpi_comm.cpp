@@ -40,6 +40,7 @@
 #include <string>
 #include <thread>
 
+#include "model/bf16.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/mpi_comm_testing.hpp"
 
@@ -64,23 +65,6 @@ bool mpi_active() {
     MPI_Initialized(&init);
     MPI_Finalized(&fin);
     return init && !fin;
-}
-
-/// bf16 (raw bits) -> fp32: bf16 is the upper half of an fp32.
-float bf16_to_f32(uint16_t b) {
-    uint32_t u = uint32_t(b) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-
-/// fp32 -> bf16 with round-to-nearest-even (NaN stays NaN).
-uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return uint16_t(u >> 16);
 }
 
 const char* dtype_label(DType t) { return t == DType::f32 ? "fp32" : t == DType::bf16 ? "bf16" : "u8"; }

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "model/cpu/blas_setup.hpp"
+#include "model/bf16.hpp"
 #include "model/cpu/cpu_ops.hpp"
 
 namespace llmtrain {
@@ -19,21 +20,6 @@ namespace {
 
 constexpr size_t kAlign = 256;
 
-/// fp32 -> bf16 bits, round to nearest even; NaN stays a (quiet) NaN with its sign.
-uint16_t f32_to_bf16(float f) {
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);  // round half to even on the 16 dropped bits
-    return static_cast<uint16_t>(u >> 16);
-}
-
-float bf16_to_f32(uint16_t h) {
-    const uint32_t u = static_cast<uint32_t>(h) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
 
 }  // namespace
 
