@@ -724,7 +724,7 @@ TEST_F(E2E, DryRunWorldSize) {
     EXPECT_NEAR(states[0], 16 * psi / mib, 0.01 * 16 * psi / mib) << p.out;
 
     EXPECT_EQ(bad.code, 2) << bad.err;
-    EXPECT_NE(bad.err.find("--world-size"), std::string::npos) << bad.err;
+    EXPECT_NE(bad.err.find("--world-size requires --dry-run"), std::string::npos) << bad.err;
 }
 
 TEST_F(E2E, ZeroStage3ResumeIsBitwiseExact) {
