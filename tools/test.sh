@@ -20,4 +20,39 @@ JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" "${CONFIGURE_ARGS[@]}"
 cmake --build "$BUILD" -j "$JOBS"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-cd "$BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600 "$@"
+cd "$BUILD"
+# ctest's "N% tests passed, M tests failed out of K" stays the last ctest summary; after it come one
+# loud line if the CUDA emulator (so the cuda and cuda_emu suites) was not built, and, last, the
+# skipped tests (exit 77, docs/testing.md "Skips") counted and grouped by the reason they printed,
+# read from ctest's JUnit file. The exit status is ctest's.
+rm -f ctest-junit.xml
+status=0
+ctest --output-on-failure -j "$JOBS" --timeout 600 --output-junit "$PWD/ctest-junit.xml" "$@" || status=$?
+if [[ $(sed -n 's/^CUDA_EMU_AVAILABLE:INTERNAL=//p' CMakeCache.txt) != ON ]]; then
+  echo "tools/test.sh: WARNING: the cuda and cuda_emu suites were NOT built: $(sed -n 's/^CUDA_EMU_MISSING:INTERNAL=//p' CMakeCache.txt)"
+fi
+python3 - ctest-junit.xml <<'EOF' || echo "tools/test.sh: could not summarize skipped tests from ctest-junit.xml"
+import os, re, sys, xml.etree.ElementTree as ET
+cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
+groups = {}  # reason -> test names
+total = 0
+for c in cases:
+    total += 1
+    if c.find("skipped") is None:
+        continue
+    lines = [l.strip() for l in (c.findtext("system-out") or "").splitlines() if l.strip()]
+    # GoogleTest prints "<file>:<line>: Skipped" then the GTEST_SKIP message; scripts end with it.
+    after = [b for a, b in zip(lines, lines[1:]) if re.search(r":\d+: Skipped$", a)]
+    said = [l for l in lines if "skip" in l.lower() and not l.startswith("[")]
+    reason = (after or said[-1:] or lines[-1:] or ["(no output)"])[0]
+    groups.setdefault(reason, []).append(c.get("name").split("  #")[0])  # no "# GetParam() = ..."
+def names(ns):
+    if len(ns) <= 3:
+        return ", ".join(ns)
+    p = os.path.commonprefix(ns)
+    return p[: max(p.rfind("."), p.rfind("_")) + 1] + "*"
+parts = [f"{len(ns)} {r!r} ({names(ns)})" for r, ns in sorted(groups.items(), key=lambda g: -len(g[1]))]
+n = sum(len(ns) for ns in groups.values())
+print(f"tools/test.sh: {n} of {total} tests skipped" + (": " + "; ".join(parts) if parts else ""))
+EOF
+exit "$status"

@@ -6,6 +6,7 @@
 // odd sizes of the op tests, small enough for ~seconds under the emulator.
 // In bf16 mode the CPU model starts from the same bf16-rounded weights; the remaining differences
 // come from bf16 activations and gradients, hence the looser bf16 tolerances stated below.
+// Gradients are compared tensor by tensor, each relative to its own scale.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -130,15 +131,18 @@ TEST_P(GptTest, OneTrainingStep) {
     const float l_cuda = cuda->gpt->forward_backward(inp.data(), tgt.data(), 1.0f / kN);
     EXPECT_NEAR(l_cuda, l_cpu, (bf16 ? 1e-3 : 1e-5) * l_cpu) << "loss";  // bf16: 5e-6 seen
     const auto g_cpu = cpu->grads(), g_cuda = cuda->grads();
-    // Tensor by tensor, each against its own scale: |cuda - cpu| <= tol (|cpu_i| + rms of the
+    // Tensor by tensor, each against its own scale: |cuda - cpu| <= tol (|cpu_i| + rms of that
     // tensor's cpu gradient), so a tensor with small gradients (LayerNorm, biases) is held to its
-    // own size, not to the RMS of all parameters. fp32: TOL_F32 (~10 chained ops); bf16: TOL_BF16
-    // (every activation and gradient is rounded to 8 bits on the way through both layers).
+    // own size, not to the RMS of all parameters. fp32: 2e-5 (~10 chained ops reordered; 1.6e-6
+    // seen, any tensor). bf16: 2^-4, 16x one bf16 rounding (2^-8): every activation and gradient
+    // is rounded to 8 bits on the way through both layers; seen 0.004-0.01 for LayerNorm and
+    // biases, 0.017-0.033 for the linear weights, 0.045 for wte (classifier and encoder summed).
+    const double grad_tol = bf16 ? 1.0 / 16 : 2e-5;
     for (const ParamTensor& pt : cuda->gpt->layout().tensors()) {
         const auto slice = [&](const std::vector<float>& v) {
             return std::vector<float>(v.begin() + pt.offset, v.begin() + pt.offset + pt.numel);
         };
-        expect_close("grad " + pt.name, slice(g_cuda), slice(g_cpu), bf16 ? 0.0 : 0.0);
+        expect_close("grad " + pt.name, slice(g_cuda), slice(g_cpu), grad_tol);
     }
 
     cpu->make_optimizer();
