@@ -16,7 +16,7 @@
 // independent otherwise: several may be in flight on one Comm; wait them before the Comm goes.
 //
 // Timeout (CommOptions::timeout_s, config key parallel.timeout_s). wait() polls with MPI_Testall —
-// spinning 1 ms, then sleeping 100 us doubling to 1 ms between polls, so a rank waiting on a hung
+// spinning (yielding) for 100 ms, then sleeping 100 us doubling to 1 ms between polls, so a rank waiting on a hung
 // peer stays near idle — and throws CommError naming the operation and the ranks once the limit
 // passes. MPI cannot cancel a collective, so a timed-out operation is abandoned: its scratch is
 // kept alive until exit (MPI may still write it, and the caller's buffers), and the run is
@@ -232,9 +232,13 @@ public:
 private:
     /// Polls st_->reqs until all complete; throws CommError once timeout_s_ has passed since start.
     void poll(Clock::time_point start) {
-        // A 50 us spin made a 256 KiB all-reduce 10-25x slower on 2 busy cores (the peer was
-        // descheduled); 1 ms keeps small operations at their blocking speed.
-        const auto spin = std::chrono::microseconds(1000);
+        // Nonblocking collectives advance only inside MPI calls, so a large message needs many
+        // polls: for the first 100 ms poll continuously, yielding the core (on an oversubscribed
+        // machine the peer may need it), then sleep between polls (100 us doubling to 1 ms) so a
+        // rank waiting on a hung peer does not burn a core until the timeout. Sleeping after a
+        // short spin instead (1 ms) made ZeRO's per-unit collectives ~2x slower than DP's one
+        // all-reduce on 2 cores (tools/bench/zero_cpu.sh).
+        const auto spin = std::chrono::milliseconds(100);
         auto nap = std::chrono::microseconds(100);
         for (;;) {
             int done = 0;
@@ -248,7 +252,10 @@ private:
                 throw CommError(what_ + " did not complete within parallel.timeout_s = " + limit +
                                 " s; waiting for " + waiting_for_ + " (a rank may be hung or stopped)");
             }
-            if (waited < spin) continue;
+            if (waited < spin) {
+                std::this_thread::yield();
+                continue;
+            }
             std::this_thread::sleep_for(nap);
             nap = std::min(nap * 2, std::chrono::microseconds(1000));
         }
