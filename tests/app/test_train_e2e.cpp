@@ -10,6 +10,8 @@
 //  - errors: exit code, a message naming the file/key, and an untouched run directory;
 //  (the fault cases — non-finite steps, a hung rank, ZeRO config errors, the dry run's world size,
 //  ZeRO-3 resume — are in test_train_e2e_faults.cpp)
+#include <algorithm>
+
 #include "tests/app/e2e_util.hpp"
 
 TEST_F(E2E, ResumeIsBitwiseExact) {
@@ -183,6 +185,42 @@ TEST_F(E2E, DryRunAndPrintConfig) {
     EXPECT_EQ(back.training.global_batch_size, 6);
     EXPECT_EQ(back.parallel.dp, 1);
     EXPECT_EQ(to_toml(back), pc.out);
+}
+
+/// The tok/s figures of the log lines in `out` ("| 12,345 tok/s |"), in order.
+std::vector<double> logged_tokens_per_second(const std::string& out) {
+    std::vector<double> v;
+    static const std::regex re("\\| ([0-9,]+) tok/s \\|");
+    for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+        std::string digits = (*it)[1];
+        digits.erase(std::remove(digits.begin(), digits.end(), ','), digits.end());
+        v.push_back(std::stod(digits));
+    }
+    return v;
+}
+
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+TEST_F(E2E, TokensPerSecondLeavesOutEval) {
+    // Finding 10: tok/s counted eval (and samples, checkpoints) as training time, so a log line after
+    // an eval showed a fraction of the real speed. Reference: the same run without eval. Here eval
+    // reads the whole val file after every step (tens of forwards per one-micro-batch step), so a
+    // figure that included it would fall well under half; noise between two runs is far smaller.
+    const fs::path a = case_dir() / "eval", b = case_dir() / "plain";
+    Proc pa = run(llmtrain_args(a, {"run.max_steps=12", "run.eval_interval=1", "run.eval_steps=0",
+                                    "run.sample_interval=0"}));
+    ASSERT_EQ(pa.code, 0) << pa.err;
+    Proc pb = run(llmtrain_args(b, {"run.max_steps=12", "run.eval_interval=0", "run.sample_interval=0"}));
+    ASSERT_EQ(pb.code, 0) << pb.err;
+    auto ta = logged_tokens_per_second(pa.out), tb = logged_tokens_per_second(pb.out);
+    ASSERT_EQ(ta.size(), 12u);
+    ASSERT_EQ(tb.size(), 12u);
+    ta.erase(ta.begin());  // the first line's step includes warm-up
+    tb.erase(tb.begin());
+    EXPECT_GT(median(ta), 0.5 * median(tb)) << "with eval " << median(ta) << " tok/s, without " << median(tb);
 }
 
 TEST_F(E2E, GradAccumEqualsOneBigBatch) {
