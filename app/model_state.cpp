@@ -17,6 +17,8 @@ GPTConfig gpt_config_of(const Config& c) {
     return g;
 }
 
+DType precision_dtype(const Config& c) { return c.training.precision == "bf16" ? DType::bf16 : DType::f32; }
+
 int zero_group_of(const Config& c) { return c.parallel.zero_stage == 0 ? 1 : c.parallel.zero_group_size; }
 
 ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology& topo, std::unique_ptr<Comm> zero,
@@ -36,7 +38,7 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
     s.replica_comm = std::move(replicas);
     ZeroOptions zo;
     zo.stage = cfg.parallel.zero_stage;
-    zo.reduce_dtype = cfg.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;
+    zo.reduce_dtype = cfg.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;  // validated by the config
     s.engine = std::make_unique<ZeroEngine>(alloc, *s.layout, *s.zero_comm, *s.replica_comm, zo);
     s.gpt = std::make_unique<GPT>(g, go, alloc, s.engine.get());
     AdamWConfig ac;
@@ -54,7 +56,7 @@ std::array<size_t, static_cast<int>(MemCategory::count)> estimate_memory(const C
     Config cfg = cfg_in;
     cfg.parallel.zero_stage = stage;
     if (stage == 0) cfg.parallel.zero_group_size = 0;
-    auto ops = make_dry_ops(cfg.training.precision == "bf16" ? DType::bf16 : DType::f32);
+    auto ops = make_dry_ops(precision_dtype(cfg));
     std::array<size_t, static_cast<int>(MemCategory::count)> out{};
     {
         Allocator alloc(*ops);
@@ -70,7 +72,7 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
     std::vector<std::string> out;
     const GPTConfig g = gpt_config_of(cfg);
     const double psi = double(ParamLayout(g).num_parameters());
-    const bool bf16 = cfg.training.precision == "bf16";
+    const bool bf16 = precision_dtype(cfg) == DType::bf16;
     const double es = bf16 ? 2 : 4, K = bf16 ? 12 : 8;  // optimizer bytes per parameter: master, m, v (fp32: m, v)
     const int zg = cfg.parallel.zero_group_size == 0 ? world / cfg.parallel.pp : cfg.parallel.zero_group_size;
     const double N = zg;

@@ -26,6 +26,8 @@ struct ModelState {
 
 /// The model configuration of cfg.model.
 GPTConfig gpt_config_of(const Config& cfg);
+/// training.precision as the device compute dtype (the config has validated it: "fp32" or "bf16").
+DType precision_dtype(const Config& cfg);
 /// The ZeRO group size a topology is built with: 1 at stage 0 (plain DP), else parallel.zero_group_size.
 int zero_group_of(const Config& cfg);
 

@@ -113,7 +113,7 @@ struct Trainer::Impl {
             tokenizer.emplace(Tokenizer::from_bytes(ds.tokenizer_bytes(), cfg.data.train + ":/tokenizer"));
         }
         CudaBackendOptions cuda;
-        cuda.attention = cfg.model.attention;
+        cuda.attention = parse_attention(cfg.model.attention);
         cuda.stochastic_rounding = cfg.training.stochastic_rounding;
         ops = make_backend(cfg.run.backend, cfg.training.precision, cuda);
         alloc = std::make_unique<Allocator>(*ops);
@@ -134,7 +134,7 @@ struct Trainer::Impl {
         sched.min_lr = cfg.lr_schedule.min_lr;
         sched.warmup_steps = cfg.lr_schedule.warmup_steps;
         sched.decay_steps = cfg.run.max_steps;
-        sched.decay = cfg.lr_schedule.decay;
+        sched.decay = parse_lr_decay(cfg.lr_schedule.decay);
         norm_scratch = static_cast<float*>(alloc->alloc(MemCategory::workspace, sizeof(float)));
 
         inputs.resize(size_t(B) * T);

@@ -17,6 +17,12 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
     __attribute__((weak));
 int cuda_device_count() __attribute__((weak));
 
+Attention parse_attention(const std::string& name) {
+    if (name == "native") return Attention::native;
+    if (name == "cudnn") return Attention::cudnn;
+    throw std::invalid_argument("model.attention: expected \"native\" or \"cudnn\", got \"" + name + "\"");
+}
+
 std::unique_ptr<Ops> make_backend(const std::string& name, const std::string& precision,
                                   const CudaBackendOptions& cuda_options) {
     if (precision != "fp32" && precision != "bf16")

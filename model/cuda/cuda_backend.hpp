@@ -11,21 +11,27 @@
 
 namespace llmtrain {
 
+/// model.attention, parsed once (parse_attention): our kernels, or cuDNN's fused attention.
+enum class Attention { native, cudnn };
+
+/// "native" | "cudnn" -> Attention. Errors: std::invalid_argument naming model.attention.
+Attention parse_attention(const std::string& name);
+
 /// Options of the CUDA backend beyond the precision.
 struct CudaBackendOptions {
     /// Round the fp32 master weights to bf16 params stochastically in AdamW (bf16 mode only).
     bool stochastic_rounding = false;
-    /// model.attention: "native" (our kernels) or "cudnn" (cuDNN fused attention; bf16, needs a
-    /// build with cuDNN).
-    std::string attention = "native";
+    /// model.attention: native (our kernels) or cudnn (cuDNN fused attention; bf16, needs a build
+    /// with cuDNN).
+    Attention attention = Attention::native;
 };
 
 /// Number of CUDA devices visible (0 when there is none or no driver; never throws).
 int cuda_device_count();
 
 /// Creates the CUDA backend on device (local MPI rank mod device count) with act dtype from
-/// `precision` ("bf16" or "fp32"). Errors: std::invalid_argument for another precision, an unknown
-/// options.attention, or "cudnn" without cuDNN in the build or with fp32; std::runtime_error when
+/// `precision` ("bf16" or "fp32"). Errors: std::invalid_argument for another precision, or
+/// cudnn attention without cuDNN in the build or with fp32; std::runtime_error when
 /// no device is present or CUDA/cuBLASLt/cuDNN fails to initialize.
 std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaBackendOptions& options = {});
 

@@ -55,7 +55,7 @@ public:
         CUDA_CHECK(cudaEventCreateWithFlags(&buckets_done_, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&tokens_ready_, cudaEventDisableTiming));
 #ifdef LLMTRAIN_HAVE_CUDNN
-        if (opt.attention == "cudnn") cudnn_ = std::make_unique<cuda::CudnnAttention>();
+        if (opt.attention == Attention::cudnn) cudnn_ = std::make_unique<cuda::CudnnAttention>();
 #endif
     }
     ~CudaOps() override {
@@ -422,7 +422,7 @@ private:
     int sr_step_ = 0;       ///< step count t of the last adamw_update
     uint32_t sr_call_ = 0;  ///< adamw_update calls so far in that step
 #ifdef LLMTRAIN_HAVE_CUDNN
-    std::unique_ptr<cuda::CudnnAttention> cudnn_;  ///< set when options.attention == "cudnn"
+    std::unique_ptr<cuda::CudnnAttention> cudnn_;  ///< set when options.attention == Attention::cudnn
 #endif
 };
 
@@ -454,10 +454,7 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
         act = DType::f32;
     else
         throw std::invalid_argument("training.precision: expected \"bf16\" or \"fp32\", got \"" + precision + "\"");
-    if (options.attention != "native" && options.attention != "cudnn")
-        throw std::invalid_argument("model.attention: expected \"native\" or \"cudnn\", got \"" + options.attention +
-                                    "\"");
-    if (options.attention == "cudnn") {
+    if (options.attention == Attention::cudnn) {
 #ifndef LLMTRAIN_HAVE_CUDNN
         throw std::invalid_argument("model.attention = \"cudnn\": this build has no cuDNN (use \"native\")");
 #endif

@@ -16,7 +16,7 @@ class CudnnAttention : public testing::TestWithParam<Shape> {};
 TEST_P(CudnnAttention, MatchesNativeKernels) {
     const auto [B, T, C, NH] = GetParam();
     CudaBackendOptions with_cudnn;
-    with_cudnn.attention = "cudnn";
+    with_cudnn.attention = Attention::cudnn;
     std::unique_ptr<Ops> cudnn;
     try {
         cudnn = make_cuda_backend("bf16", with_cudnn);

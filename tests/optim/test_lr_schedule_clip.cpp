@@ -34,15 +34,15 @@ TEST(LRSchedule, LinearConstantAndErrors) {
     s.min_lr = 0.0f;
     s.warmup_steps = 0;
     s.decay_steps = 10;
-    s.decay = "linear";
+    s.decay = parse_lr_decay("linear");
     EXPECT_FLOAT_EQ(s.at(0), 2.0f);
     EXPECT_FLOAT_EQ(s.at(5), 1.0f);
     EXPECT_FLOAT_EQ(s.at(10), 0.0f);
-    s.decay = "constant";
+    s.decay = parse_lr_decay("constant");
     EXPECT_FLOAT_EQ(s.at(7), 2.0f);
     EXPECT_FLOAT_EQ(s.at(70), 2.0f);
-    s.decay = "step";
-    EXPECT_THROW(s.at(1), std::invalid_argument);
+    EXPECT_EQ(parse_lr_decay("cosine"), LRDecay::cosine);
+    EXPECT_THROW(parse_lr_decay("step"), std::invalid_argument);
 }
 
 TEST(GradClip, NormAndScale) {
