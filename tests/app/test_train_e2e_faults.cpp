@@ -6,6 +6,7 @@
 //  - ZeRO-3 resume: an uninterrupted 2-rank ZeRO-3 run, bit for bit.
 #include "tests/app/e2e_util.hpp"
 
+/// argv run under mpirun with n ranks.
 std::vector<std::string> under_mpirun(std::vector<std::string> argv, int n) {
     argv.insert(argv.begin(), {MPIEXEC, "--oversubscribe", "-np", std::to_string(n)});
     return argv;
@@ -272,14 +273,4 @@ TEST_F(E2E, ZeroStage3ResumeIsBitwiseExact) {
     EXPECT_NE(sample_at(pa.out, 6), "<none>");
 }
 
-
-int main(int argc, char** argv) {
-    ::testing::InitGoogleTest(&argc, argv);
-    const int rc = RUN_ALL_TESTS();
-    // ctest runs one case per entry: a filter that matches nothing must fail, not pass.
-    if (::testing::UnitTest::GetInstance()->test_to_run_count() == 0) {
-        std::fprintf(stderr, "no test matched the filter\n");
-        return 1;
-    }
-    return rc;
-}
+int main(int argc, char** argv) { return e2e_main(argc, argv); }

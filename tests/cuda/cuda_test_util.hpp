@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "model/bf16.hpp"
 #include "model/cpu/cpu_ops.hpp"
 #include "model/cuda/cuda_backend.hpp"
 #include "model/ops.hpp"
@@ -30,20 +31,9 @@ namespace llmtrain::cudatest {
 constexpr double kTolF32 = 1e-5;
 constexpr double kTolBf16 = 1.0 / 128;  // 2^-7
 
-/// fp32 -> bf16 bits, round to nearest even (NaN kept quiet).
-inline uint16_t bf16_bits(float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return static_cast<uint16_t>(u >> 16);
-}
-inline float bf16_to_float(uint16_t b) {
-    const uint32_t u = static_cast<uint32_t>(b) << 16;
-    float x;
-    std::memcpy(&x, &u, 4);
-    return x;
-}
+/// fp32 -> bf16 bits (round to nearest even) and back: the host's one rounding (model/bf16.hpp).
+inline uint16_t bf16_bits(float x) { return llmtrain::f32_to_bf16(x); }
+inline float bf16_to_float(uint16_t b) { return llmtrain::bf16_to_f32(b); }
 inline float bf16_round(float x) { return bf16_to_float(bf16_bits(x)); }
 
 /// n uniform values in [lo, hi) from `seed`, rounded to bf16 when `bf16` (so both backends see
