@@ -3,33 +3,24 @@
 #include <cmath>
 #include <vector>
 
+#include "model/cpu/adamw_kernel.hpp"
 #include "model/cpu/cpu_ops.hpp"
 
 namespace llmtrain {
 
-/// AdamW (Loshchilov & Hutter 2019) on n elements in PyTorch's order (see ops.hpp). params fp32;
-/// master, when non-null, holds the weights and params receives a copy. Elementwise, OpenMP static.
+/// AdamW (Loshchilov & Hutter 2019) on n elements in PyTorch's order (see ops.hpp), by the host loop
+/// shared with the offloaded optimizer (adamw_kernel.hpp). params fp32; master, when non-null, holds
+/// the weights and params receives a copy.
 void CpuOps::adamw_update(void* params, float* master, const void* grads, float* m, float* v, size_t n,
                           float lr, float beta1, float beta2, float eps, float weight_decay,
                           float grad_scale, int t) {
     float* p = static_cast<float*>(params);
+    const cpu::AdamWScalars s{lr, beta1, beta2, eps, weight_decay, grad_scale, t};
     const float* g = static_cast<const float*>(grads);
-    float* w = master ? master : p;
-    const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), t));
-    const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(beta2), t)));
-    const float step = lr / bc1, decay = 1.0f - lr * weight_decay;
-    const long long nn = static_cast<long long>(n);
-#pragma omp parallel for simd schedule(static)
-    for (long long i = 0; i < nn; ++i) {
-        const float gi = g[i] * grad_scale;
-        const float mi = beta1 * m[i] + (1.0f - beta1) * gi;
-        const float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        const float wi = w[i] * decay - step * mi / (std::sqrt(vi) / bc2_sqrt + eps);
-        w[i] = wi;
-        if (master) p[i] = wi;
-    }
+    if (master)
+        cpu::adamw_loop(master, m, v, g, p, n, s);
+    else
+        cpu::adamw_loop(p, m, v, g, static_cast<cpu::NoParams*>(nullptr), n, s);
 }
 
 /// out[0] = (accumulate ? out[0] : 0) + sum x^2 over n fp32 values. Each fixed chunk of 4096 elements

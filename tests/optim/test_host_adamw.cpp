@@ -1,0 +1,98 @@
+// tests/optim/test_host_adamw.cpp — the host AdamW step of the offloaded optimizer: against a
+// double-precision loop (tolerance), bit for bit against the CPU backend's Ops::adamw_update (what the
+// offloaded step must reproduce), and its bf16 grads/params paths against model/bf16.hpp's rounding.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "model/backend.hpp"
+#include "model/bf16.hpp"
+#include "optim/host_adamw.hpp"
+
+namespace llmtrain {
+namespace {
+
+constexpr size_t kN = 10007;  // odd: vector remainders and uneven thread ranges
+const HostAdamWStep kStep{3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 3};
+
+std::vector<float> randn(size_t n, uint32_t seed, float sd) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> d(0.0f, sd);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(rng);
+    return v;
+}
+
+struct State {
+    std::vector<float> w = randn(kN, 1, 0.02f), m = randn(kN, 2, 1e-3f), v, g = randn(kN, 4, 1e-2f);
+    State() {
+        v = randn(kN, 3, 1e-3f);
+        for (float& x : v) x = x * x;  // second moments are >= 0
+    }
+};
+
+TEST(HostAdamW, MatchesDoubleReference) {
+    State s;
+    const State ref = s;
+    std::vector<float> p(kN);
+    host_adamw(s.w.data(), s.m.data(), s.v.data(), s.g.data(), DType::f32, p.data(), DType::f32, kN, kStep);
+    const double b1 = kStep.beta1, b2 = kStep.beta2, lr = kStep.lr;
+    for (size_t i = 0; i < kN; ++i) {
+        const double g = double(ref.g[i]) * kStep.grad_scale;
+        const double m = b1 * ref.m[i] + (1 - b1) * g, v = b2 * ref.v[i] + (1 - b2) * g * g;
+        const double mh = m / (1 - std::pow(b1, kStep.t)), vh = v / (1 - std::pow(b2, kStep.t));
+        const double w = ref.w[i] * (1 - lr * kStep.weight_decay) - lr * mh / (std::sqrt(vh) + kStep.eps);
+        // fp32 vs double: a few ulps of the terms added (sums may cancel, so not of the result).
+        ASSERT_NEAR(s.m[i], m, 1e-6 * (b1 * std::fabs(ref.m[i]) + (1 - b1) * std::fabs(g)) + 1e-15) << i;
+        ASSERT_NEAR(s.v[i], v, 1e-6 * (b2 * ref.v[i] + (1 - b2) * g * g) + 1e-18) << i;
+        ASSERT_NEAR(s.w[i], w, 1e-6 * (std::fabs(ref.w[i]) + lr * std::fabs(mh) / (std::sqrt(vh) + kStep.eps))) << i;
+        ASSERT_EQ(p[i], s.w[i]) << "the fp32 params copy is the weights";
+    }
+}
+
+TEST(HostAdamW, EqualsTheCpuBackendsStepBitForBit) {
+    State a, b;
+    std::vector<float> pa(kN), pb(kN);
+    host_adamw(a.w.data(), a.m.data(), a.v.data(), a.g.data(), DType::f32, pa.data(), DType::f32, kN, kStep);
+    auto ops = make_backend("cpu", "fp32");
+    ops->adamw_update(pb.data(), b.w.data(), b.g.data(), b.m.data(), b.v.data(), kN, kStep.lr, kStep.beta1,
+                      kStep.beta2, kStep.eps, kStep.weight_decay, kStep.grad_scale, kStep.t);
+    EXPECT_EQ(std::memcmp(a.w.data(), b.w.data(), kN * 4), 0);
+    EXPECT_EQ(std::memcmp(a.m.data(), b.m.data(), kN * 4), 0);
+    EXPECT_EQ(std::memcmp(a.v.data(), b.v.data(), kN * 4), 0);
+    EXPECT_EQ(std::memcmp(pa.data(), pb.data(), kN * 4), 0);
+}
+
+TEST(HostAdamW, Bf16GradsAndParams) {
+    // bf16 grads: the same step as fp32 grads holding the widened bf16 values (widening is exact);
+    // bf16 params: each the round-to-nearest-even of the updated fp32 weight (model/bf16.hpp).
+    State a, b;
+    std::vector<uint16_t> g16(kN), p16(kN);
+    for (size_t i = 0; i < kN; ++i) {
+        g16[i] = f32_to_bf16(a.g[i]);
+        b.g[i] = bf16_to_f32(g16[i]);
+    }
+    a.w[7] = std::numeric_limits<float>::quiet_NaN();  // a NaN weight stays NaN in bf16
+    b.w[7] = a.w[7];
+    host_adamw(a.w.data(), a.m.data(), a.v.data(), g16.data(), DType::bf16, p16.data(), DType::bf16, kN, kStep);
+    host_adamw(b.w.data(), b.m.data(), b.v.data(), b.g.data(), DType::f32, nullptr, DType::f32, kN, kStep);
+    EXPECT_EQ(std::memcmp(a.w.data(), b.w.data(), kN * 4), 0);
+    EXPECT_EQ(std::memcmp(a.m.data(), b.m.data(), kN * 4), 0);
+    for (size_t i = 0; i < kN; ++i) {
+        if (i == 7) {
+            EXPECT_TRUE(std::isnan(bf16_to_f32(p16[i])));
+            continue;
+        }
+        ASSERT_EQ(p16[i], f32_to_bf16(a.w[i])) << i;
+    }
+    EXPECT_THROW(host_adamw(a.w.data(), a.m.data(), a.v.data(), g16.data(), DType::u8, nullptr, DType::f32, kN, kStep),
+                 std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace llmtrain
