@@ -200,6 +200,23 @@ inline std::vector<pid_t> children_of(pid_t pid) {
     return out;
 }
 
+/// An 8-step run `a` straight and `b` stopped at step 4 and resumed: the same losses and final
+/// weights bit for bit, and the same sample at step 6 (the sampler's RNG comes back from the
+/// checkpoint). out_a and out_b: stdout of a and of b's second part.
+inline void expect_resume_is_exact(const fs::path& a, const fs::path& b, const std::string& out_a,
+                                   const std::string& out_b) {
+    auto la = train_losses(a), lb = train_losses(b);
+    ASSERT_EQ(la.size(), 8u);
+    ASSERT_EQ(lb.size(), 8u);
+    for (int s = 1; s <= 8; ++s) EXPECT_EQ(la[s], lb[s]) << "step " << s;
+    EXPECT_NE(la[1], la[8]);  // it trains
+    auto pa8 = params_of((a / "checkpoints" / "step_8").string()), pb8 = params_of((b / "checkpoints" / "step_8").string());
+    ASSERT_EQ(pa8.size(), pb8.size());
+    EXPECT_EQ(std::memcmp(pa8.data(), pb8.data(), pa8.size() * 4), 0);
+    EXPECT_EQ(sample_at(out_a, 6), sample_at(out_b, 6));
+    EXPECT_NE(sample_at(out_a, 6), "<none>");
+}
+
 /// main() of an e2e binary: ctest runs one case per entry, so a filter that matches nothing fails.
 inline int e2e_main(int argc, char** argv) {
     ::testing::InitGoogleTest(&argc, argv);

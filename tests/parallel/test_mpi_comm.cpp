@@ -418,11 +418,3 @@ TEST(MpiComm, OperationNames) {
     EXPECT_STREQ(comm_op_name(CommOp::send), "send");
     EXPECT_STREQ(comm_op_name(CommOp::recv), "recv");
 }
-
-int main(int argc, char** argv) {
-    mpi_init_once(&argc, &argv);
-    ::testing::InitGoogleTest(&argc, argv);
-    int rc = RUN_ALL_TESTS();
-    mpi_finalize();
-    return rc;
-}

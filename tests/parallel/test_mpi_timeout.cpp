@@ -74,11 +74,3 @@ TEST(MpiCommTimeout, AWaitOnAHungRankThrowsNamingTheOperationAndRanks) {
     }
     unlimited->barrier();
 }
-
-int main(int argc, char** argv) {
-    mpi_init_once(&argc, &argv);
-    ::testing::InitGoogleTest(&argc, argv);
-    int rc = RUN_ALL_TESTS();
-    mpi_finalize();
-    return rc;
-}

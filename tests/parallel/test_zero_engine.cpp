@@ -111,11 +111,3 @@ TEST(ZeroEngine, DryRunCountsWhatTheRealRunAllocates) {
 
 }  // namespace
 }  // namespace llmtrain
-
-int main(int argc, char** argv) {
-    ::testing::InitGoogleTest(&argc, argv);
-    llmtrain::mpi_init_once(&argc, &argv);
-    const int rc = RUN_ALL_TESTS();
-    llmtrain::mpi_finalize();
-    return rc;
-}
