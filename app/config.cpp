@@ -194,6 +194,11 @@ Check<T> non_negative() {
     return [](const T& v) { return v >= 0 ? "" : "a number >= 0"; };
 }
 
+/// (0, 1].
+Check<float> fraction() {
+    return [](const float& v) -> std::string { return v > 0 && v <= 1 ? "" : "a number in (0, 1]"; };
+}
+
 /// [0, 1) when open_top, else [0, 1].
 Check<float> unit_interval(bool open_top) {
     return [open_top](const float& v) -> std::string {
@@ -282,7 +287,8 @@ const std::vector<Field>& fields() {
         field("model", "seq_len", &C::model, &ModelConfig::seq_len, at_least(1)),
         field("model", "vocab_size", &C::model, &ModelConfig::vocab_size,
               between(2, std::numeric_limits<int>::max())),
-        field("model", "attention", &C::model, &ModelConfig::attention, one_of({"native", "cudnn"})),
+        field("model", "attention", &C::model, &ModelConfig::attention, one_of({"native", "cublas", "cudnn"})),
+        field("model", "attention_workspace_mb", &C::model, &ModelConfig::attention_workspace_mb, at_least(1)),
 
         field("data", "train", &C::data, &DataConfig::train, non_empty()),
         field("data", "val", &C::data, &DataConfig::val, non_empty()),
@@ -300,6 +306,9 @@ const std::vector<Field>& fields() {
         field("optimizer", "beta2", &C::optimizer, &OptimizerConfig::beta2, unit_interval(true)),
         field("optimizer", "eps", &C::optimizer, &OptimizerConfig::eps, positive<float>()),
         field("optimizer", "weight_decay", &C::optimizer, &OptimizerConfig::weight_decay, non_negative<float>()),
+        field("optimizer", "offload", &C::optimizer, &OptimizerConfig::offload, one_of({"none", "cpu"})),
+        field("optimizer", "offload_fraction", &C::optimizer, &OptimizerConfig::offload_fraction, fraction()),
+        field("optimizer", "offload_chunk_mb", &C::optimizer, &OptimizerConfig::offload_chunk_mb, positive<float>()),
 
         field("lr_schedule", "decay", &C::lr_schedule, &LRScheduleConfig::decay,
               one_of({"cosine", "linear", "constant"})),
@@ -493,7 +502,7 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
                  " (it rounds fp32 master weights to bf16 params), got true");
     if (c.run.backend == "cpu" && m.attention != "native")
         fail(at({"model.attention", "run.backend"}),
-             "model.attention: expected \"native\" with run.backend = \"cpu\" (cudnn needs the cuda backend), got " +
+             "model.attention: expected \"native\" with run.backend = \"cpu\" (cublas and cudnn need the cuda backend), got " +
                  quote(m.attention));
     // dp is known only at start-up (resolve_batch); what does not depend on it is checked here.
     const auto& t = c.training;

@@ -35,7 +35,9 @@ struct RunConfig {
 
 struct ModelConfig {
     int n_layer = 4, n_head = 4, n_embd = 256, seq_len = 256, vocab_size = 8192;
-    std::string attention = "native";   ///< "native" | "cudnn" (cuda only)
+    std::string attention = "native";   ///< "native" | "cublas" | "cudnn" (cuda only)
+    int attention_workspace_mb = 1200;  ///< MiB of scores per cublas attention tile (model/cuda/cuda_backend.hpp's
+                                        ///< kDefaultAttentionWorkspaceMb: GPT-2 1.5B, micro-batch 8 in one tile)
     friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
@@ -58,6 +60,9 @@ struct TrainingConfig {
 
 struct OptimizerConfig {
     float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+    std::string offload = "none";  ///< "none" | "cpu": optimizer state in pinned host memory (docs/training.md)
+    float offload_fraction = 1.0f; ///< (0, 1]: the share of this rank's shard offloaded
+    float offload_chunk_mb = 16;   ///< fp32 master MiB per chunk of the double-buffered host step
     friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
 };
 

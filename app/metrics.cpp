@@ -3,7 +3,7 @@
 // One prometheus::Registry, serialized in the Prometheus text format by prometheus::TextSerializer
 // and served at http://<listen>/metrics by MetricsServer (not prometheus::Exposer: see
 // metrics_server.hpp). Every family carries the constant labels run and rank;
-// llmtrain_memory_bytes adds `category`. Setters are cheap and thread-safe (prometheus-cpp metrics
+// llmtrain_memory_bytes adds `category`, llmtrain_offload_seconds `phase`. Setters are cheap and thread-safe (prometheus-cpp metrics
 // are atomics; Family::Add and Registry::Collect take locks).
 #include "app/metrics.hpp"
 
@@ -77,6 +77,7 @@ struct Metrics::Impl {
     prometheus::Counter *tokens_total, *checkpoints_total, *skipped_steps_total;
     prometheus::Histogram* step_seconds;
     prometheus::Family<prometheus::Gauge>* memory;
+    prometheus::Family<prometheus::Gauge>* offload;
 
     prometheus::Gauge* gauge(const std::string& name, const std::string& help) {
         return &prometheus::BuildGauge().Name(name).Help(help).Labels(labels).Register(*registry).Add({});
@@ -123,6 +124,13 @@ Metrics::Metrics(const std::string& listen, int port_offset, const std::string& 
                     .Labels(m.labels)
                     .Register(*m.registry);
 
+    m.offload = &prometheus::BuildGauge()
+                     .Name("llmtrain_offload_seconds")
+                     .Help("Offloaded optimizer, last step: seconds per phase (d2h, host_adam, h2d copies' and "
+                           "host AdamW's own time; wall: the whole host step).")
+                     .Labels(m.labels)
+                     .Register(*m.registry);
+
     m.server = std::make_unique<MetricsServer>(addr, [registry = m.registry] {
         return prometheus::TextSerializer().Serialize(registry->Collect());
     });
@@ -145,6 +153,9 @@ void Metrics::set_memory_bytes(const std::string& category, double bytes) {
     impl_->memory->Add({{"category", category}}).Set(bytes);
 }
 void Metrics::add_skipped_step() { impl_->skipped_steps_total->Increment(); }
+void Metrics::set_offload_seconds(const std::string& phase, double seconds) {
+    impl_->offload->Add({{"phase", phase}}).Set(seconds);
+}
 
 void Metrics::observe_checkpoint_seconds(double s) {
     impl_->checkpoint_seconds->Set(s);

@@ -46,6 +46,9 @@ public:
     void set_memory_bytes(const std::string& category, double bytes);  ///< label category
     void observe_checkpoint_seconds(double s);   ///< llmtrain_checkpoint_seconds + llmtrain_checkpoints_total
     void add_skipped_step();                     ///< llmtrain_skipped_steps_total (non-finite loss or norm)
+    /// llmtrain_offload_seconds{phase}: the last step's time in phase "d2h", "host_adam", "h2d" or
+    /// "wall" of the offloaded optimizer (docs/training.md "Optimizer offload").
+    void set_offload_seconds(const std::string& phase, double seconds);
 
 private:
     struct Impl;

@@ -30,6 +30,8 @@ GPTConfig gpt_config_of(const Config& cfg);
 DType precision_dtype(const Config& cfg);
 /// The ZeRO group size a topology is built with: 1 at stage 0 (plain DP), else parallel.zero_group_size.
 int zero_group_of(const Config& cfg);
+/// optimizer.offload* (and training.stochastic_rounding) as the optimizer's OffloadConfig.
+OffloadConfig offload_config_of(const Config& cfg);
 
 /// Builds the layout, ZeRO engine (stage cfg.parallel.zero_stage over the two Comms), GPT (layers
 /// [0, n_layer), micro-batch (micro_batch_size, seq_len)) and AdamW over alloc. Parameters are not

@@ -114,6 +114,7 @@ struct Trainer::Impl {
         }
         CudaBackendOptions cuda;
         cuda.attention = parse_attention(cfg.model.attention);
+        cuda.attention_workspace_mb = cfg.model.attention_workspace_mb;
         cuda.stochastic_rounding = cfg.training.stochastic_rounding;
         ops = make_backend(cfg.run.backend, cfg.training.precision, cuda);
         alloc = std::make_unique<Allocator>(*ops);
@@ -129,7 +130,7 @@ struct Trainer::Impl {
         gpt = std::move(ms.gpt);
         adam = std::move(ms.adam);
         gpt->init_params(cfg.run.seed);
-        adam->init_master(engine->param_shard());  // no-op without master weights
+        adam->init_state(engine->param_shard());
         sched.lr = cfg.optimizer.lr;
         sched.min_lr = cfg.lr_schedule.min_lr;
         sched.warmup_steps = cfg.lr_schedule.warmup_steps;
@@ -197,14 +198,6 @@ struct Trainer::Impl {
         if (bad > 0) throw CheckpointError(std::string("checkpoint: another rank failed while ") + what);
     }
 
-    /// Host copy of n fp32 device values.
-    std::vector<float> to_host(const float* d, size_t n) {
-        std::vector<float> h(n);
-        ops->memcpy_d2h(h.data(), d, n * sizeof(float));
-        ops->synchronize();
-        return h;
-    }
-
     /// Writes a checkpoint with every rank (docs/training.md "Checkpoints"): rank 0 opens the
     /// temporary directory; the ranks of replica 0 (together they hold every shard once) write their
     /// optimizer shards in parallel and gather the weights one unit at a time for rank 0 to write
@@ -223,11 +216,12 @@ struct Trainer::Impl {
         agree(err, "opening the checkpoint directory");
         tmp = checkpoint_tmp_dir(cfg.run.run_dir, step);
         if (topo.replica() == 0) {
-            // The fp32 values of the weights: the master weights when the backend keeps them.
-            const void* wsrc = adam->master() ? static_cast<const void*>(adam->master()) : engine->param_shard();
-            const DType wt = adam->master() ? DType::f32 : ops->act_dtype();
+            // The fp32 state, shard-local: the weights (master weights when kept), m, v — read from
+            // the device and, with offload, straight from the host state.
+            const size_t ns = adam->numel();
+            std::vector<float> w(ns), m(ns), v(ns);
+            adam->state_to_host(engine->param_shard(), w.data(), m.data(), v.data());
             try {
-                const auto m = to_host(adam->m(), adam->numel()), v = to_host(adam->v(), adam->numel());
                 std::vector<OptimShardView> views;
                 size_t local = 0;
                 for (const FlatRange& r : engine->shard()) {
@@ -249,7 +243,7 @@ struct Trainer::Impl {
             std::vector<float> unit;
             for (size_t u = 0; u < layout->units().size(); ++u) {  // collective: every writer gathers
                 unit.resize(layout->units()[u].numel);
-                engine->unit_to_host(int(u), wsrc, wt, unit.data());
+                engine->unit_to_host(int(u), w.data(), unit.data());
                 if (!mw) continue;
                 try {
                     mw->write_unit(int(u), unit.data());
@@ -336,7 +330,15 @@ std::vector<std::string> Trainer::summary() const {
         auto cat = MemCategory(k);
         mem += std::string(" ") + mem_category_name(cat) + " " + mib(I.alloc->current(cat)) + ",";
     }
-    out.push_back(mem + " total " + mib(I.alloc->current_total()));
+    out.push_back(mem + " device total " + mib(I.alloc->current_total()));
+    if (const HostOffload* off = I.adam->offload()) {
+        char buf[240];
+        std::snprintf(buf, sizeof buf, "optimizer: offload cpu, %s of %s shard elements on the host (fraction %g), "
+                      "%d chunks of %s parameters, double-buffered", format_thousands(double(off->numel())).c_str(),
+                      format_thousands(double(I.adam->numel())).c_str(), c.optimizer.offload_fraction, off->chunks(),
+                      format_thousands(double(off->chunk_elems())).c_str());
+        out.push_back(buf);
+    }
     auto data_line = [](const char* what, const DataLoader& l) {
         const auto& i = l.info();
         return std::string("data: ") + what + " " + i.path + ": " + format_thousands(double(i.n_tokens)) +
@@ -361,7 +363,6 @@ std::string Trainer::resume_from(const std::string& dir) {
         throw CheckpointError("checkpoint '" + dir + "' holds a model with " + shape_of(st.model) +
                               " but the config asks for " + shape_of(I.gcfg));
     const ParamLayout& layout = *I.layout;
-    Ops& ops = *I.ops;
     std::vector<float> host(layout.total_numel());
     read_params(dir, layout, host.data());
     I.engine->load_params(host.data());  // every rank takes the part it holds
@@ -373,10 +374,7 @@ std::string Trainer::resume_from(const std::string& dir) {
         w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
         local += r.numel;
     }
-    if (float* master = I.adam->master()) ops.memcpy_h2d(master, w.data(), ns * sizeof(float));  // fp32 values
-    ops.memcpy_h2d(I.adam->m(), m.data(), ns * sizeof(float));
-    ops.memcpy_h2d(I.adam->v(), v.data(), ns * sizeof(float));
-    ops.synchronize();
+    I.adam->state_from_host(w.data(), m.data(), v.data());  // device and host parts alike
     I.run_id = st.run_id.empty() ? I.run_id : st.run_id;
     I.adam->set_t(st.adam_t);
     I.step = I.start_step = st.step;
@@ -449,6 +447,13 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
             metrics->add_tokens(double(I.tokens_per_step()));
             metrics->observe_step_seconds(step_s);
             report_memory();
+            if (const HostOffload* off = I.adam->offload(); off && updated) {
+                const OffloadTimes& t = off->last_times();
+                metrics->set_offload_seconds("d2h", t.d2h);
+                metrics->set_offload_seconds("host_adam", t.host_adam);
+                metrics->set_offload_seconds("h2d", t.h2d);
+                metrics->set_offload_seconds("wall", t.wall);
+            }
         }
         if (s % rc.log_interval == 0 || s == I.start_step + 1 || s == max_steps) {
             StepStats st;

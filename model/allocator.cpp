@@ -14,6 +14,7 @@ const char* mem_category_name(MemCategory c) {
         case MemCategory::activations: return "activations";
         case MemCategory::workspace: return "workspace";
         case MemCategory::comm: return "comm";
+        case MemCategory::host: return "host";
         default: return "unknown";
     }
 }
@@ -25,20 +26,26 @@ Allocator::Allocator(Ops& ops) : ops_(ops) {
 Allocator::~Allocator() {
     if (ops_.internal_memory_listener() == this) ops_.set_internal_memory_listener(nullptr);
     // Whatever is still live belongs to us; hand it back so the backend does not leak.
-    for (auto& [p, info] : live_) ops_.free(p);
+    for (auto& [p, info] : live_) {
+        if (info.first == MemCategory::host)
+            ops_.free_host(p);
+        else
+            ops_.free(p);
+    }
 }
 
 void Allocator::add(MemCategory cat, size_t bytes) {
     const int c = static_cast<int>(cat);
     cur_[c] += bytes;
     peak_[c] = std::max(peak_[c], cur_[c]);
+    if (cat == MemCategory::host) return;  // the totals are device memory
     cur_total_ += bytes;
     peak_total_ = std::max(peak_total_, cur_total_);
 }
 
 void Allocator::remove(MemCategory cat, size_t bytes) {
     cur_[static_cast<int>(cat)] -= bytes;
-    cur_total_ -= bytes;
+    if (cat != MemCategory::host) cur_total_ -= bytes;
 }
 
 void Allocator::internal_memory_changed(std::ptrdiff_t delta_bytes) {
@@ -63,16 +70,35 @@ void* Allocator::alloc(MemCategory cat, size_t bytes) {
     return p;
 }
 
+void* Allocator::alloc_host(size_t bytes) {
+    void* p = nullptr;
+    try {
+        p = ops_.malloc_host(bytes);
+    } catch (const std::exception& e) {
+        throw std::runtime_error(std::string("Allocator: cannot allocate ") + std::to_string(bytes) +
+                                 " bytes of pinned host memory: " + e.what());
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[p] = {MemCategory::host, bytes};
+    add(MemCategory::host, bytes);
+    return p;
+}
+
 void Allocator::release(void* p) {
     if (p == nullptr) return;
+    MemCategory cat;
     {
         std::lock_guard<std::mutex> lock(mu_);
         auto it = live_.find(p);
         if (it == live_.end()) throw std::logic_error("Allocator::release: pointer was not allocated here");
-        remove(it->second.first, it->second.second);
+        cat = it->second.first;
+        remove(cat, it->second.second);
         live_.erase(it);
     }
-    ops_.free(p);
+    if (cat == MemCategory::host)
+        ops_.free_host(p);
+    else
+        ops_.free(p);
 }
 
 size_t Allocator::current(MemCategory cat) const {

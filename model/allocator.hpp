@@ -17,10 +17,11 @@
 namespace llmtrain {
 
 /// What an allocation is for (docs/design.md "Forward and backward over a layer range": bytes by category).
-enum class MemCategory : int { params, grads, optimizer, activations, workspace, comm, count };
+/// Every category is device memory except `host`: the pinned host memory of the offloaded optimizer.
+enum class MemCategory : int { params, grads, optimizer, activations, workspace, comm, host, count };
 
 /// Lower-case name of a category ("params", "grads", "optimizer", "activations", "workspace",
-/// "comm"). comm: ZeRO gather and reduce working buffers.
+/// "comm", "host"). comm: ZeRO gather and reduce working buffers; host: pinned host memory.
 const char* mem_category_name(MemCategory c);
 
 /// Allocates through a backend's Ops::malloc and accounts the bytes. The first Allocator made over
@@ -35,13 +36,18 @@ public:
     /// Allocates `bytes` of device memory for category `cat`. Errors: std::runtime_error naming the
     /// category and size when the backend cannot allocate.
     void* alloc(MemCategory cat, size_t bytes);
-    /// Frees a pointer returned by alloc(); null is ignored. Errors: std::logic_error for an unknown pointer.
+    /// Allocates `bytes` of page-locked host memory (Ops::malloc_host) in the host category.
+    /// Errors: std::runtime_error naming the size when the backend cannot allocate (pinned memory is
+    /// limited by RLIMIT_MEMLOCK and the host's RAM).
+    void* alloc_host(size_t bytes);
+    /// Frees a pointer returned by alloc() or alloc_host(); null is ignored. Errors: std::logic_error
+    /// for an unknown pointer.
     void release(void* p);
 
     size_t current(MemCategory cat) const;  ///< bytes now held
     size_t peak(MemCategory cat) const;     ///< most bytes held at once
-    size_t current_total() const;
-    size_t peak_total() const;              ///< peak of the sum over categories
+    size_t current_total() const;           ///< device bytes now held (every category but host)
+    size_t peak_total() const;              ///< peak of the device total
     Ops& ops() { return ops_; }
 
     /// The backend allocated (+) or freed (-) bytes of its own: accounted as workspace.

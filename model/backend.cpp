@@ -19,8 +19,10 @@ int cuda_device_count() __attribute__((weak));
 
 Attention parse_attention(const std::string& name) {
     if (name == "native") return Attention::native;
+    if (name == "cublas") return Attention::cublas;
     if (name == "cudnn") return Attention::cudnn;
-    throw std::invalid_argument("model.attention: expected \"native\" or \"cudnn\", got \"" + name + "\"");
+    throw std::invalid_argument("model.attention: expected \"native\", \"cublas\" or \"cudnn\", got \"" + name +
+                                "\"");
 }
 
 std::unique_ptr<Ops> make_backend(const std::string& name, const std::string& precision,

@@ -10,8 +10,8 @@ namespace llmtrain {
 
 /// Creates the backend named `name`: "cpu" (fp32 reference), "cuda" (needs a build with CUDA and a
 /// device), or "auto" (cuda when a device is present, else cpu). `precision` is "fp32" or "bf16"
-/// (bf16 only on cuda). `cuda` holds the CUDA backend's options (model.attention,
-/// training.stochastic_rounding); the CPU backend has one attention and no rounding to choose and
+/// (bf16 only on cuda). `cuda` holds the CUDA backend's options (model.attention and
+/// its workspace, training.stochastic_rounding); the CPU backend has one attention and no rounding to choose and
 /// ignores them. Errors: std::runtime_error naming what is missing.
 std::unique_ptr<Ops> make_backend(const std::string& name, const std::string& precision,
                                   const CudaBackendOptions& cuda = {});

@@ -7,13 +7,14 @@
 
 namespace llmtrain {
 
-/// fp32 -> bf16 bits, round to nearest even; NaN stays a (quiet) NaN with its sign.
+/// fp32 -> bf16 bits, round to nearest even; NaN stays a (quiet) NaN with its sign. No branch, so
+/// loops over it vectorize (the host AdamW, model/cpu/adamw_kernel.hpp).
 inline uint16_t f32_to_bf16(float f) {
     uint32_t u;
     std::memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
-    u += 0x7fffu + ((u >> 16) & 1u);  // round half to even on the 16 dropped bits
-    return static_cast<uint16_t>(u >> 16);
+    const bool nan = (u & 0x7fffffffu) > 0x7f800000u;
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;  // half to even on the 16 dropped bits
+    return static_cast<uint16_t>(nan ? ((u >> 16) | 0x0040u) : rounded);
 }
 
 /// bf16 bits -> fp32 (exact).

@@ -42,6 +42,8 @@ public:
     void record_event(Event) override {}
     void wait_event(Event) override {}
     void synchronize_event(Event) override {}
+    Event create_timed_event() override { return nullptr; }
+    double elapsed_seconds(Event, Event) override { return 0.0; }
 
     void cast(void*, DType, const void*, DType, size_t) override { no_compute("cast"); }
     void encoder_forward(void*, const int*, const void*, const void*, int, int, int) override { no_compute("encoder"); }
@@ -73,7 +75,7 @@ public:
     void gelu_backward(void*, const void*, const void*, size_t) override { no_compute("gelu"); }
     void fused_classifier(void*, float*, const int*, int, int, int, float, bool) override { no_compute("classifier"); }
     void adamw_update(void*, float*, const void*, float*, float*, size_t, float, float, float, float, float, float,
-                      int) override {
+                      int, size_t) override {
         no_compute("adamw");
     }
     void norm_squared(float*, const void*, size_t, bool) override { no_compute("norm"); }

@@ -76,6 +76,7 @@ public:
     size_t internal_bytes() const { return internal_bytes_; }
 
     // ---- streams and events (no-ops that run at once on the CPU) ----
+    /// A new stream, ordered against every other stream (the default one included) only through events.
     virtual Stream create_stream() = 0;
     virtual void destroy_stream(Stream s) = 0;
     /// Subsequent ops are queued on `s` (nullptr = the default stream).
@@ -85,6 +86,11 @@ public:
     virtual void record_event(Event e) = 0;         ///< on the current stream
     virtual void wait_event(Event e) = 0;           ///< the current stream waits for e
     virtual void synchronize_event(Event e) = 0;    ///< the host waits for e
+    /// An event that elapsed_seconds() can read (CUDA events are otherwise made without timing).
+    virtual Event create_timed_event() = 0;
+    /// Seconds from `start` to `end`, two timed events both recorded and completed (on the CPU,
+    /// where ops run at once, the host clock at each record_event).
+    virtual double elapsed_seconds(Event start, Event end) = 0;
 
     // ---- casts ----
     /// dst[i] = (dst_t) src[i] for i < n; bf16 rounding is round-to-nearest-even.
@@ -151,10 +157,13 @@ public:
     ///   g = grads*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
     ///   w = w - lr*weight_decay*w; w = w - lr * (m/(1-b1^t)) / (sqrt(v/(1-b2^t)) + eps);
     /// w is `master` (fp32) when non-null, written back to `params` in act dtype; when master is null,
-    /// params must be fp32 and are updated in place. t >= 1 is the step count.
+    /// params must be fp32 and are updated in place. t >= 1 is the step count. index0 is element 0's
+    /// index in the flat parameter buffer: it keys the stochastic rounding of bf16 params, so the
+    /// rounding does not depend on how an update is split into calls (model/adamw_math.hpp holds the
+    /// arithmetic every backend shares).
     virtual void adamw_update(void* params, float* master, const void* grads, float* m, float* v,
                               size_t n, float lr, float beta1, float beta2, float eps,
-                              float weight_decay, float grad_scale, int t) = 0;
+                              float weight_decay, float grad_scale, int t, size_t index0) = 0;
     /// out[0] (device fp32) = (accumulate ? out[0] : 0) + sum_i x[i]^2, with fp32 or wider accumulation.
     virtual void norm_squared(float* out, const void* x, size_t n, bool accumulate) = 0;
     /// x[i] *= s for i < n (act dtype).

@@ -1,15 +1,21 @@
-// optim/adamw.hpp — AdamW state (fp32 master weights and moments) over this rank's part of the flat buffer.
+// optim/adamw.hpp — AdamW state (fp32 master weights and moments) over this rank's part of the flat
+// buffer, on the device or, in part or whole, offloaded to pinned host memory.
 //
 // Decoupled weight decay (Loshchilov & Hutter 2019) applies to 2-D weights only (ParamTensor::decay).
 // The state covers a list of ranges of the ParamLayout's flat buffer, stored back to back
 // ("shard-local"): the whole buffer without ZeRO, this rank's chunk of every unit with it
-// (ParamLayout::shard). The update itself is Ops::adamw_update.
+// (ParamLayout::shard). With optimizer.offload = "cpu" the first offload_fraction of the shard-local
+// elements keep their state on the host and are stepped there (optim/offload.hpp); the rest stay on
+// the device and are stepped by Ops::adamw_update at the same time. Both apply one arithmetic
+// (model/adamw_math.hpp), so where the state lives does not change a bit of the result.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "model/allocator.hpp"
 #include "model/param_layout.hpp"
+#include "optim/offload.hpp"
 
 namespace llmtrain {
 
@@ -23,43 +29,57 @@ struct AdamWConfig {
 
 class AdamW {
 public:
-    /// Allocates m, v (and master weights when `master_weights`) for the elements of `ranges` (empty
-    /// means the whole buffer) in MemCategory::optimizer, zeroed. master_weights is required when the
-    /// backend's act dtype is bf16. Errors: std::invalid_argument for an empty, overlapping or
-    /// out-of-bounds range.
+    /// Allocates the state for the elements of `ranges` (empty means the whole buffer): m, v (and
+    /// master weights when `master_weights`) in MemCategory::optimizer, the offloaded part's (always
+    /// with master weights) in MemCategory::host. master_weights is required when the backend's act
+    /// dtype is bf16. The state is undefined until init_state() or state_from_host(). Errors:
+    /// std::invalid_argument for an empty, overlapping or out-of-bounds range or an offload fraction
+    /// outside (0, 1]; std::runtime_error when memory (pinned, for offload) cannot be had.
     AdamW(Allocator& alloc, const ParamLayout& layout, const AdamWConfig& cfg, bool master_weights,
-          std::vector<FlatRange> ranges = {});
+          std::vector<FlatRange> ranges = {}, const OffloadConfig& offload = {});
     ~AdamW();
     AdamW(const AdamW&) = delete;
     AdamW& operator=(const AdamW&) = delete;
 
-    /// Copies the shard-local params (numel() elements, act dtype) into the fp32 master weights.
-    void init_master(const void* params);
+    /// Fresh state for the shard-local params (numel() elements, act dtype, device): master weights
+    /// from them, m = v = 0, t = 0.
+    void init_state(const void* params);
     /// One AdamW step at learning rate lr: grads are multiplied by grad_scale (clipping, averaging)
     /// first; weight decay only on decay tensors; padding elements are left untouched.
-    /// params/grads are shard-local buffers (numel() elements, act dtype).
+    /// params/grads are shard-local device buffers (numel() elements, act dtype).
     void step(void* params, const void* grads, float lr, float grad_scale);
 
-    int t() const { return t_; }           ///< steps taken
+    /// The fp32 state into host arrays of numel() elements each (shard-local order): the weights
+    /// (master weights, or `params` — the shard-local device params — when there are none), m, v.
+    void state_to_host(const void* params, float* w, float* m, float* v);
+    /// Sets the state from host arrays as state_to_host() writes them. Without master weights the
+    /// device part's weights are the params (loaded by the parameter store) and w is read only for
+    /// the host part, which always keeps its own fp32 copy.
+    void state_from_host(const float* w, const float* m, const float* v);
+
+    int t() const { return t_; }  ///< steps taken
     void set_t(int t) { t_ = t; }
-    float* m() { return m_; }               ///< (numel()) fp32, device, shard-local
-    float* v() { return v_; }
-    float* master() { return master_; }     ///< null without master weights
     const std::vector<FlatRange>& ranges() const { return ranges_; }
     size_t numel() const { return numel_; }
+    /// Elements whose state is on the host: the shard-local prefix [0, host_numel()).
+    size_t host_numel() const { return offload_ ? offload_->numel() : 0; }
+    /// The offloaded part (null without offload): its last step's phase times and spans.
+    const HostOffload* offload() const { return offload_.get(); }
     const AdamWConfig& config() const { return cfg_; }
 
 private:
     Allocator& alloc_;
-    const ParamLayout& layout_;
     AdamWConfig cfg_;
+    bool stochastic_;
     std::vector<FlatRange> ranges_;
-    size_t numel_ = 0;
-    float *m_ = nullptr, *v_ = nullptr, *master_ = nullptr;
+    size_t numel_ = 0, host_ = 0;  // host_: elements [0, host_) offloaded
+    float *m_ = nullptr, *v_ = nullptr, *master_ = nullptr;  // device, (numel_ - host_), from element host_
+    std::unique_ptr<HostOffload> offload_;
     int t_ = 0;
-    /// Maximal runs of adjacent tensors (clipped to the ranges) with equal `decay`: one update each.
+    /// Maximal runs of elements adjacent both shard-locally and in the flat buffer, inside one tensor
+    /// group of equal `decay`, and on one side of host_: one update (or host segment) each.
     struct Run {
-        size_t offset, numel;  // offset shard-local
+        size_t local, flat, numel;
         bool decay;
     };
     std::vector<Run> runs_;

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <stdexcept>
+#include <string>
 
 #include "model/cpu/adamw_kernel.hpp"
 
@@ -12,13 +13,15 @@ namespace {
 
 template <class G>
 void with_params(float* w, float* m, float* v, const G* g, void* params, DType param_t, size_t n,
-                 const cpu::AdamWScalars& s) {
+                 const AdamWCoeffs& c, bool stochastic, size_t index0) {
     if (params == nullptr)
-        cpu::adamw_loop(w, m, v, g, static_cast<cpu::NoParams*>(nullptr), n, s);
+        cpu::adamw_loop<false>(w, m, v, g, static_cast<cpu::NoParams*>(nullptr), n, c, index0);
     else if (param_t == DType::f32)
-        cpu::adamw_loop(w, m, v, g, static_cast<float*>(params), n, s);
+        cpu::adamw_loop<false>(w, m, v, g, static_cast<float*>(params), n, c, index0);
+    else if (stochastic)
+        cpu::adamw_loop<true>(w, m, v, g, static_cast<uint16_t*>(params), n, c, index0);
     else
-        cpu::adamw_loop(w, m, v, g, static_cast<uint16_t*>(params), n, s);
+        cpu::adamw_loop<false>(w, m, v, g, static_cast<uint16_t*>(params), n, c, index0);
 }
 
 }  // namespace
@@ -27,11 +30,14 @@ void host_adamw(float* w, float* m, float* v, const void* grads, DType grad_t, v
                 size_t n, const HostAdamWStep& st) {
     if (grad_t == DType::u8 || (params != nullptr && param_t == DType::u8))
         throw std::invalid_argument("host_adamw: grads and params must be fp32 or bf16");
-    const cpu::AdamWScalars s{st.lr, st.beta1, st.beta2, st.eps, st.weight_decay, st.grad_scale, st.t};
+    if (st.t < 1) throw std::invalid_argument("host_adamw: step count t must be >= 1, got " + std::to_string(st.t));
+    const AdamWCoeffs c = adamw_coeffs(st.lr, st.beta1, st.beta2, st.eps, st.weight_decay, st.grad_scale, st.t);
     if (grad_t == DType::f32)
-        with_params(w, m, v, static_cast<const float*>(grads), params, param_t, n, s);
+        with_params(w, m, v, static_cast<const float*>(grads), params, param_t, n, c, st.stochastic_rounding,
+                    st.index0);
     else
-        with_params(w, m, v, static_cast<const uint16_t*>(grads), params, param_t, n, s);
+        with_params(w, m, v, static_cast<const uint16_t*>(grads), params, param_t, n, c, st.stochastic_rounding,
+                    st.index0);
 }
 
 }  // namespace llmtrain

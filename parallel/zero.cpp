@@ -146,23 +146,20 @@ void ZeroEngine::gather_params() {
                          chunk(int(u)), ops_.act_dtype());
 }
 
-void ZeroEngine::unit_to_host(int u, const void* src, DType t, float* out) {
-    const size_t n = layout_.units()[u].numel, ts = dtype_size(t);
-    const char* mine = static_cast<const char*>(src) + local_off_[u] * ts;
-    void* full = alloc_.alloc(MemCategory::workspace, n * ts);
-    if (N_ == 1)
-        ops_.memcpy_d2d(full, mine, n * ts);
-    else
-        zero_.all_gather(mine, full, chunk(u), t);
-    void* f32 = full;
-    if (t != DType::f32) {
-        f32 = alloc_.alloc(MemCategory::workspace, n * 4);
-        ops_.cast(f32, DType::f32, full, t, n);
+void ZeroEngine::unit_to_host(int u, const float* shard, float* out) {
+    const size_t n = layout_.units()[u].numel, c = chunk(u);
+    const float* mine = shard + local_off_[u];
+    if (N_ == 1) {  // the chunk is the unit
+        std::copy(mine, mine + n, out);
+        return;
     }
-    ops_.memcpy_d2h(out, f32, n * 4);
+    // (n) gathered, then (c) this rank's chunk: the collectives move device memory.
+    float* buf = static_cast<float*>(alloc_.alloc(MemCategory::workspace, (n + c) * sizeof(float)));
+    ops_.memcpy_h2d(buf + n, mine, c * sizeof(float));
+    zero_.all_gather(buf + n, buf, c, DType::f32);
+    ops_.memcpy_d2h(out, buf, n * sizeof(float));
     ops_.synchronize();
-    if (f32 != full) alloc_.release(f32);
-    alloc_.release(full);
+    alloc_.release(buf);
 }
 
 // ---- ParamStore ----

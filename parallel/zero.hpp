@@ -60,10 +60,10 @@ public:
     /// After the optimizer wrote param_shard(): all-gathers it into the full params (stages 1, 2);
     /// marks gathered copies stale (stage 3).
     void gather_params();
-    /// Unit u's values of a shard-local buffer `src` (dtype t: the params, or fp32 master weights)
-    /// gathered over the ZeRO group into host fp32 `out` (units()[u].numel). Collective over the
-    /// ZeRO group. Synchronizes.
-    void unit_to_host(int u, const void* src, DType t, float* out);
+    /// Unit u's values of a shard-local host fp32 array `shard` (shard_numel(): this rank's weights,
+    /// as AdamW::state_to_host writes them) gathered over the ZeRO group into host fp32 `out`
+    /// (units()[u].numel). Collective over the ZeRO group. Synchronizes.
+    void unit_to_host(int u, const float* shard, float* out);
 
     // ---- ParamStore ----
     const void* acquire_params(int u, int next) override;

@@ -1,6 +1,8 @@
 // model/cpu/adamw.cpp — the AdamW update, squared norms and scaling on fp32 buffers.
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "model/cpu/adamw_kernel.hpp"
@@ -10,17 +12,18 @@ namespace llmtrain {
 
 /// AdamW (Loshchilov & Hutter 2019) on n elements in PyTorch's order (see ops.hpp), by the host loop
 /// shared with the offloaded optimizer (adamw_kernel.hpp). params fp32; master, when non-null, holds
-/// the weights and params receives a copy.
+/// the weights and params receives a copy (fp32: no rounding, so index0 plays no part).
 void CpuOps::adamw_update(void* params, float* master, const void* grads, float* m, float* v, size_t n,
                           float lr, float beta1, float beta2, float eps, float weight_decay,
-                          float grad_scale, int t) {
+                          float grad_scale, int t, size_t index0) {
+    if (t < 1) throw std::invalid_argument("cpu adamw_update: step count t must be >= 1, got " + std::to_string(t));
     float* p = static_cast<float*>(params);
-    const cpu::AdamWScalars s{lr, beta1, beta2, eps, weight_decay, grad_scale, t};
+    const AdamWCoeffs c = adamw_coeffs(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
     const float* g = static_cast<const float*>(grads);
     if (master)
-        cpu::adamw_loop(master, m, v, g, p, n, s);
+        cpu::adamw_loop<false>(master, m, v, g, p, n, c, index0);
     else
-        cpu::adamw_loop(p, m, v, g, static_cast<cpu::NoParams*>(nullptr), n, s);
+        cpu::adamw_loop<false>(p, m, v, g, static_cast<cpu::NoParams*>(nullptr), n, c, index0);
 }
 
 /// out[0] = (accumulate ? out[0] : 0) + sum x^2 over n fp32 values. Each fixed chunk of 4096 elements

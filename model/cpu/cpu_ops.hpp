@@ -39,9 +39,11 @@ public:
     void set_stream(Stream) override {}
     Event create_event() override;
     void destroy_event(Event e) override;
-    void record_event(Event) override {}
+    void record_event(Event e) override;
     void wait_event(Event) override {}
     void synchronize_event(Event) override {}
+    Event create_timed_event() override { return create_event(); }
+    double elapsed_seconds(Event start, Event end) override;
     void cast(void* dst, DType dst_t, const void* src, DType src_t, size_t n) override;
 
     // encoder.cpp
@@ -78,7 +80,7 @@ public:
     // adamw.cpp
     void adamw_update(void* params, float* master, const void* grads, float* m, float* v, size_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay,
-                      float grad_scale, int t) override;
+                      float grad_scale, int t, size_t index0) override;
     void norm_squared(float* out, const void* x, size_t n, bool accumulate) override;
     void scale(void* x, float s, size_t n) override;
 };

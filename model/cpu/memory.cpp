@@ -1,7 +1,8 @@
 // model/cpu/memory.cpp — CPU backend memory, dummy streams/events, and dtype casts.
 //
 // "Device" memory is 256-byte aligned host memory; copies are memcpy and run at once, so streams
-// and events need no state beyond a unique handle.
+// need no state beyond a unique handle, and events only the time they were recorded.
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -57,11 +58,21 @@ void CpuOps::mem_info(size_t* free_bytes, size_t* total_bytes) {
     *total_bytes = total;
 }
 
-// Streams and events: a unique non-null handle each, nothing to wait for.
+// Streams and events: a unique non-null handle each, nothing to wait for (ops run at once). An event
+// holds the host time it was recorded at, which is when the ops before it finished.
+namespace {
+struct CpuEvent {
+    std::chrono::steady_clock::time_point at{};
+};
+}  // namespace
 Stream CpuOps::create_stream() { return new char; }
 void CpuOps::destroy_stream(Stream s) { delete static_cast<char*>(s); }
-Event CpuOps::create_event() { return new char; }
-void CpuOps::destroy_event(Event e) { delete static_cast<char*>(e); }
+Event CpuOps::create_event() { return new CpuEvent; }
+void CpuOps::destroy_event(Event e) { delete static_cast<CpuEvent*>(e); }
+void CpuOps::record_event(Event e) { static_cast<CpuEvent*>(e)->at = std::chrono::steady_clock::now(); }
+double CpuOps::elapsed_seconds(Event start, Event end) {
+    return std::chrono::duration<double>(static_cast<CpuEvent*>(end)->at - static_cast<CpuEvent*>(start)->at).count();
+}
 
 void CpuOps::cast(void* dst, DType dst_t, const void* src, DType src_t, size_t n) {
     if (dst_t == src_t) {

@@ -2,8 +2,10 @@
 //
 // Owns the device state every op shares: the current stream, the cuBLASLt handle and its 32 MiB
 // workspace, one scratch buffer per stream (reduction partials, attention's D = dO.O, cuDNN's
-// workspace), the token buckets of the encoder backward (fed by a token copy the forward starts),
-// and, with attention = "cudnn" in nvcc builds with cuDNN, the cuDNN fused-attention plans. These
+// workspace, the cublas attention's workspace), the token buckets of the encoder backward (fed by a
+// token copy the forward starts), with attention = "cublas" a cuBLAS handle (it shares the cuBLASLt
+// workspace: both run in stream order on the current stream), and, with attention = "cudnn" in nvcc
+// builds with cuDNN, the cuDNN fused-attention plans. These
 // device buffers are reported through Ops::note_internal_memory, so the Allocator counts them as
 // workspace. Each GPT op converts its void* tensors to the act dtype (float in fp32 mode,
 // __nv_bfloat16 in bf16 mode) and calls the launchers of kernels.cuh. Everything is asynchronous
@@ -54,6 +56,8 @@ public:
         lt_.workspace_bytes = kLtWorkspaceBytes;
         CUDA_CHECK(cudaEventCreateWithFlags(&buckets_done_, cudaEventDisableTiming));
         CUDA_CHECK(cudaEventCreateWithFlags(&tokens_ready_, cudaEventDisableTiming));
+        if (opt.attention == Attention::cublas && cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS)
+            throw CudaError("cublasCreate failed");
 #ifdef LLMTRAIN_HAVE_CUDNN
         if (opt.attention == Attention::cudnn) cudnn_ = std::make_unique<cuda::CudnnAttention>();
 #endif
@@ -69,6 +73,7 @@ public:
         cudaFreeHost(tokens_host_);
         cudaEventDestroy(buckets_done_);
         cudaEventDestroy(tokens_ready_);
+        if (blas_ != nullptr) cublasDestroy(blas_);
         cudaFree(lt_.workspace);
         cublasLtDestroy(lt_.handle);
         note_internal_memory(-static_cast<std::ptrdiff_t>(internal_bytes()));
@@ -112,8 +117,8 @@ public:
 
     // ---- streams and events ----
     Stream create_stream() override {
-        cudaStream_t s;
-        CUDA_CHECK(cudaStreamCreate(&s));
+        cudaStream_t s;  // non-blocking: ordered against the default stream only through events
+        CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
         return s;
     }
     void destroy_stream(Stream s) override {
@@ -135,6 +140,16 @@ public:
     void record_event(Event e) override { CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(e), stream_)); }
     void wait_event(Event e) override { CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(e), 0)); }
     void synchronize_event(Event e) override { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e))); }
+    Event create_timed_event() override {
+        cudaEvent_t e;
+        CUDA_CHECK(cudaEventCreate(&e));
+        return e;
+    }
+    double elapsed_seconds(Event start, Event end) override {
+        float ms = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+        return ms / 1e3;
+    }
 
     // ---- casts ----
     void cast(void* dst, DType dst_t, const void* src, DType src_t, size_t n) override {
@@ -242,6 +257,16 @@ public:
         });
     }
     void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) override {
+        if (blas_ != nullptr) {
+            const auto plan = cuda::cublas_attention_plan(false, B, T, C, NH, dtype_size(act_),
+                                                          opt_.attention_workspace_mb);
+            void* ws = scratch_for(plan.workspace_bytes);
+            bind_blas();
+            return dispatch([&](auto t) {
+                using X = decltype(t);
+                cuda::cublas_attention_forward(blas_, as<X>(out), lse, as<X>(qkv), B, T, C, NH, plan, ws, stream_);
+            });
+        }
 #ifdef LLMTRAIN_HAVE_CUDNN
         if (cudnn_) {
             void* ws = scratch_for(cudnn_->workspace_bytes(false, B, T, C, NH));
@@ -255,6 +280,17 @@ public:
     }
     void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B,
                             int T, int C, int NH) override {
+        if (blas_ != nullptr) {
+            const auto plan = cuda::cublas_attention_plan(true, B, T, C, NH, dtype_size(act_),
+                                                          opt_.attention_workspace_mb);
+            void* ws = scratch_for(plan.workspace_bytes);
+            bind_blas();
+            return dispatch([&](auto t) {
+                using X = decltype(t);
+                cuda::cublas_attention_backward(blas_, as<X>(dqkv), as<X>(dout), as<X>(qkv), as<X>(out), lse, B, T,
+                                                C, NH, plan, ws, stream_);
+            });
+        }
 #ifdef LLMTRAIN_HAVE_CUDNN
         if (cudnn_) {
             void* ws = scratch_for(cudnn_->workspace_bytes(true, B, T, C, NH));
@@ -297,23 +333,16 @@ public:
 
     // ---- optimizer and norms ----
     void adamw_update(void* params, float* master, const void* grads, float* m, float* v, size_t n, float lr,
-                      float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t) override {
+                      float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t,
+                      size_t index0) override {
         if (master == nullptr && act_ != DType::f32)
             throw std::invalid_argument("cuda adamw_update: bf16 params need fp32 master weights (master is null)");
         if (t < 1) throw std::invalid_argument("cuda adamw_update: step count t must be >= 1, got " + std::to_string(t));
-        const cuda::AdamWArgs args{lr,
-                                   beta1,
-                                   beta2,
-                                   eps,
-                                   weight_decay,
-                                   grad_scale,
-                                   static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), t)),
-                                   static_cast<float>(1.0 - std::pow(static_cast<double>(beta2), t)),
-                                   opt_.stochastic_rounding,
-                                   rounding_seed(t)};
+        const AdamWCoeffs c = adamw_coeffs(lr, beta1, beta2, eps, weight_decay, grad_scale, t);
         dispatch([&](auto x) {
             using X = decltype(x);
-            cuda::adamw_update(as<X>(params), master, as<X>(grads), m, v, n, args, stream_);
+            cuda::adamw_update(as<X>(params), master, as<X>(grads), m, v, n, c, opt_.stochastic_rounding, index0,
+                               stream_);
         });
     }
     void norm_squared(float* out, const void* x, size_t n, bool accumulate) override {
@@ -348,12 +377,12 @@ private:
         return static_cast<const X*>(p);
     }
 
-    /// Seed of the stochastic rounding for the next adamw_update of step t: a function of t and of
-    /// the call's index within the step (one call per parameter buffer or shard), never of the
-    /// process's history, so a run resumed from a checkpoint rounds exactly as the unbroken run.
-    uint32_t rounding_seed(int t) {
-        if (t != sr_step_) sr_step_ = t, sr_call_ = 0;
-        return static_cast<uint32_t>(t) * 0x9E3779B1u ^ sr_call_++;  // the kernel hashes it again
+    /// Points the cuBLAS handle at the current stream and at the cuBLASLt workspace (cublasSetStream
+    /// resets the workspace to cuBLAS's own pool, whose memory the Allocator would not see).
+    void bind_blas() {
+        if (cublasSetStream(blas_, stream_) != CUBLAS_STATUS_SUCCESS ||
+            cublasSetWorkspace(blas_, lt_.workspace, lt_.workspace_bytes) != CUBLAS_STATUS_SUCCESS)
+            throw CudaError("cuda cublas attention: cublasSetStream/cublasSetWorkspace failed");
     }
     /// Device memory for the backend's own use, reported to the Allocator's listener.
     /// Errors: CudaError when the device is out of memory.
@@ -409,6 +438,7 @@ private:
     CudaBackendOptions opt_;
     cudaStream_t stream_ = nullptr;
     LtContext lt_;
+    cublasHandle_t blas_ = nullptr;  ///< set when options.attention == Attention::cublas
     std::unordered_map<cudaStream_t, Buffer> scratch_;
     int* bucket_dev_ = nullptr;
     int* bucket_host_ = nullptr;
@@ -419,8 +449,6 @@ private:
     const int* tokens_src_ = nullptr;     ///< device ids that copy came from
     cudaEvent_t tokens_ready_ = nullptr;  ///< after that copy
     std::vector<int> packed_;
-    int sr_step_ = 0;       ///< step count t of the last adamw_update
-    uint32_t sr_call_ = 0;  ///< adamw_update calls so far in that step
 #ifdef LLMTRAIN_HAVE_CUDNN
     std::unique_ptr<cuda::CudnnAttention> cudnn_;  ///< set when options.attention == Attention::cudnn
 #endif
@@ -454,6 +482,9 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
         act = DType::f32;
     else
         throw std::invalid_argument("training.precision: expected \"bf16\" or \"fp32\", got \"" + precision + "\"");
+    if (options.attention_workspace_mb < 1)
+        throw std::invalid_argument("model.attention_workspace_mb: expected an integer >= 1, got " +
+                                    std::to_string(options.attention_workspace_mb));
     if (options.attention == Attention::cudnn) {
 #ifndef LLMTRAIN_HAVE_CUDNN
         throw std::invalid_argument("model.attention = \"cudnn\": this build has no cuDNN (use \"native\")");

@@ -7,6 +7,7 @@
 // CudaOps (cuda_ops.hpp) converts the Ops interface's void* tensors and calls these.
 #pragma once
 #include <cublasLt.h>
+#include <cublas_v2.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -14,7 +15,9 @@
 #include <tuple>
 #include <vector>
 
+#include "model/adamw_math.hpp"
 #include "model/cuda/common.cuh"
+#include "model/cuda/cublas_attention.hpp"
 
 namespace llmtrain::cuda {
 
@@ -82,6 +85,21 @@ void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, cons
                         int C, int NH, float* scratch, cudaStream_t stream);
 size_t attention_backward_scratch_bytes(int B, int T_, int NH);
 
+// ---- cublas_attention.cu (model.attention = "cublas"; the tiling is cublas_attention.hpp's) ----
+/// As attention_forward, on tensor cores: per tile of plan.tile_rows query rows, S = QK^T/sqrt(HS)
+/// and out = PV as cuBLAS strided-batched GEMMs over the B*NH heads. `handle` must already be bound
+/// to `stream` (and its cuBLAS workspace); `workspace` is device memory of plan.workspace_bytes.
+/// Errors: std::invalid_argument if C % NH != 0; CudaError when a cuBLAS call fails.
+template <typename T>
+void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T* qkv, int B, int T_, int C,
+                              int NH, const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream);
+/// dqkv (B,T,3C) overwritten, recomputing P per tile from qkv and lse (FlashAttention-2's backward
+/// equations); same handle, plan (backward = true) and workspace rules as the forward.
+template <typename T>
+void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, const T* qkv, const T* out,
+                               const float* lse, int B, int T_, int C, int NH, const CublasAttentionPlan& plan,
+                               void* workspace, cudaStream_t stream);
+
 // ---- gelu.cu ----
 template <typename T>
 void gelu_forward(T* out, const T* inp, size_t n, cudaStream_t stream);
@@ -95,15 +113,11 @@ void fused_classifier(T* logits, float* losses, const int* targets, int N, int V
                       bool write_grad, cudaStream_t stream);
 
 // ---- adamw.cu ----
-/// Scalars of one AdamW step; bc1 = 1 - beta1^t, bc2 = 1 - beta2^t (computed on the host in double).
-struct AdamWArgs {
-    float lr, beta1, beta2, eps, weight_decay, grad_scale, bc1, bc2;
-    bool stochastic;  ///< stochastic rounding of bf16 params from the master weights
-    uint32_t seed;    ///< per-step seed of the stochastic rounding
-};
+/// One AdamW step (model/adamw_math.hpp's constants c) on n elements, the first being element index0
+/// of the flat parameter buffer; bf16 params round stochastically when `stochastic`.
 template <typename T>
-void adamw_update(T* params, float* master, const T* grads, float* m, float* v, size_t n, const AdamWArgs& args,
-                  cudaStream_t stream);
+void adamw_update(T* params, float* master, const T* grads, float* m, float* v, size_t n, const AdamWCoeffs& c,
+                  bool stochastic, size_t index0, cudaStream_t stream);
 /// out[0] = (accumulate ? out[0] : 0) + sum x^2, deterministic two-stage sum.
 template <typename T>
 void norm_squared(float* out, const T* x, size_t n, bool accumulate, float* scratch, cudaStream_t stream);

@@ -3,7 +3,9 @@
 //  - non-finite steps: the weights and moments of a run stopped before the blow-up, bit for bit;
 //  - a hung rank (SIGSTOP): the job ends within parallel.timeout_s + 10 s, its checkpoint resumes;
 //  - --dry-run --world-size: the ZeRO paper's 16 bytes of bf16 model states per parameter, 1%;
-//  - ZeRO-3 resume: an uninterrupted 2-rank ZeRO-3 run, bit for bit.
+//  - ZeRO-3 resume: an uninterrupted 2-rank ZeRO-3 run, bit for bit;
+//  - offload: checkpoints with and without it resume into each other, against a run without, bit
+//    for bit; its config errors name the key (exit 2, nothing written).
 #include "tests/app/e2e_util.hpp"
 
 /// argv run under mpirun with n ranks.
@@ -206,6 +208,27 @@ TEST_F(E2E, ZeroConfigErrors) {
     EXPECT_EQ(train_losses(rd).size(), 2u);
 }
 
+/// The per-stage rows of a `--dry-run --world-size N` report: stage -> its numbers in MiB (the
+/// memory categories, the device total, then after '|' the model states and the paper's formula).
+std::map<int, std::vector<double>> dry_run_rows(const std::string& out) {
+    std::map<int, std::vector<double>> rows;
+    std::istringstream lines(out);
+    std::string line;
+    while (std::getline(lines, line)) {
+        std::istringstream ls(line);
+        int stage = -1;
+        if (!(ls >> stage) || line.find('|') == std::string::npos) continue;
+        std::vector<double> row;
+        std::string tok;
+        while (ls >> tok)
+            if (tok != "|") row.push_back(std::stod(tok));
+        EXPECT_FALSE(rows.count(stage)) << "two rows for stage " << stage;
+        rows[stage] = row;
+    }
+    return rows;
+}
+constexpr size_t kHostColumn = 6, kStatesColumn = 8;  // MemCategory::host; after the device total
+
 TEST_F(E2E, DryRunWorldSize) {
     // The shipped 1.5B config at 64 ranks, estimated without allocating and without its data files.
     // Reference: Rajbhandari et al. 2020, bf16 mixed precision keeps 2 + 2 + 12 = 16 bytes of model
@@ -225,18 +248,7 @@ TEST_F(E2E, DryRunWorldSize) {
     const double Vp = 50304, C = 1600, T = 1024, Lyr = 48;
     const double psi = Vp * C + T * C + Lyr * (12 * C * C + 13 * C) + 2 * C;
     std::map<int, double> states;  // stage -> "model states" column (MiB)
-    std::istringstream lines(p.out);
-    std::string line;
-    while (std::getline(lines, line)) {
-        std::istringstream ls(line);
-        int stage = -1;
-        const auto bar = line.find('|');
-        if (!(ls >> stage) || bar == std::string::npos) continue;
-        double s = 0;
-        std::istringstream(line.substr(bar + 1)) >> s;
-        EXPECT_FALSE(states.count(stage)) << "two rows for stage " << stage;
-        states[stage] = s;
-    }
+    for (const auto& [stage, row] : dry_run_rows(p.out)) states[stage] = row[kStatesColumn];
     ASSERT_EQ(states.size(), 4u) << p.out;
     for (int s = 0; s <= 3; ++s) EXPECT_TRUE(states.count(s)) << "no row for stage " << s << "\n" << p.out;
     const double mib = 1024.0 * 1024.0;
@@ -245,6 +257,25 @@ TEST_F(E2E, DryRunWorldSize) {
 
     EXPECT_EQ(bad.code, 2) << bad.err;
     EXPECT_NE(bad.err.find("--world-size requires --dry-run"), std::string::npos) << bad.err;
+}
+
+TEST_F(E2E, DryRunWithOffload) {
+    // GPT-2 1.5B on 8 ranks with the optimizer offloaded (Ren et al. 2021): the device keeps the bf16
+    // params and grads, 4 bytes per parameter at stage 0; the host holds the fp32 master weights, m
+    // and v of the rank's shard, 12 Psi / 8 at stages 1-3 (12 Psi at stage 0), plus 4 staging buffers
+    // of 8 MiB (16 MiB chunks of fp32, bf16 copies). Within 1% (unit padding).
+    const fs::path config = fs::path(__FILE__).parent_path().parent_path().parent_path() / "configs" / "gpt2-1.5b.toml";
+    Proc p = run({LLMTRAIN_BIN, "--config", config.string(), "--dry-run", "--world-size", "8", "--set",
+                  "optimizer.offload=\"cpu\""});
+    ASSERT_EQ(p.code, 0) << p.err;
+    const double Vp = 50304, C = 1600, T = 1024, Lyr = 48, mib = 1024.0 * 1024.0;
+    const double psi = Vp * C + T * C + Lyr * (12 * C * C + 13 * C) + 2 * C;
+    auto rows = dry_run_rows(p.out);
+    ASSERT_EQ(rows.size(), 4u) << p.out;
+    EXPECT_NEAR(rows[0][kStatesColumn], 4 * psi / mib, 0.01 * 4 * psi / mib) << p.out;
+    EXPECT_NEAR(rows[0][kHostColumn], 12 * psi / mib + 32, 0.01 * 12 * psi / mib) << p.out;
+    for (int stage = 1; stage <= 3; ++stage)
+        EXPECT_NEAR(rows[stage][kHostColumn], 12 * psi / 8 / mib + 32, 0.01 * 12 * psi / 8 / mib) << p.out;
 }
 
 TEST_F(E2E, ZeroStage3ResumeIsBitwiseExact) {
@@ -263,6 +294,39 @@ TEST_F(E2E, ZeroStage3ResumeIsBitwiseExact) {
     EXPECT_NE(read_file(b / "log.txt").find("parallel: zero_stage 3"), std::string::npos);
 
     expect_resume_is_exact(a, b, pa.out, pb2.out);
+}
+
+TEST_F(E2E, OffloadCheckpointsResumeEitherWay) {
+    // A checkpoint written with the optimizer offloaded resumes without offload, and the other way
+    // round (at another fraction): both equal the uninterrupted run without offload bit for bit,
+    // since the host step is the device step's arithmetic (docs/training.md "Optimizer offload").
+    const std::vector<std::string> common = {"lr_schedule.decay=\"constant\"", "training.grad_accum_steps=2"};
+    const std::vector<std::string> off = {"optimizer.offload=\"cpu\"", "optimizer.offload_chunk_mb=0.01"};
+    const fs::path a = case_dir() / "straight", b = case_dir() / "off_then_on", c = case_dir() / "on_then_off";
+    Proc pa = run(llmtrain_args(a, concat(common, {"run.max_steps=8"})));
+    ASSERT_EQ(pa.code, 0) << pa.err;
+    Proc pb1 = run(llmtrain_args(b, concat(concat(common, off), {"run.max_steps=4"})));
+    ASSERT_EQ(pb1.code, 0) << pb1.err;
+    EXPECT_NE(pb1.out.find("optimizer: offload cpu"), std::string::npos) << pb1.out;
+    Proc pb2 = run(llmtrain_args(b, concat(common, {"run.max_steps=8"})));
+    ASSERT_EQ(pb2.code, 0) << pb2.err;
+    expect_resume_is_exact(a, b, pa.out, pb2.out);
+    Proc pc1 = run(llmtrain_args(c, concat(common, {"run.max_steps=4"})));
+    ASSERT_EQ(pc1.code, 0) << pc1.err;
+    Proc pc2 = run(llmtrain_args(c, concat(concat(common, off), {"run.max_steps=8", "optimizer.offload_fraction=0.5"})));
+    ASSERT_EQ(pc2.code, 0) << pc2.err;
+    expect_resume_is_exact(a, c, pa.out, pc2.out);
+}
+
+TEST_F(E2E, OffloadConfigErrorsNameTheKey) {
+    for (const std::string& bad : {std::string("optimizer.offload_fraction=1.5"), std::string("optimizer.offload_fraction=0"),
+                                   std::string("optimizer.offload=\"gpu\""), std::string("optimizer.offload_chunk_mb=0")}) {
+        const fs::path d = case_dir() / "bad";
+        Proc p = run(llmtrain_args(d, {bad}));
+        EXPECT_EQ(p.code, 2) << bad << ": " << p.err;
+        EXPECT_NE(p.err.find(bad.substr(0, bad.find('='))), std::string::npos) << p.err;
+        EXPECT_FALSE(fs::exists(d / "checkpoints")) << bad;
+    }
 }
 
 int main(int argc, char** argv) { return e2e_main(argc, argv); }

@@ -101,6 +101,9 @@ TEST(Config, EveryBadFileIsReportedAtItsPositionWithTheKey) {
         {"min_lr above lr", "[optimizer]\nlr = 1e-4\n[lr_schedule]\nmin_lr = @1e-3\n", {"lr_schedule.min_lr", "[0, optimizer.lr"}},
         {"bf16 on the cpu", "[training]\nprecision = @\"bf16\"\n", {"training.precision", "cuda"}},
         {"cudnn on the cpu", "[model]\nattention = @\"cudnn\"\n", {"model.attention", "cuda"}},
+        {"cublas on the cpu", "[model]\nattention = @\"cublas\"\n", {"model.attention", "cuda"}},
+        {"attention workspace of 0 MiB", "[model]\nattention_workspace_mb = @0\n",
+         {"model.attention_workspace_mb", "an integer >= 1", "got 0"}},
         {"stochastic rounding in fp32", "[run]\nbackend = \"cuda\"\n[training]\nstochastic_rounding = @true\n",
          {"training.stochastic_rounding", "expected false", "\"fp32\""}},
         {"top_k above vocab", "[model]\nvocab_size = 16\n[run]\nsample_top_k = @40\n", {"run.sample_top_k", "model.vocab_size = 16"}},
@@ -214,7 +217,7 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
             actual[section + "." + m[1].str()] = m[2];
         }
     }
-    EXPECT_EQ(actual.size(), 49u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(actual.size(), 53u);  // keep in step with the key table in config.cpp
     EXPECT_EQ(documented, actual);
     // An empty file and empty sections are the defaults too.
     EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});
@@ -230,6 +233,7 @@ TEST(Config, RoundTripOfEveryKey) {
         "run.eval_steps=0", "run.sample_interval=0", "run.sample_tokens=5", "run.sample_top_k=1",
         "run.sample_temperature=0.7", "run.peak_flops=989e12", "model.n_layer=12", "model.n_head=12",
         "model.n_embd=768", "model.seq_len=1024", "model.vocab_size=50257", "model.attention=\"cudnn\"",
+        "model.attention_workspace_mb=64",
         "data.train=\"a.h5\"", "data.val=\"b.h5\"", "training.micro_batch_size=3", "training.global_batch_size=12",
         "training.grad_accum_steps=2", "training.precision=\"bf16\"", "training.grad_clip=0",
         "training.stochastic_rounding=true", "training.max_skipped_steps=3",

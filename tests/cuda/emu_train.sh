@@ -14,8 +14,11 @@
 #      loss within 1e-4; 4. the reverse (cuda checkpoints, cpu resumes), same check;
 #   5. cuda in bf16 checkpoints (fp32 master weights saved), cpu resumes: within 5e-3;
 #   6. training.stochastic_rounding = true reaches the backend: 2 bf16 steps whose step-2 loss
-#      differs from the round-to-nearest run's (the params after step 1 differ) yet stays within 5e-3 of cpu.
-# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 13 emulated steps.
+#      differs from the round-to-nearest run's (the params after step 1 differ) yet stays within 5e-3 of cpu;
+#   7. model.attention = "cublas": 3 fp32 steps with attention_workspace_mb = 1 (query tiles of 64 of
+#      the 256 rows) within 1e-4 of cpu, and 3 bf16 steps in one tile with every layer recomputed
+#      (activation_checkpoint.ratio = 1) within 5e-3.
+# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 19 emulated steps.
 set -euo pipefail
 LLMTRAIN=$1 EMU=$2 CONFIG=$3 DATA=$4 WORK=$5
 VOCAB=$(cat "$DATA/vocab_size.txt")
@@ -131,4 +134,9 @@ if [ "$nearest" = "$stochastic" ]; then
     echo "stochastic rounding changed nothing: is training.stochastic_rounding passed to the backend?"
     exit 1
 fi
+
+run "$EMU" "$WORK/cublas_fp32" cuda fp32 3 --set 'model.attention="cublas"' --set model.attention_workspace_mb=1
+compare "cublas attention, fp32, 4 query tiles, vs cpu" "$WORK/cpu" "$WORK/cublas_fp32" 1e-4 1
+run "$EMU" "$WORK/cublas_bf16" cuda bf16 3 --set 'model.attention="cublas"' --set activation_checkpoint.ratio=1
+compare "cublas attention, bf16, recomputed layers, vs cpu" "$WORK/cpu" "$WORK/cublas_bf16" 5e-3 1
 echo "emu_train: all checks passed"

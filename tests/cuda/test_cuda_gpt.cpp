@@ -81,7 +81,7 @@ struct Model {
         c.lr = 1e-3f;
         const bool master = ops->act_dtype() == DType::bf16;
         opt = std::make_unique<AdamW>(*alloc, gpt->layout(), c, master);
-        if (master) opt->init_master(gpt->params());
+        opt->init_state(gpt->params());
     }
     /// One training step; returns the loss. Clips the global norm at 1.
     float step(int s) {

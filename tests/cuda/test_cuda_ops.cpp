@@ -250,7 +250,7 @@ TEST_P(OpsTest, AdamWAndNorm) {
                v = upload(o, zeros, DType::f32), ms = upload(o, w, DType::f32);
         for (int step = 1; step <= 3; step++)
             o.adamw_update(p.ptr, use_master ? ms.as<float>() : nullptr, gr.ptr, m.as<float>(), v.as<float>(), n, 1e-2f,
-                           0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step);
+                           0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, step, 0);
         if (master_out) *master_out = download(o, ms.ptr, n, DType::f32);
         return download(o, p.ptr, n, dt);
     };
@@ -291,7 +291,7 @@ TEST(CudaAdamW, StochasticRoundingIsUnbiased) {
     DevBuf p = upload(*cuda, zeros, DType::bf16), g = upload(*cuda, zeros, DType::bf16);
     DevBuf ms = upload(*cuda, master, DType::f32), m = upload(*cuda, zeros, DType::f32), v = upload(*cuda, zeros, DType::f32);
     cuda->adamw_update(p.ptr, ms.as<float>(), g.ptr, m.as<float>(), v.as<float>(), n, 0.0f, 0.9f, 0.95f, 1e-8f, 0.0f,
-                       1.0f, 1);
+                       1.0f, 1, 0);
     const auto out = download(*cuda, p.ptr, n, DType::bf16);
     // The two bf16 neighbours of x (x is not representable: 8 mantissa bits).
     uint32_t u;
@@ -310,7 +310,7 @@ TEST(CudaAdamW, StochasticRoundingIsUnbiased) {
     EXPECT_NEAR(sum / n, x, 4 * se);
 }
 
-/// Stochastic rounding depends only on the step count and the call's place within the step, so a
+/// Stochastic rounding depends only on the step count and the flat index (index0 + i), so a
 /// backend that starts at step 3 from step 2's state (a resumed run) writes the same bf16 params,
 /// bit for bit, as the backend that ran steps 1-3; and the rounding is really stochastic (it
 /// differs from round-to-nearest somewhere). Two buffers per step, as AdamW's decay and no-decay ranges.
@@ -334,7 +334,7 @@ TEST(CudaAdamW, StochasticRoundingResumesExactly) {
             for (int b = 0; b < 2; b++) {
                 g[b] = upload(o, random_vec(n, 100 * t + b, true), DType::bf16);
                 o.adamw_update(p[b].ptr, ms[b].as<float>(), g[b].ptr, m[b].as<float>(), v[b].as<float>(), n, 1e-3f,
-                               0.9f, 0.95f, 1e-8f, b == 0 ? 0.1f : 0.0f, 1.0f, t);
+                               0.9f, 0.95f, 1e-8f, b == 0 ? 0.1f : 0.0f, 1.0f, t, size_t(b) * n);
             }
         for (int b = 0; b < 2; b++)
             to[b] = {download(o, p[b].ptr, n, DType::bf16), download(o, ms[b].ptr, n, DType::f32),

@@ -119,7 +119,7 @@ TEST(CpuAdamW, UpdateMatchesDoubleLoop) {
             wp[i] = wp[i] - lr * wd * wp[i] - lr * mh / (std::sqrt(vh) + eps);
         }
         ops.adamw_update(p.data(), use_master ? master.data() : nullptr, g.data(), m.data(), v.data(), n, lr, b1,
-                         b2, eps, wd, gs, t);
+                         b2, eps, wd, gs, t, 0);
         // fp32 state update: a few ulps of O(1) values.
         expect_close("m", m, wm, 1e-6, 1e-7);
         expect_close("v", v, wv, 1e-6, 1e-8);

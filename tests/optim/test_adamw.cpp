@@ -62,7 +62,7 @@ void check_steps(bool master, std::vector<FlatRange> ranges) {
     }
     EXPECT_EQ(opt.numel(), ps.size());
     EXPECT_EQ(alloc.current(MemCategory::optimizer), ps.size() * 4 * (master ? 3 : 2));
-    opt.init_master(ps.data());
+    opt.init_state(ps.data());
     opt.step(ps.data(), gs.data(), lrs[0], scales[0]);
     opt.step(ps.data(), gs.data(), lrs[1], scales[1]);
     EXPECT_EQ(opt.t(), 2);

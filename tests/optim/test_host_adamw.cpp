@@ -61,7 +61,7 @@ TEST(HostAdamW, EqualsTheCpuBackendsStepBitForBit) {
     host_adamw(a.w.data(), a.m.data(), a.v.data(), a.g.data(), DType::f32, pa.data(), DType::f32, kN, kStep);
     auto ops = make_backend("cpu", "fp32");
     ops->adamw_update(pb.data(), b.w.data(), b.g.data(), b.m.data(), b.v.data(), kN, kStep.lr, kStep.beta1,
-                      kStep.beta2, kStep.eps, kStep.weight_decay, kStep.grad_scale, kStep.t);
+                      kStep.beta2, kStep.eps, kStep.weight_decay, kStep.grad_scale, kStep.t, 0);
     EXPECT_EQ(std::memcmp(a.w.data(), b.w.data(), kN * 4), 0);
     EXPECT_EQ(std::memcmp(a.m.data(), b.m.data(), kN * 4), 0);
     EXPECT_EQ(std::memcmp(a.v.data(), b.v.data(), kN * 4), 0);
@@ -92,6 +92,33 @@ TEST(HostAdamW, Bf16GradsAndParams) {
     }
     EXPECT_THROW(host_adamw(a.w.data(), a.m.data(), a.v.data(), g16.data(), DType::u8, nullptr, DType::f32, kN, kStep),
                  std::invalid_argument);
+}
+
+TEST(HostAdamW, StochasticRoundingIsUnbiasedAndKeyedByFlatIndex) {
+    // lr 0 leaves every weight at x, a value 0.3 of the way from its lower bf16 neighbour to the upper:
+    // each param must be one of the two, the upper one with probability 0.3 (binomial, 5 sigma).
+    const float lo = 1.0f, hi = bf16_to_f32(uint16_t(f32_to_bf16(lo) + 1)), x = lo + 0.3f * (hi - lo);
+    std::vector<float> w(kN, x), m(kN, 0.0f), v(kN, 0.0f), g(kN, 0.5f);
+    std::vector<uint16_t> p(kN);
+    HostAdamWStep st{0.0f, 0.9f, 0.95f, 1e-8f, 0.0f, 1.0f, 5, true, 1000};
+    host_adamw(w.data(), m.data(), v.data(), g.data(), DType::f32, p.data(), DType::bf16, kN, st);
+    size_t up = 0;
+    for (size_t i = 0; i < kN; ++i) {
+        ASSERT_EQ(w[i], x);
+        ASSERT_TRUE(p[i] == f32_to_bf16(lo) || p[i] == f32_to_bf16(hi)) << i;
+        up += p[i] == f32_to_bf16(hi);
+    }
+    const double n = double(kN), sd = std::sqrt(n * 0.3 * 0.7);
+    EXPECT_NEAR(double(up), 0.3 * n, 5 * sd);
+    // Element i at flat index 1000 + i: a call starting 5 elements later reproduces the same bits, so
+    // splitting an update (shards, chunks) does not change the rounding.
+    std::vector<uint16_t> q(kN - 5);
+    st.index0 = 1005;
+    host_adamw(w.data() + 5, m.data() + 5, v.data() + 5, g.data() + 5, DType::f32, q.data(), DType::bf16, kN - 5, st);
+    for (size_t i = 0; i + 5 < kN; ++i) ASSERT_EQ(q[i], p[i + 5]) << i;
+    st.t = 6;  // another step draws other bits
+    host_adamw(w.data(), m.data(), v.data(), g.data(), DType::f32, q.data(), DType::bf16, kN - 5, st);
+    EXPECT_NE(std::memcmp(q.data(), p.data() + 5, (kN - 5) * 2), 0);
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ void one_step(const Case& k) {
     Topology topo(W, me, 1, zero_group_of(cfg));
     ModelState s = make_model_state(cfg, alloc, topo, make_mpi_comm(topo.zero_group()), make_mpi_comm(topo.replica_group()));
     s.gpt->init_params(7);
-    s.adam->init_master(s.engine->param_shard());
+    s.adam->init_state(s.engine->param_shard());
     const double N = topo.zero_group_size(), R = topo.replicas(), es = 4, a = k.accum;
     const double psi = double(s.layout->total_numel()), psi0 = double(s.layout->units()[0].numel);
     // Memory: what each stage keeps (zero.hpp), fp32 without master weights (m and v: 8 bytes each).

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# tests/parallel/zero_equivalence.sh — ZeRO-1/2/3 and sub-DP against plain data parallelism, end to
-# end through the llmtrain binary (CPU backend, one OpenMP thread per rank), 6 steps each.
+# tests/parallel/zero_equivalence.sh — ZeRO-1/2/3 and sub-DP against plain data parallelism, and the
+# host-offloaded optimizer against the on-device one, end to end through the llmtrain binary (CPU
+# backend, one OpenMP thread per rank), 6 steps each.
 #
 # Usage: zero_equivalence.sh <llmtrain> <mpiexec> <tiny_data_dir> <work_dir>
 # Reference: plain DP (zero_stage 0) on the same world, batch and seed. Odd sizes: n_embd 36 and the
 # tiny vocabulary pad every unit differently for each ZeRO group size.
+# Offload (optimizer.offload = "cpu", fraction 1 and 0.5, chunks of 0.01 MiB so a step has several
+# and their ends cut tensors) is bitwise against the same run without it, at ZeRO-0 and ZeRO-2 on 2
+# ranks and on 1: the host step applies the device step's arithmetic (model/adamw_math.hpp).
 # Bitwise (every train loss as printed to 9 digits and every tensor of the final model.h5) where the
 # order of the floating-point sums is DP's: ZeRO-1 at any grad_accum_steps, ZeRO-2/3 at
 # grad_accum_steps 1, grad_clip 0. Elsewhere a tolerance, with its reason:
@@ -95,4 +99,12 @@ done
 run 3 dp3_clip --set training.grad_clip=0.5
 run 3 z3_clip --set training.grad_clip=0.5 --set parallel.zero_stage=3
 compare dp3_clip z3_clip 1e-5
+OFF=(--set 'optimizer.offload="cpu"' --set optimizer.offload_chunk_mb=0.01)
+run 1 dp1
+run 1 off1 "${OFF[@]}"
+compare dp1 off1 0
+run 2 off_dp2 "${OFF[@]}"
+compare dp2 off_dp2 0
+run 2 off_half_z2 "${OFF[@]}" --set optimizer.offload_fraction=0.5 --set parallel.zero_stage=2
+compare z2_np2 off_half_z2 0
 echo "zero_equivalence: all comparisons passed"

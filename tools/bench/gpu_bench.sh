@@ -14,6 +14,11 @@
 # run.peak_flops (default 989 TFLOP/s, H100 SXM dense bf16). llm.c reference: ~56% MFU (124M, A100)
 # and ~46% (1.5B, H100). With >= 2 GPUs it also runs 124M under mpirun, one rank per GPU, at
 # zero_stage 0 and 3 (the tokens/s of the log are per job, so the two compare directly).
+# Attention: for each path of ATTENTIONS (default "native cublas cudnn"; model.attention, docs/cuda.md)
+# first the forward and backward time of attention alone at the two models' shapes (attention_bench,
+# bf16: 124M B=32 T=1024 C=768 NH=12, 1.5B B=8 T=1024 C=1600 NH=25, the configs' micro-batches),
+# then each model's training step with that path (labels <model>-<path>). Choose paths with
+# ATTENTIONS, not with --set model.attention (a later --set would relabel every run).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=${1:-20}
@@ -54,8 +59,21 @@ bench() {
         "$rd.log"
 }
 
+ATTENTIONS=${ATTENTIONS:-native cublas cudnn}
+AB=$BUILD/tools/bench/attention_bench
+if [ -x "$AB" ]; then
+    for attention in $ATTENTIONS; do
+        "$AB" "$attention" 32 1024 768 12 20 || echo "$attention: attention_bench failed at the 124M shape"
+        "$AB" "$attention" 8 1024 1600 25 20 || echo "$attention: attention_bench failed at the 1.5B shape"
+    done
+else
+    echo "gpu_bench: $AB not built: no attention timings"
+fi
+
 for model in gpt2-124m gpt2-1.5b; do
-    bench "$model" "$model" -- "$@"
+    for attention in $ATTENTIONS; do
+        bench "$model-$attention" "$model" -- --set "model.attention=\"$attention\"" "$@"
+    done
 done
 
 # ZeRO-3 against plain DP on every GPU of this node (one rank per GPU; tokens/s over all ranks).

@@ -1,0 +1,142 @@
+// tests/cuda/test_cuda_offload.cpp — the host-offloaded optimizer against the CUDA backend's own step,
+// under tests/cuda_emu (deferred streams: a copy runs only when something waits for it, and a
+// device→host destination reads NaN until then, so a missing wait shows up every time).
+//  - the CUDA AdamW kernel and the host AdamW step give the same bits (fp32; bf16 params from fp32
+//    master weights, rounded to nearest or stochastically), at an odd length;
+//  - AdamW with its state offloaded (fraction 1 and 0.5, chunks that cut tensors) equals AdamW on
+//    the device, params and state, over 10 steps, in the emulator's three thread orders;
+//  - the race DeepSpeed #1219 hit (a staging buffer overwritten before its copy ran), injected by
+//    dropping the one wait that prevents it, changes the result: the tests would catch it.
+#include <gtest/gtest.h>
+
+#include "optim/adamw.hpp"
+#include "optim/host_adamw.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
+
+namespace llmtrain::cudatest {
+namespace {
+
+// n_embd 12 leaves gaps between tensors; shard_multiple 7 pads units.
+const GPTConfig kCfg{2, 2, 12, 5, 10};
+const AdamWConfig kAdam{1e-2f, 0.9f, 0.95f, 1e-8f, 0.5f};
+
+struct Case {
+    std::string precision, order;
+    bool stochastic;
+};
+std::string case_name(const testing::TestParamInfo<Case>& i) {
+    return i.param.precision + "_" + i.param.order + (i.param.stochastic ? "_sr" : "");
+}
+
+class CudaOffload : public testing::TestWithParam<Case> {
+protected:
+    void SetUp() override { set_emu_order(GetParam().order); }
+    void TearDown() override { reset_emu_order(); }
+
+    struct Result {
+        std::vector<float> params, w, m, v;
+    };
+    /// 10 steps of AdamW over the whole flat buffer with `off`, fresh gradients each step.
+    Result ten_steps(OffloadConfig off) {
+        CudaBackendOptions bo;
+        bo.stochastic_rounding = GetParam().stochastic;
+        auto ops = make_cuda_backend(GetParam().precision, bo);
+        const DType t = ops->act_dtype();
+        Allocator alloc(*ops);
+        ParamLayout L(kCfg, 7);
+        const size_t n = L.total_numel();
+        off.stochastic_rounding = GetParam().stochastic;
+        Result r;
+        {
+            AdamW opt(alloc, L, kAdam, t == DType::bf16, {}, off);
+            DevBuf p = upload(*ops, random_vec(n, 1, t == DType::bf16), t);
+            opt.init_state(p.ptr);
+            for (int s = 0; s < 10; ++s) {
+                DevBuf g = upload(*ops, random_vec(n, 100 + s, t == DType::bf16), t);
+                opt.step(p.ptr, g.ptr, 1e-2f / float(1 + s), 1.0f / float(1 + s % 3));
+            }
+            r.params = download(*ops, p.ptr, n, t);
+            r.w.resize(n);
+            r.m.resize(n);
+            r.v.resize(n);
+            opt.state_to_host(p.ptr, r.w.data(), r.m.data(), r.v.data());
+        }
+        return r;
+    }
+};
+
+OffloadConfig offload(double fraction, size_t chunk_elems) {
+    OffloadConfig o;
+    o.enabled = true;
+    o.fraction = fraction;
+    o.chunk_bytes = chunk_elems * sizeof(float);
+    return o;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST_P(CudaOffload, KernelAndHostStepGiveTheSameBits) {
+    CudaBackendOptions bo;
+    bo.stochastic_rounding = GetParam().stochastic;
+    auto ops = make_cuda_backend(GetParam().precision, bo);
+    const DType t = ops->act_dtype();
+    const bool bf16 = t == DType::bf16;
+    const size_t n = 10007, index0 = 123457;  // odd: vector tails; index0 keys the stochastic rounding
+    auto w = random_vec(n, 1, bf16), m = random_vec(n, 2, false, 0.0f, 1e-3f), v = random_vec(n, 3, false, 0.0f, 1e-4f);
+    const auto g = random_vec(n, 4, bf16, -1e-2f, 1e-2f);
+    DevBuf dp = upload(*ops, w, t), dm = upload(*ops, m, DType::f32), dv = upload(*ops, v, DType::f32),
+           dw = upload(*ops, w, DType::f32), dg = upload(*ops, g, t);
+    ops->adamw_update(dp.ptr, bf16 ? dw.as<float>() : nullptr, dg.ptr, dm.as<float>(), dv.as<float>(), n, 3e-3f,
+                      0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 4, index0);
+    // The host: grads and params in the same dtype, as the offload engine moves them.
+    std::vector<uint16_t> g16(n), p16(n);
+    for (size_t i = 0; i < n; ++i) g16[i] = bf16_bits(g[i]);
+    std::vector<float> p32(n);
+    const HostAdamWStep st{3e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 4, GetParam().stochastic, index0};
+    host_adamw(w.data(), m.data(), v.data(), bf16 ? static_cast<const void*>(g16.data()) : g.data(), t,
+               bf16 ? static_cast<void*>(p16.data()) : p32.data(), t, n, st);
+    if (bf16)
+        for (size_t i = 0; i < n; ++i) p32[i] = bf16_to_float(p16[i]);
+    EXPECT_TRUE(same_bits(download(*ops, dp.ptr, n, t), p32)) << "params";
+    EXPECT_TRUE(same_bits(download(*ops, dm.ptr, n, DType::f32), m)) << "m";
+    EXPECT_TRUE(same_bits(download(*ops, dv.ptr, n, DType::f32), v)) << "v";
+    if (bf16) EXPECT_TRUE(same_bits(download(*ops, dw.ptr, n, DType::f32), w)) << "master weights";
+}
+
+TEST_P(CudaOffload, OffloadedStepEqualsTheDeviceStep) {
+    const Result ref = ten_steps(OffloadConfig{});
+    for (double fraction : {1.0, 0.5})
+        for (size_t chunk : {97, 100000}) {  // many chunks, whose ends cut tensors; one chunk
+            SCOPED_TRACE("fraction " + std::to_string(fraction) + " chunk " + std::to_string(chunk));
+            const Result r = ten_steps(offload(fraction, chunk));
+            EXPECT_TRUE(same_bits(ref.params, r.params)) << "params";
+            EXPECT_TRUE(same_bits(ref.w, r.w)) << "fp32 weights";
+            EXPECT_TRUE(same_bits(ref.m, r.m)) << "m";
+            EXPECT_TRUE(same_bits(ref.v, r.v)) << "v";
+        }
+}
+
+TEST_P(CudaOffload, AStagingBufferReusedBeforeItsCopyRanIsCaught) {
+    // With the wait in place the result is the device step's (the test above); without it, chunk k's
+    // params overwrite chunk k-2's in their staging buffer before chunk k-2's copy to the device ran.
+    const Result ref = ten_steps(OffloadConfig{});
+    OffloadConfig racy = offload(1.0, 97);
+    racy.test_skip_reuse_wait = true;
+    EXPECT_FALSE(same_bits(ref.params, ten_steps(racy).params));
+}
+
+std::vector<Case> cases() {
+    std::vector<Case> c;
+    for (const char* o : {"forward", "reverse", "random"}) {
+        c.push_back({"fp32", o, false});
+        c.push_back({"bf16", o, false});
+        c.push_back({"bf16", o, true});
+    }
+    return c;
+}
+INSTANTIATE_TEST_SUITE_P(Emu, CudaOffload, testing::ValuesIn(cases()), case_name);
+
+}  // namespace
+}  // namespace llmtrain::cudatest
