@@ -39,4 +39,6 @@ chroot "$R" "$D/app/llmtrain" --config /work/tiny.toml --set 'run.run_dir="/tmp/
     --set 'data.val="/tmp/data/val.h5"' --set training.micro_batch_size=2 --set run.eval_interval=0 \
     --set run.sample_interval=0 --set metrics.enabled=false
 [ -d "$R/tmp/run/checkpoints/step_2" ] || { echo "bundle_test: no checkpoint at step 2"; exit 1; }
+chroot "$R" "$D/tools/bench/offload_bench" --backend cpu --params 1 --steps 1 --trace /tmp/offload.json
+[ -s "$R/tmp/offload.json" ] || { echo "bundle_test: offload_bench wrote no trace"; exit 1; }
 echo "bundle_test: the bundle ran in a bare root"

@@ -6,7 +6,9 @@
 # random block order — a missing event wait or barrier shows as NaN or a different loss — then
 # ZeRO-2 on 2 ranks in bf16. Tolerances (relative, per train/val loss), as in emu_train.sh:
 # fp32 1e-4 (the emulated kernels sum in another order than the CPU backend's), bf16 5e-3 (bf16
-# weights and activations). Usage: emu_zero.sh <llmtrain> <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
+# weights and activations). Then the offloaded optimizer (docs/training.md "Optimizer offload")
+# against the same emulated run without it, bitwise (tolerance 0): ZeRO-2 bf16 at offload_fraction
+# 0.5, and ZeRO-0 bf16 with stochastic rounding at fraction 1. Usage: emu_zero.sh <llmtrain> <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
 set -euo pipefail
 CPU=$1 EMU=$2 MPI=$3 DATA=$4 WORK=$5
 VOCAB=$(cat "$DATA/vocab_size.txt")
@@ -40,4 +42,12 @@ for order in forward reverse random:5; do
 done
 run "$EMU" 2 z2_bf16 --set 'run.backend="cuda"' --set 'training.precision="bf16"' --set parallel.zero_stage=2
 compare cpu_dp z2_bf16 5e-3
+OFF=(--set 'optimizer.offload="cpu"' --set optimizer.offload_chunk_mb=0.01)
+run "$EMU" 2 z2_bf16_off --set 'run.backend="cuda"' --set 'training.precision="bf16"' --set parallel.zero_stage=2 \
+    "${OFF[@]}" --set optimizer.offload_fraction=0.5
+compare z2_bf16 z2_bf16_off 0
+SR=(--set 'run.backend="cuda"' --set 'training.precision="bf16"' --set training.stochastic_rounding=true)
+run "$EMU" 2 dp_bf16_sr "${SR[@]}"
+run "$EMU" 2 dp_bf16_sr_off "${SR[@]}" "${OFF[@]}"
+compare dp_bf16_sr dp_bf16_sr_off 0
 echo "emu_zero: passed"

@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # tools/gpu/run.sh — on a GPU machine: unpacks tools/gpu/bundle.sh's bundle, runs the CUDA tests on
 # the real device (test_cuda_gpu: every op and the model against the CPU backend, cuDNN attention
-# against ours), then tools/bench/gpu_bench.sh (tokens/s and MFU, GPT-2 124M and 1.5B), native and
-# cuDNN attention. Logs go to $LOGS (default $OUT when set, else gpu-logs/).
+# against ours), then tools/bench/gpu_bench.sh (tokens/s and MFU, GPT-2 124M and 1.5B, with each
+# attention path: native, cublas, cudnn) and tools/bench/offload_bench (the offloaded optimizer's
+# step, serial against double-buffered, and its trace). Logs go to $LOGS (default $OUT when set,
+# else gpu-logs/).
 #
 # Usage: tools/gpu/run.sh [bundle.tar.gz (default .gpu/bundle.tar.gz)] [bench steps (default 10)]
-# Writes 8 files at most (the device tool returns no more): env.txt, test_cuda_gpu.log,
-# bench_{native,cudnn}.txt and the four llmtrain logs {native,cudnn}_gpt2-{124m,1.5b}.log.
+# Writes 6 files (the device tool returns 8 at most): env.txt, test_cuda_gpu.log, bench.txt,
+# llmtrain_logs.txt (every bench run's llmtrain log, one after the other), offload.txt and
+# offload_trace.json.
 # Run from the repository root (configs/ and tools/ are read from the tree). Needs the NVIDIA driver
 # and CUDA 13's cudart and cuBLASLt, and cuDNN 9 (a system install or pip's nvidia-* wheels).
 set -uo pipefail
@@ -28,7 +31,7 @@ find_lib() {
     return 1
 }
 cuda_libdirs=
-for lib in libcudart.so.13 libcublasLt.so.13 libcudnn.so.9; do
+for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libcudnn.so.9; do
     d=$(find_lib "$lib") || { echo "run.sh: $lib not found on this machine"; exit 2; }
     cuda_libdirs=${cuda_libdirs:+$cuda_libdirs:}$d
 done
@@ -46,9 +49,10 @@ echo "== test_cuda_gpu"
 echo "test_cuda_gpu exit $?"
 grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$LOGS/test_cuda_gpu.log"
 
-for attention in native cudnn; do
-    echo "== gpu_bench, model.attention = $attention"
-    BUILD=$DIR bash tools/bench/gpu_bench.sh "$STEPS" --set "model.attention=\"$attention\"" 2>&1 |
-        tee "$LOGS/bench_$attention.txt"
-    for f in "$DIR"/gpu_bench/*.log; do [ -f "$f" ] && cp "$f" "$LOGS/${attention}_$(basename "$f")"; done
-done
+echo "== gpu_bench (model.attention: native, cublas, cudnn)"
+BUILD=$DIR bash tools/bench/gpu_bench.sh "$STEPS" 2>&1 | tee "$LOGS/bench.txt"
+for f in "$DIR"/gpu_bench/*.log; do [ -f "$f" ] && { echo "==== $(basename "$f")"; cat "$f"; }; done >"$LOGS/llmtrain_logs.txt"
+
+echo "== offload_bench (bf16, 1.5B / 8 ranks' shard: 200 M parameters)"
+"$DIR/tools/bench/offload_bench" --backend cuda --params 200 --trace "$LOGS/offload_trace.json" 2>&1 |
+    tee "$LOGS/offload.txt"
