@@ -1,14 +1,17 @@
 // model/gpt.cpp — GPT-2 forward/backward over a layer range, with per-layer activation checkpointing.
 //
-// Buffers of one micro-batch (N = B*T rows, act dtype unless noted):
+// Buffers of one activation context, one per micro-batch in flight (N = B*T rows, act dtype unless
+// noted):
 //   res[i]    (N,C)  the residual stream entering local layer i; res[n] leaves the range   activations
 //   acts[i]          what layer i keeps for backward (LayerActs below)                    activations
+//   tokens    (N) int32: the micro-batch's token ids (first stage only)                   activations
 //   lnf (N,C), lnf_mean/rstd (N) fp32, logits (N,Vp), losses (N) fp32 (last stage only)    activations
+// and, shared by the contexts:
 //   recompute        one LayerActs shared by all checkpointed layers                      workspace
 //   tmp (N,C)        attproj / fcproj outputs, consumed at once by the residual adds       workspace
 //   dres (N,C), dbuf_c (N,C), dbuf_4c (N,4C)   backward gradients of activations           workspace
-// Checkpointing: the first floor(ratio * n) layers of the range keep only res[i] (their input)
-// and recompute their forward into `recompute` just before their backward.
+// Checkpointing: the first checkpoint_layers (else floor(ratio * n)) layers of the range keep only
+// res[i] (their input) and recompute their forward into `recompute` just before their backward.
 // Parameters and gradients come from a ParamStore one unit at a time (model/param_store.hpp):
 // acquired before a unit is used, released after; grads_done(u) once a unit's backward is over.
 #include "model/gpt.hpp"
@@ -16,6 +19,8 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace llmtrain {
 
@@ -35,6 +40,16 @@ struct LayerActs {
     float* ln2_rstd = nullptr; // (N)
     void* fch_pre = nullptr;   // (N,4C) c_fc output before GELU
     void* fch = nullptr;       // (N,4C) GELU output
+};
+
+/// One micro-batch's activations between its forward and its backward (see the header comment).
+struct Context {
+    std::vector<void*> res;       // n_local + 1 buffers (N,C)
+    std::vector<LayerActs> acts;  // n_local; checkpointed layers point at the shared `recompute`
+    int* tokens = nullptr;        // (N) first stage
+    void *lnf = nullptr, *logits = nullptr;
+    float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
+    bool have_logit_grad = false;
 };
 
 /// Element offsets of one layer's tensors from the start of its unit.
@@ -63,18 +78,12 @@ struct GPT::Impl {
     size_t lnfw = 0, lnfb = 0;    // in unit n_layer + 1
     int u_lnf = 0;                // unit of ln_f
 
-    std::vector<void*> res;        // n_local + 1 buffers (N,C)
-    std::vector<LayerActs> acts;   // n_local; checkpointed layers point at `recompute`
+    std::vector<Context> ctxs;
     LayerActs recompute;
-    void *lnf = nullptr, *logits = nullptr;
-    float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
     void *tmp = nullptr, *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr;
     int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
     float* logit_row = nullptr;                  // (Vp) fp32 for logits_at
     std::vector<void*> owned;                    // every allocation, released in ~Impl
-
-    const int* tokens = nullptr;  // tokens of the last forward (encoder_backward needs them)
-    bool have_logit_grad = false;
 
     Impl(const GPTConfig& c, const GPTOptions& o, Allocator& a)
         : cfg(c), opt(o), layout(c, o.shard_multiple), alloc(a), ops(a.ops()),
@@ -119,13 +128,20 @@ struct GPT::Impl {
         return a;
     }
 
-    /// Forward of local layer i (parameters at w) from res[i] into the activations `a`; writes
-    /// res[i+1] when write_out.
-    void layer_forward(int i, const void* w, const LayerActs& a, bool write_out) {
+    Context& context(int ctx) {
+        if (ctx < 0 || ctx >= static_cast<int>(ctxs.size()))
+            throw std::out_of_range("GPT: activation context " + std::to_string(ctx) + " outside [0, " +
+                                    std::to_string(ctxs.size()) + ")");
+        return ctxs[static_cast<size_t>(ctx)];
+    }
+
+    /// Forward of local layer i (parameters at w) from c.res[i] into the activations `a`; writes
+    /// c.res[i+1] when write_out.
+    void layer_forward(Context& c, int i, const void* w, const LayerActs& a, bool write_out) {
         const int B = opt.B, T = opt.T, C = cfg.n_embd, NH = cfg.n_head, N = B * T;
         const LayerParams& p = lp[i];
         auto P = [&](size_t off) { return this->P(w, off); };
-        const void* x = res[i];
+        const void* x = c.res[i];
         ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p.ln1w), P(p.ln1b), N, C);
         ops.matmul_forward(a.qkv, nullptr, a.ln1, P(p.qkvw), P(p.qkvb), N, C, 3 * C);
         ops.attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH);
@@ -135,12 +151,12 @@ struct GPT::Impl {
         ops.matmul_forward(a.fch, a.fch_pre, a.ln2, P(p.fcw), P(p.fcb), N, C, 4 * C);
         if (!write_out) return;  // recomputation needs only the layer's internals
         ops.matmul_forward(tmp, nullptr, a.fch, P(p.fcprojw), P(p.fcprojb), N, 4 * C, C);
-        ops.residual_forward(res[i + 1], a.res2, tmp, static_cast<size_t>(N) * C);
+        ops.residual_forward(c.res[i + 1], a.res2, tmp, static_cast<size_t>(N) * C);
     }
 
     /// Backward of local layer i (parameters at w, gradients accumulated at g): on entry
-    /// dres = d(res[i+1]), on exit dres = d(res[i]).
-    void layer_backward(int i, const void* w, void* g, const LayerActs& a) {
+    /// dres = d(c.res[i+1]), on exit dres = d(c.res[i]).
+    void layer_backward(Context& c, int i, const void* w, void* g, const LayerActs& a) {
         const int B = opt.B, T = opt.T, C = cfg.n_embd, NH = cfg.n_head, N = B * T;
         const LayerParams& p = lp[i];
         auto P = [&](size_t off) { return this->P(w, off); };
@@ -157,7 +173,7 @@ struct GPT::Impl {
         ops.attention_backward(dbuf_4c, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, NH);  // d qkv (N,3C)
         ops.matmul_backward(dbuf_c, G(p.qkvw), G(p.qkvb), dbuf_4c, a.ln1, P(p.qkvw), nullptr, N, C,
                             3 * C);  // dbuf_c = d ln1
-        ops.layernorm_backward(dres, G(p.ln1w), G(p.ln1b), dbuf_c, res[i], P(p.ln1w), a.ln1_mean,
+        ops.layernorm_backward(dres, G(p.ln1w), G(p.ln1b), dbuf_c, c.res[i], P(p.ln1w), a.ln1_mean,
                                a.ln1_rstd, N, C);  // dres = d x
     }
 };
@@ -177,9 +193,16 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
     if (!(opt.checkpoint_ratio >= 0.0f && opt.checkpoint_ratio <= 1.0f))
         throw std::invalid_argument("GPT: activation_checkpoint.ratio must be in [0, 1], got " +
                                     std::to_string(opt.checkpoint_ratio));
+    if (opt.checkpoint_layers > opt.l1 - opt.l0)
+        throw std::invalid_argument("GPT: " + std::to_string(opt.checkpoint_layers) +
+                                    " checkpointed layers, but the range has " + std::to_string(opt.l1 - opt.l0));
+    if (opt.contexts < 1)
+        throw std::invalid_argument("GPT: activation contexts must be >= 1, got " + std::to_string(opt.contexts));
     Impl& m = *impl_;
     m.n_local = opt.l1 - opt.l0;
-    m.n_ckpt = static_cast<int>(std::floor(static_cast<double>(opt.checkpoint_ratio) * m.n_local));
+    m.n_ckpt = opt.checkpoint_layers >= 0
+                   ? opt.checkpoint_layers
+                   : static_cast<int>(std::floor(static_cast<double>(opt.checkpoint_ratio) * m.n_local));
     m.first = opt.l0 == 0;
     m.last = opt.l1 == cfg.n_layer;
 
@@ -208,19 +231,24 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         store = m.own_store.get();
     }
     m.store = store;
-    for (int i = 0; i <= m.n_local; ++i) m.res.push_back(m.get(MemCategory::activations, N * C * es));
     if (m.n_ckpt > 0) m.recompute = m.make_acts(MemCategory::workspace);
-    for (int i = 0; i < m.n_local; ++i)
-        m.acts.push_back(i < m.n_ckpt ? m.recompute : m.make_acts(MemCategory::activations));
-    if (m.last) {
-        const size_t Vp = cfg.padded_vocab_size();
-        m.lnf = m.get(MemCategory::activations, N * C * es);
-        m.lnf_mean = static_cast<float*>(m.get(MemCategory::activations, N * 4));
-        m.lnf_rstd = static_cast<float*>(m.get(MemCategory::activations, N * 4));
-        m.logits = m.get(MemCategory::activations, N * Vp * es);
-        m.losses = static_cast<float*>(m.get(MemCategory::activations, N * 4));
-        m.logit_row = static_cast<float*>(m.get(MemCategory::workspace, Vp * 4));
+    const size_t Vp = cfg.padded_vocab_size();
+    for (int k = 0; k < opt.contexts; ++k) {
+        Context c;
+        for (int i = 0; i <= m.n_local; ++i) c.res.push_back(m.get(MemCategory::activations, N * C * es));
+        for (int i = 0; i < m.n_local; ++i)
+            c.acts.push_back(i < m.n_ckpt ? m.recompute : m.make_acts(MemCategory::activations));
+        if (m.first) c.tokens = static_cast<int*>(m.get(MemCategory::activations, N * 4));
+        if (m.last) {
+            c.lnf = m.get(MemCategory::activations, N * C * es);
+            c.lnf_mean = static_cast<float*>(m.get(MemCategory::activations, N * 4));
+            c.lnf_rstd = static_cast<float*>(m.get(MemCategory::activations, N * 4));
+            c.logits = m.get(MemCategory::activations, N * Vp * es);
+            c.losses = static_cast<float*>(m.get(MemCategory::activations, N * 4));
+        }
+        m.ctxs.push_back(std::move(c));
     }
+    if (m.last) m.logit_row = static_cast<float*>(m.get(MemCategory::workspace, Vp * 4));
     m.tmp = m.get(MemCategory::workspace, N * C * es);
     m.dres = m.get(MemCategory::workspace, N * C * es);
     m.dbuf_c = m.get(MemCategory::workspace, N * C * es);
@@ -247,69 +275,73 @@ FullParamStore& full_store(const std::unique_ptr<FullParamStore>& s, const char*
 
 void* GPT::params() { return full_store(impl_->own_store, "params").params(); }
 void* GPT::grads() { return full_store(impl_->own_store, "grads").grads(); }
-const void* GPT::act_out() const { return impl_->res[impl_->n_local]; }
-const float* GPT::losses() const { return impl_->losses; }
-const void* GPT::logits() const { return impl_->logits; }
+const void* GPT::act_out(int ctx) const { return impl_->context(ctx).res[impl_->n_local]; }
+const float* GPT::losses(int ctx) const { return impl_->context(ctx).losses; }
+const void* GPT::logits(int ctx) const { return impl_->context(ctx).logits; }
 int GPT::num_checkpointed_layers() const { return impl_->n_ckpt; }
+int GPT::num_contexts() const { return static_cast<int>(impl_->ctxs.size()); }
 
 void GPT::zero_grads() { full_store(impl_->own_store, "zero_grads").zero_grads(); }
 
-void GPT::forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training) {
+void GPT::forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training, int ctx) {
     Impl& m = *impl_;
+    Context& c = m.context(ctx);
     const int B = m.opt.B, T = m.opt.T, C = m.cfg.n_embd, N = B * T;
     ParamStore& st = *m.store;
     if (m.first) {
+        m.ops.memcpy_d2d(c.tokens, tokens, static_cast<size_t>(N) * 4);  // the backward reads this copy
         const void* we = st.acquire_params(0, m.unit_of_local(0));
-        m.ops.encoder_forward(m.res[0], tokens, m.P(we, m.wte), m.P(we, m.wpe), B, T, C);
+        m.ops.encoder_forward(c.res[0], c.tokens, m.P(we, m.wte), m.P(we, m.wpe), B, T, C);
         st.release_params(0);
-        m.tokens = tokens;
     } else {
-        m.ops.memcpy_d2d(m.res[0], act_in, static_cast<size_t>(N) * C * m.es);
+        m.ops.memcpy_d2d(c.res[0], act_in, static_cast<size_t>(N) * C * m.es);
     }
     for (int i = 0; i < m.n_local; ++i) {
         const int u = m.unit_of_local(i);
         const int next = i + 1 < m.n_local ? u + 1 : m.last ? m.u_lnf : -1;
-        m.layer_forward(i, st.acquire_params(u, next), m.acts[i], true);
+        m.layer_forward(c, i, st.acquire_params(u, next), c.acts[i], true);
         st.release_params(u);
     }
-    m.have_logit_grad = false;
+    c.have_logit_grad = false;
     if (!m.last) return;
     const int Vp = m.cfg.padded_vocab_size();
     const void* wf = st.acquire_params(m.u_lnf, 0);
-    m.ops.layernorm_forward(m.lnf, m.lnf_mean, m.lnf_rstd, m.res[m.n_local], m.P(wf, m.lnfw), m.P(wf, m.lnfb), N, C);
+    m.ops.layernorm_forward(c.lnf, c.lnf_mean, c.lnf_rstd, c.res[m.n_local], m.P(wf, m.lnfw), m.P(wf, m.lnfb), N, C);
     st.release_params(m.u_lnf);
     const void* we = st.acquire_params(0, -1);
-    m.ops.matmul_forward(m.logits, nullptr, m.lnf, m.P(we, m.wte), nullptr, N, C, Vp);  // LM head tied to wte
+    m.ops.matmul_forward(c.logits, nullptr, c.lnf, m.P(we, m.wte), nullptr, N, C, Vp);  // LM head tied to wte
     st.release_params(0);
     if (targets != nullptr) {
-        m.ops.fused_classifier(m.logits, m.losses, targets, N, m.cfg.vocab_size, Vp, dloss, training);
-        m.have_logit_grad = training;
+        m.ops.fused_classifier(c.logits, c.losses, targets, N, m.cfg.vocab_size, Vp, dloss, training);
+        c.have_logit_grad = training;
     }
 }
 
-void GPT::backward(const void* dact_out, void* dact_in) {
+void GPT::backward(const void* dact_out, void* dact_in, int ctx) {
     Impl& m = *impl_;
+    Context& c = m.context(ctx);
     const int B = m.opt.B, T = m.opt.T, C = m.cfg.n_embd, N = B * T;
     const size_t act_bytes = static_cast<size_t>(N) * C * m.es;
     ParamStore& st = *m.store;
     void* ge = nullptr;  // unit 0's gradients: from the LM head (last stage) and the encoder (first)
     if (m.last) {
-        if (!m.have_logit_grad)
-            throw std::logic_error("GPT::backward: the last forward() had no targets or training = false");
+        if (!c.have_logit_grad)
+            throw std::logic_error("GPT::backward: context " + std::to_string(ctx) +
+                                   "'s forward() had no targets or training = false");
         const int Vp = m.cfg.padded_vocab_size();
         const void* we = st.acquire_params(0, m.u_lnf);
         ge = st.acquire_grads(0);
-        m.ops.matmul_backward(m.dbuf_c, m.G(ge, m.wte), nullptr, m.logits, m.lnf, m.P(we, m.wte), nullptr, N, C, Vp);
+        m.ops.matmul_backward(m.dbuf_c, m.G(ge, m.wte), nullptr, c.logits, c.lnf, m.P(we, m.wte), nullptr, N, C, Vp);
         st.release_params(0);
         if (!m.first) st.grads_done(0);
         const void* wf = st.acquire_params(m.u_lnf, m.unit_of_local(m.n_local - 1));
         void* gf = st.acquire_grads(m.u_lnf);
         m.ops.memset(m.dres, 0, act_bytes);
-        m.ops.layernorm_backward(m.dres, m.G(gf, m.lnfw), m.G(gf, m.lnfb), m.dbuf_c, m.res[m.n_local],
-                                 m.P(wf, m.lnfw), m.lnf_mean, m.lnf_rstd, N, C);
+        m.ops.layernorm_backward(m.dres, m.G(gf, m.lnfw), m.G(gf, m.lnfb), m.dbuf_c, c.res[m.n_local],
+                                 m.P(wf, m.lnfw), c.lnf_mean, c.lnf_rstd, N, C);
         st.release_params(m.u_lnf);
         st.grads_done(m.u_lnf);
-        m.have_logit_grad = false;  // logits now hold consumed gradients
+        c.have_logit_grad = false;  // logits now hold consumed gradients
     } else {
         m.ops.memcpy_d2d(m.dres, dact_out, act_bytes);
     }
@@ -317,14 +349,14 @@ void GPT::backward(const void* dact_out, void* dact_in) {
         const int u = m.unit_of_local(i);
         const void* w = st.acquire_params(u, i > 0 ? u - 1 : m.first ? 0 : -1);
         void* g = st.acquire_grads(u);
-        if (i < m.n_ckpt) m.layer_forward(i, w, m.recompute, false);  // recompute this layer's internals
-        m.layer_backward(i, w, g, m.acts[i]);
+        if (i < m.n_ckpt) m.layer_forward(c, i, w, m.recompute, false);  // recompute this layer's internals
+        m.layer_backward(c, i, w, g, c.acts[i]);
         st.release_params(u);
         st.grads_done(u);
     }
     if (m.first) {
         if (ge == nullptr) ge = st.acquire_grads(0);
-        m.ops.encoder_backward(m.G(ge, m.wte), m.G(ge, m.wpe), m.dres, m.tokens, B, T, C);
+        m.ops.encoder_backward(m.G(ge, m.wte), m.G(ge, m.wpe), m.dres, c.tokens, B, T, C);
         st.grads_done(0);
     } else {
         m.ops.memcpy_d2d(dact_in, m.dres, act_bytes);
@@ -347,7 +379,7 @@ float GPT::forward_backward(const int* inputs, const int* targets, float dloss) 
     forward(m.tok_dev, nullptr, m.tgt_dev, dloss, true);
     backward(nullptr, nullptr);
     std::vector<float> host(N);
-    m.ops.memcpy_d2h(host.data(), m.losses, N * 4);
+    m.ops.memcpy_d2h(host.data(), m.ctxs[0].losses, N * 4);
     m.ops.synchronize();
     double sum = 0.0;
     for (float l : host) sum += l;
@@ -362,7 +394,7 @@ float GPT::evaluate(const int* inputs, const int* targets) {
     m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
     forward(m.tok_dev, nullptr, m.tgt_dev, 0.0f, false);
     std::vector<float> host(N);
-    m.ops.memcpy_d2h(host.data(), m.losses, N * 4);
+    m.ops.memcpy_d2h(host.data(), m.ctxs[0].losses, N * 4);
     m.ops.synchronize();
     double sum = 0.0;
     for (float l : host) sum += l;
@@ -378,7 +410,7 @@ std::vector<float> GPT::logits_at(const int* inputs, int pos) {
     const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T, Vp = m.cfg.padded_vocab_size();
     m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
     forward(m.tok_dev, nullptr, nullptr, 0.0f, false);
-    const char* row = static_cast<const char*>(m.logits) + static_cast<size_t>(pos) * Vp * m.es;  // (b=0, pos)
+    const char* row = static_cast<const char*>(m.ctxs[0].logits) + static_cast<size_t>(pos) * Vp * m.es;  // (b=0, pos)
     m.ops.cast(m.logit_row, DType::f32, row, m.ops.act_dtype(), Vp);
     std::vector<float> out(m.cfg.vocab_size);
     m.ops.memcpy_d2h(out.data(), m.logit_row, out.size() * 4);

@@ -5,7 +5,9 @@
 // (l1 == n_layer) runs ln_f, the LM head tied to wte, and the fused softmax-cross-entropy; other
 // stages take and return (B,T,C) activations. A process without a pipeline owns [0, n_layer).
 // Activation checkpointing: floor(ratio * (l1-l0)) layers keep only their input and recompute their
-// internals in backward. Model: GPT-2 (Radford et al. 2019): learned positions, pre-LN blocks,
+// internals in backward. Activation contexts: each micro-batch in flight between its forward and
+// its backward (a pipeline stage holds up to min(P - s, m) under 1F1B) keeps its activations, its
+// token ids and its logits in a context of its own; the backward workspaces are shared. Model: GPT-2 (Radford et al. 2019): learned positions, pre-LN blocks,
 // causal MHA, GELU(tanh), 4x MLP, final LN, vocab padded to a multiple of 128.
 #pragma once
 #include <cstdint>
@@ -26,6 +28,8 @@ struct GPTOptions {
     int l0 = 0, l1 = -1;            ///< layer range [l0, l1); l1 = -1 means n_layer
     float checkpoint_ratio = 0.0f;  ///< fraction of this range's layers recomputed in backward, [0,1]
     int shard_multiple = 1;         ///< ParamLayout padding (ZeRO group size * alignment)
+    int checkpoint_layers = -1;     ///< layers recomputed in backward; >= 0 overrides checkpoint_ratio
+    int contexts = 1;               ///< activation contexts: micro-batches in flight at once, >= 1
 };
 
 class GPT {
@@ -34,7 +38,8 @@ public:
     /// use a layout equal to ParamLayout(cfg, opt.shard_multiple) and outlive the GPT); without one the
     /// GPT owns a FullParamStore (params and grads: one buffer each, layout().total_numel() elements of
     /// ops.act_dtype(), MemCategory::params/grads). Errors: std::invalid_argument for bad shapes
-    /// (T > seq_len, empty range, ratio outside [0,1]); std::runtime_error when out of memory.
+    /// (T > seq_len, empty range, ratio outside [0,1], checkpoint_layers above the range's layers,
+    /// contexts < 1); std::runtime_error when out of memory.
     GPT(const GPTConfig& cfg, const GPTOptions& opt, Allocator& alloc, ParamStore* store = nullptr);
     ~GPT();
     GPT(const GPT&) = delete;
@@ -58,23 +63,26 @@ public:
     /// grads() = 0 (own FullParamStore only, like grads()).
     void zero_grads();
 
-    // ---- layer-range API (one micro-batch) ----
-    /// Forward over [l0,l1). tokens (B,T) device int32 is used when l0 == 0, else act_in (B,T,C).
-    /// When l1 == n_layer, targets (B,T) device int32 gives losses() (B*T) fp32, and if `training`
-    /// the logit gradient (scaled by dloss) is kept for backward(). `tokens` must stay valid until
-    /// backward() (the embedding gradient reads them); act_in is copied.
-    void forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training);
-    /// Backward of the last forward(training = true). dact_out (B,T,C) is the gradient of our output
-    /// when l1 < n_layer (ignored at the last stage); dact_in (B,T,C) receives the gradient of
-    /// act_in when l0 > 0. Parameter gradients are accumulated into grads().
-    void backward(const void* dact_out, void* dact_in);
-    const void* act_out() const;   ///< (B,T,C) output of the range when l1 < n_layer
-    const float* losses() const;   ///< (B*T) per-position losses, device, at the last stage
+    // ---- layer-range API (one micro-batch, in activation context ctx in [0, contexts)) ----
+    /// Forward over [l0,l1) into context ctx. tokens (B,T) device int32 is used when l0 == 0 (copied
+    /// into the context: the embedding gradient reads them), else act_in (B,T,C) (copied). When
+    /// l1 == n_layer, targets (B,T) device int32 gives losses(ctx) (B*T) fp32, and if `training`
+    /// the logit gradient (scaled by dloss) is kept for backward(ctx).
+    void forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training,
+                 int ctx = 0);
+    /// Backward of context ctx's forward(training = true); the context is then free. dact_out (B,T,C)
+    /// is the gradient of our output when l1 < n_layer (ignored at the last stage); dact_in (B,T,C)
+    /// receives the gradient of act_in when l0 > 0. Parameter gradients are accumulated.
+    void backward(const void* dact_out, void* dact_in, int ctx = 0);
+    const void* act_out(int ctx = 0) const;  ///< (B,T,C) output of the range when l1 < n_layer
+    const float* losses(int ctx = 0) const;  ///< (B*T) per-position losses, device, at the last stage
     /// (B,T,Vp) act dtype, device, at the last stage: the logits after forward(training = false);
     /// after forward(training = true) their gradient (padded columns 0), consumed by backward().
-    const void* logits() const;
-    /// Layers of this range that are recomputed in backward: the first floor(ratio * (l1-l0)).
+    const void* logits(int ctx = 0) const;
+    /// Layers of this range that are recomputed in backward: the first checkpoint_layers, or
+    /// floor(ratio * (l1-l0)).
     int num_checkpointed_layers() const;
+    int num_contexts() const;
 
     // ---- whole-model helpers for the trainer (require l0 == 0 and l1 == n_layer) ----
     /// Copies inputs/targets (B,T) host int32 to the device, runs forward + backward, accumulates

@@ -55,7 +55,6 @@ public:
         lt_.workspace = internal_malloc(kLtWorkspaceBytes);
         lt_.workspace_bytes = kLtWorkspaceBytes;
         CUDA_CHECK(cudaEventCreateWithFlags(&buckets_done_, cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreateWithFlags(&tokens_ready_, cudaEventDisableTiming));
         if (opt.attention == Attention::cublas && cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS)
             throw CudaError("cublasCreate failed");
 #ifdef LLMTRAIN_HAVE_CUDNN
@@ -70,9 +69,11 @@ public:
         for (auto& [s, buf] : scratch_) cudaFree(buf.ptr);
         cudaFree(bucket_dev_);
         cudaFreeHost(bucket_host_);
-        cudaFreeHost(tokens_host_);
+        for (TokenCopy& c : token_copies_) {
+            cudaFreeHost(c.host);
+            cudaEventDestroy(c.ready);
+        }
         cudaEventDestroy(buckets_done_);
-        cudaEventDestroy(tokens_ready_);
         if (blas_ != nullptr) cublasDestroy(blas_);
         cudaFree(lt_.workspace);
         cublasLtDestroy(lt_.handle);
@@ -168,25 +169,29 @@ public:
             cuda::encoder_forward(as<X>(out), inp, as<X>(wte), as<X>(wpe), B, T, C, stream_);
         });
         const int N = B * T;
-        ensure_host_tokens(N);
-        CUDA_CHECK(cudaMemcpyAsync(tokens_host_, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
-        CUDA_CHECK(cudaEventRecord(tokens_ready_, stream_));
-        tokens_src_ = inp;
-        tokens_n_ = N;
+        TokenCopy& c = token_copy_for(inp, N);
+        CUDA_CHECK(cudaMemcpyAsync(c.host, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaEventRecord(c.ready, stream_));
     }
     /// The token ids are bucketed on the host (see encoder.cu). They normally come from the copy the
-    /// matching encoder_forward started (same inp and size), which finished long ago, so the host
+    /// encoder_forward that read the same inp started — one copy per token buffer, so micro-batches
+    /// in flight together (a pipeline's) each find their own — which finished long ago, so the host
     /// waits for nothing but that copy; otherwise they are copied now (synchronizing the stream).
     void encoder_backward(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) override {
         const int N = B * T;
-        if (inp == tokens_src_ && N == tokens_n_) {
-            CUDA_CHECK(cudaEventSynchronize(tokens_ready_));
+        auto it = std::find_if(token_copies_.begin(), token_copies_.end(),
+                               [&](const TokenCopy& c) { return c.src == inp && c.n == N; });
+        const int* host = nullptr;
+        if (it != token_copies_.end()) {
+            CUDA_CHECK(cudaEventSynchronize(it->ready));
+            host = it->host;
         } else {
-            ensure_host_tokens(N);
-            CUDA_CHECK(cudaMemcpyAsync(tokens_host_, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
+            TokenCopy& c = token_copy_for(inp, N);
+            CUDA_CHECK(cudaMemcpyAsync(c.host, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
             CUDA_CHECK(cudaStreamSynchronize(stream_));
+            host = c.host;
         }
-        const int nb = cuda::build_encoder_buckets(tokens_host_, N, packed_);
+        const int nb = cuda::build_encoder_buckets(host, N, packed_);
         ensure_buckets(packed_.size());
         CUDA_CHECK(cudaEventSynchronize(buckets_done_));  // the previous upload has left the pinned buffer
         std::copy(packed_.begin(), packed_.end(), bucket_host_);
@@ -420,14 +425,41 @@ private:
         CUDA_CHECK(cudaMallocHost(&bucket_host_, sizeof(int) * ints));
         bucket_ints_ = ints;
     }
-    /// Pinned host buffer of at least n token ids (waits for a copy into the old one first).
-    void ensure_host_tokens(int n) {
-        if (tokens_cap_ >= n) return;
-        CUDA_CHECK(cudaEventSynchronize(tokens_ready_));
-        CUDA_CHECK(cudaFreeHost(tokens_host_));
-        CUDA_CHECK(cudaMallocHost(&tokens_host_, sizeof(int) * n));
-        tokens_cap_ = n;
-        tokens_src_ = nullptr;  // the old copy is gone
+    /// A pinned copy of the n token ids an encoder_forward read from device buffer src, ready after
+    /// `ready`; `written` orders the slots for reuse.
+    struct TokenCopy {
+        const int* src = nullptr;
+        int n = 0, cap = 0;
+        int* host = nullptr;
+        cudaEvent_t ready = nullptr;
+        uint64_t written = 0;
+    };
+    static constexpr size_t kTokenCopies = 16;  ///< token buffers remembered (micro-batches in flight)
+    /// The host copy slot for n token ids read from device buffer src: src's own slot, else a new one
+    /// (up to kTokenCopies), else the least recently written one; grown (after its last copy landed)
+    /// to hold n ids.
+    TokenCopy& token_copy_for(const int* src, int n) {
+        auto it = std::find_if(token_copies_.begin(), token_copies_.end(), [&](const TokenCopy& c) { return c.src == src; });
+        if (it == token_copies_.end() && token_copies_.size() < kTokenCopies) {
+            TokenCopy c;
+            CUDA_CHECK(cudaEventCreateWithFlags(&c.ready, cudaEventDisableTiming));
+            token_copies_.push_back(c);
+            it = token_copies_.end() - 1;
+        } else if (it == token_copies_.end()) {
+            it = std::min_element(token_copies_.begin(), token_copies_.end(),
+                                  [](const TokenCopy& a, const TokenCopy& b) { return a.written < b.written; });
+        }
+        if (it->cap < n) {
+            CUDA_CHECK(cudaEventSynchronize(it->ready));
+            CUDA_CHECK(cudaFreeHost(it->host));
+            it->host = nullptr;
+            CUDA_CHECK(cudaMallocHost(&it->host, sizeof(int) * n));
+            it->cap = n;
+        }
+        it->src = src;
+        it->n = n;
+        it->written = ++token_clock_;
+        return *it;
     }
 
     struct Buffer {
@@ -444,10 +476,8 @@ private:
     int* bucket_host_ = nullptr;
     size_t bucket_ints_ = 0;
     cudaEvent_t buckets_done_ = nullptr;  ///< after the last bucket upload and its kernels
-    int* tokens_host_ = nullptr;          ///< pinned copy of the last encoder_forward's token ids
-    int tokens_cap_ = 0, tokens_n_ = 0;
-    const int* tokens_src_ = nullptr;     ///< device ids that copy came from
-    cudaEvent_t tokens_ready_ = nullptr;  ///< after that copy
+    std::vector<TokenCopy> token_copies_;
+    uint64_t token_clock_ = 0;
     std::vector<int> packed_;
 #ifdef LLMTRAIN_HAVE_CUDNN
     std::unique_ptr<cuda::CudnnAttention> cudnn_;  ///< set when options.attention == Attention::cudnn

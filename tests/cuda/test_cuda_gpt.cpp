@@ -216,6 +216,44 @@ TEST_P(GptTest, AllocatorAccountsEveryDeviceByte) {
     EXPECT_GE(m.alloc->peak_total(), m.alloc->current_total());
 }
 
+/// Micro-batches in flight together (a pipeline's 1F1B: F0 F1 F2 B0 F3 B1 B2 B3 over 3 activation
+/// contexts) give the gradients of one at a time (F0 B0 F1 B1 ...) bit for bit: backwards run in the
+/// same order, and each context's encoder backward buckets its own token ids (the backend keeps a
+/// host copy per token buffer), not the last forward's.
+TEST_P(GptTest, ActivationContextsInFlightEqualOneAtATime) {
+    auto ops = make_cuda_backend(GetParam());
+    Allocator alloc(*ops);
+    GPTOptions go;
+    go.B = kB;
+    go.T = kT;
+    go.checkpoint_ratio = 0.5f;
+    GPT one(tiny_config(), go, alloc);
+    go.contexts = 3;
+    GPT three(tiny_config(), go, alloc);
+    for (GPT* g : {&one, &three}) {
+        g->init_params(5);
+        g->zero_grads();
+    }
+    std::vector<DevBuf> in, tg;
+    for (int k = 0; k < 4; ++k) {
+        std::vector<int> i, t;
+        batch(k, i, t);
+        in.push_back(upload_ints(*ops, i));
+        tg.push_back(upload_ints(*ops, t));
+    }
+    const float dloss = 1.0f / kN;
+    for (int k = 0; k < 4; ++k) {
+        one.forward(static_cast<int*>(in[k].ptr), nullptr, static_cast<int*>(tg[k].ptr), dloss, true);
+        one.backward(nullptr, nullptr);
+    }
+    auto f = [&](int k, int ctx) { three.forward(static_cast<int*>(in[k].ptr), nullptr, static_cast<int*>(tg[k].ptr), dloss, true, ctx); };
+    auto b = [&](int ctx) { three.backward(nullptr, nullptr, ctx); };
+    f(0, 0), f(1, 1), f(2, 2), b(0), f(3, 0), b(1), b(2), b(0);
+    const size_t n = one.layout().total_numel();
+    const auto g1 = download(*ops, one.grads(), n, ops->act_dtype()), g3 = download(*ops, three.grads(), n, ops->act_dtype());
+    EXPECT_EQ(std::memcmp(g1.data(), g3.data(), n * sizeof(float)), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, GptTest, testing::Values("fp32", "bf16"),
                          [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 

@@ -135,6 +135,57 @@ TEST(GptLayerRange, TwoStagesEqualTheWholeModel) {
     alloc.release(dact);
 }
 
+TEST(GptContexts, MicroBatchesInFlightTogetherEqualOneAtATime) {
+    // 1F1B keeps several micro-batches between forward and backward: F0 F1 F2 B0 F3 B1 B2 B3 over 3
+    // contexts (checkpointing half the layers) against F0 B0 F1 B1 ... in one context. Backwards run
+    // in the same order, so the gradients sum alike: bitwise equal, and each context's loss too.
+    auto ops = make_backend("cpu", "fp32");
+    Allocator alloc(*ops);
+    GPTOptions o;
+    o.B = B;
+    o.T = T;
+    o.checkpoint_ratio = 0.5f;
+    GPT one(kCfg, o, alloc);
+    o.contexts = 3;
+    GPT three(kCfg, o, alloc);
+    EXPECT_EQ(three.num_contexts(), 3);
+    for (GPT* g : {&one, &three}) {
+        g->init_params(13);
+        g->zero_grads();
+    }
+    std::vector<int*> d_in, d_tgt;
+    for (int k = 0; k < 4; ++k) {
+        d_in.push_back(static_cast<int*>(alloc.alloc(MemCategory::workspace, N * 4)));
+        d_tgt.push_back(static_cast<int*>(alloc.alloc(MemCategory::workspace, N * 4)));
+        ops->memcpy_h2d(d_in[k], tokens(10 + k).data(), N * 4);
+        ops->memcpy_h2d(d_tgt[k], tokens(20 + k).data(), N * 4);
+    }
+    std::vector<std::vector<float>> l1, l3(4);
+    for (int k = 0; k < 4; ++k) {
+        one.forward(d_in[k], nullptr, d_tgt[k], 1.0f / N, true);
+        l1.push_back(host_copy(*ops, one.losses(), N));
+        one.backward(nullptr, nullptr);
+    }
+    int ctx_of[4];
+    auto fwd = [&](int k, int ctx) {
+        ctx_of[k] = ctx;
+        three.forward(d_in[k], nullptr, d_tgt[k], 1.0f / N, true, ctx);
+    };
+    auto bwd = [&](int k) {
+        l3[k] = host_copy(*ops, three.losses(ctx_of[k]), N);
+        three.backward(nullptr, nullptr, ctx_of[k]);
+    };
+    fwd(0, 0), fwd(1, 1), fwd(2, 2), bwd(0), fwd(3, 0), bwd(1), bwd(2), bwd(3);
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(l1[k], l3[k]) << "micro-batch " << k;
+    const size_t n = one.layout().total_numel();
+    EXPECT_EQ(host_copy(*ops, one.grads(), n), host_copy(*ops, three.grads(), n));
+    EXPECT_THROW(three.forward(d_in[0], nullptr, d_tgt[0], 1.0f, true, 3), std::out_of_range);
+    for (int k = 0; k < 4; ++k) {
+        alloc.release(d_in[k]);
+        alloc.release(d_tgt[k]);
+    }
+}
+
 TEST(GptInit, Gpt2InitStatisticsAndDeterminism) {
     auto ops = make_backend("cpu", "fp32");
     Allocator alloc(*ops);
