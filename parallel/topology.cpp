@@ -34,6 +34,12 @@ std::vector<int> Topology::replica_group() const {
     return g;
 }
 
+std::vector<int> Topology::stage_group() const {
+    std::vector<int> g;
+    for (int s = 0; s < pp_; ++s) g.push_back(rank_of(s, replica(), zero_index()));
+    return g;
+}
+
 std::vector<int> Topology::dp_group() const {
     std::vector<int> g;
     for (int d = 0; d < dp_; ++d) g.push_back(stage() * dp_ + d);

@@ -35,6 +35,8 @@ public:
     std::vector<int> replica_group() const;
     /// All dp ranks of this stage, in dp-index order.
     std::vector<int> dp_group() const;
+    /// This rank's pipeline: the ranks of the same replica and ZeRO index at every stage, by stage.
+    std::vector<int> stage_group() const;
     /// World rank of coordinates (stage, replica, ZeRO index).
     int rank_of(int stage, int replica, int zero_index) const;
 

@@ -23,16 +23,27 @@ ZeroEngine::ZeroEngine(Allocator& alloc, const ParamLayout& layout, Comm& zero, 
         throw std::invalid_argument("parallel.grad_reduce_dtype: expected \"fp32\" or \"bf16\"");
     shard_ = layout_.shard(zero_.rank(), N_);  // throws when the layout does not split
     const auto& units = layout_.units();
+    held_.assign(units.size(), opt_.units.empty());
+    for (int u : opt_.units) {
+        if (u < 0 || size_t(u) >= units.size())
+            throw std::invalid_argument("ZeroEngine: unit " + std::to_string(u) + " does not exist");
+        held_[size_t(u)] = true;
+    }
+    if (!opt_.units.empty() && opt_.stage >= 2)
+        throw std::invalid_argument("parallel.zero_stage: ZeRO-2/3 cannot hold a pipeline stage's units");
     size_t max_unit = 0, max_chunk = 0;
     for (size_t u = 0; u < units.size(); ++u) {
+        if (!held_[u]) shard_[u].numel = 0;
         local_off_.push_back(shard_numel_);
+        full_off_.push_back(full_numel_);
         shard_numel_ += shard_[u].numel;
+        if (held_[u]) full_numel_ += units[u].numel;
+        if (shard_[u].numel > 0) ranges_.push_back(shard_[u]);
         if (u > 0) max_unit = std::max(max_unit, units[u].numel);
         max_chunk = std::max(max_chunk, shard_[u].numel);
     }
-    const size_t total = layout_.total_numel();
-    if (opt_.stage <= 2) params_ = alloc_cat(MemCategory::params, total * es_);
-    if (opt_.stage <= 1) grads_ = alloc_cat(MemCategory::grads, total * es_);
+    if (opt_.stage <= 2) params_ = alloc_cat(MemCategory::params, full_numel_ * es_);
+    if (opt_.stage <= 1) grads_ = alloc_cat(MemCategory::grads, full_numel_ * es_);
     pshard_ = opt_.stage == 0 ? params_ : alloc_cat(MemCategory::params, shard_numel_ * es_);
     gshard_ = opt_.stage == 0 ? grads_ : alloc_cat(MemCategory::grads, shard_numel_ * es_);
     if (opt_.stage >= 2) {
@@ -66,12 +77,14 @@ void* ZeroEngine::alloc_cat(MemCategory c, size_t bytes) {
 
 size_t ZeroEngine::chunk(int u) const { return shard_[u].numel; }
 
+char* ZeroEngine::full_at(void* base, int u) const { return static_cast<char*>(base) + full_off_[u] * es_; }
+
 char* ZeroEngine::shard_at(void* base, int u) const { return static_cast<char*>(base) + local_off_[u] * es_; }
 
 // ---- the step ----
 
 void ZeroEngine::begin_step() {
-    if (grads_) ops_.memset(grads_, 0, layout_.total_numel() * es_);
+    if (grads_) ops_.memset(grads_, 0, full_numel_ * es_);
     if (gshard_ != grads_) ops_.memset(gshard_, 0, shard_numel_ * es_);
 }
 
@@ -105,7 +118,8 @@ void ZeroEngine::reduce_grads() {
     while (!reduce_order_.empty()) finish_reduce(*reduce_order_.front());
     if (opt_.stage == 1) {
         for (size_t u = 0; u < layout_.units().size(); ++u) {
-            const char* src = static_cast<const char*>(grads_) + layout_.units()[u].offset * es_;
+            if (!held_[u]) continue;
+            const char* src = full_at(grads_, int(u));
             const size_t n = chunk(int(u));
             if (wire_send_ == nullptr) {
                 zero_.reduce_scatter_sum(src, shard_at(gshard_, int(u)), n, ops_.act_dtype());
@@ -129,8 +143,9 @@ void ZeroEngine::reduce_grads() {
     }
 }
 
-float ZeroEngine::grad_norm_squared(float* scratch) {
-    ops_.norm_squared(scratch, gshard_, shard_numel_, false);
+float ZeroEngine::grad_norm_squared(float* scratch, bool skip_embeddings) {
+    const size_t skip = skip_embeddings ? chunk(0) : 0;  // unit 0 comes first in the shard
+    ops_.norm_squared(scratch, static_cast<const char*>(gshard_) + skip * es_, shard_numel_ - skip, false);
     zero_.all_reduce_sum(scratch, 1, DType::f32);  // replicas hold the same shard: the ZeRO group covers all
     float host = 0;
     ops_.memcpy_d2h(&host, scratch, sizeof host);
@@ -142,8 +157,7 @@ void ZeroEngine::gather_params() {
     if (opt_.stage == 3) pemb_.unit = -1;  // the gathered embeddings are stale now
     if (opt_.stage != 1 && opt_.stage != 2) return;
     for (size_t u = 0; u < layout_.units().size(); ++u)
-        zero_.all_gather(shard_at(pshard_, int(u)), static_cast<char*>(params_) + layout_.units()[u].offset * es_,
-                         chunk(int(u)), ops_.act_dtype());
+        if (held_[u]) zero_.all_gather(shard_at(pshard_, int(u)), full_at(params_, int(u)), chunk(int(u)), ops_.act_dtype());
 }
 
 void ZeroEngine::unit_to_host(int u, const float* shard, float* out) {
@@ -181,7 +195,7 @@ ZeroEngine::Slot& ZeroEngine::param_slot_for(int u, int avoid) {
 }
 
 const void* ZeroEngine::acquire_params(int u, int next) {
-    if (opt_.stage < 3) return static_cast<char*>(params_) + layout_.units()[u].offset * es_;
+    if (opt_.stage < 3) return full_at(params_, u);
     Slot& s = param_slot_for(u, next);
     if (s.unit != u) {
         if (s.pending) s.pending->wait();  // a prefetch nobody used: let it land first
@@ -208,7 +222,7 @@ void ZeroEngine::release_params(int u) {
 }
 
 void* ZeroEngine::acquire_grads(int u) {
-    if (opt_.stage < 2) return static_cast<char*>(grads_) + layout_.units()[u].offset * es_;
+    if (opt_.stage < 2) return full_at(grads_, u);
     Slot* s = &gemb_;
     if (u != 0) {
         s = &gslots_[next_gslot_];
@@ -230,8 +244,7 @@ void ZeroEngine::grads_done(int u) {
 }
 
 void ZeroEngine::load_params(const float* host) {
-    const size_t total = layout_.total_numel();
-    void* staging = alloc_.alloc(MemCategory::workspace, std::max(total, shard_numel_) * 4);
+    void* staging = alloc_.alloc(MemCategory::workspace, std::max(full_numel_, shard_numel_) * 4);
     auto put = [&](void* dst, const float* src, size_t n) {  // host fp32 -> device act dtype
         if (ops_.act_dtype() == DType::f32) {
             ops_.memcpy_h2d(dst, src, n * 4);
@@ -241,7 +254,15 @@ void ZeroEngine::load_params(const float* host) {
             ops_.synchronize();
         }
     };
-    if (params_) put(params_, host, total);
+    if (params_) {  // the units this stage holds, back to back
+        std::vector<float> held;
+        held.reserve(full_numel_);
+        for (size_t u = 0; u < layout_.units().size(); ++u) {
+            const ParamUnit& pu = layout_.units()[u];
+            if (held_[u]) held.insert(held.end(), host + pu.offset, host + pu.offset + pu.numel);
+        }
+        put(params_, held.data(), full_numel_);
+    }
     if (pshard_ != params_) {
         std::vector<float> mine;
         mine.reserve(shard_numel_);

@@ -28,21 +28,27 @@ namespace llmtrain {
 struct ZeroOptions {
     int stage = 0;                   ///< parallel.zero_stage, 0..3
     DType reduce_dtype = DType::f32; ///< parallel.grad_reduce_dtype: gradients on the wire
+    /// The units this rank's pipeline stage holds, ascending (empty: every unit). Stages 0 and 1
+    /// only: the full params and grads buffers then hold just these units, back to back.
+    std::vector<int> units;
 };
 
 class ZeroEngine final : public ParamStore {
 public:
     /// Allocates this rank's buffers through `alloc` (params/grads: what the stage keeps; comm: working
     /// buffers). `layout` must split over zero.size() (shard_multiple a multiple of it) and outlive the
-    /// engine, as must both Comms. Stage 0 needs zero.size() == 1. Errors: std::invalid_argument.
+    /// engine, as must both Comms. Stage 0 needs zero.size() == 1; a unit list needs stage 0 or 1.
+    /// Errors: std::invalid_argument.
     ZeroEngine(Allocator& alloc, const ParamLayout& layout, Comm& zero, Comm& replicas, const ZeroOptions& opt);
     ~ZeroEngine() override;
     ZeroEngine(const ZeroEngine&) = delete;
     ZeroEngine& operator=(const ZeroEngine&) = delete;
 
     int stage() const { return opt_.stage; }
-    /// This rank's ranges of the flat buffer, in shard-local order.
-    const std::vector<FlatRange>& shard() const { return shard_; }
+    /// This rank's ranges of the flat buffer (its chunk of every unit it holds), in shard-local order.
+    const std::vector<FlatRange>& shard() const { return ranges_; }
+    /// Whether this rank's stage holds unit u.
+    bool holds(int u) const { return held_[size_t(u)]; }
     size_t shard_numel() const { return shard_numel_; }
     /// (shard_numel) act dtype: the params this rank updates (the only copy at stage 3).
     void* param_shard() { return pshard_; }
@@ -55,8 +61,9 @@ public:
     /// per-unit reduce-scatter of the full grads (stage 1), then the all-reduce across replicas.
     void reduce_grads();
     /// Sum over every dp rank of the squared reduced gradient (collective over the ZeRO group;
-    /// scratch: one device fp32). Synchronizes.
-    float grad_norm_squared(float* scratch);
+    /// scratch: one device fp32), without unit 0 when skip_embeddings (the pipeline's last stage:
+    /// the first stage counts the tied embeddings). Synchronizes.
+    float grad_norm_squared(float* scratch, bool skip_embeddings = false);
     /// After the optimizer wrote param_shard(): all-gathers it into the full params (stages 1, 2);
     /// marks gathered copies stale (stage 3).
     void gather_params();
@@ -86,6 +93,7 @@ private:
     void start_reduce(Slot& s);
     void finish_reduce(Slot& s);
     size_t chunk(int u) const;
+    char* full_at(void* base, int u) const;  // unit u in params_ / grads_
     char* shard_at(void* base, int u) const;  // unit u's chunk of a shard-local act-dtype buffer
     void* alloc_cat(MemCategory c, size_t bytes);
 
@@ -97,8 +105,12 @@ private:
     ZeroOptions opt_;
     size_t es_, wire_es_;
     int N_;
-    std::vector<FlatRange> shard_;
+    std::vector<FlatRange> shard_;   // per unit: this rank's chunk (numel 0 for units it does not hold)
+    std::vector<FlatRange> ranges_;  // the non-empty ones
+    std::vector<bool> held_;         // per unit: held by this rank's stage
     std::vector<size_t> local_off_;  // per unit: its chunk's offset in the shard-local buffers
+    std::vector<size_t> full_off_;   // per unit: its offset in params_ / grads_ (units held, back to back)
+    size_t full_numel_ = 0;          // elements of params_ / grads_
     size_t shard_numel_ = 0;
 
     void* params_ = nullptr;   // full params (stages 0-2)

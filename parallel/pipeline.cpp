@@ -1,0 +1,148 @@
+// parallel/pipeline.cpp — one pipeline stage's forwards, backwards and transfers (see pipeline.hpp).
+#include "parallel/pipeline.hpp"
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+
+namespace llmtrain {
+
+PipelineStage::PipelineStage(GPT& gpt, int stage, int stages, PipelineSchedule schedule, const PipelineLinks& links)
+    : gpt_(gpt), ops_(gpt.ops()), stage_(stage), stages_(stages), schedule_(schedule), links_(links) {
+    if (stages < 1 || stage < 0 || stage >= stages)
+        throw std::invalid_argument("PipelineStage: stage " + std::to_string(stage) + " outside [0, " +
+                                    std::to_string(stages) + ")");
+    if ((!first() && (!links.act_prev || !links.grad_prev)) || (!last() && (!links.act_next || !links.grad_next)))
+        throw std::invalid_argument("PipelineStage: stage " + std::to_string(stage) + " lacks a link to a neighbour");
+    const GPTOptions& o = gpt.options();
+    n_tokens_ = size_t(o.B) * size_t(o.T);
+    act_elems_ = n_tokens_ * size_t(gpt.config().n_embd);
+    const size_t act_bytes = act_elems_ * dtype_size(ops_.act_dtype());
+    Allocator& a = gpt.allocator();
+    tok_ = static_cast<int*>(a.alloc(MemCategory::workspace, n_tokens_ * sizeof(int)));
+    tgt_ = static_cast<int*>(a.alloc(MemCategory::workspace, n_tokens_ * sizeof(int)));
+    for (int b = 0; b < 2; ++b) {
+        if (!first()) act_in_[b] = a.alloc(MemCategory::comm, act_bytes);
+        if (!first()) grad_out_[b] = a.alloc(MemCategory::comm, act_bytes);
+        if (!last()) grad_in_[b] = a.alloc(MemCategory::comm, act_bytes);
+    }
+    if (last()) logit_row_ = static_cast<float*>(a.alloc(MemCategory::workspace, gpt.config().padded_vocab_size() * 4));
+    inputs_.resize(n_tokens_);
+    targets_.resize(n_tokens_);
+}
+
+PipelineStage::~PipelineStage() {
+    Allocator& a = gpt_.allocator();
+    for (void* p : {static_cast<void*>(tok_), static_cast<void*>(tgt_), act_in_[0], act_in_[1], grad_in_[0],
+                    grad_in_[1], grad_out_[0], grad_out_[1], static_cast<void*>(logit_row_)})
+        a.release(p);
+}
+
+double PipelineStage::train(int m, const Batches& next, float dloss) {
+    if (m < 1) throw std::invalid_argument("PipelineStage::train: micro-batches must be >= 1, got " + std::to_string(m));
+    const int K = gpt_.num_contexts();
+    if (max_in_flight(schedule_, stage_, stages_, m) > K)
+        throw std::invalid_argument("PipelineStage::train: stage " + std::to_string(stage_) + " holds " +
+                                    std::to_string(max_in_flight(schedule_, stage_, stages_, m)) +
+                                    " micro-batches at once but its GPT has " + std::to_string(K) + " contexts");
+    const DType t = ops_.act_dtype();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+    std::vector<CommHandle> act_sent(static_cast<size_t>(K));  // per context: its output on the way to s+1
+    CommHandle act_recv[2], grad_recv[2], grad_sent[2];
+    auto post_act_recv = [&](int i) { act_recv[i % 2] = links_.act_prev->recv_async(act_in_[i % 2], act_elems_, t, 0); };
+    auto post_grad_recv = [&](int i) {
+        grad_recv[i % 2] = links_.grad_next->recv_async(grad_in_[i % 2], act_elems_, t, 1);
+    };
+    if (!first()) post_act_recv(0);
+    if (!last()) post_grad_recv(0);
+    std::vector<float> losses(last() ? size_t(m) * n_tokens_ : 0);  // (m, B*T) per-position losses
+    events_.clear();
+    for (const PipeOp& op : stage_schedule(schedule_, stage_, stages_, m)) {
+        const int i = op.micro_batch, ctx = i % K, buf = i % 2;
+        double start = now();
+        if (op.kind == PipeOp::forward) {
+            next(i, inputs_.data(), targets_.data());
+            if (act_sent[ctx]) act_sent[ctx]->wait();  // the context's output is overwritten below
+            act_sent[ctx].reset();
+            if (first()) ops_.memcpy_h2d(tok_, inputs_.data(), n_tokens_ * sizeof(int));
+            if (last()) ops_.memcpy_h2d(tgt_, targets_.data(), n_tokens_ * sizeof(int));
+            if (!first()) {
+                act_recv[buf]->wait();
+                act_recv[buf].reset();
+                if (i + 1 < m) post_act_recv(i + 1);  // lands while this micro-batch computes
+                start = now();
+            }
+            gpt_.forward(first() ? tok_ : nullptr, first() ? nullptr : act_in_[buf], last() ? tgt_ : nullptr, dloss,
+                         true, ctx);
+            if (last())
+                ops_.memcpy_d2h(losses.data() + size_t(i) * n_tokens_, gpt_.losses(ctx), n_tokens_ * sizeof(float));
+            else
+                act_sent[ctx] = links_.act_next->send_async(gpt_.act_out(ctx), act_elems_, t, 1);
+        } else {
+            const void* dout = nullptr;
+            if (!last()) {
+                grad_recv[buf]->wait();
+                grad_recv[buf].reset();
+                if (i + 1 < m) post_grad_recv(i + 1);
+                dout = grad_in_[buf];
+                start = now();
+            }
+            if (grad_sent[buf]) grad_sent[buf]->wait();  // its buffer is written below
+            grad_sent[buf].reset();
+            gpt_.backward(dout, first() ? nullptr : grad_out_[buf], ctx);
+            if (!first()) grad_sent[buf] = links_.grad_prev->send_async(grad_out_[buf], act_elems_, t, 0);
+        }
+        events_.push_back({op, start, now()});
+    }
+    for (CommHandle& h : act_sent)
+        if (h) h->wait();
+    for (CommHandle& h : grad_sent)
+        if (h) h->wait();
+    if (!last()) return 0.0;
+    ops_.synchronize();
+    double total = 0.0;  // as GPT::forward_backward: each micro-batch's mean in double, rounded to float
+    for (int i = 0; i < m; ++i) {
+        double sum = 0.0;
+        for (size_t k = 0; k < n_tokens_; ++k) sum += losses[size_t(i) * n_tokens_ + k];
+        total += static_cast<float>(sum / double(n_tokens_));
+    }
+    return total;
+}
+
+void PipelineStage::forward_only(const int* inputs, const int* targets) {
+    const DType t = ops_.act_dtype();
+    if (first())
+        ops_.memcpy_h2d(tok_, inputs, n_tokens_ * sizeof(int));
+    else
+        links_.act_prev->recv(act_in_[0], act_elems_, t, 0);
+    if (last() && targets) ops_.memcpy_h2d(tgt_, targets, n_tokens_ * sizeof(int));
+    gpt_.forward(first() ? tok_ : nullptr, first() ? nullptr : act_in_[0], last() && targets ? tgt_ : nullptr, 0.0f,
+                 false, 0);
+    if (!last()) links_.act_next->send(gpt_.act_out(0), act_elems_, t, 1);
+}
+
+float PipelineStage::evaluate(const int* inputs, const int* targets) {
+    forward_only(inputs, targets);
+    if (!last()) return 0.0f;
+    std::vector<float> host(n_tokens_);
+    ops_.memcpy_d2h(host.data(), gpt_.losses(0), n_tokens_ * sizeof(float));
+    ops_.synchronize();
+    double sum = 0.0;
+    for (float l : host) sum += l;
+    return static_cast<float>(sum / double(n_tokens_));
+}
+
+std::vector<float> PipelineStage::logits_at(const int* inputs, int pos) {
+    forward_only(inputs, nullptr);
+    if (!last()) return {};
+    const size_t Vp = gpt_.config().padded_vocab_size();
+    const char* row = static_cast<const char*>(gpt_.logits(0)) + size_t(pos) * Vp * dtype_size(ops_.act_dtype());
+    ops_.cast(logit_row_, DType::f32, row, ops_.act_dtype(), Vp);
+    std::vector<float> out(size_t(gpt_.config().vocab_size));
+    ops_.memcpy_d2h(out.data(), logit_row_, out.size() * sizeof(float));
+    ops_.synchronize();
+    return out;
+}
+
+}  // namespace llmtrain

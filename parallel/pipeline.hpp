@@ -1,0 +1,90 @@
+// parallel/pipeline.hpp — one pipeline stage's part of a step: the forwards and backwards of its
+// micro-batches in the schedule's order (parallel/schedule.hpp: 1F1B or GPipe), the activations
+// sent to the next stage and their gradients back through Comm send/recv (docs/design.md
+// "Pipeline"). Narayanan et al. 2021 (1F1B, PipeDream-Flush); Huang et al. 2019 (GPipe).
+//
+// Each micro-batch in flight lives in its own GPT activation context (micro-batch i in context
+// i mod contexts: under both schedules the micro-batches in flight are consecutive). Transfers are
+// non-blocking: the receive of micro-batch i+1's input is posted as soon as i's has landed, so it
+// overlaps i's compute, into the other of two buffers; sends are waited for only before their
+// buffer is reused. Activations and gradients travel on separate Comms per neighbour (links), so a
+// receive posted early never holds up a send in the other direction (NCCL runs one communicator's
+// operations in order), and with the schedule's order no stage waits on one that waits on it.
+#pragma once
+#include <functional>
+#include <vector>
+
+#include "model/gpt.hpp"
+#include "parallel/comm.hpp"
+#include "parallel/schedule.hpp"
+
+namespace llmtrain {
+
+/// The Comms to this stage's neighbours: each a 2-rank group (lower stage index 0). Null where there
+/// is no neighbour (stage 0 has no *_prev, the last stage no *_next).
+struct PipelineLinks {
+    Comm* act_prev = nullptr;   ///< activations from stage s-1
+    Comm* grad_prev = nullptr;  ///< their gradients back to s-1
+    Comm* act_next = nullptr;   ///< our activations to s+1
+    Comm* grad_next = nullptr;  ///< their gradients from s+1
+};
+
+/// One executed forward or backward, seconds from the step's start (host clock, after the op's
+/// compute was queued and, for the recorded order, its inputs had arrived).
+struct PipeEvent {
+    PipeOp op;
+    double start, end;
+};
+
+class PipelineStage {
+public:
+    /// gpt: this stage's layer range, with at least max_in_flight(schedule, stage, stages, m) contexts
+    /// for the m the step will use. Buffers (4 of (B,T,C) act dtype) come from gpt's allocator,
+    /// MemCategory::comm. Errors: std::invalid_argument for a stage outside [0, stages) or links
+    /// missing where a neighbour exists.
+    PipelineStage(GPT& gpt, int stage, int stages, PipelineSchedule schedule, const PipelineLinks& links);
+    ~PipelineStage();
+    PipelineStage(const PipelineStage&) = delete;
+    PipelineStage& operator=(const PipelineStage&) = delete;
+
+    /// Fills micro-batch i's token ids and targets ((B,T) host int32 each); called once per
+    /// micro-batch, in order, on every stage (each stage's loader stays in step).
+    using Batches = std::function<void(int i, int* inputs, int* targets)>;
+    /// The m forwards and backwards of one step; parameter gradients accumulate in the GPT's store
+    /// (dloss: d loss / d per-position loss). Returns the sum over micro-batches of each one's mean
+    /// loss at the last stage, 0 elsewhere. Errors: std::invalid_argument for m < 1 or more
+    /// micro-batches in flight than the GPT has contexts; CommError.
+    double train(int m, const Batches& next, float dloss);
+    /// Forward only of one micro-batch ((B,T) host int32 inputs and targets) through every stage.
+    /// Returns its mean loss at the last stage, 0 elsewhere. Errors: CommError.
+    float evaluate(const int* inputs, const int* targets);
+    /// Forward only of inputs (B,T) through every stage; the last stage returns the fp32 logits (V)
+    /// at position pos of row 0, the others an empty vector. Errors: CommError.
+    std::vector<float> logits_at(const int* inputs, int pos);
+
+    /// The ops of the last train(), in the order executed, with their times.
+    const std::vector<PipeEvent>& last_events() const { return events_; }
+    int stage() const { return stage_; }
+    int stages() const { return stages_; }
+
+private:
+    bool first() const { return stage_ == 0; }
+    bool last() const { return stage_ == stages_ - 1; }
+    void forward_only(const int* inputs, const int* targets);
+
+    GPT& gpt_;
+    Ops& ops_;
+    int stage_, stages_;
+    PipelineSchedule schedule_;
+    PipelineLinks links_;
+    size_t n_tokens_, act_elems_;         // B*T, B*T*C
+    int *tok_ = nullptr, *tgt_ = nullptr;  // (B,T) device staging of the next forward's ids
+    void* act_in_[2] = {nullptr, nullptr};    // (B,T,C) received activations, alternating
+    void* grad_in_[2] = {nullptr, nullptr};   // (B,T,C) received output gradients, alternating
+    void* grad_out_[2] = {nullptr, nullptr};  // (B,T,C) input gradients being sent, alternating
+    float* logit_row_ = nullptr;              // (Vp) fp32, last stage
+    std::vector<int> inputs_, targets_;       // (B,T) host
+    std::vector<PipeEvent> events_;
+};
+
+}  // namespace llmtrain
