@@ -4,8 +4,10 @@
 // TOML++ has no strict mode, so loading walks the document and looks every key up in that table:
 // an unknown section or key is an error (with the closest known key as a hint). Values are read
 // with value_exact (no silent conversion: "3e-4" or true for a number is an error; an integer for a
-// float key is accepted as that float). Each key's origin ("file:line:col" or "--set ...") is
-// remembered so that checks across keys point at the key the user wrote.
+// float key is accepted as that float); a list key takes a TOML array, checked element by element
+// (errors name the position: "pipeline.layers_per_stage[2]: ..."). Each key's origin
+// ("file:line:col" or "--set ...") is remembered so that checks across keys point at the key the
+// user wrote.
 // TOML++ is heavy to compile: it is included here only.
 #include "app/config.hpp"
 
@@ -24,6 +26,9 @@
 #include <sstream>
 
 #include "app/metrics.hpp"
+#include "app/model_state.hpp"
+#include "parallel/partition.hpp"
+#include "parallel/schedule.hpp"
 
 namespace llmtrain {
 namespace {
@@ -88,6 +93,14 @@ std::string value_text(float v) { return float_text(v); }
 std::string value_text(double v) { return float_text(v); }
 std::string value_text(bool v) { return v ? "true" : "false"; }
 std::string value_text(const std::string& v) { return quote(v); }
+
+/// A TOML array: "[]", "[3, 3, 6]", "[0.5, 0.25]".
+template <class T>
+std::string value_text(const std::vector<T>& v) {
+    std::string out = "[";
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + value_text(v[i]);
+    return out + "]";
+}
 
 /// What a TOML node holds, for "got ..." in messages: `the string "3e-4"`, `the boolean true`.
 std::string describe(const toml::node& n) {
@@ -216,6 +229,17 @@ Check<std::string> one_of(std::vector<std::string> allowed) {
     };
 }
 
+Check<std::string> pipeline_schedule() {
+    return [](const std::string& v) -> std::string {
+        try {
+            parse_pipeline_schedule(v);
+            return "";
+        } catch (const std::invalid_argument&) {
+            return "one of \"1f1b\", \"gpipe\"";
+        }
+    };
+}
+
 Check<std::string> non_empty() {
     return [](const std::string& v) { return v.empty() ? "a non-empty string" : ""; };
 }
@@ -239,7 +263,8 @@ Check<std::string> listen_address() {
 /// One config key: reads a TOML value into its member (type and range checked) and prints it back.
 struct Field {
     std::string section, key;
-    /// Reads `n` into cfg; returns "" or the complaint ("expected ..., got ...").
+    /// Reads `n` into cfg; returns "" or the complaint ("expected ..., got ..."). A list's complaint
+    /// about one element starts with its index: "[2]: expected ..." (see complaint()).
     std::function<std::string(const toml::node& n, Config& cfg)> read;
     /// The member's value in TOML syntax.
     std::function<std::string(const Config& cfg)> write;
@@ -261,6 +286,40 @@ Field field(const char* section, const char* key, Sec Config::*sec, T Sec::*memb
     };
     f.write = [sec, member](const Config& cfg) { return value_text(cfg.*sec.*member); };
     return f;
+}
+
+/// A list key (TOML array) whose every element is read like a scalar key's value and range-checked.
+template <class Sec, class T>
+Field list_field(const char* section, const char* key, Sec Config::*sec, std::vector<T> Sec::*member, Check<T> check) {
+    Field f;
+    f.section = section;
+    f.key = key;
+    f.read = [sec, member, check](const toml::node& n, Config& cfg) -> std::string {
+        const toml::array* arr = n.as_array();
+        if (!arr) {
+            T probe{};
+            const bool scalar_fits = read_value(n, probe).empty();
+            const std::string hint = scalar_fits ? " (in brackets, e.g. [" + value_text(probe) + "])" : "";
+            return "expected an array" + hint + ", got " + describe(n);
+        }
+        std::vector<T> list(arr->size());
+        for (size_t i = 0; i < arr->size(); ++i) {
+            // (std::string first: "[" + std::to_string(i) trips a false GCC 12 -Wrestrict warning)
+            const std::string at = std::string(1, '[') + std::to_string(i) + "]: ";
+            if (auto err = read_value(*arr->get(i), list[i]); !err.empty()) return at + err;
+            if (auto want = check(list[i]); !want.empty())
+                return at + "expected " + want + ", got " + value_text(list[i]);
+        }
+        cfg.*sec.*member = std::move(list);
+        return "";
+    };
+    f.write = [sec, member](const Config& cfg) { return value_text(cfg.*sec.*member); };
+    return f;
+}
+
+/// "<key>: <complaint>", or "<key>[i]: ..." for a list element's complaint.
+std::string complaint(const Field& f, const std::string& err) {
+    return f.name() + (err.front() == '[' ? "" : ": ") + err;
 }
 
 /// Every key, in section order and in the order to_toml prints them (docs/configuration.md mirrors it).
@@ -316,17 +375,21 @@ const std::vector<Field>& fields() {
         field("lr_schedule", "min_lr", &C::lr_schedule, &LRScheduleConfig::min_lr, non_negative<float>()),
 
         field("parallel", "dp", &C::parallel, &ParallelConfig::dp, at_least(0)),
-        field("parallel", "pp", &C::parallel, &ParallelConfig::pp,
-              Check<int>([](const int& v) -> std::string {
-                  return v == 1 ? "" : "1 (pipeline parallelism is not supported yet)";
-              })),
+        field("parallel", "pp", &C::parallel, &ParallelConfig::pp, at_least(1)),
         field("parallel", "zero_stage", &C::parallel, &ParallelConfig::zero_stage, between(0, 3)),
         field("parallel", "zero_group_size", &C::parallel, &ParallelConfig::zero_group_size, at_least(0)),
         field("parallel", "grad_reduce_dtype", &C::parallel, &ParallelConfig::grad_reduce_dtype, one_of({"fp32", "bf16"})),
         field("parallel", "timeout_s", &C::parallel, &ParallelConfig::timeout_s, non_negative<double>()),
 
+        list_field("pipeline", "layers_per_stage", &C::pipeline, &PipelineConfig::layers_per_stage, at_least(1)),
+        field("pipeline", "schedule", &C::pipeline, &PipelineConfig::schedule, pipeline_schedule()),
+
         field("activation_checkpoint", "ratio", &C::activation_checkpoint, &ActivationCheckpointConfig::ratio,
               unit_interval(false)),
+        list_field("activation_checkpoint", "ratio_per_stage", &C::activation_checkpoint,
+                   &ActivationCheckpointConfig::ratio_per_stage, unit_interval(false)),
+        list_field("activation_checkpoint", "layers_per_stage", &C::activation_checkpoint,
+                   &ActivationCheckpointConfig::layers_per_stage, at_least(0)),
 
         field("checkpoint", "interval", &C::checkpoint, &CheckpointConfig::interval, at_least(0)),
         field("checkpoint", "keep_last", &C::checkpoint, &CheckpointConfig::keep_last, at_least(0)),
@@ -437,7 +500,7 @@ void apply_document(const toml::table& doc, const std::string& file, Config& cfg
             const Field* f = find_field(section, k);
             if (!f) fail(position(file, key.source()), section + "." + k + ": unknown key" + hint_for_key(section, k));
             const std::string where = position(file, node.source());
-            if (auto err = f->read(node, cfg); !err.empty()) fail(where, f->name() + ": " + err);
+            if (auto err = f->read(node, cfg); !err.empty()) fail(where, complaint(*f, err));
             origins[f->name()] = where;
         }
     }
@@ -468,7 +531,7 @@ void apply_override(const std::string& ov, Config& cfg, Origins& origins) {
     }
     if (doc.size() != 1 || !doc.contains("value"))
         fail(where, f->name() + ": expected exactly one TOML value after '='");
-    if (auto err = f->read(*doc.get("value"), cfg); !err.empty()) fail(where, f->name() + ": " + err);
+    if (auto err = f->read(*doc.get("value"), cfg); !err.empty()) fail(where, complaint(*f, err));
     origins[f->name()] = where;
 }
 
@@ -511,6 +574,22 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
         fail(at({"training.global_batch_size", "training.micro_batch_size", "training.grad_accum_steps"}),
              "training.global_batch_size: expected a multiple of micro_batch_size x grad_accum_steps = " +
                  std::to_string(per_rank) + ", got " + std::to_string(t.global_batch_size));
+    // The pipeline: stage_plan checks the per-stage lists against parallel.pp and model.n_layer (the
+    // balanced split, for counts checked against it, uses micro_batch_size and seq_len); its message
+    // starts with the key at fault, which is where the error points.
+    const auto& p = c.parallel;
+    try {
+        stage_plan(gpt_config_of(c), t.micro_batch_size, m.seq_len, p.pp, c.pipeline.layers_per_stage,
+                   c.activation_checkpoint.ratio, c.activation_checkpoint.ratio_per_stage,
+                   c.activation_checkpoint.layers_per_stage);
+    } catch (const std::invalid_argument& e) {
+        const std::string what = e.what(), key = what.substr(0, what.find_first_of("[:"));
+        fail(at({key.c_str(), "parallel.pp", "model.n_layer"}), what);
+    }
+    if (p.pp > 1 && p.zero_stage >= 2)
+        fail(at({"parallel.zero_stage", "parallel.pp"}),
+             "parallel.zero_stage: ZeRO-2/3 need one micro-batch's gradients per unit, but a pipeline accumulates "
+             "them over micro-batches; use zero_stage 0 or 1 with parallel.pp > 1");
 }
 
 uint64_t fnv1a64(const std::string& s) {

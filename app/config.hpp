@@ -83,8 +83,17 @@ struct ParallelConfig {
     friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
+/// The pipeline's layer split and schedule, with parallel.pp stages (parallel/partition.hpp, parallel/schedule.hpp).
+struct PipelineConfig {
+    std::vector<int> layers_per_stage;  ///< layers of each stage (pp entries, sum n_layer); empty = balanced by FLOPs
+    std::string schedule = "1f1b";      ///< "1f1b" | "gpipe"
+    friend bool operator==(const PipelineConfig&, const PipelineConfig&) = default;
+};
+
 struct ActivationCheckpointConfig {
-    float ratio = 0.0f;                 ///< fraction of layers recomputed in backward, [0,1]
+    float ratio = 0.0f;                 ///< fraction of each stage's layers recomputed in backward, [0,1] (floor)
+    std::vector<float> ratio_per_stage; ///< one ratio per stage (pp entries), instead of ratio; empty = unused
+    std::vector<int> layers_per_stage;  ///< recomputed layers per stage (pp entries); wins over both ratios
     friend bool operator==(const ActivationCheckpointConfig&, const ActivationCheckpointConfig&) = default;
 };
 
@@ -110,6 +119,7 @@ struct Config {
     OptimizerConfig optimizer;
     LRScheduleConfig lr_schedule;
     ParallelConfig parallel;
+    PipelineConfig pipeline;
     ActivationCheckpointConfig activation_checkpoint;
     CheckpointConfig checkpoint;
     MetricsConfig metrics;

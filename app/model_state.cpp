@@ -1,6 +1,7 @@
 // app/model_state.cpp — building one rank's model state, and the dry-run memory estimate (see model_state.hpp).
 #include "app/model_state.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "model/dry_ops.hpp"
@@ -30,26 +31,62 @@ OffloadConfig offload_config_of(const Config& c) {
     return o;
 }
 
-ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology& topo, std::unique_ptr<Comm> zero,
-                            std::unique_ptr<Comm> replicas) {
+std::vector<StageLayers> stage_plan_of(const Config& c) {
+    return stage_plan(gpt_config_of(c), c.training.micro_batch_size, c.model.seq_len, c.parallel.pp,
+                      c.pipeline.layers_per_stage, c.activation_checkpoint.ratio,
+                      c.activation_checkpoint.ratio_per_stage, c.activation_checkpoint.layers_per_stage);
+}
+
+std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, int l1) {
+    if (stages == 1) return {};
+    std::vector<int> u;
+    if (stage == 0 || stage == stages - 1) u.push_back(0);  // wte: embedding here, LM head there
+    for (int l = l0; l < l1; ++l) u.push_back(1 + l);
+    if (stage == stages - 1) u.push_back(g.n_layer + 1);  // ln_f
+    return u;
+}
+
+ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology& topo, const CommFactory& comms) {
     ModelState s;
     const GPTConfig g = gpt_config_of(cfg);
-    const int N = topo.zero_group_size();
+    const int N = topo.zero_group_size(), P = topo.pp(), st = topo.stage();
+    s.plan = stage_plan_of(cfg)[size_t(st)];
+    const PipelineSchedule schedule = parse_pipeline_schedule(cfg.pipeline.schedule);
     GPTOptions go;
     go.B = cfg.training.micro_batch_size;
     go.T = cfg.model.seq_len;
-    go.l0 = 0;
-    go.l1 = g.n_layer;
-    go.checkpoint_ratio = cfg.activation_checkpoint.ratio;
+    go.l0 = s.plan.l0;
+    go.l1 = s.plan.l1;
+    go.checkpoint_layers = s.plan.checkpointed;
+    go.contexts = P > 1 ? max_in_flight(schedule, st, P, std::max(1, cfg.training.grad_accum_steps)) : 1;
     go.shard_multiple = N > 1 ? 8 * N : 1;  // every shard of a unit 16-byte aligned (8 elements)
     s.layout = std::make_unique<ParamLayout>(g, go.shard_multiple);
-    s.zero_comm = std::move(zero);
-    s.replica_comm = std::move(replicas);
+    s.zero_comm = comms(topo.zero_group(), false);
+    s.replica_comm = comms(topo.replica_group(), false);
     ZeroOptions zo;
     zo.stage = cfg.parallel.zero_stage;
     zo.reduce_dtype = cfg.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;  // validated by the config
+    zo.units = stage_units(g, st, P, go.l0, go.l1);
     s.engine = std::make_unique<ZeroEngine>(alloc, *s.layout, *s.zero_comm, *s.replica_comm, zo);
     s.gpt = std::make_unique<GPT>(g, go, alloc, s.engine.get());
+    if (P > 1) {
+        // Two Comms per neighbour pair (activations, gradients), asked for in pair order everywhere.
+        const std::vector<int> pipeline = topo.stage_group();
+        PipelineLinks links;
+        for (int p = 0; p + 1 < P; ++p) {
+            if (st != p && st != p + 1) continue;
+            const std::vector<int> pair = {pipeline[size_t(p)], pipeline[size_t(p) + 1]};
+            s.links.push_back(comms(pair, false));
+            s.links.push_back(comms(pair, false));
+            Comm* act = s.links[s.links.size() - 2].get();
+            Comm* grad = s.links.back().get();
+            if (st == p) links.act_next = act, links.grad_next = grad;
+            else links.act_prev = act, links.grad_prev = grad;
+        }
+        if (st == 0 || st == P - 1) s.embedding_comm = comms({pipeline.front(), pipeline.back()}, false);
+        s.stage_comm = comms(pipeline, true);
+        s.pipe = std::make_unique<PipelineStage>(*s.gpt, st, P, schedule, links);
+    }
     AdamWConfig ac;
     ac.lr = cfg.optimizer.lr;
     ac.beta1 = cfg.optimizer.beta1;
@@ -61,7 +98,8 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
     return s;
 }
 
-std::array<size_t, static_cast<int>(MemCategory::count)> estimate_memory(const Config& cfg_in, int world, int stage) {
+std::array<size_t, static_cast<int>(MemCategory::count)> estimate_memory(const Config& cfg_in, int world, int stage,
+                                                                         int pp_stage) {
     Config cfg = cfg_in;
     cfg.parallel.zero_stage = stage;
     if (stage == 0) cfg.parallel.zero_group_size = 0;
@@ -69,13 +107,61 @@ std::array<size_t, static_cast<int>(MemCategory::count)> estimate_memory(const C
     std::array<size_t, static_cast<int>(MemCategory::count)> out{};
     {
         Allocator alloc(*ops);
-        Topology topo(world, 0, cfg.parallel.pp, zero_group_of(cfg));
-        ModelState s = make_model_state(cfg, alloc, topo, make_dry_comm(topo.zero_group_size(), 0),
-                                        make_dry_comm(topo.replicas(), 0));
+        Topology probe(world, 0, cfg.parallel.pp, zero_group_of(cfg));
+        const int rank = probe.rank_of(pp_stage, 0, 0);
+        Topology topo(world, rank, cfg.parallel.pp, zero_group_of(cfg));
+        const CommFactory dry = [&](const std::vector<int>& ranks, bool) {
+            const int me = int(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
+            return make_dry_comm(int(ranks.size()), me);
+        };
+        ModelState s = make_model_state(cfg, alloc, topo, dry);
         for (int k = 0; k < int(MemCategory::count); ++k) out[k] = alloc.current(MemCategory(k));
     }
     return out;
 }
+
+namespace {
+
+/// memory_report's rows with a pipeline: per ZeRO stage (0, 1: the ones a pipeline allows) and
+/// pipeline stage, the per-rank bytes by category, the stage's layers and recomputed layers.
+std::vector<std::string> pipeline_report(const Config& cfg, int world, std::vector<std::string> out) {
+    char buf[200];
+    std::string head = "zero pp_stage layers ckpt in_flight";
+    for (int k = 0; k < int(MemCategory::count); ++k) {
+        std::snprintf(buf, sizeof buf, " %11s", mem_category_name(MemCategory(k)));
+        head += buf;
+    }
+    out.push_back(head + " device total | model states");
+    const auto plan = stage_plan_of(cfg);
+    const PipelineSchedule schedule = parse_pipeline_schedule(cfg.pipeline.schedule);
+    const int P = cfg.parallel.pp, m = std::max(1, cfg.training.grad_accum_steps);
+    for (int zero = 0; zero <= 1; ++zero)
+        for (int s = 0; s < P; ++s) {
+            const auto b = estimate_memory(cfg, world, zero, s);
+            std::snprintf(buf, sizeof buf, "%4d %8d %6d %4d %9d", zero, s, plan[size_t(s)].l1 - plan[size_t(s)].l0,
+                          plan[size_t(s)].checkpointed, max_in_flight(schedule, s, P, m));
+            std::string row = buf;
+            double total = 0;
+            for (int k = 0; k < int(MemCategory::count); ++k) {
+                std::snprintf(buf, sizeof buf, " %11.1f", double(b[k]) / 1048576.0);
+                row += buf;
+                if (MemCategory(k) != MemCategory::host) total += double(b[k]);
+            }
+            const double states = double(b[int(MemCategory::params)] + b[int(MemCategory::grads)] +
+                                         b[int(MemCategory::optimizer)]);
+            std::snprintf(buf, sizeof buf, " %12.1f | %12.1f", total / 1048576.0, states / 1048576.0);
+            out.push_back(row + buf);
+        }
+    Topology topo(world, 0, cfg.parallel.pp, cfg.parallel.zero_group_size);
+    out.push_back("groups at stage 1: " + topo.describe() + "; schedule " + cfg.pipeline.schedule + ", " +
+                  std::to_string(m) + " micro-batches per step (grad_accum_steps)");
+    out.push_back("(in_flight: micro-batches whose activations a stage holds at once, each in its own activation "
+                  "context; stage 0 also holds the embeddings, the last stage ln_f, the tied wte and the logits. "
+                  "ZeRO-2/3 do not combine with a pipeline.)");
+    return out;
+}
+
+}  // namespace
 
 std::vector<std::string> memory_report(const Config& cfg, int world) {
     std::vector<std::string> out;
@@ -93,6 +179,7 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
                   cfg.training.precision.c_str(), psi, cfg.training.micro_batch_size, cfg.model.seq_len,
                   cfg.activation_checkpoint.ratio, cfg.optimizer.offload.c_str(), off.enabled ? off.fraction : 0.0);
     out.push_back(buf);
+    if (cfg.parallel.pp > 1) return pipeline_report(cfg, world, out);
     std::string head = "stage";
     for (int k = 0; k < int(MemCategory::count); ++k) {
         std::snprintf(buf, sizeof buf, " %11s", mem_category_name(MemCategory(k)));

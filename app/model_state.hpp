@@ -1,8 +1,10 @@
-// app/model_state.hpp — one rank's model, ZeRO engine and optimizer, built by one function for the
-// real run (trainer.cpp) and for the memory estimate of `--dry-run --world-size N`, so the estimate
-// is the real run's allocations counted, not a second set of formulas (docs/training.md "Memory").
+// app/model_state.hpp — one rank's model, ZeRO engine, optimizer and pipeline stage, built by one
+// function for the real run (trainer.cpp) and for the memory estimate of `--dry-run --world-size N`,
+// so the estimate is the real run's allocations counted, not a second set of formulas
+// (docs/training.md "Memory").
 #pragma once
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,6 +13,8 @@
 #include "model/allocator.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
+#include "parallel/partition.hpp"
+#include "parallel/pipeline.hpp"
 #include "parallel/topology.hpp"
 #include "parallel/zero.hpp"
 
@@ -22,7 +26,17 @@ struct ModelState {
     std::unique_ptr<ZeroEngine> engine;
     std::unique_ptr<GPT> gpt;
     std::unique_ptr<AdamW> adam;
+    StageLayers plan{};  // this rank's pipeline stage: its layers and recomputed layers
+    // With parallel.pp > 1 (else empty / null):
+    std::vector<std::unique_ptr<Comm>> links;  // to the neighbour stages (PipelineLinks)
+    std::unique_ptr<Comm> embedding_comm;      // first and last stage: the tied wte's gradient
+    std::unique_ptr<Comm> stage_comm;          // host: every stage of this pipeline
+    std::unique_ptr<PipelineStage> pipe;
 };
+
+/// Makes the Comm of a group of world ranks (listed in group order; the calling rank among them):
+/// `host` asks for one over host buffers (MPI), else one for the backend's device buffers.
+using CommFactory = std::function<std::unique_ptr<Comm>(const std::vector<int>& ranks, bool host)>;
 
 /// The model configuration of cfg.model.
 GPTConfig gpt_config_of(const Config& cfg);
@@ -32,21 +46,29 @@ DType precision_dtype(const Config& cfg);
 int zero_group_of(const Config& cfg);
 /// optimizer.offload* (and training.stochastic_rounding) as the optimizer's OffloadConfig.
 OffloadConfig offload_config_of(const Config& cfg);
+/// The per-stage plan of cfg (parallel/partition.hpp stage_plan over the config's lists).
+std::vector<StageLayers> stage_plan_of(const Config& cfg);
+/// The units pipeline stage `stage` of `stages` holds for layers [l0, l1): the embeddings on the first
+/// and (tied wte) the last stage, the layers, ln_f on the last; empty when stages == 1 (all).
+std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, int l1);
 
-/// Builds the layout, ZeRO engine (stage cfg.parallel.zero_stage over the two Comms), GPT (layers
-/// [0, n_layer), micro-batch (micro_batch_size, seq_len)) and AdamW over alloc. Parameters are not
-/// initialized. Errors: as ZeroEngine, GPT and AdamW (std::invalid_argument, std::runtime_error).
-ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology& topo, std::unique_ptr<Comm> zero,
-                            std::unique_ptr<Comm> replicas);
+/// Builds this rank's layout, ZeRO engine (stage cfg.parallel.zero_stage), GPT (its pipeline stage's
+/// layers, micro-batch (micro_batch_size, seq_len), the activation contexts its schedule needs),
+/// AdamW, and with pp > 1 the pipeline stage and its Comms, over alloc; the Comms come from
+/// `comms`, asked for in the same order on every rank. Parameters are not initialized. Errors: as
+/// stage_plan, ZeroEngine, GPT and AdamW (std::invalid_argument, std::runtime_error), CommError.
+ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology& topo, const CommFactory& comms);
 
-/// Bytes per MemCategory of world rank 0 of a `world`-rank run of cfg at zero stage `stage`, counted
-/// by building it over the dry-run backend (model/dry_ops.hpp): nothing is allocated. The backend's
-/// own workspaces (cuBLASLt, cuDNN: ~35 MB on CUDA) are not included. Errors: std::invalid_argument
-/// for a world or group size that does not fit.
-std::array<size_t, static_cast<int>(MemCategory::count)> estimate_memory(const Config& cfg, int world, int stage);
+/// Bytes per MemCategory of the first rank of pipeline stage `pp_stage` of a `world`-rank run of cfg
+/// at zero stage `stage`, counted by building it over the dry-run backend (model/dry_ops.hpp):
+/// nothing is allocated. The backend's own workspaces (cuBLASLt, cuDNN: ~35 MB on CUDA) are not
+/// included. Errors: std::invalid_argument for a world or group size that does not fit.
+std::array<size_t, static_cast<int>(MemCategory::count)> estimate_memory(const Config& cfg, int world, int stage,
+                                                                         int pp_stage = 0);
 
-/// The `--dry-run --world-size N` report: the group layout and, for each ZeRO stage, the per-rank
-/// bytes by category, next to the paper's model-state formula (docs/reference.md "ZeRO memory").
+/// The `--dry-run --world-size N` report: the group layout and, for each ZeRO stage (0 and 1 with
+/// a pipeline) and pipeline stage, the per-rank bytes by category, next to the paper's model-state
+/// formula (docs/reference.md "ZeRO memory").
 std::vector<std::string> memory_report(const Config& cfg, int world);
 
 }  // namespace llmtrain

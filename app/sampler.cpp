@@ -31,13 +31,18 @@ int sample_top_k(const std::vector<float>& logits, int k, float temperature, std
 
 std::vector<int32_t> generate(GPT& gpt, int eos_id, int n_tokens, int top_k, float temperature,
                               std::mt19937_64& rng) {
-    const int B = gpt.options().B, T = gpt.options().T;
+    return generate([&](const int* in, int pos) { return gpt.logits_at(in, pos); }, gpt.options().B, gpt.options().T,
+                    eos_id, n_tokens, top_k, temperature, rng);
+}
+
+std::vector<int32_t> generate(const LogitsAt& logits_at, int B, int T, int eos_id, int n_tokens, int top_k,
+                              float temperature, std::mt19937_64& rng) {
     std::vector<int32_t> seq = {eos_id}, out;
     std::vector<int> inputs(size_t(B) * T, eos_id);  // (B,T); rows 1.. are filler
     for (int n = 0; n < n_tokens; ++n) {
         const int len = std::min<int>(int(seq.size()), T);
         std::copy(seq.end() - len, seq.end(), inputs.begin());  // row 0: the last T tokens
-        const int next = sample_top_k(gpt.logits_at(inputs.data(), len - 1), top_k, temperature, rng);
+        const int next = sample_top_k(logits_at(inputs.data(), len - 1), top_k, temperature, rng);
         if (next == eos_id) break;
         seq.push_back(next);
         out.push_back(next);

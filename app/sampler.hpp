@@ -2,6 +2,7 @@
 // (Fan et al. 2018, "Hierarchical Neural Story Generation"), from a fresh document.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -15,10 +16,16 @@ namespace llmtrain {
 /// depends only on the rng state (saved in checkpoints), not on the standard library.
 int sample_top_k(const std::vector<float>& logits, int k, float temperature, std::mt19937_64& rng);
 
-/// Generates n_tokens after the prompt {eos_id} (the start of a new document) with the model's
-/// whole layer range. The context is the last T tokens; each step runs one forward of (B,T) rows
-/// (row 0 holds the context) and samples from GPT::logits_at. Returns the generated ids (without
-/// the prompt), stopping early after an EOS.
+/// The fp32 logits (V) at position pos of row 0 after a forward of inputs (B,T) host int32.
+using LogitsAt = std::function<std::vector<float>(const int* inputs, int pos)>;
+
+/// Generates n_tokens after the prompt {eos_id} (the start of a new document). The context is the
+/// last T tokens; each step runs one forward of (B,T) rows (row 0 holds the context) through
+/// logits_at and samples from it. Returns the generated ids (without the prompt), stopping early
+/// after an EOS.
+std::vector<int32_t> generate(const LogitsAt& logits_at, int B, int T, int eos_id, int n_tokens, int top_k,
+                              float temperature, std::mt19937_64& rng);
+/// generate() with the model's whole layer range (GPT::logits_at).
 std::vector<int32_t> generate(GPT& gpt, int eos_id, int n_tokens, int top_k, float temperature,
                               std::mt19937_64& rng);
 

@@ -78,6 +78,10 @@ struct Trainer::Impl {
     std::unique_ptr<ZeroEngine> engine;
     std::unique_ptr<GPT> gpt;
     std::unique_ptr<AdamW> adam;
+    std::vector<StageLayers> plan;                   // every pipeline stage's layers (stage_plan_of)
+    std::vector<std::unique_ptr<Comm>> links;        // pp > 1: to the neighbour stages
+    std::unique_ptr<Comm> embedding_comm, stage_comm;
+    std::unique_ptr<PipelineStage> pipe;             // pp > 1
     LRSchedule sched;
     std::unique_ptr<DataLoader> train, val;
     std::optional<Tokenizer> tokenizer;  // rank 0 with samples enabled
@@ -121,16 +125,24 @@ struct Trainer::Impl {
         gcfg = gpt_config_of(cfg);
         CommOptions co;
         co.timeout_s = cfg.parallel.timeout_s;
-        ModelState ms = make_model_state(cfg, *alloc, topo, make_comm(*ops, topo.zero_group(), co),
-                                         make_comm(*ops, topo.replica_group(), co));
+        const CommFactory comms = [&](const std::vector<int>& ranks, bool host) {
+            return host ? make_mpi_comm(ranks, co) : make_comm(*ops, ranks, co);
+        };
+        ModelState ms = make_model_state(cfg, *alloc, topo, comms);
         layout = std::move(ms.layout);
         zero_comm = std::move(ms.zero_comm);
         replica_comm = std::move(ms.replica_comm);
         engine = std::move(ms.engine);
         gpt = std::move(ms.gpt);
         adam = std::move(ms.adam);
+        links = std::move(ms.links);
+        embedding_comm = std::move(ms.embedding_comm);
+        stage_comm = std::move(ms.stage_comm);
+        pipe = std::move(ms.pipe);
+        plan = stage_plan_of(cfg);
         gpt->init_params(cfg.run.seed);
         adam->init_state(engine->param_shard());
+        if (pipe) pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
         sched.lr = cfg.optimizer.lr;
         sched.min_lr = cfg.lr_schedule.min_lr;
         sched.warmup_steps = cfg.lr_schedule.warmup_steps;
@@ -145,11 +157,31 @@ struct Trainer::Impl {
     size_t nparams() const { return layout->num_parameters(); }
     uint64_t tokens_per_step() const { return uint64_t(cfg.training.global_batch_size) * T; }
 
-    /// Mean of a per-rank value over the dp ranks.
+    /// Mean of a per-rank value over the dp ranks. With a pipeline only the last stage's ranks hold
+    /// the value and the others pass 0 (adding 0 first keeps the sum of the dp values exact).
     float dp_mean(float v) {
-        if (dp == 1) return v;
+        if (topo.world_size() == 1) return v;
         comm.all_reduce_sum(&v, 1, DType::f32);
         return v / float(dp);
+    }
+
+    bool last_stage() const { return topo.stage() == topo.pp() - 1; }
+
+    /// The pipeline stage whose weights of unit u are saved: the first for the (tied) embeddings,
+    /// the last for ln_f, else the stage holding the layer.
+    int owner_stage(int u) const {
+        if (u == 0) return 0;
+        if (u == gcfg.n_layer + 1) return topo.pp() - 1;
+        for (size_t s = 0; s < plan.size(); ++s)
+            if (u - 1 >= plan[s].l0 && u - 1 < plan[s].l1) return int(s);
+        throw std::logic_error("owner_stage: unit " + std::to_string(u) + " is in no stage");
+    }
+
+    /// The tied wte's gradient: the embedding's part (first stage) plus the LM head's (last stage),
+    /// summed on both so their copies of wte stay equal (Megatron's embedding group).
+    void sum_embedding_grads() {
+        if (!embedding_comm) return;
+        embedding_comm->all_reduce_sum(engine->acquire_grads(0), layout->units()[0].numel, ops->act_dtype());
     }
 
     /// One optimizer step at 0-based index `step`: (mean loss over micro-batches and ranks, lr, norm).
@@ -160,13 +192,21 @@ struct Trainer::Impl {
         // dloss is d(loss)/d(per-position loss): the step's loss is the mean over B*T*accum positions.
         const float dloss = 1.0f / (float(B) * float(T) * float(accum));
         double sum = 0;
-        for (int a = 0; a < accum; ++a) {
-            train->next(inputs.data(), targets.data());
-            sum += gpt->forward_backward(inputs.data(), targets.data(), dloss);
+        if (pipe) {
+            sum = pipe->train(accum, [&](int, int* in, int* tgt) { train->next(in, tgt); }, dloss);
+            sum_embedding_grads();
+        } else {
+            for (int a = 0; a < accum; ++a) {
+                train->next(inputs.data(), targets.data());
+                sum += gpt->forward_backward(inputs.data(), targets.data(), dloss);
+            }
         }
         engine->reduce_grads();
-        // The grad shard now holds the sum over the dp ranks: the averaged gradient is that / dp.
-        *norm = std::sqrt(engine->grad_norm_squared(norm_scratch)) / float(dp);
+        // The grad shard now holds the sum over the dp ranks: the averaged gradient is that / dp. With
+        // a pipeline the stages' squares are summed, the tied wte counted once (on the first stage).
+        float sq = engine->grad_norm_squared(norm_scratch, pipe && last_stage());
+        if (stage_comm) stage_comm->all_reduce_sum(&sq, 1, DType::f32);
+        *norm = std::sqrt(sq) / float(dp);
         *loss = dp_mean(float(sum / accum));
         ++step;
         tokens_seen += tokens_per_step();
@@ -185,7 +225,7 @@ struct Trainer::Impl {
         double sum = 0;
         for (uint64_t i = 0; i < n; ++i) {
             val->next(inputs.data(), targets.data());
-            sum += gpt->evaluate(inputs.data(), targets.data());
+            sum += pipe ? pipe->evaluate(inputs.data(), targets.data()) : gpt->evaluate(inputs.data(), targets.data());
         }
         return dp_mean(float(sum / double(n)));
     }
@@ -225,10 +265,12 @@ struct Trainer::Impl {
                 std::vector<OptimShardView> views;
                 size_t local = 0;
                 for (const FlatRange& r : engine->shard()) {
-                    views.push_back({r.offset, r.offset + r.numel, m.data() + local, v.data() + local});
+                    // The last stage's copy of the tied wte (unit 0) is the first stage's: saved once, there.
+                    const bool copy = pipe && last_stage() && r.offset < layout->units()[1].offset;
+                    if (!copy) views.push_back({r.offset, r.offset + r.numel, m.data() + local, v.data() + local});
                     local += r.numel;
                 }
-                write_optim_shard(tmp, topo.zero_index(), *layout, views);
+                write_optim_shard(tmp, topo.stage() * topo.zero_group_size() + topo.zero_index(), *layout, views);
             } catch (const std::exception& e) {
                 err = e.what();
             }
@@ -241,9 +283,15 @@ struct Trainer::Impl {
                 }
             }
             std::vector<float> unit;
-            for (size_t u = 0; u < layout->units().size(); ++u) {  // collective: every writer gathers
+            for (size_t u = 0; u < layout->units().size(); ++u) {  // collective: every holder gathers
                 unit.resize(layout->units()[u].numel);
-                engine->unit_to_host(int(u), w.data(), unit.data());
+                const int owner = owner_stage(int(u));
+                if (topo.stage() == owner) engine->unit_to_host(int(u), w.data(), unit.data());
+                if (owner != 0) {  // another stage's unit: its first rank hands it to rank 0
+                    const int from = topo.rank_of(owner, 0, 0);
+                    if (rank == from) comm.send(unit.data(), unit.size(), DType::f32, 0);
+                    if (rank == 0) comm.recv(unit.data(), unit.size(), DType::f32, from);
+                }
                 if (!mw) continue;
                 try {
                     mw->write_unit(int(u), unit.data());
@@ -331,6 +379,26 @@ std::vector<std::string> Trainer::summary() const {
         mem += std::string(" ") + mem_category_name(cat) + " " + mib(I.alloc->current(cat)) + ",";
     }
     out.push_back(mem + " device total " + mib(I.alloc->current_total()));
+    if (I.pipe) {
+        const int P = I.topo.pp(), m = I.accum;
+        const PipelineSchedule sch = parse_pipeline_schedule(c.pipeline.schedule);
+        out.push_back("pipeline: pp " + std::to_string(P) + ", schedule " + c.pipeline.schedule + ", " +
+                      std::to_string(m) + " micro-batches per step; per stage (memory of its first rank, counted "
+                      "as in --dry-run):");
+        for (int s = 0; s < P; ++s) {
+            const StageLayers& sl = I.plan[size_t(s)];
+            const auto b = estimate_memory(c, I.topo.world_size(), c.parallel.zero_stage, s);
+            std::string line = "  stage " + std::to_string(s) + ": layers [" + std::to_string(sl.l0) + ", " +
+                               std::to_string(sl.l1) + "), " + std::to_string(sl.checkpointed) + " recomputed, " +
+                               std::to_string(max_in_flight(sch, s, P, m)) + " micro-batches in flight |";
+            size_t dev = 0;
+            for (int k = 0; k < int(MemCategory::count); ++k) {
+                line += std::string(" ") + mem_category_name(MemCategory(k)) + " " + mib(b[k]);
+                if (MemCategory(k) != MemCategory::host) dev += b[k];
+            }
+            out.push_back(line + ", device total " + mib(dev));
+        }
+    }
     if (const HostOffload* off = I.adam->offload()) {
         char buf[240];
         std::snprintf(buf, sizeof buf, "optimizer: offload cpu, %s of %s shard elements on the host (fraction %g), "
@@ -483,16 +551,30 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
             if (metrics) metrics->set_val_loss(vl);
         }
         // ZeRO-3 gathers the weights for every forward, so its whole group samples in step (every
-        // rank draws the same tokens: same gathered weights, same RNG); rank 0 prints.
-        const bool samples_here = I.rank == 0 || (I.cfg.parallel.zero_stage == 3 && I.topo.replica() == 0);
+        // rank draws the same tokens: same gathered weights, same RNG); so does rank 0's pipeline,
+        // every stage of it, the last stage's logits broadcast to all; rank 0 prints.
+        const bool samples_here = I.rank == 0 || (I.cfg.parallel.zero_stage == 3 && I.topo.replica() == 0) ||
+                                  (I.pipe && I.topo.replica() == 0 && I.topo.zero_index() == 0);
         if (rc.sample_interval > 0 && s % rc.sample_interval == 0 && samples_here) {
-            auto ids = generate(*I.gpt, I.train->info().eos_id, rc.sample_tokens, rc.sample_top_k,
-                                rc.sample_temperature, I.sampler_rng);
+            const int eos = I.train->info().eos_id;
+            std::vector<int32_t> ids;
+            if (I.pipe) {
+                const LogitsAt logits = [&](const int* in, int pos) {
+                    std::vector<float> l = I.pipe->logits_at(in, pos);
+                    l.resize(size_t(I.gcfg.vocab_size));
+                    I.stage_comm->broadcast(l.data(), l.size(), DType::f32, I.topo.pp() - 1);
+                    return l;
+                };
+                ids = generate(logits, I.B, I.T, eos, rc.sample_tokens, rc.sample_top_k, rc.sample_temperature,
+                               I.sampler_rng);
+            } else {
+                ids = generate(*I.gpt, eos, rc.sample_tokens, rc.sample_top_k, rc.sample_temperature, I.sampler_rng);
+            }
             if (I.rank == 0) log.line("sample at step " + std::to_string(s) + ": " + I.tokenizer->decode(ids));
         }
         // Every rank must agree to stop at the same step: the max of the flags over the ranks.
         float stop = g_stop_signal != 0 ? 1.0f : 0.0f;
-        if (I.dp > 1) I.comm.all_reduce_max(&stop, 1);
+        if (I.topo.world_size() > 1) I.comm.all_reduce_max(&stop, 1);
         const int interval = I.cfg.checkpoint.interval;
         if ((interval > 0 && s % interval == 0) || s == max_steps || stop > 0) I.save(log, metrics);
         if (stop > 0) {

@@ -1,6 +1,7 @@
 // parallel/pipeline.cpp — one pipeline stage's forwards, backwards and transfers (see pipeline.hpp).
 #include "parallel/pipeline.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -48,23 +49,27 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
     const DType t = ops_.act_dtype();
     const auto t0 = std::chrono::steady_clock::now();
     auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-    std::vector<CommHandle> act_sent(static_cast<size_t>(K));  // per context: its output on the way to s+1
-    CommHandle act_recv[2], grad_recv[2], grad_sent[2];
+    CommHandle act_recv[2], grad_recv[2];
     auto post_act_recv = [&](int i) { act_recv[i % 2] = links_.act_prev->recv_async(act_in_[i % 2], act_elems_, t, 0); };
     auto post_grad_recv = [&](int i) {
         grad_recv[i % 2] = links_.grad_next->recv_async(grad_in_[i % 2], act_elems_, t, 1);
     };
+    const std::vector<PipeOp> ops = stage_schedule(schedule_, stage_, stages_, m);
+    // The first backward's input is asked for while the op before it computes under 1F1B (the next
+    // stage needs none of that op's output to produce it); under GPipe only once every forward has
+    // gone out (the next stage's first backward waits for all of them).
+    const size_t first_b = size_t(std::find(ops.begin(), ops.end(), PipeOp{PipeOp::backward, 0}) - ops.begin());
+    const size_t post_b0 = schedule_ == PipelineSchedule::one_f_one_b && first_b > 0 ? first_b - 1 : first_b;
     if (!first()) post_act_recv(0);
-    if (!last()) post_grad_recv(0);
     std::vector<float> losses(last() ? size_t(m) * n_tokens_ : 0);  // (m, B*T) per-position losses
     events_.clear();
-    for (const PipeOp& op : stage_schedule(schedule_, stage_, stages_, m)) {
+    for (size_t k = 0; k < ops.size(); ++k) {
+        const PipeOp& op = ops[k];
         const int i = op.micro_batch, ctx = i % K, buf = i % 2;
         double start = now();
+        if (!last() && k == post_b0) post_grad_recv(0);
         if (op.kind == PipeOp::forward) {
             next(i, inputs_.data(), targets_.data());
-            if (act_sent[ctx]) act_sent[ctx]->wait();  // the context's output is overwritten below
-            act_sent[ctx].reset();
             if (first()) ops_.memcpy_h2d(tok_, inputs_.data(), n_tokens_ * sizeof(int));
             if (last()) ops_.memcpy_h2d(tgt_, targets_.data(), n_tokens_ * sizeof(int));
             if (!first()) {
@@ -77,8 +82,8 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
                          true, ctx);
             if (last())
                 ops_.memcpy_d2h(losses.data() + size_t(i) * n_tokens_, gpt_.losses(ctx), n_tokens_ * sizeof(float));
-            else
-                act_sent[ctx] = links_.act_next->send_async(gpt_.act_out(ctx), act_elems_, t, 1);
+            else  // the compute that follows waits for the send (see the header)
+                links_.act_next->send_async(gpt_.act_out(ctx), act_elems_, t, 1)->wait();
         } else {
             const void* dout = nullptr;
             if (!last()) {
@@ -88,17 +93,11 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
                 dout = grad_in_[buf];
                 start = now();
             }
-            if (grad_sent[buf]) grad_sent[buf]->wait();  // its buffer is written below
-            grad_sent[buf].reset();
             gpt_.backward(dout, first() ? nullptr : grad_out_[buf], ctx);
-            if (!first()) grad_sent[buf] = links_.grad_prev->send_async(grad_out_[buf], act_elems_, t, 0);
+            if (!first()) links_.grad_prev->send_async(grad_out_[buf], act_elems_, t, 0)->wait();
         }
         events_.push_back({op, start, now()});
     }
-    for (CommHandle& h : act_sent)
-        if (h) h->wait();
-    for (CommHandle& h : grad_sent)
-        if (h) h->wait();
     if (!last()) return 0.0;
     ops_.synchronize();
     double total = 0.0;  // as GPT::forward_backward: each micro-batch's mean in double, rounded to float
@@ -110,6 +109,23 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
     return total;
 }
 
+void PipelineStage::warm_up() {
+    // Zero inputs, targets and output gradients: finite, and only the backend's buffers matter.
+    const size_t act_bytes = act_elems_ * dtype_size(ops_.act_dtype());
+    ops_.memset(tok_, 0, n_tokens_ * sizeof(int));
+    ops_.memset(tgt_, 0, n_tokens_ * sizeof(int));
+    for (int b = 0; b < 2; ++b) {
+        if (act_in_[b]) ops_.memset(act_in_[b], 0, act_bytes);
+        if (grad_in_[b]) ops_.memset(grad_in_[b], 0, act_bytes);
+    }
+    for (int ctx = 0; ctx < gpt_.num_contexts(); ++ctx) {
+        gpt_.forward(first() ? tok_ : nullptr, first() ? nullptr : act_in_[0], last() ? tgt_ : nullptr, 1.0f, true,
+                     ctx);
+        gpt_.backward(last() ? nullptr : grad_in_[0], first() ? nullptr : grad_out_[0], ctx);
+    }
+    ops_.synchronize();
+}
+
 void PipelineStage::forward_only(const int* inputs, const int* targets) {
     const DType t = ops_.act_dtype();
     if (first())
@@ -119,7 +135,10 @@ void PipelineStage::forward_only(const int* inputs, const int* targets) {
     if (last() && targets) ops_.memcpy_h2d(tgt_, targets, n_tokens_ * sizeof(int));
     gpt_.forward(first() ? tok_ : nullptr, first() ? nullptr : act_in_[0], last() && targets ? tgt_ : nullptr, 0.0f,
                  false, 0);
-    if (!last()) links_.act_next->send(gpt_.act_out(0), act_elems_, t, 1);
+    if (!last()) {
+        links_.act_next->send(gpt_.act_out(0), act_elems_, t, 1);
+        ops_.synchronize();  // delivered before the host moves on (to a host collective, say)
+    }
 }
 
 float PipelineStage::evaluate(const int* inputs, const int* targets) {

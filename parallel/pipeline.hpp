@@ -4,12 +4,19 @@
 // "Pipeline"). Narayanan et al. 2021 (1F1B, PipeDream-Flush); Huang et al. 2019 (GPipe).
 //
 // Each micro-batch in flight lives in its own GPT activation context (micro-batch i in context
-// i mod contexts: under both schedules the micro-batches in flight are consecutive). Transfers are
+// i mod contexts: under both schedules the micro-batches in flight are consecutive). Receives are
 // non-blocking: the receive of micro-batch i+1's input is posted as soon as i's has landed, so it
-// overlaps i's compute, into the other of two buffers; sends are waited for only before their
-// buffer is reused. Activations and gradients travel on separate Comms per neighbour (links), so a
-// receive posted early never holds up a send in the other direction (NCCL runs one communicator's
-// operations in order), and with the schedule's order no stage waits on one that waits on it.
+// overlaps i's compute, into the other of two buffers. A send is waited for right after it is
+// posted — on NCCL the compute stream waits for it, the host does not — so the work that follows
+// it (and any receive posted later, which NcclComm orders after that work) comes after it: a
+// stage never asks for an input before it has sent what its neighbour needs to produce it, which
+// keeps even an executor that runs one stream at a time (tests/cuda_emu) free of deadlock; the
+// cost is the transfer's latency, not its overlap with the next compute. Activations and gradients
+// travel on separate Comms per neighbour (links), so a receive posted early never holds up a send
+// in the other direction (NCCL runs one communicator's operations in order). No step may allocate
+// device memory: cudaMalloc/cudaFree wait for the whole device, a pending receive included, whose
+// sender may be waiting for this stage's next send (a deadlock on a GPU as under the emulator), so
+// warm_up() runs every context once beforehand, locally, to allocate the backend's workspaces.
 #pragma once
 #include <functional>
 #include <vector>
@@ -50,6 +57,11 @@ public:
     /// Fills micro-batch i's token ids and targets ((B,T) host int32 each); called once per
     /// micro-batch, in order, on every stage (each stage's loader stays in step).
     using Batches = std::function<void(int i, int* inputs, int* targets)>;
+    /// One local forward and backward per activation context on zeros, no transfers: allocates every
+    /// workspace the backend grows on first use, so that train() never allocates (see the header).
+    /// Call it once before the first train(); it accumulates junk into the parameter gradients,
+    /// which the caller then zeroes (the ZeRO engine's begin_step does).
+    void warm_up();
     /// The m forwards and backwards of one step; parameter gradients accumulate in the GPT's store
     /// (dloss: d loss / d per-position loss). Returns the sum over micro-batches of each one's mean
     /// loss at the last stage, 0 elsewhere. Errors: std::invalid_argument for m < 1 or more

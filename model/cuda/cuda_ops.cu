@@ -192,7 +192,7 @@ public:
             host = c.host;
         }
         const int nb = cuda::build_encoder_buckets(host, N, packed_);
-        ensure_buckets(packed_.size());
+        ensure_buckets(3 * size_t(N) + 1);  // the most any N ids need: never regrown (no cudaFree mid-step)
         CUDA_CHECK(cudaEventSynchronize(buckets_done_));  // the previous upload has left the pinned buffer
         std::copy(packed_.begin(), packed_.end(), bucket_host_);
         CUDA_CHECK(cudaStreamWaitEvent(stream_, buckets_done_, 0));  // ... and its kernels the device buffer

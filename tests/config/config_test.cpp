@@ -15,6 +15,8 @@
 
 #include "app/cli.hpp"
 #include "app/config.hpp"
+#include "app/model_state.hpp"
+#include "parallel/partition.hpp"
 
 namespace fs = std::filesystem;
 using namespace llmtrain;
@@ -109,6 +111,36 @@ TEST(Config, EveryBadFileIsReportedAtItsPositionWithTheKey) {
         {"top_k above vocab", "[model]\nvocab_size = 16\n[run]\nsample_top_k = @40\n", {"run.sample_top_k", "model.vocab_size = 16"}},
         {"global batch not a multiple", "[training]\nmicro_batch_size = 4\ngrad_accum_steps = 2\nglobal_batch_size = @12\n",
          {"training.global_batch_size", "multiple of", "8", "got 12"}},
+        // Lists and the pipeline (parallel/partition.hpp's stage_plan checks the per-stage lists).
+        {"number for a list", "[pipeline]\nlayers_per_stage = @4\n",
+         {"pipeline.layers_per_stage: expected an array (in brackets, e.g. [4]), got the integer 4"}},
+        {"string in a list", "[activation_checkpoint]\nratio_per_stage = @[0.5, \"x\"]\n",
+         {"activation_checkpoint.ratio_per_stage[1]: expected a number, got the string \"x\""}},
+        {"stage with no layer", "[parallel]\npp = 2\n[pipeline]\nlayers_per_stage = @[0, 4]\n",
+         {"pipeline.layers_per_stage[0]: expected an integer >= 1, got 0"}},
+        {"ratio in a list out of range", "[activation_checkpoint]\nratio_per_stage = @[1.5]\n",
+         {"activation_checkpoint.ratio_per_stage[0]: expected a number in [0, 1], got 1.5"}},
+        {"negative checkpointed count", "[activation_checkpoint]\nlayers_per_stage = @[-1]\n",
+         {"activation_checkpoint.layers_per_stage[0]: expected an integer >= 0, got -1"}},
+        {"unknown schedule", "[pipeline]\nschedule = @\"interleaved\"\n",
+         {"pipeline.schedule: expected one of \"1f1b\", \"gpipe\", got \"interleaved\""}},
+        {"layers_per_stage of the wrong length", "[parallel]\npp = 2\n[pipeline]\nlayers_per_stage = @[1, 1, 2]\n",
+         {"pipeline.layers_per_stage: expected 2 entries (one per stage, parallel.pp = 2)", "got 3"}},
+        {"layers_per_stage of the wrong sum", "[parallel]\npp = 2\n[pipeline]\nlayers_per_stage = @[1, 2]\n",
+         {"pipeline.layers_per_stage: expected entries summing to model.n_layer = 4", "(sum 3)"}},
+        {"ratio list of the wrong length", "[parallel]\npp = 2\n[activation_checkpoint]\nratio_per_stage = @[0.5]\n",
+         {"activation_checkpoint.ratio_per_stage: expected 2 entries", "got 1"}},
+        {"count list of the wrong length", "[parallel]\npp = 2\n[activation_checkpoint]\nlayers_per_stage = @[1, 1, 1]\n",
+         {"activation_checkpoint.layers_per_stage: expected 2 entries", "got 3"}},
+        {"count above its stage's layers",
+         "[parallel]\npp = 2\n[pipeline]\nlayers_per_stage = [1, 3]\n[activation_checkpoint]\nlayers_per_stage = @[2, 0]\n",
+         {"activation_checkpoint.layers_per_stage[0]: expected an integer in [0, 1]", "got 2"}},
+        {"more stages than layers", "[model]\nn_layer = 2\n[parallel]\npp = @3\n",
+         {"parallel.pp: expected an integer in [1, model.n_layer = 2]", "got 3"}},
+        {"ZeRO-2 with a pipeline", "[parallel]\npp = 2\nzero_stage = @2\n",
+         {"parallel.zero_stage: ZeRO-2/3 need one micro-batch's gradients per unit", "use zero_stage 0 or 1"}},
+        {"ZeRO-3 with a pipeline", "[parallel]\nzero_stage = @3\npp = 2\n",
+         {"parallel.zero_stage: ZeRO-2/3"}},
     };
     for (const auto& c : cases) {
         std::string text = c.toml;
@@ -168,6 +200,8 @@ TEST(Config, BadOverridesAreNamed) {
         {"run.max_steps=0", {"--set run.max_steps=0: run.max_steps: expected an integer >= 1"}},
         {"run.max_steps=5\nrun.seed=3", {"expected exactly one TOML value"}},
         {"model.n_head=5", {"--set model.n_head=5: model.n_head: expected a divisor"}},
+        {"pipeline.layers_per_stage=[1, -1]",
+         {"--set pipeline.layers_per_stage=[1, -1]: pipeline.layers_per_stage[1]: expected an integer >= 1, got -1"}},
     };
     for (const auto& [ov, parts] : cases) {
         const std::string err = error_of("", {ov});
@@ -217,7 +251,7 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
             actual[section + "." + m[1].str()] = m[2];
         }
     }
-    EXPECT_EQ(actual.size(), 53u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(actual.size(), 57u);  // keep in step with the key table in config.cpp
     EXPECT_EQ(documented, actual);
     // An empty file and empty sections are the defaults too.
     EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});
@@ -240,7 +274,9 @@ TEST(Config, RoundTripOfEveryKey) {
         "optimizer.lr=3e-4", "optimizer.beta1=0", "optimizer.beta2=0.999", "optimizer.eps=1e-6",
         "optimizer.weight_decay=0", "lr_schedule.decay=\"linear\"", "lr_schedule.warmup_steps=0",
         "lr_schedule.min_lr=3e-5", "parallel.dp=2", "parallel.zero_stage=3", "parallel.zero_group_size=2",
-        "parallel.grad_reduce_dtype=\"bf16\"", "parallel.timeout_s=30", "activation_checkpoint.ratio=1",
+        "parallel.grad_reduce_dtype=\"bf16\"", "parallel.timeout_s=30", "pipeline.layers_per_stage=[12]",
+        "pipeline.schedule=\"gpipe\"", "activation_checkpoint.ratio=1", "activation_checkpoint.ratio_per_stage=[0.3]",
+        "activation_checkpoint.layers_per_stage=[5]",
         "checkpoint.interval=0", "checkpoint.keep_last=0", "checkpoint.resume=\"runs/x/checkpoints/step_5\"", "checkpoint.overwrite=true",
         "metrics.enabled=false", "metrics.listen=\"localhost:0\""};
     const Config c = load_config("", all);
@@ -252,6 +288,50 @@ TEST(Config, RoundTripOfEveryKey) {
     EXPECT_EQ(differing, int(all.size()));
     EXPECT_EQ(load_config(write_file("rt.toml", to_toml(c)), {}), c);
     EXPECT_EQ(load_config(write_file("rt0.toml", to_toml(Config{})), {}), Config{});
+}
+
+TEST(Config, PerStageListsPrintAndLoadBack) {
+    // Three stages: the printed lists are the TOML arrays written here, and load back equal (0.1f
+    // bit for bit).
+    Config c;
+    c.model.n_layer = 12;
+    c.parallel.pp = 3;
+    c.pipeline.layers_per_stage = {3, 4, 5};
+    c.activation_checkpoint.ratio_per_stage = {0.1f, 1.0f, 0.0f};
+    c.activation_checkpoint.layers_per_stage = {3, 0, 5};
+    const std::string text = to_toml(c);
+    for (const char* line : {"\nlayers_per_stage = [3, 4, 5]\n", "\nratio_per_stage = [0.1, 1.0, 0.0]\n",
+                             "\nlayers_per_stage = [3, 0, 5]\n"})
+        EXPECT_NE(text.find(line), std::string::npos) << line << " not in:\n" << text;
+    EXPECT_EQ(load_config(write_file("pp3.toml", text), {}), c);
+    // An empty array is the default, and an integer is accepted as a float element.
+    const Config lists = load_config(write_file("l.toml", "[pipeline]\nlayers_per_stage = []\n"
+                                                          "[activation_checkpoint]\nratio_per_stage = [1]\n"), {});
+    EXPECT_TRUE(lists.pipeline.layers_per_stage.empty());
+    EXPECT_EQ(lists.activation_checkpoint.ratio_per_stage, std::vector<float>{1.0f});
+}
+
+TEST(Config, CheckpointedCountIsCheckedAgainstTheBalancedSplit) {
+    // No pipeline.layers_per_stage: the counts are checked against the default split of
+    // model.n_layer for micro_batch_size x seq_len (parallel/partition.hpp), named in the message.
+    Config c;
+    const std::vector<int> split =
+        balanced_layers_per_stage(gpt_config_of(c), c.training.micro_batch_size, c.model.seq_len, 2);
+    const std::string split_text = "[" + std::to_string(split[0]) + ", " + std::to_string(split[1]) + "]";
+    const std::string over = "[0, " + std::to_string(split[1] + 1) + "]", fits = "[0, " + std::to_string(split[1]) + "]";
+    std::string text = "[parallel]\npp = 2\n[activation_checkpoint]\nlayers_per_stage = @" + over + "\n";
+    const std::string pos = take_marker(text);
+    const std::string path = write_file("over.toml", text);
+    const std::string err = error_of(path);
+    EXPECT_EQ(err.rfind(path + ":" + pos + ": activation_checkpoint.layers_per_stage[1]: expected an integer in [0, " +
+                            std::to_string(split[1]) + "] (the stage's layers in the balanced split " + split_text +
+                            "), got " + std::to_string(split[1] + 1),
+                        0),
+              0u)
+        << err;
+    // The largest valid count loads.
+    const Config ok = load_config("", {"parallel.pp=2", "activation_checkpoint.layers_per_stage=" + fits});
+    EXPECT_EQ(ok.activation_checkpoint.layers_per_stage, (std::vector<int>{0, split[1]}));
 }
 
 TEST(Config, FloatsRoundTripBitExactly) {

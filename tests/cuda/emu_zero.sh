@@ -8,7 +8,8 @@
 # fp32 1e-4 (the emulated kernels sum in another order than the CPU backend's), bf16 5e-3 (bf16
 # weights and activations). Then the offloaded optimizer (docs/training.md "Optimizer offload")
 # against the same emulated run without it, bitwise (tolerance 0): ZeRO-2 bf16 at offload_fraction
-# 0.5, and ZeRO-0 bf16 with stochastic rounding at fraction 1. Usage: emu_zero.sh <llmtrain> <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
+# 0.5, and ZeRO-0 bf16 with stochastic rounding at fraction 1. Last, a 2-stage pipeline (activations
+# and gradients over NCCL send/recv, 3 micro-batches per step) against one CPU process, fp32 1e-4. Usage: emu_zero.sh <llmtrain> <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
 set -euo pipefail
 CPU=$1 EMU=$2 MPI=$3 DATA=$4 WORK=$5
 VOCAB=$(cat "$DATA/vocab_size.txt")
@@ -50,4 +51,7 @@ SR=(--set 'run.backend="cuda"' --set 'training.precision="bf16"' --set training.
 run "$EMU" 2 dp_bf16_sr "${SR[@]}"
 run "$EMU" 2 dp_bf16_sr_off "${SR[@]}" "${OFF[@]}"
 compare dp_bf16_sr dp_bf16_sr_off 0
+run "$CPU" 1 cpu_m3 --set training.grad_accum_steps=3
+run "$EMU" 2 pp2_emu --set 'run.backend="cuda"' --set parallel.pp=2 --set training.grad_accum_steps=3
+compare cpu_m3 pp2_emu 1e-4
 echo "emu_zero: passed"

@@ -30,7 +30,9 @@ CommState::CommState(MPI_Comm c) : comm(c) {
 CommState::~CommState() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && !aborted && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+    if (finalized || aborted || comm == MPI_COMM_NULL) return;
+    for (auto& [request, data] : eager_sends) MPI_Wait(&request, MPI_STATUS_IGNORE);
+    MPI_Comm_free(&comm);
 }
 
 namespace {

@@ -13,7 +13,14 @@
 //                 works because the result is written only after the exchange completed.
 //   AllGather     MPI_Iallgather; MPI_IN_PLACE exactly when sendbuff == recvbuff + rank*count.
 //   Broadcast     root copies sendbuff to recvbuff, then MPI_Ibcast of recvbuff.
-//   Send/Recv     MPI_Isend/MPI_Irecv, completed at the end of their queued task.
+//   Send/Recv     MPI_Irecv, completed at the end of its queued task; a send is eager: its data is
+//                 copied when its stream runs it and handed to MPI_Isend, and its task ends at
+//                 once. On a GPU a send blocks only its own stream while the device's other
+//                 streams go on; the emulator runs one process's streams one task at a time, so a
+//                 send that waited for its peer would stall them all, and a pipeline whose stages
+//                 send activations one way and gradients the other (a send on one stream, a receive
+//                 posted earlier on another) would deadlock here where a GPU does not. The copy
+//                 keeps the data the send had when its stream reached it, as on a GPU.
 //   Group         ncclGroupStart..End collects the calls; End queues them as one task per stream
 //                 (streams in first-use order): point-to-point calls are posted non-blocking and
 //                 waited for together at the end, so paired send/recv cannot deadlock.
@@ -249,12 +256,21 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
     if (count == 0) return ncclSuccess;
     return emu::nccl::queue(fn, stream, [&] {
         emu::nccl::check_buffer(sendbuff, count, datatype, "sendbuff");
-    }, [st = comm->state, sendbuff, count, datatype, peer, fn](emu::nccl::Progress& p) {
+    }, [st = comm->state, sendbuff, count, datatype, peer, fn](emu::nccl::Progress&) {
+        auto& sends = st->eager_sends;
+        for (size_t k = 0; k < sends.size();) {  // drop the sends that completed
+            int done = 0;
+            emu::nccl::check_mpi(MPI_Test(&sends[k].first, &done, MPI_STATUS_IGNORE), *st, fn);
+            if (done) sends.erase(sends.begin() + long(k));
+            else ++k;
+        }
+        const char* src = static_cast<const char*>(sendbuff);
+        std::vector<char> data(src, src + count * emu::nccl::type_size(datatype));
         MPI_Request req;
-        emu::nccl::check_mpi(MPI_Isend(sendbuff, static_cast<int>(count), emu::nccl::transport_type(datatype), peer,
+        emu::nccl::check_mpi(MPI_Isend(data.data(), static_cast<int>(count), emu::nccl::transport_type(datatype), peer,
                                        0, st->comm, &req),
                              *st, fn);
-        p.emplace_back(st, req);
+        sends.emplace_back(req, std::move(data));
     });
 }
 

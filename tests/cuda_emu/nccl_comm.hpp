@@ -30,6 +30,9 @@ struct CommState {
     int size = 1;
     std::atomic<bool> aborted{false};
     std::atomic<ncclResult_t> async_error{ncclSuccess};
+    /// Sends handed to MPI from a copy of their data (ncclSend is eager, see nccl_coll.cpp), with
+    /// that copy; completed ones are dropped by later sends, the rest waited for before the free.
+    std::vector<std::pair<MPI_Request, std::vector<char>>> eager_sends;
 
     CommState(MPI_Comm c);
     /// Frees the MPI communicator, unless MPI is finalized or the communicator was aborted (an

@@ -31,6 +31,9 @@ struct Case {
     int stage, group, accum;
 };
 
+/// The CPU backend's Comms: MPI for every group.
+const CommFactory mpi_comms = [](const std::vector<int>& ranks, bool) { return make_mpi_comm(ranks); };
+
 void one_step(const Case& k) {
     const int W = world_size(), me = world_rank();
     Config cfg = tiny();
@@ -39,7 +42,7 @@ void one_step(const Case& k) {
     auto ops = make_backend("cpu", "fp32");
     Allocator alloc(*ops);
     Topology topo(W, me, 1, zero_group_of(cfg));
-    ModelState s = make_model_state(cfg, alloc, topo, make_mpi_comm(topo.zero_group()), make_mpi_comm(topo.replica_group()));
+    ModelState s = make_model_state(cfg, alloc, topo, mpi_comms);
     s.gpt->init_params(7);
     s.adam->init_state(s.engine->param_shard());
     const double N = topo.zero_group_size(), R = topo.replicas(), es = 4, a = k.accum;
@@ -102,8 +105,7 @@ TEST(ZeroEngine, DryRunCountsWhatTheRealRunAllocates) {
         auto ops = make_backend("cpu", "fp32");
         Allocator alloc(*ops);
         Topology topo(W, me, 1, zero_group_of(cfg));
-        ModelState s = make_model_state(cfg, alloc, topo, make_mpi_comm(topo.zero_group()),
-                                        make_mpi_comm(topo.replica_group()));
+        ModelState s = make_model_state(cfg, alloc, topo, mpi_comms);
         for (int c = 0; c < int(MemCategory::count); ++c)
             EXPECT_EQ(alloc.current(MemCategory(c)), want[c]) << "stage " << stage << " " << mem_category_name(MemCategory(c));
     }

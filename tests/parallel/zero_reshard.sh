@@ -3,7 +3,8 @@
 # layout loads under another, and every loaded value equals the saved one: the resaved checkpoint's
 # weights (model.h5) and AdamW moments (optim_*.h5 pieces reassembled by tensor and offset) are
 # compared bitwise with the original's. Cases (the issue's): 2 -> 3 ranks, 4 -> 2, ZeRO-3 -> ZeRO-1,
-# sub-DP 2x2 ZeRO-2 -> plain ZeRO-2 on 4, and ZeRO-1 on 3 -> one process at stage 0.
+# sub-DP 2x2 ZeRO-2 -> plain ZeRO-2 on 4, and ZeRO-1 on 3 -> one process at stage 0; and across
+# pipelines (4 layers): pp 2 -> one process, one process -> pp 4, pp 2 x dp 2 ZeRO-1 -> pp 4.
 # Usage: zero_reshard.sh <llmtrain> <zero_resave> <mpiexec> <tiny_data_dir> <work_dir>
 set -euo pipefail
 BIN=$1 RESAVE=$2 MPI=$3 DATA=$4 WORK=$5
@@ -71,4 +72,14 @@ same sub sub_to_z2
 train 3 z1_3 --set parallel.zero_stage=1
 resave 1 z1_3 z1_3_to_1
 same z1_3 z1_3_to_1
+L4=(--set model.n_layer=4 --set training.grad_accum_steps=2)
+train 2 pp2 "${L4[@]}" --set parallel.pp=2
+resave 1 pp2 pp2_to_1 "${L4[@]}"
+same pp2 pp2_to_1
+train 1 one4 "${L4[@]}"
+resave 4 one4 one4_to_pp4 "${L4[@]}" --set parallel.pp=4
+same one4 one4_to_pp4
+train 4 pp2dp2 "${L4[@]}" --set parallel.pp=2 --set parallel.zero_stage=1
+resave 4 pp2dp2 pp2dp2_to_pp4 "${L4[@]}" --set parallel.pp=4
+same pp2dp2 pp2dp2_to_pp4
 echo "zero_reshard: all reshardings load what was saved"
