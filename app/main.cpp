@@ -69,6 +69,9 @@ void check_zero_config(const Config& cfg, int rank) {
 int run(const CliArgs& args) {
     Config cfg = load_config(args.config_path, args.overrides);
     if (args.world_size > 0) {  // --dry-run --world-size N: count one rank of an N-rank run, allocate nothing
+        if (args.world_size % cfg.parallel.pp != 0)
+            throw ConfigError("parallel.pp: expected a divisor of --world-size " + std::to_string(args.world_size) +
+                              ", got " + std::to_string(cfg.parallel.pp));
         if (cfg.parallel.dp == 0) cfg.parallel.dp = args.world_size / cfg.parallel.pp;
         check_zero_config(cfg, 0);
         resolve_batch(cfg, cfg.parallel.dp);
@@ -77,10 +80,15 @@ int run(const CliArgs& args) {
         return kExitOk;
     }
     const int world = world_size(), rank = world_rank();
-    if (cfg.parallel.dp == 0) cfg.parallel.dp = world;
-    if (cfg.parallel.dp != world)
-        throw ConfigError("parallel.dp: expected the number of ranks (" + std::to_string(world) + "), got " +
-                          std::to_string(cfg.parallel.dp) + " (pipeline stages come later)");
+    if (world % cfg.parallel.pp != 0)
+        throw ConfigError("parallel.pp: expected a divisor of the number of ranks (" + std::to_string(world) +
+                          "), got " + std::to_string(cfg.parallel.pp));
+    const int dp = world / cfg.parallel.pp;  // world = pp x dp
+    if (cfg.parallel.dp == 0) cfg.parallel.dp = dp;
+    if (cfg.parallel.dp != dp)
+        throw ConfigError("parallel.dp: expected the number of ranks / parallel.pp (" + std::to_string(world) + " / " +
+                          std::to_string(cfg.parallel.pp) + " = " + std::to_string(dp) + "), got " +
+                          std::to_string(cfg.parallel.dp));
     check_zero_config(cfg, rank);
     resolve_batch(cfg, cfg.parallel.dp);
     if (args.print_config) {

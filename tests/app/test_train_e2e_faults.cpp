@@ -259,6 +259,27 @@ TEST_F(E2E, DryRunWorldSize) {
     EXPECT_NE(bad.err.find("--world-size requires --dry-run"), std::string::npos) << bad.err;
 }
 
+TEST_F(E2E, PipelineLayoutErrorsNameTheKey) {
+    // 3 ranks cannot form 2 stages; ZeRO-2 does not combine with a pipeline: exit 2, the key named,
+    // nothing written. 4 ranks at pp 2 are dp 2: the global batch counts dp, not the world.
+    const fs::path d = case_dir() / "bad";
+    Proc odd = run(under_mpirun(llmtrain_args(d, {"parallel.pp=2"}), 3));
+    EXPECT_EQ(odd.code, 2) << odd.err;
+    EXPECT_NE(odd.err.find("parallel.pp: expected a divisor of the number of ranks (3)"), std::string::npos) << odd.err;
+    Proc z2 = run(llmtrain_args(d, {"parallel.pp=2", "parallel.zero_stage=2"}));
+    EXPECT_EQ(z2.code, 2) << z2.err;
+    EXPECT_NE(z2.err.find("parallel.zero_stage"), std::string::npos) << z2.err;
+    EXPECT_FALSE(fs::exists(d / "checkpoints"));
+    const fs::path config = fs::path(__FILE__).parent_path().parent_path().parent_path() / "configs" / "gpt2-1.5b.toml";
+    Proc dry = run({LLMTRAIN_BIN, "--config", config.string(), "--dry-run", "--world-size", "3", "--set", "parallel.pp=2"});
+    EXPECT_EQ(dry.code, 2) << dry.err;
+    EXPECT_NE(dry.err.find("parallel.pp: expected a divisor of --world-size 3"), std::string::npos) << dry.err;
+    const fs::path ok = case_dir() / "pp2dp2";
+    Proc p = run(under_mpirun(llmtrain_args(ok, {"parallel.pp=2", "run.max_steps=1", "training.grad_accum_steps=2"}), 4));
+    ASSERT_EQ(p.code, 0) << p.err;
+    EXPECT_NE(p.out.find("x dp 2 = global_batch_size"), std::string::npos) << p.out;
+}
+
 TEST_F(E2E, DryRunWithOffload) {
     // GPT-2 1.5B on 8 ranks with the optimizer offloaded (Ren et al. 2021): the device keeps the bf16
     // params and grads, 4 bytes per parameter at stage 0; the host holds the fp32 master weights, m

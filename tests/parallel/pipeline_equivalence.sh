@@ -37,4 +37,5 @@ run 2 dp2_m2 "${L4[@]}" --set training.grad_accum_steps=2
 run 4 pp2_dp2_z1 "${L4[@]}" --set parallel.pp=2 --set parallel.zero_stage=1 --set training.grad_accum_steps=2
 compare dp2_m2 pp2_dp2_z1 1e-5
 grep -q "pipeline: pp 2, schedule 1f1b" "$WORK/pp2_dp2_z1.log" || { echo "pp2_dp2_z1: no pipeline summary"; exit 1; }
+grep -q "x dp 2 = global_batch_size 8 " "$WORK/pp2_dp2_z1.log" || { echo "pp2_dp2_z1: global batch not 2 x 2 x dp 2"; exit 1; }
 echo "pipeline_equivalence: all comparisons passed"
