@@ -339,6 +339,7 @@ const std::vector<Field>& fields() {
         field("run", "sample_top_k", &C::run, &RunConfig::sample_top_k, at_least(1)),
         field("run", "sample_temperature", &C::run, &RunConfig::sample_temperature, positive<float>()),
         field("run", "peak_flops", &C::run, &RunConfig::peak_flops, non_negative<double>()),
+        list_field("run", "trace", &C::run, &RunConfig::trace, at_least(1)),
 
         field("model", "n_layer", &C::model, &ModelConfig::n_layer, at_least(1)),
         field("model", "n_head", &C::model, &ModelConfig::n_head, at_least(1)),
@@ -542,6 +543,9 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
             if (auto it = origins.find(k); it != origins.end()) return it->second;
         return file.empty() ? std::string("(built-in defaults)") : file;
     };
+    if (!c.run.trace.empty() && (c.run.trace.size() != 2 || c.run.trace[0] > c.run.trace[1]))
+        fail(at({"run.trace"}), "run.trace: expected [first, last] steps with first <= last, got " +
+                                    std::to_string(c.run.trace.size()) + " entries");
     const auto& m = c.model;
     if (m.n_embd % m.n_head != 0)
         fail(at({"model.n_head", "model.n_embd"}), "model.n_head: expected a divisor of model.n_embd (" +

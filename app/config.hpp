@@ -30,6 +30,7 @@ struct RunConfig {
     int sample_top_k = 40;
     float sample_temperature = 1.0f;
     double peak_flops = 0;              ///< per device, FLOP/s, for MFU; 0 = backend default
+    std::vector<int> trace;             ///< [first, last] steps traced (Chrome trace-event JSON per rank); empty = none
     friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
 

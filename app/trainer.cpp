@@ -5,6 +5,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include "model/backend.hpp"
 #include "model/cpu/peak_flops.hpp"
 #include "model/gpt.hpp"
+#include "model/trace.hpp"
 #include "optim/adamw.hpp"
 #include "optim/grad_clip.hpp"
 #include "optim/lr_schedule.hpp"
@@ -82,6 +84,8 @@ struct Trainer::Impl {
     std::vector<std::unique_ptr<Comm>> links;        // pp > 1: to the neighbour stages
     std::unique_ptr<Comm> embedding_comm, stage_comm;
     std::unique_ptr<PipelineStage> pipe;             // pp > 1
+    std::vector<TraceSpan> trace;                    // run.trace: spans of the traced steps so far
+    Clock::time_point trace_origin{};
     LRSchedule sched;
     std::unique_ptr<DataLoader> train, val;
     std::optional<Tokenizer> tokenizer;  // rank 0 with samples enabled
@@ -329,6 +333,43 @@ struct Trainer::Impl {
         return dir;
     }
 
+    /// run.trace: the spans of step s (started at t0, ended now): the whole step, the pipeline's
+    /// forwards and backwards by micro-batch, the optimizer after them, the offloaded optimizer's
+    /// copies and host AdamW by chunk. Writes <run_dir>/trace/rank<k>.json after the last traced step.
+    void record_trace(int64_t s, Clock::time_point t0, bool updated) {
+        const auto& tr = cfg.run.trace;
+        if (tr.empty() || s < tr[0] || s > tr[1]) return;
+        if (s == tr[0]) trace_origin = t0;
+        auto at = [&](Clock::time_point t) { return std::chrono::duration<double>(t - trace_origin).count(); };
+        const double start = at(t0), end = at(Clock::now());
+        const std::string step = "step " + std::to_string(s), args = "\"step\": " + std::to_string(s);
+        trace.push_back({step, "step", start, end - start, args});
+        double opt_start = start;
+        if (pipe) {
+            const double base = at(pipe->last_start());
+            const std::string track = "stage " + std::to_string(topo.stage());
+            for (const PipeEvent& e : pipe->last_events()) {
+                const std::string name = (e.op.kind == PipeOp::forward ? "F" : "B") + std::to_string(e.op.micro_batch);
+                trace.push_back({name, track, base + e.start, e.end - e.start,
+                                 args + ", \"micro_batch\": " + std::to_string(e.op.micro_batch)});
+                opt_start = std::max(opt_start, base + e.end);
+            }
+            trace.push_back({"reduce + optimizer", track, opt_start, end - opt_start, args});
+        }
+        if (const HostOffload* off = adam->offload(); off && updated) {
+            const double ostart = end - off->last_times().wall;  // the host step ended with the step, nearly
+            for (const OffloadSpan& o : off->last_spans())
+                trace.push_back({std::string(o.phase) + " " + std::to_string(o.chunk), std::string("offload ") + o.phase,
+                                 ostart + o.start, o.end - o.start, args + ", \"chunk\": " + std::to_string(o.chunk)});
+        }
+        if (s != tr[1] && s != cfg.run.max_steps) return;
+        const std::string dir = cfg.run.run_dir + "/trace";
+        std::filesystem::create_directories(dir);
+        write_chrome_trace(dir + "/rank" + std::to_string(rank) + ".json",
+                           "rank " + std::to_string(rank) + " (stage " + std::to_string(topo.stage()) + ")", rank, trace);
+        trace.clear();
+    }
+
     TrainState train_state() const {
         TrainState st;
         st.step = step;
@@ -486,6 +527,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
         float loss, lr, norm;
         const bool updated = I.train_step(&loss, &lr, &norm);
         const double step_s = seconds_since(t0);
+        I.record_trace(I.step, t0, updated);
         train_seconds += step_s;
         window_train_s += step_s;
         ++window_steps;

@@ -47,7 +47,7 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
                                     std::to_string(max_in_flight(schedule_, stage_, stages_, m)) +
                                     " micro-batches at once but its GPT has " + std::to_string(K) + " contexts");
     const DType t = ops_.act_dtype();
-    const auto t0 = std::chrono::steady_clock::now();
+    const auto t0 = t0_ = std::chrono::steady_clock::now();
     auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
     CommHandle act_recv[2], grad_recv[2];
     auto post_act_recv = [&](int i) { act_recv[i % 2] = links_.act_prev->recv_async(act_in_[i % 2], act_elems_, t, 0); };

@@ -18,6 +18,7 @@
 // sender may be waiting for this stage's next send (a deadlock on a GPU as under the emulator), so
 // warm_up() runs every context once beforehand, locally, to allocate the backend's workspaces.
 #pragma once
+#include <chrono>
 #include <functional>
 #include <vector>
 
@@ -74,8 +75,9 @@ public:
     /// at position pos of row 0, the others an empty vector. Errors: CommError.
     std::vector<float> logits_at(const int* inputs, int pos);
 
-    /// The ops of the last train(), in the order executed, with their times.
+    /// The ops of the last train(), in the order executed, with their times (from last_start()).
     const std::vector<PipeEvent>& last_events() const { return events_; }
+    std::chrono::steady_clock::time_point last_start() const { return t0_; }
     int stage() const { return stage_; }
     int stages() const { return stages_; }
 
@@ -97,6 +99,7 @@ private:
     float* logit_row_ = nullptr;              // (Vp) fp32, last stage
     std::vector<int> inputs_, targets_;       // (B,T) host
     std::vector<PipeEvent> events_;
+    std::chrono::steady_clock::time_point t0_{};
 };
 
 }  // namespace llmtrain

@@ -28,8 +28,28 @@ done
 run 3 gpipe3_m7 "${L4[@]}" --set parallel.pp=3 --set training.grad_accum_steps=7 --set 'pipeline.schedule="gpipe"'
 compare ref_m7 gpipe3_m7 1e-5
 run 3 uneven3_m3 "${L4[@]}" --set parallel.pp=3 --set training.grad_accum_steps=3 \
-    --set 'pipeline.layers_per_stage=[1, 1, 2]' --set 'activation_checkpoint.layers_per_stage=[1, 0, 2]'
+    --set 'pipeline.layers_per_stage=[1, 1, 2]' --set 'activation_checkpoint.layers_per_stage=[1, 0, 2]' \
+    --set 'run.trace=[5, 6]'
 compare ref_m3 uneven3_m3 1e-5
+# The traces (run.trace): every rank's forwards and backwards per traced step in 1F1B order, against
+# the order written out here from Narayanan et al.'s description (w = min(P - s - 1, m) warm-up
+# forwards, then forward/backward pairs, then the remaining backwards).
+"$PY" - "$WORK/uneven3_m3/trace" 3 3 <<'PY'
+import json, sys
+d, P, m = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for s in range(P):
+    w = min(P - s - 1, m)
+    want = [f'F{i}' for i in range(w)]
+    for k in range(m - w):
+        want += [f'F{w + k}', f'B{k}']
+    want += [f'B{i}' for i in range(m - w, m)]
+    events = json.load(open(f'{d}/rank{s}.json'))['traceEvents']
+    for step in (5, 6):
+        got = [e['name'] for e in events if e['ph'] == 'X' and e.get('args', {}).get('step') == step
+               and e['name'][0] in 'FB' and e['name'][1:].isdigit()]
+        assert got == want, f'rank {s} step {step}: {got} != {want}'
+print(f'uneven3_m3: traces of steps 5-6 on {P} ranks follow 1F1B')
+PY
 run 2 ratios2_m2 "${L4[@]}" --set parallel.pp=2 --set training.grad_accum_steps=2 \
     --set 'activation_checkpoint.ratio_per_stage=[1.0, 0.5]'
 compare ref_m2 ratios2_m2 1e-5
