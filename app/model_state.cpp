@@ -122,6 +122,21 @@ std::array<size_t, static_cast<int>(MemCategory::count)> estimate_memory(const C
 
 namespace {
 
+using MemBytes = std::array<size_t, static_cast<int>(MemCategory::count)>;
+
+/// Appends each category of b in MiB to row; returns the device total and the model states
+/// (params + grads + optimizer) in bytes.
+std::pair<double, double> append_categories(std::string& row, const MemBytes& b) {
+    char buf[32];
+    double total = 0;
+    for (int k = 0; k < int(MemCategory::count); ++k) {
+        std::snprintf(buf, sizeof buf, " %11.1f", double(b[k]) / 1048576.0);
+        row += buf;
+        if (MemCategory(k) != MemCategory::host) total += double(b[k]);
+    }
+    return {total, double(b[int(MemCategory::params)] + b[int(MemCategory::grads)] + b[int(MemCategory::optimizer)])};
+}
+
 /// memory_report's rows with a pipeline: per ZeRO stage (0, 1: the ones a pipeline allows) and
 /// pipeline stage, the per-rank bytes by category, the stage's layers and recomputed layers.
 std::vector<std::string> pipeline_report(const Config& cfg, int world, std::vector<std::string> out) {
@@ -141,14 +156,7 @@ std::vector<std::string> pipeline_report(const Config& cfg, int world, std::vect
             std::snprintf(buf, sizeof buf, "%4d %8d %6d %4d %9d", zero, s, plan[size_t(s)].l1 - plan[size_t(s)].l0,
                           plan[size_t(s)].checkpointed, max_in_flight(schedule, s, P, m));
             std::string row = buf;
-            double total = 0;
-            for (int k = 0; k < int(MemCategory::count); ++k) {
-                std::snprintf(buf, sizeof buf, " %11.1f", double(b[k]) / 1048576.0);
-                row += buf;
-                if (MemCategory(k) != MemCategory::host) total += double(b[k]);
-            }
-            const double states = double(b[int(MemCategory::params)] + b[int(MemCategory::grads)] +
-                                         b[int(MemCategory::optimizer)]);
+            const auto [total, states] = append_categories(row, b);
             std::snprintf(buf, sizeof buf, " %12.1f | %12.1f", total / 1048576.0, states / 1048576.0);
             out.push_back(row + buf);
         }
@@ -188,15 +196,8 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
     out.push_back(head + " device total | model states   paper formula");
     for (int stage = 0; stage <= 3; ++stage) {
         const auto b = estimate_memory(cfg, world, stage);
-        double total = 0;
         std::string row = "    " + std::to_string(stage);
-        for (int k = 0; k < int(MemCategory::count); ++k) {
-            std::snprintf(buf, sizeof buf, " %11.1f", double(b[k]) / 1048576.0);
-            row += buf;
-            if (MemCategory(k) != MemCategory::host) total += double(b[k]);
-        }
-        const double states = double(b[int(MemCategory::params)] + b[int(MemCategory::grads)] +
-                                     b[int(MemCategory::optimizer)]);
+        const auto [total, states] = append_categories(row, b);
         // Rajbhandari et al. 2020: DP (es+es+K)Psi; ZeRO-1 es+es+K/N; ZeRO-2 es+(es+K)/N; ZeRO-3
         // (es+es+K)/N; with offload (Ren et al. 2021) the offloaded share of K moves to the host.
         const double n1 = stage == 0 ? 1 : N, Kd = K * on_device;
