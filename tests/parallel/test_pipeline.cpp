@@ -81,7 +81,22 @@ void run_case(const Case& c) {
     o.l1 = l0 + c.layers[s];
     o.checkpoint_layers = c.ckpt[s];
     o.contexts = max_in_flight(c.schedule, s, P, c.m);
+    const size_t act_before = alloc.current(MemCategory::activations);
     GPT stage(cfg, o, alloc);
+    // Activation bytes: micro-batches in flight (1F1B: min(P - s, m); GPipe: m), each holding the
+    // residual stream at every layer boundary, what each kept (not recomputed) layer saves, and the
+    // token ids (first stage) or ln_f output, logits and losses (last stage). fp32, N = B*T rows.
+    {
+        auto a256 = [](size_t b) { return (b + 255) / 256 * 256; };
+        const size_t N = kB * kT, C = cfg.n_embd, n_local = size_t(c.layers[s]), Vp = cfg.padded_vocab_size();
+        const size_t per_layer = 4 * a256(N * C * 4) + a256(N * 3 * C * 4) + 2 * a256(N * 4 * C * 4) +
+                                 4 * a256(N * 4) + a256(size_t(kB) * cfg.n_head * kT * 4);
+        size_t per_context = (n_local + 1) * N * C * 4 + (n_local - size_t(c.ckpt[s])) * per_layer;
+        if (s == 0) per_context += N * 4;
+        if (s == P - 1) per_context += N * C * 4 + 3 * N * 4 + N * Vp * 4;
+        const size_t in_flight = c.schedule == PipelineSchedule::gpipe ? size_t(c.m) : size_t(std::min(P - s, c.m));
+        EXPECT_EQ(alloc.current(MemCategory::activations) - act_before, in_flight * per_context);
+    }
     stage.init_params(3);
     stage.zero_grads();
     // Links: two 2-rank Comms per neighbour pair, made in pair order on every rank.
