@@ -19,6 +19,7 @@
 
 #include "model/backend.hpp"
 #include "model/gpt.hpp"
+#include "optim/adamw.hpp"
 #include "parallel/pipeline.hpp"
 
 namespace llmtrain {
@@ -145,6 +146,26 @@ void run_case(const Case& c) {
     for (size_t k = 0; k < wte.numel; ++k) scale = std::max(scale, std::fabs(gw[wte.offset + k]));
     for (size_t k = 0; k < wte.numel; ++k)
         ASSERT_NEAR(part[k], gw[wte.offset + k], 1e-5f * scale) << "wte element " << k;
+
+    // The tied wte: the first and last stage sum their parts of its gradient (as the trainer's
+    // embedding group does), then each steps its own copy with AdamW (the first unit's state):
+    // the two copies stay bitwise equal.
+    if (P > 1 && (s == 0 || s == P - 1)) {
+        auto ends = make_mpi_comm({0, P - 1});
+        const ParamUnit& u0 = L.units()[0];
+        ends->all_reduce_sum(static_cast<float*>(stage.grads()) + u0.offset, u0.numel, DType::f32);
+        AdamW adam(alloc, L, AdamWConfig{}, false, {{u0.offset, u0.numel}});
+        std::vector<float> w(host(*ops, stage.params(), L.total_numel()));
+        std::vector<float> mine(w.begin() + u0.offset, w.begin() + u0.offset + u0.numel);
+        adam.init_state(mine.data());
+        const auto g0 = host(*ops, static_cast<float*>(stage.grads()) + u0.offset, u0.numel);
+        adam.step(mine.data(), g0.data(), 1e-2f, 0.5f);
+        adam.step(mine.data(), g0.data(), 1e-2f, 0.5f);
+        std::vector<float> other(mine.size());
+        if (s == P - 1) ends->send(mine.data(), mine.size(), DType::f32, 0);
+        else ends->recv(other.data(), other.size(), DType::f32, 1);
+        if (s == 0) EXPECT_EQ(mine, other) << "the two copies of wte differ after the step";
+    }
 
     // Forward only: eval loss and logits at the last stage equal the whole model's.
     batch(100, in.data(), tgt.data());
