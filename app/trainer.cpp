@@ -171,13 +171,6 @@ struct Trainer::Impl {
 
     bool last_stage() const { return topo.stage() == topo.pp() - 1; }
 
-    /// FNV-1a (64-bit) of n bytes: a fingerprint to compare two copies without moving them.
-    static uint64_t fnv1a(const void* p, size_t n) {
-        uint64_t h = 1469598103934665603ull;
-        for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(p)[i]) * 1099511628211ull;
-        return h;
-    }
-
     /// The pipeline stage whose weights of unit u are saved: the first for the (tied) embeddings,
     /// the last for ln_f, else the stage holding the layer.
     int owner_stage(int u) const {
@@ -274,15 +267,15 @@ struct Trainer::Impl {
             adam->state_to_host(engine->param_shard(), w.data(), m.data(), v.data());
             if (pipe && (topo.stage() == 0 || last_stage())) {
                 // The two copies of the tied wte (first and last stage) must be equal, bit for bit:
-                // compare this rank's chunk of it with the other end's (same ZeRO index and chunk).
+                // the last stage sends its chunk (same ZeRO index, same chunk) to the first to compare.
                 const size_t n0 = engine->shard().front().numel;  // unit 0 comes first
-                const uint64_t h = fnv1a(w.data(), n0 * sizeof(float));
-                uint64_t other = 0;
                 if (topo.stage() == 0) {
-                    stage_comm->recv(&other, sizeof other, DType::u8, topo.pp() - 1);
-                    if (other != h) err = "checkpoint: the first and last pipeline stage's copies of the tied wte differ";
+                    std::vector<float> other(n0);
+                    stage_comm->recv(other.data(), n0, DType::f32, topo.pp() - 1);
+                    if (std::memcmp(other.data(), w.data(), n0 * sizeof(float)) != 0)
+                        err = "checkpoint: the first and last pipeline stage's copies of the tied wte differ";
                 } else {
-                    stage_comm->send(&h, sizeof h, DType::u8, 0);
+                    stage_comm->send(w.data(), n0, DType::f32, 0);
                 }
             }
             try {
