@@ -79,12 +79,18 @@ static int check_lists(const std::vector<std::vector<PipeOp>>& per_stage) {
     return m;
 }
 
-Timeline simulate(const std::vector<std::vector<PipeOp>>& per_stage, double t_forward, double t_backward) {
+Timeline simulate(const std::vector<std::vector<PipeOp>>& per_stage, const std::vector<double>& t_forward,
+                  const std::vector<double>& t_backward) {
     const int m = check_lists(per_stage);
-    if (!(t_forward > 0) || !(t_backward > 0))
-        throw std::invalid_argument("simulate: expected positive seconds per forward and backward, got " +
-                                    std::to_string(t_forward) + " and " + std::to_string(t_backward));
     const int P = static_cast<int>(per_stage.size());
+    if (t_forward.size() != size_t(P) || t_backward.size() != size_t(P))
+        throw std::invalid_argument("simulate: expected " + std::to_string(P) + " forward and backward times, got " +
+                                    std::to_string(t_forward.size()) + " and " + std::to_string(t_backward.size()));
+    for (int s = 0; s < P; ++s)
+        if (!(t_forward[s] > 0) || !(t_backward[s] > 0))
+            throw std::invalid_argument("simulate: stage " + std::to_string(s) +
+                                        ": expected positive seconds per forward and backward, got " +
+                                        std::to_string(t_forward[s]) + " and " + std::to_string(t_backward[s]));
     // end[s][kind * m + i]: when that op ended; negative until it has run.
     std::vector<std::vector<double>> end(P, std::vector<double>(2 * static_cast<size_t>(m), -1.0));
     Timeline tl;
@@ -108,7 +114,7 @@ Timeline simulate(const std::vector<std::vector<PipeOp>>& per_stage, double t_fo
                 if (std::any_of(inputs.begin(), inputs.end(), [](double t) { return t < 0; })) break;
                 double start = free_at[s];
                 for (double t : inputs) start = std::max(start, t);
-                const double stop = start + (op.kind == PipeOp::forward ? t_forward : t_backward);
+                const double stop = start + (op.kind == PipeOp::forward ? t_forward[s] : t_backward[s]);
                 end[s][op.kind * m + i] = stop;
                 free_at[s] = stop;
                 done.push_back({op, start, stop});
@@ -125,9 +131,13 @@ Timeline simulate(const std::vector<std::vector<PipeOp>>& per_stage, double t_fo
         throw std::logic_error("simulate: deadlock, no stage can start its next op; waiting:" + stuck);
     }
     for (int s = 0; s < P; ++s) tl.makespan = std::max(tl.makespan, free_at[s]);
-    const double busy = m * (t_forward + t_backward);
-    for (int s = 0; s < P; ++s) tl.idle_fraction.push_back(1.0 - busy / tl.makespan);
+    for (int s = 0; s < P; ++s) tl.idle_fraction.push_back(1.0 - m * (t_forward[s] + t_backward[s]) / tl.makespan);
     return tl;
+}
+
+Timeline simulate(const std::vector<std::vector<PipeOp>>& per_stage, double t_forward, double t_backward) {
+    return simulate(per_stage, std::vector<double>(per_stage.size(), t_forward),
+                    std::vector<double>(per_stage.size(), t_backward));
 }
 
 Timeline simulate(PipelineSchedule schedule, int stages, int micro_batches, double t_forward, double t_backward) {

@@ -69,6 +69,12 @@ struct Timeline {
 /// std::logic_error on a deadlock (no stage can start its next op), naming each stuck op.
 Timeline simulate(const std::vector<std::vector<PipeOp>>& per_stage, double t_forward, double t_backward);
 
+/// As above with stage s's forwards taking t_forward[s] seconds and its backwards t_backward[s] (the
+/// planner's stages differ: embedding, head, layer and recomputed-layer counts). Errors: as above,
+/// and std::invalid_argument when a list of times is not one per stage.
+Timeline simulate(const std::vector<std::vector<PipeOp>>& per_stage, const std::vector<double>& t_forward,
+                  const std::vector<double>& t_backward);
+
 /// simulate() of stage_schedule(schedule, s, stages, micro_batches) for every stage s.
 Timeline simulate(PipelineSchedule schedule, int stages, int micro_batches, double t_forward, double t_backward);
 
