@@ -384,6 +384,8 @@ const std::vector<Field>& fields() {
 
         list_field("pipeline", "layers_per_stage", &C::pipeline, &PipelineConfig::layers_per_stage, at_least(1)),
         field("pipeline", "schedule", &C::pipeline, &PipelineConfig::schedule, pipeline_schedule()),
+        field("pipeline", "plan", &C::pipeline, &PipelineConfig::plan, one_of({"none", "auto"})),
+        field("pipeline", "plan_memory_gib", &C::pipeline, &PipelineConfig::plan_memory_gib, non_negative<double>()),
 
         field("activation_checkpoint", "ratio", &C::activation_checkpoint, &ActivationCheckpointConfig::ratio,
               unit_interval(false)),
@@ -589,6 +591,16 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
     } catch (const std::invalid_argument& e) {
         const std::string what = e.what(), key = what.substr(0, what.find_first_of("[:"));
         fail(at({key.c_str(), "parallel.pp", "model.n_layer"}), what);
+    }
+    if (c.pipeline.plan == "auto") {
+        const std::pair<const char*, bool> lists[] = {
+            {"pipeline.layers_per_stage", !c.pipeline.layers_per_stage.empty()},
+            {"activation_checkpoint.layers_per_stage", !c.activation_checkpoint.layers_per_stage.empty()},
+            {"activation_checkpoint.ratio_per_stage", !c.activation_checkpoint.ratio_per_stage.empty()}};
+        for (const auto& [key, set] : lists)
+            if (set)
+                fail(at({key, "pipeline.plan"}), std::string(key) + ": expected [] with pipeline.plan = \"auto\" "
+                     "(the planner chooses it), got a list");
     }
     if (p.pp > 1 && p.zero_stage >= 2)
         fail(at({"parallel.zero_stage", "parallel.pp"}),

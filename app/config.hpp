@@ -88,6 +88,8 @@ struct ParallelConfig {
 struct PipelineConfig {
     std::vector<int> layers_per_stage;  ///< layers of each stage (pp entries, sum n_layer); empty = balanced by FLOPs
     std::string schedule = "1f1b";      ///< "1f1b" | "gpipe"
+    std::string plan = "none";          ///< "none" | "auto": rank 0 plans the two lists at start-up (app/plan.hpp)
+    double plan_memory_gib = 0;         ///< with plan = "auto": device memory the plan must fit; 0 = the device's total
     friend bool operator==(const PipelineConfig&, const PipelineConfig&) = default;
 };
 

@@ -18,6 +18,7 @@
 #include "app/config.hpp"
 #include "app/metrics.hpp"
 #include "app/model_state.hpp"
+#include "app/plan.hpp"
 #include "app/run_log.hpp"
 #include "app/trainer.hpp"
 #include "parallel/comm.hpp"
@@ -66,6 +67,36 @@ void check_zero_config(const Config& cfg, int rank) {
                      "nothing\n", p.zero_stage);
 }
 
+/// pipeline.plan = "auto": rank 0 plans (app/plan.hpp auto_plan) and broadcasts the per-stage lists,
+/// or its error, which every rank then throws (a ConfigError, exit 2, when nothing fits; else exit 1).
+/// The report goes to the log.
+void plan_on_rank0(Config& cfg, Comm& comm, RunLog& log) {
+    const int P = cfg.parallel.pp;
+    std::vector<int32_t> lists(2 * size_t(P), 0);
+    std::string err;
+    if (comm.rank() == 0) {
+        try {
+            AutoPlan a = auto_plan(cfg, comm.size());
+            for (const auto& l : a.report) log.line(l);
+            std::copy(a.layers.begin(), a.layers.end(), lists.begin());
+            std::copy(a.ckpt.begin(), a.ckpt.end(), lists.begin() + P);
+        } catch (const ConfigError& e) {
+            err = std::string("C") + e.what();  // first byte: the kind, so every rank exits with the same code
+        } catch (const std::exception& e) {
+            err = std::string("R") + e.what();
+        }
+    }
+    uint64_t len = err.size();
+    comm.broadcast(&len, sizeof len, DType::u8, 0);
+    err.resize(len);
+    comm.broadcast(err.data(), len, DType::u8, 0);
+    if (!err.empty() && err[0] == 'C') throw ConfigError(err.substr(1));
+    if (!err.empty()) throw std::runtime_error(err.substr(1));
+    comm.broadcast(lists.data(), lists.size() * sizeof(int32_t), DType::u8, 0);
+    cfg.pipeline.layers_per_stage.assign(lists.begin(), lists.begin() + P);
+    cfg.activation_checkpoint.layers_per_stage.assign(lists.begin() + P, lists.end());
+}
+
 int run(const CliArgs& args) {
     Config cfg = load_config(args.config_path, args.overrides);
     if (args.world_size > 0) {  // --dry-run --world-size N: count one rank of an N-rank run, allocate nothing
@@ -99,6 +130,7 @@ int run(const CliArgs& args) {
     install_stop_signal_handlers();
     auto comm = make_mpi_comm({}, CommOptions{cfg.parallel.timeout_s});
     RunLog log(rank == 0);
+    if (cfg.pipeline.plan == "auto") plan_on_rank0(cfg, *comm, log);
     Trainer trainer(cfg, *comm);
     if (args.dry_run) {
         for (const auto& l : trainer.summary()) log.line(l);

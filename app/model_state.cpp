@@ -22,6 +22,14 @@ DType precision_dtype(const Config& c) { return c.training.precision == "bf16" ?
 
 int zero_group_of(const Config& c) { return c.parallel.zero_stage == 0 ? 1 : c.parallel.zero_group_size; }
 
+CudaBackendOptions cuda_options_of(const Config& c) {
+    CudaBackendOptions o;
+    o.attention = parse_attention(c.model.attention);
+    o.attention_workspace_mb = c.model.attention_workspace_mb;
+    o.stochastic_rounding = c.training.stochastic_rounding;
+    return o;
+}
+
 OffloadConfig offload_config_of(const Config& c) {
     OffloadConfig o;
     o.enabled = c.optimizer.offload == "cpu";

@@ -11,6 +11,7 @@
 
 #include "app/config.hpp"
 #include "model/allocator.hpp"
+#include "model/cuda/cuda_backend.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/partition.hpp"
@@ -44,6 +45,8 @@ GPTConfig gpt_config_of(const Config& cfg);
 DType precision_dtype(const Config& cfg);
 /// The ZeRO group size a topology is built with: 1 at stage 0 (plain DP), else parallel.zero_group_size.
 int zero_group_of(const Config& cfg);
+/// model.attention*, training.stochastic_rounding as the CUDA backend's options (the CPU ignores them).
+CudaBackendOptions cuda_options_of(const Config& cfg);
 /// optimizer.offload* (and training.stochastic_rounding) as the optimizer's OffloadConfig.
 OffloadConfig offload_config_of(const Config& cfg);
 /// The per-stage plan of cfg (parallel/partition.hpp stage_plan over the config's lists).

@@ -120,11 +120,7 @@ struct Trainer::Impl {
             TokenDataset ds(cfg.data.train);
             tokenizer.emplace(Tokenizer::from_bytes(ds.tokenizer_bytes(), cfg.data.train + ":/tokenizer"));
         }
-        CudaBackendOptions cuda;
-        cuda.attention = parse_attention(cfg.model.attention);
-        cuda.attention_workspace_mb = cfg.model.attention_workspace_mb;
-        cuda.stochastic_rounding = cfg.training.stochastic_rounding;
-        ops = make_backend(cfg.run.backend, cfg.training.precision, cuda);
+        ops = make_backend(cfg.run.backend, cfg.training.precision, cuda_options_of(cfg));
         alloc = std::make_unique<Allocator>(*ops);
         gcfg = gpt_config_of(cfg);
         CommOptions co;
@@ -586,7 +582,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
             st.lr = lr;
             st.grad_norm = norm;
             st.tokens_per_second = double(window_steps * I.tokens_per_step()) / window_train_s;
-            st.mfu = fpt * st.tokens_per_second / (peak * I.dp);
+            st.mfu = fpt * st.tokens_per_second / (peak * I.topo.world_size());  // every rank: pp x dp
             st.elapsed_seconds = seconds_since(t_start);
             st.eta_seconds = train_seconds / double(s - I.start_step) * double(max_steps - s);
             log.line(format_step_line(st));
@@ -638,6 +634,18 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
             return;
         }
     }
+    // Every rank's device peak (the Allocator's, host excluded): what --dry-run and llmtrain-plan predict.
+    const int world = I.topo.world_size(), dp = I.topo.dp();
+    std::vector<float> peaks(size_t(world), 0.0f);  // MiB
+    peaks[size_t(I.rank)] = float(double(I.alloc->peak_total()) / 1048576.0);
+    if (world > 1) I.comm.all_reduce_max(peaks.data(), peaks.size());
+    std::string line = "peak device memory (MiB):";
+    char buf[64];
+    for (int r = 0; r < world; ++r) {
+        std::snprintf(buf, sizeof buf, "%s rank %d (stage %d) %.2f", r ? "," : "", r, r / dp, double(peaks[size_t(r)]));
+        line += buf;
+    }
+    log.line(line);
 }
 
 }  // namespace llmtrain

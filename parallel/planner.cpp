@@ -56,9 +56,9 @@ PlanChoice solve_plan(const PlanProblem& p) {
     std::unique_ptr<glp_prob, void (*)(glp_prob*)> lp(glp_create_prob(), glp_delete_prob);
     glp_prob* g = lp.get();
     glp_set_obj_dir(g, GLP_MIN);
-    // Columns (1-based): n_s = 1 + s, c_s = 1 + P + s, T = 2P + 1, U = 2P + 2.
-    glp_add_cols(g, 2 * P + 2);
-    const int colT = 2 * P + 1, colU = 2 * P + 2;
+    // Columns (1-based): n_s = 1 + s, c_s = 1 + P + s, T = 2P + 1, U = 2P + 2, z_s = 2P + 3 + s.
+    glp_add_cols(g, 3 * P + 2);
+    const int colT = 2 * P + 1, colU = 2 * P + 2, colZ = 2 * P + 3;
     for (int s = 0; s < P; ++s) {
         const StageModel& st = p.stages[s];
         glp_set_col_kind(g, 1 + s, GLP_IV);
@@ -67,6 +67,7 @@ PlanChoice solve_plan(const PlanProblem& p) {
         glp_set_col_kind(g, 1 + P + s, GLP_IV);
         glp_set_col_bnds(g, 1 + P + s, GLP_DB, 0, nmax);
         glp_set_obj_coef(g, 1 + P + s, st.recompute / tau);
+        glp_set_col_kind(g, colZ + s, GLP_BV);
     }
     glp_set_col_bnds(g, colT, GLP_LO, 0, 0);
     glp_set_obj_coef(g, colT, p.micro_batches - 1);
@@ -80,19 +81,21 @@ PlanChoice solve_plan(const PlanProblem& p) {
         ja.push_back(col);
         ar.push_back(v);
     };
-    // Row 1: Σ n_s = L. Per stage s, rows 2 + 4s ..: c_s − n_s <= 0; memory <= cap; T >= t_s; U >= tail_s.
-    glp_add_rows(g, 1 + 4 * P);
+    // Row 1: Σ n_s = L. Per stage s, rows 2 + 5s ..: c_s − n_s <= 0; memory <= cap; T >= t_s;
+    // U >= tail_s; c_s − nmax·z_s <= 0.
+    glp_add_rows(g, 1 + 5 * P);
     glp_set_row_bnds(g, 1, GLP_FX, L, L);
     for (int s = 0; s < P; ++s) put(1, 1 + s, 1);
     for (int s = 0; s < P; ++s) {
         const StageModel& st = p.stages[s];
-        const int r = 2 + 4 * s;
+        const int r = 2 + 5 * s;
         glp_set_row_bnds(g, r, GLP_UP, 0, 0);
         put(r, 1 + P + s, 1);
         put(r, 1 + s, -1);
         glp_set_row_bnds(g, r + 1, GLP_UP, 0, 1 - st.mem0 / cap);
         put(r + 1, 1 + s, st.mem_layer / cap);
         put(r + 1, 1 + P + s, st.mem_ckpt / cap);
+        put(r + 1, colZ + s, st.mem_recompute / cap);
         glp_set_row_bnds(g, r + 2, GLP_LO, (st.fwd0 + st.bwd0) / tau, 0);
         put(r + 2, colT, 1);
         put(r + 2, 1 + s, -(st.fwd_layer + st.bwd_layer) / tau);
@@ -100,6 +103,9 @@ PlanChoice solve_plan(const PlanProblem& p) {
         glp_set_row_bnds(g, r + 3, GLP_LO, st.tail0 / tau, 0);
         put(r + 3, colU, 1);
         put(r + 3, 1 + s, -st.tail_layer / tau);
+        glp_set_row_bnds(g, r + 4, GLP_UP, 0, 0);
+        put(r + 4, 1 + P + s, 1);
+        put(r + 4, colZ + s, -nmax);
     }
     glp_load_matrix(g, int(ia.size()) - 1, ia.data(), ja.data(), ar.data());
 

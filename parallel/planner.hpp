@@ -11,18 +11,19 @@
 
 namespace llmtrain {
 
-/// One stage's costs as affine functions of its layers n and recomputed layers c (0 <= c <= n).
-/// Memory in bytes: mem0 + mem_layer·n + mem_ckpt·c (mem_ckpt < 0: a recomputed layer keeps only its
-/// input). Seconds per micro-batch: forward fwd0 + fwd_layer·n; backward bwd0 + bwd_layer·n +
+/// One stage's costs as functions of its layers n and recomputed layers c (0 <= c <= n).
+/// Memory in bytes: mem0 + mem_layer·n + mem_ckpt·c + mem_recompute·[c > 0] (mem_ckpt < 0: a
+/// recomputed layer keeps only its input; mem_recompute: the one layer's activations that all
+/// recomputed layers of a stage share, model/gpt.cpp). Seconds per micro-batch: forward fwd0 + fwd_layer·n; backward bwd0 + bwd_layer·n +
 /// recompute·c. Seconds once per step after the stage's last backward (gradient sync, optimizer):
 /// tail0 + tail_layer·n.
 struct StageModel {
-    double mem0 = 0, mem_layer = 0, mem_ckpt = 0;
+    double mem0 = 0, mem_layer = 0, mem_ckpt = 0, mem_recompute = 0;
     double fwd0 = 0, fwd_layer = 0;
     double bwd0 = 0, bwd_layer = 0, recompute = 0;
     double tail0 = 0, tail_layer = 0;
 
-    double memory(int n, int c) const { return mem0 + mem_layer * n + mem_ckpt * c; }
+    double memory(int n, int c) const { return mem0 + mem_layer * n + mem_ckpt * c + (c > 0 ? mem_recompute : 0); }
     double forward(int n) const { return fwd0 + fwd_layer * n; }
     double backward(int n, int c) const { return bwd0 + bwd_layer * n + recompute * c; }
     double tail(int n) const { return tail0 + tail_layer * n; }
@@ -55,7 +56,8 @@ double plan_objective(const PlanProblem& p, const std::vector<int>& layers, cons
 
 /// Minimizes plan_objective over integers n_s >= 1, 0 <= c_s <= n_s, Σ n_s = n_layer, subject to
 /// memory(n_s, c_s) <= memory_cap for every stage. The max terms are linearized (T >= t_s,
-/// U >= tail_s; minimize Σ t_s + (m − 1)·T + U) and the program is solved exactly by GLPK
+/// U >= tail_s; minimize Σ t_s + (m − 1)·T + U), [c_s > 0] is a binary z_s with c_s <= n_layer·z_s,
+/// and the program is solved exactly by GLPK
 /// (glp_intopt: branch and cut, relative gap 0); an infeasible program gives feasible = false.
 /// Errors: std::invalid_argument for no stages, more stages than layers or micro_batches < 1;
 /// std::runtime_error when GLPK fails for another reason than infeasibility.

@@ -244,13 +244,22 @@ void ZeroEngine::grads_done(int u) {
 }
 
 void ZeroEngine::load_params(const float* host) {
-    void* staging = alloc_.alloc(MemCategory::workspace, std::max(full_numel_, shard_numel_) * 4);
+    // bf16 goes through an fp32 staging buffer of at most 4M elements (16 MiB): the planner and
+    // --dry-run count the steady state, which a staging buffer of the whole stage would exceed.
+    constexpr size_t kStage = size_t(1) << 22;
+    const bool cast = ops_.act_dtype() != DType::f32;
+    const size_t stage_numel = cast ? std::min(std::max(full_numel_, shard_numel_), kStage) : 0;
+    void* staging = cast ? alloc_.alloc(MemCategory::workspace, stage_numel * 4) : nullptr;
     auto put = [&](void* dst, const float* src, size_t n) {  // host fp32 -> device act dtype
-        if (ops_.act_dtype() == DType::f32) {
+        if (!cast) {
             ops_.memcpy_h2d(dst, src, n * 4);
-        } else {
-            ops_.memcpy_h2d(staging, src, n * 4);
-            ops_.cast(dst, ops_.act_dtype(), staging, DType::f32, n);
+            return;
+        }
+        for (size_t i = 0; i < n; i += stage_numel) {
+            const size_t k = std::min(stage_numel, n - i);
+            ops_.memcpy_h2d(staging, src + i, k * 4);
+            ops_.cast(static_cast<char*>(dst) + i * dtype_size(ops_.act_dtype()), ops_.act_dtype(), staging,
+                      DType::f32, k);
             ops_.synchronize();
         }
     };

@@ -251,7 +251,7 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
             actual[section + "." + m[1].str()] = m[2];
         }
     }
-    EXPECT_EQ(actual.size(), 58u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(actual.size(), 60u);  // keep in step with the key table in config.cpp
     EXPECT_EQ(documented, actual);
     // An empty file and empty sections are the defaults too.
     EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});
@@ -275,7 +275,7 @@ TEST(Config, RoundTripOfEveryKey) {
         "optimizer.weight_decay=0", "lr_schedule.decay=\"linear\"", "lr_schedule.warmup_steps=0",
         "lr_schedule.min_lr=3e-5", "parallel.dp=2", "parallel.zero_stage=3", "parallel.zero_group_size=2",
         "parallel.grad_reduce_dtype=\"bf16\"", "parallel.timeout_s=30", "pipeline.layers_per_stage=[12]",
-        "pipeline.schedule=\"gpipe\"", "activation_checkpoint.ratio=1", "activation_checkpoint.ratio_per_stage=[0.3]",
+        "pipeline.schedule=\"gpipe\"", "pipeline.plan_memory_gib=1.5", "activation_checkpoint.ratio=1", "activation_checkpoint.ratio_per_stage=[0.3]",
         "activation_checkpoint.layers_per_stage=[5]",
         "checkpoint.interval=0", "checkpoint.keep_last=0", "checkpoint.resume=\"runs/x/checkpoints/step_5\"", "checkpoint.overwrite=true",
         "metrics.enabled=false", "metrics.listen=\"localhost:0\""};

@@ -15,8 +15,8 @@ namespace {
 
 /// A random problem of P <= 4 stages and L <= 9 layers: per-layer forward 1..3 ms, backward 1.5..2.5x
 /// forward, recompute = forward; embedding / head costs on the first / last stage; a per-layer memory
-/// of 1..2 GB scaled by the 1F1B in-flight count (P − s), a recomputed layer keeping 5..30% of it; a
-/// cap between the smallest and the largest stage memory, so some instances are infeasible.
+/// of 1..2 GB scaled by the 1F1B in-flight count (P − s), a recomputed layer keeping 5..30% of it
+/// plus one shared layer's worth once any layer is recomputed; a cap between the smallest and the largest stage memory, so some instances are infeasible.
 PlanProblem random_problem(std::mt19937_64& rng) {
     std::uniform_real_distribution<double> u(0, 1);
     PlanProblem p;
@@ -32,6 +32,7 @@ PlanProblem random_problem(std::mt19937_64& rng) {
         st.mem0 = 2e8 * (s == 0) + 3e8 * (s == P - 1) + 1e8;
         st.mem_layer = states + inflight * act;
         st.mem_ckpt = -inflight * act * (1 - keep);
+        st.mem_recompute = act;  // the one layer's activations the recomputed layers share
         st.fwd_layer = f;
         st.bwd_layer = b;
         st.recompute = f;
@@ -39,7 +40,7 @@ PlanProblem random_problem(std::mt19937_64& rng) {
         st.bwd0 = (s == 0) * 0.6 * f + (s == P - 1) * 4 * f + 1e-5;
         st.tail0 = 1e-4 * u(rng);
         st.tail_layer = 2e-4 * u(rng);
-        lo = std::min(lo, st.memory(1, 1));
+        lo = std::min(lo, std::min(st.memory(1, 1), st.memory(1, 0)));
         hi = std::max(hi, st.memory(p.n_layer - P + 1, 0));
         p.stages.push_back(st);
     }

@@ -1,0 +1,392 @@
+// app/plan.cpp — the planner's problem from the config, its search over depths, and its report
+// (see plan.hpp).
+#include "app/plan.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+#include "app/model_state.hpp"
+#include "model/backend.hpp"
+#include "parallel/partition.hpp"
+#include "parallel/schedule.hpp"
+
+namespace llmtrain {
+
+namespace {
+
+/// The global batch in sequences that cfg asks for on `world` ranks (kept across depths).
+int64_t global_batch_of(const Config& cfg, int world) {
+    if (cfg.training.global_batch_size > 0) return cfg.training.global_batch_size;
+    const int dp = world % cfg.parallel.pp == 0 ? world / cfg.parallel.pp : world;
+    return int64_t(cfg.training.micro_batch_size) * std::max(1, cfg.training.grad_accum_steps) * dp;
+}
+
+/// cfg at depth pp over world ranks with the given ZeRO stage and offload, its batch resolved; empty
+/// `why` on success, else the reason the depth cannot run.
+Config at_depth(const Config& cfg, int world, int pp, int zero, bool offload, int64_t global, std::string& why) {
+    Config c = cfg;
+    why.clear();
+    c.parallel.pp = pp;
+    c.parallel.dp = world / pp;
+    c.parallel.zero_stage = zero;
+    if (zero == 0) c.parallel.zero_group_size = 0;
+    if (offload) {
+        c.optimizer.offload = "cpu";
+        c.optimizer.offload_fraction = 1.0f;
+    }
+    if (pp != cfg.parallel.pp || c.pipeline.layers_per_stage.size() != size_t(pp)) c.pipeline.layers_per_stage.clear();
+    c.activation_checkpoint.ratio_per_stage.clear();
+    c.activation_checkpoint.layers_per_stage.clear();
+    const int dp = c.parallel.dp;
+    if (c.parallel.zero_group_size != 0 && dp % c.parallel.zero_group_size != 0) {
+        why = "parallel.zero_group_size " + std::to_string(c.parallel.zero_group_size) + " does not divide dp " +
+              std::to_string(dp);
+        return c;
+    }
+    const int64_t per_micro = int64_t(c.training.micro_batch_size) * dp;
+    if (global % per_micro != 0) {
+        why = "global batch " + std::to_string(global) + " is not a multiple of micro_batch_size x dp = " +
+              std::to_string(per_micro);
+        return c;
+    }
+    c.training.global_batch_size = int(global);
+    c.training.grad_accum_steps = int(global / per_micro);
+    return c;
+}
+
+/// Device bytes (host excluded) of stage s when it runs n layers with c recomputed; the other stages
+/// take the remaining layers (at least one each: their split does not change stage s's memory).
+double stage_bytes(Config c, int s, int n, int ck) {
+    const int P = c.parallel.pp, L = c.model.n_layer;
+    std::vector<int> layers(size_t(P), 1), ckpt(size_t(P), 0);
+    layers[size_t(s)] = n;
+    if (P > 1) layers[size_t(s == 0 ? 1 : 0)] += L - n - (P - 1);
+    ckpt[size_t(s)] = ck;
+    c.pipeline.layers_per_stage = layers;
+    c.activation_checkpoint.layers_per_stage = ckpt;
+    const MemBytes b = estimate_memory(c, c.parallel.pp * c.parallel.dp, c.parallel.zero_stage, s);
+    double dev = 0;
+    for (int k = 0; k < int(MemCategory::count); ++k)
+        if (MemCategory(k) != MemCategory::host) dev += double(b[size_t(k)]);
+    return dev;
+}
+
+double cap_of(const PlanOptions& opt) { return opt.device_memory * (1.0 - opt.margin); }
+
+/// [1, 2, 3] as TOML writes it.
+std::string toml_list(const std::vector<int>& v) {
+    std::string s = "[";
+    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+    return s + "]";
+}
+
+}  // namespace
+
+PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
+    const int P = c.parallel.pp, L = c.model.n_layer, dp = c.parallel.dp;
+    const int nmax = L - P + 1;
+    const GPTConfig g = gpt_config_of(c);
+    const ParamLayout layout(g);
+    const LayerTimes& t = opt.times;
+    const double es = precision_dtype(c) == DType::bf16 ? 2 : 4;
+    const double reduce_bytes = c.parallel.grad_reduce_dtype == "bf16" ? 2 : 4;
+    const double link = opt.link_gbps * 1e9;  // bytes/s
+    const double send = double(c.training.micro_batch_size) * c.model.seq_len * c.model.n_embd * es / link;
+    const int zg = c.parallel.zero_stage == 0 ? 1 : (c.parallel.zero_group_size == 0 ? dp : c.parallel.zero_group_size);
+    const double allreduce = dp > 1 ? 2.0 * (dp - 1) / dp * reduce_bytes / link : 0;  // seconds per element
+    const double layer_numel = double(layout.units()[1].numel), wte_numel = double(layout.units()[0].numel);
+    const double lnf_numel = double(layout.units()[size_t(L) + 1].numel);
+    // The tail of a stage of n layers: all-reduce of its gradients over dp, AdamW over its shard.
+    auto tail_per = [&](double numel) { return numel * (allreduce + t.adam_per_param / zg); };
+    PlanProblem p;
+    p.n_layer = L;
+    p.micro_batches = std::max(1, c.training.grad_accum_steps);
+    p.memory_cap = cap_of(opt);
+    for (int s = 0; s < P; ++s) {
+        const bool first = s == 0, last = s == P - 1;
+        StageModel st;
+        const int na = nmax, nb = nmax - 1;
+        const double m0 = stage_bytes(c, s, na, 0), m1 = stage_bytes(c, s, na, 1);
+        st.mem_layer = nb >= 1 && P > 1 ? m0 - stage_bytes(c, s, nb, 0) : 0;  // one stage: n is n_layer
+        st.mem_ckpt = na >= 2 ? stage_bytes(c, s, na, 2) - m1 : m1 - m0;
+        st.mem_recompute = na >= 2 ? m1 - m0 - st.mem_ckpt : 0;
+        st.mem0 = m0 - st.mem_layer * na;
+        st.fwd_layer = t.layer_fwd;
+        st.bwd_layer = t.layer_bwd;
+        st.recompute = t.layer_recompute;
+        st.fwd0 = (first ? t.embed_fwd : 0) + (last ? t.head_fwd : 0) + (last ? 0 : send);
+        st.bwd0 = (first ? t.embed_bwd : 0) + (last ? t.head_bwd : 0) + (first ? 0 : send);
+        double units0 = 0;  // parameters of the stage's non-layer units (model/param_layout.hpp)
+        if (first) units0 += wte_numel;  // wte + wpe
+        if (last && !first) units0 += wte_numel;
+        if (last) units0 += lnf_numel;
+        st.tail0 = tail_per(units0) + (P > 1 && (first || last) ? wte_numel * reduce_bytes / link : 0);
+        st.tail_layer = tail_per(layer_numel);
+        p.stages.push_back(st);
+    }
+    return p;
+}
+
+namespace {
+
+/// Plans cfg at depth pp: the MIP, then the chosen plan's exact memory and simulated step.
+PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int pp, int64_t global) {
+    PlanCandidate pc;
+    pc.pp = pp;
+    pc.dp = opt.world / pp;
+    // ZeRO-2/3 do not combine with a pipeline (docs/training.md): a deeper plan uses ZeRO-1 at most.
+    const int zero = pp > 1 ? std::min(cfg.parallel.zero_stage, 1) : cfg.parallel.zero_stage;
+    const bool offload = cfg.optimizer.offload == "cpu";
+    struct Try {
+        int zero;
+        bool offload;
+    };
+    std::vector<Try> tries = {{zero, offload}};
+    if (zero < 1 && pc.dp > 1) tries.push_back({1, offload});
+    if (!offload) tries.push_back({std::max(zero, pc.dp > 1 ? 1 : 0), true});
+    Config c;
+    PlanProblem prob;
+    for (const Try& tr : tries) {
+        if (!opt.escalate && (tr.zero != zero || tr.offload != offload)) break;
+        c = at_depth(cfg, opt.world, pp, tr.zero, tr.offload, global, pc.skipped);
+        if (!pc.skipped.empty()) return pc;
+        pc.zero_stage = tr.zero;
+        pc.offload = tr.offload;
+        pc.micro_batches = c.training.grad_accum_steps;
+        prob = plan_problem(c, opt);
+        pc.choice = solve_plan(prob);
+        if (pc.choice.feasible) break;
+    }
+    if (!pc.choice.feasible) return pc;
+    const Config planned = apply_plan(cfg, pc);
+    const PipelineSchedule sched = parse_pipeline_schedule(planned.pipeline.schedule);
+    std::vector<double> fwd, bwd;
+    double tail = 0;
+    for (int s = 0; s < pp; ++s) {
+        const StageModel& st = prob.stages[size_t(s)];
+        StagePrediction sp;
+        sp.layers = pc.choice.layers[size_t(s)];
+        sp.ckpt = pc.choice.ckpt[size_t(s)];
+        sp.in_flight = pp > 1 ? max_in_flight(sched, s, pp, pc.micro_batches) : 1;
+        sp.memory = estimate_memory(planned, opt.world, pc.zero_stage, s);
+        for (int k = 0; k < int(MemCategory::count); ++k)
+            if (MemCategory(k) != MemCategory::host) sp.device_bytes += sp.memory[size_t(k)];
+        sp.fwd = st.forward(sp.layers);
+        sp.bwd = st.backward(sp.layers, sp.ckpt);
+        sp.recompute = st.recompute * sp.ckpt;
+        sp.tail = st.tail(sp.layers);
+        fwd.push_back(sp.fwd);
+        bwd.push_back(sp.bwd);
+        tail = std::max(tail, sp.tail);
+        pc.stages.push_back(sp);
+    }
+    std::vector<std::vector<PipeOp>> lists;
+    for (int s = 0; s < pp; ++s) lists.push_back(stage_schedule(sched, s, pp, pc.micro_batches));
+    pc.step_seconds = simulate(lists, fwd, bwd).makespan + tail;
+    pc.tokens_per_second = double(global) * cfg.model.seq_len / pc.step_seconds;
+    return pc;
+}
+
+/// Depths to try: opt.pp, or every divisor of the world up to n_layer.
+std::vector<int> depths(const Config& cfg, const PlanOptions& opt) {
+    if (opt.pp > 0) return {opt.pp};
+    std::vector<int> d;
+    for (int pp = 1; pp <= std::min(opt.world, cfg.model.n_layer); ++pp)
+        if (opt.world % pp == 0) d.push_back(pp);
+    return d;
+}
+
+/// Whether any depth fits cfg under opt (memory only: the MIP's feasibility).
+bool fits(const Config& cfg, const PlanOptions& opt) {
+    const int64_t global = global_batch_of(cfg, opt.world);
+    for (int pp : depths(cfg, opt)) {
+        std::string why;
+        const int zero = pp > 1 ? std::min(cfg.parallel.zero_stage, 1) : cfg.parallel.zero_stage;
+        const Config c = at_depth(cfg, opt.world, pp, zero, cfg.optimizer.offload == "cpu", global, why);
+        if (why.empty() && solve_plan(plan_problem(c, opt)).feasible) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+PlanResult make_plan(const Config& cfg, const PlanOptions& opt) {
+    if (opt.world < 1) throw std::invalid_argument("make_plan: expected a world size >= 1, got " + std::to_string(opt.world));
+    if (!(opt.device_memory > 0))
+        throw std::invalid_argument("make_plan: expected a positive device memory, got " + std::to_string(opt.device_memory));
+    PlanResult r;
+    const int64_t global = global_batch_of(cfg, opt.world);
+    for (int pp : depths(cfg, opt)) {
+        r.candidates.push_back(plan_depth(cfg, opt, pp, global));
+        const PlanCandidate& c = r.candidates.back();
+        if (c.choice.feasible && (r.best < 0 || c.step_seconds < r.candidates[size_t(r.best)].step_seconds))
+            r.best = int(r.candidates.size()) - 1;
+    }
+    if (r.best >= 0) return r;
+    // Nothing fits: which single change would (with escalate, the ZeRO-1 and offload retries already ran).
+    if (!opt.escalate) {
+        PlanOptions o = opt;
+        o.escalate = true;
+        const PlanResult e = make_plan(cfg, o);
+        if (e.best >= 0) {
+            const PlanCandidate& c = e.candidates[size_t(e.best)];
+            r.alternatives.push_back("parallel.zero_stage = " + std::to_string(c.zero_stage) +
+                                     (c.offload ? " with optimizer.offload = \"cpu\"" : ""));
+        }
+    }
+    if (cfg.training.micro_batch_size > 1) {
+        Config c = cfg;
+        c.training.micro_batch_size = cfg.training.micro_batch_size / 2;
+        c.training.global_batch_size = int(global);
+        c.training.grad_accum_steps = 0;
+        if (fits(c, opt))
+            r.alternatives.push_back("training.micro_batch_size = " + std::to_string(c.training.micro_batch_size) +
+                                     " (the same global batch in more micro-batches)");
+    }
+    for (int k : {2, 4}) {
+        PlanOptions o = opt;
+        o.world = opt.world * k;
+        o.pp = 0;
+        Config c = cfg;
+        c.training.global_batch_size = int(global);
+        c.training.grad_accum_steps = 0;
+        c.parallel.zero_stage = std::max(cfg.parallel.zero_stage, 1);
+        if (fits(c, o)) {
+            r.alternatives.push_back(std::to_string(o.world) + " ranks (world x " + std::to_string(k) +
+                                     ") with ZeRO-1");
+            break;
+        }
+    }
+    for (double gib : {1.5, 2.0}) {
+        PlanOptions o = opt;
+        o.device_memory = opt.device_memory * gib;
+        if (fits(cfg, o)) {
+            char buf[96];
+            std::snprintf(buf, sizeof buf, "a device with %.0f GiB (x %.1f)", o.device_memory / 1073741824.0, gib);
+            r.alternatives.push_back(buf);
+            break;
+        }
+    }
+    return r;
+}
+
+Config apply_plan(const Config& cfg, const PlanCandidate& pc) {
+    if (!pc.choice.feasible)
+        throw std::invalid_argument("apply_plan: the plan at pp " + std::to_string(pc.pp) + " does not fit");
+    std::string why;
+    const int world = pc.pp * pc.dp;
+    Config c = at_depth(cfg, world, pc.pp, pc.zero_stage, pc.offload,
+                        int64_t(pc.micro_batches) * cfg.training.micro_batch_size * pc.dp, why);
+    c.pipeline.layers_per_stage = pc.choice.layers;
+    c.activation_checkpoint.layers_per_stage = pc.choice.ckpt;
+    return c;
+}
+
+std::vector<std::string> plan_toml(const PlanCandidate& pc) {
+    std::vector<std::string> out = {"[parallel]", "pp = " + std::to_string(pc.pp),
+                                    "zero_stage = " + std::to_string(pc.zero_stage)};
+    if (pc.offload) out.insert(out.end(), {"[optimizer]", "offload = \"cpu\"", "offload_fraction = 1.0"});
+    out.insert(out.end(), {"[pipeline]", "layers_per_stage = " + toml_list(pc.choice.layers), "[activation_checkpoint]",
+                           "layers_per_stage = " + toml_list(pc.choice.ckpt)});
+    return out;
+}
+
+std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, const PlanResult& r) {
+    std::vector<std::string> out;
+    char buf[400];
+    const GPTConfig g = gpt_config_of(cfg);
+    const int64_t global = global_batch_of(cfg, opt.world);
+    std::snprintf(buf, sizeof buf, "plan: GPT-2 %d layers x %d embd (%.4g parameters), world %d, global batch %lld x %d "
+                  "tokens, micro_batch_size %d, %s; memory cap %.1f GiB = %.1f GiB x (1 - margin %.2f)",
+                  g.n_layer, g.n_embd, double(ParamLayout(g).num_parameters()), opt.world, (long long)global,
+                  cfg.model.seq_len, cfg.training.micro_batch_size, cfg.training.precision.c_str(),
+                  cap_of(opt) / 1073741824.0, opt.device_memory / 1073741824.0, opt.margin);
+    out.push_back(buf);
+    const LayerTimes& t = opt.times;
+    std::snprintf(buf, sizeof buf, "times %s: layer F %.3f ms, B %.3f ms, recompute %.3f ms; embedding F %.3f / B %.3f "
+                  "ms; head F %.3f / B %.3f ms; AdamW %.3f ns/param; link %g GB/s", t.source.c_str(), 1e3 * t.layer_fwd,
+                  1e3 * t.layer_bwd, 1e3 * t.layer_recompute, 1e3 * t.embed_fwd, 1e3 * t.embed_bwd, 1e3 * t.head_fwd,
+                  1e3 * t.head_bwd, 1e9 * t.adam_per_param, opt.link_gbps);
+    out.push_back(buf);
+    out.push_back("  pp   dp    m zero offload  fits      step s     tokens/s  layers per stage / recomputed");
+    for (const PlanCandidate& c : r.candidates) {
+        if (!c.skipped.empty()) {
+            std::snprintf(buf, sizeof buf, "%4d %4d    -    -       -  skip  (%s)", c.pp, c.dp, c.skipped.c_str());
+            out.push_back(buf);
+            continue;
+        }
+        const std::string lists = c.choice.feasible ? toml_list(c.choice.layers) + " / " + toml_list(c.choice.ckpt) : "";
+        std::snprintf(buf, sizeof buf, "%4d %4d %4d %4d %7s %5s %11.4f %12.0f  %s", c.pp, c.dp, c.micro_batches,
+                      c.zero_stage, c.offload ? "cpu" : "none", c.choice.feasible ? "yes" : "no",
+                      c.choice.feasible ? c.step_seconds : 0.0, c.choice.feasible ? c.tokens_per_second : 0.0,
+                      lists.c_str());
+        out.push_back(buf);
+    }
+    if (r.best < 0) {
+        out.push_back("nothing fits: no pipeline depth keeps every stage under the cap, also at ZeRO-1 and with the "
+                      "optimizer offloaded to the host.");
+        if (r.alternatives.empty()) out.push_back("no single change tried (half micro-batch, 2x/4x ranks, 1.5x/2x memory) fits either.");
+        for (const auto& a : r.alternatives) out.push_back("would fit: " + a);
+        return out;
+    }
+    const PlanCandidate& b = r.candidates[size_t(r.best)];
+    std::snprintf(buf, sizeof buf, "best: pp %d x dp %d, %d micro-batches per step, ZeRO-%d%s: predicted step %.4f s "
+                  "(1F1B simulated; the MIP's closed form %.4f s), %.0f tokens/s", b.pp, b.dp, b.micro_batches,
+                  b.zero_stage, b.offload ? ", optimizer offloaded" : "", b.step_seconds, b.choice.objective,
+                  b.tokens_per_second);
+    out.push_back(buf);
+    std::string head = "stage layers ckpt in_flight";
+    for (int k = 0; k < int(MemCategory::count); ++k) {
+        std::snprintf(buf, sizeof buf, " %11s", mem_category_name(MemCategory(k)));
+        head += buf;
+    }
+    out.push_back(head + " device MiB |   F ms   B ms  (recompute)  tail ms");
+    for (size_t s = 0; s < b.stages.size(); ++s) {
+        const StagePrediction& sp = b.stages[s];
+        std::snprintf(buf, sizeof buf, "%5zu %6d %4d %9d", s, sp.layers, sp.ckpt, sp.in_flight);
+        std::string row = buf;
+        for (int k = 0; k < int(MemCategory::count); ++k) {
+            std::snprintf(buf, sizeof buf, " %11.1f", double(sp.memory[size_t(k)]) / 1048576.0);
+            row += buf;
+        }
+        std::snprintf(buf, sizeof buf, " %10.1f | %6.2f %6.2f  (%7.2f)  %7.2f", double(sp.device_bytes) / 1048576.0,
+                      1e3 * sp.fwd, 1e3 * sp.bwd, 1e3 * sp.recompute, 1e3 * sp.tail);
+        out.push_back(row + buf);
+    }
+    out.push_back("TOML (paste into the config, or set pipeline.plan = \"auto\" to plan at start-up):");
+    for (const auto& l : plan_toml(b)) out.push_back("  " + l);
+    return out;
+}
+
+AutoPlan auto_plan(const Config& cfg, int world) {
+    PlanOptions opt;
+    opt.world = world;
+    opt.pp = cfg.parallel.pp;
+    opt.escalate = false;
+    {
+        auto ops = make_backend(cfg.run.backend, cfg.training.precision, cuda_options_of(cfg));
+        opt.times = measure_layer_times(cfg, *ops, 5);
+        size_t free_bytes = 0, total = 0;
+        ops->mem_info(&free_bytes, &total);
+        opt.device_memory = cfg.pipeline.plan_memory_gib > 0 ? cfg.pipeline.plan_memory_gib * 1073741824.0 : double(total);
+        opt.link_gbps = std::string(ops->name()) == "cuda" ? 50 : 10;
+    }
+    const PlanResult r = make_plan(cfg, opt);
+    AutoPlan out;
+    out.report = plan_report(cfg, opt, r);
+    if (r.best < 0) {
+        std::string msg = "pipeline.plan: \"auto\" found no split of " + std::to_string(cfg.model.n_layer) +
+                          " layers over parallel.pp = " + std::to_string(cfg.parallel.pp) + " stages that fits ";
+        char buf[64];
+        std::snprintf(buf, sizeof buf, "%.2f GiB per device", opt.device_memory * (1 - opt.margin) / 1073741824.0);
+        msg += buf;
+        for (const auto& a : r.alternatives) msg += "; would fit: " + a;
+        throw ConfigError(msg);
+    }
+    out.layers = r.candidates[size_t(r.best)].choice.layers;
+    out.ckpt = r.candidates[size_t(r.best)].choice.ckpt;
+    return out;
+}
+
+}  // namespace llmtrain

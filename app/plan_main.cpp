@@ -1,0 +1,110 @@
+// app/plan_main.cpp — llmtrain-plan: the pipeline planner on the command line (docs/training.md
+// "Planning a pipeline"). For a config, a world size and a device memory it prints, per pipeline
+// depth, whether the model fits and the predicted step, then the best plan's per-stage table and the
+// TOML lines that select it. Layer times are measured on the config's backend (--profile) or derived
+// from FLOPs at a stated throughput (--device-tflops, for a device this machine does not have).
+//
+// Exit codes as llmtrain's (app/cli.hpp): 0 a plan was printed, 1 nothing fits (the report says what
+// would) or a runtime failure, 2 bad flags or config.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <regex>
+
+#include "app/cli.hpp"
+#include "app/config.hpp"
+#include "app/model_state.hpp"
+#include "app/plan.hpp"
+#include "model/backend.hpp"
+
+using namespace llmtrain;
+
+namespace {
+
+/// "80GiB", "80 GB", "512MiB", "1.5TiB", or a plain number of bytes -> bytes. Errors: ConfigError.
+double parse_bytes(const std::string& s) {
+    static const std::regex re(R"(\s*([0-9]*\.?[0-9]+)\s*([KMGT]i?B|B)?\s*)", std::regex::icase);
+    std::smatch m;
+    if (!std::regex_match(s, m, re))
+        throw ConfigError("--device-memory: expected a size such as 80GiB, 80GB or 512MiB, got \"" + s + "\"");
+    double v = std::stod(m[1].str());
+    std::string unit = m[2].str();
+    for (auto& ch : unit) ch = char(std::toupper(ch));
+    const bool binary = unit.size() == 3;
+    const double k = binary ? 1024.0 : 1000.0;
+    const char p = unit.empty() ? 'B' : unit[0];
+    const int e = p == 'K' ? 1 : p == 'M' ? 2 : p == 'G' ? 3 : p == 'T' ? 4 : 0;
+    for (int i = 0; i < e; ++i) v *= k;
+    if (!(v > 0)) throw ConfigError("--device-memory: expected a positive size, got \"" + s + "\"");
+    return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::string config_path, memory;
+    std::vector<std::string> overrides;
+    PlanOptions opt;
+    bool profile = false;
+    double tflops = 0, gbps = 3350, link = 0;
+    int reps = 5;
+    CLI::App app{"llmtrain-plan: layers and recomputed layers per pipeline stage under a memory cap, chosen by a "
+                 "MIP (docs/training.md \"Planning a pipeline\")", "llmtrain-plan"};
+    app.add_option("--config", config_path, "TOML config file (built-in defaults when omitted)")->option_text("PATH");
+    app.add_option("--set", overrides, "override one key, as llmtrain's --set")
+        ->option_text("SECTION.KEY=VALUE")
+        ->allow_extra_args(false)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+    app.add_option("--world-size", opt.world, "ranks of the run (pp x dp)")->required()->check(CLI::PositiveNumber);
+    app.add_option("--device-memory", memory, "memory per device, e.g. 80GiB")->required();
+    app.add_option("--memory-margin", opt.margin, "share of the device memory left free (default 0.10)")
+        ->check(CLI::Range(0.0, 0.9));
+    app.add_option("--pp", opt.pp, "plan this pipeline depth only (default: every divisor of the world size)")
+        ->check(CLI::PositiveNumber);
+    auto* prof = app.add_flag("--profile", profile, "measure layer times on the config's backend (run.backend)");
+    auto* tf = app.add_option("--device-tflops", tflops, "derive layer times from FLOPs at this sustained TFLOP/s")
+                   ->check(CLI::PositiveNumber);
+    app.add_option("--device-gbps", gbps, "with --device-tflops: device memory bandwidth for AdamW, GB/s (3350)")
+        ->check(CLI::PositiveNumber)
+        ->needs(tf);
+    app.add_option("--link-gbps", link, "GB/s per rank for pipeline sends and gradient collectives "
+                   "(default 50 with --device-tflops, 10 with --profile)")->check(CLI::PositiveNumber);
+    app.add_option("--reps", reps, "with --profile: timed passes per measurement, the median is used (5)")
+        ->check(CLI::PositiveNumber)
+        ->needs(prof);
+    prof->excludes(tf);
+    app.set_version_flag("--version", std::string("llmtrain-plan ") + kVersion);
+    try {
+        app.parse(argc, argv);
+        if (!profile && tflops == 0) throw CLI::ValidationError("--profile or --device-tflops", "one is required");
+    } catch (const CLI::ParseError& e) {
+        const int code = app.exit(e);
+        return code == 0 ? kExitOk : kExitUsage;
+    }
+    try {
+        const Config cfg = load_config(config_path, overrides);
+        opt.device_memory = parse_bytes(memory);
+        if (opt.pp > 0 && opt.world % opt.pp != 0)
+            throw ConfigError("--pp: expected a divisor of --world-size " + std::to_string(opt.world) + ", got " +
+                              std::to_string(opt.pp));
+        if (opt.pp > cfg.model.n_layer)
+            throw ConfigError("--pp: expected at most model.n_layer = " + std::to_string(cfg.model.n_layer) +
+                              ", got " + std::to_string(opt.pp));
+        opt.link_gbps = link > 0 ? link : profile ? 10 : 50;
+        if (profile) {
+            auto ops = make_backend(cfg.run.backend, cfg.training.precision, cuda_options_of(cfg));
+            opt.times = measure_layer_times(cfg, *ops, reps);
+        } else {
+            opt.times = flops_layer_times(cfg, tflops, gbps);
+        }
+        const PlanResult r = make_plan(cfg, opt);
+        for (const auto& l : plan_report(cfg, opt, r)) std::printf("%s\n", l.c_str());
+        return r.best >= 0 ? kExitOk : kExitFailure;
+    } catch (const ConfigError& e) {
+        std::fprintf(stderr, "llmtrain-plan: %s\n", e.what());
+        return kExitUsage;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "llmtrain-plan: %s\n", e.what());
+        return kExitFailure;
+    }
+}
