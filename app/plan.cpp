@@ -130,6 +130,40 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
 
 namespace {
 
+/// Fills pc.stages (memory counted by estimate_memory for exactly pc's lists, times from prob), the
+/// simulated step and tokens/s for pc.choice's layers and recomputed layers.
+void predict(const Config& cfg, const PlanOptions& opt, const PlanProblem& prob, PlanCandidate& pc) {
+    const int pp = pc.pp;
+    const Config planned = apply_plan(cfg, pc);
+    const PipelineSchedule sched = parse_pipeline_schedule(planned.pipeline.schedule);
+    std::vector<double> fwd, bwd;
+    double tail = 0;
+    pc.stages.clear();
+    for (int s = 0; s < pp; ++s) {
+        const StageModel& st = prob.stages[size_t(s)];
+        StagePrediction sp;
+        sp.layers = pc.choice.layers[size_t(s)];
+        sp.ckpt = pc.choice.ckpt[size_t(s)];
+        sp.in_flight = pp > 1 ? max_in_flight(sched, s, pp, pc.micro_batches) : 1;
+        sp.memory = estimate_memory(planned, opt.world, pc.zero_stage, s);
+        for (int k = 0; k < int(MemCategory::count); ++k)
+            if (MemCategory(k) != MemCategory::host) sp.device_bytes += sp.memory[size_t(k)];
+        sp.fwd = st.forward(sp.layers);
+        sp.bwd = st.backward(sp.layers, sp.ckpt);
+        sp.recompute = st.recompute * sp.ckpt;
+        sp.tail = st.tail(sp.layers);
+        fwd.push_back(sp.fwd);
+        bwd.push_back(sp.bwd);
+        tail = std::max(tail, sp.tail);
+        pc.stages.push_back(sp);
+    }
+    std::vector<std::vector<PipeOp>> lists;
+    for (int s = 0; s < pp; ++s) lists.push_back(stage_schedule(sched, s, pp, pc.micro_batches));
+    pc.step_seconds = simulate(lists, fwd, bwd).makespan + tail;
+    pc.tokens_per_second = double(pc.micro_batches) * cfg.training.micro_batch_size * pc.dp * cfg.model.seq_len /
+                           pc.step_seconds;
+}
+
 /// Plans cfg at depth pp: the MIP, then the chosen plan's exact memory and simulated step.
 PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int pp, int64_t global) {
     PlanCandidate pc;
@@ -158,33 +192,7 @@ PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int pp, int6
         pc.choice = solve_plan(prob);
         if (pc.choice.feasible) break;
     }
-    if (!pc.choice.feasible) return pc;
-    const Config planned = apply_plan(cfg, pc);
-    const PipelineSchedule sched = parse_pipeline_schedule(planned.pipeline.schedule);
-    std::vector<double> fwd, bwd;
-    double tail = 0;
-    for (int s = 0; s < pp; ++s) {
-        const StageModel& st = prob.stages[size_t(s)];
-        StagePrediction sp;
-        sp.layers = pc.choice.layers[size_t(s)];
-        sp.ckpt = pc.choice.ckpt[size_t(s)];
-        sp.in_flight = pp > 1 ? max_in_flight(sched, s, pp, pc.micro_batches) : 1;
-        sp.memory = estimate_memory(planned, opt.world, pc.zero_stage, s);
-        for (int k = 0; k < int(MemCategory::count); ++k)
-            if (MemCategory(k) != MemCategory::host) sp.device_bytes += sp.memory[size_t(k)];
-        sp.fwd = st.forward(sp.layers);
-        sp.bwd = st.backward(sp.layers, sp.ckpt);
-        sp.recompute = st.recompute * sp.ckpt;
-        sp.tail = st.tail(sp.layers);
-        fwd.push_back(sp.fwd);
-        bwd.push_back(sp.bwd);
-        tail = std::max(tail, sp.tail);
-        pc.stages.push_back(sp);
-    }
-    std::vector<std::vector<PipeOp>> lists;
-    for (int s = 0; s < pp; ++s) lists.push_back(stage_schedule(sched, s, pp, pc.micro_batches));
-    pc.step_seconds = simulate(lists, fwd, bwd).makespan + tail;
-    pc.tokens_per_second = double(global) * cfg.model.seq_len / pc.step_seconds;
+    if (pc.choice.feasible) predict(cfg, opt, prob, pc);
     return pc;
 }
 
@@ -197,24 +205,8 @@ std::vector<int> depths(const Config& cfg, const PlanOptions& opt) {
     return d;
 }
 
-/// Whether any depth fits cfg under opt (memory only: the MIP's feasibility).
-bool fits(const Config& cfg, const PlanOptions& opt) {
-    const int64_t global = global_batch_of(cfg, opt.world);
-    for (int pp : depths(cfg, opt)) {
-        std::string why;
-        const int zero = pp > 1 ? std::min(cfg.parallel.zero_stage, 1) : cfg.parallel.zero_stage;
-        const Config c = at_depth(cfg, opt.world, pp, zero, cfg.optimizer.offload == "cpu", global, why);
-        if (why.empty() && solve_plan(plan_problem(c, opt)).feasible) return true;
-    }
-    return false;
-}
-
-}  // namespace
-
-PlanResult make_plan(const Config& cfg, const PlanOptions& opt) {
-    if (opt.world < 1) throw std::invalid_argument("make_plan: expected a world size >= 1, got " + std::to_string(opt.world));
-    if (!(opt.device_memory > 0))
-        throw std::invalid_argument("make_plan: expected a positive device memory, got " + std::to_string(opt.device_memory));
+/// Every depth planned, the fastest feasible marked (make_plan without the alternatives).
+PlanResult plan_depths(const Config& cfg, const PlanOptions& opt) {
     PlanResult r;
     const int64_t global = global_batch_of(cfg, opt.world);
     for (int pp : depths(cfg, opt)) {
@@ -223,26 +215,51 @@ PlanResult make_plan(const Config& cfg, const PlanOptions& opt) {
         if (c.choice.feasible && (r.best < 0 || c.step_seconds < r.candidates[size_t(r.best)].step_seconds))
             r.best = int(r.candidates.size()) - 1;
     }
+    return r;
+}
+
+/// How cfg fits under opt with ZeRO-1 and offload allowed ("pp 2, ZeRO-1"), or "" when it does not.
+std::string fitting(const Config& cfg, PlanOptions opt) {
+    opt.escalate = true;
+    const PlanResult r = plan_depths(cfg, opt);
+    if (r.best < 0) return "";
+    const PlanCandidate& c = r.candidates[size_t(r.best)];
+    return "pp " + std::to_string(c.pp) + ", ZeRO-" + std::to_string(c.zero_stage) +
+           (c.offload ? ", optimizer offloaded" : "");
+}
+
+/// Bytes as "1.5 GiB" or "96 MiB".
+std::string size_text(double bytes) {
+    char buf[48];
+    if (bytes >= 1073741824.0) std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / 1073741824.0);
+    else std::snprintf(buf, sizeof buf, "%.0f MiB", bytes / 1048576.0);
+    return buf;
+}
+
+}  // namespace
+
+PlanResult make_plan(const Config& cfg, const PlanOptions& opt) {
+    if (opt.world < 1) throw std::invalid_argument("make_plan: expected a world size >= 1, got " + std::to_string(opt.world));
+    if (!(opt.device_memory > 0))
+        throw std::invalid_argument("make_plan: expected a positive device memory, got " + std::to_string(opt.device_memory));
+    PlanResult r = plan_depths(cfg, opt);
     if (r.best >= 0) return r;
-    // Nothing fits: which single change would (with escalate, the ZeRO-1 and offload retries already ran).
+    // Nothing fits: which single change would, each checked by planning it (with ZeRO-1 and offload
+    // allowed, as they are not with opt.escalate = false).
+    const int64_t global = global_batch_of(cfg, opt.world);
     if (!opt.escalate) {
-        PlanOptions o = opt;
-        o.escalate = true;
-        const PlanResult e = make_plan(cfg, o);
-        if (e.best >= 0) {
-            const PlanCandidate& c = e.candidates[size_t(e.best)];
-            r.alternatives.push_back("parallel.zero_stage = " + std::to_string(c.zero_stage) +
-                                     (c.offload ? " with optimizer.offload = \"cpu\"" : ""));
-        }
+        const std::string f = fitting(cfg, opt);
+        if (!f.empty()) r.alternatives.push_back("parallel.zero_stage / optimizer.offload as in: " + f);
     }
     if (cfg.training.micro_batch_size > 1) {
         Config c = cfg;
         c.training.micro_batch_size = cfg.training.micro_batch_size / 2;
         c.training.global_batch_size = int(global);
         c.training.grad_accum_steps = 0;
-        if (fits(c, opt))
+        const std::string f = fitting(c, opt);
+        if (!f.empty())
             r.alternatives.push_back("training.micro_batch_size = " + std::to_string(c.training.micro_batch_size) +
-                                     " (the same global batch in more micro-batches)");
+                                     " (the same global batch in more micro-batches): " + f);
     }
     for (int k : {2, 4}) {
         PlanOptions o = opt;
@@ -251,20 +268,18 @@ PlanResult make_plan(const Config& cfg, const PlanOptions& opt) {
         Config c = cfg;
         c.training.global_batch_size = int(global);
         c.training.grad_accum_steps = 0;
-        c.parallel.zero_stage = std::max(cfg.parallel.zero_stage, 1);
-        if (fits(c, o)) {
-            r.alternatives.push_back(std::to_string(o.world) + " ranks (world x " + std::to_string(k) +
-                                     ") with ZeRO-1");
+        const std::string f = fitting(c, o);
+        if (!f.empty()) {
+            r.alternatives.push_back(std::to_string(o.world) + " ranks (world x " + std::to_string(k) + "): " + f);
             break;
         }
     }
-    for (double gib : {1.5, 2.0}) {
+    for (double x : {1.5, 2.0}) {
         PlanOptions o = opt;
-        o.device_memory = opt.device_memory * gib;
-        if (fits(cfg, o)) {
-            char buf[96];
-            std::snprintf(buf, sizeof buf, "a device with %.0f GiB (x %.1f)", o.device_memory / 1073741824.0, gib);
-            r.alternatives.push_back(buf);
+        o.device_memory = opt.device_memory * x;
+        const std::string f = fitting(cfg, o);
+        if (!f.empty()) {
+            r.alternatives.push_back("a device with " + size_text(o.device_memory) + ": " + f);
             break;
         }
     }
@@ -359,6 +374,89 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
     return out;
 }
 
+std::vector<Baseline> baselines(const Config& cfg, const PlanOptions& opt, const PlanCandidate& best) {
+    if (!best.choice.feasible) throw std::invalid_argument("baselines: the planner's candidate does not fit");
+    const int P = best.pp, L = cfg.model.n_layer;
+    std::string why;
+    const Config c = at_depth(cfg, opt.world, P, best.zero_stage, best.offload,
+                              int64_t(best.micro_batches) * cfg.training.micro_batch_size * best.dp, why);
+    const PlanProblem prob = plan_problem(c, opt);
+    auto eval = [&](const std::string& name, const std::vector<int>& layers, const std::vector<int>& ckpt) {
+        Baseline b;
+        b.name = name;
+        b.plan = best;
+        b.plan.choice.layers = layers;
+        b.plan.choice.ckpt = ckpt;
+        b.plan.choice.objective = plan_objective(prob, layers, ckpt);
+        predict(cfg, opt, prob, b.plan);
+        b.fits = std::all_of(b.plan.stages.begin(), b.plan.stages.end(),
+                             [&](const StagePrediction& sp) { return double(sp.device_bytes) <= cap_of(opt); });
+        return b;
+    };
+    std::vector<Baseline> out;
+    const std::vector<int> balanced = balanced_layers_per_stage(gpt_config_of(c), c.training.micro_batch_size,
+                                                                c.model.seq_len, P);
+    out.push_back(eval("full recompute", balanced, balanced));
+    // Every ratio that gives a distinct count on some stage: k / n for k <= n, n a stage's layers.
+    std::vector<float> ratios;
+    for (int n : balanced)
+        for (int k = 0; k <= n; ++k) ratios.push_back(float(k) / float(n));
+    std::sort(ratios.begin(), ratios.end());
+    ratios.erase(std::unique(ratios.begin(), ratios.end()), ratios.end());
+    Baseline best_ratio;
+    for (float r : ratios) {
+        std::vector<int> ckpt;
+        for (const StageLayers& sl : stage_plan(gpt_config_of(c), c.training.micro_batch_size, c.model.seq_len, P,
+                                                balanced, r, {}, {}))
+            ckpt.push_back(sl.checkpointed);
+        // The memory model picks the candidates; eval() counts the winner exactly.
+        bool ok = true;
+        for (int s = 0; s < P; ++s) ok = ok && prob.stages[size_t(s)].memory(balanced[size_t(s)], ckpt[size_t(s)]) <= prob.memory_cap;
+        if (!ok) continue;
+        char name[48];
+        std::snprintf(name, sizeof name, "best ratio %.3g", double(r));
+        Baseline b = eval(name, balanced, ckpt);
+        if (b.fits && (best_ratio.name.empty() || b.plan.step_seconds < best_ratio.plan.step_seconds)) best_ratio = b;
+    }
+    if (!best_ratio.name.empty()) out.push_back(best_ratio);
+    std::vector<int> even(size_t(P), L / P), even_ckpt(size_t(P), 0);
+    for (int s = P - L % P; s < P; ++s) ++even[size_t(s)];
+    for (int s = 0; s < P; ++s) {
+        const StageModel& st = prob.stages[size_t(s)];
+        int& k = even_ckpt[size_t(s)];
+        while (k < even[size_t(s)] && st.memory(even[size_t(s)], k) > prob.memory_cap) ++k;
+    }
+    out.push_back(eval("even split", even, even_ckpt));
+    out.push_back(eval("planner", best.choice.layers, best.choice.ckpt));
+    return out;
+}
+
+std::vector<std::string> compare_report(const std::vector<Baseline>& bs) {
+    std::vector<std::string> out;
+    char buf[400];
+    out.push_back("compared at the plan's depth (memory counted, 1F1B step simulated):");
+    out.push_back("  plan               fits  max stage MiB   step s   vs full recompute  layers / recomputed");
+    const double ref = bs.front().plan.step_seconds;
+    for (const Baseline& b : bs) {
+        size_t peak = 0;
+        for (const StagePrediction& sp : b.plan.stages) peak = std::max(peak, sp.device_bytes);
+        std::snprintf(buf, sizeof buf, "  %-18s %4s %14.1f %8.4f %+17.1f%%  %s / %s", b.name.c_str(), b.fits ? "yes" : "no",
+                      double(peak) / 1048576.0, b.plan.step_seconds, 100.0 * (b.plan.step_seconds / ref - 1.0),
+                      toml_list(b.plan.choice.layers).c_str(), toml_list(b.plan.choice.ckpt).c_str());
+        out.push_back(buf);
+    }
+    out.push_back("  device MiB per stage:");
+    for (const Baseline& b : bs) {
+        std::string row = "  " + b.name + ":";
+        for (const StagePrediction& sp : b.plan.stages) {
+            std::snprintf(buf, sizeof buf, " %.0f", double(sp.device_bytes) / 1048576.0);
+            row += buf;
+        }
+        out.push_back(row);
+    }
+    return out;
+}
+
 AutoPlan auto_plan(const Config& cfg, int world) {
     PlanOptions opt;
     opt.world = world;
@@ -378,9 +476,7 @@ AutoPlan auto_plan(const Config& cfg, int world) {
     if (r.best < 0) {
         std::string msg = "pipeline.plan: \"auto\" found no split of " + std::to_string(cfg.model.n_layer) +
                           " layers over parallel.pp = " + std::to_string(cfg.parallel.pp) + " stages that fits ";
-        char buf[64];
-        std::snprintf(buf, sizeof buf, "%.2f GiB per device", opt.device_memory * (1 - opt.margin) / 1073741824.0);
-        msg += buf;
+        msg += size_text(opt.device_memory * (1 - opt.margin)) + " per device";
         for (const auto& a : r.alternatives) msg += "; would fit: " + a;
         throw ConfigError(msg);
     }

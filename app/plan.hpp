@@ -88,6 +88,26 @@ Config apply_plan(const Config& cfg, const PlanCandidate& c);
 /// The TOML lines that select candidate c, to paste into a config.
 std::vector<std::string> plan_toml(const PlanCandidate& c);
 
+/// A hand-made plan evaluated like the planner's own: memory counted, step simulated.
+struct Baseline {
+    std::string name;
+    PlanCandidate plan;  ///< at the planner's depth, ZeRO stage and offload
+    bool fits = false;   ///< every stage's device bytes <= device_memory x (1 - margin)
+};
+
+/// The comparisons of docs/design.md "Planner" at candidate `best`'s depth (which must be feasible):
+///   full recompute   the default split (FLOP-balanced), every layer recomputed;
+///   best ratio       the same split with the fastest single activation_checkpoint.ratio that fits
+///                    every stage (each distinct floor(ratio x layers) tried), if any;
+///   even split       n_layer / pp layers per stage (the remainder on the last stages), each stage's
+///                    fewest recomputed layers that fit;
+///   planner          best itself.
+std::vector<Baseline> baselines(const Config& cfg, const PlanOptions& opt, const PlanCandidate& best);
+
+/// The baselines side by side: per plan its lists, whether it fits, the largest stage's memory, the
+/// step time and its change against full recompute; then each plan's per-stage device MiB.
+std::vector<std::string> compare_report(const std::vector<Baseline>& b);
+
 /// What pipeline.plan = "auto" decided: the two per-stage lists and the report to log.
 struct AutoPlan {
     std::vector<int> layers, ckpt;

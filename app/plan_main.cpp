@@ -48,6 +48,7 @@ int main(int argc, char** argv) {
     bool profile = false;
     double tflops = 0, gbps = 3350, link = 0;
     int reps = 5;
+    bool compare = false;
     CLI::App app{"llmtrain-plan: layers and recomputed layers per pipeline stage under a memory cap, chosen by a "
                  "MIP (docs/training.md \"Planning a pipeline\")", "llmtrain-plan"};
     app.add_option("--config", config_path, "TOML config file (built-in defaults when omitted)")->option_text("PATH");
@@ -72,6 +73,8 @@ int main(int argc, char** argv) {
     app.add_option("--reps", reps, "with --profile: timed passes per measurement, the median is used (5)")
         ->check(CLI::PositiveNumber)
         ->needs(prof);
+    app.add_flag("--compare", compare, "also evaluate full recompute, the best single ratio and an even split at "
+                 "the plan's depth (tools/bench/plan_compare.sh)");
     prof->excludes(tf);
     app.set_version_flag("--version", std::string("llmtrain-plan ") + kVersion);
     try {
@@ -99,6 +102,9 @@ int main(int argc, char** argv) {
         }
         const PlanResult r = make_plan(cfg, opt);
         for (const auto& l : plan_report(cfg, opt, r)) std::printf("%s\n", l.c_str());
+        if (compare && r.best >= 0)
+            for (const auto& l : compare_report(baselines(cfg, opt, r.candidates[size_t(r.best)])))
+                std::printf("%s\n", l.c_str());
         return r.best >= 0 ? kExitOk : kExitFailure;
     } catch (const ConfigError& e) {
         std::fprintf(stderr, "llmtrain-plan: %s\n", e.what());

@@ -1,6 +1,6 @@
 // tests/app/e2e_util.hpp — what the end-to-end tests of the llmtrain binary share: spawning it as a
 // child process with the tiny model and dataset, reading its losses and checkpoints.
-// Included by test_train_e2e.cpp and test_train_e2e_faults.cpp (one binary each), which define
+// Included by test_train_e2e.cpp, test_train_e2e_faults.cpp and test_plan_e2e.cpp (one binary each), which define
 // LLMTRAIN_BIN, TINY_DATA_DIR, RUNS_DIR and MPIEXEC through CMake.
 #pragma once
 #include <fcntl.h>
@@ -92,6 +92,12 @@ inline Proc run(const std::vector<std::string>& argv) {
     const fs::path base = case_dir() / ("proc" + std::to_string(n++));
     return wait_for(spawn(argv, base.string() + ".out", base.string() + ".err"), base.string() + ".out",
                     base.string() + ".err");
+}
+
+/// argv run under mpirun with n ranks.
+inline std::vector<std::string> under_mpirun(std::vector<std::string> argv, int n) {
+    argv.insert(argv.begin(), {MPIEXEC, "--oversubscribe", "-np", std::to_string(n)});
+    return argv;
 }
 
 /// llmtrain with the tiny model and data, run dir `rd`, plus extra --set overrides.

@@ -8,12 +8,6 @@
 //    for bit; its config errors name the key (exit 2, nothing written).
 #include "tests/app/e2e_util.hpp"
 
-/// argv run under mpirun with n ranks.
-std::vector<std::string> under_mpirun(std::vector<std::string> argv, int n) {
-    argv.insert(argv.begin(), {MPIEXEC, "--oversubscribe", "-np", std::to_string(n)});
-    return argv;
-}
-
 /// a followed by b.
 std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
     a.insert(a.end(), b.begin(), b.end());
