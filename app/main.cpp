@@ -106,8 +106,13 @@ int run(const CliArgs& args) {
         if (cfg.parallel.dp == 0) cfg.parallel.dp = args.world_size / cfg.parallel.pp;
         check_zero_config(cfg, 0);
         resolve_batch(cfg, cfg.parallel.dp);
-        if (world_rank() == 0)
+        if (world_rank() == 0) {
             for (const auto& l : memory_report(cfg, args.world_size)) std::printf("%s\n", l.c_str());
+            if (cfg.pipeline.plan == "auto")
+                std::printf("(pipeline.plan = \"auto\" chooses the split at start-up; this count is of the default "
+                            "split: llmtrain-plan --world-size %d --pp %d prints the plan)\n", args.world_size,
+                            cfg.parallel.pp);
+        }
         return kExitOk;
     }
     const int world = world_size(), rank = world_rank();

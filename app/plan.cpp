@@ -35,7 +35,7 @@ Config at_depth(const Config& cfg, int world, int pp, int zero, bool offload, in
         c.optimizer.offload = "cpu";
         c.optimizer.offload_fraction = 1.0f;
     }
-    if (pp != cfg.parallel.pp || c.pipeline.layers_per_stage.size() != size_t(pp)) c.pipeline.layers_per_stage.clear();
+    c.pipeline.layers_per_stage.clear();
     c.activation_checkpoint.ratio_per_stage.clear();
     c.activation_checkpoint.layers_per_stage.clear();
     const int dp = c.parallel.dp;

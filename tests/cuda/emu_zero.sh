@@ -9,7 +9,8 @@
 # weights and activations). Then the offloaded optimizer (docs/training.md "Optimizer offload")
 # against the same emulated run without it, bitwise (tolerance 0): ZeRO-2 bf16 at offload_fraction
 # 0.5, and ZeRO-0 bf16 with stochastic rounding at fraction 1. Last, a 2-stage pipeline (activations
-# and gradients over NCCL send/recv, 3 micro-batches per step) against one CPU process, fp32 1e-4. Usage: emu_zero.sh <llmtrain> <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
+# and gradients over NCCL send/recv, 3 micro-batches per step) against one CPU process, fp32 1e-4,
+# with the default split and with pipeline.plan = "auto" (layers timed on the emulated backend). Usage: emu_zero.sh <llmtrain> <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
 set -euo pipefail
 CPU=$1 EMU=$2 MPI=$3 DATA=$4 WORK=$5
 VOCAB=$(cat "$DATA/vocab_size.txt")
@@ -54,4 +55,10 @@ compare dp_bf16_sr dp_bf16_sr_off 0
 run "$CPU" 1 cpu_m3 --set training.grad_accum_steps=3
 run "$EMU" 2 pp2_emu --set 'run.backend="cuda"' --set parallel.pp=2 --set training.grad_accum_steps=3
 compare cpu_m3 pp2_emu 1e-4
+# pipeline.plan = "auto": rank 0 times the layers on the emulated CUDA backend and plans the split;
+# any split and recomputation give the same losses, so the reference is the same.
+run "$EMU" 2 pp2_auto_emu --set 'run.backend="cuda"' --set parallel.pp=2 --set training.grad_accum_steps=3 \
+    --set 'pipeline.plan="auto"' --set pipeline.plan_memory_gib=1
+grep -q "best: pp 2 x dp 1" "$WORK/pp2_auto_emu.log" || { echo "FAILED: no plan in pp2_auto_emu.log"; exit 1; }
+compare cpu_m3 pp2_auto_emu 1e-4
 echo "emu_zero: passed"
