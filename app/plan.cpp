@@ -313,10 +313,10 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
     const GPTConfig g = gpt_config_of(cfg);
     const int64_t global = global_batch_of(cfg, opt.world);
     std::snprintf(buf, sizeof buf, "plan: GPT-2 %d layers x %d embd (%.4g parameters), world %d, global batch %lld x %d "
-                  "tokens, micro_batch_size %d, %s; memory cap %.1f GiB = %.1f GiB x (1 - margin %.2f)",
+                  "tokens, micro_batch_size %d, %s; memory cap %s = %s x (1 - margin %.2f)",
                   g.n_layer, g.n_embd, double(ParamLayout(g).num_parameters()), opt.world, (long long)global,
                   cfg.model.seq_len, cfg.training.micro_batch_size, cfg.training.precision.c_str(),
-                  cap_of(opt) / 1073741824.0, opt.device_memory / 1073741824.0, opt.margin);
+                  size_text(cap_of(opt)).c_str(), size_text(opt.device_memory).c_str(), opt.margin);
     out.push_back(buf);
     const LayerTimes& t = opt.times;
     std::snprintf(buf, sizeof buf, "times %s: layer F %.3f ms, B %.3f ms, recompute %.3f ms; embedding F %.3f / B %.3f "

@@ -9,9 +9,11 @@
      At micro-batch 8 and 32 (the second needs recomputation at every depth).
   2. Measured on this CPU: tiny.toml's width with 12 layers at pp = 2 on 2 ranks (one thread each),
      under a cap 15% below what the fastest plan without recomputation needs. Each of the four plans
-     is run for real; its median step time and every rank's peak are printed beside the prediction.
+     is run for real, `--rounds` times interleaved; the median step time and every rank's peak are
+     printed beside the prediction.
 
-Usage: tools/bench/plan_compare.py [--build build] [--data data/brown] [--steps 8] [--device-tflops 400]
+Usage: tools/bench/plan_compare.py [--build build] [--data data/brown] [--steps 8] [--rounds 3]
+                                   [--device-tflops 400] [--skip-paper]
 Prints ratios measured in one run; nothing here is a pass/fail test.
 """
 import argparse
@@ -47,7 +49,7 @@ def on_paper(plan, tflops):
             print("\n".join(lines[table:best + 1] + lines[compared:]))
 
 
-def measured(build, data, steps):
+def measured(build, data, steps, rounds):
     plan = os.path.join(build, "app", "llmtrain-plan")
     llmtrain = os.path.join(build, "app", "llmtrain")
     env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -65,26 +67,37 @@ def measured(build, data, steps):
           f"cap {0.85 * need:.1f} MiB (85% of the no-recompute plan's {need:.1f} MiB)")
     rows = re.findall(r"^  (full recompute|best ratio [0-9.e-]+|even split|planner) +(yes|no) +([0-9.]+) +([0-9.]+) "
                       r"+[-+0-9.]+% +(\[[0-9, ]*\]) / (\[[0-9, ]*\])", out, re.M)
-    print(f"{'plan':18s} {'fits':>4s} {'layers':>9s} {'ckpt':>9s} {'pred s':>8s} {'meas s':>8s} {'err':>7s} "
-          f"{'pred MiB':>9s} {'peak MiB (stage 0, 1)':>22s}")
-    results = {}
+    # Each plan runs `rounds` times, interleaved, so that drift of this shared machine (10% between
+    # identical runs here) falls on every plan alike; the median of the runs' medians is printed.
+    steps_of = {name: [] for name, *_ in rows}
+    peaks_of = {}
+    for r in range(rounds):
+        for name, fits, mib, pred, layers, ckpt in rows:
+            rd = f"/tmp/plan_compare/{name.replace(' ', '_')}"
+            subprocess.run(["rm", "-rf", rd])
+            run = sh(["mpirun", "--oversubscribe", "-np", "2", llmtrain] + base +
+                     ["--set", f"pipeline.layers_per_stage={layers}",
+                      "--set", f"activation_checkpoint.layers_per_stage={ckpt}", "--set", f"run.max_steps={steps}",
+                      "--set", "run.log_interval=1", "--set", "run.eval_interval=0", "--set", "run.sample_interval=0",
+                      "--set", "metrics.enabled=false", "--set", "checkpoint.interval=0",
+                      "--set", f'run.run_dir="{rd}"'], env)
+            tps = [float(t.replace(",", "")) for s, t in re.findall(r"step (\d+)/\d+ \|.*\| ([0-9,]+) tok/s", run)
+                   if int(s) > 2]
+            steps_of[name].append(statistics.median(8 * 4 * 256 / t for t in tps) if tps else float("nan"))
+            peaks_of[name] = re.findall(r"\(stage \d\) ([0-9.]+)", run)
+    print(f"{'plan':18s} {'fits':>4s} {'layers':>9s} {'ckpt':>9s} {'pred s':>8s} {'meas s':>8s} {'runs (s)':>20s} "
+          f"{'err':>7s} {'pred MiB':>9s} {'peak MiB (stage 0, 1)':>22s}")
+    measured_s = {}
     for name, fits, mib, pred, layers, ckpt in rows:
-        rd = f"/tmp/plan_compare/{name.replace(' ', '_')}"
-        subprocess.run(["rm", "-rf", rd])
-        run = sh(["mpirun", "--oversubscribe", "-np", "2", llmtrain] + base +
-                 ["--set", f"pipeline.layers_per_stage={layers}", "--set", f"activation_checkpoint.layers_per_stage={ckpt}",
-                  "--set", f"run.max_steps={steps}", "--set", "run.log_interval=1", "--set", "run.eval_interval=0",
-                  "--set", "run.sample_interval=0", "--set", "metrics.enabled=false", "--set", "checkpoint.interval=0",
-                  "--set", f'run.run_dir="{rd}"'], env)
-        tps = [float(t.replace(",", "")) for s, t in re.findall(r"step (\d+)/\d+ \|.*\| ([0-9,]+) tok/s", run) if int(s) > 2]
-        step = statistics.median(8 * 4 * 256 / t for t in tps) if tps else float("nan")
-        peaks = re.findall(r"\(stage \d\) ([0-9.]+)", run)
-        results[name] = step
-        print(f"{name:18s} {fits:>4s} {layers:>9s} {ckpt:>9s} {float(pred):8.3f} {step:8.3f} "
-              f"{100 * (float(pred) / step - 1):+6.1f}% {float(mib):9.1f} {', '.join(peaks):>22s}")
-    full = results.get("full recompute")
-    if full and "planner" in results:
-        print(f"planner vs full recompute, measured: {100 * (results['planner'] / full - 1):+.1f}% step time")
+        step = statistics.median(steps_of[name])
+        measured_s[name] = step
+        runs = " ".join(f"{x:.2f}" for x in steps_of[name])
+        print(f"{name:18s} {fits:>4s} {layers:>9s} {ckpt:>9s} {float(pred):8.3f} {step:8.3f} {runs:>20s} "
+              f"{100 * (float(pred) / step - 1):+6.1f}% {float(mib):9.1f} {', '.join(peaks_of[name]):>22s}")
+    full = measured_s.get("full recompute")
+    if full and "planner" in measured_s:
+        print(f"planner vs full recompute: predicted {100 * (float(rows[-1][3]) / float(rows[0][3]) - 1):+.1f}%, "
+              f"measured {100 * (measured_s['planner'] / full - 1):+.1f}% step time")
 
 
 def main():
@@ -93,9 +106,12 @@ def main():
     ap.add_argument("--data", default=os.path.join(ROOT, "data", "brown"))
     ap.add_argument("--steps", type=int, default=8)
     ap.add_argument("--device-tflops", type=float, default=400)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--skip-paper", action="store_true")
     a = ap.parse_args()
-    on_paper(os.path.join(a.build, "app", "llmtrain-plan"), a.device_tflops)
-    measured(a.build, a.data, a.steps)
+    if not a.skip_paper:
+        on_paper(os.path.join(a.build, "app", "llmtrain-plan"), a.device_tflops)
+    measured(a.build, a.data, a.steps, a.rounds)
 
 
 if __name__ == "__main__":
