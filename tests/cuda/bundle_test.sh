@@ -3,7 +3,8 @@
 # dependencies: in a chroot holding only glibc, the C++ runtime, CUDA's cudart/cuBLASLt/cuDNN and
 # the unpacked bundle, with tools/gpu/run.sh's environment, test_cuda_gpu loads (and exits 77: no
 # GPU) and llmtrain trains 2 CPU steps of configs/tiny.toml on the tiny dataset (MPI_Init as a
-# singleton, HDF5, SentencePiece, checkpoint written). Needs root (chroot, mknod, bind mounts):
+# singleton, HDF5, SentencePiece, checkpoint written), and llmtrain-plan solves a plan (GLPK).
+# Needs root (chroot, mknod, bind mounts):
 # exits 77 (skipped) where they are refused.
 #
 # Usage: bundle_test.sh <repo root> <build dir> <work dir>
@@ -41,4 +42,7 @@ chroot "$R" "$D/app/llmtrain" --config /work/tiny.toml --set 'run.run_dir="/tmp/
 [ -d "$R/tmp/run/checkpoints/step_2" ] || { echo "bundle_test: no checkpoint at step 2"; exit 1; }
 chroot "$R" "$D/tools/bench/offload_bench" --backend cpu --params 1 --steps 1 --trace /tmp/offload.json
 [ -s "$R/tmp/offload.json" ] || { echo "bundle_test: offload_bench wrote no trace"; exit 1; }
+chroot "$R" "$D/app/llmtrain-plan" --config /work/tiny.toml --world-size 2 --device-memory 1GiB \
+    --device-tflops 1 >"$WORK/plan.txt" || { echo "bundle_test: llmtrain-plan failed"; cat "$WORK/plan.txt"; exit 1; }
+grep -q "^best:" "$WORK/plan.txt" || { echo "bundle_test: llmtrain-plan printed no plan"; exit 1; }
 echo "bundle_test: the bundle ran in a bare root"

@@ -3,9 +3,10 @@
 # libraries but none of our other dependencies (a lent machine cannot install packages).
 #
 # Usage: tools/gpu/bundle.sh [out_dir (default .gpu)]; tested by tests/cuda/bundle_test.sh
-# Builds (Release, nvcc) app/llmtrain, tests/cuda/test_cuda_gpu and tests/app/make_tiny_dataset in
-# $BUILD (default build), then writes <out_dir>/bundle.tar.gz holding, under llmtrain-gpu/:
-#   app/, tests/   the three executables, in their build-tree places (tools/bench/gpu_bench.sh's BUILD)
+# Builds (Release, nvcc) app/llmtrain, app/llmtrain-plan, tests/cuda/test_cuda_gpu,
+# tests/app/make_tiny_dataset and two benchmarks in $BUILD (default build), then writes
+# <out_dir>/bundle.tar.gz holding, under llmtrain-gpu/:
+#   app/, tests/, tools/bench/   the executables, in their build-tree places (gpu_bench.sh's BUILD)
 #   lib/           every shared library they load except glibc's, libstdc++/libgcc_s (the target's
 #                  own are newer and compatible) and CUDA's (cudart, cuBLASLt, cuDNN: the target's
 #                  own, found by tools/gpu/run.sh)
@@ -17,7 +18,8 @@ OUT=${1:-.gpu}
 BUILD=${BUILD:-build}
 if [ "${NO_BUILD:-0}" != 1 ]; then  # NO_BUILD=1: use what $BUILD holds (the ctest does)
     cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
-    cmake --build "$BUILD" -j "$(nproc)" --target llmtrain test_cuda_gpu make_tiny_dataset attention_bench offload_bench
+    cmake --build "$BUILD" -j "$(nproc)" --target llmtrain llmtrain-plan test_cuda_gpu make_tiny_dataset attention_bench \
+        offload_bench
 fi
 for exe in app/llmtrain tests/cuda/test_cuda_gpu; do
     deps=$(ldd "$BUILD/$exe")  # not piped into grep -q: its early exit would fail the pipe (pipefail)
@@ -28,7 +30,7 @@ STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 ROOT=$STAGE/llmtrain-gpu
 mkdir -p "$ROOT/app" "$ROOT/tests/cuda" "$ROOT/tests/app" "$ROOT/tools/bench" "$ROOT/lib" "$ROOT/openmpi"
-cp "$BUILD/app/llmtrain" "$ROOT/app/"
+cp "$BUILD/app/llmtrain" "$BUILD/app/llmtrain-plan" "$ROOT/app/"
 cp "$BUILD/tests/cuda/test_cuda_gpu" "$ROOT/tests/cuda/"
 cp "$BUILD/tests/app/make_tiny_dataset" "$ROOT/tests/app/"
 cp "$BUILD/tools/bench/attention_bench" "$ROOT/tools/bench/"  # gpu_bench.sh's attention timings
@@ -37,7 +39,7 @@ cp "$BUILD/tools/bench/offload_bench" "$ROOT/tools/bench/"    # the offloaded op
 # Libraries the target provides itself (glibc, the C++ runtime, the driver and CUDA's libraries).
 SKIP='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcublas|libcudnn|libnccl)'
 ompi_plugins=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
-for f in "$ROOT/app/llmtrain" "$ROOT/tests/cuda/test_cuda_gpu" "$ROOT/tests/app/make_tiny_dataset" \
+for f in "$ROOT/app/llmtrain" "$ROOT/app/llmtrain-plan" "$ROOT/tests/cuda/test_cuda_gpu" "$ROOT/tests/app/make_tiny_dataset" \
          "$ROOT/tools/bench/attention_bench" "$ROOT/tools/bench/offload_bench" "$ompi_plugins"/*.so; do
     ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
 done | sort -u | while read -r name path; do

@@ -3,13 +3,14 @@
 # the real device (test_cuda_gpu: every op and the model against the CPU backend, cuDNN attention
 # against ours), then tools/bench/gpu_bench.sh (tokens/s and MFU, GPT-2 124M and 1.5B, with each
 # attention path: native, cublas, cudnn) and tools/bench/offload_bench (the offloaded optimizer's
-# step, serial against double-buffered, and its trace). Logs go to $LOGS (default $OUT when set,
-# else gpu-logs/).
+# step, serial against double-buffered, and its trace), then llmtrain-plan with GPT-2 1.5B's layers
+# timed on the device (the planner's inputs measured rather than derived from FLOPs). Logs go to
+# $LOGS (default $OUT when set, else gpu-logs/).
 #
 # Usage: tools/gpu/run.sh [bundle.tar.gz (default .gpu/bundle.tar.gz)] [bench steps (default 10)]
-# Writes 6 files (the device tool returns 8 at most): env.txt, test_cuda_gpu.log, bench.txt,
-# llmtrain_logs.txt (every bench run's llmtrain log, one after the other), offload.txt and
-# offload_trace.json.
+# Writes 7 files (the device tool returns 8 at most): env.txt, test_cuda_gpu.log, bench.txt,
+# llmtrain_logs.txt (every bench run's llmtrain log, one after the other), offload.txt,
+# offload_trace.json and plan.txt.
 # Run from the repository root (configs/ and tools/ are read from the tree). Needs the NVIDIA driver
 # and CUDA 13's cudart and cuBLASLt, and cuDNN 9 (a system install or pip's nvidia-* wheels).
 set -uo pipefail
@@ -56,3 +57,8 @@ for f in "$DIR"/gpu_bench/*.log; do [ -f "$f" ] && { echo "==== $(basename "$f")
 echo "== offload_bench (bf16, 1.5B / 8 ranks' shard: 200 M parameters)"
 "$DIR/tools/bench/offload_bench" --backend cuda --params 200 --trace "$LOGS/offload_trace.json" 2>&1 |
     tee "$LOGS/offload.txt"
+
+echo "== llmtrain-plan --profile (GPT-2 1.5B, layer times measured on this GPU, 8 x this GPU's memory)"
+mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+"$DIR/app/llmtrain-plan" --config configs/gpt2-1.5b.toml --world-size 8 --device-memory "${mem}MiB" --profile \
+    --link-gbps 200 --compare 2>&1 | tee "$LOGS/plan.txt"
