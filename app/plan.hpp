@@ -45,7 +45,8 @@ struct PlanCandidate {
     int pp = 1, dp = 1, micro_batches = 1, zero_stage = 0;
     bool offload = false;    ///< optimizer.offload = "cpu" (fraction 1) was needed to fit
     std::string skipped;     ///< non-empty: this depth was not planned, and why
-    PlanChoice choice;       ///< the MIP's solution (feasible = false: nothing fits)
+    PlanChoice choice;       ///< the plan (feasible = false: nothing fits): the MIP's, refined on the simulated step
+    double mip_objective = 0;///< the MIP's optimum of the closed form, seconds (before the refinement)
     std::vector<StagePrediction> stages;
     double step_seconds = 0; ///< simulated 1F1B makespan + the largest tail
     double tokens_per_second = 0;
@@ -69,7 +70,8 @@ PlanProblem plan_problem(const Config& cfg, const PlanOptions& opt);
 /// Plans every depth (opt.pp or each divisor of opt.world up to n_layer, with the global batch of
 /// cfg: global_batch_size, or micro_batch_size x max(1, grad_accum_steps) x world / parallel.pp);
 /// a depth whose batch does not divide, or whose ZeRO group does not fit dp, is skipped with the
-/// reason. With opt.escalate, a depth that does not fit with cfg's ZeRO stage is tried again at
+/// reason. Each depth's MIP optimum is refined by one-layer moves on the simulated step (the 1F1B
+/// closed form is exact only for equal stages). With opt.escalate, a depth that does not fit with cfg's ZeRO stage is tried again at
 /// ZeRO-1 and then with the optimizer offloaded. When no depth fits, lists what would: ZeRO-1, offload, half the
 /// micro-batch, twice and four times the ranks. Errors: std::invalid_argument for opt.world < 1
 /// or a non-positive device memory; as plan_problem.
