@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
         ->check(CLI::PositiveNumber)
         ->needs(prof);
     app.add_flag("--compare", compare, "also evaluate full recompute, the best single ratio and an even split at "
-                 "the plan's depth (tools/bench/plan_compare.sh)");
+                 "the plan's depth (tools/bench/plan_compare.py)");
     prof->excludes(tf);
     app.set_version_flag("--version", std::string("llmtrain-plan ") + kVersion);
     try {

@@ -164,16 +164,23 @@ void run_case(const Case& c) {
         std::vector<float> other(mine.size());
         if (s == P - 1) ends->send(mine.data(), mine.size(), DType::f32, 0);
         else ends->recv(other.data(), other.size(), DType::f32, 1);
-        if (s == 0) EXPECT_EQ(mine, other) << "the two copies of wte differ after the step";
+        if (s == 0) {
+            EXPECT_EQ(mine, other) << "the two copies of wte differ after the step";
+        }
     }
 
     // Forward only: eval loss and logits at the last stage equal the whole model's.
     batch(100, in.data(), tgt.data());
     const float ev = pipe.evaluate(in.data(), tgt.data());
-    if (s == P - 1) EXPECT_EQ(ev, whole.evaluate(in.data(), tgt.data()));
+    if (s == P - 1) {
+        EXPECT_EQ(ev, whole.evaluate(in.data(), tgt.data()));
+    }
     const auto lg = pipe.logits_at(in.data(), kT - 1);
-    if (s == P - 1) EXPECT_EQ(lg, whole.logits_at(in.data(), kT - 1));
-    else EXPECT_TRUE(lg.empty());
+    if (s == P - 1) {
+        EXPECT_EQ(lg, whole.logits_at(in.data(), kT - 1));
+    } else {
+        EXPECT_TRUE(lg.empty());
+    }
 }
 
 std::vector<int> even_split(int n, int P) {
