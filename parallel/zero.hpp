@@ -31,6 +31,10 @@ struct ZeroOptions {
     /// The units this rank's pipeline stage holds, ascending (empty: every unit). Stages 0 and 1
     /// only: the full params and grads buffers then hold just these units, back to back.
     std::vector<int> units;
+    /// unit_to_host gathers every rank's chunk in pieces of at most this many elements: its
+    /// workspace, (N + 1) pieces of fp32 (N = 8: 2.25 MiB), is the one allocation of a checkpoint,
+    /// outside what --dry-run counts. Tests set it small to cut chunks into several pieces.
+    size_t gather_piece = size_t(1) << 16;
 };
 
 class ZeroEngine final : public ParamStore {

@@ -1,8 +1,8 @@
 // tests/app/test_plan_e2e.cpp — llmtrain-plan and pipeline.plan = "auto" end to end, against what the
 // planned run then measures:
 //  - memory: each stage's predicted device bytes equal the Allocator's peak of a pp = 2 run of the
-//    plan within 2% (tiny.toml's shape, and the same with 12 layers), with a cap that forces
-//    recomputation;
+//    plan within 2% (tiny.toml's shape, and the same with 12 layers; and pp 2 x dp 2 at ZeRO-1 on
+//    4 ranks), with a cap that forces recomputation;
 //  - time: the predicted step within 15% of the median measured step of the same plan on the CPU at
 //    pp = 2, one thread per rank (registered RUN_SERIAL: timings need the two cores to themselves);
 //  - a model that fits nowhere: exit 1 and the nearest changes that would fit; bad flags: exit 2;
@@ -75,10 +75,10 @@ std::pair<std::string, std::string> plan_lists(const std::string& out) {
     return {found[0], found[1]};
 }
 
-/// "peak device memory (MiB): rank 0 (stage 0) 247.60, rank 1 (stage 1) 218.51" -> stage -> MiB.
+/// "peak device memory (MiB): rank 0 (stage 0) 247.60, rank 1 (stage 1) 218.51" -> rank -> MiB.
 std::map<int, double> peaks(const std::string& out) {
     std::map<int, double> m;
-    const std::regex re(R"(rank [0-9]+ \(stage ([0-9]+)\) ([0-9.]+))");
+    const std::regex re(R"(rank ([0-9]+) \(stage [0-9]+\) ([0-9.]+))");
     const size_t at = out.find("peak device memory");
     if (at == std::string::npos) return m;
     const std::string line = out.substr(at, out.find('\n', at) - at);
@@ -92,14 +92,16 @@ double number_after(const std::string& out, const std::string& key) {
     return at == std::string::npos ? -1 : std::stod(out.substr(at + key.size()));
 }
 
-/// Plans tiny.toml's shape (n_layer layers) at pp 2 on 2 ranks under a cap 3% below what it needs
-/// without recomputation, runs the plan for 2 steps and compares each stage's peak.
-void expect_memory_as_planned(int n_layer) {
-    SCOPED_TRACE("n_layer " + std::to_string(n_layer));
+/// Plans tiny.toml's shape (n_layer layers) at pp 2 on `ranks` ranks (dp = ranks / 2, at `zero`)
+/// under a cap 3% below what it needs without recomputation, runs the plan for 2 steps (a checkpoint
+/// at the end) and compares each stage's peak, on every rank.
+void expect_memory_as_planned(int n_layer, int ranks, int zero) {
+    SCOPED_TRACE("n_layer " + std::to_string(n_layer) + ", ranks " + std::to_string(ranks));
     const std::vector<std::string> sets = {"model.n_layer=" + std::to_string(n_layer), "model.seq_len=128",
                                            "training.micro_batch_size=2", "training.grad_accum_steps=4",
-                                           "parallel.pp=2"};
-    const std::vector<std::string> flags = {"--world-size", "2", "--pp", "2", "--profile", "--reps", "1"};
+                                           "parallel.pp=2", "parallel.zero_stage=" + std::to_string(zero)};
+    const std::vector<std::string> flags = {"--world-size", std::to_string(ranks), "--pp", "2", "--profile",
+                                            "--reps", "1"};
     auto with_memory = [&](double mib) {
         auto f = flags;
         f.insert(f.end(), {"--device-memory", std::to_string(mib) + "MiB"});
@@ -120,13 +122,15 @@ void expect_memory_as_planned(int n_layer) {
     auto run_sets = sets;
     run_sets.insert(run_sets.end(), {"run.max_steps=2", "pipeline.layers_per_stage=" + layers,
                                      "activation_checkpoint.layers_per_stage=" + ckpt});
-    Proc train = run(train_cmd(case_dir() / ("run" + std::to_string(n_layer)), run_sets, 2));
+    Proc train = run(train_cmd(case_dir() / ("run" + std::to_string(n_layer) + "_" + std::to_string(ranks)),
+                               run_sets, ranks));
     ASSERT_EQ(train.code, 0) << train.err;
     const auto measured = peaks(train.out);
-    ASSERT_EQ(measured.size(), 2u) << train.out;
-    for (int s = 0; s < 2; ++s) {
+    ASSERT_EQ(measured.size(), size_t(ranks)) << train.out;
+    for (const auto& [rank, mib] : measured) {
+        const int s = rank / (ranks / 2);
         const double predicted = rows.at(s)[2];
-        EXPECT_NEAR(measured.at(s), predicted, 0.02 * predicted) << "stage " << s << "\n" << tight.out;
+        EXPECT_NEAR(mib, predicted, 0.02 * predicted) << "rank " << rank << ", stage " << s << "\n" << tight.out;
         EXPECT_LE(predicted, 0.97 * need * 1.0001) << "stage " << s << " over the cap";
     }
 }
@@ -134,8 +138,9 @@ void expect_memory_as_planned(int n_layer) {
 }  // namespace
 
 TEST_F(E2E, PlanMemoryMatchesTheRunsPeak) {
-    expect_memory_as_planned(4);
-    expect_memory_as_planned(12);
+    expect_memory_as_planned(4, 2, 0);
+    expect_memory_as_planned(12, 2, 0);
+    expect_memory_as_planned(12, 4, 1);  // pp 2 x dp 2 at ZeRO-1: sharded optimizer, gathered checkpoint
 }
 
 TEST_F(E2E, PlanStepTimeMatchesTheRun) {
