@@ -58,14 +58,14 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
     ModelState s;
     const GPTConfig g = gpt_config_of(cfg);
     const int N = topo.zero_group_size(), P = topo.pp(), st = topo.stage();
-    s.plan = stage_plan_of(cfg)[size_t(st)];
+    const StageLayers plan = stage_plan_of(cfg)[size_t(st)];  // this rank's layers and recomputed layers
     const PipelineSchedule schedule = parse_pipeline_schedule(cfg.pipeline.schedule);
     GPTOptions go;
     go.B = cfg.training.micro_batch_size;
     go.T = cfg.model.seq_len;
-    go.l0 = s.plan.l0;
-    go.l1 = s.plan.l1;
-    go.checkpoint_layers = s.plan.checkpointed;
+    go.l0 = plan.l0;
+    go.l1 = plan.l1;
+    go.checkpoint_layers = plan.checkpointed;
     go.contexts = P > 1 ? max_in_flight(schedule, st, P, std::max(1, cfg.training.grad_accum_steps)) : 1;
     go.shard_multiple = N > 1 ? 8 * N : 1;  // every shard of a unit 16-byte aligned (8 elements)
     s.layout = std::make_unique<ParamLayout>(g, go.shard_multiple);
@@ -106,13 +106,12 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
     return s;
 }
 
-std::array<size_t, static_cast<int>(MemCategory::count)> estimate_memory(const Config& cfg_in, int world, int stage,
-                                                                         int pp_stage) {
+MemBytes estimate_memory(const Config& cfg_in, int world, int stage, int pp_stage) {
     Config cfg = cfg_in;
     cfg.parallel.zero_stage = stage;
     if (stage == 0) cfg.parallel.zero_group_size = 0;
     auto ops = make_dry_ops(precision_dtype(cfg));
-    std::array<size_t, static_cast<int>(MemCategory::count)> out{};
+    MemBytes out{};
     {
         Allocator alloc(*ops);
         Topology probe(world, 0, cfg.parallel.pp, zero_group_of(cfg));
@@ -128,33 +127,40 @@ std::array<size_t, static_cast<int>(MemCategory::count)> estimate_memory(const C
     return out;
 }
 
-namespace {
-
-using MemBytes = std::array<size_t, static_cast<int>(MemCategory::count)>;
-
-/// Appends each category of b in MiB to row; returns the device total and the model states
-/// (params + grads + optimizer) in bytes.
-std::pair<double, double> append_categories(std::string& row, const MemBytes& b) {
-    char buf[32];
-    double total = 0;
-    for (int k = 0; k < int(MemCategory::count); ++k) {
-        std::snprintf(buf, sizeof buf, " %11.1f", double(b[k]) / 1048576.0);
-        row += buf;
-        if (MemCategory(k) != MemCategory::host) total += double(b[k]);
-    }
-    return {total, double(b[int(MemCategory::params)] + b[int(MemCategory::grads)] + b[int(MemCategory::optimizer)])};
+size_t device_bytes(const MemBytes& b) {
+    size_t total = 0;
+    for (int k = 0; k < int(MemCategory::count); ++k)
+        if (MemCategory(k) != MemCategory::host) total += b[size_t(k)];
+    return total;
 }
+
+std::string memory_columns_head() {
+    std::string head;
+    char buf[32];
+    for (int k = 0; k < int(MemCategory::count); ++k) {
+        std::snprintf(buf, sizeof buf, " %11s", mem_category_name(MemCategory(k)));
+        head += buf;
+    }
+    return head;
+}
+
+std::pair<double, double> append_memory_columns(std::string& row, const MemBytes& b) {
+    char buf[32];
+    for (int k = 0; k < int(MemCategory::count); ++k) {
+        std::snprintf(buf, sizeof buf, " %11.1f", double(b[size_t(k)]) / 1048576.0);
+        row += buf;
+    }
+    return {double(device_bytes(b)),
+            double(b[int(MemCategory::params)] + b[int(MemCategory::grads)] + b[int(MemCategory::optimizer)])};
+}
+
+namespace {
 
 /// memory_report's rows with a pipeline: per ZeRO stage (0, 1: the ones a pipeline allows) and
 /// pipeline stage, the per-rank bytes by category, the stage's layers and recomputed layers.
 std::vector<std::string> pipeline_report(const Config& cfg, int world, std::vector<std::string> out) {
     char buf[200];
-    std::string head = "zero pp_stage layers ckpt in_flight";
-    for (int k = 0; k < int(MemCategory::count); ++k) {
-        std::snprintf(buf, sizeof buf, " %11s", mem_category_name(MemCategory(k)));
-        head += buf;
-    }
-    out.push_back(head + " device total | model states");
+    out.push_back("zero pp_stage layers ckpt in_flight" + memory_columns_head() + " device total | model states");
     const auto plan = stage_plan_of(cfg);
     const PipelineSchedule schedule = parse_pipeline_schedule(cfg.pipeline.schedule);
     const int P = cfg.parallel.pp, m = std::max(1, cfg.training.grad_accum_steps);
@@ -164,7 +170,7 @@ std::vector<std::string> pipeline_report(const Config& cfg, int world, std::vect
             std::snprintf(buf, sizeof buf, "%4d %8d %6d %4d %9d", zero, s, plan[size_t(s)].l1 - plan[size_t(s)].l0,
                           plan[size_t(s)].checkpointed, max_in_flight(schedule, s, P, m));
             std::string row = buf;
-            const auto [total, states] = append_categories(row, b);
+            const auto [total, states] = append_memory_columns(row, b);
             std::snprintf(buf, sizeof buf, " %12.1f | %12.1f", total / 1048576.0, states / 1048576.0);
             out.push_back(row + buf);
         }
@@ -196,16 +202,11 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
                   cfg.activation_checkpoint.ratio, cfg.optimizer.offload.c_str(), off.enabled ? off.fraction : 0.0);
     out.push_back(buf);
     if (cfg.parallel.pp > 1) return pipeline_report(cfg, world, out);
-    std::string head = "stage";
-    for (int k = 0; k < int(MemCategory::count); ++k) {
-        std::snprintf(buf, sizeof buf, " %11s", mem_category_name(MemCategory(k)));
-        head += buf;
-    }
-    out.push_back(head + " device total | model states   paper formula");
+    out.push_back("stage" + memory_columns_head() + " device total | model states   paper formula");
     for (int stage = 0; stage <= 3; ++stage) {
         const auto b = estimate_memory(cfg, world, stage);
         std::string row = "    " + std::to_string(stage);
-        const auto [total, states] = append_categories(row, b);
+        const auto [total, states] = append_memory_columns(row, b);
         // Rajbhandari et al. 2020: DP (es+es+K)Psi; ZeRO-1 es+es+K/N; ZeRO-2 es+(es+K)/N; ZeRO-3
         // (es+es+K)/N; with offload (Ren et al. 2021) the offloaded share of K moves to the host.
         const double n1 = stage == 0 ? 1 : N, Kd = K * on_device;

@@ -21,13 +21,15 @@
 
 namespace llmtrain {
 
+/// Bytes per MemCategory (model/allocator.hpp), as the Allocator counts them.
+using MemBytes = std::array<size_t, static_cast<int>(MemCategory::count)>;
+
 struct ModelState {
     std::unique_ptr<ParamLayout> layout;            // padded to split over the ZeRO group
     std::unique_ptr<Comm> zero_comm, replica_comm;  // the ZeRO group, the replica group
     std::unique_ptr<ZeroEngine> engine;
     std::unique_ptr<GPT> gpt;
     std::unique_ptr<AdamW> adam;
-    StageLayers plan{};  // this rank's pipeline stage: its layers and recomputed layers
     // With parallel.pp > 1 (else empty / null):
     std::vector<std::unique_ptr<Comm>> links;  // to the neighbour stages (PipelineLinks)
     std::unique_ptr<Comm> embedding_comm;      // first and last stage: the tied wte's gradient
@@ -66,8 +68,15 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
 /// at zero stage `stage`, counted by building it over the dry-run backend (model/dry_ops.hpp):
 /// nothing is allocated. The backend's own workspaces (cuBLASLt, cuDNN: ~35 MB on CUDA) are not
 /// included. Errors: std::invalid_argument for a world or group size that does not fit.
-std::array<size_t, static_cast<int>(MemCategory::count)> estimate_memory(const Config& cfg, int world, int stage,
-                                                                         int pp_stage = 0);
+MemBytes estimate_memory(const Config& cfg, int world, int stage, int pp_stage = 0);
+
+/// Device bytes of b: every category but host.
+size_t device_bytes(const MemBytes& b);
+/// The column heads of a memory table, one " %11s" per category, in MemCategory order.
+std::string memory_columns_head();
+/// Appends each category of b in MiB (" %11.1f") to row; returns the device total and the model
+/// states (params + grads + optimizer) in bytes.
+std::pair<double, double> append_memory_columns(std::string& row, const MemBytes& b);
 
 /// The `--dry-run --world-size N` report: the group layout and, for each ZeRO stage (0 and 1 with
 /// a pipeline) and pipeline stage, the per-rank bytes by category, next to the paper's model-state

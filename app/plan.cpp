@@ -65,11 +65,7 @@ double stage_bytes(Config c, int s, int n, int ck) {
     ckpt[size_t(s)] = ck;
     c.pipeline.layers_per_stage = layers;
     c.activation_checkpoint.layers_per_stage = ckpt;
-    const MemBytes b = estimate_memory(c, c.parallel.pp * c.parallel.dp, c.parallel.zero_stage, s);
-    double dev = 0;
-    for (int k = 0; k < int(MemCategory::count); ++k)
-        if (MemCategory(k) != MemCategory::host) dev += double(b[size_t(k)]);
-    return dev;
+    return double(device_bytes(estimate_memory(c, c.parallel.pp * c.parallel.dp, c.parallel.zero_stage, s)));
 }
 
 double cap_of(const PlanOptions& opt) { return opt.device_memory * (1.0 - opt.margin); }
@@ -130,20 +126,25 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
 
 namespace {
 
-/// The simulated step of `layers` / `ckpt` under prob's times: the 1F1B (or GPipe) makespan of the
-/// per-stage forward and backward seconds, plus the largest tail. Seconds.
-double simulated_step(const PlanProblem& prob, PipelineSchedule sched, const std::vector<int>& layers,
-                      const std::vector<int>& ckpt) {
+/// Every stage's op list for prob's micro-batches under `sched` (stage_schedule), for simulated_step.
+std::vector<std::vector<PipeOp>> schedule_lists(const PlanProblem& prob, PipelineSchedule sched) {
     const int P = int(prob.stages.size());
-    std::vector<double> fwd, bwd;
     std::vector<std::vector<PipeOp>> lists;
+    for (int s = 0; s < P; ++s) lists.push_back(stage_schedule(sched, s, P, prob.micro_batches));
+    return lists;
+}
+
+/// The simulated step of `layers` / `ckpt` under prob's times: the makespan of `lists`
+/// (schedule_lists) with the per-stage forward and backward seconds, plus the largest tail. Seconds.
+double simulated_step(const PlanProblem& prob, const std::vector<std::vector<PipeOp>>& lists,
+                      const std::vector<int>& layers, const std::vector<int>& ckpt) {
+    std::vector<double> fwd, bwd;
     double tail = 0;
-    for (int s = 0; s < P; ++s) {
-        const StageModel& st = prob.stages[size_t(s)];
-        fwd.push_back(st.forward(layers[size_t(s)]));
-        bwd.push_back(st.backward(layers[size_t(s)], ckpt[size_t(s)]));
-        tail = std::max(tail, st.tail(layers[size_t(s)]));
-        lists.push_back(stage_schedule(sched, s, P, prob.micro_batches));
+    for (size_t s = 0; s < prob.stages.size(); ++s) {
+        const StageModel& st = prob.stages[s];
+        fwd.push_back(st.forward(layers[s]));
+        bwd.push_back(st.backward(layers[s], ckpt[s]));
+        tail = std::max(tail, st.tail(layers[s]));
     }
     return simulate(lists, fwd, bwd).makespan + tail;
 }
@@ -160,13 +161,14 @@ void refine_by_simulation(const PlanProblem& prob, PipelineSchedule sched, PlanC
                 return false;
         return true;
     };
-    double best = simulated_step(prob, sched, c.layers, c.ckpt);
+    const auto lists = schedule_lists(prob, sched);
+    double best = simulated_step(prob, lists, c.layers, c.ckpt);
     for (bool improved = true; improved;) {
         improved = false;
         std::vector<int> bn = c.layers, bk = c.ckpt;
         auto consider = [&](const std::vector<int>& n, const std::vector<int>& k) {
             if (!fits(n, k)) return;
-            const double t = simulated_step(prob, sched, n, k);
+            const double t = simulated_step(prob, lists, n, k);
             if (t < best * (1 - 1e-9)) best = t, bn = n, bk = k, improved = true;
         };
         for (int s = 0; s < P; ++s) {
@@ -204,15 +206,14 @@ void predict(const Config& cfg, const PlanOptions& opt, const PlanProblem& prob,
         sp.ckpt = pc.choice.ckpt[size_t(s)];
         sp.in_flight = pp > 1 ? max_in_flight(sched, s, pp, pc.micro_batches) : 1;
         sp.memory = estimate_memory(planned, opt.world, pc.zero_stage, s);
-        for (int k = 0; k < int(MemCategory::count); ++k)
-            if (MemCategory(k) != MemCategory::host) sp.device_bytes += sp.memory[size_t(k)];
+        sp.device_bytes = device_bytes(sp.memory);
         sp.fwd = st.forward(sp.layers);
         sp.bwd = st.backward(sp.layers, sp.ckpt);
         sp.recompute = st.recompute * sp.ckpt;
         sp.tail = st.tail(sp.layers);
         pc.stages.push_back(sp);
     }
-    pc.step_seconds = simulated_step(prob, sched, pc.choice.layers, pc.choice.ckpt);
+    pc.step_seconds = simulated_step(prob, schedule_lists(prob, sched), pc.choice.layers, pc.choice.ckpt);
     pc.tokens_per_second = double(pc.micro_batches) * cfg.training.micro_batch_size * pc.dp * cfg.model.seq_len /
                            pc.step_seconds;
 }
@@ -407,20 +408,13 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
                   b.micro_batches, b.zero_stage, b.offload ? ", optimizer offloaded" : "", b.step_seconds,
                   b.mip_objective, b.tokens_per_second);
     out.push_back(buf);
-    std::string head = "stage layers ckpt in_flight";
-    for (int k = 0; k < int(MemCategory::count); ++k) {
-        std::snprintf(buf, sizeof buf, " %11s", mem_category_name(MemCategory(k)));
-        head += buf;
-    }
-    out.push_back(head + " device MiB |   F ms   B ms  (recompute)  tail ms");
+    out.push_back("stage layers ckpt in_flight" + memory_columns_head() +
+                  " device MiB |   F ms   B ms  (recompute)  tail ms");
     for (size_t s = 0; s < b.stages.size(); ++s) {
         const StagePrediction& sp = b.stages[s];
         std::snprintf(buf, sizeof buf, "%5zu %6d %4d %9d", s, sp.layers, sp.ckpt, sp.in_flight);
         std::string row = buf;
-        for (int k = 0; k < int(MemCategory::count); ++k) {
-            std::snprintf(buf, sizeof buf, " %11.1f", double(sp.memory[size_t(k)]) / 1048576.0);
-            row += buf;
-        }
+        append_memory_columns(row, sp.memory);
         std::snprintf(buf, sizeof buf, " %10.1f | %6.2f %6.2f  (%7.2f)  %7.2f", double(sp.device_bytes) / 1048576.0,
                       1e3 * sp.fwd, 1e3 * sp.bwd, 1e3 * sp.recompute, 1e3 * sp.tail);
         out.push_back(row + buf);

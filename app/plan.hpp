@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "app/config.hpp"
+#include "app/model_state.hpp"
 #include "app/plan_times.hpp"
-#include "model/allocator.hpp"
 #include "parallel/planner.hpp"
 
 namespace llmtrain {
@@ -27,8 +27,6 @@ struct PlanOptions {
     bool escalate = true;         ///< a depth that does not fit is tried at ZeRO-1, then with offload
     LayerTimes times;
 };
-
-using MemBytes = std::array<size_t, static_cast<int>(MemCategory::count)>;
 
 /// One stage of a candidate plan, as predicted.
 struct StagePrediction {

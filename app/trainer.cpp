@@ -441,12 +441,9 @@ std::vector<std::string> Trainer::summary() const {
             std::string line = "  stage " + std::to_string(s) + ": layers [" + std::to_string(sl.l0) + ", " +
                                std::to_string(sl.l1) + "), " + std::to_string(sl.checkpointed) + " recomputed, " +
                                std::to_string(max_in_flight(sch, s, P, m)) + " micro-batches in flight |";
-            size_t dev = 0;
-            for (int k = 0; k < int(MemCategory::count); ++k) {
+            for (int k = 0; k < int(MemCategory::count); ++k)
                 line += std::string(" ") + mem_category_name(MemCategory(k)) + " " + mib(b[k]);
-                if (MemCategory(k) != MemCategory::host) dev += b[k];
-            }
-            out.push_back(line + ", device total " + mib(dev));
+            out.push_back(line + ", device total " + mib(device_bytes(b)));
         }
     }
     if (const HostOffload* off = I.adam->offload()) {
