@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "app/cli_positive.hpp"
+
 namespace llmtrain {
 
 CliArgs parse_cli(int argc, const char* const* argv) {
@@ -23,7 +25,7 @@ CliArgs parse_cli(int argc, const char* const* argv) {
     app.add_option("--world-size", args.world_size,
                    "with --dry-run: per-rank memory of an N-rank run at every ZeRO stage, without allocating "
                    "(no data files needed)")
-        ->check(CLI::PositiveNumber)
+        ->check(kPositive)
         ->needs(dry);
     app.set_version_flag("--version", std::string("llmtrain ") + kVersion);
     try {

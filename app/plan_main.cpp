@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "app/cli.hpp"
+#include "app/cli_positive.hpp"
 #include "app/config.hpp"
 #include "app/model_state.hpp"
 #include "app/plan.hpp"
@@ -56,22 +57,22 @@ int main(int argc, char** argv) {
         ->option_text("SECTION.KEY=VALUE")
         ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-    app.add_option("--world-size", opt.world, "ranks of the run (pp x dp)")->required()->check(CLI::PositiveNumber);
+    app.add_option("--world-size", opt.world, "ranks of the run (pp x dp)")->required()->check(kPositive);
     app.add_option("--device-memory", memory, "memory per device, e.g. 80GiB")->required();
     app.add_option("--memory-margin", opt.margin, "share of the device memory left free (default 0.10)")
         ->check(CLI::Range(0.0, 0.9));
     app.add_option("--pp", opt.pp, "plan this pipeline depth only (default: every divisor of the world size)")
-        ->check(CLI::PositiveNumber);
+        ->check(kPositive);
     auto* prof = app.add_flag("--profile", profile, "measure layer times on the config's backend (run.backend)");
     auto* tf = app.add_option("--device-tflops", tflops, "derive layer times from FLOPs at this sustained TFLOP/s")
-                   ->check(CLI::PositiveNumber);
+                   ->check(kPositive);
     app.add_option("--device-gbps", gbps, "with --device-tflops: device memory bandwidth for AdamW, GB/s (3350)")
-        ->check(CLI::PositiveNumber)
+        ->check(kPositive)
         ->needs(tf);
     app.add_option("--link-gbps", link, "GB/s per rank for pipeline sends and gradient collectives "
-                   "(default 50 with --device-tflops, 10 with --profile)")->check(CLI::PositiveNumber);
+                   "(default 50 with --device-tflops, 10 with --profile)")->check(kPositive);
     app.add_option("--reps", reps, "with --profile: timed passes per measurement, the median is used (5)")
-        ->check(CLI::PositiveNumber)
+        ->check(kPositive)
         ->needs(prof);
     app.add_flag("--compare", compare, "also evaluate full recompute, the best single ratio and an even split at "
                  "the plan's depth (tools/bench/plan_compare.py)");

@@ -250,6 +250,9 @@ TEST_F(E2E, PlanBadFlagsExit2) {
     EXPECT_NE(key.err.find("model.n_layers"), std::string::npos) << key.err;
     Proc mem = run(plan_cmd({}, {"--world-size", "2", "--device-memory", "12XB", "--profile"}));
     EXPECT_NE(mem.err.find("--device-memory: expected a size such as 80GiB"), std::string::npos) << mem.err;
+    Proc rate = run(plan_cmd({}, {"--world-size", "2", "--device-memory", "1GiB", "--device-tflops", "-5"}));
+    EXPECT_EQ(rate.code, 2) << rate.err;
+    EXPECT_NE(rate.err.find("--device-tflops: expected a number > 0, got -5"), std::string::npos) << rate.err;
 }
 
 TEST_F(E2E, AutoPlanTrainsAndRefusesWhatCannotFit) {

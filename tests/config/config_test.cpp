@@ -496,3 +496,15 @@ TEST(Cli, HelpAndVersionExitZeroUsageErrorsExitTwo) {
         EXPECT_EQ(a.exit_code, kExitUsage) << argv[0];
     }
 }
+
+TEST(Cli, WorldSizeMustBePositiveAndTheErrorSaysSo) {
+    for (const char* v : {"0", "-1", "x", "2x"}) {
+        testing::internal::CaptureStderr();
+        const CliArgs a = parse({"--dry-run", "--world-size", v});
+        const std::string err = testing::internal::GetCapturedStderr();
+        EXPECT_TRUE(a.exit_now) << v;
+        EXPECT_EQ(a.exit_code, kExitUsage) << v;
+        EXPECT_NE(err.find(std::string("--world-size: expected a number > 0, got ") + v), std::string::npos) << err;
+    }
+    EXPECT_EQ(parse({"--dry-run", "--world-size", "64"}).world_size, 64);
+}

@@ -25,6 +25,7 @@
 #include "data/tokenizer.hpp"
 #include "data/tokenizer_trainer.hpp"
 #include "data/window_order.hpp"
+#include "app/cli_positive.hpp"
 #include "tools/prep/corpus.hpp"
 
 namespace fs = std::filesystem;
@@ -234,7 +235,7 @@ int main(int argc, char** argv) {
                    "lines sampled (shuffled) for tokenizer training; 0 = all")
         ->capture_default_str();
     app.add_option("--num-threads", a.num_threads, "threads for training and encoding")
-        ->check(CLI::PositiveNumber)
+        ->check(kPositive)
         ->capture_default_str();
     app.add_option("--tokenizer", a.tokenizer, "use this existing SentencePiece .model instead of training one");
     app.add_option("--val-fraction", a.val_fraction, "fraction of documents held out for val.h5")
