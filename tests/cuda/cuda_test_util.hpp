@@ -131,6 +131,8 @@ struct Mode {
 inline std::string mode_name(const testing::TestParamInfo<Mode>& info) {
     return info.param.precision + "_" + info.param.order;
 }
+/// How gtest (and so ctest's discovered test names) prints a Mode: "fp32 forward", not its raw bytes.
+inline void PrintTo(const Mode& m, std::ostream* os) { *os << m.precision << " " << m.order; }
 inline std::vector<Mode> all_modes() {
     std::vector<Mode> m;
     for (const char* p : {"fp32", "bf16"})

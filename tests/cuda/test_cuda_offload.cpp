@@ -27,6 +27,10 @@ struct Case {
 std::string case_name(const testing::TestParamInfo<Case>& i) {
     return i.param.precision + "_" + i.param.order + (i.param.stochastic ? "_sr" : "");
 }
+/// How gtest (and ctest's discovered test names) prints a Case, instead of its raw bytes.
+void PrintTo(const Case& c, std::ostream* os) {
+    *os << c.precision << " " << c.order << (c.stochastic ? " stochastic rounding" : "");
+}
 
 class CudaOffload : public testing::TestWithParam<Case> {
 protected:

@@ -80,6 +80,9 @@ TEST_P(LayerNormExample, MatchesDoubleReference) {
     CUDA_CHECK(cudaStreamDestroy(stream));
 }
 
+/// How gtest (and ctest's discovered test names) prints a Case, instead of its raw bytes.
+void PrintTo(const Case& c, std::ostream* os) { *os << "N " << c.N << ", C " << c.C; }
+
 /// "N51_C48_random_1": rows, channels and thread order.
 std::string case_name(const ::testing::TestParamInfo<std::tuple<Case, const char*>>& info) {
     const Case c = std::get<0>(info.param);
