@@ -2,8 +2,8 @@
 //
 // Ordering: every rank runs the same model code, so collectives start in the same order on every
 // rank of a group (MPI and NCCL both require it). Async handles are waited for in the order they
-// were started. When grad_reduce_dtype differs from the act dtype, gradients are cast into one
-// shared wire buffer, so each such reduction completes before the next one starts.
+// were started. When grad_reduce_dtype differs from the act dtype, gradients are cast piece by piece
+// into shared wire buffers, so each such reduction completes before the next one starts.
 #include "parallel/zero.hpp"
 
 #include <algorithm>
@@ -59,8 +59,10 @@ ZeroEngine::ZeroEngine(Allocator& alloc, const ParamLayout& layout, Comm& zero, 
         for (Slot& s : pslots_) s.buf = alloc_cat(MemCategory::comm, max_unit * es_);
     }
     if (opt_.reduce_dtype != ops_.act_dtype() && (N_ > 1 || replicas_.size() > 1)) {
-        wire_send_ = alloc_cat(MemCategory::comm, std::max(max_unit, units[0].numel) * wire_es_);
-        wire_recv_ = alloc_cat(MemCategory::comm, max_chunk * wire_es_);
+        piece_ = std::clamp(opt_.reduce_piece_bytes / (size_t(N_) * wire_es_), size_t(1), std::max(max_chunk, size_t(1)));
+        if (opt_.stage == 1 || (opt_.stage >= 2 && N_ > 1))  // the stages that reduce-scatter through it
+            wire_send_ = alloc_cat(MemCategory::comm, size_t(N_) * piece_ * wire_es_);
+        wire_recv_ = alloc_cat(MemCategory::comm, piece_ * wire_es_);
     }
 }
 
@@ -95,13 +97,26 @@ void ZeroEngine::start_reduce(Slot& s) {
         ops_.memcpy_d2d(s.tmp, s.buf, n * es_);
         return;
     }
-    if (wire_send_ == nullptr) {
+    if (wire_recv_ == nullptr) {
         s.pending = zero_.reduce_scatter_sum_async(s.buf, s.tmp, n, ops_.act_dtype());
         return;
     }
-    ops_.cast(wire_send_, opt_.reduce_dtype, s.buf, ops_.act_dtype(), layout_.units()[u].numel);
-    zero_.reduce_scatter_sum(wire_send_, wire_recv_, n, opt_.reduce_dtype);
-    ops_.cast(s.tmp, ops_.act_dtype(), wire_recv_, opt_.reduce_dtype, n);
+    reduce_scatter_wire(s.buf, s.tmp, u);
+}
+
+void ZeroEngine::reduce_scatter_wire(const void* src, void* dst, int u) {
+    // Rank r's chunk is elements [r·n, (r+1)·n) of the unit. Piece j takes elements [j, j + len) of
+    // every chunk, cast back to back into wire_send_ in rank order, so the reduce-scatter hands each
+    // rank the sum of its own part: dst[j, j + len).
+    const size_t n = chunk(u);
+    for (size_t j = 0; j < n; j += piece_) {
+        const size_t len = std::min(piece_, n - j);
+        for (int r = 0; r < N_; ++r)
+            ops_.cast(static_cast<char*>(wire_send_) + size_t(r) * len * wire_es_, opt_.reduce_dtype,
+                      static_cast<const char*>(src) + (size_t(r) * n + j) * es_, ops_.act_dtype(), len);
+        zero_.reduce_scatter_sum(wire_send_, wire_recv_, len, opt_.reduce_dtype);
+        ops_.cast(static_cast<char*>(dst) + j * es_, ops_.act_dtype(), wire_recv_, opt_.reduce_dtype, len);
+    }
 }
 
 void ZeroEngine::finish_reduce(Slot& s) {
@@ -121,25 +136,23 @@ void ZeroEngine::reduce_grads() {
             if (!held_[u]) continue;
             const char* src = full_at(grads_, int(u));
             const size_t n = chunk(int(u));
-            if (wire_send_ == nullptr) {
+            if (wire_recv_ == nullptr)
                 zero_.reduce_scatter_sum(src, shard_at(gshard_, int(u)), n, ops_.act_dtype());
-            } else {
-                ops_.cast(wire_send_, opt_.reduce_dtype, src, ops_.act_dtype(), layout_.units()[u].numel);
-                zero_.reduce_scatter_sum(wire_send_, wire_recv_, n, opt_.reduce_dtype);
-                ops_.cast(shard_at(gshard_, int(u)), ops_.act_dtype(), wire_recv_, opt_.reduce_dtype, n);
-            }
+            else
+                reduce_scatter_wire(src, shard_at(gshard_, int(u)), int(u));
         }
     }
     if (replicas_.size() == 1) return;
-    if (wire_send_ == nullptr) {
+    if (wire_recv_ == nullptr) {
         replicas_.all_reduce_sum(gshard_, shard_numel_, ops_.act_dtype());
         return;
     }
-    for (size_t u = 0; u < layout_.units().size(); ++u) {  // unit by unit: the cast buffer stays one chunk
-        char* g = shard_at(gshard_, int(u));
-        ops_.cast(wire_recv_, opt_.reduce_dtype, g, ops_.act_dtype(), chunk(int(u)));
-        replicas_.all_reduce_sum(wire_recv_, chunk(int(u)), opt_.reduce_dtype);
-        ops_.cast(g, ops_.act_dtype(), wire_recv_, opt_.reduce_dtype, chunk(int(u)));
+    for (size_t j = 0; j < shard_numel_; j += piece_) {  // piece by piece: the cast buffer stays one piece
+        const size_t len = std::min(piece_, shard_numel_ - j);
+        char* g = static_cast<char*>(gshard_) + j * es_;
+        ops_.cast(wire_recv_, opt_.reduce_dtype, g, ops_.act_dtype(), len);
+        replicas_.all_reduce_sum(wire_recv_, len, opt_.reduce_dtype);
+        ops_.cast(g, ops_.act_dtype(), wire_recv_, opt_.reduce_dtype, len);
     }
 }
 

@@ -35,6 +35,13 @@ struct ZeroOptions {
     /// workspace, (N + 1) pieces of fp32 (N = 8: 2.25 MiB), is the one allocation of a checkpoint,
     /// outside what --dry-run counts. Tests set it small to cut chunks into several pieces.
     size_t gather_piece = size_t(1) << 16;
+    /// When reduce_dtype differs from the act dtype, gradients are cast and reduced in pieces of
+    /// p = reduce_piece_bytes / (N x its size) elements of every rank's chunk: the cast buffers are
+    /// N + 1 pieces (at most reduce_piece_bytes + a piece), where a whole unit and a chunk would be
+    /// 614 MiB for GPT-2 1.5B's wte in fp32. Each reduce-scatter then moves reduce_piece_bytes per
+    /// call, each replica all-reduce p elements. Sums are per element in rank order, so the pieces
+    /// change no bit. Tests set it small to cut chunks into several pieces.
+    size_t reduce_piece_bytes = size_t(64) << 20;
 };
 
 class ZeroEngine final : public ParamStore {
@@ -96,6 +103,7 @@ private:
     void start_gather(Slot& s, int u);
     void start_reduce(Slot& s);
     void finish_reduce(Slot& s);
+    void reduce_scatter_wire(const void* src, void* dst, int u);
     size_t chunk(int u) const;
     char* full_at(void* base, int u) const;  // unit u in params_ / grads_
     char* shard_at(void* base, int u) const;  // unit u's chunk of a shard-local act-dtype buffer
@@ -127,8 +135,9 @@ private:
     std::array<Slot, 2> gslots_;  // stages 2-3: layer / ln_f gradients
     int next_gslot_ = 0;
     std::vector<Slot*> reduce_order_;  // slots with a reduce in flight, in the order started
-    void* wire_send_ = nullptr;  // (max unit) reduce dtype, when it differs from the act dtype
-    void* wire_recv_ = nullptr;  // (max chunk) reduce dtype
+    size_t piece_ = 0;           // elements per rank's piece of a cast reduction (reduce_piece_bytes)
+    void* wire_send_ = nullptr;  // (N x piece_) reduce dtype: every rank's part of a piece, rank order
+    void* wire_recv_ = nullptr;  // (piece_) reduce dtype; non-null: gradients travel in reduce dtype
     std::vector<void*> owned_;
 };
 

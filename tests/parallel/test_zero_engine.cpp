@@ -12,6 +12,7 @@
 
 #include "app/model_state.hpp"
 #include "model/backend.hpp"
+#include "model/bf16.hpp"
 
 namespace llmtrain {
 namespace {
@@ -135,6 +136,66 @@ TEST(ZeroEngine, UnitToHostGathersEveryChunkInPieces) {
             e.unit_to_host(int(u), shard.data(), out.data());
             for (size_t x = 0; x < out.size(); ++x)
                 ASSERT_EQ(out[x], float(layout.units()[u].offset + x)) << "piece " << piece << ", unit " << u << ", element " << x;
+        }
+    }
+}
+
+TEST(ZeroEngine, CastReductionInPiecesIsExactAndKeepsItsBuffersToAPiece) {
+    // grad_reduce_dtype bf16 under the CPU backend's fp32, stages 0-3 (ZeRO group: the world, one rank
+    // at stage 0). Rank r's gradient at flat index x is g(r, x) (below). MpiComm sums each element in fp32 in
+    // rank order and rounds to bf16 once, so the reduced value must be bf16(sum_r bf16(g(r, x))),
+    // computed here on the host; with pieces of 3 elements (several per chunk, the last one short) and
+    // with the default (one per chunk at this size), bit for bit. The cast buffers (comm at stages 0
+    // and 1) are p elements of bf16, plus N p for the reduce-scatter's send at stage 1.
+    const int W = world_size(), me = world_rank();
+    const ParamLayout layout(gpt_config_of(tiny()), 8 * W);
+    // Integer hash over one division: no expression the compiler could contract differently here and
+    // in the fill loop. Values in (-25, 25) with more bits than bf16 keeps.
+    auto g = [](int r, size_t x) {
+        const uint32_t h = uint32_t(x) * 2654435761u + uint32_t(r) * 40503u;
+        return float(int(h % 200001u) - 100000) / 4099.0f;
+    };
+    auto ops = make_backend("cpu", "fp32");
+    for (int stage = 0; stage <= 3; ++stage) {
+        const int N = stage == 0 ? 1 : W;
+        const Topology topo(W, me, 1, N);
+        auto zero = make_mpi_comm(topo.zero_group());
+        auto replica = make_mpi_comm(topo.replica_group());
+        size_t max_chunk = 0;
+        for (const FlatRange& r : layout.shard(zero->rank(), N)) max_chunk = std::max(max_chunk, r.numel);
+        for (size_t piece : {size_t(3), size_t(0)}) {
+            Allocator alloc(*ops);
+            ZeroOptions zo;
+            zo.stage = stage;
+            zo.reduce_dtype = DType::bf16;
+            if (piece > 0) zo.reduce_piece_bytes = piece * size_t(N) * 2;
+            ZeroEngine e(alloc, layout, *zero, *replica, zo);
+            const size_t p = piece > 0 ? piece : max_chunk;
+            if (stage <= 1) {
+                EXPECT_EQ(alloc.current(MemCategory::comm), (stage == 1 ? size_t(N) + 1 : 1) * p * 2)
+                    << "stage " << stage << ", piece " << piece;
+            }
+            e.begin_step();
+            for (size_t u = 0; u < layout.units().size(); ++u) {
+                const auto& unit = layout.units()[u];
+                std::vector<float> mine(unit.numel);
+                for (size_t x = 0; x < unit.numel; ++x) mine[x] = g(me, unit.offset + x);
+                ops->memcpy_h2d(e.acquire_grads(int(u)), mine.data(), unit.numel * 4);
+                e.grads_done(int(u));
+            }
+            e.reduce_grads();
+            std::vector<float> got(e.shard_numel());
+            ops->memcpy_d2h(got.data(), e.grad_shard(), got.size() * 4);
+            ops->synchronize();
+            size_t i = 0;
+            for (const FlatRange& r : e.shard())
+                for (size_t x = r.offset; x < r.offset + r.numel; ++x, ++i) {
+                    float sum = 0;
+                    for (int k = 0; k < W; ++k) sum += bf16_to_f32(f32_to_bf16(g(k, x)));
+                    ASSERT_EQ(got[i], bf16_to_f32(f32_to_bf16(sum)))
+                        << "stage " << stage << ", piece " << piece << ", flat index " << x;
+                }
+            ASSERT_EQ(i, got.size());
         }
     }
 }
