@@ -144,7 +144,7 @@ TEST(ZeroEngine, CastReductionInPiecesIsExactAndKeepsItsBuffersToAPiece) {
     // grad_reduce_dtype bf16 under the CPU backend's fp32, stages 0-3 (ZeRO group: the world, one rank
     // at stage 0). Rank r's gradient at flat index x is g(r, x) (below). MpiComm sums each element in fp32 in
     // rank order and rounds to bf16 once, so the reduced value must be bf16(sum_r bf16(g(r, x))),
-    // computed here on the host; with pieces of 3 elements (several per chunk, the last one short) and
+    // computed here on the host; with pieces of 1,001 elements (several per large chunk, the last one short; ln_f in one) and
     // with the default (one per chunk at this size), bit for bit. The cast buffers (comm at stages 0
     // and 1) are p elements of bf16, plus N p for the reduce-scatter's send at stage 1.
     const int W = world_size(), me = world_rank();
@@ -163,7 +163,7 @@ TEST(ZeroEngine, CastReductionInPiecesIsExactAndKeepsItsBuffersToAPiece) {
         auto replica = make_mpi_comm(topo.replica_group());
         size_t max_chunk = 0;
         for (const FlatRange& r : layout.shard(zero->rank(), N)) max_chunk = std::max(max_chunk, r.numel);
-        for (size_t piece : {size_t(3), size_t(0)}) {
+        for (size_t piece : {size_t(1001), size_t(0)}) {
             Allocator alloc(*ops);
             ZeroOptions zo;
             zo.stage = stage;
