@@ -111,9 +111,12 @@ void ZeroEngine::reduce_scatter_wire(const void* src, void* dst, int u) {
     const size_t n = chunk(u);
     for (size_t j = 0; j < n; j += piece_) {
         const size_t len = std::min(piece_, n - j);
-        for (int r = 0; r < N_; ++r)
-            ops_.cast(static_cast<char*>(wire_send_) + size_t(r) * len * wire_es_, opt_.reduce_dtype,
-                      static_cast<const char*>(src) + (size_t(r) * n + j) * es_, ops_.act_dtype(), len);
+        if (len == n)  // the piece holds every chunk whole: that is the unit as it lies, one cast
+            ops_.cast(wire_send_, opt_.reduce_dtype, src, ops_.act_dtype(), size_t(N_) * n);
+        else
+            for (int r = 0; r < N_; ++r)
+                ops_.cast(static_cast<char*>(wire_send_) + size_t(r) * len * wire_es_, opt_.reduce_dtype,
+                          static_cast<const char*>(src) + (size_t(r) * n + j) * es_, ops_.act_dtype(), len);
         zero_.reduce_scatter_sum(wire_send_, wire_recv_, len, opt_.reduce_dtype);
         ops_.cast(static_cast<char*>(dst) + j * es_, ops_.act_dtype(), wire_recv_, opt_.reduce_dtype, len);
     }

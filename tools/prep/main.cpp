@@ -21,11 +21,11 @@
 #include <optional>
 #include <thread>
 
+#include "app/cli_positive.hpp"
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
 #include "data/tokenizer_trainer.hpp"
 #include "data/window_order.hpp"
-#include "app/cli_positive.hpp"
 #include "tools/prep/corpus.hpp"
 
 namespace fs = std::filesystem;
