@@ -86,6 +86,13 @@ public:
     virtual void record_event(Event e) = 0;         ///< on the current stream
     virtual void wait_event(Event e) = 0;           ///< the current stream waits for e
     virtual void synchronize_event(Event e) = 0;    ///< the host waits for e
+    /// Non-blocking: whether the work queued before e's record has completed, so that a host wait
+    /// can poll other things (parallel/host_wait.hpp). The default waits and answers true (the CPU
+    /// runs ops at once). Errors: the backend's (CudaError for a failed device).
+    virtual bool query_event(Event e) {
+        synchronize_event(e);
+        return true;
+    }
     /// An event that elapsed_seconds() can read (CUDA events are otherwise made without timing).
     virtual Event create_timed_event() = 0;
     /// Seconds from `start` to `end`, two timed events both recorded and completed (on the CPU,

@@ -9,7 +9,12 @@ float grad_norm(Ops& ops, const void* grads, size_t n, float* scratch) {
     ops.norm_squared(scratch, grads, n, false);
     float sq = 0.0f;
     ops.memcpy_d2h(&sq, scratch, sizeof(float));
-    ops.synchronize();
+    // Waits for the current stream only, not the whole device (no collective feeds it: the timed
+    // waits of parallel/host_wait.hpp are for those).
+    Event done = ops.create_event();
+    ops.record_event(done);
+    ops.synchronize_event(done);
+    ops.destroy_event(done);
     return std::sqrt(sq);
 }
 

@@ -7,7 +7,7 @@
 namespace llmtrain {
 
 /// L2 norm of n act-dtype gradients (Ops::norm_squared into the device fp32 scalar `scratch`,
-/// then copied to the host: synchronizes).
+/// then copied to the host: the host waits for the current stream).
 float grad_norm(Ops& ops, const void* grads, size_t n, float* scratch);
 
 /// Factor that scales the gradients to norm at most grad_clip (PyTorch clip_grad_norm_:

@@ -28,6 +28,12 @@ const char* comm_op_name(CommOp op) {
     throw std::invalid_argument("comm_op_name: not an operation: " + std::to_string(static_cast<int>(op)));
 }
 
+std::string Comm::describe() const {
+    std::string s = "world ranks [";
+    for (size_t i = 0; i < world_ranks().size(); ++i) s += (i ? ", " : "") + std::to_string(world_ranks()[i]);
+    return s + "]";
+}
+
 std::unique_ptr<Comm> make_comm(Ops& ops, const std::vector<int>& world_ranks, const CommOptions& opt) {
     if (std::string(ops.name()) != "cuda") return make_mpi_comm(world_ranks, opt);
     if (&make_nccl_comm == nullptr)

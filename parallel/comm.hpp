@@ -117,6 +117,18 @@ public:
     /// Every rank of the group has reached the barrier (host-side, blocking).
     virtual void barrier() = 0;
 
+    // ---- host waits (parallel/host_wait.hpp); the defaults suit MpiComm, whose waits time out themselves ----
+    /// Non-blocking, from any thread: "" while the communicator is healthy, else what failed
+    /// (NCCL's asynchronous error).
+    virtual std::string async_error() { return ""; }
+    /// Makes the operations in flight fail and every later call throw CommError (ncclCommAbort).
+    /// From any thread; idempotent.
+    virtual void abort() {}
+    /// For messages: "world ranks [0, 1]" (NcclComm adds its newest operation).
+    virtual std::string describe() const;
+    /// The deadline of a host wait on this comm's device work (CommOptions::timeout_s); <= 0: none.
+    virtual double host_timeout_s() const { return 0; }
+
     const CommStats& stats() const { return stats_; }
     void reset_stats() { stats_ = CommStats{}; }
 

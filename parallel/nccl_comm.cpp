@@ -18,22 +18,17 @@
 // src/device/reduce_kernel.h). cuda_emu sums in fp32 in rank order and rounds once. fp32 sums are
 // deterministic for a fixed communicator and size but not in rank order (docs/reference.md).
 //
-// Host waits and the hung-collective watchdog. Only all_reduce_max and barrier block the host, and
-// both first wait for everything this comm has issued (all_reduce_max because it runs after them on
-// the comm stream, barrier explicitly). That wait polls cudaEventQuery and ncclCommGetAsyncError;
-// a watchdog thread armed for CommOptions::timeout_s calls ncclCommAbort when the deadline passes
-// (PyTorch's ProcessGroupNCCL watchdog does the same; NCCL has none of its own), after which the
-// wait throws CommError naming the operation and the group, and every later call throws too. The
-// trainer detects a hung collective by calling one of the two before it synchronizes the compute
-// stream on the host (once per step, e.g. the stop-flag all_reduce_max). The abort comes from the
-// watchdog thread because under cuda_emu the polling thread itself runs the queued MPI exchange.
+// Host waits and the hung-collective watchdog (parallel/host_wait.hpp). Training's host waits go
+// through HostWait, which polls the compute stream's event and this comm's async_error() under a
+// watchdog that calls abort() (ncclCommAbort) on every registered comm once timeout_s passes.
+// all_reduce_max and barrier, the two blocking calls of NcclComm itself, first wait (drain) for
+// everything this comm has issued the same way. After an abort every call throws CommError.
 #include <cuda_runtime.h>
 #include <mpi.h>
 #include <nccl.h>
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -42,6 +37,7 @@
 #include <vector>
 
 #include "parallel/comm.hpp"
+#include "parallel/host_wait.hpp"
 
 namespace llmtrain {
 namespace {
@@ -119,13 +115,15 @@ public:
         check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
         check_nccl(ncclCommInitRank(&nccl_, size(), id, rank_), "ncclCommInitRank");
         ready_ = ops_.create_event();
+        register_abortable(this);
     }
 
     ~NcclComm() override {
+        unregister_abortable(this);  // no watchdog aborts us from here on
         if (!aborted_) {
             try {
                 drain("destroy");
-            } catch (const CommError&) {  // aborted by the watchdog; nothing left to wait for
+            } catch (const std::exception&) {  // aborted (or the device failed): nothing left to wait for
             }
         }
         // Raw CUDA calls that ignore errors: after an abort the device may hold a sticky error.
@@ -228,6 +226,28 @@ public:
         }
     }
 
+    // ---- host waits (parallel/host_wait.hpp) ----
+    std::string async_error() override {
+        std::lock_guard lock(abort_mu_);
+        ncclResult_t async = ncclSuccess;
+        if (aborted_ || ncclCommGetAsyncError(nccl_, &async) != ncclSuccess) return "";
+        return async == ncclSuccess || async == ncclInProgress ? "" : ncclGetErrorString(async);
+    }
+    /// Calls ncclCommAbort once (from a watchdog thread or after an async error).
+    void abort() override {
+        std::lock_guard lock(abort_mu_);
+        if (aborted_) return;
+        aborted_ = true;
+        ncclCommAbort(nccl_);
+    }
+    /// "NcclComm on world ranks [0, 1], newest operation all_reduce (3 issued)". last_op_ and
+    /// issued_ change on the calling thread only, which is the one that describes.
+    std::string describe() const override {
+        return "NcclComm on " + Comm::describe() + ", newest operation " + last_op_ + " (" + std::to_string(issued_) +
+               " issued)";
+    }
+    double host_timeout_s() const override { return opt_.timeout_s; }
+
     // ---- used by NcclWork ----
     Ops& ops() { return ops_; }
     void release(Event e) { free_events_.push_back(e); }
@@ -246,7 +266,7 @@ private:
         if (r != cudaSuccess) throw error(std::string(call) + " failed: " + cudaGetErrorString(r));
     }
     void check_alive(const char* op) const {
-        if (aborted_) throw error(std::string(op) + ": the communicator was aborted after a timeout in " + last_op_);
+        if (aborted_) throw error(std::string(op) + ": the communicator was aborted (a timeout or an error) after " + last_op_);
     }
     void check_peer(int peer, const char* what) const {
         if (peer < 0 || peer >= size())
@@ -284,72 +304,26 @@ private:
         return e;
     }
 
-    /// Calls ncclCommAbort once (from the watchdog thread or on an async error).
-    void abort() {
-        std::lock_guard lock(abort_mu_);
-        if (aborted_) return;
-        aborted_ = true;
-        ncclCommAbort(nccl_);
-    }
-
-    /// Host wait for everything issued on the comm stream; see the header comment.
+    /// Host wait for everything issued on the comm stream, under the watchdog (host_wait.hpp).
     void drain(const char* op) {
         check_alive(op);
         Event e = acquire();
-        check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(e), stream_), "cudaEventRecord");
-        const std::string pending = last_op_ + " (the newest of " + std::to_string(issued_) + " operations issued)";
-        cudaError_t q = cudaErrorNotReady;
-        ncclResult_t async = ncclSuccess;
-        {
-            Watchdog dog(*this);
-            while (!aborted_) {
-                q = cudaEventQuery(static_cast<cudaEvent_t>(e));
-                if (q != cudaErrorNotReady) break;
-                std::lock_guard lock(abort_mu_);
-                if (!aborted_ && ncclCommGetAsyncError(nccl_, &async) == ncclSuccess && async != ncclSuccess &&
-                    async != ncclInProgress)
-                    break;
-                std::this_thread::yield();
-            }
+        try {
+            check_cuda(cudaEventRecord(static_cast<cudaEvent_t>(e), stream_), "cudaEventRecord");
+            poll_with_watchdog(
+                [&] {
+                    const cudaError_t q = cudaEventQuery(static_cast<cudaEvent_t>(e));
+                    if (q == cudaErrorNotReady) return false;
+                    check_cuda(q, "cudaEventQuery");
+                    return true;
+                },
+                {{this, ""}}, op);
+        } catch (...) {
+            release(e);
+            throw;
         }
         release(e);
-        if (aborted_)
-            throw error(std::string(op) + ": timed out after " + std::to_string(opt_.timeout_s) +
-                        " s waiting for " + pending + " on the GPU; called ncclCommAbort");
-        if (async != ncclSuccess && async != ncclInProgress) {
-            abort();
-            throw error(std::string(op) + ": " + pending + " failed: " + ncclGetErrorString(async));
-        }
-        if (q != cudaSuccess) throw error(std::string(op) + ": waiting for " + pending + ": " + cudaGetErrorString(q));
     }
-
-    /// A thread that aborts the communicator unless dismissed within timeout_s (none if <= 0).
-    class Watchdog {
-    public:
-        explicit Watchdog(NcclComm& c) {
-            if (c.opt_.timeout_s <= 0) return;
-            thread_ = std::thread([this, &c] {
-                std::unique_lock lock(mu_);
-                if (!cv_.wait_for(lock, std::chrono::duration<double>(c.opt_.timeout_s), [this] { return dismissed_; }))
-                    c.abort();
-            });
-        }
-        ~Watchdog() {
-            if (!thread_.joinable()) return;
-            {
-                std::lock_guard lock(mu_);
-                dismissed_ = true;
-            }
-            cv_.notify_all();
-            thread_.join();
-        }
-
-    private:
-        std::mutex mu_;
-        std::condition_variable cv_;
-        bool dismissed_ = false;
-        std::thread thread_;
-    };
 
     Ops& ops_;
     std::vector<int> ranks_;

@@ -9,7 +9,8 @@
 namespace llmtrain {
 
 PipelineStage::PipelineStage(GPT& gpt, int stage, int stages, PipelineSchedule schedule, const PipelineLinks& links)
-    : gpt_(gpt), ops_(gpt.ops()), stage_(stage), stages_(stages), schedule_(schedule), links_(links) {
+    : gpt_(gpt), ops_(gpt.ops()), stage_(stage), stages_(stages), schedule_(schedule), links_(links),
+      host_wait_(gpt.ops()) {
     if (stages < 1 || stage < 0 || stage >= stages)
         throw std::invalid_argument("PipelineStage: stage " + std::to_string(stage) + " outside [0, " +
                                     std::to_string(stages) + ")");
@@ -30,6 +31,7 @@ PipelineStage::PipelineStage(GPT& gpt, int stage, int stages, PipelineSchedule s
     if (last()) logit_row_ = static_cast<float*>(a.alloc(MemCategory::workspace, gpt.config().padded_vocab_size() * 4));
     inputs_.resize(n_tokens_);
     targets_.resize(n_tokens_);
+    if (last()) reserve_losses(1);
 }
 
 PipelineStage::~PipelineStage() {
@@ -37,6 +39,26 @@ PipelineStage::~PipelineStage() {
     for (void* p : {static_cast<void*>(tok_), static_cast<void*>(tgt_), act_in_[0], act_in_[1], grad_in_[0],
                     grad_in_[1], grad_out_[0], grad_out_[1], static_cast<void*>(logit_row_)})
         a.release(p);
+    if (loss_host_) ops_.free_host(loss_host_);
+}
+
+void PipelineStage::reserve_losses(int m) {
+    if (m <= loss_cap_) return;
+    if (loss_host_) ops_.free_host(loss_host_);
+    loss_host_ = static_cast<float*>(ops_.malloc_host(size_t(m) * n_tokens_ * sizeof(float)));
+    loss_cap_ = m;
+}
+
+void PipelineStage::wait_links(const std::string& what) {
+    const std::string s = std::to_string(stage_), prev = std::to_string(stage_ - 1), next = std::to_string(stage_ + 1);
+    const std::string ap = "pipeline stage " + prev + "->" + s + " activations",
+                      gp = "pipeline stage " + s + "->" + prev + " gradients",
+                      an = "pipeline stage " + s + "->" + next + " activations",
+                      gn = "pipeline stage " + next + "->" + s + " gradients";
+    host_wait_(what, {{links_.act_prev, ap.c_str()},
+                      {links_.grad_prev, gp.c_str()},
+                      {links_.act_next, an.c_str()},
+                      {links_.grad_next, gn.c_str()}});
 }
 
 double PipelineStage::train(int m, const Batches& next, float dloss) {
@@ -60,8 +82,9 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
     // gone out (the next stage's first backward waits for all of them).
     const size_t first_b = size_t(std::find(ops.begin(), ops.end(), PipeOp{PipeOp::backward, 0}) - ops.begin());
     const size_t post_b0 = schedule_ == PipelineSchedule::one_f_one_b && first_b > 0 ? first_b - 1 : first_b;
+    // Before any receive is posted: a pinned allocation may wait for the whole device (see the header).
+    if (last()) reserve_losses(m);
     if (!first()) post_act_recv(0);
-    std::vector<float> losses(last() ? size_t(m) * n_tokens_ : 0);  // (m, B*T) per-position losses
     events_.clear();
     for (size_t k = 0; k < ops.size(); ++k) {
         const PipeOp& op = ops[k];
@@ -80,8 +103,8 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
             }
             gpt_.forward(first() ? tok_ : nullptr, first() ? nullptr : act_in_[buf], last() ? tgt_ : nullptr, dloss,
                          true, ctx);
-            if (last())
-                ops_.memcpy_d2h(losses.data() + size_t(i) * n_tokens_, gpt_.losses(ctx), n_tokens_ * sizeof(float));
+            if (last())  // (B*T) per-position losses, queued: read after the step's one wait
+                ops_.memcpy_d2h(loss_host_ + size_t(i) * n_tokens_, gpt_.losses(ctx), n_tokens_ * sizeof(float));
             else  // the compute that follows waits for the send (see the header)
                 links_.act_next->send_async(gpt_.act_out(ctx), act_elems_, t, 1)->wait();
         } else {
@@ -99,11 +122,11 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
         events_.push_back({op, start, now()});
     }
     if (!last()) return 0.0;
-    ops_.synchronize();
+    wait_links("pipeline step: reading the losses");
     double total = 0.0;  // as GPT::forward_backward: each micro-batch's mean in double, rounded to float
     for (int i = 0; i < m; ++i) {
         double sum = 0.0;
-        for (size_t k = 0; k < n_tokens_; ++k) sum += losses[size_t(i) * n_tokens_ + k];
+        for (size_t k = 0; k < n_tokens_; ++k) sum += loss_host_[size_t(i) * n_tokens_ + k];
         total += static_cast<float>(sum / double(n_tokens_));
     }
     return total;
@@ -137,18 +160,17 @@ void PipelineStage::forward_only(const int* inputs, const int* targets) {
                  false, 0);
     if (!last()) {
         links_.act_next->send(gpt_.act_out(0), act_elems_, t, 1);
-        ops_.synchronize();  // delivered before the host moves on (to a host collective, say)
+        wait_links("pipeline forward: sending the activations");  // delivered before the host moves on
     }
 }
 
 float PipelineStage::evaluate(const int* inputs, const int* targets) {
     forward_only(inputs, targets);
     if (!last()) return 0.0f;
-    std::vector<float> host(n_tokens_);
-    ops_.memcpy_d2h(host.data(), gpt_.losses(0), n_tokens_ * sizeof(float));
-    ops_.synchronize();
+    ops_.memcpy_d2h(loss_host_, gpt_.losses(0), n_tokens_ * sizeof(float));
+    wait_links("pipeline evaluation: reading the loss");
     double sum = 0.0;
-    for (float l : host) sum += l;
+    for (size_t k = 0; k < n_tokens_; ++k) sum += loss_host_[k];
     return static_cast<float>(sum / double(n_tokens_));
 }
 
@@ -159,8 +181,9 @@ std::vector<float> PipelineStage::logits_at(const int* inputs, int pos) {
     const char* row = static_cast<const char*>(gpt_.logits(0)) + size_t(pos) * Vp * dtype_size(ops_.act_dtype());
     ops_.cast(logit_row_, DType::f32, row, ops_.act_dtype(), Vp);
     std::vector<float> out(size_t(gpt_.config().vocab_size));
+    wait_links("pipeline forward: reading the logits");  // before a copy to pageable memory could block
     ops_.memcpy_d2h(out.data(), logit_row_, out.size() * sizeof(float));
-    ops_.synchronize();
+    wait_links("pipeline forward: reading the logits");
     return out;
 }
 

@@ -17,13 +17,19 @@
 // device memory: cudaMalloc/cudaFree wait for the whole device, a pending receive included, whose
 // sender may be waiting for this stage's next send (a deadlock on a GPU as under the emulator), so
 // warm_up() runs every context once beforehand, locally, to allocate the backend's workspaces.
+// Host waits. The last stage copies each micro-batch's per-position losses into pinned memory (a
+// copy to pageable memory would block the host behind the stream) and reads them once per step
+// after one timed wait (parallel/host_wait.hpp) that names its links: a neighbour that never sends
+// ends in CommError after parallel.timeout_s. The other stages do not wait on the host in train().
 #pragma once
 #include <chrono>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "model/gpt.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/host_wait.hpp"
 #include "parallel/schedule.hpp"
 
 namespace llmtrain {
@@ -85,6 +91,10 @@ private:
     bool first() const { return stage_ == 0; }
     bool last() const { return stage_ == stages_ - 1; }
     void forward_only(const int* inputs, const int* targets);
+    /// The timed host wait on this stage's links; `what` names the operation.
+    void wait_links(const std::string& what);
+    /// loss_host_ holds m micro-batches (grows once; pinned frees and allocations sync the device).
+    void reserve_losses(int m);
 
     GPT& gpt_;
     Ops& ops_;
@@ -97,6 +107,9 @@ private:
     void* grad_in_[2] = {nullptr, nullptr};   // (B,T,C) received output gradients, alternating
     void* grad_out_[2] = {nullptr, nullptr};  // (B,T,C) input gradients being sent, alternating
     float* logit_row_ = nullptr;              // (Vp) fp32, last stage
+    float* loss_host_ = nullptr;              // (loss_cap_, B*T) pinned: the last stage's losses
+    int loss_cap_ = 0;                        // micro-batches loss_host_ holds
+    HostWait host_wait_;
     std::vector<int> inputs_, targets_;       // (B,T) host
     std::vector<PipeEvent> events_;
     std::chrono::steady_clock::time_point t0_{};

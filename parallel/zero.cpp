@@ -14,7 +14,8 @@ namespace llmtrain {
 
 ZeroEngine::ZeroEngine(Allocator& alloc, const ParamLayout& layout, Comm& zero, Comm& replicas, const ZeroOptions& opt)
     : alloc_(alloc), ops_(alloc.ops()), layout_(layout), zero_(zero), replicas_(replicas), opt_(opt),
-      es_(dtype_size(alloc.ops().act_dtype())), wire_es_(dtype_size(opt.reduce_dtype)), N_(zero.size()) {
+      es_(dtype_size(alloc.ops().act_dtype())), wire_es_(dtype_size(opt.reduce_dtype)), N_(zero.size()),
+      host_wait_(alloc.ops()) {
     if (opt_.stage < 0 || opt_.stage > 3)
         throw std::invalid_argument("parallel.zero_stage: expected 0, 1, 2 or 3, got " + std::to_string(opt_.stage));
     if (opt_.stage == 0 && N_ != 1)
@@ -64,11 +65,15 @@ ZeroEngine::ZeroEngine(Allocator& alloc, const ParamLayout& layout, Comm& zero, 
             wire_send_ = alloc_cat(MemCategory::comm, size_t(N_) * piece_ * wire_es_);
         wire_recv_ = alloc_cat(MemCategory::comm, piece_ * wire_es_);
     }
+    // A device-to-host copy into pageable memory blocks the host until the stream gets there (on a
+    // GPU), outside any timeout; into pinned memory it is queued like a kernel.
+    norm_host_ = static_cast<float*>(ops_.malloc_host(sizeof(float)));
 }
 
 ZeroEngine::~ZeroEngine() {
     for (Slot* s : {&pemb_, &pslots_[0], &pslots_[1], &gemb_, &gslots_[0], &gslots_[1]}) s->pending.reset();
     for (void* p : owned_) alloc_.release(p);
+    ops_.free_host(norm_host_);
 }
 
 void* ZeroEngine::alloc_cat(MemCategory c, size_t bytes) {
@@ -163,10 +168,9 @@ float ZeroEngine::grad_norm_squared(float* scratch, bool skip_embeddings) {
     const size_t skip = skip_embeddings ? chunk(0) : 0;  // unit 0 comes first in the shard
     ops_.norm_squared(scratch, static_cast<const char*>(gshard_) + skip * es_, shard_numel_ - skip, false);
     zero_.all_reduce_sum(scratch, 1, DType::f32);  // replicas hold the same shard: the ZeRO group covers all
-    float host = 0;
-    ops_.memcpy_d2h(&host, scratch, sizeof host);
-    ops_.synchronize();
-    return host;
+    ops_.memcpy_d2h(norm_host_, scratch, sizeof(float));
+    host_wait_("reading the gradient norm", {{&zero_, "zero group"}, {&replicas_, "replica group"}});
+    return *norm_host_;
 }
 
 void ZeroEngine::gather_params() {
@@ -194,8 +198,12 @@ void ZeroEngine::unit_to_host(int u, const float* shard, float* out) {
         const size_t len = std::min(k, c - j);
         ops_.memcpy_h2d(piece, mine + j, len * sizeof(float));
         zero_.all_gather(piece, buf, len, DType::f32);
+        // Twice: the gather under the timeout before a copy to pageable `out` could block the host
+        // behind it untimed (on a GPU), then the copies, before the next piece overwrites buf.
+        const std::string what = "checkpoint: gathering unit " + std::to_string(u);
+        host_wait_(what, {{&zero_, "zero group"}});
         for (int r = 0; r < N_; ++r) ops_.memcpy_d2h(out + size_t(r) * c + j, buf + size_t(r) * len, len * sizeof(float));
-        ops_.synchronize();  // before the next piece overwrites buf
+        host_wait_(what, {{&zero_, "zero group"}});
     }
     alloc_.release(buf);
 }
@@ -282,9 +290,9 @@ void ZeroEngine::load_params(const float* host) {
         for (size_t i = 0; i < n; i += stage_numel) {
             const size_t k = std::min(stage_numel, n - i);
             ops_.memcpy_h2d(staging, src + i, k * 4);
+            // The next piece's upload queues behind this cast: the stream orders the staging reuse.
             ops_.cast(static_cast<char*>(dst) + i * dtype_size(ops_.act_dtype()), ops_.act_dtype(), staging,
                       DType::f32, k);
-            ops_.synchronize();
         }
     };
     if (params_) {  // the units this stage holds, back to back
@@ -302,7 +310,9 @@ void ZeroEngine::load_params(const float* host) {
         for (const FlatRange& r : shard_) mine.insert(mine.end(), host + r.offset, host + r.offset + r.numel);
         put(pshard_, mine.data(), shard_numel_);
     }
-    ops_.synchronize();
+    // Pageable sources are staged when an upload is queued (CUDA's rule), so `held` and `mine` may
+    // go; the wait keeps the staging buffer alive until its last cast has read it.
+    host_wait_("loading the parameters", {{&zero_, "zero group"}, {&replicas_, "replica group"}});
     alloc_.release(staging);
     pemb_.unit = -1;
 }

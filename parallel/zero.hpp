@@ -22,6 +22,7 @@
 
 #include "model/param_store.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/host_wait.hpp"
 
 namespace llmtrain {
 
@@ -73,14 +74,16 @@ public:
     void reduce_grads();
     /// Sum over every dp rank of the squared reduced gradient (collective over the ZeRO group;
     /// scratch: one device fp32), without unit 0 when skip_embeddings (the pipeline's last stage:
-    /// the first stage counts the tied embeddings). Synchronizes.
+    /// the first stage counts the tied embeddings). The step's one host wait: for the current
+    /// stream, under parallel.timeout_s (HostWait), so a hung gradient reduction ends in CommError
+    /// "reading the gradient norm: timed out ...; zero group (...); replica group (...)".
     float grad_norm_squared(float* scratch, bool skip_embeddings = false);
     /// After the optimizer wrote param_shard(): all-gathers it into the full params (stages 1, 2);
     /// marks gathered copies stale (stage 3).
     void gather_params();
     /// Unit u's values of a shard-local host fp32 array `shard` (shard_numel(): this rank's weights,
     /// as AdamW::state_to_host writes them) gathered over the ZeRO group into host fp32 `out`
-    /// (units()[u].numel). Collective over the ZeRO group. Synchronizes.
+    /// (units()[u].numel). Collective over the ZeRO group. Waits on the host (timed, as above).
     void unit_to_host(int u, const float* shard, float* out);
 
     // ---- ParamStore ----
@@ -139,6 +142,8 @@ private:
     void* wire_send_ = nullptr;  // (N x piece_) reduce dtype: every rank's part of a piece, rank order
     void* wire_recv_ = nullptr;  // (piece_) reduce dtype; non-null: gradients travel in reduce dtype
     std::vector<void*> owned_;
+    HostWait host_wait_;         // the engine's host waits, timed against zero_ and replicas_
+    float* norm_host_ = nullptr; // (1) pinned: the gradient norm's landing place
 };
 
 }  // namespace llmtrain

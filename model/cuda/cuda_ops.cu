@@ -141,6 +141,12 @@ public:
     void record_event(Event e) override { CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(e), stream_)); }
     void wait_event(Event e) override { CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(e), 0)); }
     void synchronize_event(Event e) override { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(e))); }
+    bool query_event(Event e) override {
+        const cudaError_t r = cudaEventQuery(static_cast<cudaEvent_t>(e));
+        if (r == cudaErrorNotReady) return false;
+        CUDA_CHECK(r);
+        return true;
+    }
     Event create_timed_event() override {
         cudaEvent_t e;
         CUDA_CHECK(cudaEventCreate(&e));

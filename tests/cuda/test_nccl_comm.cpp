@@ -24,8 +24,12 @@
 #include "parallel/comm.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
 
+#include "parallel/host_wait.hpp"
+
 #ifndef LLMTRAIN_REAL_GPU
 #include <cuda_runtime.h>
+
+#include "tests/cuda_emu/nccl_comm.hpp"
 #endif
 
 namespace llmtrain {
@@ -235,11 +239,23 @@ TEST_P(NcclCommTest, SubGroupsInListedOrder) {
     EXPECT_EQ(get(b.ptr, n), values_of(ranks[0], n, 7, bf16));
 }
 
-// Byte counters follow CommStats' formulas: for P ranks and n elements of es bytes,
-// reduce_scatter and all_gather (P−1)/P·(P·n)·es, all_reduce 2(P−1)/P·n·es, broadcast n·es on the
-// root, send n·es, recv 0.
-TEST_P(NcclCommTest, ByteCountersFollowTheFormulas) {
+// Byte counters equal the bytes the emulated NCCL handed MPI for other ranks
+// (emu::nccl::bytes_sent, counted where the exchange runs), and both follow CommStats' formulas:
+// for P ranks and n elements of es bytes, reduce_scatter and all_gather (P−1)/P·(P·n)·es,
+// all_reduce 2(P−1)/P·n·es, broadcast n·es on the root, send n·es, recv 0.
+TEST_P(NcclCommTest, ByteCountersMatchTheBytesMoved) {
     auto comm = make_nccl_comm(*ops);
+    auto at = [&](CommOp op) { return static_cast<int>(op); };
+#ifndef LLMTRAIN_REAL_GPU
+    using emu::nccl::Kind;
+    const std::pair<CommOp, Kind> kinds[] = {{CommOp::all_reduce, Kind::all_reduce},
+                                             {CommOp::reduce_scatter, Kind::reduce_scatter},
+                                             {CommOp::all_gather, Kind::all_gather},
+                                             {CommOp::broadcast, Kind::broadcast},
+                                             {CommOp::send, Kind::send}};
+    uint64_t before[5];
+    for (int k = 0; k < 5; ++k) before[k] = emu::nccl::bytes_sent(kinds[k].second);
+#endif
     const uint64_t es = dtype_size(t), n = 60;  // divisible by 2 and 3
     DevBuf a(*ops, n * P * es), b(*ops, n * P * es);
     ops->memset(a.ptr, 0, n * P * es);
@@ -254,7 +270,11 @@ TEST_P(NcclCommTest, ByteCountersFollowTheFormulas) {
     }
     ops->synchronize();
     const CommStats& s = comm->stats();
-    auto at = [&](CommOp op) { return static_cast<int>(op); };
+#ifndef LLMTRAIN_REAL_GPU
+    for (int k = 0; k < 5; ++k)
+        EXPECT_EQ(s.bytes[at(kinds[k].first)], emu::nccl::bytes_sent(kinds[k].second) - before[k])
+            << comm_op_name(kinds[k].first) << " on rank " << me;
+#endif
     EXPECT_EQ(s.bytes[at(CommOp::all_reduce)], 2 * (2 * (P - 1) * n * es / P));
     EXPECT_EQ(s.calls[at(CommOp::all_reduce)], 2u);
     EXPECT_EQ(s.bytes[at(CommOp::reduce_scatter)], (P - 1) * n * es);
@@ -328,6 +348,50 @@ TEST(NcclCommHung, HostWaitTimesOutAndAborts) {
     comm.reset();
 #ifndef LLMTRAIN_REAL_GPU
     EXPECT_EQ(cudaDeviceReset(), cudaSuccess);  // frees buf too
+#endif
+}
+
+// The training path's host wait (HostWait, as ZeroEngine's gradient-norm read uses it) on an
+// all-reduce that rank 1 never posts: rank 0 gets a CommError naming the operation, the group and
+// its newest operation once timeout_s has passed, instead of hanging in the CUDA runtime. With a
+// plain synchronize in its place the test hangs, and ctest's TIMEOUT fails it. Runs alone
+// (nccl_comm_hung_np2), after which the device is reset.
+TEST(NcclCommHung, TrainingHostWaitTimesOutNamingTheOpAndGroup) {
+    if (wsize() < 2) GTEST_SKIP() << "needs 2 ranks";
+    auto ops = make_backend("cuda", "fp32");
+    CommOptions opt;
+    opt.timeout_s = 1.0;
+    auto zero = make_nccl_comm(*ops, {0, 1}, opt);
+    auto solo = make_nccl_comm(*ops, {wrank()}, opt);  // a second comm of the wait: a role of its own
+    if (wrank() != 0) return;  // rank 1 never posts the all-reduce
+    float* dev = static_cast<float*>(ops->malloc(sizeof(float)));
+    float* host = static_cast<float*>(ops->malloc_host(sizeof(float)));
+    ops->memset(dev, 0, sizeof(float));
+    zero->all_reduce_sum(dev, 1, DType::f32);
+    ops->memcpy_d2h(host, dev, sizeof(float));
+    HostWait wait(*ops);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+        wait("reading the gradient norm", {{zero.get(), "zero group"}, {solo.get(), "replica group"}});
+        ADD_FAILURE() << "the wait returned although rank 1 never posted";
+    } catch (const CommError& e) {
+        const std::string msg = e.what();
+        EXPECT_NE(msg.find("reading the gradient norm: timed out after 1 s"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("zero group (NcclComm on world ranks [0, 1], newest operation all_reduce (1 issued))"),
+                  std::string::npos)
+            << msg;
+        EXPECT_NE(msg.find("replica group (NcclComm on world ranks [0]"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("ncclCommAbort"), std::string::npos) << msg;
+    }
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_GE(waited, 1.0);
+    EXPECT_LT(waited, 30.0);
+    EXPECT_THROW(zero->all_reduce_sum_async(dev, 1, DType::f32), CommError);  // aborted, both of them
+    EXPECT_THROW(solo->all_reduce_sum_async(dev, 1, DType::f32), CommError);
+    zero.reset();
+    solo.reset();
+#ifndef LLMTRAIN_REAL_GPU
+    EXPECT_EQ(cudaDeviceReset(), cudaSuccess);  // frees dev and host too
 #endif
 }
 

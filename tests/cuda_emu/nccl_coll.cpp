@@ -24,8 +24,15 @@
 //   Group         ncclGroupStart..End collects the calls; End queues them as one task per stream
 //                 (streams in first-use order): point-to-point calls are posted non-blocking and
 //                 waited for together at the end, so paired send/recv cannot deadlock.
+//
+// CUDA_EMU_NCCL_MUTE=<world rank>[:<first call>] makes that MPI_COMM_WORLD rank a rank that never
+// posts: from its given 0-based call on (collectives and send/recv alike, counted per process), a
+// call passes its checks and returns ncclSuccess but queues nothing, so its peers wait until they
+// time out. The hung-collective tests use it (tests/cuda/emu_hung.sh).
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -77,6 +84,26 @@ ncclResult_t submit(cudaStream_t stream, Op op, const char* what) {
     return ncclSuccess;
 }
 
+std::atomic<uint64_t> g_sent[static_cast<int>(Kind::count)];
+
+void add_sent(Kind k, uint64_t bytes) { g_sent[static_cast<int>(k)] += bytes; }
+
+// Whether this call is one CUDA_EMU_NCCL_MUTE silences (see the header); counts the calls.
+bool muted() {
+    static const long first = [] {  // the first muted call on this rank, or -1
+        const char* v = std::getenv("CUDA_EMU_NCCL_MUTE");
+        if (v == nullptr || *v == 0) return -1L;
+        char* end = nullptr;
+        const long rank = std::strtol(v, &end, 10);
+        const long from = *end == ':' ? std::strtol(end + 1, nullptr, 10) : 0;
+        int me = 0;
+        MPI_Comm_rank(MPI_COMM_WORLD, &me);
+        return rank == me ? from : -1L;
+    }();
+    static std::atomic<long> calls{0};
+    return first >= 0 && calls++ >= first;
+}
+
 // Runs a call's buffer checks, then queues its operation. An emu::Error (a buffer outside
 // emulated device memory, an unknown stream) becomes ncclInvalidArgument, as NCCL's own pointer
 // checks report it.
@@ -84,6 +111,7 @@ template <class Checks>
 ncclResult_t queue(const char* fn, cudaStream_t stream, Checks checks, Op op) {
     try {
         checks();
+        if (muted()) return ncclSuccess;
         return submit(stream, std::move(op), fn);
     } catch (const emu::Error& e) {
         return fail(ncclInvalidArgument, fn, e.what());
@@ -119,6 +147,8 @@ void reduce_blocks(ncclRedOp_t op, ncclDataType_t type, const std::vector<char>&
 }  // namespace emu::nccl
 
 using emu::nccl::fail;
+
+uint64_t emu::nccl::bytes_sent(Kind kind) { return g_sent[static_cast<int>(kind)]; }
 
 extern "C" {
 
@@ -163,6 +193,8 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
                                              mt, st->comm, &req),
                              *st, fn);
         emu::nccl::wait_one(*st, req, fn);
+        // Out: every chunk but mine in the all-to-all, then mine to each of the n - 1 others.
+        emu::nccl::add_sent(emu::nccl::Kind::all_reduce, ((count - cnt[me]) + size_t(n - 1) * cnt[me]) * es);
     });
 }
 
@@ -186,6 +218,8 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
         emu::nccl::check_mpi(MPI_Ialltoall(sendbuff, cnt, mt, gathered.data(), cnt, mt, st->comm, &req), *st, fn);
         emu::nccl::wait_one(*st, req, fn);
         emu::nccl::reduce_blocks(op, datatype, gathered, st->size, recvcount, recvbuff);
+        emu::nccl::add_sent(emu::nccl::Kind::reduce_scatter,
+                            size_t(st->size - 1) * recvcount * emu::nccl::type_size(datatype));
     });
 }
 
@@ -220,6 +254,7 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
                                             st->comm, &req),
                              *st, fn);
         emu::nccl::wait_one(*st, req, fn);
+        emu::nccl::add_sent(emu::nccl::Kind::all_gather, size_t(st->size - 1) * bytes);
     });
 }
 
@@ -242,6 +277,8 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
                                         st->comm, &req),
                              *st, fn);
         emu::nccl::wait_one(*st, req, fn);
+        if (st->rank == root && st->size > 1)
+            emu::nccl::add_sent(emu::nccl::Kind::broadcast, count * emu::nccl::type_size(datatype));
     });
 }
 
@@ -271,6 +308,7 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
                                        0, st->comm, &req),
                              *st, fn);
         sends.emplace_back(req, std::move(data));
+        emu::nccl::add_sent(emu::nccl::Kind::send, count * emu::nccl::type_size(datatype));
     });
 }
 

@@ -14,6 +14,7 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -58,6 +59,16 @@ void check_mpi(int mpi_result, CommState& state, const char* what);
 /// Waits for all `requests` on communicator `state`, polling its abort flag. Throws Error when
 /// aborted (the requests are abandoned) or when MPI reports an error.
 void wait_all(CommState& state, std::vector<MPI_Request>& requests, const char* what);
+
+/// The NCCL calls whose bytes bytes_sent() counts.
+enum class Kind : int { all_reduce, reduce_scatter, all_gather, broadcast, send, count };
+
+/// Bytes this process has handed MPI for other ranks in the data exchanges of completed `kind`
+/// calls (all communicators): AllReduce the chunks it sends out in the all-to-all plus its reduced
+/// chunk to each peer in the all-gather; ReduceScatter and AllGather the blocks for the other
+/// ranks; Broadcast count·size on the root, once (an MPI broadcast's own forwarding is MPI's);
+/// Send count·size. What tests compare a Comm's byte counters with.
+uint64_t bytes_sent(Kind kind);
 
 }  // namespace emu::nccl
 
