@@ -30,6 +30,6 @@ hung() {  # hung <name> <expected text> [--set ...]
     echo "$name: exit $rc after ${took} s: $(grep -m1 -F 'timed out' "$WORK/$name.log")"
 }
 
-hung zero1 "zero group (NcclComm on world ranks [0, 1], newest operation reduce_scatter" --set parallel.zero_stage=1
+hung zero1 "zero group (NcclComm on world ranks [0, 1], newest operation all_reduce" --set parallel.zero_stage=1
 hung dp "replica group (NcclComm on world ranks [0, 1], newest operation all_reduce" --set parallel.zero_stage=0
 echo "emu_hung: passed"

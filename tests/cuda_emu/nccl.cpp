@@ -56,7 +56,7 @@ void check_mpi(int mpi_result, CommState& state, const char* what) {
 
 void wait_all(CommState& state, std::vector<MPI_Request>& requests, const char* what) {
     while (!requests.empty()) {
-        if (state.aborted) throw Error(std::string(what) + ": communicator aborted while waiting");
+        if (state.aborted) throw Aborted(std::string(what) + ": communicator aborted while waiting");
         int done = 0;
         check_mpi(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &done, MPI_STATUSES_IGNORE),
                   state, what);
@@ -232,7 +232,8 @@ ncclResult_t ncclCommDestroy(ncclComm_t comm) {
 }
 
 /// Marks the communicator aborted, so that a collective waiting on it (in another thread's
-/// stream synchronization) fails instead of hanging, and releases the handle. Safe to call from
+/// stream synchronization) is abandoned instead of hanging — its stream goes on, with no device
+/// error, as after a real abort — and so are the ones queued after it; releases the handle. Safe to call from
 /// a watchdog thread: it makes no MPI call.
 ncclResult_t ncclCommAbort(ncclComm_t comm) {
     if (comm == nullptr) return ncclSuccess;

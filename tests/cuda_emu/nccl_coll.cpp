@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -71,15 +72,26 @@ void finish(Progress& progress, const char* what) {
     for (auto& [state, request] : progress) wait_one(*state, request, what);
 }
 
+// Runs queued work; an abort abandons it (a note on stderr), any other error stays a device error.
+void run_abandoning_on_abort(const std::function<void()>& work, const char* what) {
+    try {
+        work();
+    } catch (const Aborted& e) {
+        std::fprintf(stderr, "cuda_emu: %s: abandoned (%s)\n", what, e.what());
+    }
+}
+
 ncclResult_t submit(cudaStream_t stream, Op op, const char* what) {
     if (group_depth > 0) {
         group_ops.push_back({stream, std::move(op)});
         return ncclSuccess;
     }
     emu::enqueue(stream, [op = std::move(op), what] {
-        Progress progress;
-        op(progress);
-        finish(progress, what);
+        run_abandoning_on_abort([&] {
+            Progress progress;
+            op(progress);
+            finish(progress, what);
+        }, what);
     }, what);
     return ncclSuccess;
 }
@@ -108,11 +120,14 @@ bool muted() {
 // emulated device memory, an unknown stream) becomes ncclInvalidArgument, as NCCL's own pointer
 // checks report it.
 template <class Checks>
-ncclResult_t queue(const char* fn, cudaStream_t stream, Checks checks, Op op) {
+ncclResult_t queue(const char* fn, const State& st, cudaStream_t stream, Checks checks, Op op) {
     try {
         checks();
         if (muted()) return ncclSuccess;
-        return submit(stream, std::move(op), fn);
+        return submit(stream, [st, op = std::move(op), fn](Progress& p) {
+            if (st->aborted) throw Aborted(std::string(fn) + ": communicator aborted before it ran");  // posts nothing
+            op(p);
+        }, fn);
     } catch (const emu::Error& e) {
         return fail(ncclInvalidArgument, fn, e.what());
     }
@@ -160,7 +175,7 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
     if (ncclResult_t r = emu::nccl::check_call(fn, comm, count, datatype); r != ncclSuccess) return r;
     if (!emu::nccl::op_supported(op)) return fail(ncclInvalidArgument, fn, "reduction op " + std::to_string(op));
     if (count == 0) return ncclSuccess;
-    return emu::nccl::queue(fn, stream, [&] {
+    return emu::nccl::queue(fn, comm->state, stream, [&] {
         emu::nccl::check_buffer(sendbuff, count, datatype, "sendbuff");
         emu::nccl::check_buffer(recvbuff, count, datatype, "recvbuff");
     }, [st = comm->state, sendbuff, recvbuff, count, datatype, op, fn](auto&) {
@@ -207,7 +222,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
     if (!emu::nccl::op_supported(op)) return fail(ncclInvalidArgument, fn, "reduction op " + std::to_string(op));
     if (recvcount == 0) return ncclSuccess;
     const int n = comm->state->size;
-    return emu::nccl::queue(fn, stream, [&] {
+    return emu::nccl::queue(fn, comm->state, stream, [&] {
         emu::nccl::check_buffer(sendbuff, recvcount * n, datatype, "sendbuff");
         emu::nccl::check_buffer(recvbuff, recvcount, datatype, "recvbuff");
     }, [st = comm->state, sendbuff, recvbuff, recvcount, datatype, op, fn](auto&) {
@@ -231,7 +246,7 @@ ncclResult_t ncclAllGather(const void* sendbuff, void* recvbuff, size_t sendcoun
     if (ncclResult_t r = emu::nccl::check_call(fn, comm, sendcount, datatype); r != ncclSuccess) return r;
     if (sendcount == 0) return ncclSuccess;
     const int n = comm->state->size;
-    return emu::nccl::queue(fn, stream, [&] {
+    return emu::nccl::queue(fn, comm->state, stream, [&] {
         emu::nccl::check_buffer(sendbuff, sendcount, datatype, "sendbuff");
         emu::nccl::check_buffer(recvbuff, sendcount * n, datatype, "recvbuff");
     }, [st = comm->state, sendbuff, recvbuff, sendcount, datatype, fn](auto&) {
@@ -266,7 +281,7 @@ ncclResult_t ncclBroadcast(const void* sendbuff, void* recvbuff, size_t count, n
     if (root < 0 || root >= comm->state->size)
         return fail(ncclInvalidArgument, fn, "root " + std::to_string(root) + " of " + std::to_string(comm->state->size));
     if (count == 0) return ncclSuccess;
-    return emu::nccl::queue(fn, stream, [&] {
+    return emu::nccl::queue(fn, comm->state, stream, [&] {
         if (comm->state->rank == root) emu::nccl::check_buffer(sendbuff, count, datatype, "sendbuff");
         emu::nccl::check_buffer(recvbuff, count, datatype, "recvbuff");
     }, [st = comm->state, sendbuff, recvbuff, count, datatype, root, fn](auto&) {
@@ -291,7 +306,7 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
     if (peer < 0 || peer >= comm->state->size)
         return fail(ncclInvalidArgument, fn, "peer " + std::to_string(peer) + " of " + std::to_string(comm->state->size));
     if (count == 0) return ncclSuccess;
-    return emu::nccl::queue(fn, stream, [&] {
+    return emu::nccl::queue(fn, comm->state, stream, [&] {
         emu::nccl::check_buffer(sendbuff, count, datatype, "sendbuff");
     }, [st = comm->state, sendbuff, count, datatype, peer, fn](emu::nccl::Progress&) {
         auto& sends = st->eager_sends;
@@ -320,7 +335,7 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
     if (peer < 0 || peer >= comm->state->size)
         return fail(ncclInvalidArgument, fn, "peer " + std::to_string(peer) + " of " + std::to_string(comm->state->size));
     if (count == 0) return ncclSuccess;
-    return emu::nccl::queue(fn, stream, [&] {
+    return emu::nccl::queue(fn, comm->state, stream, [&] {
         emu::nccl::check_buffer(recvbuff, count, datatype, "recvbuff");
     }, [st = comm->state, recvbuff, count, datatype, peer, fn](emu::nccl::Progress& p) {
         MPI_Request req;
@@ -353,9 +368,11 @@ ncclResult_t ncclGroupEnd() {
             if (g.stream == s) mine.push_back(std::move(g.op));
         try {
             emu::enqueue(s, [mine = std::move(mine)] {
-                emu::nccl::Progress progress;
-                for (const auto& op : mine) op(progress);
-                emu::nccl::finish(progress, "ncclGroupEnd");
+                emu::nccl::run_abandoning_on_abort([&] {
+                    emu::nccl::Progress progress;
+                    for (const auto& op : mine) op(progress);
+                    emu::nccl::finish(progress, "ncclGroupEnd");
+                }, "ncclGroupEnd");
             }, "ncclGroupEnd");
         } catch (const emu::Error& e) {  // an unknown stream
             return fail(ncclInvalidArgument, "ncclGroupEnd", e.what());

@@ -4,8 +4,8 @@
 // An ncclComm_t owns a reference to a CommState, which owns an MPI communicator whose ranks are
 // the NCCL ranks. Queued collectives hold their own reference, so a communicator destroyed with
 // work still queued on a stream stays valid until that work has run. ncclCommAbort raises the
-// `aborted` flag, which every wait loop polls: a collective hung on a lost peer then fails with
-// an error instead of blocking the synchronizing thread forever.
+// `aborted` flag, which every wait loop polls: a collective hung on a lost peer is then abandoned
+// instead of blocking the synchronizing thread forever.
 #pragma once
 #ifndef OMPI_SKIP_MPICXX
 #define OMPI_SKIP_MPICXX 1  // MPI's C API only: OpenMPI's deprecated C++ bindings need libmpi_cxx
@@ -49,6 +49,13 @@ struct Error : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
+/// Raised by queued work on an aborted communicator. Unlike other errors it is no device error:
+/// the operation is abandoned and its stream goes on, as a real NCCL kernel returns once
+/// ncclCommAbort raises its abort flag.
+struct Aborted : Error {
+    using Error::Error;
+};
+
 /// Records `why` as the thread's last error (ncclGetLastError), prints "cuda_emu: <fn>: <why>"
 /// on stderr and returns `result`.
 ncclResult_t fail(ncclResult_t result, const char* fn, const std::string& why);
@@ -56,8 +63,8 @@ ncclResult_t fail(ncclResult_t result, const char* fn, const std::string& why);
 /// Throws Error (after setting state.async_error = ncclSystemError) when an MPI call failed.
 void check_mpi(int mpi_result, CommState& state, const char* what);
 
-/// Waits for all `requests` on communicator `state`, polling its abort flag. Throws Error when
-/// aborted (the requests are abandoned) or when MPI reports an error.
+/// Waits for all `requests` on communicator `state`, polling its abort flag. Throws Aborted when
+/// aborted (the requests are abandoned), Error when MPI reports an error.
 void wait_all(CommState& state, std::vector<MPI_Request>& requests, const char* what);
 
 /// The NCCL calls whose bytes bytes_sent() counts.

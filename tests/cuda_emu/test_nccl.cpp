@@ -400,10 +400,11 @@ TEST_F(Nccl, ErrorsAreReportedAtTheCall) {
     EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
 }
 
-// ncclCommAbort from a watchdog thread ends a receive that will never be matched: the stream
-// synchronization fails (a sticky device error, cleared by cudaDeviceReset) instead of hanging.
-// The outcome does not depend on when the abort comes (before or during the wait). Kept last: it
-// leaves the abandoned receive behind and resets the emulated device.
+// ncclCommAbort from a watchdog thread ends a receive that will never be matched: it is abandoned
+// and the stream synchronization returns instead of hanging, with no device error (a real NCCL
+// kernel returns once aborted), so later work on the stream runs. The outcome does not depend on
+// when the abort comes (before or during the wait). Kept last: it leaves the abandoned receive
+// behind and resets the emulated device.
 TEST_F(Nccl, AbortEndsAHungReceive) {
     ncclComm_t comm = nullptr;
     ASSERT_EQ(ncclCommSplit(world_comm, 0, rank, &comm, nullptr), ncclSuccess);
@@ -418,8 +419,10 @@ TEST_F(Nccl, AbortEndsAHungReceive) {
             std::this_thread::sleep_for(std::chrono::milliseconds(100));
             ncclCommAbort(comm);
         });
-        EXPECT_NE(cudaStreamSynchronize(stream), cudaSuccess);
+        EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
         watchdog.join();
+        EXPECT_EQ(cudaMemsetAsync(buf.p, 0, 16 * sizeof(float), stream), cudaSuccess);  // the stream goes on
+        EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);
     }
     EXPECT_EQ(cudaDeviceReset(), cudaSuccess);
     stream = nullptr;  // destroyed by the reset
