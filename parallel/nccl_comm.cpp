@@ -119,13 +119,13 @@ public:
     }
 
     ~NcclComm() override {
-        unregister_abortable(this);  // no watchdog aborts us from here on
         if (!aborted_) {
             try {
-                drain("destroy");
+                drain("destroy");  // still registered: its own watchdog may abort us
             } catch (const std::exception&) {  // aborted (or the device failed): nothing left to wait for
             }
         }
+        unregister_abortable(this);  // no watchdog aborts us from here on
         // Raw CUDA calls that ignore errors: after an abort the device may hold a sticky error.
         if (!aborted_) ncclCommDestroy(nccl_);
         for (Event e : free_events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
@@ -266,7 +266,8 @@ private:
         if (r != cudaSuccess) throw error(std::string(call) + " failed: " + cudaGetErrorString(r));
     }
     void check_alive(const char* op) const {
-        if (aborted_) throw error(std::string(op) + ": the communicator was aborted (a timeout or an error) after " + last_op_);
+        if (aborted_)
+            throw error(std::string(op) + ": the communicator was aborted (a timeout or an error) after " + last_op_);
     }
     void check_peer(int peer, const char* what) const {
         if (peer < 0 || peer >= size())
