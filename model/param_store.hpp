@@ -28,6 +28,11 @@ public:
     /// Sets every parameter this store holds from full host fp32 values (layout.total_numel(),
     /// padding 0), cast to the act dtype. Synchronizes.
     virtual void load_params(const float* host) = 0;
+    /// The host waits for event e, recorded on the current stream, where the model needs a value
+    /// (its loss); `what` names the wait. A store whose collectives the stream may wait for (the
+    /// ZeRO engine: its reduce-scatters and gathers) makes it a timed wait that ends a hung
+    /// collective in CommError (parallel/host_wait.hpp). Default: ops.synchronize_event(e).
+    virtual void host_wait(Ops& ops, Event e, const char* /*what*/) { ops.synchronize_event(e); }
 };
 
 /// The whole model in two flat buffers (params, grads: layout.total_numel() elements of the act

@@ -275,6 +275,11 @@ void ZeroEngine::grads_done(int u) {
     reduce_order_.push_back(&s);
 }
 
+void ZeroEngine::host_wait(Ops& ops, Event e, const char* what) {
+    poll_with_watchdog([&] { return ops.query_event(e); }, {{&zero_, "zero group"}, {&replicas_, "replica group"}},
+                       what);
+}
+
 void ZeroEngine::load_params(const float* host) {
     // bf16 goes through an fp32 staging buffer of at most 4M elements (16 MiB): the planner and
     // --dry-run count the steady state, which a staging buffer of the whole stage would exceed.

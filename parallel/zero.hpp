@@ -92,6 +92,8 @@ public:
     void* acquire_grads(int u) override;
     void grads_done(int u) override;
     void load_params(const float* host) override;
+    /// Timed (HostWait's poll and watchdog) against the ZeRO and replica groups.
+    void host_wait(Ops& ops, Event e, const char* what) override;
 
 private:
     /// A full-unit working buffer: a gathered unit (stage 3) or a unit's gradient (stages 2, 3).

@@ -25,11 +25,10 @@
 #include "tests/cuda/cuda_test_util.hpp"
 
 #include "parallel/host_wait.hpp"
+#include "parallel/zero.hpp"
 
 #ifndef LLMTRAIN_REAL_GPU
-#include <cuda_runtime.h>
-
-#include "tests/cuda_emu/nccl_comm.hpp"
+#include "tests/cuda_emu/nccl_comm.hpp"  // emu::nccl::bytes_sent
 #endif
 
 namespace llmtrain {
@@ -319,8 +318,9 @@ INSTANTIATE_TEST_SUITE_P(Cuda, NcclCommTest, ::testing::Values("fp32", "bf16"),
 
 // A collective that never completes (rank 0 receives from rank 1, which never sends) ends in a
 // CommError naming the operation and the group once timeout_s has passed, instead of hanging.
-// Runs alone (ctest nccl_comm_hung_np2): the abandoned receive leaves the emulated device with a
-// sticky error, cleared by cudaDeviceReset at the end.
+// Runs alone (ctest nccl_comm_hung_np2), with the other hung cases: each leaves an abandoned MPI
+// request behind. The aborted operation is no device error (the stream goes on), so each test
+// frees what it made through the backend.
 TEST(NcclCommHung, HostWaitTimesOutAndAborts) {
     if (wsize() < 2) GTEST_SKIP() << "needs 2 ranks";
     auto ops = make_backend("cuda", "fp32");
@@ -346,16 +346,14 @@ TEST(NcclCommHung, HostWaitTimesOutAndAborts) {
     EXPECT_LT(waited, 30.0);
     EXPECT_THROW(comm->all_reduce_sum_async(buf, 16, DType::f32), CommError);  // aborted for good
     comm.reset();
-#ifndef LLMTRAIN_REAL_GPU
-    EXPECT_EQ(cudaDeviceReset(), cudaSuccess);  // frees buf too
-#endif
+    ops->free(buf);
 }
 
 // The training path's host wait (HostWait, as ZeroEngine's gradient-norm read uses it) on an
 // all-reduce that rank 1 never posts: rank 0 gets a CommError naming the operation, the group and
 // its newest operation once timeout_s has passed, instead of hanging in the CUDA runtime. With a
 // plain synchronize in its place the test hangs, and ctest's TIMEOUT fails it. Runs alone
-// (nccl_comm_hung_np2), after which the device is reset.
+// (nccl_comm_hung_np2).
 TEST(NcclCommHung, TrainingHostWaitTimesOutNamingTheOpAndGroup) {
     if (wsize() < 2) GTEST_SKIP() << "needs 2 ranks";
     auto ops = make_backend("cuda", "fp32");
@@ -369,10 +367,10 @@ TEST(NcclCommHung, TrainingHostWaitTimesOutNamingTheOpAndGroup) {
     ops->memset(dev, 0, sizeof(float));
     zero->all_reduce_sum(dev, 1, DType::f32);
     ops->memcpy_d2h(host, dev, sizeof(float));
-    HostWait wait(*ops);
+    HostWait host_wait(*ops);
     const auto start = std::chrono::steady_clock::now();
     try {
-        wait("reading the gradient norm", {{zero.get(), "zero group"}, {solo.get(), "replica group"}});
+        host_wait("reading the gradient norm", {{zero.get(), "zero group"}, {solo.get(), "replica group"}});
         ADD_FAILURE() << "the wait returned although rank 1 never posted";
     } catch (const CommError& e) {
         const std::string msg = e.what();
@@ -390,9 +388,52 @@ TEST(NcclCommHung, TrainingHostWaitTimesOutNamingTheOpAndGroup) {
     EXPECT_THROW(solo->all_reduce_sum_async(dev, 1, DType::f32), CommError);
     zero.reset();
     solo.reset();
-#ifndef LLMTRAIN_REAL_GPU
-    EXPECT_EQ(cudaDeviceReset(), cudaSuccess);  // frees dev and host too
-#endif
+    ops->free(dev);
+    ops->free_host(host);
+}
+
+// The ZeRO engine's wait for the model's value (ParamStore::host_wait, the loss read of
+// GPT::forward_backward) is timed too: at stage 2 a unit's gradient reduce-scatter starts in
+// grads_done, and rank 1 never posts it. Rank 0 gets CommError naming the wait, the zero group and
+// its newest operation.
+TEST(NcclCommHung, ZeroEngineHostWaitTimesOut) {
+    if (wsize() < 2) GTEST_SKIP() << "needs 2 ranks";
+    auto ops = make_backend("cuda", "fp32");
+    CommOptions opt;
+    opt.timeout_s = 1.0;
+    auto zero = make_nccl_comm(*ops, {0, 1}, opt);
+    auto replicas = make_nccl_comm(*ops, {wrank()}, opt);
+    if (wrank() != 0) return;  // rank 1 never posts the reduce-scatter
+    GPTConfig cfg;
+    cfg.n_layer = 1, cfg.n_head = 1, cfg.n_embd = 8, cfg.seq_len = 4, cfg.vocab_size = 16;
+    const ParamLayout layout(cfg, 2);
+    {
+        Allocator alloc(*ops);
+        ZeroOptions zo;
+        zo.stage = 2;
+        ZeroEngine engine(alloc, layout, *zero, *replicas, zo);
+        engine.begin_step();
+        engine.acquire_grads(1);
+        engine.grads_done(1);  // the reduce-scatter starts; reduce_grads makes the stream wait for it
+        engine.reduce_grads();
+        Event e = ops->create_event();
+        ops->record_event(e);
+        const auto start = std::chrono::steady_clock::now();
+        try {
+            engine.host_wait(*ops, e, "reading the loss");
+            ADD_FAILURE() << "the wait returned although rank 1 never posted";
+        } catch (const CommError& err) {
+            const std::string msg = err.what();
+            EXPECT_NE(msg.find("reading the loss: timed out after 1 s"), std::string::npos) << msg;
+            EXPECT_NE(msg.find("zero group (NcclComm on world ranks [0, 1], newest operation reduce_scatter (1 issued))"),
+                      std::string::npos)
+                << msg;
+        }
+        EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 30.0);
+        ops->destroy_event(e);
+    }
+    zero.reset();
+    replicas.reset();
 }
 
 }  // namespace
