@@ -74,8 +74,8 @@ public:
     void reduce_grads();
     /// Sum over every dp rank of the squared reduced gradient (collective over the ZeRO group;
     /// scratch: one device fp32), without unit 0 when skip_embeddings (the pipeline's last stage:
-    /// the first stage counts the tied embeddings). The step's one host wait: for the current
-    /// stream, under parallel.timeout_s (HostWait), so a hung gradient reduction ends in CommError
+    /// the first stage counts the tied embeddings). The host waits for the current stream only,
+    /// under parallel.timeout_s (HostWait), so a hung gradient reduction ends in CommError
     /// "reading the gradient norm: timed out ...; zero group (...); replica group (...)".
     float grad_norm_squared(float* scratch, bool skip_embeddings = false);
     /// After the optimizer wrote param_shard(): all-gathers it into the full params (stages 1, 2);
