@@ -51,4 +51,4 @@ cp -r /usr/share/openmpi "$ROOT/openmpi/share"
 
 mkdir -p "$OUT"
 tar -C "$STAGE" -czf "$OUT/bundle.tar.gz" llmtrain-gpu
-echo "bundle: $OUT/bundle.tar.gz ($(du -h "$OUT/bundle.tar.gz" | cut -f1); $(ls "$ROOT/lib" | wc -l) libraries)"
+echo "bundle: $OUT/bundle.tar.gz ($(du -h "$OUT/bundle.tar.gz" | cut -f1); $(find "$ROOT/lib" -type f | wc -l) libraries)"
