@@ -19,8 +19,9 @@ library only: it runs on the lent GPU machine's python3 and in the CPU tests (te
       model with tokens/s, MFU, first step / steady, peak memory, and the ratios to llm.c's H100
       figures, to PyTorch measured in the same run and to the targets of issue 18.
   summary LOGDIR
-      The acceptance table (markdown) from the logs run.sh keeps in LOGDIR: steps.tsv,
-      test_cuda_gpu.log, checks.txt, bench*.txt, offload.txt, plan.txt.
+      The acceptance table (markdown) from the logs run.sh keeps in LOGDIR: test_cuda_gpu.log,
+      check-*.txt (compare-train / compare-val lines), bench*.txt, offload.txt, plan.txt, and
+      steps.tsv (the steps that timed out, crashed or were skipped).
 """
 import argparse
 import glob
@@ -93,7 +94,7 @@ def compare_val(run_path, name, tol, ref_path=None, expect=None):
     steps = "/".join(str(s) for s in sorted(ref))
     verdict = "PASS" if worst <= tol else "FAIL"
     return (0 if worst <= tol else 1), (f"{name}: {verdict} (val at steps {steps}: {got} vs {want}; "
-                                        f"max |diff| {worst:.2e}, tolerance {tol:g})")
+                                        f"max abs diff {worst:.2e}, tolerance {tol:g})")
 
 
 # ---------------------------------------------------------------- bench lines
@@ -247,7 +248,8 @@ def check_rows(text):
 
 def throughput_rows(runs):
     rows = []
-    models = sorted({split_label(lb)[0] for lb in runs}, key=lambda m: (m not in LLMC, m))
+    order = list(LLMC)
+    models = sorted({split_label(lb)[0] for lb in runs}, key=lambda m: (order.index(m) if m in order else len(order), m))
     for model in models:
         mn = MODEL_NAMES.get(model, model)
         paths = {split_label(lb)[1]: r for lb, r in runs.items() if split_label(lb)[0] == model}
@@ -298,7 +300,7 @@ def throughput_rows(runs):
 def offload_row(text):
     if text is None:
         return None
-    m = re.search(r"double-buffered vs serial: ([\d.]+)x .*?= ([\d.]+)", text)
+    m = re.search(r"double-buffered vs serial: ([\d.]+)x .*wall / max\(d2h, host_adam, h2d\) = ([\d.]+)", text)
     if not m:
         return ("offload_bench (cuda, bf16)", "no result (see offload.txt)", "", "", "FAIL")
     speed, bound = float(m.group(1)), float(m.group(2))
@@ -322,16 +324,21 @@ def plan_row(text):
 
 
 def step_rows(text):
-    """Rows for run.sh steps that failed, timed out or were skipped (steps.tsv: stage, step, rc, seconds)."""
-    rows = []
+    """Rows for run.sh steps that did not run to their end (steps.tsv: stage, step, status,
+    seconds; the last line of a step wins): timed out (124; 137 after the kill), skipped for the
+    call's budget, or another non-zero exit (a crash, a failed run)."""
+    last = {}
     for line in (text or "").splitlines():
         cols = line.split("\t")
-        if len(cols) < 4 or cols[2] == "0":
+        if len(cols) >= 4:
+            last[(cols[0], cols[1])] = (cols[2], cols[3])
+    rows = []
+    for (stage, step), (status, secs) in last.items():
+        if status == "0":
             continue
-        stage, step, rc, secs = cols[:4]
-        what = ("timed out" if rc == "124" else "skipped: the call's time budget was spent" if rc == "skipped"
-                else f"exit {rc}")
-        rows.append((f"step {stage}/{step}", f"{what} after {secs} s", "exit 0", "", "FAIL"))
+        what = ("skipped: the call's time budget was spent" if status == "skipped" else
+                f"timed out after {secs} s" if status in ("124", "137") else f"exit {status} after {secs} s")
+        rows.append((f"step {stage}/{step}", what, "runs to its end", "", "FAIL"))
     return rows
 
 
@@ -339,7 +346,8 @@ def summary(logdir):
     """The acceptance table (markdown lines) from run.sh's LOGDIR."""
     measured, verdict = gtest_row(read_text(os.path.join(logdir, "test_cuda_gpu.log")))
     rows = [("test_cuda_gpu", measured, "all pass", "", verdict)]
-    rows += check_rows(read_text(os.path.join(logdir, "checks.txt")))
+    for path in sorted(glob.glob(os.path.join(logdir, "check-*.txt"))):
+        rows += check_rows(read_text(path))
     rows += throughput_rows(read_bench(sorted(glob.glob(os.path.join(logdir, "bench*.txt")))))
     for r in (offload_row(read_text(os.path.join(logdir, "offload.txt"))),
               plan_row(read_text(os.path.join(logdir, "plan.txt")))):

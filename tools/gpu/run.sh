@@ -53,10 +53,13 @@ train() {
 }
 synthetic=(--set "data.train=\"$DATA/train.h5\"" --set "data.val=\"$DATA/val.h5\"")
 
+# A step's exit status says whether it ran to its end; what it found is in its log and check-*.txt
+# (the table's rows). test_cuda_gpu: 0 when gtest printed its summary, failures or not.
 step_test_cuda_gpu() {
     "$DIR/tests/cuda/test_cuda_gpu" >"$LOGS/test_cuda_gpu.log" 2>&1
     local rc=$?
     grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran" "$LOGS/test_cuda_gpu.log"
+    grep -q "^\[==========\] .* ran\." "$LOGS/test_cuda_gpu.log" && return 0
     return $rc
 }
 
@@ -117,10 +120,10 @@ step_tiny() {
     cp "$g.log" "$LOGS/tiny-gpu.log"
     while kill -0 "${CPU_TINY_PID:-0}" 2>/dev/null && [ $waited -lt 240 ]; do sleep 2; waited=$((waited + 2)); done
     cp "$c.log" "$LOGS/tiny-cpu.log" 2>/dev/null
-    report compare-val "$g" --ref "$c" --tol 1e-4 --name "tiny fp32 GPU vs CPU" | tee "$LOGS/check-tiny-cpu.txt" || rc=1
+    report compare-val "$g" --ref "$c" --tol 1e-4 --name "tiny fp32 GPU vs CPU" | tee "$LOGS/check-tiny-cpu.txt"
     if [ -f "$BROWN/train.h5" ]; then
         report compare-val "$g" --expect 250=6.3407,500=6.0715,750=5.9519,1000=5.8896 --tol 1.5e-4 \
-            --name "tiny fp32 GPU vs documented CPU" | tee "$LOGS/check-tiny-doc.txt" || rc=1
+            --name "tiny fp32 GPU vs documented CPU" | tee "$LOGS/check-tiny-doc.txt"
     fi
     rm -rf "$g"
     return $rc
