@@ -18,7 +18,8 @@
 #               the others stop after their last step (a 1.5B checkpoint is 19 GB and ~60 s)
 #   PYTHON      (python3) runs the PyTorch baseline where it imports torch and sees a GPU; TORCH=0 skips
 #   LOGDIR      ($BUILD/gpu_bench) each run's log (<label>.log); run directories are deleted after each run
-#   RUN_TIMEOUT (300) seconds allowed per run
+#   RUN_TIMEOUT (300) seconds allowed per llmtrain run; PyTorch's gets 120 more (torch.compile: ~45 s
+#               at 124M, ~120 s at 1.5B on an H100)
 # Data: tests/app/make_tiny_dataset's synthetic tokens (ids < 320) for llmtrain and PyTorch; the
 # models keep GPT-2's 50,257-token vocabulary, so the compute per token is GPT-2's (throughput does
 # not depend on the token values). Each step is 8 micro-batches of the config's micro_batch_size
@@ -101,7 +102,7 @@ torch_bench() {
         { result "bench: label=$model-torch error=\"cannot resolve configs/$model.toml\""; return 0; }
     key() { awk -v k="$1" '$1 == k && $2 == "=" { print $3; exit }' <<<"$cfg"; }
     local log=$LOGDIR/$model-torch.log rc=0
-    timeout -k 10 "$RUN_TIMEOUT" "$PYTHON" tools/bench/torch_gpt_gpu.py --label "$model-torch" \
+    timeout -k 10 $((RUN_TIMEOUT + 120)) "$PYTHON" tools/bench/torch_gpt_gpu.py --label "$model-torch" \
         --n-layer "$(key n_layer)" --n-head "$(key n_head)" --n-embd "$(key n_embd)" --seq-len "$(key seq_len)" \
         --vocab "$(key vocab_size)" --data-vocab "$(cat "$DATA/vocab_size.txt")" --batch "$(key micro_batch_size)" \
         --grad-accum "$(key grad_accum_steps)" --steps "$STEPS" >"$log" 2>&1 || rc=$?
