@@ -24,7 +24,7 @@
 #   STATE   (/tmp/llmtrain-gpu) the unpacked bundle, logs/ (every step's log and result: the
 #           table's input) and runs/ (run directories, each deleted once compared)
 #   OUT     (gpu-logs) receives 3 files: summary.md, env.txt, logs.tar.gz (STATE's logs/)
-#   BUDGET  (530) seconds this call may use: a step that cannot start with 20 s left is skipped
+#   BUDGET  (520) seconds this call may use: a step that cannot start with 20 s left is skipped
 #           (reported as such), and each step's time box is cut to what is left
 #   STEPS   (10) steps of each throughput run; the means are over steps 4+
 #   BROWN   (data/brown) the quick start's Brown split (train.h5, val.h5 from tools/fetch_brown.sh;
@@ -157,7 +157,7 @@ fi
 # ---------------------------------------------------------------- the stages
 
 CALL_START=$SECONDS
-BUDGET=${BUDGET:-530}
+BUDGET=${BUDGET:-520}
 # step <stage> <name> <limit s> <function> [args]: runs `run.sh _step function args` time-boxed,
 # its output in logs/<name>.out, and records stage, name, exit status and seconds in logs/steps.tsv.
 step() {
