@@ -110,7 +110,7 @@ else
 fi
 
 # tiny.toml in fp32 on the GPU against the CPU backend's run started at the beginning of the
-# checks (cpu_tiny, below): every val loss within 1e-4 (the H100 matched the CPU to 4 decimals at
+# checks (stage_checks, below): every val loss within 1e-4 (the H100 matched the CPU to 4 decimals at
 # 58d410c; two CPU sum orders differ by ~5e-7, docs/design.md). With Brown, also against the
 # documented CPU figures to 4 decimals (1.5e-4: 1e-4 plus their rounding).
 step_tiny() {
@@ -268,7 +268,11 @@ for s in "${stages[@]}"; do
     esac
 done
 
-report summary "$LOGS" >"$OUT/summary.md"
+{
+    echo "GPU acceptance: $(sed -n 2p "$LOGS/env.txt"), $(sed -n 1p "$LOGS/env.txt"); this call ran: ${stages[*]} (the table holds every stage run on this machine with this bundle)"
+    echo
+    report summary "$LOGS"
+} >"$OUT/summary.md"
 cp "$LOGS/env.txt" "$OUT/"
 tar -C "$STATE" -czf "$OUT/logs.tar.gz" logs
 echo
