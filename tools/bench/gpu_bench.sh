@@ -90,8 +90,7 @@ bench() {
     fi
     result "$("$PYTHON" tools/gpu/gpu_report.py bench-line "$label" "$log")"
     # model.attention = "auto" names the path it chose in the start-up log.
-    [[ $label == *-auto ]] && grep -m2 -i "attention" "$log" | sed "s/^/  $label: /"
-    return 0
+    if [[ $label == *-auto ]]; then grep -m2 -i "attention" "$log" | sed "s/^/  $label: /" || true; fi
 }
 
 # torch_bench <model> [llmtrain args]: PyTorch at the shape llmtrain resolves for the same config and args
