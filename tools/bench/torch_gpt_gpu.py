@@ -92,7 +92,8 @@ class GPT(nn.Module):
         for block in self.h:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.T
-        return F.cross_entropy(logits[..., :self.vocab].float().reshape(-1, self.vocab), targets.reshape(-1))
+        # the padded columns left out, as llmtrain and llm.c do; autocast runs cross_entropy in fp32
+        return F.cross_entropy(logits[..., :self.vocab].reshape(-1, self.vocab), targets.reshape(-1))
 
 
 def num_parameters(n_layer, C, seq_len, vocab):
