@@ -118,7 +118,7 @@ struct Trainer::Impl {
         val = std::make_unique<DataLoader>(lo);
         if (rank == 0 && cfg.run.sample_interval > 0) {
             TokenDataset ds(cfg.data.train);
-            tokenizer.emplace(Tokenizer::from_bytes(ds.tokenizer_bytes(), cfg.data.train + ":/tokenizer"));
+            tokenizer.emplace(Tokenizer::from_dataset(ds));
         }
         ops = make_backend(cfg.run.backend, cfg.training.precision, cuda_options_of(cfg));
         alloc = std::make_unique<Allocator>(*ops);

@@ -50,7 +50,7 @@ void write_1d(hid_t file, const char* name, hid_t file_type, hid_t mem_type, con
 struct TokenDatasetWriter::Impl {
     std::string path, tmp;
     int vocab_size, eos_id, bos_id;
-    std::string tokenizer;
+    std::string tokenizer, kind;
     hid_t file_type;               // H5T_STD_U16LE or H5T_STD_U32LE
     hsize_t chunk;                 // tokens per chunk
     h5::Handle file, tokens;
@@ -86,7 +86,7 @@ struct TokenDatasetWriter::Impl {
 };
 
 TokenDatasetWriter::TokenDatasetWriter(const std::string& path, int vocab_size, int eos_id, int bos_id,
-                                       const std::string& tokenizer_model_bytes)
+                                       const std::string& tokenizer_model_bytes, const std::string& tokenizer_kind)
     : impl_(std::make_unique<Impl>()) {
     Impl& w = *impl_;
     w.path = path;
@@ -98,6 +98,9 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, int vocab_size, 
     if (bos_id < -1 || bos_id >= vocab_size)
         throw DataError(path + ": bos_id " + std::to_string(bos_id) + " is outside [-1, vocab_size)");
     if (tokenizer_model_bytes.empty()) throw DataError(path + ": the tokenizer model bytes are empty");
+    if (tokenizer_kind != "sentencepiece" && tokenizer_kind != "gpt2")
+        throw DataError(path + ": unknown tokenizer kind '" + tokenizer_kind + "' (sentencepiece or gpt2)");
+    w.kind = tokenizer_kind;
     w.vocab_size = vocab_size;
     w.eos_id = eos_id;
     w.bos_id = bos_id;
@@ -153,7 +156,8 @@ void TokenDatasetWriter::finish() {
     const hid_t f = w.file.get();
     write_1d(f, "doc_offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, w.offsets.data(), w.offsets.size(), w.tmp);
     write_1d(f, "tokenizer", H5T_STD_U8LE, H5T_NATIVE_UINT8, w.tokenizer.data(), w.tokenizer.size(), w.tmp);
-    write_int_attr(f, "format_version", 1, w.tmp);
+    write_int_attr(f, "format_version", 2, w.tmp);
+    write_string_attr(f, "tokenizer", w.kind, w.tmp);
     write_int_attr(f, "vocab_size", w.vocab_size, w.tmp);
     write_int_attr(f, "eos_id", w.eos_id, w.tmp);
     write_int_attr(f, "bos_id", w.bos_id, w.tmp);
