@@ -72,6 +72,11 @@ public:
     /// Appends one document (its tokens, EOS already included by the caller). Errors: DataError
     /// naming the document and position of a token id outside [0, vocab_size).
     void add_document(const std::vector<int32_t>& tokens);
+    /// Streaming form of add_document for documents of any length: append() the tokens of the
+    /// current document in pieces, then end_document(). Errors: as add_document (the position is
+    /// counted from the document's start).
+    void append(const int32_t* tokens, size_t n);
+    void end_document();
     /// Flushes, writes /doc_offsets and attributes, closes, fsyncs and renames into place.
     /// A writer destroyed without finish() removes its temporary file.
     void finish();

@@ -131,19 +131,30 @@ TokenDatasetWriter::~TokenDatasetWriter() {
 }
 
 void TokenDatasetWriter::add_document(const std::vector<int32_t>& tokens) {
+    append(tokens.data(), tokens.size());
+    end_document();
+}
+
+void TokenDatasetWriter::append(const int32_t* tokens, size_t n) {
     Impl& w = *impl_;
     if (w.finished) throw DataError(w.path + ": add_document after finish()");
-    for (size_t i = 0; i < tokens.size(); ++i)
+    const uint64_t in_doc = w.n_written + w.pending.size() - w.offsets.back();  // tokens of this document so far
+    for (size_t i = 0; i < n; ++i)
         if (tokens[i] < 0 || tokens[i] >= w.vocab_size)
             throw DataError(w.path + ": document " + std::to_string(w.offsets.size() - 1) + " position " +
-                            std::to_string(i) + ": token id " + std::to_string(tokens[i]) +
+                            std::to_string(in_doc + i) + ": token id " + std::to_string(tokens[i]) +
                             " is outside [0, vocab_size " + std::to_string(w.vocab_size) + ")");
     h5::QuietErrors quiet;
-    for (int32_t t : tokens) {
-        w.pending.push_back(static_cast<uint32_t>(t));
+    for (size_t i = 0; i < n; ++i) {
+        w.pending.push_back(static_cast<uint32_t>(tokens[i]));
         if (w.pending.size() == w.chunk) w.flush(w.chunk);
     }
-    w.offsets.push_back(w.offsets.back() + tokens.size());
+}
+
+void TokenDatasetWriter::end_document() {
+    Impl& w = *impl_;
+    if (w.finished) throw DataError(w.path + ": add_document after finish()");
+    w.offsets.push_back(w.n_written + w.pending.size());
 }
 
 void TokenDatasetWriter::finish() {

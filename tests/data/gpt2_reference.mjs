@@ -17,7 +17,7 @@ const require = createRequire(path.resolve(args[0], "node_modules") + "/");
 const { Tiktoken } = require("js-tiktoken/lite");
 const ranks = require("js-tiktoken/ranks/gpt2");
 const enc = new Tiktoken(ranks.default ?? ranks);
-const decoder = new TextDecoder("utf-8", { fatal: true });
+const decoder = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });  // keep a leading U+FEFF as text
 const texts = args.slice(1).map((f) => decoder.decode(readFileSync(f)));
 if (bench) {
   let tokens = 0, bytes = 0;
