@@ -7,8 +7,9 @@
 // points: PCRE2 counts U+0085 and U+180E as space, JavaScript counts U+FEFF (and not those two).
 // \p{L} and \p{N} are PCRE2's (Unicode 14 in PCRE2 10.42).
 //
-// The merge is the one tiktoken and js-tiktoken run, done with a heap so that a piece of n bytes
-// costs O(n log n) instead of O(n^2) (a run of a million spaces is one piece): parts form a linked
+// The merge is the one tiktoken and js-tiktoken run. Pieces of up to 32 bytes (nearly all) use its
+// array form with a linear scan; longer ones a heap, so that a piece of n bytes costs O(n log n)
+// instead of O(n^2) (a run of a million spaces is one piece): parts form a linked
 // list; the heap holds (rank of part+next part, start of part); the smallest rank is merged first
 // and equal ranks leftmost first, exactly the pair the quadratic scan picks; entries made stale by
 // an earlier merge are recognized by the part ends recorded with them and skipped.
@@ -59,12 +60,41 @@ struct Gpt2Bpe::Impl {
         return it == ranks.end() ? -1 : it->second;
     }
 
+    static constexpr size_t kShortPiece = 32;
+
+    // The same merge for a piece of at most kShortPiece bytes, without allocating: part boundaries
+    // in an array, the rank of each adjacent pair cached, a linear scan for the lowest (strict <
+    // keeps the leftmost of equal ranks), the two pairs next to a merge recomputed.
+    void merge_short(std::string_view p, std::vector<int32_t>& out) const {
+        int bound[kShortPiece + 1];    // part k = bytes [bound[k], bound[k + 1])
+        int32_t pair[kShortPiece];     // pair[k]: rank of part k + part k+1, or -1
+        int parts = static_cast<int>(p.size());
+        for (int k = 0; k <= parts; ++k) bound[k] = k;
+        auto rank_pair = [&](int k) {
+            return k + 2 <= parts ? rank_of(p.substr(bound[k], bound[k + 2] - bound[k])) : -1;
+        };
+        for (int k = 0; k + 1 < parts; ++k) pair[k] = rank_pair(k);
+        while (parts > 1) {
+            int best = -1;
+            for (int k = 0; k + 1 < parts; ++k)
+                if (pair[k] >= 0 && (best < 0 || pair[k] < pair[best])) best = k;
+            if (best < 0) break;
+            for (int k = best + 1; k < parts; ++k) bound[k] = bound[k + 1];  // drop the boundary inside
+            for (int k = best + 1; k + 1 < parts; ++k) pair[k] = pair[k + 1];
+            --parts;
+            pair[best] = rank_pair(best);
+            if (best > 0) pair[best - 1] = rank_pair(best - 1);
+        }
+        for (int k = 0; k < parts; ++k) out.push_back(rank_of(p.substr(bound[k], bound[k + 1] - bound[k])));
+    }
+
     // Appends the ids of one pre-tokenized piece (its bytes).
     void merge_piece(std::string_view p, std::vector<int32_t>& out) const {
         if (int32_t r = rank_of(p); r >= 0) {  // whole piece is a token (tiktoken's shortcut, kept for equality)
             out.push_back(r);
             return;
         }
+        if (p.size() <= kShortPiece) return merge_short(p, out);
         const int n = static_cast<int>(p.size());
         std::vector<int> end(n), next(n), prev(n);  // part i = bytes [i, end[i]); list links
         for (int i = 0; i < n; ++i) {
