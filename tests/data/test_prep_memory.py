@@ -3,8 +3,8 @@
 not grow with the corpus. Two generated corpora (8 KB documents, --separator) of 4 MiB and 28 MiB
 are prepared with 2 threads; the peak resident set (max RSS from wait4) of the larger run may
 exceed the smaller one's by at most 6 MiB while the corpus grew by 24 MiB. Derivation: what grows
-with the corpus is 9 bytes per document (doc offsets and the split flag: 3,000 more documents =
-27 KB) plus allocator noise; a prep that held the corpus (or its ids, 4 bytes per token) would
+with the corpus is the train/val choice, 8 bytes per document while drawn (3,000 more documents =
+24 KB), plus allocator noise; a prep that held the corpus (or its ids, 4 bytes per token) would
 grow by >= 24 MiB. Both runs must also stay under an absolute 96 MiB cap: measured 38 MiB (the
 ranks' map, one block of <= 256 documents = 2 MiB of text and its ids, HDF5's chunk buffers). The ranks are a stand-in (gpt2_test_ranks.py) holding the
 corpus words, so encoding is fast; GPT-2's real ids are tested in test_gpt2_tokenizer.py.

@@ -327,6 +327,28 @@ TEST(TokenDataset, TokenizerKindAndVersion1) {
     expect_data_error([&] { TokenDataset ds(g); }, {g, "'tokenizer' is 'wordpiece'"});
 }
 
+// /doc_offsets is streamed in chunks of 262,144 entries too: 300,000 documents cross a chunk edge.
+TEST(TokenDataset, DocOffsetsAcrossChunks) {
+    TempDir dir;
+    const std::string path = dir.file("many.h5");
+    const uint64_t n = 300'000;
+    {
+        TokenDatasetWriter w(path, 1000, 2, 1, "tok");
+        for (uint64_t d = 0; d < n; ++d) w.add_document(std::vector<int32_t>(1 + d % 3, static_cast<int32_t>(d % 1000)));
+        w.finish();
+    }
+    TokenDataset ds(path);
+    auto offs = ds.doc_offsets();
+    ASSERT_EQ(offs.size(), n + 1);
+    uint64_t at = 0;
+    for (uint64_t d = 0; d < n; ++d) {
+        ASSERT_EQ(offs[d], at) << d;
+        at += 1 + d % 3;
+    }
+    EXPECT_EQ(offs[n], at);
+    EXPECT_EQ(ds.info().n_tokens, at);
+}
+
 // append() + end_document() store exactly what add_document() stores, across chunk boundaries,
 // and errors count positions from the document's start.
 TEST(TokenDataset, StreamingAppendEqualsAddDocument) {

@@ -237,10 +237,13 @@ int run(const Args& a) {
     const int vocab = tok->vocab_size(), eos = tok->eos_id();
     if (eos < 0) throw PrepError("tokenizer " + a.tokenizer + " defines no EOS piece (eos_id = -1)");
 
-    // Validation documents: the first n_val entries of a seeded permutation of document indices.
-    std::vector<char> is_val(n_docs, 0);
-    std::vector<uint64_t> perm = window_permutation(n_docs, a.seed, 0);
-    for (uint64_t i = 0; i < n_val; ++i) is_val[perm[i]] = 1;
+    // Validation documents: the first n_val entries of a seeded permutation of document indices
+    // (8 bytes per document while it is drawn, then 1 bit per document).
+    std::vector<bool> is_val(n_docs, false);
+    {
+        const std::vector<uint64_t> perm = window_permutation(n_docs, a.seed, 0);
+        for (uint64_t i = 0; i < n_val; ++i) is_val[perm[i]] = true;
+    }
 
     const std::string kind = tok->kind();
     TokenDatasetWriter train((staging.dir / "train.h5").string(), vocab, eos, tok->bos_id(), tok->model_bytes(), kind);
