@@ -9,10 +9,10 @@
 //
 // The merge is the one tiktoken and js-tiktoken run. Pieces of up to 32 bytes (nearly all) use its
 // array form with a linear scan; longer ones a heap, so that a piece of n bytes costs O(n log n)
-// instead of O(n^2) (a run of a million spaces is one piece): parts form a linked
-// list; the heap holds (rank of part+next part, start of part); the smallest rank is merged first
-// and equal ranks leftmost first, exactly the pair the quadratic scan picks; entries made stale by
-// an earlier merge are recognized by the part ends recorded with them and skipped.
+// instead of O(n^2) (a run of a million spaces is one piece): parts form a linked list; the heap
+// holds (rank of part + next part, start of part); the smallest rank is merged first and equal
+// ranks leftmost first, exactly the pair the linear scan picks; entries made stale by an earlier
+// merge are recognized by the part ends recorded with them and skipped.
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include "data/gpt2_bpe.hpp"
 
