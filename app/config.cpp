@@ -633,6 +633,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
         apply_document(doc, path, cfg, origins);
     }
     for (const auto& ov : overrides) apply_override(ov, cfg, origins);
+    // Unset, gradients travel in the training precision: under bf16 no cast path (docs/configuration.md).
+    if (!origins.count("parallel.grad_reduce_dtype")) cfg.parallel.grad_reduce_dtype = cfg.training.precision;
     check_across_keys(cfg, origins, path);
     return cfg;
 }

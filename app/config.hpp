@@ -79,7 +79,7 @@ struct ParallelConfig {
     int pp = 1;                         ///< pipeline stages (1 until the pipeline lands)
     int zero_stage = 0;                 ///< 0 plain DP, 1 optimizer state, 2 + grads, 3 + params sharded
     int zero_group_size = 0;            ///< ranks a ZeRO group shards over; 0 = all dp ranks
-    std::string grad_reduce_dtype = "fp32";  ///< "fp32" | "bf16": dtype of gradients on the wire
+    std::string grad_reduce_dtype = "fp32";  ///< "fp32" | "bf16": gradients on the wire; unset: training.precision (load_config)
     double timeout_s = 600;             ///< a collective waiting longer ends the job; 0 = never
     friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
