@@ -7,8 +7,9 @@
 # Cases, each 20 steps unbroken vs a resume at step 10 from the unbroken run's own checkpoint:
 #   1. one rank: train losses, lr and grad norms of steps 11-20, and the step-20 checkpoint's
 #      weights (model.h5) and optimizer state (optim_0.h5), every bit;
-#   2. 2 ranks ZeRO-1 checkpointing, resumed on 2 ranks as ZeRO-0 with half of the optimizer state
-#      offloaded to the host (other shards, the host part re-rounded too): losses and model.h5.
+#   2. 2 ranks ZeRO-1 checkpointing, resumed on 2 ranks as ZeRO-2 with half of each shard's optimizer
+#      state offloaded to the host (the host part re-rounded too): losses and model.h5. (ZeRO-0 would
+#      add the gradient norm's squares in another order: its last bits differ, the losses do not.)
 # Without the re-rounding the resumed params are the master weights rounded to nearest and step 11
 # differs already. Usage: emu_resume_sr.sh <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
 set -euo pipefail
@@ -75,8 +76,8 @@ same_losses straight resumed
 same_files straight resumed model.h5 optim_0.h5
 
 run 2 z1_straight --set parallel.zero_stage=1
-run 2 z1_resumed_z0_offload --set parallel.zero_stage=0 --set 'optimizer.offload="cpu"' \
+run 2 z1_resumed_z2_offload --set parallel.zero_stage=2 --set 'optimizer.offload="cpu"' \
     --set optimizer.offload_fraction=0.5 --set optimizer.offload_chunk_mb=0.01 \
     --set "checkpoint.resume=\"$WORK/z1_straight/checkpoints/step_10\""
-same_losses z1_straight z1_resumed_z0_offload
-same_files z1_straight z1_resumed_z0_offload model.h5
+same_losses z1_straight z1_resumed_z2_offload
+same_files z1_straight z1_resumed_z2_offload model.h5
