@@ -154,7 +154,9 @@ void HostOffload::step(void* params, const void* grads, const HostAdamWStep& s,
     times_.wall = since();
     ops_.wait_event(h2d_end_[K - 1]);  // the default stream's later work reads the new params
     spans_.clear();
-    if (device_part) {  // its span needs its end: on a GPU long past (it is the short part); a lazy emulator runs it now
+    if (device_part) {
+        // Its span needs its end event: on a GPU long reached (the device part is the short one);
+        // under the emulator's deferred streams this wait is what runs it.
         ops_.synchronize_event(dev_end_);
         times_.device_adam = ops_.elapsed_seconds(dev_start_, dev_end_);
         spans_.push_back({"device_adam", 0, ops_.elapsed_seconds(t0_, dev_start_), ops_.elapsed_seconds(t0_, dev_end_)});
