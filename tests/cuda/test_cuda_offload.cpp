@@ -133,12 +133,17 @@ TEST_P(CudaOffload, AStagingBufferReusedBeforeItsCopyRanIsCaught) {
     EXPECT_FALSE(same_bits(ref.params, ten_steps(racy).params));
 }
 
-TEST(CudaOffloadOverlap, TheDevicePartRunsWhileTheHostSteps) {
+class CudaOffloadOverlap : public testing::Test {
+protected:
+    void SetUp() override { set_emu_order("forward"); }
+    void TearDown() override { reset_emu_order(); }
+};
+
+TEST_F(CudaOffloadOverlap, TheDevicePartRunsWhileTheHostSteps) {
     // Deferred streams run queued work only when something waits for it. The copy streams start from
     // an event recorded before the device part is queued, so the host's waits on the copies force
     // none of it: it runs when the step waits for its end, after the last chunk. Had the copies
     // waited for it (the event recorded after it), the first gradient copy would start after it.
-    set_emu_order("forward");
     auto ops = make_cuda_backend("bf16", CudaBackendOptions{});
     Allocator alloc(*ops);
     ParamLayout L(kCfg, 7);
@@ -161,7 +166,6 @@ TEST(CudaOffloadOverlap, TheDevicePartRunsWhileTheHostSteps) {
         for (size_t i = 1; i < spans.size(); ++i)
             EXPECT_LE(spans[i].end, dev.start) << spans[i].phase << " " << spans[i].chunk << " ended after the device part began";
     }
-    reset_emu_order();
 }
 
 std::vector<Case> cases() {
