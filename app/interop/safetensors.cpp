@@ -47,6 +47,16 @@ std::string shape_text(const std::vector<int64_t>& shape) {
     return s + "]";
 }
 
+bool is_safetensors(const std::string& path) {
+    std::ifstream f(path, std::ios::binary | std::ios::ate);
+    const uint64_t size = f ? uint64_t(f.tellg()) : 0;
+    uint64_t n = 0;
+    char brace = 0;
+    f.seekg(0);
+    return f.read(reinterpret_cast<char*>(&n), 8) && n >= 2 && n <= kMaxHeaderBytes && 8 + n <= size &&
+           f.read(&brace, 1) && brace == '{';
+}
+
 SafetensorsReader::SafetensorsReader(const std::string& path) : path_(path), file_(path, std::ios::binary) {
     if (!file_) throw InteropError(path + ": cannot open");
     file_.seekg(0, std::ios::end);

@@ -32,6 +32,9 @@ struct SafetensorInfo {
 /// "[a, b, c]".
 std::string shape_text(const std::vector<int64_t>& shape);
 
+/// Whether path looks like a safetensors file: a header length that fits the file, then '{'.
+bool is_safetensors(const std::string& path);
+
 /// A safetensors file opened for reading: the header parsed and checked at construction, tensors
 /// read one at a time (so a 6 GB file never sits in memory twice).
 class SafetensorsReader {
