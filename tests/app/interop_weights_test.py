@@ -21,7 +21,7 @@
 #     keeps Conv1D): bitwise in fp32, and in bf16 bitwise equal to torch's round-to-nearest-even cast.
 #  3. export -> model.init_from -> export is bitwise, for HF (directory and model.safetensors, and a
 #     hub-style file without the "transformer." prefix, with attn.bias buffers and a stored tied
-#     lm_head), llm.c fp32 and llm.c bf16: llmtrain starts from the file and takes one step at
+#     lm_head), llm.c fp32 and llm.c bf16 (and an F16 safetensors file gives numpy's f16 -> f32): llmtrain starts from the file and takes one step at
 #     lr = 1e-30 with no weight decay; an AdamW update is then at most ~1e-30 per weight, below half an
 #     ulp of every trained weight (|w| > 1e-20), so the step-1 checkpoint holds the loaded weights
 #     exactly (padded rows: zero gradient, zero update).
@@ -111,12 +111,12 @@ def load_safetensors(path):
     return out
 
 
-def write_safetensors(path, tensors):
-    """Our own writer (F32 only) for the hand-made inputs of parts 3 and 4."""
+def write_safetensors(path, tensors, dtype="F32"):
+    """Our own writer (F32 or F16, numpy's casts) for the hand-made inputs of parts 3 and 4."""
     header, blobs, pos = {"__metadata__": {"format": "pt"}}, [], 0
     for name, a in tensors.items():
-        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [pos, pos + len(b)]}
+        b = np.ascontiguousarray(a, dtype="<f4" if dtype == "F32" else "<f2").tobytes()
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [pos, pos + len(b)]}
         blobs.append(b)
         pos += len(b)
     h = json.dumps(header).encode()
@@ -332,6 +332,18 @@ roundtrip(f"{WORK}/hf", "hf", "fp32", [f"{WORK}/hf/model.safetensors", f"{WORK}/
 roundtrip(f"{WORK}/hf/model.safetensors", "hf", "fp32", [f"{WORK}/hf/model.safetensors", f"{WORK}/hf/config.json"],
           "hf_file")
 roundtrip(hub, "hf", "fp32", [f"{WORK}/hf/model.safetensors", f"{WORK}/hf/config.json"], "hf_hub_names")
+half = f"{WORK}/hf_f16"  # F16 tensors (some hub files): read exactly, so the export is numpy's f16 -> f32
+os.makedirs(half)
+shutil.copy(f"{WORK}/hf/config.json", half)
+write_safetensors(f"{half}/model.safetensors", {k: a for k, (_, a) in hf.items()}, "F16")
+p = llmtrain(f"{WORK}/rt_hf_f16", f'model.init_from="{half}"', *IDLE)
+if p.returncode == 0:
+    export(f"{WORK}/rt_hf_f16/checkpoints/step_1", "hf", f"{WORK}/rt_hf_f16/export")
+    back = load_safetensors(f"{WORK}/rt_hf_f16/export/model.safetensors")
+    check(all(np.array_equal(back[k][1], a.astype(np.float16).astype(np.float64)) for k, (_, a) in hf.items()),
+          "init_from an F16 safetensors: the weights are numpy's f16 rounding, converted exactly")
+else:
+    check(False, f"init_from hf_f16: llmtrain failed: {p.stderr.strip()}")
 roundtrip(f"{WORK}/m.bin", "llmc", "fp32", [f"{WORK}/m.bin"], "llmc_fp32")
 roundtrip(f"{WORK}/m_bf16.bin", "llmc", "bf16", [f"{WORK}/m_bf16.bin"], "llmc_bf16")
 
