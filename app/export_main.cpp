@@ -10,7 +10,6 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 
 #include "app/checkpoint.hpp"
 #include "app/cli.hpp"

@@ -118,7 +118,8 @@ void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_sh
     load_pretrained(cfg.model.init_from, layout, host.data());
     gpt.store().load_params(host.data());  // every rank takes the part it holds
     std::vector<float> w;                  // this rank's optimizer shard of them: the fp32 master weights
-    for (const FlatRange& r : adam.ranges()) w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
+    for (const FlatRange& r : adam.ranges())
+        w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
     const std::vector<float> zeros(w.size(), 0.0f);
     adam.state_from_host(w.data(), zeros.data(), zeros.data());
 }

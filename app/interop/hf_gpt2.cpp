@@ -88,8 +88,8 @@ void check_config(const std::string& file, const GPTConfig& g) {
         if (!c.contains(key) || !c[key].is_number_integer())
             throw InteropError(file + ": " + key + ": missing or not an integer");
         if (c[key].get<int64_t>() != want)
-            throw InteropError(file + ": " + key + " = " + std::to_string(c[key].get<int64_t>()) + ", but the config has " +
-                               ours + " = " + std::to_string(want));
+            throw InteropError(file + ": " + key + " = " + std::to_string(c[key].get<int64_t>()) +
+                               ", but the config has " + ours + " = " + std::to_string(want));
     };
     need("n_layer", g.n_layer, "model.n_layer");
     need("n_head", g.n_head, "model.n_head");

@@ -128,7 +128,8 @@ void SafetensorsReader::read_f32(const std::string& name, float* out) {
 
 void write_safetensors(const std::string& path, const std::vector<SafetensorOut>& tensors, const std::string& dtype,
                        const std::map<std::string, std::string>& metadata) {
-    if (dtype != "F32" && dtype != "BF16") throw InteropError(path + ": cannot write dtype " + dtype + " (F32 or BF16)");
+    if (dtype != "F32" && dtype != "BF16")
+        throw InteropError(path + ": cannot write dtype " + dtype + " (F32 or BF16)");
     const size_t es = dtype == "BF16" ? 2 : 4;
     json h = json::object();
     if (!metadata.empty()) h["__metadata__"] = metadata;

@@ -5,6 +5,7 @@
 //   TOKENS: n int32 token ids (n <= the model's seq_len); OUT receives (n, vocab_size) fp32 logits,
 //   row i = the logits after tokens[0..i], from the CPU backend (fp32) with the checkpoint's weights.
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <vector>
@@ -24,7 +25,7 @@ int main(int argc, char** argv) {
         std::ifstream tf(argv[2], std::ios::binary);
         std::vector<char> bytes((std::istreambuf_iterator<char>(tf)), std::istreambuf_iterator<char>());
         std::vector<int> tokens(bytes.size() / 4);
-        std::copy(bytes.begin(), bytes.begin() + std::ptrdiff_t(tokens.size() * 4), reinterpret_cast<char*>(tokens.data()));
+        std::memcpy(tokens.data(), bytes.data(), tokens.size() * 4);
         const GPTConfig g = read_train_state(argv[1]).model;
         auto ops = make_backend("cpu", "fp32");
         Allocator alloc(*ops);

@@ -21,7 +21,8 @@
 #     keeps Conv1D): bitwise in fp32, and in bf16 bitwise equal to torch's round-to-nearest-even cast.
 #  3. export -> model.init_from -> export is bitwise, for HF (directory and model.safetensors, and a
 #     hub-style file without the "transformer." prefix, with attn.bias buffers and a stored tied
-#     lm_head), llm.c fp32 and llm.c bf16 (and an F16 safetensors file gives numpy's f16 -> f32): llmtrain starts from the file and takes one step at
+#     lm_head), llm.c fp32 and llm.c bf16 (and an F16 safetensors file gives numpy's f16 -> f32):
+#     llmtrain starts from the file and takes one step at
 #     lr = 1e-30 with no weight decay; an AdamW update is then at most ~1e-30 per weight, below half an
 #     ulp of every trained weight (|w| > 1e-20), so the step-1 checkpoint holds the loaded weights
 #     exactly (padded rows: zero gradient, zero update).
@@ -280,7 +281,8 @@ for path, version, es in [(f"{WORK}/m.bin", 3, 4), (f"{WORK}/m_bf16.bin", 5, 2)]
     tag = os.path.basename(path)
     check(h[0] == 20240326 and h[1] == version, f"{tag}: magic 20240326, version {version} ({h[0]}, {h[1]})")
     check(list(h[2:8]) == [T, V, L, H, C, VP] and not h[8:].any(),
-          f"{tag}: header max_seq_len, vocab_size, n_layer, n_head, channels, padded_vocab_size = {list(h[2:8])}, rest 0")
+          f"{tag}: header max_seq_len, vocab_size, n_layer, n_head, channels, padded_vocab_size = "
+          f"{list(h[2:8])}, rest 0")
     nparams = sum(int(np.prod(s)) for _, s in llmc_shapes(T, VP))
     check(size == end == 1024 + es * nparams, f"{tag}: {size} bytes = 1024 + {nparams} parameters x {es}")
     rounded = (lambda a: a) if es == 4 else \
@@ -365,10 +367,12 @@ def patched(name, data):
 
 
 m = read_bytes(f"{WORK}/m.bin")
-bad("magic", patched("magic.bin", struct.pack("<i", 20240327) + m[4:]), ["magic.bin", "magic 20240327, expected 20240326"])
+bad("magic", patched("magic.bin", struct.pack("<i", 20240327) + m[4:]),
+    ["magic.bin", "magic 20240327, expected 20240326"])
 bad("version", patched("version.bin", m[:4] + struct.pack("<i", 4) + m[8:]),
     ["version.bin", "version 4, expected 3 (fp32) or 5 (bf16)"])
-bad("truncated", patched("truncated.bin", m[:-100]), ["truncated.bin", f"{len(m) - 100} bytes", str(len(m)), "truncated"])
+bad("truncated", patched("truncated.bin", m[:-100]),
+    ["truncated.bin", f"{len(m) - 100} bytes", str(len(m)), "truncated"])
 bad("trailing", patched("trailing.bin", m + b"\0" * 4), ["trailing.bin", "trailing bytes"])
 bad("llmc_shape", f"{WORK}/m.bin", ["m.bin", "channels = 32", "model.n_embd = 64"], "model.n_embd=64")
 bad("hf_config", f"{WORK}/hf", ["config.json", "n_layer = 2", "model.n_layer = 1"], "model.n_layer=1")
@@ -396,7 +400,8 @@ patched("cut/model.safetensors", read_bytes(f"{WORK}/hf/model.safetensors")[:-8]
 bad("hf_truncated", cut, ["cut/model.safetensors", "truncated"])
 bad("no_such_path", f"{WORK}/nowhere", ["nowhere", "no such file or directory"])
 p = subprocess.run([EXPORT, f"{WORK}/nowhere", "--format", "hf", f"{WORK}/x"], capture_output=True, text=True)
-check(p.returncode == 1 and "nowhere" in p.stderr, f"llmtrain-export of no checkpoint: exit {p.returncode}: {p.stderr.strip()}")
+check(p.returncode == 1 and "nowhere" in p.stderr,
+      f"llmtrain-export of no checkpoint: exit {p.returncode}: {p.stderr.strip()}")
 p = subprocess.run([EXPORT, CKPT, "--format", "onnx", f"{WORK}/x"], capture_output=True, text=True)
 check(p.returncode == 2, f"llmtrain-export --format onnx: exit {p.returncode} (usage)")
 
