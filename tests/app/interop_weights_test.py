@@ -30,7 +30,9 @@
 #     config (llm.c header, HF config.json, an HF tensor stored in Linear orientation), a missing
 #     tensor, an untied lm_head, a missing path: llmtrain exits 1 before creating the run dir, with
 #     an error naming the file, the tensor or key, and both values.
-# Usage: interop_weights_test.py LLMTRAIN LLMTRAIN_EXPORT DUMP_LOGITS TINY_DATA_DIR WORK_DIR
+#     With optimizer.offload = "cpu" (half the shard offloaded) on 1 rank and with ZeRO-1 on 2 ranks,
+#     the offloaded fp32 master weights come from the file too, cut at each rank's shard.
+# Usage: interop_weights_test.py LLMTRAIN LLMTRAIN_EXPORT DUMP_LOGITS TINY_DATA_DIR WORK_DIR MPIEXEC
 import json
 import math
 import os
@@ -42,7 +44,7 @@ import sys
 import numpy as np
 import torch
 
-LLMTRAIN, EXPORT, DUMP, DATA, WORK = sys.argv[1:6]
+LLMTRAIN, EXPORT, DUMP, DATA, WORK, MPIEXEC = sys.argv[1:7]
 V = int(open(os.path.join(DATA, "vocab_size.txt")).read())
 L, H, C, T = 2, 2, 32, 16
 VP = (V + 127) // 128 * 128
@@ -59,15 +61,16 @@ def check(ok, what):
         failures.append(what)
 
 
-def llmtrain(run_dir, *sets):
+def llmtrain(run_dir, *sets, ranks=1):
     base = [f"model.n_layer={L}", f"model.n_head={H}", f"model.n_embd={C}", f"model.seq_len={T}",
             f"model.vocab_size={V}", f'data.train="{DATA}/train.h5"', f'data.val="{DATA}/val.h5"',
             f'run.run_dir="{run_dir}"', 'run.backend="cpu"', "metrics.enabled=false", "training.micro_batch_size=2",
             "run.eval_interval=0", "run.sample_interval=0", "checkpoint.interval=0"]
-    argv = [LLMTRAIN]
+    argv = [MPIEXEC, "--oversubscribe", "-np", str(ranks), LLMTRAIN] if ranks > 1 else [LLMTRAIN]
     for s in base + list(sets):
         argv += ["--set", s]
-    return subprocess.run(argv, capture_output=True, text=True, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    return subprocess.run(argv, capture_output=True, text=True, env=env)
 
 
 def export(ckpt, fmt, out, dtype="fp32"):
@@ -316,9 +319,9 @@ hub_tensors["lm_head.weight"] = hf["transformer.wte.weight"][1]
 write_safetensors(f"{hub}/model.safetensors", hub_tensors)
 
 
-def roundtrip(src, fmt, dtype, expected, tag):
+def roundtrip(src, fmt, dtype, expected, tag, *sets, ranks=1):
     run = f"{WORK}/rt_{tag}"
-    p = llmtrain(run, f'model.init_from="{src}"', *IDLE)
+    p = llmtrain(run, f'model.init_from="{src}"', *IDLE, *sets, ranks=ranks)
     if p.returncode != 0:
         check(False, f"init_from {tag}: llmtrain failed: {p.stderr.strip()}")
         return
@@ -348,6 +351,10 @@ else:
     check(False, f"init_from hf_f16: llmtrain failed: {p.stderr.strip()}")
 roundtrip(f"{WORK}/m.bin", "llmc", "fp32", [f"{WORK}/m.bin"], "llmc_fp32")
 roundtrip(f"{WORK}/m_bf16.bin", "llmc", "bf16", [f"{WORK}/m_bf16.bin"], "llmc_bf16")
+OFFLOAD = ['optimizer.offload="cpu"', "optimizer.offload_fraction=0.5"]
+roundtrip(f"{WORK}/m.bin", "llmc", "fp32", [f"{WORK}/m.bin"], "llmc_offload", *OFFLOAD)
+roundtrip(f"{WORK}/m.bin", "llmc", "fp32", [f"{WORK}/m.bin"], "llmc_zero1_offload_2ranks", *OFFLOAD,
+          "parallel.zero_stage=1", ranks=2)
 
 # ---- 4. bad files: a clear error, exit 1, nothing created ----
 
