@@ -140,8 +140,7 @@ struct Trainer::Impl {
         stage_comm = std::move(ms.stage_comm);
         pipe = std::move(ms.pipe);
         plan = stage_plan_of(cfg);
-        gpt->init_params(cfg.run.seed);
-        adam->init_state(engine->param_shard());
+        init_weights(cfg, *gpt, *adam, engine->param_shard());  // random, or model.init_from's file
         if (pipe) pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
         sched.lr = cfg.optimizer.lr;
         sched.min_lr = cfg.lr_schedule.min_lr;
