@@ -10,6 +10,7 @@ PKGS=(
   libhdf5-dev hdf5-tools libsentencepiece-dev sentencepiece libpcre2-dev libtomlplusplus-dev prometheus-cpp-dev
   libopenmpi-dev openmpi-bin libopenblas-dev libboost-context-dev libcli11-dev
   googletest libgtest-dev libgmock-dev libssl-dev curl prometheus libmicrohttpd-dev libglpk-dev
+  nlohmann-json3-dev
   python3-torch python3-h5py python3-sentencepiece python3-numpy
   nodejs
 )
