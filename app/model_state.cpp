@@ -25,6 +25,7 @@ int zero_group_of(const Config& c) { return c.parallel.zero_stage == 0 ? 1 : c.p
 CudaBackendOptions cuda_options_of(const Config& c) {
     CudaBackendOptions o;
     o.attention = parse_attention(c.model.attention);
+    o.head_size = c.model.n_embd / c.model.n_head;  // validated: n_head divides n_embd
     o.attention_workspace_mb = c.model.attention_workspace_mb;
     o.stochastic_rounding = c.training.stochastic_rounding;
     return o;

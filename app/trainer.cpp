@@ -412,6 +412,7 @@ std::vector<std::string> Trainer::summary() const {
     out.push_back("llmtrain: run '" + c.run.name + "' in " + c.run.run_dir);
     out.push_back("backend: " + std::string(I.ops->name()) + ", precision " + c.training.precision + ", world " +
                   std::to_string(world_size()) + ", dp " + std::to_string(I.dp));
+    out.push_back("attention: " + std::string(I.ops->attention_name()) + " (" + I.ops->attention_reason() + ")");
     out.push_back("parallel: zero_stage " + std::to_string(c.parallel.zero_stage) + ", grad_reduce_dtype " +
                   c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
     out.push_back("model: GPT-2 " + shape_of(I.gcfg) + " | " + format_thousands(double(I.nparams())) +
