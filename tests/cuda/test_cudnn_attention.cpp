@@ -21,6 +21,8 @@ namespace {
 struct Shape {
     int B, T, C, NH;
 };
+/// How gtest (and so ctest's discovered names) prints a Shape: "B 2, T 256, C 768, NH 12".
+void PrintTo(const Shape& s, std::ostream* os) { *os << "B " << s.B << ", T " << s.T << ", C " << s.C << ", NH " << s.NH; }
 
 /// The cuDNN backend, or nullptr when the build or the device has no cuDNN attention.
 std::unique_ptr<Ops> cudnn_backend() {
