@@ -515,10 +515,12 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
     const int64_t max_steps = rc.max_steps;
     const double fpt = flops_per_token(I.gcfg, I.nparams(), I.T);
     const double peak = peak_flops_for(I.cfg, I.ops->name());
-    // Memory gauges: at start, and after every step (the backend's workspaces grow in the first one).
+    // Memory gauges: at start, and after every step (the backend's workspaces grow in the first one);
+    // the attention path with them (with "auto" it may fall back to cublas at the first step).
     auto report_memory = [&] {
         for (int k = 0; k < int(MemCategory::count); ++k)
             metrics->set_memory_bytes(mem_category_name(MemCategory(k)), double(I.alloc->current(MemCategory(k))));
+        metrics->set_attention(I.ops->attention_name());
     };
     if (metrics) report_memory();
     if (I.step >= max_steps) {

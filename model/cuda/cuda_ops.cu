@@ -555,7 +555,8 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
                                     std::to_string(options.attention_workspace_mb));
     if (options.attention == Attention::cudnn) {
 #ifndef LLMTRAIN_HAVE_CUDNN
-        throw std::invalid_argument("model.attention = \"cudnn\": this build has no cuDNN (use \"auto\" or \"cublas\")");
+        throw std::invalid_argument(
+            "model.attention = \"cudnn\": this build has no cuDNN (use \"auto\" or \"cublas\")");
 #endif
         if (act != DType::bf16)
             throw std::invalid_argument("model.attention = \"cudnn\" needs training.precision = \"bf16\"");

@@ -14,9 +14,9 @@
 // cudnn-frontend 1.x emits for cuDNN 9.x (its composite SDPA backward node); the engine matches
 // the graph's shape, so a different spelling of the same math can find no engine.
 //
-// Determinism (docs/cuda.md "Attention: determinism"). A flash-attention backward parallel over key
-// blocks sums each dQ row from several blocks; summed with fp32 atomics into a dQ accumulator, the
-// order, and so the bits, change from run to run (dK and dV are owned by one block each). In the
+// Determinism (docs/cuda.md "Attention: three paths"). A flash-attention backward parallel over
+// key blocks sums each dQ row from several blocks; summed with fp32 atomics into a dQ accumulator,
+// the order, and so the bits, change from run to run (dK and dV are owned by one block each). In the
 // backend API the graph itself selects the algorithm: a non-virtual fp32 dQ accumulator after the
 // dS K matmul (then an identity to bf16) selects the atomic one; dS K written directly to dQ
 // selects the "dP workspace" one, which keeps dP for all (b, h, T, T) in the workspace (about
@@ -421,7 +421,8 @@ void CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
     float scale = 1.0f / std::sqrt(static_cast<float>(C / NH)), neg_inf = std::numeric_limits<float>::lowest();
     float one = 1.0f;
     auto* base = const_cast<__nv_bfloat16*>(qkv);
-    const std::vector<int64_t> uids = {kQ, kKT, kVT, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kOne, kSoftmaxSum};
+    const std::vector<int64_t> uids = {kQ,  kKT, kVT, kO,  kStats, kScale,     kNegInf,
+                                       kDO, kDQ, kDK, kDV, kOne,   kSoftmaxSum};
     const std::vector<void*> ptrs = {base,
                                      base + C,
                                      base + 2 * C,

@@ -230,10 +230,12 @@ TEST(Config, IntegerForAFloatKeyIsTheSameFloat) {
 
 TEST(Config, AttentionAcceptsAutoAndEachPath) {
     EXPECT_EQ(Config{}.model.attention, "auto");  // the default: resolved by the backend at start-up
-    for (const char* a : {"auto", "native", "cublas", "cudnn"})
-        EXPECT_EQ(load_config("", {"run.backend=\"cuda\"", std::string("model.attention=\"") + a + "\""}).model.attention, a);
-    for (const char* a : {"auto", "native"})  // the cpu backend's one attention, by either name
-        EXPECT_EQ(load_config("", {"run.backend=\"cpu\"", std::string("model.attention=\"") + a + "\""}).model.attention, a);
+    const auto attention = [](const char* backend, const char* a) {
+        const std::string set_backend = std::string("run.backend=\"") + backend + "\"";
+        return load_config("", {set_backend, std::string("model.attention=\"") + a + "\""}).model.attention;
+    };
+    for (const char* a : {"auto", "native", "cublas", "cudnn"}) EXPECT_EQ(attention("cuda", a), a);
+    for (const char* a : {"auto", "native"}) EXPECT_EQ(attention("cpu", a), a);  // the cpu's one attention, either name
 }
 
 TEST(Config, DefaultsMatchTheDocumentedTable) {

@@ -63,7 +63,8 @@ inline AttentionBound attention_bound(const std::vector<float>& qkv, const std::
                 for (int j = 0; j <= i; j++) p[size_t(i) * T + j] /= z;
                 for (int d = 0; d < HS; d++) {
                     double s = 0, sa = 0;
-                    for (int j = 0; j <= i; j++) s += p[size_t(i) * T + j] * v(j, d), sa += p[size_t(i) * T + j] * std::fabs(v(j, d));
+                    for (int j = 0; j <= i; j++)
+                        s += p[size_t(i) * T + j] * v(j, d), sa += p[size_t(i) * T + j] * std::fabs(v(j, d));
                     const double e = r.out[at(C, i, d)] = c * (2 * sa + std::fabs(s));
                     D += go(i, d) * s;
                     dDi += std::fabs(go(i, d)) * e;

@@ -176,7 +176,8 @@ void expect_gelu_backward_within_bound(const std::vector<float>& got, const std:
             for (int o = 0; o < OC; o++) S += std::fabs(double(dout[size_t(n) * OC + o]) * w[size_t(o) * C + c]);
             const double x = pre[size_t(n) * C + c], t = std::tanh(k * (x + a * x * x * x));
             const double g = 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * k * (1 + 3 * a * x * x);
-            const double D = 0.5 + k * std::fabs(x) * (1 + 3 * a * x * x), M = 1 + 0.5 * k * std::fabs(x) * (1 + 3 * a * x * x);
+            const double slope = k * std::fabs(x) * (1 + 3 * a * x * x);  // |x| d(k (x + a x^3))/dx
+            const double D = 0.5 + slope, M = 1 + 0.5 * slope;
             const double bound = ((2 * gamma + 2 * u) * std::fabs(g) + 2 * (D * dt + 8 * u * M)) * S;
             const size_t i = size_t(n) * C + c;
             double r = std::fabs(double(got[i]) - want[i]) / bound;

@@ -22,7 +22,9 @@ struct Shape {
     int B, T, C, NH;
 };
 /// How gtest (and so ctest's discovered names) prints a Shape: "B 2, T 256, C 768, NH 12".
-void PrintTo(const Shape& s, std::ostream* os) { *os << "B " << s.B << ", T " << s.T << ", C " << s.C << ", NH " << s.NH; }
+void PrintTo(const Shape& s, std::ostream* os) {
+    *os << "B " << s.B << ", T " << s.T << ", C " << s.C << ", NH " << s.NH;
+}
 
 /// The cuDNN backend, or nullptr when the build or the device has no cuDNN attention.
 std::unique_ptr<Ops> cudnn_backend() {
@@ -99,8 +101,8 @@ TEST(CudnnAttentionBackward, IsBitwiseRepeatable) {
         }
         size_t differing = 0;
         for (size_t i = 0; i < again.size(); i++) differing += again[i] != first[i];
-        EXPECT_EQ(differing, 0u) << "backward " << run + 1 << ": dqkv elements differing in their bits from the first, of "
-                                 << again.size();
+        EXPECT_EQ(differing, 0u) << "backward " << run + 1
+                                 << ": dqkv elements differing in their bits from the first, of " << again.size();
     }
 }
 
