@@ -228,8 +228,10 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
     out.push_back("(model states = params + grads + optimizer, on the device. Differences to the formula: unit padding, and at stages "
                   "1-2 the params and grads categories also hold this rank's shard buffers (the updated params before "
                   "the all-gather, the reduced gradient). comm holds the ZeRO working buffers and, when "
-                  "grad_reduce_dtype differs from the precision, the cast buffers. The CUDA backend adds ~35 MB of "
-                  "its own workspaces.)");
+                  "grad_reduce_dtype differs from the precision, the cast buffers. The CUDA backend adds its own "
+                  "workspaces: 32 MiB for cuBLASLt and the attention path's, cudnn's backward B*n_head*T^2*2 bytes "
+                  "(GPT-2 124M at micro-batch 32: 768 MiB), cublas up to model.attention_workspace_mb plus per-head "
+                  "copies; docs/cuda.md.)");
     return out;
 }
 
