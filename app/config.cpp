@@ -347,7 +347,7 @@ const std::vector<Field>& fields() {
         field("model", "seq_len", &C::model, &ModelConfig::seq_len, at_least(1)),
         field("model", "vocab_size", &C::model, &ModelConfig::vocab_size,
               between(2, std::numeric_limits<int>::max())),
-        field("model", "attention", &C::model, &ModelConfig::attention, one_of({"native", "cublas", "cudnn"})),
+        field("model", "attention", &C::model, &ModelConfig::attention, one_of({"auto", "native", "cublas", "cudnn"})),
         field("model", "attention_workspace_mb", &C::model, &ModelConfig::attention_workspace_mb, at_least(1)),
         field("model", "init_from", &C::model, &ModelConfig::init_from),
 
@@ -570,10 +570,10 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
         fail(at({"training.stochastic_rounding", "training.precision"}),
              "training.stochastic_rounding: expected false with training.precision = " + quote(c.training.precision) +
                  " (it rounds fp32 master weights to bf16 params), got true");
-    if (c.run.backend == "cpu" && m.attention != "native")
+    if (c.run.backend == "cpu" && m.attention != "native" && m.attention != "auto")
         fail(at({"model.attention", "run.backend"}),
-             "model.attention: expected \"native\" with run.backend = \"cpu\" (cublas and cudnn need the cuda backend), got " +
-                 quote(m.attention));
+             "model.attention: expected \"auto\" or \"native\" with run.backend = \"cpu\" (cublas and cudnn need the "
+             "cuda backend), got " + quote(m.attention));
     // dp is known only at start-up (resolve_batch); what does not depend on it is checked here.
     const auto& t = c.training;
     const int64_t per_rank = int64_t(t.micro_batch_size) * std::max(t.grad_accum_steps, 1);

@@ -36,7 +36,7 @@ struct RunConfig {
 
 struct ModelConfig {
     int n_layer = 4, n_head = 4, n_embd = 256, seq_len = 256, vocab_size = 8192;
-    std::string attention = "native";   ///< "native" | "cublas" | "cudnn" (cuda only)
+    std::string attention = "auto";     ///< "auto" | "native" | "cublas" | "cudnn" (the last two cuda only)
     int attention_workspace_mb = 1200;  ///< MiB of scores per cublas attention tile (model/cuda/cuda_backend.hpp's
                                         ///< kDefaultAttentionWorkspaceMb: GPT-2 1.5B, micro-batch 8 in one tile)
     std::string init_from;              ///< "" = random init; else an llm.c model file or a HuggingFace GPT-2

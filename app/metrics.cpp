@@ -78,6 +78,8 @@ struct Metrics::Impl {
     prometheus::Histogram* step_seconds;
     prometheus::Family<prometheus::Gauge>* memory;
     prometheus::Family<prometheus::Gauge>* offload;
+    prometheus::Family<prometheus::Gauge>* attention;
+    prometheus::Gauge* attention_now = nullptr;  // the series set to 1
 
     prometheus::Gauge* gauge(const std::string& name, const std::string& help) {
         return &prometheus::BuildGauge().Name(name).Help(help).Labels(labels).Register(*registry).Add({});
@@ -131,6 +133,12 @@ Metrics::Metrics(const std::string& listen, int port_offset, const std::string& 
                      .Labels(m.labels)
                      .Register(*m.registry);
 
+    m.attention = &prometheus::BuildGauge()
+                       .Name("llmtrain_attention_info")
+                       .Help("1 for the attention path in use (label path: native, cublas or cudnn).")
+                       .Labels(m.labels)
+                       .Register(*m.registry);
+
     m.server = std::make_unique<MetricsServer>(addr, [registry = m.registry] {
         return prometheus::TextSerializer().Serialize(registry->Collect());
     });
@@ -155,6 +163,13 @@ void Metrics::set_memory_bytes(const std::string& category, double bytes) {
 void Metrics::add_skipped_step() { impl_->skipped_steps_total->Increment(); }
 void Metrics::set_offload_seconds(const std::string& phase, double seconds) {
     impl_->offload->Add({{"phase", phase}}).Set(seconds);
+}
+
+void Metrics::set_attention(const std::string& path) {
+    prometheus::Gauge& g = impl_->attention->Add({{"path", path}});
+    if (impl_->attention_now != nullptr && impl_->attention_now != &g) impl_->attention_now->Set(0);
+    g.Set(1);
+    impl_->attention_now = &g;
 }
 
 void Metrics::observe_checkpoint_seconds(double s) {

@@ -26,6 +26,7 @@ int zero_group_of(const Config& c) { return c.parallel.zero_stage == 0 ? 1 : c.p
 CudaBackendOptions cuda_options_of(const Config& c) {
     CudaBackendOptions o;
     o.attention = parse_attention(c.model.attention);
+    o.head_size = c.model.n_embd / c.model.n_head;  // validated: n_head divides n_embd
     o.attention_workspace_mb = c.model.attention_workspace_mb;
     o.stochastic_rounding = c.training.stochastic_rounding;
     return o;
@@ -245,8 +246,10 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
     out.push_back("(model states = params + grads + optimizer, on the device. Differences to the formula: unit padding, and at stages "
                   "1-2 the params and grads categories also hold this rank's shard buffers (the updated params before "
                   "the all-gather, the reduced gradient). comm holds the ZeRO working buffers and, when "
-                  "grad_reduce_dtype differs from the precision, the cast buffers. The CUDA backend adds ~35 MB of "
-                  "its own workspaces.)");
+                  "grad_reduce_dtype differs from the precision, the cast buffers. The CUDA backend adds its own "
+                  "workspaces: 32 MiB for cuBLASLt and the attention path's, cudnn's backward B*n_head*T^2*2 bytes "
+                  "(GPT-2 124M at micro-batch 32: 768 MiB), cublas up to model.attention_workspace_mb plus per-head "
+                  "copies; docs/cuda.md.)");
     return out;
 }
 

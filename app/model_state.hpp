@@ -72,7 +72,8 @@ void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_sh
 
 /// Bytes per MemCategory of the first rank of pipeline stage `pp_stage` of a `world`-rank run of cfg
 /// at zero stage `stage`, counted by building it over the dry-run backend (model/dry_ops.hpp):
-/// nothing is allocated. The backend's own workspaces (cuBLASLt, cuDNN: ~35 MB on CUDA) are not
+/// nothing is allocated. The backend's own workspaces (cuBLASLt's 32 MiB, the attention path's:
+/// cuDNN's dP of B*NH*T^2*2 bytes, cublas' score tiles; docs/cuda.md) are not
 /// included. Errors: std::invalid_argument for a world or group size that does not fit.
 MemBytes estimate_memory(const Config& cfg, int world, int stage, int pp_stage = 0);
 

@@ -411,6 +411,7 @@ std::vector<std::string> Trainer::summary() const {
     out.push_back("llmtrain: run '" + c.run.name + "' in " + c.run.run_dir);
     out.push_back("backend: " + std::string(I.ops->name()) + ", precision " + c.training.precision + ", world " +
                   std::to_string(world_size()) + ", dp " + std::to_string(I.dp));
+    out.push_back("attention: " + std::string(I.ops->attention_name()) + " (" + I.ops->attention_reason() + ")");
     out.push_back("parallel: zero_stage " + std::to_string(c.parallel.zero_stage) + ", grad_reduce_dtype " +
                   c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
     out.push_back("model: GPT-2 " + shape_of(I.gcfg) + " | " + format_thousands(double(I.nparams())) +
@@ -517,10 +518,12 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
     const int64_t max_steps = rc.max_steps;
     const double fpt = flops_per_token(I.gcfg, I.nparams(), I.T);
     const double peak = peak_flops_for(I.cfg, I.ops->name());
-    // Memory gauges: at start, and after every step (the backend's workspaces grow in the first one).
+    // Memory gauges: at start, and after every step (the backend's workspaces grow in the first one);
+    // the attention path with them (with "auto" it may fall back to cublas at the first step).
     auto report_memory = [&] {
         for (int k = 0; k < int(MemCategory::count); ++k)
             metrics->set_memory_bytes(mem_category_name(MemCategory(k)), double(I.alloc->current(MemCategory(k))));
+        metrics->set_attention(I.ops->attention_name());
     };
     if (metrics) report_memory();
     if (I.step >= max_steps) {

@@ -7,6 +7,7 @@
 #include "model/backend.hpp"
 
 #include <stdexcept>
+#include <string>
 
 #include "model/cpu/cpu_ops.hpp"
 #include "model/cuda/cuda_backend.hpp"
@@ -18,11 +19,43 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
 int cuda_device_count() __attribute__((weak));
 
 Attention parse_attention(const std::string& name) {
+    if (name == "auto") return Attention::automatic;
     if (name == "native") return Attention::native;
     if (name == "cublas") return Attention::cublas;
     if (name == "cudnn") return Attention::cudnn;
-    throw std::invalid_argument("model.attention: expected \"native\", \"cublas\" or \"cudnn\", got \"" + name +
-                                "\"");
+    throw std::invalid_argument("model.attention: expected \"auto\", \"native\", \"cublas\" or \"cudnn\", got \"" +
+                                name + "\"");
+}
+
+const char* attention_name(Attention a) {
+    switch (a) {
+        case Attention::native: return "native";
+        case Attention::cublas: return "cublas";
+        case Attention::cudnn: return "cudnn";
+        case Attention::automatic: break;
+    }
+    return "auto";
+}
+
+AttentionChoice resolve_attention(Attention requested, const AttentionEnv& env) {
+    if (requested != Attention::automatic) return {requested, "set in the config"};
+    const auto cublas = [](const std::string& why) { return AttentionChoice{Attention::cublas, "auto: " + why}; };
+    if (env.cudnn_version == 0) return cublas("this build has no cuDNN");
+    const int v = env.cudnn_version;  // major*10000 + minor*100 + patch since cuDNN 9
+    const std::string cudnn = "cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+                              std::to_string(v % 100);
+    if (!env.bf16) return cublas("training.precision is fp32 and " + cudnn + "'s fused attention is bf16 only");
+    if (env.cc_major < 8) return cublas(cudnn + "'s fused flash attention needs sm_80 or newer");
+    if (env.cc_major == 10)  // cudnn_attention.cu refuses a backward it cannot make deterministic there
+        return cublas(cudnn + " has no deterministic attention backward on sm_10x without engine knobs");
+    const int max_head = env.cc_major == 9 ? 256 : 128;
+    if (env.head_size != 0 && (env.head_size % 8 != 0 || env.head_size > max_head))
+        return cublas("head size " + std::to_string(env.head_size) + " is not a multiple of 8 up to " +
+                      std::to_string(max_head) + " (" + cudnn + "'s fused attention on sm_" +
+                      std::to_string(env.cc_major) + "x)");
+    std::string why = "auto: " + cudnn + " present, bf16";
+    if (env.head_size != 0) why += ", head size " + std::to_string(env.head_size);
+    return {Attention::cudnn, why};
 }
 
 std::unique_ptr<Ops> make_backend(const std::string& name, const std::string& precision,

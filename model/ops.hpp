@@ -16,6 +16,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace llmtrain {
 
@@ -38,6 +39,11 @@ public:
     virtual const char* name() const = 0;
     /// Compute dtype of params, activations and grads on the device ("floatX").
     virtual DType act_dtype() const = 0;
+    /// The attention path this backend runs, for logs and metrics: "native", "cublas" or "cudnn"
+    /// (model.attention with "auto" resolved; the CPU has only its own, "native").
+    virtual const char* attention_name() const { return "native"; }
+    /// Why that path, e.g. "auto: this build has no cuDNN" (docs/cuda.md "Attention: three paths").
+    virtual std::string attention_reason() const { return "the only attention of this backend"; }
 
     // ---- memory (bytes). Errors: throws std::runtime_error on allocation failure. ----
     /// Allocates `bytes` of device memory, 256-byte aligned. Contents are undefined.

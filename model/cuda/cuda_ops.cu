@@ -5,7 +5,8 @@
 // workspace, the cublas attention's workspace), the token buckets of the encoder backward (fed by a
 // token copy the forward starts), with attention = "cublas" a cuBLAS handle (it shares the cuBLASLt
 // workspace: both run in stream order on the current stream), and, with attention = "cudnn" in nvcc
-// builds with cuDNN, the cuDNN fused-attention plans. These
+// builds with cuDNN, the cuDNN fused-attention plans (model.attention = "auto" is resolved once, in
+// make_cuda_backend, by resolve_attention; a shape cuDNN rejects then falls back to cublas). These
 // device buffers are reported through Ops::note_internal_memory, so the Allocator counts them as
 // workspace. Each GPT op converts its void* tensors to the act dtype (float in fp32 mode,
 // __nv_bfloat16 in bf16 mode) and calls the launchers of kernels.cuh. Everything is asynchronous
@@ -15,10 +16,13 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <stdexcept>
+#include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "model/cuda/cuda_backend.hpp"
@@ -50,15 +54,21 @@ void require_aligned(std::initializer_list<const void*> ptrs, const char* op) {
 
 class CudaOps final : public Ops {
 public:
-    CudaOps(DType act, const CudaBackendOptions& opt) : act_(act), opt_(opt) {
+    /// `choice`: opt.attention resolved (resolve_attention); opt.attention = automatic allows the
+    /// fallback to cublas when cuDNN rejects a shape.
+    CudaOps(DType act, const CudaBackendOptions& opt, AttentionChoice choice)
+        : act_(act), opt_(opt), attention_(std::move(choice)) {
+        const bool automatic = opt_.attention == Attention::automatic;
+        opt_.attention = attention_.path;
+        attention_automatic_ = automatic;
         if (cublasLtCreate(&lt_.handle) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasLtCreate failed");
         lt_.workspace = internal_malloc(kLtWorkspaceBytes);
         lt_.workspace_bytes = kLtWorkspaceBytes;
         CUDA_CHECK(cudaEventCreateWithFlags(&buckets_done_, cudaEventDisableTiming));
-        if (opt.attention == Attention::cublas && cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS)
+        if (opt_.attention == Attention::cublas && cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS)
             throw CudaError("cublasCreate failed");
 #ifdef LLMTRAIN_HAVE_CUDNN
-        if (opt.attention == Attention::cudnn) cudnn_ = std::make_unique<cuda::CudnnAttention>();
+        if (opt_.attention == Attention::cudnn) cudnn_ = std::make_unique<cuda::CudnnAttention>();
 #endif
     }
     ~CudaOps() override {
@@ -267,7 +277,15 @@ public:
                                   as<X>(weight), as<X>(pre_gelu), N, C, OC, scratch, stream_);
         });
     }
+    const char* attention_name() const override { return llmtrain::attention_name(attention_.path); }
+    std::string attention_reason() const override { return attention_.why; }
     void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) override {
+#ifdef LLMTRAIN_HAVE_CUDNN
+        if (cudnn_ && cudnn_plans_or_fallback(B, T, C, NH)) {
+            void* ws = scratch_for(cudnn_->workspace_bytes(false, B, T, C, NH));
+            return cudnn_->forward(as<bf16>(out), lse, as<bf16>(qkv), B, T, C, NH, ws, stream_);
+        }
+#endif
         if (blas_ != nullptr) {
             const auto plan = cuda::cublas_attention_plan(false, B, T, C, NH, dtype_size(act_),
                                                           opt_.attention_workspace_mb);
@@ -278,12 +296,6 @@ public:
                 cuda::cublas_attention_forward(blas_, as<X>(out), lse, as<X>(qkv), B, T, C, NH, plan, ws, stream_);
             });
         }
-#ifdef LLMTRAIN_HAVE_CUDNN
-        if (cudnn_) {
-            void* ws = scratch_for(cudnn_->workspace_bytes(false, B, T, C, NH));
-            return cudnn_->forward(as<bf16>(out), lse, as<bf16>(qkv), B, T, C, NH, ws, stream_);
-        }
-#endif
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::attention_forward(as<X>(out), lse, as<X>(qkv), B, T, C, NH, stream_);
@@ -291,6 +303,13 @@ public:
     }
     void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse, int B,
                             int T, int C, int NH) override {
+#ifdef LLMTRAIN_HAVE_CUDNN
+        if (cudnn_ && cudnn_plans_or_fallback(B, T, C, NH)) {
+            void* ws = scratch_for(cudnn_->workspace_bytes(true, B, T, C, NH));
+            return cudnn_->backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B, T, C, NH,
+                                    ws, stream_);
+        }
+#endif
         if (blas_ != nullptr) {
             const auto plan = cuda::cublas_attention_plan(true, B, T, C, NH, dtype_size(act_),
                                                           opt_.attention_workspace_mb);
@@ -302,13 +321,6 @@ public:
                                                 C, NH, plan, ws, stream_);
             });
         }
-#ifdef LLMTRAIN_HAVE_CUDNN
-        if (cudnn_) {
-            void* ws = scratch_for(cudnn_->workspace_bytes(true, B, T, C, NH));
-            return cudnn_->backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B, T, C, NH,
-                                    ws, stream_);
-        }
-#endif
         float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
         dispatch([&](auto t) {
             using X = decltype(t);
@@ -387,6 +399,30 @@ private:
     static const X* as(const void* p) {
         return static_cast<const X*>(p);
     }
+
+#ifdef LLMTRAIN_HAVE_CUDNN
+    /// True when cuDNN has (deterministic) forward and backward plans for this shape, built here at
+    /// its first call. When cuDNN rejects the graph: with model.attention = "auto", switches this
+    /// backend to cublas for good, says so on stderr and returns false; with "cudnn", throws its error.
+    bool cudnn_plans_or_fallback(int B, int T, int C, int NH) {
+        try {
+            cudnn_->workspace_bytes(false, B, T, C, NH);
+            cudnn_->workspace_bytes(true, B, T, C, NH);
+            return true;
+        } catch (const CudaError& e) {
+            if (!attention_automatic_) throw;
+            attention_ = {Attention::cublas, "auto: cuDNN " + std::to_string(cuda::CudnnAttention::version()) +
+                                                 " rejected B " + std::to_string(B) + ", T " + std::to_string(T) +
+                                                 ", C " + std::to_string(C) + ", NH " + std::to_string(NH) +
+                                                 ": " + e.what()};
+            std::fprintf(stderr, "llmtrain: attention: cublas (%s)\n", attention_.why.c_str());
+            cudnn_.reset();
+            opt_.attention = Attention::cublas;
+            if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasCreate failed");
+            return false;
+        }
+    }
+#endif
 
     /// Points the cuBLAS handle at the current stream and at the cuBLASLt workspace (cublasSetStream
     /// resets the workspace to cuBLAS's own pool, whose memory the Allocator would not see).
@@ -473,10 +509,12 @@ private:
         size_t bytes = 0;
     };
     DType act_;
-    CudaBackendOptions opt_;
+    CudaBackendOptions opt_;            ///< opt_.attention: the path in use (never automatic)
+    AttentionChoice attention_;         ///< that path and why, for Ops::attention_name / attention_reason
+    bool attention_automatic_ = false;  ///< model.attention = "auto": cuDNN may fall back to cublas
     cudaStream_t stream_ = nullptr;
     LtContext lt_;
-    cublasHandle_t blas_ = nullptr;  ///< set when options.attention == Attention::cublas
+    cublasHandle_t blas_ = nullptr;  ///< set when the attention path is cublas
     std::unordered_map<cudaStream_t, Buffer> scratch_;
     int* bucket_dev_ = nullptr;
     int* bucket_host_ = nullptr;
@@ -486,7 +524,7 @@ private:
     uint64_t token_clock_ = 0;
     std::vector<int> packed_;
 #ifdef LLMTRAIN_HAVE_CUDNN
-    std::unique_ptr<cuda::CudnnAttention> cudnn_;  ///< set when options.attention == Attention::cudnn
+    std::unique_ptr<cuda::CudnnAttention> cudnn_;  ///< set when the attention path is cudnn
 #endif
 };
 
@@ -523,15 +561,24 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
                                     std::to_string(options.attention_workspace_mb));
     if (options.attention == Attention::cudnn) {
 #ifndef LLMTRAIN_HAVE_CUDNN
-        throw std::invalid_argument("model.attention = \"cudnn\": this build has no cuDNN (use \"native\")");
+        throw std::invalid_argument(
+            "model.attention = \"cudnn\": this build has no cuDNN (use \"auto\" or \"cublas\")");
 #endif
         if (act != DType::bf16)
             throw std::invalid_argument("model.attention = \"cudnn\" needs training.precision = \"bf16\"");
     }
     const int n = cuda_device_count();
     if (n == 0) throw std::runtime_error("run.backend = \"cuda\": no CUDA device is present");
-    CUDA_CHECK(cudaSetDevice(local_rank() % n));
-    return std::make_unique<CudaOps>(act, options);
+    const int device = local_rank() % n;
+    CUDA_CHECK(cudaSetDevice(device));
+    AttentionEnv env;
+    env.bf16 = act == DType::bf16;
+    env.head_size = options.head_size;
+#ifdef LLMTRAIN_HAVE_CUDNN  // cudnn_version stays 0 otherwise: "this build has no cuDNN"
+    env.cudnn_version = cuda::CudnnAttention::version();
+    CUDA_CHECK(cudaDeviceGetAttribute(&env.cc_major, cudaDevAttrComputeCapabilityMajor, device));
+#endif
+    return std::make_unique<CudaOps>(act, options, resolve_attention(options.attention, env));
 }
 
 }  // namespace llmtrain

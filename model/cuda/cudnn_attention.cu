@@ -9,11 +9,24 @@
 // backward  D = rowsum(dO * O) * 1 (the dropout-scale slot) into a non-virtual fp32 (b,h,t,1)
 //           tensor in the workspace; the same scaled S, minus lse, then the mask; P = exp(that) in
 //           fp32 (bf16 only where it feeds dV = P^T dO); dS = P (dO V^T - D) * scale in fp32;
-//           dK = dS^T Q with dS^T in bf16; dQ = dS K accumulated in a dense fp32 (b,h,t,d) buffer
-//           in the workspace (zeroed) and copied to bf16 by an identity operation.
+//           dK = dS^T Q with dS^T in bf16; dQ = dS K written straight to dQ in bf16.
 // The data types, virtual/non-virtual choices and the order of these operations follow the graph
 // cudnn-frontend 1.x emits for cuDNN 9.x (its composite SDPA backward node); the engine matches
 // the graph's shape, so a different spelling of the same math can find no engine.
+//
+// Determinism (docs/cuda.md "Attention: three paths"). A flash-attention backward parallel over
+// key blocks sums each dQ row from several blocks; summed with fp32 atomics into a dQ accumulator,
+// the order, and so the bits, change from run to run (dK and dV are owned by one block each). In the
+// backend API the graph itself selects the algorithm: a non-virtual fp32 dQ accumulator after the
+// dS K matmul (then an identity to bf16) selects the atomic one; dS K written directly to dQ
+// selects the "dP workspace" one, which keeps dP for all (b, h, T, T) in the workspace (about
+// b*h*T*T*2 bytes, T rounded up to 64) and computes dQ in its own pass, in a fixed order.
+// cudnn-frontend's SDPA_backward_attributes::set_deterministic_algorithm(true) does exactly this
+// choice of graph on sm_8x/sm_9x (scaled_dot_product_flash_attention.h: "use_dp_workspace"; on
+// sm_10x it also pins engine knobs, which this file does not do, so there it refuses the backward).
+// llm.c asks for it since its PR #652, after finding the default backward non-deterministic at large
+// batch sizes. As a second guard, engine configurations that declare CUDNN_NUMERICAL_NOTE_
+// NONDETERMINISTIC are never used for the backward.
 // Q, K, V are strided views into qkv (B,T,3C): dims (b, h, t, d) with strides (3CT, HS, 3C, 1);
 // K^T and V^T swap the last two. Plans are cached per (direction, B, T, C, NH).
 #include "model/cuda/cudnn_attention.hpp"
@@ -38,7 +51,7 @@ void check(cudnnStatus_t st, const char* what) {
 }
 
 // Unique ids of the tensors the variant pack binds to memory (virtual tensors get ids from 100).
-enum Uid : int64_t { kQ = 1, kKT, kV, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kOne, kDQAccum, kVT, kSoftmaxSum };
+enum Uid : int64_t { kQ = 1, kKT, kV, kO, kStats, kScale, kNegInf, kDO, kDQ, kDK, kDV, kOne, kVT, kSoftmaxSum };
 
 /// cuDNN's own account of its last failure (empty when it has none).
 std::string last_cudnn_error() {
@@ -157,8 +170,9 @@ public:
         return masked;
     }
 
-    /// Finalizes the graph and returns the first engine configuration that builds a plan.
-    void* build_plan(cudnnHandle_t handle, int64_t* workspace) {
+    /// Finalizes the graph and returns the plan of the first engine configuration that builds one;
+    /// with `deterministic`, configurations whose engine declares itself non-deterministic are skipped.
+    void* build_plan(cudnnHandle_t handle, bool deterministic, int64_t* workspace) {
         Desc graph = make(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
         set(graph, CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
         set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops_.size()),
@@ -185,6 +199,10 @@ public:
                                            &got, configs.data()),
                   "engine heuristics results");
         for (int64_t i = 0; i < got; i++) {
+            if (deterministic && declares_nondeterministic(configs[i])) {
+                failures += " [engine declares CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC]";
+                continue;
+            }
             Desc plan = make(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
             set(plan, CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
             set(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &configs[i]);
@@ -204,11 +222,26 @@ public:
                         diagnose_hint());
     }
 
+    /// Whether the engine of configuration `cfg` lists CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC.
+    bool declares_nondeterministic(Desc cfg) {
+        Desc engine = make(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
+        int64_t n = 0;
+        check(cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &engine),
+              "engine of a configuration");
+        cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
+        check(cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+                                       CUDNN_NUMERICAL_NOTE_TYPE_COUNT, &n, notes),
+              "engine numerical notes");
+        for (int64_t i = 0; i < n; i++)
+            if (notes[i] == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC) return true;
+        return false;
+    }
+
     /// What to do next, appended to every graph failure: cuDNN logs the rule a graph broke.
     static std::string diagnose_hint() {
         return "; cuDNN " + std::to_string(cudnnGetVersion()) +
                "; rerun with CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG=stderr for the backend's reason, or use "
-               "model.attention = \"native\"";
+               "model.attention = \"cublas\"";
     }
 
 private:
@@ -238,10 +271,15 @@ void execute(cudnnHandle_t handle, void* plan, const std::vector<int64_t>& uids,
 }  // namespace
 
 CudnnAttention::CudnnAttention() {
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&cc_major_, cudaDevAttrComputeCapabilityMajor, device));
     cudnnHandle_t h;
     check(cudnnCreate(&h), "cudnnCreate");
     handle_ = h;
 }
+
+int CudnnAttention::version() { return static_cast<int>(cudnnGetVersion()); }
 
 /// Destroys descriptors in the reverse order of their creation (a plan before what it was built from).
 static void destroy_descriptors(std::vector<void*>& keep) {
@@ -258,6 +296,9 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
     const auto key = std::make_tuple(backward, B, T, C, NH);
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
+    if (backward && cc_major_ == 10)
+        throw CudaError("cuDNN attention: no deterministic backward on this sm_10x device (cudnn-frontend pins "
+                        "engine knobs for it there, this backend does not); use model.attention = \"cublas\"");
     Plan plan;
     struct Cleanup {  // a graph that fails to build leaves no descriptors behind
         std::vector<void*>* keep;
@@ -302,8 +343,6 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
         Desc dq = g.tensor(kDQ, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
         Desc dk = g.tensor(kDK, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
         Desc dv = g.tensor(kDV, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
-        const int64_t acc_strides[4] = {h * t * d, t * d, d, 1};  // dense (b,h,t,d), no reordering
-        Desc dq_acc = g.tensor(kDQAccum, CUDNN_DATA_FLOAT, qkv_dims, acc_strides);
         Desc one = g.scalar(kOne);
         // D = rowsum(dO * O) * 1, a non-virtual fp32 tensor in the workspace (the engine's "softmax sum")
         Desc dodo = g.virt(CUDNN_DATA_FLOAT, out_dims), dsum = g.virt(CUDNN_DATA_FLOAT, row_dims);
@@ -330,13 +369,13 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
         Desc dst = g.tensor(-1, CUDNN_DATA_BFLOAT16, s_dims, s_tr_strides);
         g.reshape(ds, dst);
         g.matmul(dst, q, dk);
-        // dQ = dS K (K as a virtual fp32 view; fp32 accumulator, then bf16)
+        // dQ = dS K (K as a virtual fp32 view) straight into dQ: no fp32 accumulator, so the engine
+        // takes its deterministic dP-workspace algorithm (the file's header)
         Desc k = g.tensor(-1, CUDNN_DATA_FLOAT, qkv_dims, qkv_strides);
         g.reshape(kt, k);
-        g.matmul(ds, k, dq_acc);
-        g.pointwise(CUDNN_POINTWISE_IDENTITY, dq_acc, nullptr, dq);
+        g.matmul(ds, k, dq);
     }
-    plan.plan = g.build_plan(static_cast<cudnnHandle_t>(handle_), &plan.workspace);
+    plan.plan = g.build_plan(static_cast<cudnnHandle_t>(handle_), backward, &plan.workspace);
     Plan& kept = plans_.emplace(key, std::move(plan)).first->second;
     cleanup.keep = nullptr;  // the descriptors now belong to plans_
     return kept;
@@ -345,14 +384,12 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
 namespace {
 size_t round_up_256(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-/// Backward's workspace: the plan's own bytes, then the fp32 dQ accumulator (B,NH,T,HS), then the
-/// fp32 softmax sum D (B,NH,T); each part 256-byte aligned.
+/// Backward's workspace: the plan's own bytes (the dP of the deterministic algorithm among them),
+/// then the fp32 softmax sum D (B,NH,T), 256-byte aligned.
 struct BackwardWorkspace {
-    size_t acc_offset, acc_bytes, sum_offset, total;
-    BackwardWorkspace(int64_t plan_bytes, int B, int T, int C, int NH)
-        : acc_offset(round_up_256(static_cast<size_t>(plan_bytes))),
-          acc_bytes(sizeof(float) * static_cast<size_t>(B) * T * C),
-          sum_offset(acc_offset + round_up_256(acc_bytes)),
+    size_t sum_offset, total;
+    BackwardWorkspace(int64_t plan_bytes, int B, int T, int NH)
+        : sum_offset(round_up_256(static_cast<size_t>(plan_bytes))),
           total(sum_offset + sizeof(float) * static_cast<size_t>(B) * NH * T) {}
 };
 }  // namespace
@@ -360,7 +397,7 @@ struct BackwardWorkspace {
 size_t CudnnAttention::workspace_bytes(bool backward, int B, int T, int C, int NH) {
     const Plan& plan = plan_for(backward, B, T, C, NH);
     if (!backward) return round_up_256(static_cast<size_t>(plan.workspace));
-    return BackwardWorkspace(plan.workspace, B, T, C, NH).total;
+    return BackwardWorkspace(plan.workspace, B, T, NH).total;
 }
 
 void CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int C, int NH,
@@ -379,15 +416,13 @@ void CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
                               void* workspace, cudaStream_t stream) {
     Plan& plan = plan_for(true, B, T, C, NH);
     check(cudnnSetStream(static_cast<cudnnHandle_t>(handle_), stream), "cudnnSetStream");
-    const BackwardWorkspace layout(plan.workspace, B, T, C, NH);
+    const BackwardWorkspace layout(plan.workspace, B, T, NH);
     char* ws = static_cast<char*>(workspace);
-    // The accumulator starts at zero (cuDNN >= 9.6 zeroes it itself; older versions need this).
-    CUDA_CHECK(cudaMemsetAsync(ws + layout.acc_offset, 0, layout.acc_bytes, stream));
     float scale = 1.0f / std::sqrt(static_cast<float>(C / NH)), neg_inf = std::numeric_limits<float>::lowest();
     float one = 1.0f;
     auto* base = const_cast<__nv_bfloat16*>(qkv);
-    const std::vector<int64_t> uids = {kQ,  kKT, kVT, kO,  kStats, kScale,   kNegInf,
-                                       kDO, kDQ, kDK, kDV, kOne,   kDQAccum, kSoftmaxSum};
+    const std::vector<int64_t> uids = {kQ,  kKT, kVT, kO,  kStats, kScale,     kNegInf,
+                                       kDO, kDQ, kDK, kDV, kOne,   kSoftmaxSum};
     const std::vector<void*> ptrs = {base,
                                      base + C,
                                      base + 2 * C,
@@ -400,7 +435,6 @@ void CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
                                      dqkv + C,
                                      dqkv + 2 * C,
                                      &one,
-                                     ws + layout.acc_offset,
                                      ws + layout.sum_offset};
     execute(static_cast<cudnnHandle_t>(handle_), plan.plan, uids, ptrs, ws);
 }

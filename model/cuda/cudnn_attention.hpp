@@ -3,10 +3,10 @@
 //
 // Same contract as the native kernels (attention.cu): qkv (B,T,3C) bf16 holding q | k | v with
 // heads of HS = C/NH, out (B,T,C) bf16, lse (B,NH,T) fp32 = log-sum-exp of each row of the scaled,
-// causally masked scores; backward overwrites dqkv (B,T,3C). bf16 only (cuDNN's fused attention
-// has no fp32 path). Compiled by nvcc when cuDNN is found; never built under cuda_emu (the engine
-// is a closed tensor-core kernel), so it has not run here: test_cuda_gpu compares it with the
-// native kernels on a machine with a GPU.
+// causally masked scores; backward overwrites dqkv (B,T,3C), deterministically (the same bits
+// every run: cudnn_attention.cu's header). bf16 only (cuDNN's fused attention has no fp32 path).
+// Compiled by nvcc when cuDNN is found; never built under cuda_emu (the engine is a closed
+// tensor-core kernel): test_cuda_gpu checks it against the CPU backend on a machine with a GPU.
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -20,15 +20,17 @@ namespace llmtrain::cuda {
 
 class CudnnAttention {
 public:
-    /// Creates the cuDNN handle. Errors: CudaError when cuDNN cannot initialize.
+    /// Creates the cuDNN handle on the current device. Errors: CudaError when cuDNN cannot initialize.
     CudnnAttention();
+    /// cudnnGetVersion() of the loaded library, e.g. 91900 for 9.19.0.
+    static int version();
     ~CudnnAttention();
     CudnnAttention(const CudnnAttention&) = delete;
     CudnnAttention& operator=(const CudnnAttention&) = delete;
 
     /// Bytes of device workspace forward (backward = false) or backward needs at this shape; builds
     /// the plan once per shape. Errors: CudaError naming the step when cuDNN rejects the graph or
-    /// finds no engine.
+    /// finds no engine (for the backward: no deterministic one; always on sm_10x devices).
     size_t workspace_bytes(bool backward, int B, int T, int C, int NH);
     /// out (B,T,C), lse (B,NH,T) from qkv (B,T,3C), with `workspace` of workspace_bytes(false, ...)
     /// bytes, 256-byte aligned (the caller owns it, so it counts in the Allocator's workspace).
@@ -49,6 +51,7 @@ private:
     Plan& plan_for(bool backward, int B, int T, int C, int NH);
 
     void* handle_ = nullptr;  ///< cudnnHandle_t
+    int cc_major_ = 0;        ///< the device's compute capability major
     std::map<std::tuple<bool, int, int, int, int>, Plan> plans_;
 };
 

@@ -104,6 +104,8 @@ TEST(Config, EveryBadFileIsReportedAtItsPositionWithTheKey) {
         {"bf16 on the cpu", "[training]\nprecision = @\"bf16\"\n", {"training.precision", "cuda"}},
         {"cudnn on the cpu", "[model]\nattention = @\"cudnn\"\n", {"model.attention", "cuda"}},
         {"cublas on the cpu", "[model]\nattention = @\"cublas\"\n", {"model.attention", "cuda"}},
+        {"unknown attention", "[model]\nattention = @\"flash\"\n",
+         {"model.attention", "one of \"auto\", \"native\", \"cublas\", \"cudnn\"", "\"flash\""}},
         {"attention workspace of 0 MiB", "[model]\nattention_workspace_mb = @0\n",
          {"model.attention_workspace_mb", "an integer >= 1", "got 0"}},
         {"stochastic rounding in fp32", "[run]\nbackend = \"cuda\"\n[training]\nstochastic_rounding = @true\n",
@@ -224,6 +226,16 @@ TEST(Config, IntegerForAFloatKeyIsTheSameFloat) {
     const std::string a = write_file("a.toml", "[optimizer]\nlr = 2\nweight_decay = 0\n");
     const std::string b = write_file("b.toml", "[optimizer]\nlr = 2.0\nweight_decay = 0.0\n");
     EXPECT_EQ(load_config(a, {}), load_config(b, {}));
+}
+
+TEST(Config, AttentionAcceptsAutoAndEachPath) {
+    EXPECT_EQ(Config{}.model.attention, "auto");  // the default: resolved by the backend at start-up
+    const auto attention = [](const char* backend, const char* a) {
+        const std::string set_backend = std::string("run.backend=\"") + backend + "\"";
+        return load_config("", {set_backend, std::string("model.attention=\"") + a + "\""}).model.attention;
+    };
+    for (const char* a : {"auto", "native", "cublas", "cudnn"}) EXPECT_EQ(attention("cuda", a), a);
+    for (const char* a : {"auto", "native"}) EXPECT_EQ(attention("cpu", a), a);  // the cpu's one attention, either name
 }
 
 TEST(Config, DefaultsMatchTheDocumentedTable) {

@@ -86,6 +86,8 @@ TEST(Metrics, ScrapeShowsEveryMetricWithRunAndRankLabels) {
     m.set_memory_bytes("params", 4096);  // replaces
     m.observe_checkpoint_seconds(1.5);
     m.observe_checkpoint_seconds(0.5);
+    m.set_attention("cudnn");
+    m.set_attention("cublas");  // a fallback: the old path drops to 0
 
     const std::string text = http_get(m.port(), "/metrics");
     ASSERT_FALSE(text.empty()) << "no answer on port " << m.port();
@@ -104,6 +106,8 @@ TEST(Metrics, ScrapeShowsEveryMetricWithRunAndRankLabels) {
         {"llmtrain_checkpoints_total{" + L + "}", 2},
         {"llmtrain_memory_bytes{category=\"params\"," + L + "}", 4096},
         {"llmtrain_memory_bytes{category=\"activations\"," + L + "}", 2048},
+        {"llmtrain_attention_info{path=\"cublas\"," + L + "}", 1},
+        {"llmtrain_attention_info{path=\"cudnn\"," + L + "}", 0},
         {"llmtrain_step_seconds_count{" + L + "}", 3},
         {"llmtrain_step_seconds_sum{" + L + "}", 250.303},
         {"llmtrain_step_seconds_bucket{le=\"0.001\"," + L + "}", 0},

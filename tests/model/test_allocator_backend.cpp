@@ -1,6 +1,7 @@
 // tests/model/test_allocator_backend.cpp — the allocator's per-category current/peak accounting
-// (closed-form byte sums), make_backend's choices and error messages, and the CPU's peak FLOP/s
-// (the MFU denominator) against a measured sgemm rate.
+// (closed-form byte sums), make_backend's choices and error messages, model.attention = "auto"'s
+// resolution (resolve_attention, every case of its rules without needing cuDNN), and the CPU's peak
+// FLOP/s (the MFU denominator) against a measured sgemm rate.
 #include <chrono>
 
 #include "model/allocator.hpp"
@@ -46,6 +47,52 @@ TEST(Backend, ChoosesCpuAndExplainsErrors) {
     } catch (const std::runtime_error& e) {
         EXPECT_NE(std::string(e.what()).find("CUDA"), std::string::npos) << e.what();
     }
+}
+
+/// resolve_attention, case by case: a build with or without cuDNN, fp32 or bf16, a head size cuDNN
+/// takes or not (multiple of 8, <= 256 on sm_90, <= 128 elsewhere), devices before sm_80 and sm_10x
+/// (no deterministic cuDNN backward there); explicit paths pass through. The CPU's "auto" is its
+/// own attention ("native"); parse_attention accepts "auto" and names the key for garbage.
+TEST(Backend, ResolvesAttentionAuto) {
+    const auto choose = [](int cudnn, bool bf16, int head_size, int cc_major) {
+        return resolve_attention(Attention::automatic, AttentionEnv{cudnn, bf16, head_size, cc_major});
+    };
+    const auto expect = [](const AttentionChoice& c, Attention path, const std::string& why) {
+        EXPECT_EQ(attention_name(c.path), std::string(attention_name(path))) << c.why;
+        EXPECT_NE(c.why.find(why), std::string::npos) << "'" << why << "' not in: " << c.why;
+        EXPECT_EQ(c.why.rfind("auto: ", 0), 0u) << c.why;
+    };
+    expect(choose(0, true, 64, 9), Attention::cublas, "this build has no cuDNN");
+    expect(choose(0, false, 64, 0), Attention::cublas, "this build has no cuDNN");
+    expect(choose(91900, false, 64, 9), Attention::cublas, "fp32");
+    expect(choose(91900, true, 64, 9), Attention::cudnn, "cuDNN 9.19.0 present, bf16, head size 64");
+    expect(choose(90100, true, 64, 8), Attention::cudnn, "cuDNN 9.1.0");
+    expect(choose(91900, true, 0, 9), Attention::cudnn, "bf16");  // head size unknown: cuDNN's graph decides
+    expect(choose(91900, true, 12, 9), Attention::cublas, "head size 12");
+    expect(choose(91900, true, 256, 9), Attention::cudnn, "head size 256");
+    expect(choose(91900, true, 264, 9), Attention::cublas, "up to 256");
+    expect(choose(91900, true, 192, 8), Attention::cublas, "up to 128");
+    expect(choose(91900, true, 128, 8), Attention::cudnn, "head size 128");
+    expect(choose(91900, true, 64, 7), Attention::cublas, "sm_80");
+    expect(choose(91900, true, 64, 10), Attention::cublas, "deterministic");
+    expect(choose(91900, true, 64, 12), Attention::cudnn, "head size 64");
+    for (Attention a : {Attention::native, Attention::cublas, Attention::cudnn}) {
+        const AttentionChoice c = resolve_attention(a, AttentionEnv{});
+        EXPECT_EQ(c.path, a);
+        EXPECT_EQ(c.why, "set in the config");
+    }
+    EXPECT_EQ(parse_attention("auto"), Attention::automatic);
+    EXPECT_STREQ(attention_name(Attention::automatic), "auto");
+    try {
+        parse_attention("flash");
+        ADD_FAILURE() << "\"flash\" accepted";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("model.attention"), std::string::npos) << e.what();
+    }
+    CudaBackendOptions automatic;
+    automatic.attention = Attention::automatic;
+    const auto cpu = make_backend("cpu", "fp32", automatic);
+    EXPECT_STREQ(cpu->attention_name(), "native");
 }
 
 /// The CPU's theoretical peak bounds what its sgemm achieves: the best of 3 matmul_forward calls

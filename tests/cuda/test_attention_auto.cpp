@@ -1,0 +1,77 @@
+// tests/cuda/test_attention_auto.cpp — model.attention = "auto" on the CUDA backend: the backend
+// names the path it resolved (Ops::attention_name / attention_reason), and one GPT forward + backward
+// on it is bitwise the same as on that path named explicitly. Under cuda_emu (no cuDNN in emulated
+// builds) auto must be cublas, in fp32 and bf16. In test_cuda_gpu on a GPU it is whatever the build
+// and device give (cudnn in bf16 with cuDNN 9 on sm_80/sm_90), and the bitwise comparison then also
+// checks cuDNN's deterministic backward across two backends. Reference: the explicit path; no
+// tolerance (the same kernels in the same order must give the same bits). The resolution rules
+// themselves are unit-tested in tests/model/test_allocator_backend.cpp.
+#include "model/allocator.hpp"
+#include "model/gpt.hpp"
+#include "tests/cuda/cuda_test_util.hpp"
+
+namespace llmtrain::cudatest {
+namespace {
+
+constexpr int kB = 3, kT = 17;
+
+/// The loss and the gradients (as fp32) of one forward + backward of a 2-layer GPT (n_head 3, n_embd
+/// 48: head size 16) on `ops`, from init seed 42 and a fixed batch.
+std::pair<float, std::vector<float>> gpt_step(std::unique_ptr<Ops> ops) {
+    GPTConfig c;
+    c.n_layer = 2;
+    c.n_head = 3;
+    c.n_embd = 48;
+    c.seq_len = kT;
+    c.vocab_size = 101;
+    Allocator alloc(*ops);
+    GPTOptions go;
+    go.B = kB;
+    go.T = kT;
+    GPT gpt(c, go, alloc);
+    gpt.init_params(42);
+    std::vector<int> inp(kB * kT), tgt(kB * kT);
+    for (int i = 0; i < kB * kT; i++) {
+        inp[i] = (i * 7 + 3) % 101;
+        tgt[i] = (i * 5 + 1) % 101;
+    }
+    gpt.zero_grads();
+    const float loss = gpt.forward_backward(inp.data(), tgt.data(), 1.0f / (kB * kT));
+    return {loss, download(*ops, gpt.grads(), gpt.layout().total_numel(), ops->act_dtype())};
+}
+
+std::unique_ptr<Ops> backend(const std::string& precision, Attention a) {
+    CudaBackendOptions opt;
+    opt.attention = a;
+    opt.head_size = 16;
+    return make_cuda_backend(precision, opt);
+}
+
+class AttentionAuto : public testing::TestWithParam<std::string> {};
+
+TEST_P(AttentionAuto, NamesItsPathAndComputesBitwiseLikeIt) {
+    auto automatic = backend(GetParam(), Attention::automatic);
+    const std::string name = automatic->attention_name(), why = automatic->attention_reason();
+    EXPECT_EQ(why.rfind("auto: ", 0), 0u) << why;
+#ifndef LLMTRAIN_REAL_GPU
+    EXPECT_EQ(name, "cublas");
+    EXPECT_NE(why.find("this build has no cuDNN"), std::string::npos) << why;
+#endif
+    auto explicit_path = backend(GetParam(), parse_attention(name));
+    EXPECT_STREQ(explicit_path->attention_name(), name.c_str());
+    EXPECT_EQ(explicit_path->attention_reason(), "set in the config");
+    const auto [loss_auto, grads_auto] = gpt_step(std::move(automatic));
+    const auto [loss, grads] = gpt_step(std::move(explicit_path));
+    EXPECT_EQ(loss_auto, loss) << name;
+    // Bitwise: memcmp of the fp32 values (both sides were downloaded the same way).
+    ASSERT_EQ(grads_auto.size(), grads.size());
+    size_t differing = 0;
+    for (size_t i = 0; i < grads.size(); i++) differing += std::memcmp(&grads_auto[i], &grads[i], sizeof(float)) != 0;
+    EXPECT_EQ(differing, 0u) << name << ": gradients differing in their bits, of " << grads.size();
+}
+
+INSTANTIATE_TEST_SUITE_P(Cuda, AttentionAuto, testing::Values("fp32", "bf16"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace llmtrain::cudatest
