@@ -39,6 +39,7 @@ struct ModelConfig {
     std::string attention = "native";   ///< "native" | "cublas" | "cudnn" (cuda only)
     int attention_workspace_mb = 1200;  ///< MiB of scores per cublas attention tile (model/cuda/cuda_backend.hpp's
                                         ///< kDefaultAttentionWorkspaceMb: GPT-2 1.5B, micro-batch 8 in one tile)
+    bool matmul_autotune = false;       ///< time cuBLASLt's candidate algorithms per GEMM shape (cuda; per process)
     friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 

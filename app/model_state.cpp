@@ -26,6 +26,7 @@ CudaBackendOptions cuda_options_of(const Config& c) {
     CudaBackendOptions o;
     o.attention = parse_attention(c.model.attention);
     o.attention_workspace_mb = c.model.attention_workspace_mb;
+    o.matmul_autotune = c.model.matmul_autotune;
     o.stochastic_rounding = c.training.stochastic_rounding;
     return o;
 }
