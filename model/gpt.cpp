@@ -96,8 +96,11 @@ struct GPT::Impl {
 
     ~Impl() {
         if (loss_ready != nullptr) {
-            ops.synchronize_event(loss_ready);  // no copy may still write a slot freed below
-            ops.destroy_event(loss_ready);
+            try {
+                ops.synchronize_event(loss_ready);  // no copy may still write a slot freed below
+                ops.destroy_event(loss_ready);
+            } catch (const std::exception&) {  // a failed device (the error is already being reported)
+            }
         }
         for (float* p : loss_host) ops.free_host(p);
         for (void* p : owned) alloc.release(p);
