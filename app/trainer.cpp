@@ -143,7 +143,10 @@ struct Trainer::Impl {
         gpt->init_params(cfg.run.seed);
         adam->init_state(engine->param_shard());
         if (pipe) pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
-        else if (std::string(ops->name()) == "cuda") gpt->warm_up(accum);  // the same, without a pipeline
+        else if (std::string(ops->name()) == "cuda") {  // the same, without a pipeline (docs/cuda.md "First step")
+            gpt->warm_up(accum);
+            engine->reduce_grads();  // ZeRO-2/3 finish its reductions here, not inside step 1's
+        }
         sched.lr = cfg.optimizer.lr;
         sched.min_lr = cfg.lr_schedule.min_lr;
         sched.warmup_steps = cfg.lr_schedule.warmup_steps;
