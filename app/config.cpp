@@ -350,6 +350,7 @@ const std::vector<Field>& fields() {
         field("model", "attention", &C::model, &ModelConfig::attention, one_of({"native", "cublas", "cudnn"})),
         field("model", "attention_workspace_mb", &C::model, &ModelConfig::attention_workspace_mb, at_least(1)),
         field("model", "matmul_autotune", &C::model, &ModelConfig::matmul_autotune),
+        field("model", "init_from", &C::model, &ModelConfig::init_from),
 
         field("data", "train", &C::data, &DataConfig::train, non_empty()),
         field("data", "val", &C::data, &DataConfig::val, non_empty()),
@@ -634,6 +635,8 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
         apply_document(doc, path, cfg, origins);
     }
     for (const auto& ov : overrides) apply_override(ov, cfg, origins);
+    // Unset, gradients travel in the training precision: under bf16 no cast path (docs/configuration.md).
+    if (!origins.count("parallel.grad_reduce_dtype")) cfg.parallel.grad_reduce_dtype = cfg.training.precision;
     check_across_keys(cfg, origins, path);
     return cfg;
 }

@@ -40,6 +40,8 @@ struct ModelConfig {
     int attention_workspace_mb = 1200;  ///< MiB of scores per cublas attention tile (model/cuda/cuda_backend.hpp's
                                         ///< kDefaultAttentionWorkspaceMb: GPT-2 1.5B, micro-batch 8 in one tile)
     bool matmul_autotune = false;       ///< time cuBLASLt's candidate algorithms per GEMM shape (cuda; per process)
+    std::string init_from;              ///< "" = random init; else an llm.c model file or a HuggingFace GPT-2
+                                        ///< (app/interop/pretrained.hpp), read when the run starts from scratch
     friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
@@ -80,7 +82,7 @@ struct ParallelConfig {
     int pp = 1;                         ///< pipeline stages (1 until the pipeline lands)
     int zero_stage = 0;                 ///< 0 plain DP, 1 optimizer state, 2 + grads, 3 + params sharded
     int zero_group_size = 0;            ///< ranks a ZeRO group shards over; 0 = all dp ranks
-    std::string grad_reduce_dtype = "fp32";  ///< "fp32" | "bf16": dtype of gradients on the wire
+    std::string grad_reduce_dtype = "fp32";  ///< "fp32" | "bf16": gradients on the wire; unset: training.precision (load_config)
     double timeout_s = 600;             ///< a collective waiting longer ends the job; 0 = never
     friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };

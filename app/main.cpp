@@ -169,8 +169,11 @@ int run(const CliArgs& args) {
     comm->barrier();  // the run dir exists before any rank goes on
     for (const auto& l : trainer.summary()) log.line(l);
     for (const auto& l : ckpt_notes) log.line(l);
-    log.line(resume_note.empty() ? "start: from scratch (checkpoint.resume = \"" + cfg.checkpoint.resume + "\")"
-                                 : resume_note);
+    const std::string& from = cfg.model.init_from;
+    const std::string weights = from.empty() ? "" : ", weights from model.init_from = " + from;
+    log.line(resume_note.empty()
+                 ? "start: from scratch" + weights + " (checkpoint.resume = \"" + cfg.checkpoint.resume + "\")"
+                 : resume_note);
     trainer.run(log, metrics.get());
     return kExitOk;
 }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "app/interop/pretrained.hpp"
 #include "model/dry_ops.hpp"
 
 namespace llmtrain {
@@ -105,6 +106,23 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
     const bool master = alloc.ops().act_dtype() != DType::f32;
     s.adam = std::make_unique<AdamW>(alloc, *s.layout, ac, master, s.engine->shard(), offload_config_of(cfg));
     return s;
+}
+
+void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_shard) {
+    if (cfg.model.init_from.empty()) {
+        gpt.init_params(cfg.run.seed);
+        adam.init_state(param_shard);
+        return;
+    }
+    const ParamLayout& layout = gpt.layout();
+    std::vector<float> host(layout.total_numel());
+    load_pretrained(cfg.model.init_from, layout, host.data());
+    gpt.store().load_params(host.data());  // every rank takes the part it holds
+    std::vector<float> w;                  // this rank's optimizer shard of them: the fp32 master weights
+    for (const FlatRange& r : adam.ranges())
+        w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
+    const std::vector<float> zeros(w.size(), 0.0f);
+    adam.state_from_host(w.data(), zeros.data(), zeros.data());
 }
 
 MemBytes estimate_memory(const Config& cfg_in, int world, int stage, int pp_stage) {

@@ -64,6 +64,12 @@ std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, 
 /// stage_plan, ZeroEngine, GPT and AdamW (std::invalid_argument, std::runtime_error), CommError.
 ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology& topo, const CommFactory& comms);
 
+/// The run's first weights and a fresh optimizer state (t = 0, m = v = 0): GPT-2's random init from
+/// run.seed, or the weights of model.init_from (app/interop/pretrained.hpp), whose fp32 values are
+/// also the master weights. param_shard: the store's shard-local params (ZeroEngine::param_shard()).
+/// Errors: InteropError naming the file, tensor or key (app/interop/safetensors.hpp).
+void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_shard);
+
 /// Bytes per MemCategory of the first rank of pipeline stage `pp_stage` of a `world`-rank run of cfg
 /// at zero stage `stage`, counted by building it over the dry-run backend (model/dry_ops.hpp):
 /// nothing is allocated. The backend's own workspaces (cuBLASLt, cuDNN: ~35 MB on CUDA) are not

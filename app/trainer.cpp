@@ -118,7 +118,7 @@ struct Trainer::Impl {
         val = std::make_unique<DataLoader>(lo);
         if (rank == 0 && cfg.run.sample_interval > 0) {
             TokenDataset ds(cfg.data.train);
-            tokenizer.emplace(Tokenizer::from_bytes(ds.tokenizer_bytes(), cfg.data.train + ":/tokenizer"));
+            tokenizer.emplace(Tokenizer::from_dataset(ds));
         }
         ops = make_backend(cfg.run.backend, cfg.training.precision, cuda_options_of(cfg));
         alloc = std::make_unique<Allocator>(*ops);
@@ -140,8 +140,7 @@ struct Trainer::Impl {
         stage_comm = std::move(ms.stage_comm);
         pipe = std::move(ms.pipe);
         plan = stage_plan_of(cfg);
-        gpt->init_params(cfg.run.seed);
-        adam->init_state(engine->param_shard());
+        init_weights(cfg, *gpt, *adam, engine->param_shard());  // random, or model.init_from's file
         if (pipe) pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
         else if (std::string(ops->name()) == "cuda") {  // the same, without a pipeline (docs/cuda.md "First step")
             gpt->warm_up(accum);
@@ -485,7 +484,6 @@ std::string Trainer::resume_from(const std::string& dir) {
     const ParamLayout& layout = *I.layout;
     std::vector<float> host(layout.total_numel());
     read_params(dir, layout, host.data());
-    I.engine->load_params(host.data());  // every rank takes the part it holds
     const size_t ns = I.adam->numel();
     std::vector<float> m(ns), v(ns), w;
     size_t local = 0;
@@ -495,6 +493,11 @@ std::string Trainer::resume_from(const std::string& dir) {
         local += r.numel;
     }
     I.adam->state_from_host(w.data(), m.data(), v.data());  // device and host parts alike
+    // The checkpoint holds fp32 master weights. Rounded to nearest they would not be the bf16 params
+    // the last step wrote stochastically; its rounding, keyed by (t, flat index), rebuilds them
+    // exactly, for every copy of every element (docs/training.md "Resume").
+    if (I.cfg.training.stochastic_rounding && st.adam_t > 0) round_params_of_step(host.data(), host.size(), 0, st.adam_t);
+    I.engine->load_params(host.data());  // every rank takes the part it holds
     I.run_id = st.run_id.empty() ? I.run_id : st.run_id;
     I.adam->set_t(st.adam_t);
     I.step = I.start_step = st.step;

@@ -2,8 +2,10 @@
 //
 //   /tokens       1-D uint16 (vocab_size <= 65536) or uint32, chunked (~1-4 MiB), uncompressed
 //   /doc_offsets  1-D uint64, n_docs + 1 entries: document d is tokens[doc_offsets[d], doc_offsets[d+1])
-//   /tokenizer    1-D uint8: the SentencePiece model bytes
-//   attributes on /: format_version (int, 1), vocab_size, eos_id, bos_id (int), tokenizer_sha256 (string)
+//   /tokenizer    1-D uint8: the SentencePiece model bytes, or GPT-2's ranks file (tiktoken format)
+//   attributes on /: format_version (int, 2), tokenizer ("sentencepiece" | "gpt2"), vocab_size, eos_id,
+//                    bos_id (int), tokenizer_sha256 (string). Version 1 files (no `tokenizer`
+//                    attribute, always SentencePiece) are still read.
 // Files use HDF5's 1.10 format (checksummed metadata: corruption is detected, not read as data).
 // HDF5 1.10 has one global lock: open and read a dataset from one I/O thread only.
 // docs/data.md describes the format and every check.
@@ -23,7 +25,8 @@ struct DataError : std::runtime_error {
 
 struct DatasetInfo {
     std::string path;
-    int format_version = 1;
+    int format_version = 2;
+    std::string tokenizer = "sentencepiece";  ///< the kind: "sentencepiece" or "gpt2" (Tokenizer::kind())
     uint64_t n_tokens = 0;
     uint64_t n_docs = 0;
     int vocab_size = 0;
@@ -34,7 +37,7 @@ struct DatasetInfo {
 };
 
 /// Read side. Errors: DataError (missing file, not HDF5, truncated or corrupted metadata, missing
-/// dataset/attribute, wrong type or format_version, /tokens dtype not matching vocab_size,
+/// dataset/attribute, wrong type, format_version not 1 or 2, unknown tokenizer kind, /tokens dtype not matching vocab_size,
 /// inconsistent /doc_offsets, tokenizer hash mismatch).
 class TokenDataset {
 public:
@@ -46,7 +49,7 @@ public:
     /// order. Errors: DataError if a window is out of range or a token id >= limit_vocab (names
     /// the file and the token position).
     void read_windows(const std::vector<uint64_t>& starts, int len, int32_t* out, int limit_vocab);
-    /// The SentencePiece model bytes stored in /tokenizer.
+    /// The bytes stored in /tokenizer (a SentencePiece model or GPT-2's ranks, see info().tokenizer).
     std::string tokenizer_bytes();
     /// /doc_offsets (n_docs + 1).
     std::vector<uint64_t> doc_offsets();
@@ -59,14 +62,21 @@ private:
 /// Write side, used by llmtrain-prep and tests. Writes into `path`.tmp and renames on finish().
 class TokenDatasetWriter {
 public:
+    /// `tokenizer_kind` is "sentencepiece" (the model bytes) or "gpt2" (the ranks file).
     /// Errors: DataError if the directory is missing or not writable, vocab_size < 1, eos_id outside
-    /// [0, vocab_size), bos_id outside [-1, vocab_size) or the tokenizer bytes are empty.
+    /// [0, vocab_size), bos_id outside [-1, vocab_size), the tokenizer bytes are empty or the kind unknown.
     TokenDatasetWriter(const std::string& path, int vocab_size, int eos_id, int bos_id,
-                       const std::string& tokenizer_model_bytes);
+                       const std::string& tokenizer_model_bytes,
+                       const std::string& tokenizer_kind = "sentencepiece");
     ~TokenDatasetWriter();
     /// Appends one document (its tokens, EOS already included by the caller). Errors: DataError
     /// naming the document and position of a token id outside [0, vocab_size).
     void add_document(const std::vector<int32_t>& tokens);
+    /// Streaming form of add_document for documents of any length: append() the tokens of the
+    /// current document in pieces, then end_document(). Errors: as add_document (the position is
+    /// counted from the document's start).
+    void append(const int32_t* tokens, size_t n);
+    void end_document();
     /// Flushes, writes /doc_offsets and attributes, closes, fsyncs and renames into place.
     /// A writer destroyed without finish() removes its temporary file.
     void finish();

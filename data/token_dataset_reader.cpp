@@ -2,8 +2,8 @@
 //
 // Opening checks everything that can be checked without reading all tokens: HDF5 structure (its
 // checksums catch corrupted metadata, its end-of-file check catches truncation), the attributes
-// and their types, /tokens' dtype against vocab_size, /doc_offsets (0, non-decreasing, ends at
-// n_tokens) and the SHA-256 of /tokenizer against tokenizer_sha256. Token ids are checked as they
+// and their types (format_version 1 or 2; 2 adds `tokenizer`), /tokens' dtype against vocab_size,
+// /doc_offsets (0, non-decreasing, ends at n_tokens) and the SHA-256 of /tokenizer against tokenizer_sha256. Token ids are checked as they
 // are read (read_windows), so every token a model sees has been checked against its vocabulary.
 #include <algorithm>
 #include <cstring>
@@ -102,15 +102,19 @@ TokenDataset::TokenDataset(const std::string& path) : impl_(std::make_unique<Imp
     const hid_t f = d.file.get();
 
     int64_t version = read_int_attr(f, "format_version", path);
-    if (version != 1)
-        throw DataError(path + ": format_version " + std::to_string(version) + " is not supported (expected 1)");
+    if (version != 1 && version != 2)
+        throw DataError(path + ": format_version " + std::to_string(version) + " is not supported (expected 1 or 2)");
+    // Version 2 added the `tokenizer` attribute; version 1 files are all SentencePiece.
+    info.tokenizer = version == 1 ? "sentencepiece" : read_string_attr(f, "tokenizer", path);
+    if (info.tokenizer != "sentencepiece" && info.tokenizer != "gpt2")
+        throw DataError(path + ": attribute 'tokenizer' is '" + info.tokenizer + "', expected sentencepiece or gpt2");
     int64_t vocab = read_int_attr(f, "vocab_size", path);
     int64_t eos = read_int_attr(f, "eos_id", path);
     int64_t bos = read_int_attr(f, "bos_id", path);
     if (vocab < 1 || vocab > INT32_MAX) throw DataError(path + ": vocab_size " + std::to_string(vocab) + " is invalid");
     if (eos < 0 || eos >= vocab) throw DataError(path + ": eos_id " + std::to_string(eos) + " is outside [0, vocab_size)");
     if (bos < -1 || bos >= vocab) throw DataError(path + ": bos_id " + std::to_string(bos) + " is outside [-1, vocab_size)");
-    info.format_version = 1;
+    info.format_version = static_cast<int>(version);
     info.vocab_size = static_cast<int>(vocab);
     info.eos_id = static_cast<int>(eos);
     info.bos_id = static_cast<int>(bos);

@@ -25,6 +25,9 @@
 
 namespace llmtrain {
 
+/// Step t's stochastic-rounding seed: a golden-ratio multiple, so distinct steps get distinct seeds.
+inline uint32_t rounding_seed(int t) { return static_cast<uint32_t>(t) * 0x9E3779B1u; }
+
 /// One AdamW step's constants, derived on the host (in double where PyTorch does) by adamw_coeffs().
 struct AdamWCoeffs {
     float b1, b2, one_minus_b1, one_minus_b2, eps, grad_scale;
@@ -47,7 +50,7 @@ inline AdamWCoeffs adamw_coeffs(float lr, float beta1, float beta2, float eps, f
     c.step = lr / static_cast<float>(1.0 - std::pow(static_cast<double>(beta1), t));
     c.decay = 1.0f - lr * weight_decay;
     c.bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(beta2), t)));
-    c.seed = static_cast<uint32_t>(t) * 0x9E3779B1u;  // golden-ratio multiple: distinct steps, distinct seeds
+    c.seed = rounding_seed(t);
     return c;
 }
 

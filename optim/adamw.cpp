@@ -11,9 +11,15 @@
 #include <string>
 #include <utility>
 
+#include "model/adamw_math.hpp"
 #include "model/bf16.hpp"
 
 namespace llmtrain {
+
+void round_params_of_step(float* w, size_t n, size_t index0, int t) {
+    const uint32_t seed = rounding_seed(t);
+    for (size_t i = 0; i < n; ++i) w[i] = bf16_to_f32(bf16_bits_stochastic(w[i], rounding_bits(seed, index0 + i)));
+}
 
 AdamW::AdamW(Allocator& alloc, const ParamLayout& layout, const AdamWConfig& cfg, bool master_weights,
              std::vector<FlatRange> ranges, const OffloadConfig& offload)
@@ -106,16 +112,23 @@ void AdamW::step(void* params, const void* grads, float lr, float grad_scale) {
     Ops& ops = alloc_.ops();
     const size_t es = dtype_size(ops.act_dtype());
     ++t_;
-    for (const Run& r : runs_) {  // the device part: queued first, so it runs while the host steps
-        const size_t s = r.local, d = r.local - host_;  // into params/grads; into the device state
-        ops.adamw_update(static_cast<char*>(params) + s * es, master_ ? master_ + d : nullptr,
-                         static_cast<const char*>(grads) + s * es, m_ + d, v_ + d, r.numel, lr, cfg_.beta1,
-                         cfg_.beta2, cfg_.eps, r.decay ? cfg_.weight_decay : 0.0f, grad_scale, t_, r.flat);
+    auto device_part = [&] {
+        for (const Run& r : runs_) {
+            const size_t s = r.local, d = r.local - host_;  // into params/grads; into the device state
+            ops.adamw_update(static_cast<char*>(params) + s * es, master_ ? master_ + d : nullptr,
+                             static_cast<const char*>(grads) + s * es, m_ + d, v_ + d, r.numel, lr, cfg_.beta1,
+                             cfg_.beta2, cfg_.eps, r.decay ? cfg_.weight_decay : 0.0f, grad_scale, t_, r.flat);
+        }
+    };
+    if (!offload_) {
+        device_part();
+        return;
     }
-    if (offload_)
-        offload_->step(params, grads,
-                       HostAdamWStep{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay, grad_scale, t_,
-                                     stochastic_, 0});
+    // The offload engine queues the device part after its copy streams' starting point, so the device
+    // part runs on the default stream while the copies and the host step run (disjoint elements).
+    offload_->step(params, grads,
+                   HostAdamWStep{lr, cfg_.beta1, cfg_.beta2, cfg_.eps, cfg_.weight_decay, grad_scale, t_, stochastic_, 0},
+                   runs_.empty() ? std::function<void()>() : std::function<void()>(device_part));
 }
 
 void AdamW::state_to_host(const void* params, float* w, float* m, float* v) {

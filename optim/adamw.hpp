@@ -6,7 +6,8 @@
 // ("shard-local"): the whole buffer without ZeRO, this rank's chunk of every unit with it
 // (ParamLayout::shard). With optimizer.offload = "cpu" the first offload_fraction of the shard-local
 // elements keep their state on the host and are stepped there (optim/offload.hpp); the rest stay on
-// the device and are stepped by Ops::adamw_update at the same time. Both apply one arithmetic
+// the device and are stepped by Ops::adamw_update on the default stream at the same time (the copy
+// streams wait for the gradients, not for the device part). Both apply one arithmetic
 // (model/adamw_math.hpp), so where the state lives does not change a bit of the result.
 #pragma once
 #include <cstddef>
@@ -26,6 +27,14 @@ struct AdamWConfig {
     float eps = 1e-8f;
     float weight_decay = 0.1f;
 };
+
+/// The bf16 params that AdamW step t >= 1 wrote with stochastic rounding from fp32 master weights w,
+/// in place, as fp32 values: w[i] becomes bf16 rounded with step t's random bits for flat index
+/// index0 + i (model/adamw_math.hpp). A checkpoint holds the master weights and t, not the bf16
+/// params; a resume with training.stochastic_rounding rebuilds the params from them with this, bit
+/// for bit the last step's, whatever the world size, ZeRO stage, pipeline split or offload fraction
+/// (the bits depend on the flat index only). A bf16-exact value (a fresh run's) is left as it is.
+void round_params_of_step(float* w, size_t n, size_t index0, int t);
 
 class AdamW {
 public:

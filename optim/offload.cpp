@@ -42,6 +42,8 @@ HostOffload::HostOffload(Allocator& alloc, size_t numel, std::vector<Segment> se
     h2d_ = ops_.create_stream();
     ready_ = ops_.create_event();
     t0_ = ops_.create_timed_event();
+    dev_start_ = ops_.create_timed_event();
+    dev_end_ = ops_.create_timed_event();
     for (int k = 0; k < chunks(); ++k) {
         d2h_start_.push_back(ops_.create_timed_event());
         d2h_end_.push_back(ops_.create_timed_event());
@@ -56,8 +58,7 @@ HostOffload::~HostOffload() {
     ops_.synchronize();  // no copy may still read or write the buffers freed below
     for (auto* list : {&d2h_start_, &d2h_end_, &h2d_start_, &h2d_end_})
         for (Event e : *list) ops_.destroy_event(e);
-    ops_.destroy_event(ready_);
-    ops_.destroy_event(t0_);
+    for (Event e : {ready_, t0_, dev_start_, dev_end_}) ops_.destroy_event(e);
     ops_.destroy_stream(d2h_);
     ops_.destroy_stream(h2d_);
     for (void* p : {static_cast<void*>(w_), static_cast<void*>(m_), static_cast<void*>(v_), gstage_[0], gstage_[1],
@@ -112,12 +113,19 @@ void HostOffload::step_chunk(int k, const HostAdamWStep& s) {
     unchanged(pos, hi);
 }
 
-void HostOffload::step(void* params, const void* grads, const HostAdamWStep& s) {
+void HostOffload::step(void* params, const void* grads, const HostAdamWStep& s,
+                       const std::function<void()>& device_part) {
     const int K = chunks();
     // Both copy streams start after the default stream's work so far: the gradients are final and no
-    // queued op reads the params any more.
+    // queued op reads the params any more. The device part is queued after this point, so neither
+    // copy stream waits for it: it runs on the default stream while the host steps.
     ops_.set_stream(nullptr);
     ops_.record_event(ready_);
+    if (device_part) {
+        ops_.record_event(dev_start_);
+        device_part();
+        ops_.record_event(dev_end_);
+    }
     ops_.set_stream(h2d_);
     ops_.wait_event(ready_);
     ops_.set_stream(d2h_);
@@ -146,6 +154,13 @@ void HostOffload::step(void* params, const void* grads, const HostAdamWStep& s) 
     times_.wall = since();
     ops_.wait_event(h2d_end_[K - 1]);  // the default stream's later work reads the new params
     spans_.clear();
+    if (device_part) {
+        // Its span needs its end event: on a GPU long reached (the device part is the short one);
+        // under the emulator's deferred streams this wait is what runs it.
+        ops_.synchronize_event(dev_end_);
+        times_.device_adam = ops_.elapsed_seconds(dev_start_, dev_end_);
+        spans_.push_back({"device_adam", 0, ops_.elapsed_seconds(t0_, dev_start_), ops_.elapsed_seconds(t0_, dev_end_)});
+    }
     for (int k = 0; k < K; ++k) {
         const double d0 = ops_.elapsed_seconds(t0_, d2h_start_[k]), d1 = ops_.elapsed_seconds(t0_, d2h_end_[k]);
         const double h0 = ops_.elapsed_seconds(t0_, h2d_start_[k]), h1 = ops_.elapsed_seconds(t0_, h2d_end_[k]);

@@ -11,6 +11,7 @@
 // last read it: the race DeepSpeed #1219 hit).
 #pragma once
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -30,13 +31,15 @@ struct OffloadConfig {
 };
 
 /// Time of each phase of the last step, seconds. d2h and h2d sum the copies' own durations (device
-/// events), host_adam the host AdamW calls; wall is the whole host part of the step.
+/// events), host_adam the host AdamW calls; wall is the whole host part of the step; device_adam
+/// the on-device part of a partial offload (device events; 0 without one).
 struct OffloadTimes {
-    double d2h = 0, host_adam = 0, h2d = 0, wall = 0;
+    double d2h = 0, host_adam = 0, h2d = 0, wall = 0, device_adam = 0;
 };
 
-/// One span of the last step for the trace: phase "d2h", "host_adam" or "h2d", chunk index, start and
-/// end in seconds from the step's start (device spans placed by their events on the host clock).
+/// One span of the last step for the trace: phase "d2h", "host_adam" or "h2d" with its chunk index,
+/// or "device_adam" (chunk 0: the on-device part, one span), start and end in seconds from the step's
+/// start (device spans placed by their events on the host clock).
 struct OffloadSpan {
     const char* phase;
     int chunk;
@@ -64,9 +67,12 @@ public:
     /// One AdamW step of the host part. params, grads: device, act dtype, (numel) — the host part's
     /// elements of the shard-local buffers. s.weight_decay applies to decay segments only; s.index0
     /// is ignored (each segment knows its flat index). Queued after the work already on the default
-    /// stream; the default stream's later work sees the new params. Returns when the host part is
-    /// done (the step's timings are then final). Errors: as host_adamw.
-    void step(void* params, const void* grads, const HostAdamWStep& s);
+    /// stream; the default stream's later work sees the new params. device_part (may be empty)
+    /// queues the rest of the step on the default stream: it is called after the copy streams'
+    /// starting point is recorded, so it runs while the host steps, ordered after nothing of this
+    /// step (it must touch none of this part's elements). Returns when both parts are done (the
+    /// step's timings are then final). Errors: as host_adamw.
+    void step(void* params, const void* grads, const HostAdamWStep& s, const std::function<void()>& device_part = {});
 
     size_t numel() const { return numel_; }
     float* w() { return w_; }  ///< (numel) fp32 master weights, pinned host
@@ -92,6 +98,7 @@ private:
     void* pstage_[2] = {nullptr, nullptr};  // (chunk) act dtype, pinned: params out
     Stream d2h_ = nullptr, h2d_ = nullptr;
     Event ready_ = nullptr, t0_ = nullptr;  // ready: the default stream's work before the step
+    Event dev_start_ = nullptr, dev_end_ = nullptr;  // the device part, on the default stream
     std::vector<Event> d2h_start_, d2h_end_, h2d_start_, h2d_end_;  // per chunk
     std::vector<double> host_start_, host_end_;                      // per chunk, seconds from t0
     OffloadTimes times_;

@@ -251,12 +251,25 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
             actual[section + "." + m[1].str()] = m[2];
         }
     }
-    EXPECT_EQ(actual.size(), 61u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(actual.size(), 62u);  // keep in step with the key table in config.cpp
     EXPECT_EQ(documented, actual);
     // An empty file and empty sections are the defaults too.
     EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});
     EXPECT_EQ(load_config(write_file("sections.toml", "[run]\n[model]\n[metrics]\n"), {}), Config{});
     EXPECT_EQ(load_config("", {}), Config{});
+}
+
+TEST(Config, GradReduceDtypeFollowsThePrecisionUnlessSet) {
+    // Unset, gradients travel in the training precision (bf16: no cast path); set, it stays as given,
+    // from a file or an override.
+    const std::string bf16 = "training.precision=\"bf16\"", cuda = "run.backend=\"cuda\"";
+    EXPECT_EQ(load_config("", {}).parallel.grad_reduce_dtype, "fp32");
+    EXPECT_EQ(load_config("", {bf16, cuda}).parallel.grad_reduce_dtype, "bf16");
+    EXPECT_EQ(load_config("", {bf16, cuda, "parallel.grad_reduce_dtype=\"fp32\""}).parallel.grad_reduce_dtype, "fp32");
+    const std::string f = write_file("wire.toml", "[run]\nbackend = \"cuda\"\n[training]\nprecision = \"bf16\"\n"
+                                                  "[parallel]\ngrad_reduce_dtype = \"fp32\"\n");
+    EXPECT_EQ(load_config(f, {}).parallel.grad_reduce_dtype, "fp32");
+    EXPECT_EQ(load_config("", {"parallel.grad_reduce_dtype=\"bf16\""}).parallel.grad_reduce_dtype, "bf16");
 }
 
 TEST(Config, RoundTripOfEveryKey) {

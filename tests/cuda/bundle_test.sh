@@ -3,7 +3,8 @@
 # dependencies: in a chroot holding only glibc, the C++ runtime, CUDA's cudart/cuBLASLt/cuDNN and
 # the unpacked bundle, with tools/gpu/run.sh's environment, test_cuda_gpu loads (and exits 77: no
 # GPU) and llmtrain trains 2 CPU steps of configs/tiny.toml on the tiny dataset (MPI_Init as a
-# singleton, HDF5, SentencePiece, checkpoint written), and llmtrain-plan solves a plan (GLPK).
+# singleton, HDF5, SentencePiece, checkpoint written), llmtrain-plan solves a plan (GLPK), and its
+# --profile with run.backend = "cuda" reaches the CUDA backend (which reports that there is no GPU).
 # Needs root (chroot, mknod, bind mounts):
 # exits 77 (skipped) where they are refused.
 #
@@ -16,9 +17,10 @@ trap cleanup EXIT
 cleanup
 rm -rf "$WORK" && mkdir -p "$R"/{lib64,lib/x86_64-linux-gnu,cuda,tmp,dev,proc,work}
 NO_BUILD=1 BUILD=$BUILD bash "$SRC/tools/gpu/bundle.sh" "$WORK"
-mknod "$R/dev/null" c 1 3 2>/dev/null && chmod 666 "$R/dev/null" &&
-    mount --bind /proc "$R/proc" 2>/dev/null && mount --bind -o ro /usr/local/cuda/lib "$R/cuda" 2>/dev/null ||
-    { echo "bundle_test: needs root for mknod and bind mounts; skipped"; exit 77; }
+if ! { mknod "$R/dev/null" c 1 3 2>/dev/null && chmod 666 "$R/dev/null" &&
+        mount --bind /proc "$R/proc" 2>/dev/null && mount --bind -o ro /usr/local/cuda/lib "$R/cuda" 2>/dev/null; }; then
+    echo "bundle_test: needs root for mknod and bind mounts; skipped"; exit 77
+fi
 cp -L /lib64/ld-linux-x86-64.so.2 "$R/lib64/"
 for l in libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libresolv.so.2 libstdc++.so.6 libgcc_s.so.1; do
     cp -L "/lib/x86_64-linux-gnu/$l" "$R/lib/x86_64-linux-gnu/"
@@ -45,4 +47,13 @@ chroot "$R" "$D/tools/bench/offload_bench" --backend cpu --params 1 --steps 1 --
 chroot "$R" "$D/app/llmtrain-plan" --config /work/tiny.toml --world-size 2 --device-memory 1GiB \
     --device-tflops 1 >"$WORK/plan.txt" || { echo "bundle_test: llmtrain-plan failed"; cat "$WORK/plan.txt"; exit 1; }
 grep -q "^best:" "$WORK/plan.txt" || { echo "bundle_test: llmtrain-plan printed no plan"; exit 1; }
+# --profile on the CUDA backend: the bundled llmtrain-plan links it and finds its libraries here;
+# with no GPU the backend itself refuses (tools/gpu/run.sh profiles GPT-2 1.5B with it on the GPU).
+rc=0
+chroot "$R" "$D/app/llmtrain-plan" --config /work/tiny.toml --set 'run.backend="cuda"' --world-size 2 \
+    --device-memory 1GiB --profile --reps 1 >"$WORK/plan_cuda.txt" 2>&1 || rc=$?
+if [ $rc != 1 ] || ! grep -q "no CUDA device is present" "$WORK/plan_cuda.txt"; then
+    echo "bundle_test: llmtrain-plan --profile on cuda exited $rc (expected 1: no CUDA device is present):"
+    cat "$WORK/plan_cuda.txt"; exit 1
+fi
 echo "bundle_test: the bundle ran in a bare root"

@@ -5,6 +5,8 @@
 //    master weights, rounded to nearest or stochastically), at an odd length;
 //  - AdamW with its state offloaded (fraction 1 and 0.5, chunks that cut tensors) equals AdamW on
 //    the device, params and state, over 10 steps, in the emulator's three thread orders;
+//  - a partial offload's device part is not waited for by the copies or the host step: under deferred
+//    streams it runs only when the step finally waits for it, after every chunk (the trace order);
 //  - the race DeepSpeed #1219 hit (a staging buffer overwritten before its copy ran), injected by
 //    dropping the one wait that prevents it, changes the result: the tests would catch it.
 #include <gtest/gtest.h>
@@ -129,6 +131,41 @@ TEST_P(CudaOffload, AStagingBufferReusedBeforeItsCopyRanIsCaught) {
     OffloadConfig racy = offload(1.0, 97);
     racy.test_skip_reuse_wait = true;
     EXPECT_FALSE(same_bits(ref.params, ten_steps(racy).params));
+}
+
+class CudaOffloadOverlap : public testing::Test {
+protected:
+    void SetUp() override { set_emu_order("forward"); }
+    void TearDown() override { reset_emu_order(); }
+};
+
+TEST_F(CudaOffloadOverlap, TheDevicePartRunsWhileTheHostSteps) {
+    // Deferred streams run queued work only when something waits for it. The copy streams start from
+    // an event recorded before the device part is queued, so the host's waits on the copies force
+    // none of it: it runs when the step waits for its end, after the last chunk. Had the copies
+    // waited for it (the event recorded after it), the first gradient copy would start after it.
+    auto ops = make_cuda_backend("bf16", CudaBackendOptions{});
+    Allocator alloc(*ops);
+    ParamLayout L(kCfg, 7);
+    const size_t n = L.total_numel();
+    {
+        AdamW opt(alloc, L, kAdam, true, {}, offload(0.5, 97));
+        DevBuf p = upload(*ops, random_vec(n, 1, true), DType::bf16);
+        DevBuf g = upload(*ops, random_vec(n, 2, true), DType::bf16);
+        opt.init_state(p.ptr);
+        opt.step(p.ptr, g.ptr, 1e-2f, 1.0f);
+        const HostOffload& off = *opt.offload();
+        ASSERT_GT(off.chunks(), 2);
+        const auto& spans = off.last_spans();
+        ASSERT_EQ(spans.size(), size_t(3 * off.chunks() + 1));
+        ASSERT_STREQ(spans[0].phase, "device_adam");
+        const OffloadSpan dev = spans[0];
+        EXPECT_GT(dev.end, dev.start);
+        // Each is a difference of event times in float ms (24-bit mantissa over ~1 s): 1e-6 s.
+        EXPECT_NEAR(off.last_times().device_adam, dev.end - dev.start, 1e-6);
+        for (size_t i = 1; i < spans.size(); ++i)
+            EXPECT_LE(spans[i].end, dev.start) << spans[i].phase << " " << spans[i].chunk << " ended after the device part began";
+    }
 }
 
 std::vector<Case> cases() {

@@ -63,7 +63,9 @@ for vocab, n_docs, max_len in [(1000, 50, 200), (65536, 30, 100), (65537, 30, 10
         sha = a["tokenizer_sha256"]
         sha = sha.decode() if isinstance(sha, bytes) else str(sha)
         check(sha == hashlib.sha256(bytes(range(256))).hexdigest(), f"{tag}: tokenizer_sha256 {sha}")
-        check(int(a["format_version"]) == 1 and int(a["vocab_size"]) == vocab, f"{tag}: format_version/vocab_size")
+        kind = a["tokenizer"].decode() if isinstance(a["tokenizer"], bytes) else str(a["tokenizer"])
+        check(int(a["format_version"]) == 2 and kind == "sentencepiece" and int(a["vocab_size"]) == vocab,
+              f"{tag}: format_version/tokenizer/vocab_size")
         check(int(a["eos_id"]) == 2 and int(a["bos_id"]) == 1, f"{tag}: eos_id/bos_id")
 
 

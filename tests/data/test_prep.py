@@ -46,6 +46,7 @@ def read_split(path):
     with h5py.File(path, "r") as f:
         t, offs = f["tokens"][()], f["doc_offsets"][()]
         info = {k: f.attrs[k] for k in f.attrs}
+        info["tokenizer_kind"] = info.pop("tokenizer")
         info["dtype"], info["chunks"], info["compression"] = f["tokens"].dtype, f["tokens"].chunks, f["tokens"].compression
         info["tokenizer"] = f["tokenizer"][()].tobytes()
     docs = [t[offs[i]:offs[i + 1]].astype(np.int64).tolist() for i in range(len(offs) - 1)]
@@ -102,8 +103,10 @@ for name, info in (("train", tinfo), ("val", vinfo)):
     check(info["tokenizer"] == model_bytes, f"{name}: /tokenizer differs from tokenizer.model")
     check(sha == hashlib.sha256(model_bytes).hexdigest(), f"{name}: tokenizer_sha256")
     check(info["dtype"] == np.uint16 and info["compression"] is None and info["chunks"] is not None, f"{name}: layout")
+    kind = info["tokenizer_kind"]
     check((int(info["vocab_size"]), int(info["eos_id"]), int(info["bos_id"]), int(info["format_version"])) ==
-          (400, 2, 1, 1), f"{name}: attributes")
+          (400, 2, 1, 2) and (kind.decode() if isinstance(kind, bytes) else kind) == "sentencepiece",
+          f"{name}: attributes")
 
 # Every document lands in exactly one split, each split keeps corpus order, tokens match Python.
 ti = vi = 0

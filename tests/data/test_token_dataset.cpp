@@ -77,7 +77,8 @@ TEST(TokenDataset, RoundTripMatchesClosedForm) {
     EXPECT_EQ(info.eos_id, 2);
     EXPECT_EQ(info.bos_id, 1);
     EXPECT_EQ(info.token_bytes, 2);
-    EXPECT_EQ(info.format_version, 1);
+    EXPECT_EQ(info.format_version, 2);
+    EXPECT_EQ(info.tokenizer, "sentencepiece");
     EXPECT_EQ(ds.tokenizer_bytes(), tokenizer);
     EXPECT_EQ(info.tokenizer_sha256, sha256_hex(tokenizer));
     EXPECT_EQ(ds.doc_offsets(), offsets);
@@ -249,7 +250,7 @@ TEST(TokenDatasetErrors, TokenIdAtLeastVocab) {
 
 TEST(TokenDatasetErrors, MissingOrMistypedAttributes) {
     TempDir dir;
-    for (const char* attr : {"format_version", "vocab_size", "eos_id", "bos_id", "tokenizer_sha256"}) {
+    for (const char* attr : {"format_version", "tokenizer", "vocab_size", "eos_id", "bos_id", "tokenizer_sha256"}) {
         const std::string path = dir.file(std::string(attr) + ".h5");
         write_sample(path, 1000, 5, 10);
         mutate(path, [&](hid_t f) { ASSERT_GE(H5Adelete(f, attr), 0); });
@@ -275,11 +276,110 @@ TEST(TokenDatasetErrors, WrongFormatVersion) {
     write_sample(path, 1000, 5, 10);
     mutate(path, [](hid_t f) {
         hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-        int64_t v = 2;
+        int64_t v = 3;
         H5Awrite(a, H5T_NATIVE_INT64, &v);
         H5Aclose(a);
     });
-    expect_data_error([&] { TokenDataset ds(path); }, {path, "format_version 2", "expected 1"});
+    expect_data_error([&] { TokenDataset ds(path); }, {path, "format_version 3", "expected 1 or 2"});
+}
+
+// Version 1 files have no `tokenizer` attribute and are SentencePiece; version 2 names the kind.
+TEST(TokenDataset, TokenizerKindAndVersion1) {
+    TempDir dir;
+    const std::string v1 = dir.file("v1.h5");
+    write_sample(v1, 1000, 5, 10);
+    mutate(v1, [](hid_t f) {
+        ASSERT_GE(H5Adelete(f, "tokenizer"), 0);
+        hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
+        int64_t v = 1;
+        H5Awrite(a, H5T_NATIVE_INT64, &v);
+        H5Aclose(a);
+    });
+    {
+        TokenDataset ds(v1);
+        EXPECT_EQ(ds.info().format_version, 1);
+        EXPECT_EQ(ds.info().tokenizer, "sentencepiece");
+    }
+    const std::string g = dir.file("gpt2.h5");
+    {
+        TokenDatasetWriter w(g, 50257, 50256, -1, "ranks", "gpt2");
+        w.add_document({1, 50256});
+        w.finish();
+    }
+    {
+        TokenDataset ds(g);
+        EXPECT_EQ(ds.info().tokenizer, "gpt2");
+        EXPECT_EQ(ds.info().bos_id, -1);
+    }
+    expect_data_error([&] { TokenDatasetWriter w(dir.file("x.h5"), 10, 2, -1, "t", "wordpiece"); },
+                      {"unknown tokenizer kind 'wordpiece'"});
+    mutate(g, [](hid_t f) {
+        ASSERT_GE(H5Adelete(f, "tokenizer"), 0);
+        hid_t type = H5Tcopy(H5T_C_S1);
+        H5Tset_size(type, 9);
+        hid_t sp = H5Screate(H5S_SCALAR);
+        hid_t a = H5Acreate2(f, "tokenizer", type, sp, H5P_DEFAULT, H5P_DEFAULT);
+        H5Awrite(a, type, "wordpiece");
+        H5Aclose(a);
+        H5Sclose(sp);
+        H5Tclose(type);
+    });
+    expect_data_error([&] { TokenDataset ds(g); }, {g, "'tokenizer' is 'wordpiece'"});
+}
+
+// /doc_offsets is streamed in chunks of 262,144 entries too: 300,000 documents cross a chunk edge.
+TEST(TokenDataset, DocOffsetsAcrossChunks) {
+    TempDir dir;
+    const std::string path = dir.file("many.h5");
+    const uint64_t n = 300'000;
+    {
+        TokenDatasetWriter w(path, 1000, 2, 1, "tok");
+        for (uint64_t d = 0; d < n; ++d) w.add_document(std::vector<int32_t>(1 + d % 3, static_cast<int32_t>(d % 1000)));
+        w.finish();
+    }
+    TokenDataset ds(path);
+    auto offs = ds.doc_offsets();
+    ASSERT_EQ(offs.size(), n + 1);
+    uint64_t at = 0;
+    for (uint64_t d = 0; d < n; ++d) {
+        ASSERT_EQ(offs[d], at) << d;
+        at += 1 + d % 3;
+    }
+    EXPECT_EQ(offs[n], at);
+    EXPECT_EQ(ds.info().n_tokens, at);
+}
+
+// append() + end_document() store exactly what add_document() stores, across chunk boundaries,
+// and errors count positions from the document's start.
+TEST(TokenDataset, StreamingAppendEqualsAddDocument) {
+    TempDir dir;
+    std::vector<int32_t> doc(3'000'000);
+    for (size_t i = 0; i < doc.size(); ++i) doc[i] = static_cast<int32_t>((i * 7919) % 50000);
+    const std::string a = dir.file("a.h5"), b = dir.file("b.h5");
+    {
+        TokenDatasetWriter w(a, 50257, 50256, -1, "t", "gpt2");
+        w.add_document({5, 6});
+        w.add_document(doc);
+        w.finish();
+    }
+    {
+        TokenDatasetWriter w(b, 50257, 50256, -1, "t", "gpt2");
+        const int32_t first[] = {5, 6};
+        w.append(first, 2);
+        w.end_document();
+        for (size_t at = 0; at < doc.size(); at += 777'777) w.append(doc.data() + at, std::min<size_t>(777'777, doc.size() - at));
+        w.end_document();
+        const int32_t bad[] = {1, 2, 60000};
+        w.append(bad, 2);
+        expect_data_error([&] { w.append(bad, 3); }, {"document 2 position 4", "token id 60000"});
+        w.end_document();
+        w.finish();
+    }
+    TokenDataset da(a), db(b);
+    EXPECT_EQ(db.doc_offsets(), (std::vector<uint64_t>{0, 2, 2 + doc.size(), 4 + doc.size()}));
+    auto ta = read_all_tokens(da, 50257), tb = read_all_tokens(db, 50257);
+    tb.resize(ta.size());
+    EXPECT_EQ(ta, tb);
 }
 
 // A vocab_size that disagrees with the stored dtype: uint16 tokens cannot hold a 70000 vocab.

@@ -1,6 +1,7 @@
 // tests/optim/test_host_adamw.cpp — the host AdamW step of the offloaded optimizer: against a
 // double-precision loop (tolerance), bit for bit against the CPU backend's Ops::adamw_update (what the
-// offloaded step must reproduce), and its bf16 grads/params paths against model/bf16.hpp's rounding.
+// offloaded step must reproduce), its bf16 grads/params paths against model/bf16.hpp's rounding, and
+// the stochastically rounded params of a step rebuilt from its master weights (a resume).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 
 #include "model/backend.hpp"
 #include "model/bf16.hpp"
+#include "optim/adamw.hpp"
 #include "optim/host_adamw.hpp"
 
 namespace llmtrain {
@@ -119,6 +121,27 @@ TEST(HostAdamW, StochasticRoundingIsUnbiasedAndKeyedByFlatIndex) {
     st.t = 6;  // another step draws other bits
     host_adamw(w.data(), m.data(), v.data(), g.data(), DType::f32, q.data(), DType::bf16, kN - 5, st);
     EXPECT_NE(std::memcmp(q.data(), p.data() + 5, (kN - 5) * 2), 0);
+}
+
+TEST(HostAdamW, ParamsOfAStepAreRebuiltFromItsMasterWeights) {
+    // A resume sees the master weights after step t and t (optim/adamw.hpp round_params_of_step): it
+    // must give the params step t wrote with stochastic rounding, every bit, for a slice starting at
+    // any flat index; with t - 1's bits they differ. lr 3e-3 on weights of 0.02 moves every weight
+    // off the bf16 grid, so nearly every element is a draw.
+    State s;
+    std::vector<uint16_t> p(kN);
+    HostAdamWStep st = kStep;
+    st.stochastic_rounding = true;
+    st.index0 = 77777;
+    host_adamw(s.w.data(), s.m.data(), s.v.data(), s.g.data(), DType::f32, p.data(), DType::bf16, kN, st);
+    std::vector<float> r(s.w.begin() + 10, s.w.end());
+    round_params_of_step(r.data(), r.size(), st.index0 + 10, st.t);
+    for (size_t i = 0; i < r.size(); ++i) ASSERT_EQ(r[i], bf16_to_f32(p[i + 10])) << i;
+    std::vector<float> other(s.w.begin() + 10, s.w.end());
+    round_params_of_step(other.data(), other.size(), st.index0 + 10, st.t - 1);
+    size_t differ = 0;
+    for (size_t i = 0; i < r.size(); ++i) differ += other[i] != r[i];
+    EXPECT_GT(differ, r.size() / 10);  // P(differ) = 2f(1 - f) at fraction f: a third for uniform f
 }
 
 }  // namespace

@@ -3,8 +3,9 @@
 # libraries but none of our other dependencies (a lent machine cannot install packages).
 #
 # Usage: tools/gpu/bundle.sh [out_dir (default .gpu)]; tested by tests/cuda/bundle_test.sh
-# Builds (Release, nvcc) app/llmtrain, app/llmtrain-plan, tests/cuda/test_cuda_gpu,
-# tests/app/make_tiny_dataset and two benchmarks in $BUILD (default build), then writes
+# Builds (Release, nvcc) app/llmtrain and app/llmtrain-plan (both linked with the CUDA backend),
+# tests/cuda/test_cuda_gpu, tests/app/make_tiny_dataset and two benchmarks in $BUILD (default
+# build), then writes
 # <out_dir>/bundle.tar.gz holding, under llmtrain-gpu/:
 #   app/, tests/, tools/bench/   the executables, in their build-tree places (gpu_bench.sh's BUILD)
 #   lib/           every shared library they load except glibc's, libstdc++/libgcc_s (the target's
@@ -21,7 +22,7 @@ if [ "${NO_BUILD:-0}" != 1 ]; then  # NO_BUILD=1: use what $BUILD holds (the cte
     cmake --build "$BUILD" -j "$(nproc)" --target llmtrain llmtrain-plan test_cuda_gpu make_tiny_dataset attention_bench \
         offload_bench
 fi
-for exe in app/llmtrain tests/cuda/test_cuda_gpu; do
+for exe in app/llmtrain app/llmtrain-plan tests/cuda/test_cuda_gpu; do
     deps=$(ldd "$BUILD/$exe")  # not piped into grep -q: its early exit would fail the pipe (pipefail)
     [[ $deps == *libcudart* ]] || { echo "bundle: $BUILD/$exe is not linked with CUDA (nvcc not found?)"; exit 1; }
 done
@@ -51,4 +52,4 @@ cp -r /usr/share/openmpi "$ROOT/openmpi/share"
 
 mkdir -p "$OUT"
 tar -C "$STAGE" -czf "$OUT/bundle.tar.gz" llmtrain-gpu
-echo "bundle: $OUT/bundle.tar.gz ($(du -h "$OUT/bundle.tar.gz" | cut -f1); $(ls "$ROOT/lib" | wc -l) libraries)"
+echo "bundle: $OUT/bundle.tar.gz ($(du -h "$OUT/bundle.tar.gz" | cut -f1); $(find "$ROOT/lib" -type f | wc -l) libraries)"

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tools/gpu/bundle_env.sh — sourced (bash): bundle_env DIR CUDA_LIBDIRS exports the environment the
 # unpacked bundle of tools/gpu/bundle.sh runs in. DIR is the unpacked llmtrain-gpu folder,
 # CUDA_LIBDIRS a ':'-separated list of the folders holding the target's cudart, cuBLASLt and cuDNN.

@@ -1,31 +1,241 @@
 #!/usr/bin/env bash
-# tools/gpu/run.sh — on a GPU machine: unpacks tools/gpu/bundle.sh's bundle, runs the CUDA tests on
-# the real device (test_cuda_gpu: every op and the model against the CPU backend, cuDNN attention
-# against ours), then tools/bench/gpu_bench.sh (tokens/s and MFU, GPT-2 124M and 1.5B, with each
-# attention path: native, cublas, cudnn) and tools/bench/offload_bench (the offloaded optimizer's
-# step, serial against double-buffered, and its trace), then llmtrain-plan with GPT-2 1.5B's layers
-# timed on the device (the planner's inputs measured rather than derived from FLOPs). Logs go to
-# $LOGS (default $OUT when set, else gpu-logs/).
+# tools/gpu/run.sh — the GPU acceptance suite (docs/cuda.md "GPU acceptance"), on a machine with a
+# GPU and tools/gpu/bundle.sh's bundle: every step time-boxed, the suite going on past a failure,
+# every step's log kept, and one markdown table last (tools/gpu/gpu_report.py summary).
 #
-# Usage: tools/gpu/run.sh [bundle.tar.gz (default .gpu/bundle.tar.gz)] [bench steps (default 10)]
-# Writes 7 files (the device tool returns 8 at most): env.txt, test_cuda_gpu.log, bench.txt,
-# llmtrain_logs.txt (every bench run's llmtrain log, one after the other), offload.txt,
-# offload_trace.json and plan.txt.
-# Run from the repository root (configs/ and tools/ are read from the tree). Needs the NVIDIA driver
-# and CUDA 13's cudart and cuBLASLt, and cuDNN 9 (a system install or pip's nvidia-* wheels).
+# Usage: tools/gpu/run.sh [STAGE...]      STAGE: tests, checks, bench124m, bench1.5b or all (default)
+#   tests      test_cuda_gpu on the device
+#   checks     determinism: the same short GPT-2 124M run twice with each attention path (native,
+#              cublas, cudnn, and auto where llmtrain accepts it), train losses and gradient norms
+#              compared bitwise; resume: tiny bf16, 20 steps unbroken against 10 + resume, with
+#              round-to-nearest and with stochastic rounding, steps 11-20 bitwise; tiny.toml in fp32
+#              on the GPU against the CPU backend run in the same call (val losses)
+#   bench124m  tools/bench/gpu_bench.sh on GPT-2 124M: attention alone and training with each path,
+#              PyTorch compiled at the same shape (tools/bench/torch_gpt_gpu.py)
+#   bench1.5b  offload_bench; llmtrain-plan --profile on GPT-2 1.5B; then the 124M stage's runs at
+#              GPT-2 1.5B (native left out), the cudnn run's end-of-run checkpoint timed
+# One lent machine gives 30 minutes in calls of at most 10: run it as three calls of < 9 minutes,
+#   run.sh tests checks;  run.sh bench124m;  run.sh bench1.5b
+# Each call's table covers every stage run on this machine so far (STATE survives between the calls
+# while the machine stays warm; a fresh machine starts an empty table).
+#
+# Environment (defaults in parentheses):
+#   BUNDLE  (.gpu/bundle.tar.gz) the bundle, carried from the build machine
+#   STATE   (/tmp/llmtrain-gpu) the unpacked bundle, logs/ (every step's log and result: the
+#           table's input) and runs/ (run directories, each deleted once compared)
+#   OUT     (gpu-logs) receives 3 files: summary.md, env.txt, logs.tar.gz (STATE's logs/)
+#   BUDGET  (520) seconds this call may use: a step that cannot start with 20 s left is skipped
+#           (reported as such), and each step's time box is cut to what is left
+#   STEPS   (10) steps of each throughput run; the means are over steps 4+
+#   BROWN   (data/brown) the quick start's Brown split (train.h5, val.h5 from tools/fetch_brown.sh;
+#           carry it to the machine): tiny.toml then runs its 1,000 steps on both backends and is
+#           also held against the documented CPU figures; without it, tests/app's synthetic
+#           data and 250 steps
+#   PYTHON  (python3) runs gpu_report.py (standard library) and, where it has torch, the baseline
+# Needs the NVIDIA driver, CUDA 13's cudart, cuBLAS(Lt), cuDNN 9 (system or pip's nvidia-* wheels).
 set -uo pipefail
-cd "$(dirname "$0")/../.."
-BUNDLE=${1:-.gpu/bundle.tar.gz}
-STEPS=${2:-10}
-LOGS=${LOGS:-${OUT:-gpu-logs}}
-mkdir -p "$LOGS"
-DIR=$(mktemp -d)/llmtrain-gpu
-tar -C "$(dirname "$DIR")" -xzf "$BUNDLE" || { echo "run.sh: cannot unpack $BUNDLE"; exit 2; }
+cd "$(dirname "$0")/../.." || exit 2
+export STATE=${STATE:-/tmp/llmtrain-gpu}
+export LOGS=$STATE/logs RUNS=$STATE/runs DIR=$STATE/llmtrain-gpu PYTHON=${PYTHON:-python3}
+export STEPS=${STEPS:-10} BROWN=${BROWN:-data/brown} DATA=$STATE/data
+source tools/gpu/llmtrain_run.sh
+report() { "$PYTHON" tools/gpu/gpu_report.py "$@"; }
+LLMTRAIN=$DIR/app/llmtrain
+
+# ---------------------------------------------------------------- one step each (run as `run.sh _step NAME`)
+
+# train <log> <run dir> <limit s> <stop after step, 0 = to the end> [llmtrain args]: one CUDA run
+train() {
+    local log=$1 rd=$2 limit=$3 stop=$4
+    shift 4
+    llmtrain_run "$log" "$limit" "$stop" "$LLMTRAIN" --set "run.run_dir=\"$rd\"" --set run.backend=\"cuda\" \
+        --set run.log_interval=1 --set run.sample_interval=0 --set metrics.enabled=false --set checkpoint.interval=0 "$@"
+}
+synthetic=(--set "data.train=\"$DATA/train.h5\"" --set "data.val=\"$DATA/val.h5\"")
+
+# A step's exit status says whether it ran to its end; what it found is in its log and check-*.txt
+# (the table's rows). test_cuda_gpu: 0 when gtest printed its summary, failures or not.
+step_test_cuda_gpu() {
+    "$DIR/tests/cuda/test_cuda_gpu" >"$LOGS/test_cuda_gpu.log" 2>&1
+    local rc=$?
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran" "$LOGS/test_cuda_gpu.log"
+    grep -q "^\[==========\] .* ran\." "$LOGS/test_cuda_gpu.log" && return 0
+    return $rc
+}
+
+# The same 4-step GPT-2 124M run (2 micro-batches of 32 x 1024 a step) twice with one attention path.
+step_determinism() {
+    local path=$1 rc=0
+    local args=(--config configs/gpt2-124m.toml "${synthetic[@]}" --set "model.attention=\"$path\"" --set run.max_steps=4
+                --set run.eval_interval=0 --set training.global_batch_size=0 --set training.grad_accum_steps=2)
+    for i in 1 2; do
+        rm -rf "$RUNS/det-$path-$i"
+        train "$RUNS/det-$path-$i.log" "$RUNS/det-$path-$i" 150 4 "${args[@]}" || { echo "run $i failed, see $RUNS/det-$path-$i.log"; rc=1; }
+    done
+    report compare-train "$RUNS/det-$path-1" "$RUNS/det-$path-2" --name "determinism $path" | tee "$LOGS/check-determinism-$path.txt"
+    cat "$RUNS/det-$path-1.log" "$RUNS/det-$path-2.log" >"$LOGS/determinism-$path.log"
+    rm -rf "$RUNS/det-$path-"[12]
+    return $rc
+}
+
+# tiny.toml in bf16 (native attention: the resume alone, not an attention path's repeatability), a
+# constant lr after 5 warm-up steps (so max_steps does not shape the schedule): 20 steps unbroken
+# against 10, a checkpoint, and a resumed run to 20; steps 11-20 must be bitwise the unbroken run's.
+step_resume() {
+    local name=$1 sr=$2 u=$RUNS/resume-$1-unbroken b=$RUNS/resume-$1-resumed
+    local args=(--config configs/tiny.toml "${synthetic[@]}" --set "model.vocab_size=$(cat "$DATA/vocab_size.txt")"
+                --set training.precision=\"bf16\" --set "training.stochastic_rounding=$sr" --set model.attention=\"native\"
+                --set lr_schedule.decay=\"constant\" --set lr_schedule.warmup_steps=5 --set run.eval_interval=0)
+    rm -rf "$u" "$b"
+    train "$u.log" "$u" 120 0 "${args[@]}" --set run.max_steps=20 &&
+        train "$b.log" "$b" 120 0 "${args[@]}" --set run.max_steps=10 &&
+        train "$b.resume.log" "$b" 120 0 "${args[@]}" --set run.max_steps=20
+    local rc=$?
+    cat "$u.log" "$b.log" "$b.resume.log" >"$LOGS/resume-$name.log" 2>/dev/null
+    [ $rc = 0 ] || { echo "a run failed: see resume-$name.log"; return 1; }
+    if [ "$(grep -c $'^1\ttrain\t' "$b/losses.tsv")" != 1 ]; then  # a fresh start would also reach step 20
+        echo "resume tiny bf16 $name: MISSING (the second run did not resume from step 10)" | tee "$LOGS/check-resume-$name.txt"
+        return 1
+    fi
+    report compare-train "$u" "$b" --from 11 --to 20 --name "resume tiny bf16 $name" | tee "$LOGS/check-resume-$name.txt"
+    rm -rf "$u" "$b"
+}
+
+# TINY: tiny.toml's model and data (the Brown split when BROWN has it, else the synthetic data: 250 steps)
+if [ -f "$BROWN/train.h5" ] && [ -f "$BROWN/val.h5" ]; then
+    TINY=(--config configs/tiny.toml --set "data.train=\"$BROWN/train.h5\"" --set "data.val=\"$BROWN/val.h5\"")
+else
+    TINY=(--config configs/tiny.toml "${synthetic[@]}" --set run.max_steps=250 --set run.eval_interval=125)
+    [ -f "$DATA/vocab_size.txt" ] && TINY+=(--set "model.vocab_size=$(cat "$DATA/vocab_size.txt")")
+fi
+
+# tiny.toml in fp32 on the GPU against the CPU backend's run started at the beginning of the
+# checks (stage_checks, below): every val loss within 1e-4 (the H100 matched the CPU to 4 decimals at
+# 58d410c; two CPU sum orders differ by ~5e-7, docs/design.md). With Brown, also against the
+# documented CPU figures to 4 decimals (1.5e-4: 1e-4 plus their rounding).
+step_tiny() {
+    local g=$RUNS/tiny-gpu c=$RUNS/tiny-cpu rc=0 waited=0
+    rm -rf "$g"
+    train "$g.log" "$g" 200 0 "${TINY[@]}" || rc=1
+    cp "$g.log" "$LOGS/tiny-gpu.log"
+    while kill -0 "${CPU_TINY_PID:-0}" 2>/dev/null && [ $waited -lt 240 ]; do sleep 2; waited=$((waited + 2)); done
+    cp "$c.log" "$LOGS/tiny-cpu.log" 2>/dev/null
+    report compare-val "$g" --ref "$c" --tol 1e-4 --name "tiny fp32 GPU vs CPU" | tee "$LOGS/check-tiny-cpu.txt"
+    if [ -f "$BROWN/train.h5" ]; then
+        report compare-val "$g" --expect 250=6.3407,500=6.0715,750=5.9519,1000=5.8896 --tol 1.5e-4 \
+            --name "tiny fp32 GPU vs documented CPU" | tee "$LOGS/check-tiny-doc.txt"
+    fi
+    rm -rf "$g"
+    return $rc
+}
+
+step_bench() {
+    MODELS=$1 BUILD=$DIR LOGDIR=$LOGS/bench-$1 RUN_TIMEOUT=${2:-300} bash tools/bench/gpu_bench.sh "$STEPS" |
+        tee "$LOGS/bench-$1.txt"
+}
+
+step_offload() {
+    "$DIR/tools/bench/offload_bench" --backend cuda --params 200 --trace "$LOGS/offload_trace.json" 2>&1 |
+        tee "$LOGS/offload.txt"
+}
+
+step_plan() {
+    local mem
+    mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+    "$DIR/app/llmtrain-plan" --config configs/gpt2-1.5b.toml --world-size 8 --device-memory "${mem}MiB" --profile \
+        --link-gbps 200 --compare 2>&1 | tee "$LOGS/plan.txt"
+}
+
+if [ "${1:-}" = _step ]; then
+    shift
+    name=$1
+    shift
+    "step_$name" "$@"
+    exit $?
+fi
+
+# ---------------------------------------------------------------- the stages
+
+CALL_START=$SECONDS
+BUDGET=${BUDGET:-520}
+# step <stage> <name> <limit s> <function> [args]: runs `run.sh _step function args` time-boxed,
+# its output in logs/<name>.out, and records stage, name, exit status and seconds in logs/steps.tsv.
+step() {
+    local stage=$1 name=$2 limit=$3
+    shift 3
+    local left=$((BUDGET - (SECONDS - CALL_START))) t0=$SECONDS rc
+    if [ $left -lt 20 ]; then
+        echo "== $stage/$name: skipped (the call's budget of ${BUDGET} s is spent)"
+        printf '%s\t%s\tskipped\t0\n' "$stage" "$name" >>"$LOGS/steps.tsv"
+        return
+    fi
+    [ "$limit" -gt "$left" ] && limit=$left
+    echo "== $stage/$name (at most ${limit} s)"
+    timeout -k 10 "$limit" bash tools/gpu/run.sh _step "$@" 2>&1 | tee "$LOGS/$name.out"
+    rc=${PIPESTATUS[0]}
+    echo "== $stage/$name: exit $rc after $((SECONDS - t0)) s"
+    printf '%s\t%s\t%s\t%s\n' "$stage" "$name" "$rc" "$((SECONDS - t0))" >>"$LOGS/steps.tsv"
+}
+
+stage_tests() {
+    step tests test_cuda_gpu 330 test_cuda_gpu
+}
+
+stage_checks() {
+    # The CPU reference of tiny.toml starts first and runs beside the GPU checks (host cores only);
+    # step_tiny waits for it, and it is stopped at the end of the stage if still running.
+    rm -rf "$RUNS/tiny-cpu"
+    OMP_NUM_THREADS=$(($(nproc) > 6 ? $(nproc) - 4 : 2)) timeout -k 10 400 "$LLMTRAIN" "${TINY[@]}" \
+        --set "run.run_dir=\"$RUNS/tiny-cpu\"" --set run.backend=\"cpu\" --set run.sample_interval=0 \
+        --set metrics.enabled=false --set checkpoint.interval=0 >"$RUNS/tiny-cpu.log" 2>&1 &
+    export CPU_TINY_PID=$!
+    local paths="native cublas cudnn"
+    "$LLMTRAIN" --config configs/gpt2-124m.toml --set 'model.attention="auto"' --print-config >/dev/null 2>&1 &&
+        paths="$paths auto"
+    for p in $paths; do step checks "determinism-$p" 150 determinism "$p"; done
+    step checks resume-nearest 150 resume nearest false
+    step checks resume-stochastic 150 resume stochastic true
+    step checks tiny-fp32 300 tiny
+    kill "$CPU_TINY_PID" 2>/dev/null
+    wait "$CPU_TINY_PID" 2>/dev/null
+    rm -rf "$RUNS/tiny-cpu"
+}
+
+stage_bench124m() {
+    step bench124m gpt2-124m 480 bench gpt2-124m 240
+}
+
+# offload_bench and the plan first: they take about a minute together, and a slow torch.compile at
+# 1.5B must not crowd them out of the call's budget.
+stage_bench1_5b() {
+    step bench1.5b offload 90 offload
+    step bench1.5b plan 180 plan
+    step bench1.5b gpt2-1.5b 480 bench gpt2-1.5b 200
+}
+
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(all)
+for s in "${stages[@]}"; do
+    case $s in
+        tests | checks | bench124m | bench1.5b | all) ;;
+        *) echo "run.sh: unknown stage '$s' (expected tests, checks, bench124m, bench1.5b or all)"; exit 2 ;;
+    esac
+done
+BUNDLE=${BUNDLE:-.gpu/bundle.tar.gz}
+OUT=${OUT:-gpu-logs}
+mkdir -p "$LOGS" "$RUNS" "$OUT"
+sum=$(sha256sum "$BUNDLE" 2>/dev/null | cut -d' ' -f1)
+[ -n "$sum" ] || { echo "run.sh: cannot read $BUNDLE"; exit 2; }
+if [ "$(cat "$STATE/bundle.sha256" 2>/dev/null)" != "$sum" ]; then
+    rm -rf "$DIR" "${LOGS:?}"/* "${RUNS:?}"/* "$DATA"  # another bundle: the earlier logs are another build's
+    tar -C "$STATE" -xzf "$BUNDLE" || { echo "run.sh: cannot unpack $BUNDLE"; exit 2; }
+    echo "$sum" >"$STATE/bundle.sha256"
+fi
 
 # The folder holding `lib` (e.g. libcudnn.so.9), searched where CUDA and pip's wheels put it.
 find_lib() {
-    local f
-    for root in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu / ; do
+    local f root
+    for root in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/lib/x86_64-linux-gnu /; do
         f=$(find "$root" -xdev -name "$1" -print -quit 2>/dev/null)
         [ -n "$f" ] && { dirname "$f"; return 0; }
     done
@@ -38,27 +248,33 @@ for lib in libcudart.so.13 libcublasLt.so.13 libcublas.so.13 libcudnn.so.9; do
 done
 source tools/gpu/bundle_env.sh
 bundle_env "$DIR" "$cuda_libdirs"
+{
+    date -u
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+    echo "cores $(nproc), bundle sha256 $sum"
+    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    ldd "$LLMTRAIN" | grep -E "not found|cudart|cublasLt|cudnn"
+    "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1 | tail -1
+} 2>&1 | tee "$LOGS/env.txt"
+[ -f "$DATA/train.h5" ] || "$DIR/tests/app/make_tiny_dataset" "$DATA" >/dev/null
+
+for s in "${stages[@]}"; do
+    case $s in
+        tests) stage_tests ;;
+        checks) stage_checks ;;
+        bench124m) stage_bench124m ;;
+        bench1.5b) stage_bench1_5b ;;
+        all) stage_tests; stage_checks; stage_bench124m; stage_bench1_5b ;;
+    esac
+done
 
 {
-    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-    ldd "$DIR/app/llmtrain" | grep -E "not found|cudart|cublasLt|cudnn"
-} 2>&1 | tee "$LOGS/env.txt"
-
-echo "== test_cuda_gpu"
-"$DIR/tests/cuda/test_cuda_gpu" >"$LOGS/test_cuda_gpu.log" 2>&1
-echo "test_cuda_gpu exit $?"
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests ran" "$LOGS/test_cuda_gpu.log"
-
-echo "== gpu_bench (model.attention: native, cublas, cudnn)"
-BUILD=$DIR bash tools/bench/gpu_bench.sh "$STEPS" 2>&1 | tee "$LOGS/bench.txt"
-for f in "$DIR"/gpu_bench/*.log; do [ -f "$f" ] && { echo "==== $(basename "$f")"; cat "$f"; }; done >"$LOGS/llmtrain_logs.txt"
-
-echo "== offload_bench (bf16, 1.5B / 8 ranks' shard: 200 M parameters)"
-"$DIR/tools/bench/offload_bench" --backend cuda --params 200 --trace "$LOGS/offload_trace.json" 2>&1 |
-    tee "$LOGS/offload.txt"
-
-echo "== llmtrain-plan --profile (GPT-2 1.5B, layer times measured on this GPU, 8 x this GPU's memory)"
-mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-"$DIR/app/llmtrain-plan" --config configs/gpt2-1.5b.toml --world-size 8 --device-memory "${mem}MiB" --profile \
-    --link-gbps 200 --compare 2>&1 | tee "$LOGS/plan.txt"
+    echo "GPU acceptance: $(sed -n 2p "$LOGS/env.txt"), $(sed -n 1p "$LOGS/env.txt"); this call ran: ${stages[*]} (the table holds every stage run on this machine with this bundle)"
+    echo
+    report summary "$LOGS"
+} >"$OUT/summary.md"
+cp "$LOGS/env.txt" "$OUT/"
+tar -C "$STATE" -czf "$OUT/logs.tar.gz" logs
+echo
+echo "== summary (also $OUT/summary.md; every log in $OUT/logs.tar.gz)"
+cat "$OUT/summary.md"

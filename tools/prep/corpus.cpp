@@ -58,6 +58,7 @@ bool DocumentReader::next_any(std::string& doc) {
             open_ = true;
         }
         doc.clear();
+        doc_file_ = file_;
         bool any_line = false;
         std::string line;
         while (std::getline(in_, line)) {

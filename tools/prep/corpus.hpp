@@ -31,12 +31,15 @@ public:
     /// file cannot be opened or read.
     bool next(std::string& doc);
     uint64_t skipped_blank() const { return skipped_; }
+    /// The file the document last returned by next() came from.
+    const std::string& document_file() const { return files_[doc_file_]; }
 
 private:
     bool next_any(std::string& doc);  // the next document, blank or not
     std::vector<std::string> files_;
     std::string separator_;
     size_t file_ = 0;       // index of the open file (or the next to open)
+    size_t doc_file_ = 0;   // index of the file of the last document
     std::ifstream in_;
     bool open_ = false;
     uint64_t skipped_ = 0;

@@ -1,17 +1,22 @@
-// tools/prep/main.cpp — llmtrain-prep: raw text files -> tokenizer.model, train.h5, val.h5.
+// tools/prep/main.cpp — llmtrain-prep: raw text files -> tokenizer.model, train.h5, val.h5, or
+// llm.c token shards -> train.h5 (+ val.h5).
 //
 //   llmtrain-prep [options] --out-dir DIR INPUT...   (INPUT: paths or quoted globs)
+//   llmtrain-prep --from-llmc 'train_*.bin' [--llmc-val 'val_*.bin'] --out-dir DIR
 //
 // Three passes over the corpus, so memory does not grow with it: count the documents, train a
-// SentencePiece BPE tokenizer on their lines (skipped with --tokenizer), then encode each document,
-// append EOS and write it to train.h5 or val.h5. The validation split is a seeded random subset of
-// whole documents. Outputs are written into a staging directory inside DIR and renamed into place
-// only after all succeeded: a failed run leaves DIR's previous files as they were.
+// SentencePiece BPE tokenizer on their lines (skipped with --tokenizer FILE.model or --tokenizer
+// gpt2), then encode each document on every core (blocks of documents, results kept in corpus
+// order), append EOS and write it to train.h5 or val.h5. The validation split is a seeded random
+// subset of whole documents. Outputs are written into a staging directory inside DIR and renamed
+// into place only after all succeeded: a failed run leaves DIR's previous files as they were.
 // Exit codes: 0 success, 2 bad input (usage, missing/unreadable input or tokenizer, no documents,
 // vocab too small, unwritable DIR), 1 anything else.
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -27,10 +32,12 @@
 #include "data/tokenizer_trainer.hpp"
 #include "data/window_order.hpp"
 #include "tools/prep/corpus.hpp"
+#include "tools/prep/llmc.hpp"
 
 namespace fs = std::filesystem;
 using namespace llmtrain;
 using llmtrain::prep::DocumentReader;
+using llmtrain::prep::LlmcStats;
 using llmtrain::prep::PrepError;
 
 namespace {
@@ -43,6 +50,8 @@ struct Args {
     uint64_t input_sentence_size = 1000000;
     int num_threads = std::max(1u, std::thread::hardware_concurrency());
     std::string tokenizer;
+    std::string gpt2_ranks = "data/gpt2/gpt2.tiktoken";
+    std::vector<std::string> llmc_train, llmc_val;
     double val_fraction = 0.05;
     uint64_t seed = 1337;
     std::string out_dir;
@@ -74,15 +83,35 @@ void write_file(const fs::path& path, const std::string& bytes) {
     if (!out) throw std::runtime_error("cannot write " + path.string());
 }
 
-// Encodes docs[i] for all i with `threads` threads (SentencePiece's Encode is const and thread-safe).
-std::vector<std::vector<int32_t>> encode_all(const Tokenizer& tok, const std::vector<std::string>& docs, int threads) {
-    std::vector<std::vector<int32_t>> ids(docs.size());
+// Documents read but not yet encoded, with where each came from (for error messages).
+struct Block {
+    std::vector<std::string> docs;
+    std::vector<std::string> files;
+    uint64_t first_index = 0;  // corpus index of docs[0]
+    size_t bytes = 0;
+};
+
+// Encodes block.docs[i] for all i with `threads` threads taking documents in turn from a shared
+// counter; ids[i] belongs to docs[i], so the output order is the corpus order whatever the timing.
+// Errors: DataError naming the document, its file and the tokenizer's reason (invalid UTF-8).
+std::vector<std::vector<int32_t>> encode_all(const Tokenizer& tok, const Block& block, int threads) {
+    const size_t n = block.docs.size();
+    std::vector<std::vector<int32_t>> ids(n);
     std::vector<std::exception_ptr> errors(threads);
+    std::atomic<size_t> next{0};
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t)
         pool.emplace_back([&, t] {
             try {
-                for (size_t i = t; i < docs.size(); i += threads) ids[i] = tok.encode(docs[i]);
+                for (size_t i; (i = next.fetch_add(1)) < n;) {
+                    try {
+                        ids[i] = tok.encode(block.docs[i]);
+                    } catch (const DataError& e) {
+                        throw DataError("input " + block.files[i] + ": document " +
+                                        std::to_string(block.first_index + i) + " (counted from 0 over all inputs): " +
+                                        e.what());
+                    }
+                }
             } catch (...) {
                 errors[t] = std::current_exception();
             }
@@ -91,6 +120,10 @@ std::vector<std::vector<int32_t>> encode_all(const Tokenizer& tok, const std::ve
     for (auto& e : errors)
         if (e) std::rethrow_exception(e);
     return ids;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // H = -sum_i p_i log2 p_i over the empirical token distribution, in bits per token.
@@ -106,7 +139,53 @@ double unigram_entropy_bits(const std::vector<uint64_t>& counts) {
     return h;
 }
 
+// One llm.c shard set -> one dataset; returns its token and document counts, counting train tokens.
+LlmcStats convert_llmc(const std::vector<std::string>& patterns, const fs::path& out, const Tokenizer& tok,
+                       std::vector<uint64_t>* counts) {
+    const std::vector<std::string> files = prep::expand_inputs(patterns);
+    TokenDatasetWriter w(out.string(), tok.vocab_size(), tok.eos_id(), -1, tok.model_bytes(), tok.kind());
+    LlmcStats st = prep::read_llmc_shards(files, tok.eos_id(), tok.vocab_size(),
+                                          [&](const int32_t* t, size_t n, bool ends_doc) {
+                                              w.append(t, n);
+                                              if (counts)
+                                                  for (size_t i = 0; i < n; ++i) ++(*counts)[t[i]];
+                                              if (ends_doc) w.end_document();
+                                          });
+    if (st.tokens == 0) throw PrepError("llm.c shards '" + patterns.front() + "' hold no tokens");
+    w.finish();
+    std::printf("llm.c: %zu shard(s) -> %s: %llu tokens, %llu documents\n", files.size(), out.filename().c_str(),
+                (unsigned long long)st.tokens, (unsigned long long)st.documents);
+    return st;
+}
+
+// --from-llmc: llm.c's GPT-2 token shards -> train.h5 (+ val.h5 from --llmc-val), tokens unchanged.
+int run_llmc(const Args& a) {
+    if (!a.inputs.empty()) throw PrepError("--from-llmc takes no text inputs (got '" + a.inputs.front() + "')");
+    if (!a.tokenizer.empty() && a.tokenizer != Tokenizer::kGpt2)
+        throw PrepError("--from-llmc: llm.c shards hold GPT-2 tokens; --tokenizer must be gpt2 or absent");
+    const Tokenizer tok = Tokenizer::gpt2_from_file(a.gpt2_ranks);
+    const fs::path out_dir(a.out_dir);
+    Staging staging(out_dir);
+    std::vector<uint64_t> counts(tok.vocab_size(), 0);
+    const auto t0 = std::chrono::steady_clock::now();
+    LlmcStats st = convert_llmc(a.llmc_train, staging.dir / "train.h5", tok, &counts);
+    if (!a.llmc_val.empty()) st.tokens += convert_llmc(a.llmc_val, staging.dir / "val.h5", tok, nullptr).tokens;
+    fs::rename(staging.dir / "train.h5", out_dir / "train.h5");
+    if (!a.llmc_val.empty())
+        fs::rename(staging.dir / "val.h5", out_dir / "val.h5");
+    else if (fs::exists(out_dir / "val.h5"))
+        fs::remove(out_dir / "val.h5");
+    if (fs::exists(out_dir / "tokenizer.model")) fs::remove(out_dir / "tokenizer.model");
+    const double bits = unigram_entropy_bits(counts);
+    std::printf("converted %llu tokens in %.2f s; unigram entropy of train tokens: %.4f bits/token = %.4f nats/token\n",
+                (unsigned long long)st.tokens, seconds_since(t0), bits, bits * std::log(2.0));
+    return 0;
+}
+
 int run(const Args& a) {
+    if (!a.llmc_train.empty()) return run_llmc(a);
+    if (!a.llmc_val.empty()) throw PrepError("--llmc-val needs --from-llmc");
+    if (a.inputs.empty()) throw PrepError("no INPUT given (text files or globs), and no --from-llmc");
     if (!(a.val_fraction >= 0 && a.val_fraction < 1))
         throw PrepError("--val-fraction must be in [0, 1), got " + std::to_string(a.val_fraction));
     const std::vector<std::string> files = prep::expand_inputs(a.inputs);
@@ -127,7 +206,10 @@ int run(const Args& a) {
 
     std::optional<Tokenizer> tok;
     TokenizerTrainStats train_stats;
-    if (!a.tokenizer.empty()) {
+    const bool gpt2 = a.tokenizer == Tokenizer::kGpt2;
+    if (gpt2) {
+        tok.emplace(Tokenizer::gpt2_from_file(a.gpt2_ranks));
+    } else if (!a.tokenizer.empty()) {
         tok.emplace(Tokenizer::from_file(a.tokenizer));
     } else {
         DocumentReader reader(files, a.separator);
@@ -155,24 +237,43 @@ int run(const Args& a) {
     const int vocab = tok->vocab_size(), eos = tok->eos_id();
     if (eos < 0) throw PrepError("tokenizer " + a.tokenizer + " defines no EOS piece (eos_id = -1)");
 
-    // Validation documents: the first n_val entries of a seeded permutation of document indices.
-    std::vector<char> is_val(n_docs, 0);
-    std::vector<uint64_t> perm = window_permutation(n_docs, a.seed, 0);
-    for (uint64_t i = 0; i < n_val; ++i) is_val[perm[i]] = 1;
+    // Validation documents: the first n_val entries of a seeded permutation of document indices
+    // (8 bytes per document while it is drawn, then 1 bit per document).
+    std::vector<bool> is_val(n_docs, false);
+    {
+        const std::vector<uint64_t> perm = window_permutation(n_docs, a.seed, 0);
+        for (uint64_t i = 0; i < n_val; ++i) is_val[perm[i]] = true;
+    }
 
-    TokenDatasetWriter train((staging.dir / "train.h5").string(), vocab, eos, tok->bos_id(), tok->model_bytes());
+    const std::string kind = tok->kind();
+    TokenDatasetWriter train((staging.dir / "train.h5").string(), vocab, eos, tok->bos_id(), tok->model_bytes(), kind);
     std::optional<TokenDatasetWriter> val;
-    if (n_val > 0) val.emplace((staging.dir / "val.h5").string(), vocab, eos, tok->bos_id(), tok->model_bytes());
+    if (n_val > 0)
+        val.emplace((staging.dir / "val.h5").string(), vocab, eos, tok->bos_id(), tok->model_bytes(), kind);
     std::vector<uint64_t> counts(vocab, 0);
     uint64_t train_tokens = 0, val_tokens = 0, index = 0;
     DocumentReader reader(files, a.separator);
-    std::vector<std::string> block;
-    const size_t kBlockDocs = 256;
+    // A block is read, then encoded by all threads: at most 256 documents or 32 MiB of text (plus
+    // one document) are in memory, whatever the corpus size.
+    const size_t kBlockDocs = 256, kBlockBytes = 32u << 20;
+    double encode_s = 0;
+    const auto t_start = std::chrono::steady_clock::now();
+    Block block;
     bool more = true;
     while (more) {
-        block.clear();
-        while (block.size() < kBlockDocs && (more = reader.next(doc))) block.push_back(doc);
-        for (auto& ids : encode_all(*tok, block, a.num_threads)) {
+        block.docs.clear();
+        block.files.clear();
+        block.first_index = index;
+        block.bytes = 0;
+        while (block.docs.size() < kBlockDocs && block.bytes < kBlockBytes && (more = reader.next(doc))) {
+            block.bytes += doc.size();
+            block.docs.push_back(std::move(doc));
+            block.files.push_back(reader.document_file());
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        auto encoded = encode_all(*tok, block, a.num_threads);
+        encode_s += seconds_since(t0);
+        for (auto& ids : encoded) {
             if (index == n_docs) throw std::runtime_error("the input files changed while llmtrain-prep read them");
             ids.push_back(eos);
             if (is_val[index++]) {
@@ -188,7 +289,8 @@ int run(const Args& a) {
     if (index != n_docs) throw std::runtime_error("the input files changed while llmtrain-prep read them");
     train.finish();
     if (val) val->finish();
-    write_file(staging.dir / "tokenizer.model", tok->model_bytes());
+    const double total_s = seconds_since(t_start);
+    if (!gpt2) write_file(staging.dir / "tokenizer.model", tok->model_bytes());
 
     // Commit: every output is complete, so rename them over the previous ones.
     fs::rename(staging.dir / "train.h5", out_dir / "train.h5");
@@ -197,23 +299,33 @@ int run(const Args& a) {
     } else if (fs::exists(out_dir / "val.h5")) {
         fs::remove(out_dir / "val.h5");  // a stale split of another tokenizer or corpus
     }
-    fs::rename(staging.dir / "tokenizer.model", out_dir / "tokenizer.model");
+    if (!gpt2)
+        fs::rename(staging.dir / "tokenizer.model", out_dir / "tokenizer.model");
+    else if (fs::exists(out_dir / "tokenizer.model"))
+        fs::remove(out_dir / "tokenizer.model");  // a stale SentencePiece model: the datasets hold GPT-2's ranks
 
     const double bits = unigram_entropy_bits(counts);
     std::printf("llmtrain-prep: %llu documents from %zu file(s) (%llu blank skipped): %llu train, %llu val\n",
                 (unsigned long long)n_docs, files.size(), (unsigned long long)reader.skipped_blank(),
                 (unsigned long long)(n_docs - n_val), (unsigned long long)n_val);
-    if (a.tokenizer.empty())
+    if (gpt2)
+        std::printf("tokenizer: GPT-2 byte-level BPE from %s, vocab_size %d, end-of-text %d\n", a.gpt2_ranks.c_str(),
+                    vocab, eos);
+    else if (a.tokenizer.empty())
         std::printf("tokenizer: trained BPE, vocab_size %d, byte_fallback, %llu sentences (%llu long lines split)\n",
                     vocab, (unsigned long long)train_stats.sentences, (unsigned long long)train_stats.split_lines);
     else
         std::printf("tokenizer: loaded %s, vocab_size %d\n", a.tokenizer.c_str(), vocab);
     std::printf("tokens: train %llu, val %llu (EOS id %d after each document)\n", (unsigned long long)train_tokens,
                 (unsigned long long)val_tokens, eos);
+    std::printf("encoding: %.2f s on %d threads, %.0f tokens/s (%.0f tokens/s with reading and writing)\n", encode_s,
+                a.num_threads, (train_tokens + val_tokens) / std::max(encode_s, 1e-9),
+                (train_tokens + val_tokens) / std::max(total_s, 1e-9));
     std::printf("unigram entropy of train tokens: %.4f bits/token = %.4f nats/token (the loss of a model that ignores context)\n",
                 bits, bits * std::log(2.0));
-    std::printf("wrote %s, %s%s\n", (out_dir / "tokenizer.model").c_str(), (out_dir / "train.h5").c_str(),
-                val ? (", " + (out_dir / "val.h5").string()).c_str() : "");
+    std::string wrote = gpt2 ? "" : (out_dir / "tokenizer.model").string() + ", ";
+    wrote += (out_dir / "train.h5").string() + (val ? ", " + (out_dir / "val.h5").string() : "");
+    std::printf("wrote %s\n", wrote.c_str());
     return 0;
 }
 
@@ -221,9 +333,10 @@ int run(const Args& a) {
 
 int main(int argc, char** argv) {
     Args a;
-    CLI::App app{"llmtrain-prep: raw text -> SentencePiece BPE tokenizer + train/val HDF5 token datasets",
+    CLI::App app{"llmtrain-prep: raw text -> SentencePiece BPE or GPT-2 tokens, or llm.c shards -> train/val HDF5 "
+                 "token datasets",
                  "llmtrain-prep"};
-    app.add_option("inputs", a.inputs, "text files or quoted globs ('data/*.txt')")->required();
+    app.add_option("inputs", a.inputs, "text files or quoted globs ('data/*.txt')");
     app.add_option("--out-dir", a.out_dir, "writes tokenizer.model, train.h5, val.h5 here")->required();
     app.add_option("--separator", a.separator,
                    "a line equal to this ends a document (default: one document per file)");
@@ -237,7 +350,14 @@ int main(int argc, char** argv) {
     app.add_option("--num-threads", a.num_threads, "threads for training and encoding")
         ->check(kPositive)
         ->capture_default_str();
-    app.add_option("--tokenizer", a.tokenizer, "use this existing SentencePiece .model instead of training one");
+    app.add_option("--tokenizer", a.tokenizer,
+                   "'gpt2' (GPT-2's BPE, ranks from --gpt2-ranks) or an existing SentencePiece .model to use "
+                   "instead of training one");
+    app.add_option("--gpt2-ranks", a.gpt2_ranks, "GPT-2's ranks file (tools/fetch_gpt2.sh data/gpt2 writes it)")
+        ->capture_default_str();
+    app.add_option("--from-llmc", a.llmc_train,
+                   "convert llm.c token shards (files or quoted globs) into train.h5 instead of tokenizing text");
+    app.add_option("--llmc-val", a.llmc_val, "with --from-llmc: llm.c shards for val.h5");
     app.add_option("--val-fraction", a.val_fraction, "fraction of documents held out for val.h5")
         ->capture_default_str();
     app.add_option("--seed", a.seed, "seed of the validation split and of tokenizer sampling")->capture_default_str();

@@ -1,0 +1,16 @@
+// app/interop/pretrained.hpp — model.init_from: a run's first weights from another tool's file.
+#pragma once
+#include <string>
+
+#include "model/param_layout.hpp"
+
+namespace llmtrain {
+
+/// Fills params (host fp32, layout.total_numel(); padding 0) from `path`, recognised by its contents:
+/// a file starting with llm.c's magic is an llm.c model file (read_llmc_model), a directory or a
+/// safetensors file a HuggingFace GPT-2 (read_hf_gpt2: model.safetensors and config.json). Errors:
+/// InteropError naming the path: missing, neither format (giving its first int32 against llm.c's
+/// magic), or as those readers (shape or config mismatch, bad file).
+void load_pretrained(const std::string& path, const ParamLayout& layout, float* params);
+
+}  // namespace llmtrain

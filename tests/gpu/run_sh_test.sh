@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# tests/gpu/run_sh_test.sh — tools/gpu/run.sh's plumbing without a GPU: a bundle of stand-in
+# executables (bash scripts that print what the real ones print: llmtrain's step, val, checkpoint
+# and peak-memory lines and its losses.tsv, gtest's summary, offload_bench's and llmtrain-plan's
+# reports) and a stand-in nvidia-smi run every stage. The stand-in llmtrain repeats itself bit for
+# bit except with model.attention = "cudnn" (a random gradient norm) and when it resumes with
+# stochastic rounding (the loss moves by 1e-5), as the H100 showed at 58d410c; its CPU val losses
+# are 1e-6 from its CUDA ones. Checks:
+#   1. every stage in one call: exit 0; $OUT holds summary.md, env.txt, logs.tar.gz (<= 8 files);
+#      the table finds determinism SAME for native and cublas and DIFFERENT for cudnn, resume SAME
+#      with round-to-nearest and DIFFERENT with stochastic rounding, tiny GPU vs CPU PASS, the
+#      cudnn runs' checkpoint timed while the other runs were stopped before theirs, the plan;
+#      no run directory is left behind;
+#   2. a call whose budget is spent: the steps that cannot start are reported as skipped;
+#   3. a step that hangs is cut at its time box and reported as timed out.
+#
+# Usage: run_sh_test.sh <repo root> <python3> <work dir>
+set -euo pipefail
+SRC=$1 PY=$2 W=$3
+rm -rf "$W" && mkdir -p "$W/bin" "$W/b/llmtrain-gpu/app" "$W/b/llmtrain-gpu/tests/cuda" "$W/b/llmtrain-gpu/tests/app" \
+    "$W/b/llmtrain-gpu/tools/bench" "$W/b/llmtrain-gpu/lib" "$W/b/llmtrain-gpu/openmpi"
+B=$W/b/llmtrain-gpu
+
+cat >"$W/bin/nvidia-smi" <<'EOF'
+#!/usr/bin/env bash
+case "$*" in
+    -L) echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0)" ;;
+    *nounits*) echo 81559 ;;
+    *) echo "NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04" ;;
+esac
+EOF
+cat >"$B/app/llmtrain" <<'EOF'
+#!/usr/bin/env bash
+declare -A set=()
+print=0
+while [ $# -gt 0 ]; do
+    case $1 in
+        --set) set[${2%%=*}]=${2#*=}; shift 2 ;;
+        --config) shift 2 ;;
+        --print-config) print=1; shift ;;
+        *) echo "stand-in llmtrain: unexpected $1"; exit 2 ;;
+    esac
+done
+v() { local x=${set[$1]:-$2}; x=${x#\"}; echo "${x%\"}"; }
+[ "$(v model.attention native)" = auto ] && { echo "model.attention: expected native, cublas or cudnn"; exit 2; }
+if [ $print = 1 ]; then
+    printf '%s\n' "n_layer = 12" "n_head = 12" "n_embd = 768" "seq_len = 1024" "vocab_size = 50257" \
+        "micro_batch_size = $(v training.micro_batch_size 32)" "grad_accum_steps = $(v training.grad_accum_steps 8)"
+    exit 0
+fi
+rd=$(v run.run_dir runs/x) max=$(v run.max_steps 10) ev=$(v run.eval_interval 0) att=$(v model.attention native)
+sr=$(v training.stochastic_rounding false) cpu=0
+[ "$(v run.backend cuda)" = cpu ] && cpu=1
+mkdir -p "$rd"
+start=0
+[ -f "$rd/losses.tsv" ] && start=$(awk -F'\t' '$2 == "train" { s = $1 } END { print s + 0 }' "$rd/losses.tsv")
+[ -f "$rd/losses.tsv" ] || printf 'step\tkind\tloss\tlr\tgrad_norm\n' >"$rd/losses.tsv"
+for ((s = start + 1; s <= max; s++)); do
+    moved=0
+    [ "$start" -gt 0 ] && [ "$sr" = true ] && moved=1
+    printf -v loss '%.9g' "$((1000000 - s * 100 + moved))e-5"
+    noise=0
+    [ "$att" = cudnn ] && noise=$RANDOM
+    printf -v norm '%.9g' "$((10000000 + s * 10000 + noise))e-7"
+    printf '%d\ttrain\t%s\t0.0006\t%s\n' $s "$loss" "$norm" >>"$rd/losses.tsv"
+    tok=$(( s == 1 ? 250000 : 500000 ))
+    echo "step $s/$max | loss $loss | lr 6.00e-04 | norm $norm | $tok tok/s | MFU 40.0% | 00:00:01 elapsed | ETA 00:00:01"
+    if [ "$ev" -gt 0 ] && [ $((s % ev)) = 0 ]; then
+        printf -v val '%.9g' "$((5000000 - s * 1000 + cpu))e-6"
+        printf '%d\tval\t%s\t\t\n' $s "$val" >>"$rd/losses.tsv"
+        echo "step $s/$max | val loss $val"
+    fi
+done
+sleep 1  # the end-of-run checkpoint
+mkdir -p "$rd/checkpoints/step_$max"
+echo "checkpoint: saved $rd/checkpoints/step_$max (1.00 s)"
+echo "peak device memory (MiB): rank 0 (stage 0) 14846.00"
+EOF
+cat >"$B/tests/cuda/test_cuda_gpu" <<'EOF'
+#!/usr/bin/env bash
+[ "${FAKE_HANG:-0}" = 1 ] && sleep 300
+printf '%s\n' "[==========] 80 tests from 9 test suites ran. (1000 ms total)" "[  PASSED  ] 80 tests."
+EOF
+cat >"$B/tests/app/make_tiny_dataset" <<'EOF'
+#!/usr/bin/env bash
+mkdir -p "$1" && touch "$1/train.h5" "$1/val.h5" && echo 320 >"$1/vocab_size.txt"
+EOF
+cat >"$B/tools/bench/attention_bench" <<'EOF'
+#!/usr/bin/env bash
+echo "$1 B=$2 T=$3 C=$4 NH=$5: forward 0.165 ms (311.0 TFLOP/s), backward 0.610 ms (211.0 TFLOP/s)"
+EOF
+cat >"$B/tools/bench/offload_bench" <<'EOF'
+#!/usr/bin/env bash
+echo "double-buffered vs serial: 1.60x (goal >= 1.5x); wall / max(d2h, host_adam, h2d) = 1.05 (goal <= 1.10)"
+while [ $# -gt 0 ]; do [ "$1" = --trace ] && echo "{}" >"$2"; shift; done
+EOF
+cat >"$B/app/llmtrain-plan" <<'EOF'
+#!/usr/bin/env bash
+echo "times measured on the cuda backend (bf16), micro-batch 8 x 1024, median of 5: layer F 2.951 ms, B 6.010 ms, recompute 2.950 ms"
+echo "best: pp 1 x dp 8, 1 micro-batches per step, ZeRO-1: predicted step 0.4500 s (1F1B simulated), 145636 tokens/s"
+EOF
+chmod +x "$W/bin/"* "$B"/app/* "$B"/tests/*/* "$B"/tools/bench/*
+tar -C "$W/b" -czf "$W/bundle.tar.gz" llmtrain-gpu
+
+export TORCH=0 PATH=$W/bin:$PATH PYTHON=$PY STEPS=5 BROWN=$W/no-brown BUNDLE=$W/bundle.tar.gz STATE=$W/state
+fail() { echo "FAILED: $*"; exit 1; }
+row() { grep -F "| $1 |" "$2" || fail "no row '$1' in $2"; }
+
+# 1. every stage
+OUT=$W/out bash "$SRC/tools/gpu/run.sh" tests checks bench124m bench1.5b >"$W/all.log" 2>&1 ||
+    { cat "$W/all.log"; fail "run.sh exited $?"; }
+S=$W/out/summary.md
+[ "$(find "$W/out" -type f | wc -l)" -le 8 ] || fail "more than 8 files in OUT"
+for f in summary.md env.txt logs.tar.gz; do [ -f "$W/out/$f" ] || fail "no $f in OUT"; done
+cat "$S"
+row "test_cuda_gpu" "$S" | grep -q "80 passed, 0 failed .* PASS |" || fail "test_cuda_gpu row"
+for p in native cublas; do row "determinism $p" "$S" | grep -q "| SAME (steps 1-4" || fail "determinism $p"; done
+row "determinism cudnn" "$S" | grep -q "| DIFFERENT from step 1 " || fail "determinism cudnn not DIFFERENT"
+row "resume tiny bf16 nearest" "$S" | grep -q "| SAME (steps 11-20" || fail "resume nearest"
+row "resume tiny bf16 stochastic" "$S" | grep -q "| DIFFERENT from step 11 " || fail "resume stochastic"
+row "tiny fp32 GPU vs CPU" "$S" | grep -q "| PASS (val at steps 125/250" || fail "tiny vs CPU"
+row "GPT-2 124M cudnn" "$S" | grep -q "checkpoint 1.0 s" || fail "the cudnn run's checkpoint was not timed"
+row "GPT-2 124M native" "$S" | grep -qv "checkpoint" || fail "the native run was not stopped before its checkpoint"
+row "GPT-2 1.5B cublas" "$S" | grep -q "500.0K" || fail "1.5B cublas"
+row "llmtrain-plan --profile (1.5B)" "$S" | grep -q "PASS |" || fail "plan"
+row "offload_bench (cuda, bf16)" "$S" | grep -q "PASS |" || fail "offload"
+! grep -q "| step " "$S" || fail "a step did not run to its end"
+! grep -q "label=gpt2-1.5b-native" "$W/all.log" || fail "native attention ran at 1.5B"
+left=$(find "$W/state/runs" "$W/state/llmtrain-gpu/gpu_bench" -mindepth 1 -maxdepth 1 -type d ! -name data | wc -l)
+[ "$left" = 0 ] || fail "$left run directories left behind"
+
+# 2. a call whose budget is spent before its steps: each is reported as skipped
+OUT=$W/out2 BUDGET=5 bash "$SRC/tools/gpu/run.sh" bench1.5b >"$W/budget.log" 2>&1 || fail "run.sh (budget) exited $?"
+for s in gpt2-1.5b offload plan; do
+    row "step bench1.5b/$s" "$W/out2/summary.md" | grep -q "skipped" || { cat "$W/budget.log"; fail "$s not skipped"; }
+done
+# 3. a hung step is cut at its time box (the budget's remainder, under 35 s, is the smaller)
+OUT=$W/out3 BUDGET=35 FAKE_HANG=1 bash "$SRC/tools/gpu/run.sh" tests >"$W/hang.log" 2>&1 || fail "run.sh (hang) exited $?"
+row "step tests/test_cuda_gpu" "$W/out3/summary.md" | grep -q "timed out" || { cat "$W/hang.log"; fail "no timed-out row"; }
+echo "run_sh_test: run.sh's stages, table, budget and time boxes behave"

@@ -1,0 +1,199 @@
+#!/usr/bin/env python3
+"""tests/gpu/test_gpu_report.py — tools/gpu/gpu_report.py, the GPU acceptance suite's comparisons
+and summary table, on sample logs (tests/gpu/samples: a run that shows the H100 baseline's
+failures, in the formats llmtrain, gtest, offload_bench and llmtrain-plan print) and on losses.tsv
+files written here. References are independent of the script: float32 bit patterns from struct,
+means computed from the numbers the sample log was made of, ratios from the documented figures.
+
+Usage: python3 test_gpu_report.py   (ctest gpu_report)
+"""
+import os
+import random
+import struct
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "tools", "gpu"))
+import gpu_report  # noqa: E402
+
+SAMPLES = os.path.join(HERE, "samples")
+
+
+def f32(x):
+    """x rounded to float32."""
+    return struct.unpack("<f", struct.pack("<f", x))[0]
+
+
+def next_f32(x):
+    """The float32 after x (x > 0): one ulp up."""
+    (bits,) = struct.unpack("<I", struct.pack("<f", x))
+    return struct.unpack("<f", struct.pack("<I", bits + 1))[0]
+
+
+def write_losses(path, train, val=()):
+    """A losses.tsv as app/run_log.cpp writes it: %.9g of float32 values."""
+    with open(path, "w") as f:
+        f.write("step\tkind\tloss\tlr\tgrad_norm\n")
+        for step, loss, norm in train:
+            f.write(f"{step}\ttrain\t{f32(loss):.9g}\t{f32(6e-4):.9g}\t{f32(norm):.9g}\n")
+        for step, loss in val:
+            f.write(f"{step}\tval\t{f32(loss):.9g}\t\t\n")
+
+
+class LossComparisons(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.ref = os.path.join(self.dir.name, "ref.tsv")
+        self.rows = [(s, 10.0 - 0.25 * s, 14.266242 - 0.5 * s) for s in range(1, 21)]
+        write_losses(self.ref, self.rows)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_nine_digits_name_a_float32(self):
+        # What makes text equality bitwise: %.9g of a float32 reads back to the same bits, and the
+        # next float32 up prints differently (checked over random values of every magnitude).
+        rng = random.Random(18)
+        for _ in range(2000):
+            x = f32(rng.uniform(1, 2) * 2.0 ** rng.randint(-30, 30))
+            self.assertEqual(f32(float(f"{x:.9g}")), x)
+            self.assertNotEqual(f"{x:.9g}", f"{next_f32(x):.9g}")
+
+    def test_same(self):
+        run = os.path.join(self.dir.name, "run.tsv")
+        write_losses(run, self.rows)
+        code, line = gpu_report.compare_train(self.ref, run, "determinism native")
+        self.assertEqual(code, 0)
+        self.assertEqual(line, "determinism native: SAME (steps 1-20: loss and grad norm bitwise)")
+
+    def test_one_ulp_of_a_grad_norm_is_different(self):
+        rows = list(self.rows)
+        s, loss, norm = rows[13]
+        rows[13] = (s, loss, next_f32(f32(norm)))
+        run = os.path.join(self.dir.name, "run.tsv")
+        write_losses(run, rows)
+        code, line = gpu_report.compare_train(self.ref, run, "determinism cudnn")
+        self.assertEqual(code, 1)
+        self.assertTrue(line.startswith("determinism cudnn: DIFFERENT from step 14 "), line)
+        # Outside the compared window the difference does not count.
+        code, _ = gpu_report.compare_train(self.ref, run, "resume", first=15, last=20)
+        self.assertEqual(code, 0)
+
+    def test_resume_window_and_missing_steps(self):
+        run = os.path.join(self.dir.name, "run.tsv")
+        write_losses(run, self.rows[:15])  # a resumed run that stopped at step 15
+        code, line = gpu_report.compare_train(self.ref, run, "resume tiny bf16 nearest", first=11, last=20)
+        self.assertEqual(code, 2)
+        self.assertIn("MISSING (step 16 not in", line)
+        code, line = gpu_report.compare_train(self.ref, os.path.join(self.dir.name, "absent.tsv"), "x")
+        self.assertEqual(code, 2)
+
+    def test_val_tolerance(self):
+        ref, run = os.path.join(self.dir.name, "cpu.tsv"), os.path.join(self.dir.name, "gpu.tsv")
+        write_losses(ref, [], [(125, 5.0), (250, 4.5)])
+        write_losses(run, [], [(125, 5.00005), (250, 4.5)])
+        code, line = gpu_report.compare_val(run, "tiny fp32 GPU vs CPU", 1e-4, ref_path=ref)
+        self.assertEqual(code, 0, line)
+        code, line = gpu_report.compare_val(run, "tiny fp32 GPU vs CPU", 1e-5, ref_path=ref)
+        self.assertEqual(code, 1, line)
+        self.assertIn("FAIL", line)
+        # Documented figures (4 decimals) in place of a reference run.
+        code, line = gpu_report.compare_val(run, "doc", 1.5e-4, expect=[(125, 5.0001), (250, 4.5)])
+        self.assertEqual(code, 0, line)
+        code, line = gpu_report.compare_val(run, "doc", 1.5e-4, expect=[(125, 5.0), (500, 4.0)])
+        self.assertEqual(code, 2, line)
+
+
+class Bench(unittest.TestCase):
+    # tests/gpu/samples/llmtrain-124m-cudnn.log was written from these tokens/s, steps 1-10.
+    TOKS = [298012, 505000, 506000, 510000, 511000, 509000, 510500, 510200, 509800, 510300]
+
+    def test_llmtrain_log(self):
+        with open(os.path.join(SAMPLES, "llmtrain-124m-cudnn.log")) as f:
+            line = gpu_report.llmtrain_bench_line("gpt2-124m-cudnn", f.read())
+        r = gpu_report.parse_bench(line)["gpt2-124m-cudnn"]
+        steady = sum(self.TOKS[3:]) / 7
+        self.assertEqual(r["tok_s"], round(steady))
+        self.assertAlmostEqual(r["first_x"], round(steady / self.TOKS[0], 2))
+        self.assertEqual(r["peak_mib"], 14846)
+        self.assertEqual(r["ckpt_s"], 4.83)
+        self.assertEqual(r["steps"], 7)
+        # MFU: the mean of the logged per-step figures (one decimal each), within their rounding.
+        mfu = 100 * steady * (6 * 124439808 + 6 * 12 * 1024 * 768) / 989e12
+        self.assertAlmostEqual(r["mfu"], mfu, delta=0.1)
+
+    def test_log_without_steady_steps(self):
+        line = gpu_report.llmtrain_bench_line("x", "step 1/3 | loss 1 | lr 1 | norm 1 | 5 tok/s | MFU 1.0% | a\n")
+        self.assertEqual(gpu_report.parse_bench(line)["x"]["error"], "no steps after warm-up")
+
+    def test_table_ratios(self):
+        runs = gpu_report.read_bench([os.path.join(SAMPLES, "logs", "bench-gpt2-124m.txt")])
+        table = "\n".join(gpu_report.bench_table(runs))
+        # cudnn 510.4K against llm.c's 531.1K, PyTorch's 451.9K and 58d410c's 510.4K
+        self.assertIn("| cudnn | 510.4K | 41.5% | 1.71x | 14,846 | 0.96x | 1.13x | 1.00x |", table)
+        self.assertIn("| PyTorch compiled | 451.9K | 36.8% | - | 15,012 | 0.85x | - | - |", table)
+
+
+class Summary(unittest.TestCase):
+    def rows(self, logdir):
+        out = gpu_report.summary(logdir)
+        table = {}
+        for line in out:
+            cols = [c.strip() for c in line.strip("|").split("|")]
+            if len(cols) == 5 and cols[0] not in ("check", "---"):
+                table[cols[0]] = cols
+        return out, table
+
+    def test_baseline_sample(self):
+        out, t = self.rows(os.path.join(SAMPLES, "logs"))
+        self.assertEqual(t["test_cuda_gpu"][4], "FAIL")
+        self.assertTrue(t["test_cuda_gpu"][1].startswith("75 passed, 5 failed: Cuda/OpsTest.Matmul/fp32_forward"))
+        self.assertEqual(t["determinism native"][4], "PASS")
+        self.assertEqual(t["determinism cudnn"][4], "FAIL")
+        self.assertEqual(t["resume tiny bf16 nearest"][4], "PASS")
+        self.assertEqual(t["resume tiny bf16 stochastic"][4], "FAIL")
+        self.assertEqual(t["tiny fp32 GPU vs CPU"][4], "PASS")
+        self.assertEqual(t["GPT-2 124M fastest path"][1:], ["cudnn 510.4K", ">= 560.0K (1.05x llm.c)", "0.91x target", "FAIL"])
+        self.assertEqual(t["GPT-2 124M cublas"][4], "FAIL")  # 161.9K < 342K
+        self.assertEqual(t["GPT-2 124M first step / steady (cudnn)"][1:], ["1.71x", "<= 1.5x", "", "FAIL"])
+        self.assertEqual(t["GPT-2 1.5B first step / steady (cudnn)"][4], "PASS")
+        self.assertIn("checkpoint 61.0 s", t["GPT-2 1.5B cudnn"][1])
+        self.assertEqual(t["GPT-2 1.5B cublas"][4], "FAIL")
+        self.assertEqual(t["offload_bench (cuda, bf16)"][1], "double-buffered 1.23x serial, wall / max(phase) 1.04")
+        self.assertEqual(t["llmtrain-plan --profile (1.5B)"][4], "PASS")
+        self.assertEqual(t["step checks/determinism-auto"][1], "timed out after 150 s")
+        self.assertEqual(t["step bench1.5b/plan"][4], "FAIL")
+        self.assertNotIn("step tests/test_cuda_gpu", t)  # ran to its end (exit 0)
+        self.assertEqual(out[-1], "6 passed, 11 failed, 0 missing (info rows have no target)")
+
+    def test_targets_met(self):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "test_cuda_gpu.log"), "w") as f:
+                f.write("[==========] 80 tests from 9 test suites ran. (1 ms total)\n[  PASSED  ] 80 tests.\n")
+            with open(os.path.join(d, "bench-gpt2-124m.txt"), "w") as f:
+                f.write("bench: label=gpt2-124m-cublas tok_s=350000 mfu=28.5 first_x=1.2 peak_mib=- ckpt_s=- steps=7\n"
+                        "bench: label=gpt2-124m-auto tok_s=575000 mfu=46.8 first_x=1.3 peak_mib=- ckpt_s=- steps=7\n"
+                        "bench: label=gpt2-124m-cudnn tok_s=570000 mfu=46.4 first_x=1.9 peak_mib=- ckpt_s=- steps=7\n")
+            with open(os.path.join(d, "plan.txt"), "w") as f:
+                f.write("llmtrain-plan: backend \"cuda\": this build has no CUDA backend (this executable was linked "
+                        "without it); use backend = \"cpu\"\n")
+            out, t = self.rows(d)
+        self.assertEqual(t["test_cuda_gpu"][1:], ["80 passed, 0 failed", "all pass", "", "PASS"])
+        self.assertEqual(t["GPT-2 124M fastest path"][4], "PASS")
+        self.assertEqual(t["GPT-2 124M cublas"][4], "PASS")
+        # The default path's first step is the one held to the target (auto, not the fastest cudnn).
+        self.assertEqual(t["GPT-2 124M first step / steady (auto)"][4], "PASS")
+        self.assertEqual(t["llmtrain-plan --profile (1.5B)"][4], "FAIL")  # the 58d410c failure
+        self.assertEqual(out[-1], "4 passed, 1 failed, 0 missing (info rows have no target)")
+
+    def test_empty_logdir(self):
+        with tempfile.TemporaryDirectory() as d:
+            out, t = self.rows(d)
+        self.assertEqual(t["test_cuda_gpu"][1:], ["not run", "all pass", "", "MISSING"])
+        self.assertEqual(out[-1], "0 passed, 0 failed, 1 missing (info rows have no target)")
+
+
+if __name__ == "__main__":
+    unittest.main()
