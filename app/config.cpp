@@ -349,6 +349,7 @@ const std::vector<Field>& fields() {
               between(2, std::numeric_limits<int>::max())),
         field("model", "attention", &C::model, &ModelConfig::attention, one_of({"auto", "native", "cublas", "cudnn"})),
         field("model", "attention_workspace_mb", &C::model, &ModelConfig::attention_workspace_mb, at_least(1)),
+        field("model", "matmul_autotune", &C::model, &ModelConfig::matmul_autotune),
         field("model", "init_from", &C::model, &ModelConfig::init_from),
 
         field("data", "train", &C::data, &DataConfig::train, non_empty()),

@@ -39,6 +39,7 @@ struct ModelConfig {
     std::string attention = "auto";     ///< "auto" | "native" | "cublas" | "cudnn" (the last two cuda only)
     int attention_workspace_mb = 1200;  ///< MiB of scores per cublas attention tile (model/cuda/cuda_backend.hpp's
                                         ///< kDefaultAttentionWorkspaceMb: GPT-2 1.5B, micro-batch 8 in one tile)
+    bool matmul_autotune = false;       ///< time cuBLASLt's candidate algorithms per GEMM shape (cuda; per process)
     std::string init_from;              ///< "" = random init; else an llm.c model file or a HuggingFace GPT-2
                                         ///< (app/interop/pretrained.hpp), read when the run starts from scratch
     friend bool operator==(const ModelConfig&, const ModelConfig&) = default;

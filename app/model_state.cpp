@@ -28,6 +28,7 @@ CudaBackendOptions cuda_options_of(const Config& c) {
     o.attention = parse_attention(c.model.attention);
     o.head_size = c.model.n_embd / c.model.n_head;  // validated: n_head divides n_embd
     o.attention_workspace_mb = c.model.attention_workspace_mb;
+    o.matmul_autotune = c.model.matmul_autotune;
     o.stochastic_rounding = c.training.stochastic_rounding;
     return o;
 }

@@ -142,6 +142,10 @@ struct Trainer::Impl {
         plan = stage_plan_of(cfg);
         init_weights(cfg, *gpt, *adam, engine->param_shard());  // random, or model.init_from's file
         if (pipe) pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
+        else if (std::string(ops->name()) == "cuda") {  // the same, without a pipeline (docs/cuda.md "First step")
+            gpt->warm_up(accum);
+            engine->reduce_grads();  // ZeRO-2/3 finish its reductions here, not inside step 1's
+        }
         sched.lr = cfg.optimizer.lr;
         sched.min_lr = cfg.lr_schedule.min_lr;
         sched.warmup_steps = cfg.lr_schedule.warmup_steps;
@@ -195,9 +199,9 @@ struct Trainer::Impl {
             sum = pipe->train(accum, [&](int, int* in, int* tgt) { train->next(in, tgt); }, dloss);
             sum_embedding_grads();
         } else {
-            for (int a = 0; a < accum; ++a) {
+            for (int a = 0; a < accum; ++a) {  // queued: the losses are read once, below
                 train->next(inputs.data(), targets.data());
-                sum += gpt->forward_backward(inputs.data(), targets.data(), dloss);
+                gpt->forward_backward(inputs.data(), targets.data(), dloss);
             }
         }
         engine->reduce_grads();
@@ -206,6 +210,7 @@ struct Trainer::Impl {
         float sq = engine->grad_norm_squared(norm_scratch, pipe && last_stage());
         if (stage_comm) stage_comm->all_reduce_sum(&sq, 1, DType::f32);
         *norm = std::sqrt(sq) / float(dp);
+        if (!pipe) sum = gpt->take_loss_sum();  // one event wait, after the norm's own
         *loss = dp_mean(float(sum / accum));
         ++step;
         tokens_seen += tokens_per_step();

@@ -84,13 +84,44 @@ struct GPT::Impl {
     int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
     float* logit_row = nullptr;                  // (Vp) fp32 for logits_at
     std::vector<void*> owned;                    // every allocation, released in ~Impl
+    // The whole-model helpers' losses: one pinned (B*T) fp32 slot per micro-batch queued by
+    // forward_backward and not yet taken (grown on demand, kept), and the event after the last copy.
+    std::vector<float*> loss_host;
+    int loss_pending = 0;
+    Event loss_ready = nullptr;
 
     Impl(const GPTConfig& c, const GPTOptions& o, Allocator& a)
         : cfg(c), opt(o), layout(c, o.shard_multiple), alloc(a), ops(a.ops()),
           es(dtype_size(a.ops().act_dtype())) {}
 
     ~Impl() {
+        if (loss_ready != nullptr) {
+            try {
+                ops.synchronize_event(loss_ready);  // no copy may still write a slot freed below
+                ops.destroy_event(loss_ready);
+            } catch (const std::exception&) {  // a failed device (the error is already being reported)
+            }
+        }
+        for (float* p : loss_host) ops.free_host(p);
         for (void* p : owned) alloc.release(p);
+    }
+
+    size_t n_rows() const { return static_cast<size_t>(opt.B) * opt.T; }
+    /// Loss slot k (B*T fp32, pinned), made when first asked for.
+    float* loss_slot(size_t k) {
+        while (loss_host.size() <= k) loss_host.push_back(static_cast<float*>(ops.malloc_host(n_rows() * 4)));
+        return loss_host[k];
+    }
+    /// Records loss_ready (made at first use) on the current stream, after the copies queued so far.
+    void record_ready() {
+        if (loss_ready == nullptr) loss_ready = ops.create_event();
+        ops.record_event(loss_ready);
+    }
+    /// The mean of B*T losses on the host: summed in position order in double, rounded to float.
+    float mean_loss(const float* l) const {
+        double sum = 0.0;
+        for (size_t i = 0; i < n_rows(); ++i) sum += l[i];
+        return static_cast<float>(sum / static_cast<double>(n_rows()));
     }
 
     void* get(MemCategory cat, size_t bytes) {
@@ -283,13 +314,15 @@ int GPT::num_contexts() const { return static_cast<int>(impl_->ctxs.size()); }
 
 void GPT::zero_grads() { full_store(impl_->own_store, "zero_grads").zero_grads(); }
 
-void GPT::forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training, int ctx) {
+void GPT::forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training, int ctx,
+                  const int* host_tokens) {
     Impl& m = *impl_;
     Context& c = m.context(ctx);
     const int B = m.opt.B, T = m.opt.T, C = m.cfg.n_embd, N = B * T;
     ParamStore& st = *m.store;
     if (m.first) {
         m.ops.memcpy_d2d(c.tokens, tokens, static_cast<size_t>(N) * 4);  // the backward reads this copy
+        if (host_tokens != nullptr) m.ops.encoder_host_tokens(c.tokens, host_tokens, N);
         const void* we = st.acquire_params(0, m.unit_of_local(0));
         m.ops.encoder_forward(c.res[0], c.tokens, m.P(we, m.wte), m.P(we, m.wpe), B, T, C);
         st.release_params(0);
@@ -370,35 +403,40 @@ void require_whole_model(const GPTOptions& o, int n_layer, const char* what) {
 }
 }  // namespace
 
-float GPT::forward_backward(const int* inputs, const int* targets, float dloss) {
+void GPT::forward_backward(const int* inputs, const int* targets, float dloss) {
     Impl& m = *impl_;
     require_whole_model(m.opt, m.cfg.n_layer, "forward_backward");
-    const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T;
-    m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
+    const size_t N = m.n_rows();
+    m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);  // pageable sources: staged at the call
     m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
-    forward(m.tok_dev, nullptr, m.tgt_dev, dloss, true);
+    forward(m.tok_dev, nullptr, m.tgt_dev, dloss, true, 0, inputs);
     backward(nullptr, nullptr);
-    std::vector<float> host(N);
-    m.ops.memcpy_d2h(host.data(), m.ctxs[0].losses, N * 4);
-    m.ops.synchronize();
-    double sum = 0.0;
-    for (float l : host) sum += l;
-    return static_cast<float>(sum / static_cast<double>(N));
+    m.ops.memcpy_d2h(m.loss_slot(static_cast<size_t>(m.loss_pending++)), m.ctxs[0].losses, N * 4);
+    m.record_ready();
+}
+
+double GPT::take_loss_sum() {
+    Impl& m = *impl_;
+    if (m.loss_pending == 0) return 0.0;
+    m.ops.synchronize_event(m.loss_ready);  // copies run in stream order: the last covers them all
+    double total = 0.0;
+    for (int k = 0; k < m.loss_pending; ++k) total += m.mean_loss(m.loss_host[static_cast<size_t>(k)]);
+    m.loss_pending = 0;
+    return total;
 }
 
 float GPT::evaluate(const int* inputs, const int* targets) {
     Impl& m = *impl_;
     require_whole_model(m.opt, m.cfg.n_layer, "evaluate");
-    const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T;
+    const size_t N = m.n_rows();
     m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
     m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
     forward(m.tok_dev, nullptr, m.tgt_dev, 0.0f, false);
-    std::vector<float> host(N);
-    m.ops.memcpy_d2h(host.data(), m.ctxs[0].losses, N * 4);
-    m.ops.synchronize();
-    double sum = 0.0;
-    for (float l : host) sum += l;
-    return static_cast<float>(sum / static_cast<double>(N));
+    float* slot = m.loss_slot(static_cast<size_t>(m.loss_pending));  // a slot no queued micro-batch holds
+    m.ops.memcpy_d2h(slot, m.ctxs[0].losses, N * 4);
+    m.record_ready();
+    m.ops.synchronize_event(m.loss_ready);
+    return m.mean_loss(slot);
 }
 
 std::vector<float> GPT::logits_at(const int* inputs, int pos) {
@@ -414,8 +452,19 @@ std::vector<float> GPT::logits_at(const int* inputs, int pos) {
     m.ops.cast(m.logit_row, DType::f32, row, m.ops.act_dtype(), Vp);
     std::vector<float> out(m.cfg.vocab_size);
     m.ops.memcpy_d2h(out.data(), m.logit_row, out.size() * 4);
-    m.ops.synchronize();
+    m.record_ready();
+    m.ops.synchronize_event(m.loss_ready);
     return out;
+}
+
+void GPT::warm_up(int micro_batches) {
+    Impl& m = *impl_;
+    require_whole_model(m.opt, m.cfg.n_layer, "warm_up");
+    for (int k = 0; k < micro_batches; ++k) m.loss_slot(static_cast<size_t>(k));
+    const std::vector<int> zeros(m.n_rows(), 0);  // token 0: any valid id does
+    forward_backward(zeros.data(), zeros.data(), 1.0f);
+    take_loss_sum();
+    m.ops.synchronize();  // start-up, not a step: every queue drained
 }
 
 }  // namespace llmtrain

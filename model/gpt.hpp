@@ -67,9 +67,12 @@ public:
     /// Forward over [l0,l1) into context ctx. tokens (B,T) device int32 is used when l0 == 0 (copied
     /// into the context: the embedding gradient reads them), else act_in (B,T,C) (copied). When
     /// l1 == n_layer, targets (B,T) device int32 gives losses(ctx) (B*T) fp32, and if `training`
-    /// the logit gradient (scaled by dloss) is kept for backward(ctx).
+    /// the logit gradient (scaled by dloss) is kept for backward(ctx). host_tokens (B,T) host int32,
+    /// optional: the same ids as `tokens`, when the caller has them (it copied them to the device);
+    /// the backend then prepares the embedding backward from them instead of copying the ids back
+    /// (Ops::encoder_host_tokens).
     void forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training,
-                 int ctx = 0);
+                 int ctx = 0, const int* host_tokens = nullptr);
     /// Backward of context ctx's forward(training = true); the context is then free. dact_out (B,T,C)
     /// is the gradient of our output when l1 < n_layer (ignored at the last stage); dact_in (B,T,C)
     /// receives the gradient of act_in when l0 > 0. Parameter gradients are accumulated.
@@ -85,14 +88,25 @@ public:
     int num_contexts() const;
 
     // ---- whole-model helpers for the trainer (require l0 == 0 and l1 == n_layer) ----
-    /// Copies inputs/targets (B,T) host int32 to the device, runs forward + backward, accumulates
-    /// grads scaled by dloss, and returns the mean loss of this micro-batch (synchronizes).
-    float forward_backward(const int* inputs, const int* targets, float dloss);
-    /// Mean loss of a micro-batch without gradients (synchronizes).
+    /// Queues one micro-batch: copies inputs/targets (B,T) host int32 to the device, runs forward +
+    /// backward, accumulates grads scaled by dloss, and queues a copy of its B*T losses to pinned
+    /// host memory (one slot per micro-batch until take_loss_sum). Never waits for the device.
+    void forward_backward(const int* inputs, const int* targets, float dloss);
+    /// The micro-batches queued since the last call: the sum, in double and in queue order, of each
+    /// one's mean loss (its B*T fp32 losses summed in position order in double, divided by B*T and
+    /// rounded to float). The host waits for the last loss copy through one event (never a
+    /// device-wide synchronize); 0 when nothing was queued.
+    double take_loss_sum();
+    /// Mean loss of a micro-batch without gradients (waits for it on an event).
     float evaluate(const int* inputs, const int* targets);
     /// fp32 logits (V values, padding dropped) at position `pos` of row 0 after a forward of
-    /// inputs (B,T) host int32; used for sampling (synchronizes).
+    /// inputs (B,T) host int32; used for sampling (waits for them on an event).
     std::vector<float> logits_at(const int* inputs, int pos);
+    /// Start-up warm-up: makes the loss slots of `micro_batches` per step and runs one forward and
+    /// backward on zero tokens, so that the backend's lazy set-up (scratch, encoder buckets,
+    /// cuBLASLt plans, attention plans, kernel loading) happens before the first step. Leaves junk
+    /// in the gradients (the step's zeroing clears them); waits for the device at its end.
+    void warm_up(int micro_batches);
 
 private:
     struct Impl;

@@ -116,6 +116,13 @@ public:
     /// dwte (Vp,C) += scatter of dout by token; dwpe (maxT,C) += sum over b. Deterministic (no atomics).
     virtual void encoder_backward(void* dwte, void* dwpe, const void* dout, const int* inp,
                                   int B, int T, int C) = 0;
+    /// Optional hint before encoder_forward(inp = dev): the host holds the same n token ids at
+    /// `host` (read during the call only). A backend whose encoder backward needs the ids on the
+    /// host (CUDA buckets positions by token there) takes them from here instead of copying them
+    /// back from the device. Results are the same with or without the hint. Default: ignored.
+    virtual void encoder_host_tokens(const int* dev, const int* host, int n) {
+        (void)dev, (void)host, (void)n;
+    }
 
     /// out(N,C) = (inp - mean) * rstd * weight + bias, eps 1e-5; mean, rstd (N) fp32 saved for backward.
     virtual void layernorm_forward(void* out, float* mean, float* rstd, const void* inp,

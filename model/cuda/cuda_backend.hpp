@@ -66,6 +66,11 @@ struct CudaBackendOptions {
     /// model.attention_workspace_mb: MiB of fp32 scores + probabilities one cublas attention tile may
     /// use (model/cuda/cublas_attention.hpp); >= 1.
     int attention_workspace_mb = kDefaultAttentionWorkspaceMb;
+    /// model.matmul_autotune: time cuBLASLt's candidate algorithms on each GEMM shape's first call
+    /// and keep the fastest. Off: the heuristic's first, the same in every run; on: faster where the
+    /// heuristic misjudges, but two processes may choose differently, so runs are no longer
+    /// bitwise repeatable (docs/cuda.md "cuBLASLt plans").
+    bool matmul_autotune = false;
 };
 
 /// Number of CUDA devices visible (0 when there is none or no driver; never throws).

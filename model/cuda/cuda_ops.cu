@@ -2,8 +2,8 @@
 //
 // Owns the device state every op shares: the current stream, the cuBLASLt handle and its 32 MiB
 // workspace, one scratch buffer per stream (reduction partials, attention's D = dO.O, cuDNN's
-// workspace, the cublas attention's workspace), the token buckets of the encoder backward (fed by a
-// token copy the forward starts), with attention = "cublas" a cuBLAS handle (it shares the cuBLASLt
+// workspace, the cublas attention's workspace), the token buckets of the encoder backward (built on
+// the host from the caller's token ids, else from a copy the forward starts), with attention = "cublas" a cuBLAS handle (it shares the cuBLASLt
 // workspace: both run in stream order on the current stream), and, with attention = "cudnn" in nvcc
 // builds with cuDNN, the cuDNN fused-attention plans (model.attention = "auto" is resolved once, in
 // make_cuda_backend, by resolve_attention; a shape cuDNN rejects then falls back to cublas). These
@@ -64,7 +64,8 @@ public:
         if (cublasLtCreate(&lt_.handle) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasLtCreate failed");
         lt_.workspace = internal_malloc(kLtWorkspaceBytes);
         lt_.workspace_bytes = kLtWorkspaceBytes;
-        CUDA_CHECK(cudaEventCreateWithFlags(&buckets_done_, cudaEventDisableTiming));
+        lt_.autotune = opt_.matmul_autotune;
+        for (BucketBuffer& b : buckets_) CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
         if (opt_.attention == Attention::cublas && cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS)
             throw CudaError("cublasCreate failed");
 #ifdef LLMTRAIN_HAVE_CUDNN
@@ -77,13 +78,15 @@ public:
         cudnn_.reset();
 #endif
         for (auto& [s, buf] : scratch_) cudaFree(buf.ptr);
-        cudaFree(bucket_dev_);
-        cudaFreeHost(bucket_host_);
-        for (TokenCopy& c : token_copies_) {
+        for (BucketBuffer& b : buckets_) {
+            cudaFree(b.dev);
+            cudaFreeHost(b.host);
+            cudaEventDestroy(b.done);
+        }
+        for (TokenSlot& c : token_slots_) {
             cudaFreeHost(c.host);
             cudaEventDestroy(c.ready);
         }
-        cudaEventDestroy(buckets_done_);
         if (blas_ != nullptr) cublasDestroy(blas_);
         cudaFree(lt_.workspace);
         cublasLtDestroy(lt_.handle);
@@ -178,48 +181,69 @@ public:
     }
 
     // ---- GPT ops ----
-    /// Also starts copying the token ids to the host, for the backward's bucketing (see below).
+    /// Buckets the ids for inp's next encoder_backward now, on the host (see encoder_backward).
+    void encoder_host_tokens(const int* dev, const int* host, int n) override {
+        TokenSlot& c = token_slot_for(dev, n);
+        c.nb = cuda::build_encoder_buckets(host, n, c.packed);
+        c.hinted = true;
+    }
+    /// Without an encoder_host_tokens hint for inp, also starts copying the ids to pinned host memory
+    /// for the backward's bucketing.
     void encoder_forward(void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) override {
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::encoder_forward(as<X>(out), inp, as<X>(wte), as<X>(wpe), B, T, C, stream_);
         });
         const int N = B * T;
-        TokenCopy& c = token_copy_for(inp, N);
+        TokenSlot& c = token_slot_for(inp, N);
+        c.have_buckets = c.hinted;
+        c.copy_started = !c.hinted;
+        c.hinted = false;
+        if (c.have_buckets) return;
+        ensure_pinned_ids(c);
         CUDA_CHECK(cudaMemcpyAsync(c.host, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
         CUDA_CHECK(cudaEventRecord(c.ready, stream_));
     }
-    /// The token ids are bucketed on the host (see encoder.cu). They normally come from the copy the
-    /// encoder_forward that read the same inp started — one copy per token buffer, so micro-batches
-    /// in flight together (a pipeline's) each find their own — which finished long ago, so the host
-    /// waits for nothing but that copy; otherwise they are copied now (synchronizing the stream).
+    /// Positions are bucketed by token on the host (encoder.cu). The buckets of the forward that read
+    /// inp (one slot per token buffer, so micro-batches in flight together each find their own) were
+    /// built from the caller's ids when it gave them (encoder_host_tokens): then the host waits for no
+    /// device work of this micro-batch. Else they are built now from the copy that forward started
+    /// (the host waits for that copy), or, with no such forward, from a copy made now (waiting for
+    /// the stream). The upload goes through one of kBucketBuffers pinned + device buffer pairs, in
+    /// turn: the host waits only for the kernels of the backward that used the pair before.
     void encoder_backward(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) override {
         const int N = B * T;
-        auto it = std::find_if(token_copies_.begin(), token_copies_.end(),
-                               [&](const TokenCopy& c) { return c.src == inp && c.n == N; });
-        const int* host = nullptr;
-        if (it != token_copies_.end()) {
-            CUDA_CHECK(cudaEventSynchronize(it->ready));
-            host = it->host;
-        } else {
-            TokenCopy& c = token_copy_for(inp, N);
-            CUDA_CHECK(cudaMemcpyAsync(c.host, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
-            CUDA_CHECK(cudaStreamSynchronize(stream_));
-            host = c.host;
+        auto it = std::find_if(token_slots_.begin(), token_slots_.end(),
+                               [&](const TokenSlot& c) { return c.src == inp && c.n == N; });
+        TokenSlot* found = it != token_slots_.end() ? &*it : nullptr;
+        if (found == nullptr || !found->have_buckets) {
+            TokenSlot& c = found != nullptr ? *found : token_slot_for(inp, N);
+            if (!c.copy_started) {
+                ensure_pinned_ids(c);
+                CUDA_CHECK(cudaMemcpyAsync(c.host, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
+                CUDA_CHECK(cudaStreamSynchronize(stream_));
+            } else {
+                CUDA_CHECK(cudaEventSynchronize(c.ready));
+            }
+            c.nb = cuda::build_encoder_buckets(c.host, N, c.packed);
+            c.have_buckets = true;
+            found = &c;
         }
-        const int nb = cuda::build_encoder_buckets(host, N, packed_);
+        const TokenSlot& c = *found;
         ensure_buckets(3 * size_t(N) + 1);  // the most any N ids need: never regrown (no cudaFree mid-step)
-        CUDA_CHECK(cudaEventSynchronize(buckets_done_));  // the previous upload has left the pinned buffer
-        std::copy(packed_.begin(), packed_.end(), bucket_host_);
-        CUDA_CHECK(cudaStreamWaitEvent(stream_, buckets_done_, 0));  // ... and its kernels the device buffer
-        CUDA_CHECK(cudaMemcpyAsync(bucket_dev_, bucket_host_, sizeof(int) * packed_.size(), cudaMemcpyHostToDevice,
-                                   stream_));
-        const cuda::EncoderBuckets buckets{bucket_dev_, bucket_dev_ + nb, bucket_dev_ + 2 * nb + 1, nb};
+        BucketBuffer& b = buckets_[next_bucket_];
+        next_bucket_ = (next_bucket_ + 1) % kBucketBuffers;
+        CUDA_CHECK(cudaEventSynchronize(b.done));  // the pair's previous upload has left the pinned buffer
+        std::copy(c.packed.begin(), c.packed.end(), b.host);
+        CUDA_CHECK(cudaStreamWaitEvent(stream_, b.done, 0));  // ... and its kernels the device buffer
+        CUDA_CHECK(cudaMemcpyAsync(b.dev, b.host, sizeof(int) * c.packed.size(), cudaMemcpyHostToDevice, stream_));
+        const int nb = c.nb;
+        const cuda::EncoderBuckets buckets{b.dev, b.dev + nb, b.dev + 2 * nb + 1, nb};
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::encoder_backward(as<X>(dwte), as<X>(dwpe), as<X>(dout), buckets, B, T, C, stream_);
         });
-        CUDA_CHECK(cudaEventRecord(buckets_done_, stream_));
+        CUDA_CHECK(cudaEventRecord(b.done, stream_));
     }
     void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                            const void* bias, int N, int C) override {
@@ -457,52 +481,70 @@ private:
         }
         return static_cast<float*>(buf.ptr);
     }
-    /// Pinned host and device buffers of at least `ints` ints for the encoder's buckets.
+    /// Every bucket buffer pair holds at least `ints` ints (grown together, after their kernels).
     void ensure_buckets(size_t ints) {
         if (bucket_ints_ >= ints) return;
-        CUDA_CHECK(cudaEventSynchronize(buckets_done_));
-        internal_free(bucket_dev_, sizeof(int) * bucket_ints_);
-        CUDA_CHECK(cudaFreeHost(bucket_host_));
-        bucket_dev_ = static_cast<int*>(internal_malloc(sizeof(int) * ints));
-        CUDA_CHECK(cudaMallocHost(&bucket_host_, sizeof(int) * ints));
+        for (BucketBuffer& b : buckets_) {
+            CUDA_CHECK(cudaEventSynchronize(b.done));
+            internal_free(b.dev, sizeof(int) * bucket_ints_);
+            CUDA_CHECK(cudaFreeHost(b.host));
+            b.dev = static_cast<int*>(internal_malloc(sizeof(int) * ints));
+            CUDA_CHECK(cudaMallocHost(&b.host, sizeof(int) * ints));
+        }
         bucket_ints_ = ints;
     }
-    /// A pinned copy of the n token ids an encoder_forward read from device buffer src, ready after
-    /// `ready`; `written` orders the slots for reuse.
-    struct TokenCopy {
+    /// What the encoder backward needs of one token buffer `src` (n ids) an encoder_forward read:
+    /// the buckets (packed as build_encoder_buckets returns them, nb of them) once built, and the
+    /// pinned copy of the ids they are built from when the caller gave no host ids.
+    struct TokenSlot {
         const int* src = nullptr;
-        int n = 0, cap = 0;
-        int* host = nullptr;
+        int n = 0, nb = 0;
+        bool hinted = false;        ///< encoder_host_tokens bucketed ids for src's next forward
+        bool have_buckets = false;  ///< packed holds the buckets of src's last forward
+        bool copy_started = false;  ///< src's last forward started the pinned copy below
+        std::vector<int> packed;
+        int* host = nullptr;  ///< pinned copy of the ids (cap ints), complete after `ready`
+        int cap = 0;
         cudaEvent_t ready = nullptr;
-        uint64_t written = 0;
+        uint64_t written = 0;  ///< orders the slots for reuse
     };
-    static constexpr size_t kTokenCopies = 16;  ///< token buffers remembered (micro-batches in flight)
-    /// The host copy slot for n token ids read from device buffer src: src's own slot, else a new one
-    /// (up to kTokenCopies), else the least recently written one; grown (after its last copy landed)
-    /// to hold n ids.
-    TokenCopy& token_copy_for(const int* src, int n) {
-        auto it = std::find_if(token_copies_.begin(), token_copies_.end(), [&](const TokenCopy& c) { return c.src == src; });
-        if (it == token_copies_.end() && token_copies_.size() < kTokenCopies) {
-            TokenCopy c;
+    static constexpr size_t kTokenSlots = 16;  ///< token buffers remembered (micro-batches in flight)
+    /// The slot of n ids read from device buffer src: src's own slot, else a new one (up to
+    /// kTokenSlots), else the least recently written one.
+    TokenSlot& token_slot_for(const int* src, int n) {
+        auto it = std::find_if(token_slots_.begin(), token_slots_.end(), [&](const TokenSlot& c) { return c.src == src; });
+        if (it == token_slots_.end() && token_slots_.size() < kTokenSlots) {
+            TokenSlot c;
             CUDA_CHECK(cudaEventCreateWithFlags(&c.ready, cudaEventDisableTiming));
-            token_copies_.push_back(c);
-            it = token_copies_.end() - 1;
-        } else if (it == token_copies_.end()) {
-            it = std::min_element(token_copies_.begin(), token_copies_.end(),
-                                  [](const TokenCopy& a, const TokenCopy& b) { return a.written < b.written; });
+            token_slots_.push_back(c);
+            it = token_slots_.end() - 1;
+        } else if (it == token_slots_.end()) {
+            it = std::min_element(token_slots_.begin(), token_slots_.end(),
+                                  [](const TokenSlot& a, const TokenSlot& b) { return a.written < b.written; });
         }
-        if (it->cap < n) {
-            CUDA_CHECK(cudaEventSynchronize(it->ready));
-            CUDA_CHECK(cudaFreeHost(it->host));
-            it->host = nullptr;
-            CUDA_CHECK(cudaMallocHost(&it->host, sizeof(int) * n));
-            it->cap = n;
-        }
+        if (it->src != src || it->n != n) it->hinted = it->have_buckets = it->copy_started = false;
         it->src = src;
         it->n = n;
         it->written = ++token_clock_;
         return *it;
     }
+    /// Grows c's pinned id copy to c.n ints (after its last copy landed).
+    void ensure_pinned_ids(TokenSlot& c) {
+        if (c.cap >= c.n) return;
+        CUDA_CHECK(cudaEventSynchronize(c.ready));
+        CUDA_CHECK(cudaFreeHost(c.host));
+        c.host = nullptr;
+        CUDA_CHECK(cudaMallocHost(&c.host, sizeof(int) * c.n));
+        c.cap = c.n;
+    }
+    /// A pinned + device buffer pair the encoder backward uploads buckets through; `done` is
+    /// recorded after the kernels that read the device buffer.
+    struct BucketBuffer {
+        int* host = nullptr;
+        int* dev = nullptr;
+        cudaEvent_t done = nullptr;
+    };
+    static constexpr int kBucketBuffers = 2;
 
     struct Buffer {
         void* ptr = nullptr;
@@ -516,13 +558,11 @@ private:
     LtContext lt_;
     cublasHandle_t blas_ = nullptr;  ///< set when the attention path is cublas
     std::unordered_map<cudaStream_t, Buffer> scratch_;
-    int* bucket_dev_ = nullptr;
-    int* bucket_host_ = nullptr;
-    size_t bucket_ints_ = 0;
-    cudaEvent_t buckets_done_ = nullptr;  ///< after the last bucket upload and its kernels
-    std::vector<TokenCopy> token_copies_;
+    BucketBuffer buckets_[kBucketBuffers];
+    int next_bucket_ = 0;
+    size_t bucket_ints_ = 0;  ///< ints in each bucket buffer
+    std::vector<TokenSlot> token_slots_;
     uint64_t token_clock_ = 0;
-    std::vector<int> packed_;
 #ifdef LLMTRAIN_HAVE_CUDNN
     std::unique_ptr<cuda::CudnnAttention> cudnn_;  ///< set when the attention path is cudnn
 #endif

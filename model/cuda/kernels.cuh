@@ -55,15 +55,31 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 size_t layernorm_backward_scratch_bytes(int N, int C);
 
 // ---- matmul.cu ----
-/// cuBLASLt handle, its workspace, and the algorithm chosen for each problem shape (owned by
-/// CudaOps; the heuristic query costs tens of microseconds, so it runs once per shape).
+/// One GEMM problem's cuBLASLt state, made the first time the problem is seen and kept: its matmul
+/// descriptor (the bias and aux pointers are set again on every call), the layouts of A, B and D
+/// (C is D), and the chosen algorithm.
+struct LtPlan {
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+};
+/// cuBLASLt handle, its workspace, and a plan per problem (owned by CudaOps; creating descriptors
+/// and querying the heuristic cost tens of microseconds, so they run once per problem).
 struct LtContext {
     cublasLtHandle_t handle = nullptr;
     void* workspace = nullptr;
     size_t workspace_bytes = 0;
-    /// (transa, transb, m, n, k, epilogue, dtype, accumulate, pointer alignment) -> algorithm
-    using Key = std::tuple<bool, bool, int, int, int, int, int, bool, uint32_t>;
-    std::map<Key, cublasLtMatmulAlgo_t> algos;
+    /// model.matmul_autotune: time the heuristic's first kAutotuneCandidates algorithms on a
+    /// problem's first call and keep the fastest (per LtContext, so per process); false keeps the
+    /// heuristic's first, the same algorithm in every run (docs/cuda.md "cuBLASLt plans").
+    bool autotune = false;
+    /// (transa, transb, m, n, k, lda, ldb, ldd, epilogue, dtype, accumulate, pointer alignment) -> plan
+    using Key = std::tuple<bool, bool, int, int, int, int, int, int, int, int, bool, uint32_t>;
+    std::map<Key, LtPlan> plans;
+    LtContext() = default;
+    LtContext(const LtContext&) = delete;
+    LtContext& operator=(const LtContext&) = delete;
+    ~LtContext();  ///< destroys the plans' descriptors (matmul.cu)
 };
 /// out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias; with pre_gelu: pre_gelu = that, out = gelu(it).
 template <typename T>

@@ -7,6 +7,9 @@
 // when the input was a GELU output; dweight (C x OC) += inp (C x N) * dout^T (N x OC) with beta = 1;
 // dbias by our own deterministic column reduction (reduce.cuh), which accumulates like the weights
 // (cuBLASLt's BGRADB epilogue would overwrite). All products accumulate in fp32 (CUBLAS_COMPUTE_32F).
+// Each problem (shape, leading dimensions, epilogue, dtype, accumulation, pointer alignment) gets
+// its descriptors and algorithm once (LtPlan, kernels.cuh): the heuristic's first, or with
+// model.matmul_autotune the fastest of its first 8, timed on the problem's first call.
 #include <algorithm>
 
 #include "model/cuda/kernels.cuh"
@@ -35,64 +38,131 @@ static uint32_t alignment_of(const void* p) {
     return al;
 }
 
+LtContext::~LtContext() {
+    for (auto& [key, p] : plans) {
+        cublasLtMatrixLayoutDestroy(p.a);
+        cublasLtMatrixLayoutDestroy(p.b);
+        cublasLtMatrixLayoutDestroy(p.d);
+        cublasLtMatmulDescDestroy(p.desc);
+    }
+}
+
+constexpr int kAutotuneCandidates = 8;  ///< heuristic results timed with model.matmul_autotune
+constexpr int kAutotuneReps = 3;        ///< timed calls per candidate, after one untimed call
+
+/// D (m x n, leading dimension ldd, T) = alpha op(A) op(B) + beta D with `plan` and algorithm `algo`.
+template <typename T>
+static cublasStatus_t lt_call(LtContext& lt, const LtPlan& plan, const cublasLtMatmulAlgo_t& algo, const T* A,
+                              const T* B, T* D, bool accumulate, cudaStream_t stream) {
+    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    return cublasLtMatmul(lt.handle, plan.desc, &alpha, A, plan.a, B, plan.b, &beta, D, plan.d, D, plan.d, &algo,
+                          lt.workspace, lt.workspace_bytes, stream);
+}
+
+/// model.matmul_autotune: the index among the heuristic's `found` results whose call is fastest
+/// (kAutotuneReps calls timed with events on `stream`, after one untimed call; the lowest index wins
+/// ties; a candidate the library refuses is skipped). The host waits for the timing. D ends as it
+/// started: when the product accumulates into it, it is saved first and restored after (a
+/// temporary device buffer of ldd x n elements); otherwise the caller's call overwrites it. An aux
+/// output (GELU_AUX) is likewise rewritten by that call.
+template <typename T>
+static int fastest_algo(LtContext& lt, const LtPlan& plan, const cublasLtMatmulHeuristicResult_t* results, int found,
+                        const T* A, const T* B, T* D, int ldd, int n, bool accumulate, cudaStream_t stream) {
+    const size_t d_bytes = static_cast<size_t>(ldd) * n * sizeof(T);
+    void* saved = nullptr;
+    if (accumulate) {
+        CUDA_CHECK(cudaMalloc(&saved, d_bytes));
+        CUDA_CHECK(cudaMemcpyAsync(saved, D, d_bytes, cudaMemcpyDeviceToDevice, stream));
+    }
+    cudaEvent_t start, stop;
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
+    int best = 0;
+    float best_ms = -1.0f;  // none timed yet
+    for (int i = 0; i < found; ++i) {
+        if (results[i].state != CUBLAS_STATUS_SUCCESS ||
+            lt_call(lt, plan, results[i].algo, A, B, D, accumulate, stream) != CUBLAS_STATUS_SUCCESS)
+            continue;
+        CUDA_CHECK(cudaEventRecord(start, stream));
+        for (int r = 0; r < kAutotuneReps; ++r) CUBLAS_CHECK(lt_call(lt, plan, results[i].algo, A, B, D, accumulate, stream));
+        CUDA_CHECK(cudaEventRecord(stop, stream));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+        if (best_ms < 0.0f || ms < best_ms) best = i, best_ms = ms;
+    }
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    if (saved != nullptr) {
+        CUDA_CHECK(cudaMemcpyAsync(D, saved, d_bytes, cudaMemcpyDeviceToDevice, stream));
+        CUDA_CHECK(cudaStreamSynchronize(stream));
+        CUDA_CHECK(cudaFree(saved));
+    }
+    return best;
+}
+
 /// One column-major GEMM D (m x n) = op(A) (m x k) * op(B) (k x n) [+ D if accumulate], with an
 /// optional epilogue (bias of length m, aux of m x n with leading dimension m). A, B, D are T.
+/// The problem's plan (descriptors, algorithm) is made on its first call and reused after; only
+/// the bias and aux pointers are set per call.
 template <typename T>
 static void lt_matmul(LtContext& lt, bool transa, bool transb, int m, int n, int k, const T* A, int lda,
                       const T* B, int ldb, T* D, int ldd, bool accumulate, cublasLtEpilogue_t epilogue,
                       const T* bias, const T* aux, cudaStream_t stream) {
     const cudaDataType type = cuda_type<T>();
-    cublasLtMatmulDesc_t desc;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    const cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (bias != nullptr) {
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
-    }
-    if (aux != nullptr) {
-        const int64_t aux_ld = m;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type, sizeof(type)));
-    }
-    cublasLtMatrixLayout_t la, lb, ld;
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, type, transa ? k : m, transa ? m : k, lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, type, transb ? n : k, transb ? k : n, ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, type, m, n, ldd));
     // Parameter tensors sit inside one flat buffer, 16-byte aligned; the heuristic otherwise assumes 256.
     const uint32_t align = std::min({alignment_of(A), alignment_of(B), alignment_of(D)});
-    const LtContext::Key key{transa, transb, m, n, k, static_cast<int>(epilogue), static_cast<int>(type), accumulate,
-                             align};
-    auto it = lt.algos.find(key);
-    if (it == lt.algos.end()) {
+    const LtContext::Key key{transa, transb, m, n, k, lda, ldb, ldd, static_cast<int>(epilogue), static_cast<int>(type),
+                             accumulate, align};
+    auto it = lt.plans.find(key);
+    const bool fresh = it == lt.plans.end();
+    if (fresh) {
+        LtPlan p;
+        CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+        const cublasOperation_t opa = transa ? CUBLAS_OP_T : CUBLAS_OP_N, opb = transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof(opa)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof(opb)));
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+        if (bias != nullptr)
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &type, sizeof(type)));
+        if (aux != nullptr) {
+            const int64_t aux_ld = m;
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &type, sizeof(type)));
+        }
+        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, type, transa ? k : m, transa ? m : k, lda));
+        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, type, transb ? n : k, transb ? k : n, ldb));
+        CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.d, type, m, n, ldd));
+        it = lt.plans.emplace(key, p).first;  // owned by lt from here (destroyed in ~LtContext)
+    }
+    LtPlan& plan = it->second;
+    // The epilogue's pointers change from call to call (each layer has its own bias).
+    if (bias != nullptr)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    if (aux != nullptr)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan.desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    if (fresh) {
         cublasLtMatmulPreference_t pref;
         CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
         CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                                           &lt.workspace_bytes, sizeof(lt.workspace_bytes)));
-#ifndef EMU_BUILD  // cuda_emu has a single algorithm and does not emulate the alignment filters
+#ifndef EMU_BUILD  // cuda_emu's algorithms run the one GEMM: it does not emulate the alignment filters
         for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
             CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align)));
 #endif
-        cublasLtMatmulHeuristicResult_t heuristic;
+        cublasLtMatmulHeuristicResult_t results[kAutotuneCandidates];
         int found = 0;
-        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found));
+        CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt.handle, plan.desc, plan.a, plan.b, plan.d, plan.d, pref,
+                                                    lt.autotune ? kAutotuneCandidates : 1, results, &found));
         CUBLAS_CHECK(cublasLtMatmulPreferenceDestroy(pref));
         if (found == 0)
             throw CudaError("cuBLASLt has no algorithm for m=" + std::to_string(m) + " n=" + std::to_string(n) +
                             " k=" + std::to_string(k) + " epilogue=" + std::to_string(static_cast<int>(epilogue)));
-        it = lt.algos.emplace(key, heuristic.algo).first;
+        const int pick = found > 1 ? fastest_algo(lt, plan, results, found, A, B, D, ldd, n, accumulate, stream) : 0;
+        plan.algo = results[pick].algo;
     }
-    const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    CUBLAS_CHECK(cublasLtMatmul(lt.handle, desc, &alpha, A, la, B, lb, &beta, D, ld, D, ld, &it->second,
-                                lt.workspace, lt.workspace_bytes, stream));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(la));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(lb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutDestroy(ld));
-    CUBLAS_CHECK(cublasLtMatmulDescDestroy(desc));
+    CUBLAS_CHECK(lt_call(lt, plan, plan.algo, A, B, D, accumulate, stream));
 }
 
 template <typename T>

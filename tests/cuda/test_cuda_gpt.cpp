@@ -88,7 +88,8 @@ struct Model {
         std::vector<int> inp, tgt;
         batch(s, inp, tgt);
         gpt->zero_grads();
-        const float loss = gpt->forward_backward(inp.data(), tgt.data(), 1.0f / kN);
+        gpt->forward_backward(inp.data(), tgt.data(), 1.0f / kN);
+        const float loss = static_cast<float>(gpt->take_loss_sum());
         const float norm = grad_norm(*ops, gpt->grads(), numel(), scratch);
         opt->step(gpt->params(), gpt->grads(), 1e-3f, clip_scale(norm, 1.0f));
         ops->synchronize();
@@ -127,8 +128,10 @@ TEST_P(GptTest, OneTrainingStep) {
     batch(0, inp, tgt);
     cpu->gpt->zero_grads();
     cuda->gpt->zero_grads();
-    const float l_cpu = cpu->gpt->forward_backward(inp.data(), tgt.data(), 1.0f / kN);
-    const float l_cuda = cuda->gpt->forward_backward(inp.data(), tgt.data(), 1.0f / kN);
+    cpu->gpt->forward_backward(inp.data(), tgt.data(), 1.0f / kN);
+    cuda->gpt->forward_backward(inp.data(), tgt.data(), 1.0f / kN);
+    const float l_cpu = static_cast<float>(cpu->gpt->take_loss_sum());
+    const float l_cuda = static_cast<float>(cuda->gpt->take_loss_sum());
     EXPECT_NEAR(l_cuda, l_cpu, (bf16 ? 1e-3 : 1e-5) * l_cpu) << "loss";  // bf16: 5e-6 seen
     const auto g_cpu = cpu->grads(), g_cuda = cuda->grads();
     // Tensor by tensor, each against its own scale: |cuda - cpu| <= tol (|cpu_i| + rms of that
@@ -252,6 +255,53 @@ TEST_P(GptTest, ActivationContextsInFlightEqualOneAtATime) {
     const size_t n = one.layout().total_numel();
     const auto g1 = download(*ops, one.grads(), n, ops->act_dtype()), g3 = download(*ops, three.grads(), n, ops->act_dtype());
     EXPECT_EQ(std::memcmp(g1.data(), g3.data(), n * sizeof(float)), 0);
+}
+
+/// A step's micro-batches are queued without waiting for the device: after GPT::warm_up, three
+/// forward_backward calls and take_loss_sum make no device-wide or stream synchronize (the emulator
+/// counts them) and allocate nothing. The loss read once equals, bit for bit, the old reading: each
+/// micro-batch's B*T losses downloaded after its backward, averaged in double, rounded to float, the
+/// means added in double. forward_backward hands the host's token ids to the encoder backward
+/// (bucketed at forward time); forward/backward from device ids alone bucket a copy of them read
+/// back from the device: the gradients are the same bits.
+TEST_P(GptTest, StepQueuesWithoutDeviceSyncAndReadsLossesOnce) {
+    Model m(make_cuda_backend(GetParam()), 0.5f);
+    constexpr int kMicro = 3;
+    m.gpt->warm_up(kMicro);
+    std::vector<int> in[kMicro], tg[kMicro];
+    for (int k = 0; k < kMicro; ++k) batch(k, in[k], tg[k]);
+    const float dloss = 1.0f / (kN * kMicro);
+    m.gpt->zero_grads();  // the warm-up's junk
+#ifndef LLMTRAIN_REAL_GPU
+    const emu::ApiCalls calls0 = emu::api_calls();
+    const emu::MemoryStats mem0 = emu::memory_stats();
+#endif
+    for (int k = 0; k < kMicro; ++k) m.gpt->forward_backward(in[k].data(), tg[k].data(), dloss);
+    const double got = m.gpt->take_loss_sum();
+#ifndef LLMTRAIN_REAL_GPU
+    const emu::ApiCalls calls1 = emu::api_calls();
+    const emu::MemoryStats mem1 = emu::memory_stats();
+    EXPECT_EQ(calls1.device_synchronize - calls0.device_synchronize, 0u);
+    EXPECT_EQ(calls1.stream_synchronize - calls0.stream_synchronize, 0u);
+    EXPECT_EQ(mem1.device_allocations, mem0.device_allocations);
+    EXPECT_EQ(mem1.pinned_allocations, mem0.pinned_allocations);
+#endif
+    const auto grads = m.grads();
+
+    m.gpt->zero_grads();
+    double want = 0.0;
+    for (int k = 0; k < kMicro; ++k) {
+        DevBuf din = upload_ints(*m.ops, in[k]), dtg = upload_ints(*m.ops, tg[k]);
+        m.gpt->forward(din.as<int>(), nullptr, dtg.as<int>(), dloss, true);
+        m.gpt->backward(nullptr, nullptr);
+        const auto losses = download(*m.ops, m.gpt->losses(), kN, DType::f32);
+        double sum = 0.0;
+        for (float l : losses) sum += l;
+        want += static_cast<float>(sum / kN);
+    }
+    EXPECT_EQ(got, want);
+    const auto grads_ref = m.grads();
+    EXPECT_EQ(std::memcmp(grads.data(), grads_ref.data(), grads.size() * sizeof(float)), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, GptTest, testing::Values("fp32", "bf16"),

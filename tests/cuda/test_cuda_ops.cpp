@@ -324,6 +324,73 @@ TEST_P(OpsTest, AdamWAndNorm) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, OpsTest, testing::ValuesIn(all_modes()), mode_name);
 
+/// cuBLASLt plans (docs/cuda.md "cuBLASLt plans"): a linear layer's three GEMM problems (forward
+/// with bias + GELU, dweight, dinp with the GELU backward) get their descriptors and heuristic on
+/// their first call only (the emulator counts the calls), and calls of the cached plans with other
+/// operands, bias and aux give the bits a fresh backend gives. With model.matmul_autotune the
+/// emulator's candidates (3, all the one GEMM) are each run 1 + 3 times, and the results keep their
+/// bits: the accumulated dweight too (the timed calls must not add into it).
+TEST(CudaMatmulPlans, MadeOncePerProblemAndCachedCallsMatchFreshOnes) {
+#ifdef LLMTRAIN_REAL_GPU
+    GTEST_SKIP() << "counts the emulator's cuBLASLt calls";
+#else
+    const int OC = 4 * C;
+    for (const char* precision : {"fp32", "bf16"}) {
+        const bool bf = std::string(precision) == "bf16";
+        const DType dt = bf ? DType::bf16 : DType::f32;
+        const size_t es = dtype_size(dt);
+        /// One linear layer forward + backward on inputs from `seed`: out, pre_gelu, dinp, dweight.
+        auto layer = [&](Ops& o, uint64_t seed) {
+            auto up = [&](size_t n, uint64_t s, float lo = -1.0f, float hi = 1.0f) {
+                return upload(o, random_vec(n, seed * 10 + s, bf, lo, hi), dt);
+            };
+            DevBuf di = up(size_t(N) * C, 0), dw = up(size_t(OC) * C, 1, -0.3f, 0.3f), db = up(OC, 2);
+            DevBuf dgo = up(size_t(N) * C, 3), gw = up(size_t(OC) * C, 4);
+            DevBuf out(o, size_t(N) * OC * es), pre(o, size_t(N) * OC * es), dinp(o, size_t(N) * OC * es);
+            o.matmul_forward(out.ptr, pre.ptr, di.ptr, dw.ptr, db.ptr, N, C, OC);
+            // the next layer's backward: (N,C) gradient of a (N,OC) input that was gelu(pre)
+            o.matmul_backward(dinp.ptr, gw.ptr, nullptr, dgo.ptr, out.ptr, dw.ptr, pre.ptr, N, OC, C);
+            return std::vector<std::vector<float>>{download(o, out.ptr, size_t(N) * OC, dt),
+                                                   download(o, pre.ptr, size_t(N) * OC, dt),
+                                                   download(o, dinp.ptr, size_t(N) * OC, dt),
+                                                   download(o, gw.ptr, size_t(OC) * C, dt)};
+        };
+        auto same_bits = [](const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+            for (size_t i = 0; i < a.size(); ++i)
+                if (a[i].size() != b[i].size() || std::memcmp(a[i].data(), b[i].data(), a[i].size() * 4) != 0) return false;
+            return true;
+        };
+        auto cached = make_cuda_backend(precision);
+        const emu::ApiCalls c0 = emu::api_calls();
+        layer(*cached, 1);
+        const emu::ApiCalls c1 = emu::api_calls();
+        const auto second = layer(*cached, 2);
+        const emu::ApiCalls c2 = emu::api_calls();
+        EXPECT_EQ(c1.lt_desc_create - c0.lt_desc_create, 3u) << precision;
+        EXPECT_EQ(c1.lt_layout_create - c0.lt_layout_create, 9u) << precision;
+        EXPECT_EQ(c1.lt_heuristic - c0.lt_heuristic, 3u) << precision;
+        EXPECT_EQ(c2.lt_desc_create - c1.lt_desc_create, 0u) << precision;
+        EXPECT_EQ(c2.lt_layout_create - c1.lt_layout_create, 0u) << precision;
+        EXPECT_EQ(c2.lt_preference_create - c1.lt_preference_create, 0u) << precision;
+        EXPECT_EQ(c2.lt_heuristic - c1.lt_heuristic, 0u) << precision;
+        EXPECT_EQ(c2.lt_desc_destroy - c1.lt_desc_destroy, 0u) << precision;
+        EXPECT_EQ(c2.lt_matmul - c1.lt_matmul, 3u) << precision;
+
+        auto fresh = make_cuda_backend(precision);
+        EXPECT_TRUE(same_bits(layer(*fresh, 2), second)) << precision << ": a cached plan's call differs from a fresh one";
+
+        CudaBackendOptions tuned_opt;
+        tuned_opt.matmul_autotune = true;
+        auto tuned = make_cuda_backend(precision, tuned_opt);
+        const emu::ApiCalls t0 = emu::api_calls();
+        EXPECT_TRUE(same_bits(layer(*tuned, 2), second)) << precision << ": autotuning changed the results";
+        const emu::ApiCalls t1 = emu::api_calls();
+        EXPECT_EQ(t1.lt_heuristic - t0.lt_heuristic, 3u) << precision;
+        EXPECT_EQ(t1.lt_matmul - t0.lt_matmul, 3u * 3u * 4u + 3u) << precision;
+    }
+#endif
+}
+
 /// Stochastic rounding: each bf16 param is one of the two neighbours of its master weight, and over
 /// many elements with the same master value the mean is unbiased (within 4 standard errors).
 TEST(CudaAdamW, StochasticRoundingIsUnbiased) {

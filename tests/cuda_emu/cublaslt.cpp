@@ -9,6 +9,7 @@
 // then queues the shared GEMM (cublas_gemm.hpp) on its stream.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstring>
 #include <new>
 #include <string>
@@ -23,6 +24,10 @@ struct cublasLtContext {
 namespace {
 
 using emu::blas::fail;
+
+/// Algorithms the heuristic offers at most, and the tag in the first 8 bytes of each.
+constexpr int kEmulatedAlgos = 3;
+constexpr char kAlgoTag[9] = "cuda_emu";
 
 /// A matrix layout (CUBLASLT_MATRIX_LAYOUT_*), field types as documented in cublasLt.h.
 struct Layout {
@@ -300,12 +305,14 @@ cublasStatus_t cublasLtMatrixLayoutInit_internal(cublasLtMatrixLayout_t matLayou
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* matLayout, cudaDataType type,
                                           uint64_t rows, uint64_t cols, int64_t ld) {
+    emu::count_call(&emu::ApiCalls::lt_layout_create);
     if (matLayout == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
     *matLayout = new cublasLtMatrixLayoutOpaque_t{};
     return cublasLtMatrixLayoutInit_internal(*matLayout, sizeof(**matLayout), type, rows, cols, ld);
 }
 
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t matLayout) {
+    emu::count_call(&emu::ApiCalls::lt_layout_destroy);
     delete matLayout;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -338,12 +345,14 @@ cublasStatus_t cublasLtMatmulDescInit_internal(cublasLtMatmulDesc_t matmulDesc, 
 
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* matmulDesc, cublasComputeType_t computeType,
                                         cudaDataType_t scaleType) {
+    emu::count_call(&emu::ApiCalls::lt_desc_create);
     if (matmulDesc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
     *matmulDesc = new cublasLtMatmulDescOpaque_t{};
     return cublasLtMatmulDescInit_internal(*matmulDesc, sizeof(**matmulDesc), computeType, scaleType);
 }
 
 cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
+    emu::count_call(&emu::ApiCalls::lt_desc_destroy);
     delete matmulDesc;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -370,12 +379,14 @@ cublasStatus_t cublasLtMatmulPreferenceInit_internal(cublasLtMatmulPreference_t 
 }
 
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+    emu::count_call(&emu::ApiCalls::lt_preference_create);
     if (pref == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
     *pref = new cublasLtMatmulPreferenceOpaque_t{};
     return cublasLtMatmulPreferenceInit_internal(*pref, sizeof(**pref));
 }
 
 cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+    emu::count_call(&emu::ApiCalls::lt_preference_destroy);
     delete pref;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -395,14 +406,18 @@ cublasStatus_t cublasLtMatmulPreferenceGetAttribute(cublasLtMatmulPreference_t p
                      "cublasLtMatmulPreferenceGetAttribute", attr);
 }
 
-/// Returns one algorithm (needing no workspace) for any problem cublasLtMatmul accepts; the
-/// problem's own error status otherwise, with *returnAlgoCount = 0.
+/// Returns min(requestedAlgoCount, kEmulatedAlgos) algorithms (needing no workspace) for any
+/// problem cublasLtMatmul accepts, as the real heuristic returns up to the count requested; the
+/// problem's own error status otherwise, with *returnAlgoCount = 0. The emulated algorithms differ
+/// only in their index: all run the one GEMM, in one summation order (on a GPU they differ in
+/// tiling and split-k, so in rounding).
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t operationDesc,
                                               cublasLtMatrixLayout_t Adesc, cublasLtMatrixLayout_t Bdesc,
                                               cublasLtMatrixLayout_t Cdesc, cublasLtMatrixLayout_t Ddesc,
                                               cublasLtMatmulPreference_t preference, int requestedAlgoCount,
                                               cublasLtMatmulHeuristicResult_t heuristicResultsArray[],
                                               int* returnAlgoCount) {
+    emu::count_call(&emu::ApiCalls::lt_heuristic);
     const char* fn = "cublasLtMatmulAlgoGetHeuristic";
     if (returnAlgoCount == nullptr || heuristicResultsArray == nullptr || preference == nullptr)
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "null preference or result pointer");
@@ -413,13 +428,17 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
     if (cublasStatus_t s = describe(fn, lightHandle, operationDesc, Adesc, Bdesc, Cdesc, Ddesc, &g);
         s != CUBLAS_STATUS_SUCCESS)
         return s;
-    cublasLtMatmulHeuristicResult_t& r = heuristicResultsArray[0];
-    r = {};
-    std::memcpy(r.algo.data, "cuda_emu", 8);  // a recognizable dummy; cublasLtMatmul ignores it
-    r.workspaceSize = 0;
-    r.state = CUBLAS_STATUS_SUCCESS;
-    r.wavesCount = 1.0f;
-    *returnAlgoCount = 1;
+    const int count = std::min(requestedAlgoCount, kEmulatedAlgos);
+    for (int i = 0; i < count; ++i) {
+        cublasLtMatmulHeuristicResult_t& r = heuristicResultsArray[i];
+        r = {};
+        std::memcpy(r.algo.data, kAlgoTag, 8);  // recognizable; cublasLtMatmul checks the tag
+        r.algo.data[1] = static_cast<uint64_t>(i);
+        r.workspaceSize = 0;
+        r.state = CUBLAS_STATUS_SUCCESS;
+        r.wavesCount = 1.0f;
+    }
+    *returnAlgoCount = count;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -433,14 +452,17 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                               const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
                               cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
                               cublasLtMatrixLayout_t Cdesc, void* D, cublasLtMatrixLayout_t Ddesc,
-                              const cublasLtMatmulAlgo_t* /*algo: one algorithm*/, void* workspace,
+                              const cublasLtMatmulAlgo_t* algo, void* workspace,
                               size_t workspaceSizeInBytes, cudaStream_t stream) {
+    emu::count_call(&emu::ApiCalls::lt_matmul);
     const char* fn = "cublasLtMatmul";
     emu::blas::Gemm g;
     if (cublasStatus_t s = describe(fn, lightHandle, computeDesc, Adesc, Bdesc, Cdesc, Ddesc, &g);
         s != CUBLAS_STATUS_SUCCESS)
         return s;
     if (alpha == nullptr || beta == nullptr) return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "alpha or beta is null");
+    if (algo != nullptr && std::memcmp(algo->data, kAlgoTag, 8) != 0)
+        return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "algo was not returned by cublasLtMatmulAlgoGetHeuristic");
     g.alpha = *static_cast<const float*>(alpha);
     g.beta = *static_cast<const float*>(beta);
     if (g.beta != 0.0f && C == nullptr) return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "beta != 0 but C is null");

@@ -57,6 +57,21 @@ struct MemoryStats {
 };
 MemoryStats memory_stats();
 
+// ---- call counts ----
+
+/// How many times some calls ran in this process: the host-blocking runtime calls, and cuBLASLt's
+/// descriptor, heuristic and matmul calls. Tests take two snapshots around the code they check
+/// (a training step must not synchronize the whole device; a cached GEMM must not create
+/// descriptors). Counts calls, successful or not.
+struct ApiCalls {
+    uint64_t device_synchronize = 0, stream_synchronize = 0, event_synchronize = 0;
+    uint64_t lt_desc_create = 0, lt_desc_destroy = 0, lt_layout_create = 0, lt_layout_destroy = 0;
+    uint64_t lt_preference_create = 0, lt_preference_destroy = 0, lt_heuristic = 0, lt_matmul = 0;
+};
+ApiCalls api_calls();
+/// Increments one field of the counts (thread-safe); the emulated APIs call it.
+void count_call(uint64_t ApiCalls::*field);
+
 // ---- thread and block order ----
 
 enum class ThreadOrder { forward, reverse, random };

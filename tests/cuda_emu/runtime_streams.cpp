@@ -23,6 +23,10 @@ double now_ms() {
     return duration<double, std::milli>(steady_clock::now().time_since_epoch()).count();
 }
 
+// The call counts of emu::api_calls(), under their own lock (counted before the streams lock).
+std::mutex g_calls_lock;
+emu::ApiCalls g_calls;
+
 bool valid(cudaEvent_t e) { return e && g_events.count(e); }
 
 bool complete(const CUevent_st* e) { return !e->stream || e->stream->done >= e->seq; }
@@ -44,6 +48,20 @@ void reset_events() {
 }
 
 }  // namespace emu::streams
+
+namespace emu {
+
+ApiCalls api_calls() {
+    std::lock_guard lock(g_calls_lock);
+    return g_calls;
+}
+
+void count_call(uint64_t ApiCalls::*field) {
+    std::lock_guard lock(g_calls_lock);
+    ++(g_calls.*field);
+}
+
+}  // namespace emu
 
 extern "C" {
 
@@ -72,6 +90,7 @@ cudaError_t cudaStreamDestroy(cudaStream_t stream) {
 }
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+    emu::count_call(&emu::ApiCalls::stream_synchronize);
     EMU_RETURN_IF_STICKY();
     std::lock_guard lock(emu::streams::lock());
     CUstream_st* s = emu::streams::resolve(stream);
@@ -129,6 +148,7 @@ cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* userD
 }
 
 cudaError_t cudaDeviceSynchronize(void) {
+    emu::count_call(&emu::ApiCalls::device_synchronize);
     EMU_RETURN_IF_STICKY();
     std::lock_guard lock(emu::streams::lock());
     emu::streams::run_all();
@@ -170,6 +190,7 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+    emu::count_call(&emu::ApiCalls::event_synchronize);
     EMU_RETURN_IF_STICKY();
     std::lock_guard lock(emu::streams::lock());
     if (!valid(event)) return bad_event("cudaEventSynchronize");

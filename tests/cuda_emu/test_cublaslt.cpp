@@ -352,6 +352,27 @@ TEST_F(CublasLt, AttributesAndValidation) {
     EXPECT_EQ(matmul(lb, buf.get()), CUBLAS_STATUS_INVALID_VALUE);  // shapes do not match
     EXPECT_EQ(matmul(la, v.data()), CUBLAS_STATUS_INVALID_VALUE);  // D in host memory
 
+    // The heuristic offers up to 3 algorithms (as many as asked for, below that), each accepted by
+    // cublasLtMatmul; an algorithm it never returned is refused.
+    {
+        cublasLtMatmulPreference_t p0;
+        ASSERT_EQ(cublasLtMatmulPreferenceCreate(&p0), CUBLAS_STATUS_SUCCESS);
+        cublasLtMatmulHeuristicResult_t res[8]{};
+        int n_found = 0;
+        ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, p0, 8, res, &n_found), CUBLAS_STATUS_SUCCESS);
+        EXPECT_EQ(n_found, 3);
+        ASSERT_EQ(cublasLtMatmulAlgoGetHeuristic(lt, desc, la, lb, ld, ld, p0, 2, res, &n_found), CUBLAS_STATUS_SUCCESS);
+        EXPECT_EQ(n_found, 2);
+        auto with_algo = [&](const cublasLtMatmulAlgo_t* algo) {
+            return cublasLtMatmul(lt, desc, &alpha, buf.get(), la, buf.get(), lb, &beta, nullptr, ld, buf.get(), ld, algo,
+                                  nullptr, 0, stream);
+        };
+        for (int i = 0; i < n_found; ++i) EXPECT_EQ(with_algo(&res[i].algo), CUBLAS_STATUS_SUCCESS) << "algorithm " << i;
+        const cublasLtMatmulAlgo_t foreign{};
+        EXPECT_EQ(with_algo(&foreign), CUBLAS_STATUS_INVALID_VALUE);
+        cublasLtMatmulPreferenceDestroy(p0);
+    }
+
     uint32_t epi = CUBLASLT_EPILOGUE_BIAS;  // without BIAS_POINTER
     ASSERT_EQ(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)), CUBLAS_STATUS_SUCCESS);
     EXPECT_EQ(matmul(la, buf.get()), CUBLAS_STATUS_INVALID_VALUE);
