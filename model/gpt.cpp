@@ -418,7 +418,9 @@ void GPT::forward_backward(const int* inputs, const int* targets, float dloss) {
 double GPT::take_loss_sum() {
     Impl& m = *impl_;
     if (m.loss_pending == 0) return 0.0;
-    m.ops.synchronize_event(m.loss_ready);  // copies run in stream order: the last covers them all
+    // Copies run in stream order: the last covers them all. The store's wait is timed against its
+    // collectives (ZeRO-2/3 reduce during the backward), so a hung one ends in an error, not a hang.
+    m.store->host_wait(m.ops, m.loss_ready, "reading the step's losses");
     double total = 0.0;
     for (int k = 0; k < m.loss_pending; ++k) total += m.mean_loss(m.loss_host[static_cast<size_t>(k)]);
     m.loss_pending = 0;
@@ -435,7 +437,7 @@ float GPT::evaluate(const int* inputs, const int* targets) {
     float* slot = m.loss_slot(static_cast<size_t>(m.loss_pending));  // a slot no queued micro-batch holds
     m.ops.memcpy_d2h(slot, m.ctxs[0].losses, N * 4);
     m.record_ready();
-    m.ops.synchronize_event(m.loss_ready);
+    m.store->host_wait(m.ops, m.loss_ready, "reading the eval loss");
     return m.mean_loss(slot);
 }
 
