@@ -455,7 +455,7 @@ std::vector<float> GPT::logits_at(const int* inputs, int pos) {
     std::vector<float> out(m.cfg.vocab_size);
     m.ops.memcpy_d2h(out.data(), m.logit_row, out.size() * 4);
     m.record_ready();
-    m.ops.synchronize_event(m.loss_ready);
+    m.store->host_wait(m.ops, m.loss_ready, "reading the sampled logits");  // ZeRO-3 gathers feed it
     return out;
 }
 
