@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "app/checkpoint.hpp"
+#include "app/checkpoint/checkpoint.hpp"
 #include "app/cli.hpp"
 #include "app/interop/hf_gpt2.hpp"
 #include "app/interop/llmc_model.hpp"

@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "app/checkpoint.hpp"
+#include "app/checkpoint/checkpoint.hpp"
 #include "app/cli.hpp"
 #include "app/config.hpp"
 #include "app/metrics.hpp"

@@ -71,6 +71,7 @@ ListenAddress parse_listen(const std::string& listen) {
 
 struct Metrics::Impl {
     std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+    std::mutex scrape_mutex;  // a scrape's Collect vs. a step's updates (hold_scrapes); outlives server
     std::unique_ptr<MetricsServer> server;
     prometheus::Labels labels;  // {run, rank}
     prometheus::Gauge *step, *loss, *val_loss, *learning_rate, *grad_norm, *tokens_per_second, *mfu, *checkpoint_seconds;
@@ -139,14 +140,21 @@ Metrics::Metrics(const std::string& listen, int port_offset, const std::string& 
                        .Labels(m.labels)
                        .Register(*m.registry);
 
-    m.server = std::make_unique<MetricsServer>(addr, [registry = m.registry] {
-        return prometheus::TextSerializer().Serialize(registry->Collect());
+    m.server = std::make_unique<MetricsServer>(addr, [&m] {
+        std::vector<prometheus::MetricFamily> families;
+        {
+            std::lock_guard<std::mutex> hold(m.scrape_mutex);
+            families = m.registry->Collect();
+        }
+        return prometheus::TextSerializer().Serialize(families);
     });
 }
 
 Metrics::~Metrics() = default;
 
 int Metrics::port() const { return impl_->server->port(); }
+
+std::unique_lock<std::mutex> Metrics::hold_scrapes() { return std::unique_lock<std::mutex>(impl_->scrape_mutex); }
 
 void Metrics::set_step(int64_t step) { impl_->step->Set(static_cast<double>(step)); }
 void Metrics::set_loss(double loss) { impl_->loss->Set(loss); }

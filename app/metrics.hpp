@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 
@@ -33,6 +34,11 @@ public:
     Metrics(const std::string& listen, int port_offset, const std::string& run, int rank);
     ~Metrics();
     int port() const;  ///< the bound port (useful with port 0)
+
+    /// Holds scrapes off while it lives: the values one step sets under it (llmtrain_step,
+    /// llmtrain_tokens_total, ...) reach a scrape together, never half of them (a scrape between
+    /// set_step and add_tokens once read step 806 with 805 steps' tokens).
+    [[nodiscard]] std::unique_lock<std::mutex> hold_scrapes();
 
     void set_step(int64_t step);
     void set_loss(double loss);

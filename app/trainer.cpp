@@ -10,7 +10,7 @@
 #include <random>
 #include <sstream>
 
-#include "app/checkpoint.hpp"
+#include "app/checkpoint/checkpoint.hpp"
 #include "app/model_state.hpp"
 #include "app/sampler.hpp"
 #include "data/loader.hpp"
@@ -567,6 +567,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
                                          "(training.max_skipped_steps); the last checkpoint is kept as it was");
         }
         if (metrics) {
+            auto one_step = metrics->hold_scrapes();  // a scrape sees this step's values together
             metrics->set_step(s);
             metrics->set_loss(loss);
             metrics->set_learning_rate(lr);

@@ -10,7 +10,7 @@
 #include <iterator>
 #include <vector>
 
-#include "app/checkpoint.hpp"
+#include "app/checkpoint/checkpoint.hpp"
 #include "model/backend.hpp"
 #include "model/gpt.hpp"
 

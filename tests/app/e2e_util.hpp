@@ -19,7 +19,7 @@
 #include <sstream>
 #include <thread>
 
-#include "app/checkpoint.hpp"
+#include "app/checkpoint/checkpoint.hpp"
 #include "app/config.hpp"
 #include "data/loader.hpp"
 #include "model/backend.hpp"

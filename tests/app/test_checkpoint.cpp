@@ -1,4 +1,4 @@
-// tests/app/test_checkpoint.cpp — the checkpoint format and write protocol (app/checkpoint.hpp).
+// tests/app/test_checkpoint.cpp — the checkpoint format and write protocol (app/checkpoint/checkpoint.hpp).
 //
 // References: the values written (seeded random tensors) must come back bit for bit, by tensor
 // name, also into a layout with other padding, other optimizer shard ranges, and when written by
@@ -20,7 +20,7 @@
 #include <sstream>
 #include <thread>
 
-#include "app/checkpoint.hpp"
+#include "app/checkpoint/checkpoint.hpp"
 #include "data/token_dataset.hpp"
 
 using namespace llmtrain;

@@ -8,10 +8,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <map>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "app/metrics.hpp"
 #include "http_client.hpp"
@@ -130,6 +132,34 @@ TEST(Metrics, ScrapeShowsEveryMetricWithRunAndRankLabels) {
     int buckets = 0;
     for (const auto& [name, v] : s) buckets += name.rfind("llmtrain_step_seconds_bucket", 0) == 0;
     EXPECT_EQ(buckets, 17);  // 16 bounds + +Inf
+}
+
+// A trainer thread sets step i and adds 32 tokens per step under hold_scrapes() as fast as it can
+// while the test scrapes: every scrape must read tokens_total = 32 x step exactly (the invariant
+// the end-to-end test checks once; without the hold a scrape lands between the two updates).
+TEST(Metrics, AScrapeSeesOneStepsValuesTogether) {
+    Metrics m("127.0.0.1:0", 0, "hold", 0);
+    std::atomic<bool> stop{false};
+    std::thread trainer([&] {
+        for (int64_t i = 1; !stop.load(); ++i) {
+            auto one_step = m.hold_scrapes();
+            m.set_step(i);
+            std::this_thread::yield();  // widen the window a scrape would fall into without the hold
+            m.add_tokens(32);
+        }
+    });
+    const std::string L = R"(rank="0",run="hold")";
+    int checked = 0;
+    for (int k = 0; k < 200; ++k) {
+        const auto s = samples(http_get(m.port(), "/metrics"));
+        if (!s.count("llmtrain_step{" + L + "}")) continue;
+        const double step = s.at("llmtrain_step{" + L + "}"), tokens = s.at("llmtrain_tokens_total{" + L + "}");
+        EXPECT_EQ(tokens, 32 * step) << "scrape " << k;
+        ++checked;
+    }
+    stop = true;
+    trainer.join();
+    EXPECT_GT(checked, 100);
 }
 
 TEST(Metrics, OnlyGetAndHeadOfMetricsAreServed) {

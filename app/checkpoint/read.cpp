@@ -1,4 +1,4 @@
-// app/checkpoint_read.cpp — checkpoint verification, resume lookup and reading (see checkpoint.hpp).
+// app/checkpoint/read.cpp — checkpoint verification, resume lookup and reading (see checkpoint.hpp).
 // HDF5 through data/h5.hpp; state.toml through TOML++.
 #include <hdf5.h>
 
@@ -8,8 +8,8 @@
 #include <sstream>
 #include <toml++/toml.h>
 
-#include "app/checkpoint.hpp"
-#include "app/checkpoint_files.hpp"
+#include "app/checkpoint/checkpoint.hpp"
+#include "app/checkpoint/format.hpp"
 #include "data/h5.hpp"
 
 namespace llmtrain {

@@ -1,4 +1,4 @@
-// app/checkpoint.cpp — the checkpoint write protocol (see checkpoint.hpp): temporary directory,
+// app/checkpoint/write.cpp — the checkpoint write protocol (see checkpoint.hpp): temporary directory,
 // model.h5 unit by unit, one optimizer shard file per rank, checksummed state.toml, atomic
 // publication, pruning and start-up recovery. HDF5 through data/h5.hpp; state.toml through TOML++.
 #include <hdf5.h>
@@ -13,8 +13,8 @@
 #include <sstream>
 #include <toml++/toml.h>
 
-#include "app/checkpoint.hpp"
-#include "app/checkpoint_files.hpp"
+#include "app/checkpoint/checkpoint.hpp"
+#include "app/checkpoint/format.hpp"
 #include "data/h5.hpp"
 
 namespace llmtrain {

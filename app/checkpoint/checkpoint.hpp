@@ -1,4 +1,4 @@
-// app/checkpoint.hpp — checkpoints on disk: layout, the crash-safe write protocol, integrity,
+// app/checkpoint/checkpoint.hpp — checkpoints on disk: layout, the crash-safe write protocol, integrity,
 // lineage (run ids) and resume lookup.
 //
 // docs/design.md "Formats". A checkpoint is the directory <run_dir>/checkpoints/step_<N>/ holding
@@ -64,7 +64,7 @@ struct OptimShardView {
 /// A fresh run id: 128 random bits (std::random_device) as 32 lowercase hex digits.
 std::string new_run_id();
 
-// ---- writing (checkpoint.cpp) ----
+// ---- writing (write.cpp) ----
 
 /// <run_dir>/checkpoints/.tmp_step_<step>: where every rank writes its files for that step.
 std::string checkpoint_tmp_dir(const std::string& run_dir, int64_t step);
@@ -122,7 +122,7 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& st, co
 /// missing and it verifies, else removed. Returns one line per action (for the log).
 std::vector<std::string> recover_checkpoint_leftovers(const std::string& run_dir);
 
-// ---- lookup and reading (checkpoint_read.cpp) ----
+// ---- lookup and reading (read.cpp) ----
 
 /// Why dir is not a usable checkpoint, or "" when it is: state.toml parses (and, format 2, its
 /// state_sha256 and the SHA-256 of every listed file match, and no unlisted optim_*.h5 is present).

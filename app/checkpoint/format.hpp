@@ -1,6 +1,6 @@
-// app/checkpoint_files.hpp — pieces shared by the checkpoint writer (checkpoint.cpp) and reader
-// (checkpoint_read.cpp): the state.toml format, directory naming, and the crash-test hook that
-// counts file-system operations. Internal to app/; the public API is app/checkpoint.hpp.
+// app/checkpoint/format.hpp — pieces shared by the checkpoint writer (write.cpp) and reader
+// (read.cpp): the state.toml format, directory naming, and the crash-test hook that
+// counts file-system operations. Internal to app/checkpoint/; the public API is app/checkpoint/checkpoint.hpp.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "app/checkpoint.hpp"
+#include "app/checkpoint/checkpoint.hpp"
 
 namespace llmtrain::ckpt {
 
