@@ -12,7 +12,7 @@
 # the unbroken 1-rank run within 1e-6 (losses relative, weights absolute; the c_attn key bias
 # excepted, see zero_equivalence.sh). Why not bitwise: the step-3 weights come from the 4-rank run,
 # whose ZeRO-3 sums (r0 + r1) + (r2 + r3) reassociate the 1-rank micro-batch order (and 2 ranks, pp
-# and B 4 sum in yet other orders): fp32 rounding of about 1e-7 (measured 1.5e-7 on the weights,
+# and B 4 sum in yet other orders): fp32 rounding of about 1e-7 (measured up to 1.8e-7 on the weights,
 # 1e-7 on the losses); a resume that reads other windows is off by 0.5-0.8% in the loss. An
 # older checkpoint ([loader] epoch, batch: each rank's micro-batch index) resumes bitwise in the
 # layout it was written in and is refused, naming the layout, in another.
