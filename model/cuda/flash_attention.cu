@@ -35,7 +35,8 @@ using bf16 = __nv_bfloat16;
 constexpr int kFlashRows = 64;                          ///< rows a block owns: 16 per warp
 constexpr int kFlashTile = 64;                          ///< rows of the other side per inner step
 constexpr int kFlashWarps = kFlashRows / kMmaTile;      ///< 4
-constexpr int kFlashThreads = kFlashWarps * kWarpSize;  ///< 128
+constexpr int kFlashThreads = kFlashWarps * kWarpSize;  ///< 128 (__launch_bounds__(128, 1): up to 255
+                                                        ///< registers, no spills; docs/cuda.md)
 constexpr int kPLd = kFlashTile + 8;                    ///< row stride of a warp's bf16 P / dS tile
 constexpr int kSLd = kFlashTile + 4;                    ///< row stride of a warp's fp32 score tile
 template <int HS>
@@ -122,7 +123,7 @@ __device__ inline void write_rows(bf16* dst, size_t stride, FragAcc* acc, float 
 /// q, k, v tiles (64 x kRowLd bf16 each), per warp an fp32 tile (16 x max(64, HS) + 4) for S and
 /// then P V, and a bf16 P tile (16 x kPLd).
 template <int HS>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, 1)
     flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH) {
     constexpr int kWideLd = (HS > kFlashTile ? HS : kFlashTile) + 4;
     EXTERN_SHARED(unsigned char, raw);
@@ -202,7 +203,7 @@ constexpr size_t flash_forward_smem() {
 /// tile's lse and D (64 fp32 each), per warp fp32 S^T and dP^T tiles (16 x kSLd) and bf16 P^T and
 /// dS^T tiles (16 x kPLd). The q and dO tiles stage the results at the end.
 template <int HS>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, 1)
     flash_backward_kv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta,
                              int T_, int C, int NH) {
     EXTERN_SHARED(unsigned char, raw);
@@ -279,7 +280,7 @@ constexpr size_t flash_backward_kv_smem() {
 /// kRowLd bf16 each), per warp fp32 S and dP tiles (16 x kSLd) and a bf16 dS tile (16 x kPLd). The
 /// k and v tiles stage the result at the end.
 template <int HS>
-__global__ void __launch_bounds__(kFlashThreads)
+__global__ void __launch_bounds__(kFlashThreads, 1)
     flash_backward_q_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta,
                             int T_, int C, int NH) {
     EXTERN_SHARED(unsigned char, raw);
