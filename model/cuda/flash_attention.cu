@@ -192,6 +192,7 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     if (half == 0) lse[(static_cast<size_t>(b) * NH + h) * T_ + i] = m + logf(l);
 }
 
+/// Dynamic shared memory bytes of flash_forward_kernel<HS> (+32 for the alignment of flash_smem).
 template <int HS>
 constexpr size_t flash_forward_smem() {
     constexpr int kWideLd = (HS > kFlashTile ? HS : kFlashTile) + 4;
@@ -268,6 +269,7 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     write_rows<HS>(dk_rows + C, stride, dv, 1.0f, stage, jw, T_);
 }
 
+/// Dynamic shared memory bytes of flash_backward_kv_kernel<HS> (+32 for the alignment of flash_smem).
 template <int HS>
 constexpr size_t flash_backward_kv_smem() {
     static_assert(kFlashWarps * kMmaTile * kOutLd<HS> * sizeof(float) <= 2 * kRowTileBytes<HS>);
@@ -331,6 +333,7 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     write_rows<HS>(dqkv + static_cast<size_t>(b) * T_ * stride + h * HS, stride, dq, scale, stage, iw, T_);
 }
 
+/// Dynamic shared memory bytes of flash_backward_q_kernel<HS> (+32 for the alignment of flash_smem).
 template <int HS>
 constexpr size_t flash_backward_q_smem() {
     static_assert(kFlashWarps * kMmaTile * kOutLd<HS> * sizeof(float) <= 2 * kRowTileBytes<HS>);
