@@ -284,12 +284,17 @@ void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, i
 }
 
 template <typename T>
+void attention_delta(float* delta, const T* dout, const T* out, int B, int T_, int C, int NH, cudaStream_t stream) {
+    const int rows = B * T_ * NH, block = 256;
+    launch(attention_delta_kernel<T>, dim3(ceil_div(rows, block / kWarpSize)), dim3(block), 0, stream, delta, dout,
+           out, B, T_, C, NH);
+}
+
+template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
                         int C, int NH, float* scratch, cudaStream_t stream) {
     check_heads(C, NH);
-    const int rows = B * T_ * NH, block = 256;
-    launch(attention_delta_kernel<T>, dim3(ceil_div(rows, block / kWarpSize)), dim3(block), 0, stream, scratch,
-           dout, out, B, T_, C, NH);
+    attention_delta(scratch, dout, out, B, T_, C, NH, stream);
     const float* delta = scratch;
     const dim3 grid(ceil_div(T_, kRows), NH, B);
     launch(attention_backward_kv_kernel<T>, grid, dim3(kRows * kWarpSize), attention_backward_kv_smem(C / NH),
@@ -304,6 +309,7 @@ size_t attention_backward_scratch_bytes(int B, int T_, int NH) {
 
 #define INSTANTIATE(T)                                                                                \
     template void attention_forward<T>(T*, float*, const T*, int, int, int, int, cudaStream_t);      \
+    template void attention_delta<T>(float*, const T*, const T*, int, int, int, int, cudaStream_t);  \
     template void attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, \
                                         int, float*, cudaStream_t);
 INSTANTIATE(float)

@@ -320,6 +320,8 @@ public:
                 cuda::cublas_attention_forward(blas_, as<X>(out), lse, as<X>(qkv), B, T, C, NH, plan, ws, stream_);
             });
         }
+        if (act_ == DType::bf16 && cuda::flash_attention_supported(C, NH))  // native on tensor cores
+            return cuda::flash_attention_forward(as<bf16>(out), lse, as<bf16>(qkv), B, T, C, NH, stream_);
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::attention_forward(as<X>(out), lse, as<X>(qkv), B, T, C, NH, stream_);
@@ -346,6 +348,9 @@ public:
             });
         }
         float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
+        if (act_ == DType::bf16 && cuda::flash_attention_supported(C, NH))
+            return cuda::flash_attention_backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B,
+                                                  T, C, NH, scratch, stream_);
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::attention_backward(as<X>(dqkv), as<X>(dout), as<X>(qkv), as<X>(out), lse, B, T, C, NH, scratch,

@@ -17,8 +17,10 @@
 #      differs from the round-to-nearest run's (the params after step 1 differ) yet stays within 5e-3 of cpu;
 #   7. model.attention = "cublas": 3 fp32 steps with attention_workspace_mb = 1 (query tiles of 64 of
 #      the 256 rows) within 1e-4 of cpu, and 3 bf16 steps in one tile with every layer recomputed
-#      (activation_checkpoint.ratio = 1) within 5e-3.
-# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 19 emulated steps.
+#      (activation_checkpoint.ratio = 1) within 5e-3;
+#   8. model.attention = "native" in bf16 (head size 64: flash_attention.cu's wmma kernels): 3 steps
+#      within 5e-3 of cpu.
+# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 22 emulated steps.
 set -euo pipefail
 LLMTRAIN=$1 EMU=$2 CONFIG=$3 DATA=$4 WORK=$5
 VOCAB=$(cat "$DATA/vocab_size.txt")
@@ -90,4 +92,7 @@ run "$EMU" "$WORK/cublas_fp32" cuda fp32 3 --set 'model.attention="cublas"' --se
 compare "cublas attention, fp32, 4 query tiles, vs cpu" "$WORK/cpu" "$WORK/cublas_fp32" 1e-4 1
 run "$EMU" "$WORK/cublas_bf16" cuda bf16 3 --set 'model.attention="cublas"' --set activation_checkpoint.ratio=1
 compare "cublas attention, bf16, recomputed layers, vs cpu" "$WORK/cpu" "$WORK/cublas_bf16" 5e-3 1
+run "$EMU" "$WORK/native_bf16" cuda bf16 3 --set 'model.attention="native"'
+grep -q "attention: native" "$WORK/native_bf16.log" || { echo "the native run did not report its attention path"; exit 1; }
+compare "native attention (FlashAttention-2 on emulated tensor cores), bf16, vs cpu" "$WORK/cpu" "$WORK/native_bf16" 5e-3 1
 echo "emu_train: all checks passed"

@@ -101,6 +101,14 @@ Order order();
 /// "thread=reverse block=random:7": the order for test names and messages.
 std::string to_string(const Order& order);
 
+// ---- wmma fragment layout ----
+
+/// The seed of the made-up wmma fragment layout (tests/cuda_emu/device_wmma.hpp): each seed maps
+/// fragment elements to matrix positions by its own permutation. Initially $CUDA_EMU_WMMA_LAYOUT
+/// (a decimal integer), else 1. Errors: throws emu::Error for a malformed variable.
+void set_wmma_layout(uint64_t seed);
+uint64_t wmma_layout();
+
 // ---- errors and launches ----
 
 /// The detailed message of the most recent error on this host thread ("" if none): the emulator's

@@ -25,4 +25,5 @@
 #include "tests/cuda_emu/device.hpp"
 #include "tests/cuda_emu/device_atomic.hpp"
 #include "tests/cuda_emu/device_math.hpp"
+#include "tests/cuda_emu/device_wmma.hpp"
 #include "tests/cuda_emu/kernel_launch.hpp"

@@ -29,8 +29,9 @@
 # MFU = (6 N + 6 n_layer seq_len n_embd) FLOPs/token over run.peak_flops (989 TFLOP/s, H100 SXM
 # dense bf16), llm.c's formula. Per run one line for tools/gpu/gpu_report.py:
 #   bench: label=<model>-<path> tok_s=.. mfu=.. first_x=.. peak_mib=.. ckpt_s=.. steps=..  (or error="...")
-# Before each model's runs: each path's attention alone at that model's shape (attention_bench, bf16:
-# 124M B=32 T=1024 C=768 NH=12, 1.5B B=8 T=1024 C=1600 NH=25). With >= 2 GPUs: 124M under mpirun,
+# Before each model's runs: every path's attention alone at that model's shape, side by side in one
+# attention_bench process with each path's TFLOP/s over cuDNN's (bf16: 124M B=32 T=1024 C=768 NH=12,
+# 1.5B B=8 T=1024 C=1600 NH=25; SKIP does not apply to these). With >= 2 GPUs: 124M under mpirun,
 # one rank per GPU, ZeRO-0 against ZeRO-3 (tokens/s of the whole job).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -121,12 +122,10 @@ for model in $MODELS; do
         *) shape=() ;;
     esac
     echo "== $model"
-    for attention in $ATTENTIONS; do
-        [[ " $SKIP " == *" $model-$attention "* ]] && continue
-        if [ -x "$AB" ] && [ ${#shape[@]} -gt 0 ]; then
-            timeout -k 5 120 "$AB" "$attention" "${shape[@]}" 20 || echo "$attention: attention_bench failed at $model's shape"
-        fi
-    done
+    if [ -x "$AB" ] && [ ${#shape[@]} -gt 0 ]; then  # every path side by side in one process, ratios to cudnn
+        paths=$(echo $ATTENTIONS | tr ' ' ',')
+        timeout -k 5 300 "$AB" "$paths" "${shape[@]}" 20 || echo "attention_bench failed at $model's shape"
+    fi
     for attention in $ATTENTIONS; do
         [[ " $SKIP " == *" $model-$attention "* ]] && { echo "$model-$attention: skipped (SKIP)"; continue; }
         stop=$STEPS
