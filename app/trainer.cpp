@@ -225,7 +225,7 @@ struct Trainer::Impl {
 
     /// Mean val loss over eval_steps micro-batches per rank (0: the whole file), from the file's start.
     float evaluate() {
-        val->restore(LoaderState{});
+        val->restore(LoaderState{0, cfg.run.seed});
         const uint64_t n = cfg.run.eval_steps > 0 ? uint64_t(cfg.run.eval_steps) : val->batches_per_epoch();
         double sum = 0;
         for (uint64_t i = 0; i < n; ++i) {
@@ -384,6 +384,24 @@ struct Trainer::Impl {
         trace.clear();
     }
 
+    /// The stream position of a checkpoint written before stream positions ([loader] epoch, batch:
+    /// each rank's micro-batch index in epochs of batches_per_epoch()). It converts only in the
+    /// layout it was written in: the same dp, and its step count times grad_accum_steps equal to the
+    /// micro-batches epoch, batch count at this micro_batch_size. Errors: CheckpointError otherwise.
+    LoaderState legacy_loader_state(const TrainState& st, const std::string& dir) const {
+        const auto [epoch, batch] = *st.legacy_loader;
+        const uint64_t bpe = train->batches_per_epoch();
+        if (st.dp != dp || batch >= bpe || epoch * bpe + batch != uint64_t(st.step) * uint64_t(accum))
+            throw CheckpointError(
+                dir + "/state.toml: [loader] epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch) +
+                " (an older llmtrain's micro-batch index per rank, at dp " + std::to_string(st.dp) + ", step " +
+                std::to_string(st.step) + ") does not fit dp " + std::to_string(dp) + ", micro_batch_size " +
+                std::to_string(B) + ", grad_accum_steps " + std::to_string(accum) +
+                "; resume it once with the dp, micro_batch_size and grad_accum_steps it was written with (its "
+                "next checkpoint then resumes in any layout)");
+        return train->legacy_position(epoch, batch);
+    }
+
     TrainState train_state() const {
         TrainState st;
         st.step = step;
@@ -504,15 +522,16 @@ std::string Trainer::resume_from(const std::string& dir) {
     I.adam->set_t(st.adam_t);
     I.step = I.start_step = st.step;
     I.tokens_seen = st.tokens_seen;
-    I.train->restore(st.loader);
+    I.train->restore(st.legacy_loader ? I.legacy_loader_state(st, dir) : st.loader);
     std::istringstream rng(st.sampler_rng);
     rng >> I.sampler_rng;
     if (!rng) throw CheckpointError(dir + "/state.toml: sampler_rng: not a std::mt19937_64 state");
     std::string note = "resume: from " + dir + " at step " + std::to_string(st.step) + " (" +
                        format_thousands(double(st.tokens_seen)) + " tokens seen)";
-    if (st.dp != I.dp)
-        note += "; dp changed from " + std::to_string(st.dp) + " to " + std::to_string(I.dp) +
-                ", so the data order differs from the original run";
+    if (st.dp != I.dp)  // the data stream goes on unchanged (data/loader.hpp)
+        note += "; dp changed from " + std::to_string(st.dp) + " to " + std::to_string(I.dp);
+    if (I.train->state().seed != I.cfg.run.seed)
+        note += "; the data order keeps the checkpoint's seed " + std::to_string(I.train->state().seed);
     if (st.backend != I.ops->name() || st.precision != I.cfg.training.precision)
         note += "; written by backend " + st.backend + "/" + st.precision;
     return note;

@@ -20,25 +20,23 @@ namespace llmtrain {
 struct DataLoader::Impl {
     LoaderOptions opt;
     DatasetInfo info;           // written by the I/O thread before the constructor returns
-    uint64_t n_batches = 0;     // batches per epoch
+    uint64_t n_windows = 0, n_batches = 0;  // windows in the file; batches_per_epoch()
     std::thread io;
 
     std::mutex m;               // guards everything below
     std::condition_variable cv;
     bool opened = false, stop = false;
     std::exception_ptr open_error;
-    LoaderState cursor;         // position of the batch next() returns
-    LoaderState produce;        // position the I/O thread reads next
+    LoaderState cursor;         // stream position of the micro-batch next() returns
+    LoaderState produce;        // stream position the I/O thread reads next
     uint64_t generation = 0;
     bool have_batch = false;
     std::vector<int32_t> batch;  // (B, T+1) tokens of the ready batch
     std::exception_ptr batch_error;
 
+    // Every rank's micro-batch moves the stream on by B*world samples (data/window_order.hpp).
     LoaderState advance(LoaderState s) const {
-        if (++s.batch == n_batches) {
-            s.batch = 0;
-            ++s.epoch;
-        }
+        s.sample += static_cast<uint64_t>(opt.B) * static_cast<uint64_t>(opt.world);
         return s;
     }
     void open_and_check(std::unique_ptr<TokenDataset>& ds, std::unique_ptr<WindowOrder>& order);
@@ -61,7 +59,7 @@ void DataLoader::Impl::open_and_check(std::unique_ptr<TokenDataset>& ds, std::un
         throw DataError(opt.path + ": " + std::to_string(di.n_tokens) + " tokens give " + std::to_string(n_windows) +
                         " windows of seq_len " + std::to_string(opt.T) + ", fewer than B*world = " +
                         std::to_string(need));
-    order = std::make_unique<WindowOrder>(n_windows, opt.B, opt.rank, opt.world, opt.shuffle, opt.seed);
+    order = std::make_unique<WindowOrder>(n_windows, opt.shuffle);
 }
 
 void DataLoader::Impl::run() {
@@ -79,7 +77,8 @@ void DataLoader::Impl::run() {
     {
         std::lock_guard<std::mutex> lk(m);
         info = ds->info();
-        n_batches = order->batches_per_epoch();
+        n_windows = (info.n_tokens - 1) / opt.T;  // >= B*world >= 1: checked above
+        n_batches = n_windows / (static_cast<uint64_t>(opt.B) * static_cast<uint64_t>(opt.world));
         opened = true;
     }
     cv.notify_all();
@@ -96,8 +95,8 @@ void DataLoader::Impl::run() {
         lk.unlock();
         std::exception_ptr err;
         try {
-            std::vector<uint64_t> ids = order->windows(pos.epoch, pos.batch);
-            for (int i = 0; i < opt.B; ++i) starts[i] = ids[i] * opt.T;
+            const uint64_t first = first_sample_of(pos.sample, 0, opt.B, opt.rank, opt.world);
+            for (int i = 0; i < opt.B; ++i) starts[i] = order->window(pos.seed, first + i) * opt.T;
             buf.resize(static_cast<size_t>(opt.B) * len);
             ds->read_windows(starts, len, buf.data(), info.vocab_size);
         } catch (...) {
@@ -124,6 +123,7 @@ DataLoader::DataLoader(const LoaderOptions& opt) : impl_(std::make_unique<Impl>(
                         std::to_string(opt.world));
     Impl& d = *impl_;
     d.opt = opt;
+    d.cursor = d.produce = LoaderState{0, opt.seed};
     d.io = std::thread([&d] { d.run(); });
     std::unique_lock<std::mutex> lk(d.m);
     d.cv.wait(lk, [&] { return d.opened; });
@@ -179,16 +179,20 @@ LoaderState DataLoader::state() const {
 
 void DataLoader::restore(const LoaderState& s) {
     Impl& d = *impl_;
-    // Saved with fewer batches per epoch (a larger dp now): that epoch has no batch left here.
-    const LoaderState at = s.batch < d.n_batches ? s : LoaderState{s.epoch + 1, 0};
     {
         std::lock_guard<std::mutex> lk(d.m);
         ++d.generation;
         d.have_batch = false;
         d.batch_error = nullptr;
-        d.cursor = d.produce = at;
+        d.cursor = d.produce = s;
     }
     d.cv.notify_all();
+}
+
+LoaderState DataLoader::legacy_position(uint64_t epoch, uint64_t batch) const {
+    const Impl& d = *impl_;
+    return LoaderState{epoch * d.n_windows + batch * static_cast<uint64_t>(d.opt.B) * static_cast<uint64_t>(d.opt.world),
+                       d.opt.seed};
 }
 
 }  // namespace llmtrain

@@ -1,8 +1,7 @@
-// data/window_order.cpp — deterministic epoch permutations and data-parallel sharding (see .hpp).
+// data/window_order.cpp — the window stream: deterministic epoch permutations (see .hpp).
 #include "data/window_order.hpp"
 
 #include <stdexcept>
-#include <string>
 #include <utility>
 
 namespace llmtrain {
@@ -45,30 +44,20 @@ std::vector<uint64_t> window_permutation(uint64_t n, uint64_t seed, uint64_t epo
     return perm;
 }
 
-WindowOrder::WindowOrder(uint64_t n_windows, int B, int rank, int world, bool shuffle, uint64_t seed)
-    : n_windows_(n_windows), B_(B), rank_(rank), world_(world), shuffle_(shuffle), seed_(seed) {
-    if (B < 1) throw std::invalid_argument("WindowOrder: B must be >= 1, got " + std::to_string(B));
-    if (world < 1 || rank < 0 || rank >= world)
-        throw std::invalid_argument("WindowOrder: rank " + std::to_string(rank) + " is outside world " +
-                                    std::to_string(world));
+WindowOrder::WindowOrder(uint64_t n_windows, bool shuffle) : n_windows_(n_windows), shuffle_(shuffle) {
+    if (n_windows == 0) throw std::invalid_argument("WindowOrder: the stream needs at least one window");
 }
 
-uint64_t WindowOrder::batches_per_epoch() const {
-    return n_windows_ / (static_cast<uint64_t>(B_) * static_cast<uint64_t>(world_));
-}
-
-std::vector<uint64_t> WindowOrder::windows(uint64_t epoch, uint64_t batch) {
-    if (batch >= batches_per_epoch())
-        throw std::out_of_range("WindowOrder: batch " + std::to_string(batch) + " >= batches_per_epoch " +
-                                std::to_string(batches_per_epoch()));
-    if (shuffle_ && perm_epoch_ != epoch) {
-        perm_ = window_permutation(n_windows_, seed_, epoch);
+uint64_t WindowOrder::window(uint64_t seed, uint64_t sample) {
+    const uint64_t epoch = sample / n_windows_, at = sample % n_windows_;
+    if (!shuffle_) return at;
+    if (!have_perm_ || perm_seed_ != seed || perm_epoch_ != epoch) {
+        perm_ = window_permutation(n_windows_, seed, epoch);
+        have_perm_ = true;
+        perm_seed_ = seed;
         perm_epoch_ = epoch;
     }
-    const uint64_t first = (batch * world_ + rank_) * static_cast<uint64_t>(B_);
-    std::vector<uint64_t> ids(B_);
-    for (int i = 0; i < B_; ++i) ids[i] = shuffle_ ? perm_[first + i] : first + i;
-    return ids;
+    return perm_[at];
 }
 
 }  // namespace llmtrain

@@ -50,6 +50,7 @@ namespace {
 
 bool g_we_initialized = false;
 size_t g_segment_elements = size_t(1) << 25;
+std::vector<int> g_perturbed_group;  // set_mpi_perturbed_group's world ranks (tests only)
 
 /// Throws CommError naming `what` and MPI's message when rc is not MPI_SUCCESS.
 void check(int rc, const std::string& what) {
@@ -92,6 +93,24 @@ void add_in_rank_order(const uint8_t* in, int P, size_t len, DType t, uint8_t* o
             float acc = bf16_to_f32(x[i]);
             for (int r = 1; r < P; ++r) acc += bf16_to_f32(x[r * len + i]);
             o[i] = f32_to_bf16(acc);
+        }
+    }
+}
+
+/// Moves each of the len fp32/bf16 values at p up by one unit in the last place (the test seam
+/// set_mpi_perturbed_group).
+void perturb_last_bit(uint8_t* p, size_t len, DType t) {
+    for (size_t i = 0; i < len; ++i) {
+        if (t == DType::f32) {
+            uint32_t x;
+            std::memcpy(&x, p + 4 * i, 4);
+            ++x;
+            std::memcpy(p + 4 * i, &x, 4);
+        } else {
+            uint16_t x;
+            std::memcpy(&x, p + 2 * i, 2);
+            ++x;
+            std::memcpy(p + 2 * i, &x, 2);
         }
     }
 }
@@ -271,7 +290,8 @@ private:
 class MpiComm final : public Comm {
 public:
     MpiComm(MPI_Comm comm, std::vector<int> world_ranks, const CommOptions& opt)
-        : comm_(comm), world_(std::move(world_ranks)), timeout_s_(opt.timeout_s), seg_(g_segment_elements) {
+        : comm_(comm), world_(std::move(world_ranks)), timeout_s_(opt.timeout_s), seg_(g_segment_elements),
+          perturb_(!g_perturbed_group.empty() && world_ == g_perturbed_group) {
         MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
         MPI_Comm_rank(comm_, &rank_);
         MPI_Comm_size(comm_, &size_);
@@ -319,11 +339,12 @@ public:
                                  st.next_request()),
                   "MPI_Ialltoallv (" + w->what() + ")");
         }
-        w->then([segs = std::move(segs), buf, t, es, P, me, T, comm = comm_, what = w->what()](Inflight& st) {
+        w->then([segs = std::move(segs), buf, t, es, P, me, T, comm = comm_, what = w->what(), perturb = perturb_](Inflight& st) {
             for (const Segment& s : segs) {
                 const auto* a = &st.arrays[s.arr];
                 uint8_t* seg = static_cast<uint8_t*>(buf) + s.off * es;
                 add_in_rank_order(st.scratch.data() + s.scratch_off, P, size_t(a[0][me]), t, seg + size_t(a[1][me]) * es);
+                if (perturb) perturb_last_bit(seg + size_t(a[1][me]) * es, size_t(a[0][me]), t);  // before it is shared
                 check(MPI_Iallgatherv(MPI_IN_PLACE, 0, T, seg, a[0].data(), a[1].data(), T, comm, st.next_request()),
                       "MPI_Iallgatherv (" + what + ")");
             }
@@ -351,10 +372,11 @@ public:
                   "MPI_Ialltoall (" + w->what() + ")");
         }
         const size_t seg = seg_;
-        w->then([recv, n, t, es, P, seg](Inflight& st) {
+        w->then([recv, n, t, es, P, seg, perturb = perturb_](Inflight& st) {
             for (size_t off = 0; off < n; off += seg)
                 add_in_rank_order(st.scratch.data() + P * off * es, P, std::min(seg, n - off), t,
                                   static_cast<uint8_t*>(recv) + off * es);
+            if (perturb) perturb_last_bit(static_cast<uint8_t*>(recv), n, t);
         });
         return w;
     }
@@ -471,6 +493,7 @@ private:
     std::vector<int> world_;  // world rank of each group index
     double timeout_s_;
     size_t seg_;  // most elements one MPI call moves per rank
+    bool perturb_;  // set_mpi_perturbed_group named this group
     std::shared_ptr<ScratchPool> pool_ = std::make_shared<ScratchPool>();
 };
 
@@ -480,6 +503,8 @@ void set_mpi_segment_elements(size_t elements) {
     if (elements == 0) throw std::invalid_argument("set_mpi_segment_elements: the segment must hold >= 1 element");
     g_segment_elements = elements;
 }
+
+void set_mpi_perturbed_group(const std::vector<int>& world_ranks) { g_perturbed_group = world_ranks; }
 
 void mpi_init_once(int* argc, char*** argv) {
     int init = 0;

@@ -1,7 +1,6 @@
 // parallel/pipeline.cpp — one pipeline stage's forwards, backwards and transfers (see pipeline.hpp).
 #include "parallel/pipeline.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -77,11 +76,11 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
         grad_recv[i % 2] = links_.grad_next->recv_async(grad_in_[i % 2], act_elems_, t, 1);
     };
     const std::vector<PipeOp> ops = stage_schedule(schedule_, stage_, stages_, m);
-    // The first backward's input is asked for while the op before it computes under 1F1B (the next
-    // stage needs none of that op's output to produce it); under GPipe only once every forward has
-    // gone out (the next stage's first backward waits for all of them).
-    const size_t first_b = size_t(std::find(ops.begin(), ops.end(), PipeOp{PipeOp::backward, 0}) - ops.begin());
-    const size_t post_b0 = schedule_ == PipelineSchedule::one_f_one_b && first_b > 0 ? first_b - 1 : first_b;
+    // Issue order (see the header): on the link to the next stage, this stage's sends and receives
+    // go in the order of its own op list, which the next stage follows too. So a gradient receive
+    // is posted after the send of every forward listed before its backward: at that backward, or
+    // at the backward just before it when no forward comes between.
+    auto backward_at = [&](size_t k) { return k < ops.size() && ops[k].kind == PipeOp::backward; };
     // Before any receive is posted: a pinned allocation may wait for the whole device (see the header).
     if (last()) reserve_losses(m);
     if (!first()) post_act_recv(0);
@@ -90,7 +89,6 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
         const PipeOp& op = ops[k];
         const int i = op.micro_batch, ctx = i % K, buf = i % 2;
         double start = now();
-        if (!last() && k == post_b0) post_grad_recv(0);
         if (op.kind == PipeOp::forward) {
             next(i, inputs_.data(), targets_.data());
             if (first()) ops_.memcpy_h2d(tok_, inputs_.data(), n_tokens_ * sizeof(int));
@@ -110,9 +108,10 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
         } else {
             const void* dout = nullptr;
             if (!last()) {
+                if (!grad_recv[buf]) post_grad_recv(i);
                 grad_recv[buf]->wait();
                 grad_recv[buf].reset();
-                if (i + 1 < m) post_grad_recv(i + 1);
+                if (i + 1 < m && backward_at(k + 1)) post_grad_recv(i + 1);  // lands while this one computes
                 dout = grad_in_[buf];
                 start = now();
             }

@@ -13,7 +13,14 @@
 // keeps even an executor that runs one stream at a time (tests/cuda_emu) free of deadlock; the
 // cost is the transfer's latency, not its overlap with the next compute. Activations and gradients
 // travel on separate Comms per neighbour (links), so a receive posted early never holds up a send
-// in the other direction (NCCL runs one communicator's operations in order). No step may allocate
+// in the other direction (NCCL runs one communicator's operations in order). Issue order: NCCL
+// requires two ranks to issue the operations of the communicators they share in the same order (a
+// kernel waiting on one link while the peer's waits on the other is a deadlock). On the links
+// between stages s and s+1 both follow stage s's op list: s sends F(i)'s activations after F(i) and
+// posts B(i)'s gradient receive only after the sends of the forwards listed before B(i); s+1 posts
+// F(i+1)'s activation receive at F(i), which its list puts before B(j)'s gradient send exactly when
+// s's list puts F(i+1) before B(j) (1F1B: s+1's warm-up is one forward shorter; GPipe: every F
+// first). The emulated NCCL checks this order (docs/cuda_emu.md). No step may allocate
 // device memory: cudaMalloc/cudaFree wait for the whole device, a pending receive included, whose
 // sender may be waiting for this stage's next send (a deadlock on a GPU as under the emulator), so
 // warm_up() runs every context once beforehand, locally, to allocate the backend's workspaces.

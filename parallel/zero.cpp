@@ -168,6 +168,11 @@ float ZeroEngine::grad_norm_squared(float* scratch, bool skip_embeddings) {
     const size_t skip = skip_embeddings ? chunk(0) : 0;  // unit 0 comes first in the shard
     ops_.norm_squared(scratch, static_cast<const char*>(gshard_) + skip * es_, shard_numel_ - skip, false);
     zero_.all_reduce_sum(scratch, 1, DType::f32);  // replicas hold the same shard: the ZeRO group covers all
+    // Each replica's ZeRO group sums on its own communicator, in an order NCCL does not promise to
+    // share between communicators: every replica takes replica 0's sum, so the whole dp applies
+    // bitwise the same clip scale and the replicas' weights cannot drift apart. (A one-rank group
+    // sums nothing: norm_squared's fixed partial sums give every replica the same bits.)
+    if (N_ > 1 && replicas_.size() > 1) replicas_.broadcast(scratch, 1, DType::f32, 0);
     ops_.memcpy_d2h(norm_host_, scratch, sizeof(float));
     host_wait_("reading the gradient norm", {{&zero_, "zero group"}, {&replicas_, "replica group"}});
     return *norm_host_;

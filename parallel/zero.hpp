@@ -72,7 +72,8 @@ public:
     /// Completes the reduction of the step's gradients: pending reduce-scatters (stages 2, 3), the
     /// per-unit reduce-scatter of the full grads (stage 1), then the all-reduce across replicas.
     void reduce_grads();
-    /// Sum over every dp rank of the squared reduced gradient (collective over the ZeRO group;
+    /// Sum over every dp rank of the squared reduced gradient (collective over the ZeRO group, then,
+    /// with sub-DP, a broadcast from replica 0 over the replica group: bitwise the same on every dp rank;
     /// scratch: one device fp32), without unit 0 when skip_embeddings (the pipeline's last stage:
     /// the first stage counts the tied embeddings). The host waits for the current stream only,
     /// under parallel.timeout_s (HostWait), so a hung gradient reduction ends in CommError

@@ -27,6 +27,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/loader.hpp"
@@ -43,7 +44,10 @@ struct CheckpointError : std::runtime_error {
 struct TrainState {
     int64_t step = 0;              ///< optimizer steps completed
     uint64_t tokens_seen = 0;      ///< training tokens consumed over all ranks
-    LoaderState loader;            ///< train loader position (the same batch index on every rank)
+    LoaderState loader;            ///< train loader's stream position (the same on every rank, in any layout)
+    /// [loader] {epoch, batch} of a checkpoint written before stream positions (each rank's
+    /// micro-batch index; `loader` is then unset): resume converts it in the layout it was written in.
+    std::optional<std::pair<uint64_t, uint64_t>> legacy_loader;
     std::string sampler_rng;       ///< std::mt19937_64 state as written by operator<<
     int adam_t = 0;                ///< AdamW steps taken (bias correction)
     std::string model_config_hash; ///< model_config_hash() of the run that wrote it

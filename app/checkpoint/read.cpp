@@ -73,8 +73,13 @@ StateFile read_state_file(const std::string& dir) {
     st.step = need_int("step");
     st.tokens_seen = uint64_t(need_int("tokens_seen"));
     st.adam_t = int(need_int("adam_t"));
-    st.loader.epoch = uint64_t(need_int("loader.epoch"));
-    st.loader.batch = uint64_t(need_int("loader.batch"));
+    if (t.at_path("loader.epoch")) {  // written before stream positions: this rank's micro-batch index
+        st.legacy_loader = {uint64_t(need_int("loader.epoch")), uint64_t(need_int("loader.batch"))};
+    } else {
+        const int64_t sample = need_int("loader.sample");
+        if (sample < 0) throw CheckpointError(file + ": loader.sample: expected >= 0, got " + std::to_string(sample));
+        st.loader = LoaderState{uint64_t(sample), uint64_t(need_int("loader.seed"))};  // the seed as its 64 bits
+    }
     st.sampler_rng = need_str("sampler_rng");
     st.model_config_hash = need_str("model.config_hash");
     st.model.n_layer = int(need_int("model.n_layer"));

@@ -57,7 +57,7 @@ std::string state_to_toml(const TrainState& st, const std::vector<std::pair<std:
         {"step", st.step},
         {"tokens_seen", int64_t(st.tokens_seen)},
         {"adam_t", st.adam_t},
-        {"loader", toml::table{{"epoch", int64_t(st.loader.epoch)}, {"batch", int64_t(st.loader.batch)}}},
+        {"loader", toml::table{{"sample", int64_t(st.loader.sample)}, {"seed", int64_t(st.loader.seed)}}},
         {"sampler_rng", st.sampler_rng},
         {"model", toml::table{{"config_hash", st.model_config_hash},
                               {"n_layer", st.model.n_layer},

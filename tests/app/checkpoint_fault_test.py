@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# tests/app/checkpoint_fault_test.py — crash test of the checkpoint protocol (app/checkpoint.hpp).
+# tests/app/checkpoint_fault_test.py — crash test of the checkpoint protocol (app/checkpoint/checkpoint.hpp).
 #
 # Drives the real llmtrain binary on a 1-layer model: each trial starts it with resume = "auto" and
 # LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP=k (random k, seeded and printed), so it dies by SIGKILL just

@@ -53,7 +53,7 @@ TrainState some_state(int64_t step, const std::string& run_id = "run-a") {
     st.run_id = run_id;
     st.step = step;
     st.tokens_seen = 123456789012ull;
-    st.loader = {3, 17};
+    st.loader = {3017, 0xF000000000000005ull};  // a seed above INT64_MAX round-trips as its 64 bits
     std::mt19937_64 rng(99);
     rng.discard(5);
     std::ostringstream os;
@@ -130,8 +130,9 @@ TEST_F(Ckpt, RoundTripIsBitwiseAndStateComplete) {
     TrainState a = some_state(7), b = read_train_state(d);
     EXPECT_EQ(b.step, a.step);
     EXPECT_EQ(b.tokens_seen, a.tokens_seen);
-    EXPECT_EQ(b.loader.epoch, 3u);
-    EXPECT_EQ(b.loader.batch, 17u);
+    EXPECT_EQ(b.loader.sample, 3017u);
+    EXPECT_EQ(b.loader.seed, 0xF000000000000005ull);
+    EXPECT_FALSE(b.legacy_loader);
     EXPECT_EQ(b.sampler_rng, a.sampler_rng);
     EXPECT_EQ(b.adam_t, 7);
     EXPECT_EQ(b.model_config_hash, "abc123");
@@ -567,4 +568,32 @@ TEST_F(Ckpt, ReadsFormatOne) {
     EXPECT_EQ(checkpoint_problem(d), "");
     EXPECT_EQ(read_train_state(d).step, 4);
     EXPECT_EQ(resolve_resume("auto", dir.string(), false).dir, d);
+}
+
+// A state.toml written before stream positions ([loader] epoch, batch: each rank's micro-batch
+// index) still reads; the trainer converts it (e2e: tests/parallel/zero_reshard.sh). A negative
+// sample is refused by name.
+TEST_F(Ckpt, ReadsLoaderEpochBatchOfOlderCheckpoints) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = p, v = p;
+    const std::string d = save(L, 4, 0, p, m, v);
+    const fs::path state = fs::path(d) / "state.toml";
+    const std::string text = slurp(state);
+    const std::string now = "[loader]\nsample = 3017\nseed = -1152921504606846971\n";
+    const size_t at = text.find(now);
+    ASSERT_NE(at, std::string::npos) << text;
+    std::string old = text;
+    spit(state, reseal(old.replace(at, now.size(), "[loader]\nbatch = 17\nepoch = 3\n")));
+    TrainState st = read_train_state(d);
+    ASSERT_TRUE(st.legacy_loader);
+    EXPECT_EQ(st.legacy_loader->first, 3u);
+    EXPECT_EQ(st.legacy_loader->second, 17u);
+    old = text;
+    spit(state, reseal(old.replace(at, now.size(), "[loader]\nsample = -2\nseed = 1\n")));
+    try {
+        read_train_state(d);
+        ADD_FAILURE() << "a negative loader.sample was read";
+    } catch (const CheckpointError& e) {
+        EXPECT_NE(std::string(e.what()).find("loader.sample: expected >= 0, got -2"), std::string::npos) << e.what();
+    }
 }

@@ -6,7 +6,8 @@
 //     |cuda_i - cpu_i| <= tol * (|cpu_i| + rms(cpu))
 // i.e. relative to the element, with the tensor's RMS as the floor for elements near zero.
 // fp32 mode: tol = 1e-5 (reordering of fp32 sums only). bf16 mode: tol = 2^-7 for one op whose
-// inputs are already bf16 (one rounding of the output, 2^-9, plus rounded intermediates).
+// inputs are already bf16 (one rounding of the output, at most 2^-8 relative: bf16 keeps 8 significant
+// bits, so its unit roundoff is 2^-8; plus rounded intermediates).
 #pragma once
 #include <cmath>
 #include <cstdint>

@@ -25,6 +25,16 @@ CommState::CommState(MPI_Comm c) : comm(c) {
     MPI_Comm_rank(c, &rank);
     MPI_Comm_size(c, &size);
     MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);  // errors become exceptions, not MPI_Abort
+    MPI_Group mine, world_group;
+    MPI_Comm_group(c, &mine);
+    MPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    std::vector<int> ranks(size);
+    for (int r = 0; r < size; ++r) ranks[r] = r;
+    world.resize(size);
+    MPI_Group_translate_ranks(mine, size, ranks.data(), world_group, world.data());
+    MPI_Group_free(&mine);
+    MPI_Group_free(&world_group);
+    perturb = perturbed(world);
 }
 
 CommState::~CommState() {

@@ -25,6 +25,9 @@
 //                 (streams in first-use order): point-to-point calls are posted non-blocking and
 //                 waited for together at the end, so paired send/recv cannot deadlock.
 //
+// Every call runs the issue-order check first, and reduction results on the communicator that
+// CUDA_EMU_NCCL_PERTURB names move by one unit in the last place (both in nccl_check.cpp).
+//
 // CUDA_EMU_NCCL_MUTE=<world rank>[:<first call>] makes that MPI_COMM_WORLD rank a rank that never
 // posts: from its given 0-based call on (collectives and send/recv alike, counted per process), a
 // call passes its checks and returns ncclSuccess but queues nothing, so its peers wait until they
@@ -50,7 +53,7 @@ namespace {
 using State = std::shared_ptr<CommState>;
 
 /// Point-to-point requests a queued task still has to complete, with their communicator.
-using Progress = std::vector<std::pair<State, MPI_Request>>;
+using Progress = std::vector<Pending>;
 
 /// One NCCL call as queued work: collectives complete inside; send/recv append to Progress.
 using Op = std::function<void(Progress&)>;
@@ -69,7 +72,10 @@ void wait_one(CommState& state, MPI_Request request, const char* what) {
 }
 
 void finish(Progress& progress, const char* what) {
-    for (auto& [state, request] : progress) wait_one(*state, request, what);
+    for (Pending& p : progress) {
+        wait_one(*p.state, p.request, what);
+        if (p.then) p.then();
+    }
 }
 
 // Runs queued work; an abort abandons it (a note on stderr), any other error stays a device error.
@@ -116,16 +122,24 @@ bool muted() {
     return first >= 0 && calls++ >= first;
 }
 
-// Runs a call's buffer checks, then queues its operation. An emu::Error (a buffer outside
-// emulated device memory, an unknown stream) becomes ncclInvalidArgument, as NCCL's own pointer
-// checks report it.
+// How a call takes part in the issue-order check (nccl_check.cpp).
+enum class Role { collective, send, recv };
+
+// Runs a call's buffer checks, then queues its operation, preceded by its issue-order check
+// (`peer`: the NCCL rank of a send/receive). An emu::Error (a buffer outside emulated device
+// memory, an unknown stream) becomes ncclInvalidArgument, as NCCL's own pointer checks report it.
 template <class Checks>
-ncclResult_t queue(const char* fn, const State& st, cudaStream_t stream, Checks checks, Op op) {
+ncclResult_t queue(const char* fn, const State& st, cudaStream_t stream, Checks checks, Op op,
+                   Role role = Role::collective, int peer = -1) {
     try {
         checks();
         if (muted()) return ncclSuccess;
-        return submit(stream, [st, op = std::move(op), fn](Progress& p) {
+        Issue issue = note_issue(*st, role == Role::collective ? -1 : peer);
+        return submit(stream, [st, op = std::move(op), fn, issue = std::move(issue), role, peer](Progress& p) {
             if (st->aborted) throw Aborted(std::string(fn) + ": communicator aborted before it ran");  // posts nothing
+            if (role == Role::collective) check_collective_order(*st, issue, fn);
+            else if (role == Role::send) send_order(*st, issue, peer, fn);
+            else recv_order(st, issue, peer, fn, p);
             op(p);
         }, fn);
     } catch (const emu::Error& e) {
@@ -202,8 +216,9 @@ ncclResult_t ncclAllReduce(const void* sendbuff, void* recvbuff, size_t count, n
                                             from_off.data(), mt, st->comm, &req),
                              *st, fn);
         emu::nccl::wait_one(*st, req, fn);
-        emu::nccl::reduce_blocks(op, datatype, gathered, n, cnt[me],
-                                 const_cast<char*>(emu::nccl::at(recvbuff, off[me], datatype)));
+        char* mine = const_cast<char*>(emu::nccl::at(recvbuff, off[me], datatype));
+        emu::nccl::reduce_blocks(op, datatype, gathered, n, cnt[me], mine);
+        if (st->perturb) emu::nccl::perturb_last_bit(datatype, mine, size_t(cnt[me]));  // before it is shared
         emu::nccl::check_mpi(MPI_Iallgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recvbuff, cnt.data(), off.data(),
                                              mt, st->comm, &req),
                              *st, fn);
@@ -233,6 +248,7 @@ ncclResult_t ncclReduceScatter(const void* sendbuff, void* recvbuff, size_t recv
         emu::nccl::check_mpi(MPI_Ialltoall(sendbuff, cnt, mt, gathered.data(), cnt, mt, st->comm, &req), *st, fn);
         emu::nccl::wait_one(*st, req, fn);
         emu::nccl::reduce_blocks(op, datatype, gathered, st->size, recvcount, recvbuff);
+        if (st->perturb) emu::nccl::perturb_last_bit(datatype, recvbuff, recvcount);
         emu::nccl::add_sent(emu::nccl::Kind::reduce_scatter,
                             size_t(st->size - 1) * recvcount * emu::nccl::type_size(datatype));
     });
@@ -324,7 +340,7 @@ ncclResult_t ncclSend(const void* sendbuff, size_t count, ncclDataType_t datatyp
                              *st, fn);
         sends.emplace_back(req, std::move(data));
         emu::nccl::add_sent(emu::nccl::Kind::send, count * emu::nccl::type_size(datatype));
-    });
+    }, emu::nccl::Role::send, peer);
 }
 
 /// Receives count elements from `peer` into recvbuff.
@@ -342,13 +358,13 @@ ncclResult_t ncclRecv(void* recvbuff, size_t count, ncclDataType_t datatype, int
         emu::nccl::check_mpi(MPI_Irecv(recvbuff, static_cast<int>(count), emu::nccl::transport_type(datatype), peer,
                                        0, st->comm, &req),
                              *st, fn);
-        p.emplace_back(st, req);
-    });
+        p.push_back({st, req, {}});
+    }, emu::nccl::Role::recv, peer);
 }
 
 /// Starts (or nests) a group: calls are collected until the outermost ncclGroupEnd.
 ncclResult_t ncclGroupStart() {
-    ++emu::nccl::group_depth;
+    if (emu::nccl::group_depth++ == 0) emu::nccl::note_group_start();
     return ncclSuccess;
 }
 
@@ -357,6 +373,7 @@ ncclResult_t ncclGroupStart() {
 ncclResult_t ncclGroupEnd() {
     if (emu::nccl::group_depth == 0) return fail(ncclInvalidUsage, "ncclGroupEnd", "no matching ncclGroupStart");
     if (--emu::nccl::group_depth > 0) return ncclSuccess;
+    emu::nccl::note_group_end();
     std::vector<emu::nccl::GroupedOp> ops = std::move(emu::nccl::group_ops);
     emu::nccl::group_ops.clear();
     std::vector<cudaStream_t> streams;

@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -29,6 +30,9 @@ struct CommState {
     MPI_Comm comm = MPI_COMM_NULL;  ///< rank in comm == NCCL rank
     int rank = 0;
     int size = 1;
+    std::vector<int> world;  ///< MPI_COMM_WORLD rank of each NCCL rank
+    bool perturb = false;    ///< CUDA_EMU_NCCL_PERTURB names this communicator (nccl_check.cpp)
+    uint64_t issued = 0;     ///< calls issued on this communicator (host side), for messages
     std::atomic<bool> aborted{false};
     std::atomic<ncclResult_t> async_error{ncclSuccess};
     /// Sends handed to MPI from a copy of their data (ncclSend is eager, see nccl_coll.cpp), with
@@ -41,6 +45,13 @@ struct CommState {
     ~CommState();
     CommState(const CommState&) = delete;
     CommState& operator=(const CommState&) = delete;
+};
+
+/// A queued MPI request and what to do once it completed (e.g. compare what arrived).
+struct Pending {
+    std::shared_ptr<CommState> state;
+    MPI_Request request;
+    std::function<void()> then;  ///< may be empty
 };
 
 /// Raised by queued work: the communicator was aborted, or MPI failed. The message names the
@@ -66,6 +77,45 @@ void check_mpi(int mpi_result, CommState& state, const char* what);
 /// Waits for all `requests` on communicator `state`, polling its abort flag. Throws Aborted when
 /// aborted (the requests are abandoned), Error when MPI reports an error.
 void wait_all(CommState& state, std::vector<MPI_Request>& requests, const char* what);
+
+// ---- nccl_check.cpp: the result perturbation and the issue-order check (docs/cuda_emu.md) ----
+
+/// Whether CUDA_EMU_NCCL_PERTURB=<world rank>,<world rank>,... names exactly these world ranks in
+/// this order (a communicator's members by NCCL rank).
+bool perturbed(const std::vector<int>& world);
+
+/// Moves each of the n floating-point elements at p up by one unit in the last place (adds 1 to
+/// its bits); integers are left alone. What a communicator that sums in another order could give.
+void perturb_last_bit(ncclDataType_t type, void* p, size_t n);
+
+/// Where a call stands in the issue order of every pair of world ranks it involves: index[r] is
+/// the number of calls this process had issued before it, on any communicator, that involve both
+/// itself and NCCL rank r of `state` (a collective involves every member pair; a send or receive
+/// only its peer; the calls of one ncclGroupStart..End share one position). UINT64_MAX where r
+/// is not involved. Counted at issue, on the host thread.
+struct Issue {
+    std::vector<uint64_t> index;
+    uint64_t call = 0;  ///< this call's number on its communicator
+};
+/// Notes a call at issue time; `peer` is the NCCL rank of a send/receive, -1 for a collective.
+Issue note_issue(CommState& state, int peer);
+/// The outermost ncclGroupStart and ncclGroupEnd, for the issue order: the pairs a group touched
+/// advance by one at its end.
+void note_group_start();
+void note_group_end();
+
+/// In a queued collective, before its data moves: exchanges every member's positions (one small
+/// all-to-all) and, if a member's position in our pair's order differs from ours, prints which
+/// calls disagree and ends the job (MPI_Abort): concurrent communicators whose operations two
+/// ranks issue in different orders can deadlock NCCL.
+void check_collective_order(CommState& state, const Issue& issue, const char* fn);
+/// In a queued send: tells the peer this call's position in their pair's order (a small eager
+/// message beside the data, tag 1).
+void send_order(CommState& state, const Issue& issue, int peer, const char* fn);
+/// In a queued receive: posts the receive of the sender's position; once it arrives (Pending::then)
+/// it is compared with ours, as check_collective_order does.
+void recv_order(const std::shared_ptr<CommState>& state, const Issue& issue, int peer, const char* fn,
+                std::vector<Pending>& progress);
 
 /// The NCCL calls whose bytes bytes_sent() counts.
 enum class Kind : int { all_reduce, reduce_scatter, all_gather, broadcast, send, count };

@@ -1,9 +1,11 @@
 // tests/data/test_loader.cpp — DataLoader and WindowOrder. The sample dataset's token at position
 // p is p itself (vocab larger than the file), so every batch reveals which window it read: the
-// tests check windows against the closed forms in loader.hpp (window w = tokens [w*T, w*T+T+1),
-// eval batch k of rank r = windows (k*world + r)*B + i), sharding (ranks disjoint, covering the
-// epoch), exact restore (a restored loader continues exactly like an uninterrupted one), restore
-// of a position saved at a smaller world (it goes on at the next epoch) and errors.
+// tests check windows against the closed forms in loader.hpp and window_order.hpp (window w =
+// tokens [w*T, w*T+T+1); global sample i = window perm(seed, i div n)[i mod n]; micro-batch m of
+// rank r = samples (m*world + r)*B + j), sharding (ranks disjoint, each epoch every window once),
+// that every layout (B, world, grad_accum_steps) of one global batch reads the same windows per
+// step as one rank, exact restore (also into another layout, and of the older epoch/batch
+// positions), and errors.
 #include <map>
 #include <set>
 
@@ -91,40 +93,145 @@ TEST(Loader, EvalOrderIsClosedForm) {
     for (int rank = 0; rank < world; ++rank) {
         DataLoader dl(options(path, B, T, rank, world, /*shuffle=*/false));
         ASSERT_EQ(dl.batches_per_epoch(), 62u / (B * world));
-        for (uint64_t k = 0; k < 2 * dl.batches_per_epoch(); ++k) {
+        for (uint64_t k = 0; k < 2 * dl.batches_per_epoch() + 3; ++k) {  // past the first pass: wraps at 62
             auto ws = next_windows(dl, B, T);
-            const uint64_t kk = k % dl.batches_per_epoch();
-            for (int i = 0; i < B; ++i) EXPECT_EQ(ws[i], (kk * world + rank) * B + i);
+            for (int i = 0; i < B; ++i) EXPECT_EQ(ws[i], ((k * world + rank) * B + i) % 62) << k;
         }
-        EXPECT_EQ(dl.state().epoch, 2u);
-        EXPECT_EQ(dl.state().batch, 0u);
+        EXPECT_EQ(dl.state().sample, (2 * 10 + 3) * uint64_t(B * world));
+        EXPECT_EQ(dl.state().seed, 42u);
     }
 }
 
-// In every epoch, the ranks' windows are pairwise disjoint, number world*B*batches_per_epoch,
-// and every epoch's order differs.
-TEST(Loader, ShardingDisjointAndCovering) {
+// The stream in closed form: micro-batch m of rank r holds samples (m*world + r)*B + j, and sample
+// i is window window_permutation(n, seed, i / n)[i % n]. So in every epoch the ranks' windows are
+// pairwise disjoint and cover all n windows once (n = 125 is no multiple of B*world = 6: micro-
+// batches straddle the epochs), and every epoch's order differs.
+TEST(Loader, ShardingIsTheClosedFormStream) {
     TempDir dir;
     const int B = 2, T = 8, world = 3;
-    const std::string path = identity_file(dir, 1001);  // 125 windows -> 20 batches/rank, 5 left out
+    const uint64_t n = 125;
+    const std::string path = identity_file(dir, 1001);  // (1001-1)/8 = 125 windows
     std::vector<std::unique_ptr<DataLoader>> ranks;
     for (int r = 0; r < world; ++r) ranks.push_back(std::make_unique<DataLoader>(options(path, B, T, r, world)));
-    const uint64_t bpe = ranks[0]->batches_per_epoch();
-    ASSERT_EQ(bpe, 20u);
-    std::vector<std::vector<uint64_t>> epoch_orders;
-    for (int epoch = 0; epoch < 3; ++epoch) {
-        std::set<uint64_t> seen;
-        std::vector<uint64_t> order;
-        for (uint64_t k = 0; k < bpe; ++k)
-            for (int r = 0; r < world; ++r)
-                for (uint64_t w : next_windows(*ranks[r], B, T)) {
-                    EXPECT_LT(w, 125u);
-                    EXPECT_TRUE(seen.insert(w).second) << "window " << w << " read twice in epoch " << epoch;
-                    order.push_back(w);
+    std::vector<uint64_t> stream(3 * n + 1);  // sample -> window, from the loaders
+    for (uint64_t m = 0; m * B * world < stream.size(); ++m)
+        for (int r = 0; r < world; ++r) {
+            auto ws = next_windows(*ranks[r], B, T);
+            for (int j = 0; j < B; ++j) {
+                const uint64_t i = first_sample_of(0, m, B, r, world) + j;
+                if (i < stream.size()) stream[i] = ws[j];
+                EXPECT_EQ(ws[j], window_permutation(n, 42, i / n)[i % n]) << "sample " << i;
+            }
+        }
+    for (int e = 0; e < 3; ++e) {
+        std::vector<uint64_t> epoch(stream.begin() + e * n, stream.begin() + (e + 1) * n), sorted = epoch;
+        std::sort(sorted.begin(), sorted.end());
+        for (uint64_t w = 0; w < n; ++w) ASSERT_EQ(sorted[w], w) << "epoch " << e << " is not a permutation";
+        if (e > 0) {
+            EXPECT_NE(epoch, std::vector<uint64_t>(stream.begin() + (e - 1) * n, stream.begin() + e * n));
+        }
+    }
+    // ceil(376 / 6) = 63 micro-batches each: the same position on every rank.
+    for (auto& r : ranks) EXPECT_EQ(r->state().sample, 63u * B * world);
+}
+
+// Every layout of a global batch of G = 12 — (micro_batch_size B, dp world, grad_accum_steps A)
+// with B*world*A = G — reads in optimizer step s exactly the windows of samples [s*G, (s+1)*G) that
+// one rank with B = 12 reads, over 3 epochs of 125 windows (steps straddle the epochs).
+struct Layout {
+    int B, world, accum;
+};
+constexpr int kG = 12;
+const Layout kLayouts[] = {{12, 1, 1}, {1, 1, 12}, {2, 1, 6}, {3, 2, 2}, {2, 3, 2}, {1, 4, 3}, {6, 2, 1}, {3, 4, 1}};
+
+// The windows of `steps` optimizer steps of layout l, restored to `from` first if given: for each
+// step the sorted windows of all ranks' micro-batches; checks each micro-batch against the closed form.
+std::vector<std::vector<uint64_t>> steps_of(const std::string& path, const Layout& l, int steps,
+                                            const LoaderState* from = nullptr) {
+    const int T = 8;
+    const uint64_t n = 125;
+    std::vector<std::unique_ptr<DataLoader>> ranks;
+    for (int r = 0; r < l.world; ++r) {
+        ranks.push_back(std::make_unique<DataLoader>(options(path, l.B, T, r, l.world)));
+        if (from) ranks.back()->restore(*from);
+    }
+    const LoaderState start = ranks[0]->state();
+    std::vector<std::vector<uint64_t>> out;
+    for (int s = 0; s < steps; ++s) {
+        std::vector<uint64_t> ws;
+        for (int a = 0; a < l.accum; ++a)
+            for (int r = 0; r < l.world; ++r) {
+                auto mb = next_windows(*ranks[r], l.B, T);
+                for (int j = 0; j < l.B; ++j) {
+                    const uint64_t i = first_sample_of(start.sample, uint64_t(s) * l.accum + a, l.B, r, l.world) + j;
+                    EXPECT_EQ(mb[j], window_permutation(n, start.seed, i / n)[i % n]) << "sample " << i;
                 }
-        EXPECT_EQ(seen.size(), static_cast<size_t>(world * B * bpe));
-        for (auto& prev : epoch_orders) EXPECT_NE(prev, order);
-        epoch_orders.push_back(order);
+                ws.insert(ws.end(), mb.begin(), mb.end());
+            }
+        std::sort(ws.begin(), ws.end());
+        out.push_back(ws);
+        for (auto& r : ranks)
+            EXPECT_EQ(r->state().sample, start.sample + uint64_t(s + 1) * kG) << "B " << l.B << " world " << l.world;
+    }
+    return out;
+}
+
+TEST(Loader, EveryLayoutReadsTheSameWindowsPerStep) {
+    TempDir dir;
+    const std::string path = identity_file(dir, 1001);  // 125 windows
+    const int steps = 3 * 125 / kG + 1;
+    const auto ref = steps_of(path, kLayouts[0], steps);
+    for (const Layout& l : kLayouts)
+        EXPECT_EQ(steps_of(path, l, steps), ref) << "B " << l.B << " world " << l.world << " accum " << l.accum;
+}
+
+// A position saved in one layout goes on in any other exactly as one rank would have: the state is
+// the same on every rank, and restore() takes the saved seed over the loader's own.
+TEST(Loader, RestoreIntoAnotherLayoutContinuesTheStream) {
+    TempDir dir;
+    const std::string path = identity_file(dir, 1001);
+    const auto ref = steps_of(path, kLayouts[0], 25);
+    for (int cut : {0, 7, 10, 11}) {  // 11 steps = 132 samples: just past the first epoch
+        LoaderState saved;
+        {
+            std::vector<std::unique_ptr<DataLoader>> ranks;
+            for (int r = 0; r < 4; ++r) ranks.push_back(std::make_unique<DataLoader>(options(path, 1, 8, r, 4)));
+            for (int k = 0; k < cut * 3; ++k)
+                for (auto& rk : ranks) next_windows(*rk, 1, 8);
+            saved = ranks[0]->state();
+            for (auto& rk : ranks) EXPECT_EQ(rk->state().sample, saved.sample);
+        }
+        EXPECT_EQ(saved.sample, uint64_t(cut) * kG);
+        for (const Layout& l : kLayouts) {
+            const auto got = steps_of(path, l, 25 - cut, &saved);
+            EXPECT_TRUE(std::equal(got.begin(), got.end(), ref.begin() + cut))
+                << "cut " << cut << " B " << l.B << " world " << l.world << " accum " << l.accum;
+        }
+    }
+    // Another seed's position reads that seed's stream (the checkpoint's), not the loader's.
+    LoaderState other{30, 43};
+    DataLoader dl(options(path, 3, 8, 1, 2));
+    dl.restore(other);
+    const auto ws = next_windows(dl, 3, 8);
+    for (int j = 0; j < 3; ++j) EXPECT_EQ(ws[j], window_permutation(125, 43, 0)[30 + 3 + j]);
+    EXPECT_EQ(dl.state().seed, 43u);
+}
+
+// A position saved before stream positions — {epoch, batch}: rank r's micro-batch `batch` of
+// `epoch` read entries (batch*world + r)*B + j of that epoch's permutation, an epoch being
+// batches_per_epoch() micro-batches — continues there in the layout it was saved in.
+TEST(Loader, LegacyEpochBatchPositionsContinueWhereTheyWere) {
+    TempDir dir;
+    const std::string path = identity_file(dir, 1001);  // 125 windows: 20 batches of 2*3 per epoch
+    const int B = 2, world = 3;
+    for (int r = 0; r < world; ++r) {
+        DataLoader dl(options(path, B, 8, r, world));
+        const LoaderState at = dl.legacy_position(2, 19);
+        EXPECT_EQ(at.sample, 2u * 125 + 19 * B * world);
+        EXPECT_EQ(at.seed, 42u);
+        dl.restore(at);
+        const auto ws = next_windows(dl, B, 8);
+        for (int j = 0; j < B; ++j) EXPECT_EQ(ws[j], window_permutation(125, 42, 2)[(19 * world + r) * B + j]);
     }
 }
 
@@ -147,16 +254,16 @@ TEST(Loader, ExactRestore) {
             for (uint64_t k = 0; k < cut; ++k) next_windows(first, B, T);
             saved = first.state();
         }
-        EXPECT_EQ(saved.epoch * bpe + saved.batch, cut);
+        EXPECT_EQ(saved.sample, cut * B * 2);
         DataLoader resumed(opt);
         next_windows(resumed, B, T);  // move away first: restore must drop the prefetched batch
         resumed.restore(saved);
-        EXPECT_EQ(resumed.state().epoch, saved.epoch);
-        EXPECT_EQ(resumed.state().batch, saved.batch);
+        EXPECT_EQ(resumed.state().sample, saved.sample);
+        EXPECT_EQ(resumed.state().seed, saved.seed);
         for (uint64_t k = cut; k < expected.size(); ++k) ASSERT_EQ(next_windows(resumed, B, T), expected[k]) << k;
     }
     // restore() back to the start of the same loader replays it.
-    ref.restore(LoaderState{});
+    ref.restore(LoaderState{0, 42});
     EXPECT_EQ(next_windows(ref, B, T), expected[0]);
 }
 
@@ -193,49 +300,6 @@ TEST(Loader, OpenErrors) {
                       {"missing.h5", "no such dataset file"});
 }
 
-// Resuming at a larger dp (finding 7: restore() threw). A state saved at world 1 near the end of an
-// epoch has a batch index past that epoch's end at world 3; every rank must go on at the start of
-// the next epoch exactly like an uninterrupted world-3 loader that has just finished the epoch, and
-// an index that still fits must restore exactly.
-TEST(Loader, RestoreSavedAtSmallerWorldGoesOnAtTheNextEpoch) {
-    TempDir dir;
-    const int B = 2, T = 8;
-    const std::string path = identity_file(dir, 1001);  // 125 windows: 62 batches at world 1, 20 at world 3
-    LoaderState near_end, early;
-    {
-        DataLoader one(options(path, B, T, 0, 1));
-        ASSERT_EQ(one.batches_per_epoch(), 62u);
-        for (int k = 0; k < 62 + 5; ++k) next_windows(one, B, T);
-        early = one.state();
-        for (int k = 5; k < 60; ++k) next_windows(one, B, T);
-        near_end = one.state();
-    }
-    ASSERT_EQ(early.epoch, 1u);
-    ASSERT_EQ(early.batch, 5u);
-    ASSERT_EQ(near_end.epoch, 1u);
-    ASSERT_EQ(near_end.batch, 60u);
-    for (int r = 0; r < 3; ++r) {
-        const LoaderOptions opt = options(path, B, T, r, 3);
-        DataLoader ref(opt);  // uninterrupted at world 3: batches of epochs 0, 1 and 2
-        ASSERT_EQ(ref.batches_per_epoch(), 20u);
-        std::vector<std::vector<uint64_t>> expected;
-        for (int k = 0; k < 3 * 20; ++k) expected.push_back(next_windows(ref, B, T));
-
-        DataLoader resumed(opt);
-        resumed.restore(near_end);
-        EXPECT_EQ(resumed.state().epoch, 2u);
-        EXPECT_EQ(resumed.state().batch, 0u);
-        for (int k = 40; k < 60; ++k)
-            ASSERT_EQ(next_windows(resumed, B, T), expected[k]) << "rank " << r << " batch " << k;
-
-        resumed.restore(early);
-        EXPECT_EQ(resumed.state().epoch, 1u);
-        EXPECT_EQ(resumed.state().batch, 5u);
-        for (int k = 25; k < 40; ++k)
-            ASSERT_EQ(next_windows(resumed, B, T), expected[k]) << "rank " << r << " batch " << k;
-    }
-}
-
 // A bad token surfaces from the I/O thread in next(), which keeps its position.
 TEST(Loader, ReadErrorRethrownInNext) {
     TempDir dir;
@@ -251,10 +315,10 @@ TEST(Loader, ReadErrorRethrownInNext) {
     dl.next(x.data(), y.data());  // windows 0, 1
     for (int attempt = 0; attempt < 2; ++attempt) {
         expect_data_error([&] { dl.next(x.data(), y.data()); }, {path, "token id 100", "/tokens[20]"});
-        EXPECT_EQ(dl.state().batch, 1u);
+        EXPECT_EQ(dl.state().sample, 2u);
     }
-    dl.restore(LoaderState{0, 2});  // windows 4, 5 are clean
+    dl.restore(LoaderState{4, 42});  // windows 4, 5 are clean
     dl.next(x.data(), y.data());
     EXPECT_EQ(x[0], 5);
-    EXPECT_EQ(dl.state().batch, 3u);
+    EXPECT_EQ(dl.state().sample, 6u);
 }

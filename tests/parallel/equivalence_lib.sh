@@ -17,14 +17,15 @@ run() {  # run <np> <name> [--set overrides...]
         "$@" >"$WORK/$name.log" 2>&1 || { echo "FAILED: $name exited $?"; cat "$WORK/$name.log"; exit 1; }
 }
 
-# compare <reference> <run> <rel tolerance; 0 = bitwise>: train/val losses and the final weights.
+# compare <reference> <run> <rel tolerance; 0 = bitwise> [<resumed at step>]: train/val losses (the
+# reference's after that step, for a run resumed there) and the final weights.
 compare() {
-    "$PY" - "$WORK/$1" "$WORK/$2" "$3" <<'PY'
+    "$PY" - "$WORK/$1" "$WORK/$2" "$3" "${4:-0}" <<'PY'
 import sys, h5py, numpy as np
-ref, run, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+ref, run, tol, since = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
 def losses(d):
     rows = [l.rstrip('\n').split('\t') for l in open(d + '/losses.tsv')][1:]
-    return [(r[0], r[1], r[2]) for r in rows]
+    return [(r[0], r[1], r[2]) for r in rows if int(r[0]) > since]
 a, b = losses(ref), losses(run)
 assert len(a) == len(b) and len(a) > 0, f'{run}: {len(b)} loss lines, reference {len(a)}'
 worst = 0.0
