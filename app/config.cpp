@@ -319,6 +319,7 @@ const std::vector<Field>& fields() {
         field("parallel", "zero_group_size", &C::parallel, &ParallelConfig::zero_group_size, at_least(0)),
         field("parallel", "grad_reduce_dtype", &C::parallel, &ParallelConfig::grad_reduce_dtype, one_of({"fp32", "bf16"})),
         field("parallel", "timeout_s", &C::parallel, &ParallelConfig::timeout_s, non_negative<double>()),
+        field("parallel", "comm", &C::parallel, &ParallelConfig::comm, one_of({"auto", "nccl", "mpi"})),
 
         list_field("pipeline", "layers_per_stage", &C::pipeline, &PipelineConfig::layers_per_stage, at_least(1)),
         field("pipeline", "schedule", &C::pipeline, &PipelineConfig::schedule, pipeline_schedule()),
@@ -507,6 +508,10 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
         fail(at({"training.stochastic_rounding", "training.precision"}),
              "training.stochastic_rounding: expected false with training.precision = " + quote(c.training.precision) +
                  " (it rounds fp32 master weights to bf16 params), got true");
+    if (c.run.backend == "cpu" && c.parallel.comm == "nccl")
+        fail(at({"parallel.comm", "run.backend"}),
+             "parallel.comm: expected \"auto\" or \"mpi\" with run.backend = \"cpu\" (NCCL moves device buffers "
+             "of the cuda backend), got \"nccl\"");
     if (c.run.backend == "cpu" && m.attention != "native" && m.attention != "auto")
         fail(at({"model.attention", "run.backend"}),
              "model.attention: expected \"auto\" or \"native\" with run.backend = \"cpu\" (cublas and cudnn need the "

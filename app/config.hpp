@@ -84,6 +84,7 @@ struct ParallelConfig {
     int zero_group_size = 0;            ///< ranks a ZeRO group shards over; 0 = all dp ranks
     std::string grad_reduce_dtype = "fp32";  ///< "fp32" | "bf16": gradients on the wire; unset: training.precision (load_config)
     double timeout_s = 600;             ///< a collective waiting longer ends the job; 0 = never
+    std::string comm = "auto";          ///< "auto" | "nccl" | "mpi": device-buffer Comm (auto: nccl on cuda, mpi on cpu)
     friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

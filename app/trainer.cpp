@@ -125,6 +125,7 @@ struct Trainer::Impl {
         gcfg = gpt_config_of(cfg);
         CommOptions co;
         co.timeout_s = cfg.parallel.timeout_s;
+        co.comm = cfg.parallel.comm;
         const CommFactory comms = [&](const std::vector<int>& ranks, bool host) {
             return host ? make_mpi_comm(ranks, co) : make_comm(*ops, ranks, co);
         };

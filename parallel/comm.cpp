@@ -1,10 +1,10 @@
 // parallel/comm.cpp — the backend-independent parts of parallel/comm.hpp: operation names and
 // make_comm, which picks the Comm for a backend.
 //
-// The NCCL hook: make_nccl_comm is referenced weakly (as model/backend.cpp does for the CUDA
-// backend). It resolves only in executables that link the NCCL Comm's object file; elsewhere its
-// address is null and a "cuda" backend is refused with a clear message, so CPU-only binaries need
-// no NCCL.
+// The CUDA hooks: make_nccl_comm and make_mpi_cuda_comm are referenced weakly (as model/backend.cpp
+// does for the CUDA backend). Each resolves only in executables that link its object file;
+// elsewhere its address is null and the choice is refused with a clear message, so CPU-only
+// binaries need neither NCCL nor the CUDA runtime.
 #include <stdexcept>
 #include <string>
 
@@ -13,6 +13,8 @@
 namespace llmtrain {
 
 std::unique_ptr<Comm> make_nccl_comm(Ops& ops, const std::vector<int>& world_ranks, const CommOptions& opt)
+    __attribute__((weak));
+std::unique_ptr<Comm> make_mpi_cuda_comm(Ops& ops, const std::vector<int>& world_ranks, const CommOptions& opt)
     __attribute__((weak));
 
 const char* comm_op_name(CommOp op) {
@@ -35,10 +37,24 @@ std::string Comm::describe() const {
 }
 
 std::unique_ptr<Comm> make_comm(Ops& ops, const std::vector<int>& world_ranks, const CommOptions& opt) {
-    if (std::string(ops.name()) != "cuda") return make_mpi_comm(world_ranks, opt);
+    if (opt.comm != "auto" && opt.comm != "nccl" && opt.comm != "mpi")
+        throw std::invalid_argument("make_comm: parallel.comm: expected \"auto\", \"nccl\" or \"mpi\", got \"" +
+                                    opt.comm + "\"");
+    if (std::string(ops.name()) != "cuda") {
+        if (opt.comm == "nccl")
+            throw std::invalid_argument(std::string("make_comm: parallel.comm = \"nccl\" needs the cuda backend, "
+                                                    "got \"") + ops.name() + "\" (use \"mpi\" or \"auto\")");
+        return make_mpi_comm(world_ranks, opt);
+    }
+    if (opt.comm == "mpi") {
+        if (&make_mpi_cuda_comm == nullptr)
+            throw std::runtime_error("make_comm: parallel.comm = \"mpi\" on the cuda backend needs MpiCudaComm, and "
+                                     "this executable was linked without it");
+        return make_mpi_cuda_comm(ops, world_ranks, opt);
+    }
     if (&make_nccl_comm == nullptr)
         throw std::runtime_error("make_comm: backend \"cuda\" needs NCCL, and this build has no NCCL Comm (this "
-                                 "executable was linked without it)");
+                                 "executable was linked without it; parallel.comm = \"mpi\" needs no NCCL)");
     return make_nccl_comm(ops, world_ranks, opt);
 }
 

@@ -2,7 +2,8 @@
 //
 // MPI gives rank and world. A group is an ordered list of world ranks; a Comm runs collectives on
 // one group. MpiComm moves host buffers (the CPU backend); NcclComm moves device buffers (the CUDA
-// backend) on a stream of its own, ordered against the compute stream by events.
+// backend) on a stream of its own, ordered against the compute stream by events; MpiCudaComm
+// (parallel.comm = "mpi" on CUDA) moves device buffers through pinned host copies and MpiComm.
 //
 // Units: every count is in ELEMENTS of a DType (u8 for raw bytes); never bytes.
 // Ordering: an operation reads its input as produced by the work queued on the caller's current
@@ -78,6 +79,9 @@ struct CommOptions {
     /// parallel.timeout_s: a wait longer than this throws CommError naming the operation, the
     /// group's world ranks and, for send/recv, the peer. <= 0 waits forever.
     double timeout_s = 600;
+    /// parallel.comm: the Comm make_comm builds for device buffers: "auto" (NCCL on the cuda
+    /// backend, MPI on the cpu one), "nccl", or "mpi" (MpiCudaComm on cuda).
+    std::string comm = "auto";
 };
 
 class Comm {
@@ -155,8 +159,19 @@ std::unique_ptr<Comm> make_mpi_comm(const std::vector<int>& world_ranks = {}, co
 /// this executable has no CUDA backend linked. Errors: CommError naming the NCCL error.
 std::unique_ptr<Comm> make_nccl_comm(Ops& ops, const std::vector<int>& world_ranks = {}, const CommOptions& opt = {});
 
-/// The Comm for a backend: NCCL for "cuda", MPI for "cpu" (whose device memory is host memory).
-/// Errors: as the two factories; std::runtime_error when cuda has no NCCL linked.
+/// A Comm over MPI for device buffers of the cuda backend `ops` (parallel/mpi_cuda_comm.cpp): each
+/// operation is staged through pinned host memory and run by an MpiComm on the same ranks (its
+/// rank-order sums), on a stream of its own ordered by events like NcclComm. Allows several ranks
+/// per GPU. Collective over the listed ranks like make_mpi_comm. Null-linked (weak) when this
+/// executable has no CUDA backend. Errors: std::invalid_argument for another backend or a bad
+/// rank list; CommError if MPI or CUDA fails.
+std::unique_ptr<Comm> make_mpi_cuda_comm(Ops& ops, const std::vector<int>& world_ranks = {},
+                                         const CommOptions& opt = {});
+
+/// The Comm for a backend and opt.comm: on "cpu" MpiComm (whose device memory is host memory); on
+/// "cuda" NcclComm ("auto", "nccl") or MpiCudaComm ("mpi"). Errors: as the factories;
+/// std::invalid_argument for an unknown opt.comm or "nccl" on the cpu backend; std::runtime_error
+/// when the chosen Comm is not linked into this executable.
 std::unique_ptr<Comm> make_comm(Ops& ops, const std::vector<int>& world_ranks = {}, const CommOptions& opt = {});
 
 }  // namespace llmtrain

@@ -104,6 +104,9 @@ TEST(Config, EveryBadFileIsReportedAtItsPositionWithTheKey) {
         {"bf16 on the cpu", "[training]\nprecision = @\"bf16\"\n", {"training.precision", "cuda"}},
         {"cudnn on the cpu", "[model]\nattention = @\"cudnn\"\n", {"model.attention", "cuda"}},
         {"cublas on the cpu", "[model]\nattention = @\"cublas\"\n", {"model.attention", "cuda"}},
+        {"nccl on the cpu", "[parallel]\ncomm = @\"nccl\"\n", {"parallel.comm", "\"auto\" or \"mpi\"", "got \"nccl\""}},
+        {"unknown comm", "[run]\nbackend = \"cuda\"\n[parallel]\ncomm = @\"gloo\"\n",
+         {"parallel.comm", "one of \"auto\", \"nccl\", \"mpi\"", "\"gloo\""}},
         {"unknown attention", "[model]\nattention = @\"flash\"\n",
          {"model.attention", "one of \"auto\", \"native\", \"cublas\", \"cudnn\"", "\"flash\""}},
         {"attention workspace of 0 MiB", "[model]\nattention_workspace_mb = @0\n",
@@ -238,6 +241,16 @@ TEST(Config, AttentionAcceptsAutoAndEachPath) {
     for (const char* a : {"auto", "native"}) EXPECT_EQ(attention("cpu", a), a);  // the cpu's one attention, either name
 }
 
+TEST(Config, CommAcceptsEachValueWhereItApplies) {
+    EXPECT_EQ(Config{}.parallel.comm, "auto");  // nccl on cuda, mpi on cpu (parallel/comm.hpp make_comm)
+    const auto comm = [](const char* backend, const char* c) {
+        const std::string set_backend = std::string("run.backend=\"") + backend + "\"";
+        return load_config("", {set_backend, std::string("parallel.comm=\"") + c + "\""}).parallel.comm;
+    };
+    for (const char* c : {"auto", "nccl", "mpi"}) EXPECT_EQ(comm("cuda", c), c);
+    for (const char* c : {"auto", "mpi"}) EXPECT_EQ(comm("cpu", c), c);
+}
+
 TEST(Config, DefaultsMatchTheDocumentedTable) {
     // docs/configuration.md: "#... [section]" headings, then rows "| `key` | `default` | range | meaning |".
     std::ifstream docs(std::string(LLMTRAIN_SOURCE_DIR) + "/docs/configuration.md");
@@ -263,7 +276,7 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
             actual[section + "." + m[1].str()] = m[2];
         }
     }
-    EXPECT_EQ(actual.size(), 62u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(actual.size(), 63u);  // keep in step with the key table in config.cpp
     EXPECT_EQ(documented, actual);
     // An empty file and empty sections are the defaults too.
     EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});

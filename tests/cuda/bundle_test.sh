@@ -3,7 +3,8 @@
 # dependencies: in a chroot holding only glibc, the C++ runtime, CUDA's cudart/cuBLASLt/cuDNN and
 # the unpacked bundle, with tools/gpu/run.sh's environment, test_cuda_gpu loads (and exits 77: no
 # GPU) and llmtrain trains 2 CPU steps of configs/tiny.toml on the tiny dataset (MPI_Init as a
-# singleton, HDF5, SentencePiece, checkpoint written), llmtrain-plan solves a plan (GLPK), and its
+# singleton, HDF5, SentencePiece, checkpoint written) and, under the bundle's mpirun, 2 ranks of
+# ZeRO-1 train 2 CPU steps, llmtrain-plan solves a plan (GLPK), and its
 # --profile with run.backend = "cuda" reaches the CUDA backend (which reports that there is no GPU).
 # Needs root (chroot, mknod, bind mounts):
 # exits 77 (skipped) where they are refused.
@@ -42,6 +43,13 @@ chroot "$R" "$D/app/llmtrain" --config /work/tiny.toml --set 'run.run_dir="/tmp/
     --set 'data.val="/tmp/data/val.h5"' --set training.micro_batch_size=2 --set run.eval_interval=0 \
     --set run.sample_interval=0 --set metrics.enabled=false
 [ -d "$R/tmp/run/checkpoints/step_2" ] || { echo "bundle_test: no checkpoint at step 2"; exit 1; }
+# The bundle's mpirun (tools/gpu/run.sh's multirank stage) starts 2 ranks: ZeRO-1 for 2 CPU steps.
+chroot "$R" "$D/openmpi/bin/mpirun" --oversubscribe -np 2 "$D/app/llmtrain" --config /work/tiny.toml \
+    --set 'run.run_dir="/tmp/run2"' --set run.max_steps=2 --set "model.vocab_size=$(cat "$R/tmp/data/vocab_size.txt")" \
+    --set 'data.train="/tmp/data/train.h5"' --set 'data.val="/tmp/data/val.h5"' --set training.micro_batch_size=2 \
+    --set parallel.zero_stage=1 --set run.eval_interval=0 --set run.sample_interval=0 --set metrics.enabled=false \
+    >"$WORK/mpirun.txt" 2>&1 || { echo "bundle_test: the bundle's mpirun failed:"; cat "$WORK/mpirun.txt"; exit 1; }
+grep -q "world 2, dp 2" "$WORK/mpirun.txt" || { echo "bundle_test: mpirun started no 2-rank run:"; cat "$WORK/mpirun.txt"; exit 1; }
 chroot "$R" "$D/tools/bench/offload_bench" --backend cpu --params 1 --steps 1 --trace /tmp/offload.json
 [ -s "$R/tmp/offload.json" ] || { echo "bundle_test: offload_bench wrote no trace"; exit 1; }
 chroot "$R" "$D/app/llmtrain-plan" --config /work/tiny.toml --world-size 2 --device-memory 1GiB \

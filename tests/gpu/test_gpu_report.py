@@ -90,6 +90,31 @@ class LossComparisons(unittest.TestCase):
         code, line = gpu_report.compare_train(self.ref, os.path.join(self.dir.name, "absent.tsv"), "x")
         self.assertEqual(code, 2)
 
+    def test_train_tolerance_for_multirank_layouts(self):
+        # --tol: each loss and grad norm within the relative tolerance; NaN and a missing step fail.
+        rows = [(s, loss * (1 + 3e-6), norm) for s, loss, norm in self.rows]
+        run = os.path.join(self.dir.name, "run.tsv")
+        write_losses(run, rows)
+        code, line = gpu_report.compare_train(self.ref, run, "multirank zero3 np2", tol=1e-5)
+        self.assertEqual(code, 0, line)
+        self.assertTrue(line.startswith("multirank zero3 np2: PASS (steps 1-20: loss and grad norm within "
+                                        "relative 1e-05; largest "), line)
+        code, line = gpu_report.compare_train(self.ref, run, "multirank zero3 np2", tol=1e-6)
+        self.assertEqual(code, 1, line)
+        self.assertIn("FAIL", line)
+        rows[4] = (rows[4][0], rows[4][1], float("nan"))
+        write_losses(run, rows)
+        code, line = gpu_report.compare_train(self.ref, run, "multirank zero3 np2", tol=1e-5)
+        self.assertEqual(code, 1, line)
+        self.assertIn("largest inf at step 5", line)
+        write_losses(run, rows[:10])
+        code, line = gpu_report.compare_train(self.ref, run, "multirank zero3 np2", tol=1e-5)
+        self.assertEqual(code, 2, line)
+        # The summary table reads the check line: against the 1-rank run, or bitwise when compared so.
+        rows = gpu_report.check_rows("multirank pp2 np2: PASS (x)\nmultirank offload np2: DIFFERENT from step 3")
+        self.assertEqual([(r[0], r[2], r[4]) for r in rows], [("multirank pp2 np2", "the 1-rank CUDA run's", "PASS"),
+                                                              ("multirank offload np2", "bitwise", "FAIL")])
+
     def test_val_tolerance(self):
         ref, run = os.path.join(self.dir.name, "cpu.tsv"), os.path.join(self.dir.name, "gpu.tsv")
         write_losses(ref, [], [(125, 5.0), (250, 4.5)])

@@ -11,7 +11,9 @@
 #   lib/           every shared library they load except glibc's, libstdc++/libgcc_s (the target's
 #                  own are newer and compatible) and CUDA's (cudart, cuBLASLt, cuDNN: the target's
 #                  own, found by tools/gpu/run.sh)
-#   openmpi/       Open MPI's plugin folder and help texts (MPI_Init loads plugins at run time)
+#   openmpi/       Open MPI's plugin folder and help texts (MPI_Init loads plugins at run time), and
+#                  bin/mpirun (orterun) with orted: tools/gpu/run.sh's multirank stage starts several
+#                  ranks on the one GPU with it (on one node mpirun forks the ranks itself)
 # tools/gpu/run.sh unpacks and runs it. The binaries need glibc >= this machine's (2.36).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,7 +32,7 @@ done
 STAGE=$(mktemp -d)
 trap 'rm -rf "$STAGE"' EXIT
 ROOT=$STAGE/llmtrain-gpu
-mkdir -p "$ROOT/app" "$ROOT/tests/cuda" "$ROOT/tests/app" "$ROOT/tools/bench" "$ROOT/lib" "$ROOT/openmpi"
+mkdir -p "$ROOT/app" "$ROOT/tests/cuda" "$ROOT/tests/app" "$ROOT/tools/bench" "$ROOT/lib" "$ROOT/openmpi/bin"
 cp "$BUILD/app/llmtrain" "$BUILD/app/llmtrain-plan" "$ROOT/app/"
 cp "$BUILD/tests/cuda/test_cuda_gpu" "$ROOT/tests/cuda/"
 cp "$BUILD/tests/app/make_tiny_dataset" "$ROOT/tests/app/"
@@ -40,8 +42,11 @@ cp "$BUILD/tools/bench/offload_bench" "$ROOT/tools/bench/"    # the offloaded op
 # Libraries the target provides itself (glibc, the C++ runtime, the driver and CUDA's libraries).
 SKIP='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcublas|libcudnn|libnccl)'
 ompi_plugins=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
+cp -L "$(command -v mpirun)" "$ROOT/openmpi/bin/mpirun"  # Open MPI 4's orterun
+cp -L "$(command -v orted)" "$ROOT/openmpi/bin/orted"
 for f in "$ROOT/app/llmtrain" "$ROOT/app/llmtrain-plan" "$ROOT/tests/cuda/test_cuda_gpu" "$ROOT/tests/app/make_tiny_dataset" \
-         "$ROOT/tools/bench/attention_bench" "$ROOT/tools/bench/offload_bench" "$ompi_plugins"/*.so; do
+         "$ROOT/tools/bench/attention_bench" "$ROOT/tools/bench/offload_bench" "$ROOT/openmpi/bin/mpirun" \
+         "$ROOT/openmpi/bin/orted" "$ompi_plugins"/*.so; do
     ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
 done | sort -u | while read -r name path; do
     [[ $name =~ $SKIP ]] && continue

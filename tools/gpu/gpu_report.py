@@ -3,11 +3,12 @@
 (tools/gpu/run.sh and tools/bench/gpu_bench.sh call it; docs/cuda.md "GPU acceptance"). Standard
 library only: it runs on the lent GPU machine's python3 and in the CPU tests (tests/gpu).
 
-  compare-train REF RUN --name N [--from K] [--to K]
+  compare-train REF RUN --name N [--from K] [--to K] [--tol T]
       The train rows of two losses.tsv files (a run directory or the file), loss and gradient norm
       compared bitwise over steps [K, ...] of REF: prints "N: SAME (...)", "N: DIFFERENT from step
       k (...)" or "N: MISSING (...)"; exit 0, 1, 2. losses.tsv holds each float32 with 9 significant
-      digits, which names it uniquely, so equal text is equal bits.
+      digits, which names it uniquely, so equal text is equal bits. With T > 0, each within relative
+      T instead: "N: PASS (...)" or "N: FAIL (...)" naming the largest relative difference.
   compare-val RUN (--ref REF | --expect STEP=LOSS,...) --name N --tol T
       The val rows: every step of the reference present in RUN with |Δ| <= T: "N: PASS (...)" or
       "N: FAIL (...)" / "N: MISSING (...)"; exit 0, 1, 2.
@@ -57,8 +58,9 @@ def read_losses(path, kind):
     return rows
 
 
-def compare_train(ref_path, run_path, name, first=1, last=None):
-    """(exit code, line): the train losses and gradient norms of RUN against REF, bitwise."""
+def compare_train(ref_path, run_path, name, first=1, last=None, tol=0.0):
+    """(exit code, line): the train losses and gradient norms of RUN against REF, bitwise (tol 0)
+    or each within relative tol."""
     try:
         ref, run = read_losses(ref_path, "train"), read_losses(run_path, "train")
     except OSError as e:
@@ -66,6 +68,8 @@ def compare_train(ref_path, run_path, name, first=1, last=None):
     steps = [s for s in sorted(ref) if s >= first and (last is None or s <= last)]
     if not steps:
         return 2, f"{name}: MISSING (no train steps >= {first} in {ref_path})"
+    if tol > 0:
+        return compare_train_within(ref, run, steps, name, run_path, tol)
     for s in steps:
         if s not in run:
             return 2, f"{name}: MISSING (step {s} not in {run_path})"
@@ -73,6 +77,24 @@ def compare_train(ref_path, run_path, name, first=1, last=None):
             return 1, (f"{name}: DIFFERENT from step {s} (loss {run[s][0]} vs {ref[s][0]}, "
                        f"grad norm {run[s][1]} vs {ref[s][1]})")
     return 0, f"{name}: SAME (steps {steps[0]}-{steps[-1]}: loss and grad norm bitwise)"
+
+
+def compare_train_within(ref, run, steps, name, run_path, tol):
+    """compare_train with tol > 0: loss and grad norm of each step within relative tol (NaN fails)."""
+    worst, at = 0.0, steps[0]
+    for s in steps:
+        if s not in run:
+            return 2, f"{name}: MISSING (step {s} not in {run_path})"
+        for got, want in zip(run[s], ref[s]):
+            g, w = float(got), float(want)
+            rel = abs(g - w) / abs(w) if w != 0 else abs(g - w)
+            if rel != rel:  # NaN
+                rel = float("inf")
+            if rel > worst:
+                worst, at = rel, s
+    verdict = "PASS" if worst <= tol else "FAIL"
+    return (0 if worst <= tol else 1), (f"{name}: {verdict} (steps {steps[0]}-{steps[-1]}: loss and grad norm "
+                                        f"within relative {tol:g}; largest {worst:.2e} at step {at})")
 
 
 def compare_val(run_path, name, tol, ref_path=None, expect=None):
@@ -237,10 +259,11 @@ def gtest_row(text):
 def check_rows(text):
     """Rows of a check-*.txt's "name: VERDICT (detail)" lines (compare-train / compare-val output)."""
     rows = []
-    for m in re.finditer(r"^(determinism [^:]+|resume [^:]+|tiny [^:]+): (SAME|DIFFERENT|MISSING|PASS|FAIL)\b(.*)$",
-                         text or "", re.M):
+    for m in re.finditer(r"^(determinism [^:]+|resume [^:]+|tiny [^:]+|multirank [^:]+): "
+                         r"(SAME|DIFFERENT|MISSING|PASS|FAIL)\b(.*)$", text or "", re.M):
         name, verdict, detail = m.group(1), m.group(2), m.group(3).strip()
-        expected = "bitwise" if name.startswith(("determinism", "resume")) else "the CPU backend's"
+        expected = ("bitwise" if name.startswith(("determinism", "resume")) or verdict in ("SAME", "DIFFERENT")
+                    else "the 1-rank CUDA run's" if name.startswith("multirank") else "the CPU backend's")
         ok = verdict in ("SAME", "PASS")
         rows.append((name, f"{verdict} {detail}".strip(), expected, "", "PASS" if ok else
                      "MISSING" if verdict == "MISSING" else "FAIL"))
@@ -378,6 +401,7 @@ def main():
     p.add_argument("--name", required=True)
     p.add_argument("--from", dest="first", type=int, default=1)
     p.add_argument("--to", dest="last", type=int)
+    p.add_argument("--tol", type=float, default=0.0, help="relative tolerance (0: bitwise)")
     p = sub.add_parser("compare-val")
     p.add_argument("run")
     p.add_argument("--ref")
@@ -393,7 +417,7 @@ def main():
     p.add_argument("logdir")
     a = ap.parse_args()
     if a.cmd == "compare-train":
-        code, line = compare_train(a.ref, a.run, a.name, a.first, a.last)
+        code, line = compare_train(a.ref, a.run, a.name, a.first, a.last, a.tol)
     elif a.cmd == "compare-val":
         if bool(a.ref) == bool(a.expect):
             ap.error("compare-val: give exactly one of --ref and --expect")

@@ -3,7 +3,8 @@
 # GPU and tools/gpu/bundle.sh's bundle: every step time-boxed, the suite going on past a failure,
 # every step's log kept, and one markdown table last (tools/gpu/gpu_report.py summary).
 #
-# Usage: tools/gpu/run.sh [STAGE...]      STAGE: tests, checks, bench124m, bench1.5b or all (default)
+# Usage: tools/gpu/run.sh [STAGE...]      STAGE: tests, checks, bench124m, bench1.5b, multirank or all
+#                                         (default: all = the first four)
 #   tests      test_cuda_gpu on the device
 #   checks     determinism: the same short GPT-2 124M run twice with each attention path (native,
 #              cublas, cudnn, and auto where llmtrain accepts it), train losses and gradient norms
@@ -14,6 +15,9 @@
 #              PyTorch compiled at the same shape (tools/bench/torch_gpt_gpu.py)
 #   bench1.5b  offload_bench; llmtrain-plan --profile on GPT-2 1.5B; then the 124M stage's runs at
 #              GPT-2 1.5B (native left out), the cudnn run's end-of-run checkpoint timed
+#   multirank  every distributed layout on 2 and 4 ranks of the one GPU over parallel.comm = "mpi"
+#              (NCCL refuses two ranks on one device): tiny fp32, 10 steps, against the 1-rank run;
+#              ZeRO-1 + offload against ZeRO-1 bitwise; a resume from ZeRO-3 on 2 ranks into pp 2 x dp 2
 # One lent machine gives 30 minutes in calls of at most 10: run it as three calls of < 9 minutes,
 #   run.sh tests checks;  run.sh bench124m;  run.sh bench1.5b
 # Each call's table covers every stage run on this machine so far (STATE survives between the calls
@@ -129,6 +133,66 @@ step_tiny() {
     return $rc
 }
 
+# Multi-rank layouts on the one GPU over MpiCudaComm (parallel.comm = "mpi", docs/cuda.md "Several
+# ranks on one GPU"): tiny.toml in fp32 with native attention, 10 steps of 4 micro-batches of 4 at a
+# constant lr 1e-3, run by the bundle's mpirun. Against the 1-rank run each train loss and gradient
+# norm within relative 1e-5: dp sums the ranks' partial gradients, a reassociation of the 1-rank
+# sum over micro-batches (<= 2 roundings of 2^-24 per element a step), which 3 emulated steps carry
+# to <= 2.2e-7 (tests/cuda/emu_mpi_comm.sh); 10 steps grow it about linearly, 1e-5 leaves a factor
+# >= 10. ZeRO-1 with half the optimizer offloaded is ZeRO-1's sums exactly: bitwise.
+MPIRUN=$DIR/openmpi/bin/mpirun
+mr_args() {
+    printf '%s\n' --config configs/tiny.toml "${synthetic[@]}" --set "model.vocab_size=$(cat "$DATA/vocab_size.txt")" \
+        --set training.precision=\"fp32\" --set model.attention=\"native\" --set training.micro_batch_size=4 \
+        --set training.global_batch_size=16 --set training.grad_accum_steps=0 --set lr_schedule.warmup_steps=0 \
+        --set lr_schedule.decay=\"constant\" --set run.eval_interval=0 --set run.max_steps=10 \
+        --set parallel.comm=\"mpi\"
+}
+# mr_train <np> <name> [llmtrain args]: one run into $RUNS/mr-<name> (kept for the stage's comparisons)
+mr_train() {
+    local np=$1 name=$2 args
+    shift 2
+    mapfile -t args < <(mr_args)
+    local cmd=("$LLMTRAIN")
+    [ "$np" -gt 1 ] && cmd=("$MPIRUN" --oversubscribe -np "$np" -x LD_LIBRARY_PATH -x OMPI_MCA_mca_base_component_path
+                           -x OPAL_PKGDATADIR "$LLMTRAIN")
+    llmtrain_run "$RUNS/mr-$name.log" 150 0 "${cmd[@]}" "${args[@]}" --set "run.run_dir=\"$RUNS/mr-$name\"" \
+        --set run.backend=\"cuda\" --set run.log_interval=1 --set run.sample_interval=0 --set metrics.enabled=false \
+        --set checkpoint.interval=0 "$@"
+    local rc=$?
+    cp "$RUNS/mr-$name.log" "$LOGS/multirank-$name.log" 2>/dev/null
+    return $rc
+}
+step_multirank_ref() { rm -rf "$RUNS"/mr-*; mr_train 1 ref; }
+# step_multirank <np> <name> [args]: the layout against the 1-rank run (and, for offload, ZeRO-1 bitwise)
+step_multirank() {
+    local np=$1 name=$2
+    shift 2
+    mr_train "$np" "$name-np$np" "$@" || { echo "multirank $name np$np: MISSING (the run failed: see multirank-$name-np$np.log)" |
+        tee "$LOGS/check-multirank-$name-np$np.txt"; return 1; }
+    {
+        report compare-train "$RUNS/mr-ref" "$RUNS/mr-$name-np$np" --tol 1e-5 --name "multirank $name np$np"
+        if [ "$name" = offload ]; then
+            report compare-train "$RUNS/mr-zero1-np$np" "$RUNS/mr-$name-np$np" --name "multirank offload vs zero1 np$np"
+        fi
+    } | tee "$LOGS/check-multirank-$name-np$np.txt"
+    return 0  # the run ended; what it found is in the check file (the table's rows)
+}
+# ZeRO-3 on 2 ranks to step 5 (its end-of-run checkpoint), then pp 2 x dp 2 on 4 ranks to step 10
+# in the same run directory; every step against the 1-rank run.
+step_multirank_resume() {
+    rm -rf "$RUNS/mr-resume"
+    mr_train 2 resume --set parallel.zero_stage=3 --set run.max_steps=5 &&
+        mr_train 4 resume --set parallel.pp=2 --set parallel.zero_stage=1
+    if [ "$(grep -c $'^1\ttrain\t' "$RUNS/mr-resume/losses.tsv" 2>/dev/null)" != 1 ]; then
+        echo "multirank resume zero3 np2 to pp2xdp2 np4: MISSING (no resumed run)" | tee "$LOGS/check-multirank-resume.txt"
+        return 1
+    fi
+    report compare-train "$RUNS/mr-ref" "$RUNS/mr-resume" --tol 1e-5 --name "multirank resume zero3 np2 to pp2xdp2 np4" |
+        tee "$LOGS/check-multirank-resume.txt"
+    return 0
+}
+
 step_bench() {
     MODELS=$1 BUILD=$DIR LOGDIR=$LOGS/bench-$1 RUN_TIMEOUT=${2:-300} bash tools/bench/gpu_bench.sh "$STEPS" |
         tee "$LOGS/bench-$1.txt"
@@ -213,12 +277,28 @@ stage_bench1_5b() {
     step bench1.5b gpt2-1.5b 480 bench gpt2-1.5b 200
 }
 
+stage_multirank() {
+    step multirank ref 60 multirank_ref
+    for np in 2 4; do
+        step multirank "zero1-np$np" 60 multirank "$np" zero1 --set parallel.zero_stage=1
+        step multirank "zero2-np$np" 60 multirank "$np" zero2 --set parallel.zero_stage=2
+        step multirank "zero3-np$np" 60 multirank "$np" zero3 --set parallel.zero_stage=3
+        step multirank "pp$np-np$np" 60 multirank "$np" "pp$np" --set parallel.pp="$np"
+    done
+    step multirank offload-np2 60 multirank 2 offload --set parallel.zero_stage=1 --set optimizer.offload=\"cpu\" \
+        --set optimizer.offload_fraction=0.5
+    step multirank subdp2x2-np4 60 multirank 4 subdp2x2 --set parallel.zero_stage=2 --set parallel.zero_group_size=2
+    step multirank pp2xdp2-np4 60 multirank 4 pp2xdp2 --set parallel.pp=2 --set parallel.zero_stage=1
+    step multirank resume 120 multirank_resume
+    rm -rf "$RUNS"/mr-*
+}
+
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(all)
 for s in "${stages[@]}"; do
     case $s in
-        tests | checks | bench124m | bench1.5b | all) ;;
-        *) echo "run.sh: unknown stage '$s' (expected tests, checks, bench124m, bench1.5b or all)"; exit 2 ;;
+        tests | checks | bench124m | bench1.5b | multirank | all) ;;
+        *) echo "run.sh: unknown stage '$s' (expected tests, checks, bench124m, bench1.5b, multirank or all)"; exit 2 ;;
     esac
 done
 BUNDLE=${BUNDLE:-.gpu/bundle.tar.gz}
@@ -264,6 +344,7 @@ for s in "${stages[@]}"; do
         checks) stage_checks ;;
         bench124m) stage_bench124m ;;
         bench1.5b) stage_bench1_5b ;;
+        multirank) stage_multirank ;;
         all) stage_tests; stage_checks; stage_bench124m; stage_bench1_5b ;;
     esac
 done
