@@ -1,6 +1,6 @@
 // app/checkpoint/write.cpp — the checkpoint write protocol (see checkpoint.hpp): temporary directory,
-// model.h5 unit by unit, one optimizer shard file per rank, checksummed state.toml, atomic
-// publication, pruning and start-up recovery. HDF5 through data/h5.hpp; state.toml through TOML++.
+// one optimizer shard file and one weight part per rank, model.h5 assembled from the parts,
+// checksummed state.toml, atomic publication, pruning and start-up recovery. HDF5 through data/h5.hpp; state.toml through TOML++.
 #include <hdf5.h>
 
 #include <algorithm>
@@ -48,9 +48,12 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& ckdir) {
     return out;
 }
 
-std::string state_to_toml(const TrainState& st, const std::vector<std::pair<std::string, std::string>>& files) {
-    toml::table sums;
-    for (const auto& [name, sha] : files) sums.insert(name, sha);
+std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& files) {
+    toml::table sums, sizes;
+    for (const PartInfo& f : files) {
+        sums.insert(f.name, f.sha256);
+        sizes.insert(f.name, int64_t(f.bytes));
+    }
     toml::table t{
         {"format_version", kFormatVersion},
         {"run_id", st.run_id},
@@ -68,6 +71,7 @@ std::string state_to_toml(const TrainState& st, const std::vector<std::pair<std:
         {"world", toml::table{{"dp", st.dp}, {"world_size", st.world_size}}},
         {"backend", toml::table{{"name", st.backend}, {"precision", st.precision}}},
         {"files", std::move(sums)},
+        {"bytes", std::move(sizes)},
     };
     std::ostringstream os;
     os << "# llmtrain checkpoint state (written last: its presence marks a complete checkpoint)\n" << t << "\n\n";
@@ -222,18 +226,37 @@ void ModelWriter::write_unit(int u, const float* values) {
     I.written[u] = true;
 }
 
-void ModelWriter::close() {
+PartInfo ModelWriter::close() {
     h5::QuietErrors quiet;
     Impl& I = *impl_;
     for (size_t u = 0; u < I.written.size(); ++u)
         if (!I.written[u]) throw CheckpointError("checkpoint: " + I.path.string() + ": unit " + std::to_string(u) + " was never written");
     flush_close_sync(I.file, I.path);
+    return describe_part(I.path.parent_path().string(), "model.h5");
 }
 
-void write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& layout,
-                       const std::vector<OptimShardView>& views) {
+PartInfo describe_part(const std::string& tmp_dir, const std::string& name) {
+    const fs::path p = fs::path(tmp_dir) / name;
+    std::error_code ec;
+    const uintmax_t n = fs::file_size(p, ec);
+    if (ec) throw CheckpointError("checkpoint: cannot read the size of '" + p.string() + "': " + ec.message());
+    try {
+        return PartInfo{name, uint64_t(n), sha256_file_hex(p.string())};
+    } catch (const DataError& e) {
+        throw CheckpointError(std::string("checkpoint: ") + e.what());
+    }
+}
+
+namespace {
+
+/// Writes tmp_dir/name holding, for each group (name, member of OptimShardView), the 1-D pieces of
+/// every tensor inside `views` with their `offset` attributes; fsyncs it and returns it as a part.
+/// Every value is checked finite before the file is created.
+PartInfo write_pieces(const std::string& tmp_dir, const std::string& name, int k, const ParamLayout& layout,
+                      const std::vector<OptimShardView>& views,
+                      const std::vector<std::pair<const char*, const float* OptimShardView::*>>& groups) {
     h5::QuietErrors quiet;
-    const fs::path p = fs::path(tmp_dir) / ("optim_" + std::to_string(k) + ".h5");
+    const fs::path p = fs::path(tmp_dir) / name;
     const std::string file = p.string();
     // Checks first: segments disjoint, each tensor in at most one segment, every value finite.
     std::vector<OptimShardView> vs(views);
@@ -251,16 +274,17 @@ void write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& lay
                                       std::to_string(k) + " (one piece per tensor per shard file)");
             pieces.push_back({&t, &s, lo, hi});
         }
-    for (const auto& pc : pieces) {
-        require_finite(pc.s->m + (pc.lo - pc.s->begin), pc.hi - pc.lo, "m/" + pc.t->name);
-        require_finite(pc.s->v + (pc.lo - pc.s->begin), pc.hi - pc.lo, "v/" + pc.t->name);
-    }
+    for (const auto& [g, member] : groups)
+        for (const auto& pc : pieces) {
+            if (!(pc.s->*member)) throw CheckpointError(file + ": no /" + g + " values given for " + pc.t->name);
+            require_finite(pc.s->*member + (pc.lo - pc.s->begin), pc.hi - pc.lo, g + ("/" + pc.t->name));
+        }
     h5::Handle f = create_h5(p);
     h5::Handle gcpl = untimed(H5P_GROUP_CREATE, file);
-    for (const char* g : {"m", "v"}) {
+    for (const auto& [g, member] : groups) {
         h5::Handle grp(h5c(H5Gcreate2(f.get(), g, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), file + ": cannot create group " + g));
         for (const auto& pc : pieces) {
-            const float* src = (g[0] == 'm' ? pc.s->m : pc.s->v) + (pc.lo - pc.s->begin);
+            const float* src = pc.s->*member + (pc.lo - pc.s->begin);
             h5::Handle ds = write_f32(grp.get(), pc.t->name, {hsize_t(pc.hi - pc.lo)}, src, file);
             const int64_t off = int64_t(pc.lo - pc.t->offset);
             h5::Handle sp(h5c(H5Screate(H5S_SCALAR), file + ": scalar dataspace"));
@@ -270,28 +294,75 @@ void write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& lay
         }
     }
     flush_close_sync(f, p);
+    return describe_part(tmp_dir, name);
+}
+
+bool is_model_part(const std::string& name) { return name.rfind("model_", 0) == 0; }
+
+/// Writes tmp/model.h5 unit by unit from the model parts (each first checked against its report).
+PartInfo assemble_model(const fs::path& tmp, const ParamLayout& layout, const std::vector<PartInfo>& parts) {
+    std::vector<std::string> files;
+    for (const PartInfo& p : parts) {
+        if (!is_model_part(p.name)) continue;
+        fs_op();
+        if (describe_part(tmp.string(), p.name).sha256 != p.sha256)
+            throw CheckpointError("checkpoint: " + (tmp / p.name).string() + ": SHA-256 differs from what its writer reported");
+        files.push_back((tmp / p.name).string());
+    }
+    ModelWriter mw(tmp.string(), layout);
+    std::vector<float> unit;
+    for (size_t u = 0; u < layout.units().size(); ++u) {
+        const auto& un = layout.units()[u];
+        unit.resize(un.numel);
+        read_pieces(files, {"w"}, layout, un.offset, un.offset + un.numel, {unit.data()}, tmp.string());
+        mw.write_unit(int(u), unit.data());
+    }
+    return mw.close();
+}
+
+}  // namespace
+
+PartInfo write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& layout,
+                           const std::vector<OptimShardView>& views) {
+    return write_pieces(tmp_dir, "optim_" + std::to_string(k) + ".h5", k, layout, views,
+                        {{"m", &OptimShardView::m}, {"v", &OptimShardView::v}});
+}
+
+PartInfo write_model_part(const std::string& tmp_dir, int k, const ParamLayout& layout,
+                          const std::vector<OptimShardView>& views) {
+    return write_pieces(tmp_dir, "model_" + std::to_string(k) + ".h5", k, layout, views, {{"w", &OptimShardView::w}});
 }
 
 std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp_dir, const TrainState& st,
-                              int keep_last) {
+                              const ParamLayout& layout, const std::vector<PartInfo>& parts, int keep_last) {
     const fs::path ckdir = fs::path(run_dir) / "checkpoints", tmp(tmp_dir);
     const std::string name = "step_" + std::to_string(st.step);
     const fs::path final_dir = ckdir / name, old = ckdir / (".old_" + name);
-    std::vector<std::pair<std::string, std::string>> files;
+    auto has = [&](auto pred) { return std::any_of(parts.begin(), parts.end(), pred); };
+    const bool has_optim = has([](const PartInfo& p) { return p.name.rfind("optim_", 0) == 0; });
+    const bool has_model = has([](const PartInfo& p) { return p.name == "model.h5"; });
+    if (!has_optim || !(has_model || has([](const PartInfo& p) { return is_model_part(p.name); })))
+        throw CheckpointError("checkpoint: the parts reported for '" + tmp_dir +
+                              "' lack an optim_<k>.h5 or the weights (did every rank write?)");
+    // The reported files, not a directory listing: each must be there with its reported size.
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(tmp, ec))
-        if (e.is_regular_file() && e.path().filename() != "state.toml")
-            files.emplace_back(e.path().filename().string(), "");
-    if (ec) throw CheckpointError("checkpoint: cannot list '" + tmp_dir + "': " + ec.message());
-    std::sort(files.begin(), files.end());
-    const bool has_optim = std::any_of(files.begin(), files.end(), [](const auto& f) { return f.first.rfind("optim_", 0) == 0; });
-    if (!fs::exists(tmp / "model.h5") || !has_optim)
-        throw CheckpointError("checkpoint: '" + tmp_dir + "' lacks model.h5 or an optim_<k>.h5 (did every rank write?)");
-    try {
-        for (auto& [f, sha] : files) sha = sha256_file_hex((tmp / f).string());
-    } catch (const DataError& e) {
-        throw CheckpointError(std::string("checkpoint: ") + e.what());
+    for (const PartInfo& p : parts) {
+        fs_op();
+        const uintmax_t n = fs::file_size(tmp / p.name, ec);
+        if (ec || n != p.bytes)
+            throw CheckpointError("checkpoint: " + (tmp / p.name).string() + " was reported with " +
+                                  std::to_string(p.bytes) + " bytes but " +
+                                  (ec ? "is missing (" + ec.message() + ")" : "has " + std::to_string(n)));
     }
+    std::vector<PartInfo> files;
+    for (const PartInfo& p : parts)
+        if (!is_model_part(p.name)) files.push_back(p);
+    if (!has_model) {
+        files.push_back(assemble_model(tmp, layout, parts));
+        for (const PartInfo& p : parts)
+            if (is_model_part(p.name)) remove_quiet(tmp / p.name);
+    }
+    std::sort(files.begin(), files.end(), [](const PartInfo& a, const PartInfo& b) { return a.name < b.name; });
     write_text_synced(tmp / "state.toml", state_to_toml(st, files));
     sync(tmp);
 
@@ -335,11 +406,14 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& st, co
                             const float* params, const std::vector<OptimShardView>& shards, int keep_last) {
     const std::string tmp = begin_checkpoint(run_dir, st.step);
     try {
-        ModelWriter mw(tmp, layout);
-        for (size_t u = 0; u < layout.units().size(); ++u) mw.write_unit(int(u), params + layout.units()[u].offset);
-        mw.close();
-        for (size_t k = 0; k < shards.size(); ++k) write_optim_shard(tmp, int(k), layout, {shards[k]});
-        return commit_checkpoint(run_dir, tmp, st, keep_last);
+        std::vector<PartInfo> parts;
+        for (size_t k = 0; k < shards.size(); ++k) {
+            OptimShardView view = shards[k];
+            view.w = params + view.begin;
+            parts.push_back(write_optim_shard(tmp, int(k), layout, {view}));
+            parts.push_back(write_model_part(tmp, int(k), layout, {view}));
+        }
+        return commit_checkpoint(run_dir, tmp, st, layout, parts, keep_last);
     } catch (...) {
         abort_checkpoint(tmp);
         throw;
