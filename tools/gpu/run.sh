@@ -3,7 +3,7 @@
 # GPU and tools/gpu/bundle.sh's bundle: every step time-boxed, the suite going on past a failure,
 # every step's log kept, and one markdown table last (tools/gpu/gpu_report.py summary).
 #
-# Usage: tools/gpu/run.sh [STAGE...]      STAGE: tests, checks, bench124m, bench1.5b or all (default)
+# Usage: tools/gpu/run.sh [STAGE...]      STAGE: tests, checks, bench124m, bench1.5b, checkpoint or all (default)
 #   tests      test_cuda_gpu on the device
 #   checks     determinism: the same short GPT-2 124M run twice with each attention path (native,
 #              cublas, cudnn, and auto where llmtrain accepts it), train losses and gradient norms
@@ -14,6 +14,8 @@
 #              PyTorch compiled at the same shape (tools/bench/torch_gpt_gpu.py)
 #   bench1.5b  offload_bench; llmtrain-plan --profile on GPT-2 1.5B; then the 124M stage's runs at
 #              GPT-2 1.5B (native left out), the cudnn run's end-of-run checkpoint timed
+#   checkpoint tools/bench/checkpoint_bench at GPT-2 1.5B: the time an asynchronous checkpoint
+#              blocks training against the snapshot copy, the writer against dd (needs ~45 GB of disk)
 # One lent machine gives 30 minutes in calls of at most 10: run it as three calls of < 9 minutes,
 #   run.sh tests checks;  run.sh bench124m;  run.sh bench1.5b
 # Each call's table covers every stage run on this machine so far (STATE survives between the calls
@@ -139,6 +141,11 @@ step_offload() {
         tee "$LOGS/offload.txt"
 }
 
+step_checkpoint() {
+    "$DIR/tools/bench/checkpoint_bench" --backend cuda --model 1.5B --dir "$RUNS/checkpoint-bench" 2>&1 |
+        tee "$LOGS/checkpoint.txt"
+}
+
 step_plan() {
     local mem
     mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
@@ -213,12 +220,16 @@ stage_bench1_5b() {
     step bench1.5b gpt2-1.5b 480 bench gpt2-1.5b 200
 }
 
+stage_checkpoint() {
+    step checkpoint checkpoint-1.5b 420 checkpoint
+}
+
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(all)
 for s in "${stages[@]}"; do
     case $s in
-        tests | checks | bench124m | bench1.5b | all) ;;
-        *) echo "run.sh: unknown stage '$s' (expected tests, checks, bench124m, bench1.5b or all)"; exit 2 ;;
+        tests | checks | bench124m | bench1.5b | checkpoint | all) ;;
+        *) echo "run.sh: unknown stage '$s' (expected tests, checks, bench124m, bench1.5b, checkpoint or all)"; exit 2 ;;
     esac
 done
 BUNDLE=${BUNDLE:-.gpu/bundle.tar.gz}
@@ -264,7 +275,8 @@ for s in "${stages[@]}"; do
         checks) stage_checks ;;
         bench124m) stage_bench124m ;;
         bench1.5b) stage_bench1_5b ;;
-        all) stage_tests; stage_checks; stage_bench124m; stage_bench1_5b ;;
+        checkpoint) stage_checkpoint ;;
+        all) stage_tests; stage_checks; stage_bench124m; stage_bench1_5b; stage_checkpoint ;;
     esac
 done
 
