@@ -114,6 +114,7 @@ double CheckpointSaver::begin(int64_t step, RunLog& log, Metrics* metrics) {
 void CheckpointSaver::submit(int k, std::vector<OptimShardView> views, const TrainState& st, const std::string& error,
                              double blocked_s, RunLog& log, Metrics* metrics) {
     ckpt::fs_op();  // ... and after it
+    const auto t = Clock::now();
     st_ = st;
     k_ = k;
     views_ = std::move(views);
@@ -138,13 +139,14 @@ void CheckpointSaver::submit(int k, std::vector<OptimShardView> views, const Tra
             }
             write_s_ = seconds_since(t);
         });
+    blocked_s_ += seconds_since(t);
     if (!async_) {
         complete(log, metrics);
         return;
     }
     char buf[160];
     std::snprintf(buf, sizeof buf, "checkpoint: step %lld in host memory, training blocked %.3f s; writing in the "
-                  "background", (long long)step_, blocked_s);
+                  "background", (long long)step_, blocked_s_);
     log.line(buf);
 }
 
