@@ -268,8 +268,8 @@ std::string CheckpointSaver::complete(RunLog& log, Metrics* metrics) {
     phase_ = Phase::idle;
     blocked_s_ += seconds_since(t);
     agree(err, "writing or committing the checkpoint");
-    if (!was_busy || comm_.rank() != 0) return "";
-    log_saved(log, metrics);
+    if (comm_.rank() != 0) return "";
+    if (was_busy) log_saved(log, metrics);
     return dir_;
 }
 

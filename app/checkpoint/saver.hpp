@@ -82,8 +82,8 @@ public:
     /// Training thread, at a step boundary, every rank with the same max_status (the max of
     /// status() over the ranks): see the protocol above. Errors: CheckpointError on every rank.
     void poll(float max_status, RunLog& log, Metrics* metrics);
-    /// Collective: finishes the checkpoint in flight (waits, agrees, commits) and returns its
-    /// directory on rank 0 ("" elsewhere or when none was in flight). Errors: CheckpointError.
+    /// Collective: finishes the checkpoint in flight (waits, agrees, commits) and returns the last
+    /// committed checkpoint's directory on rank 0 ("" elsewhere). Errors: CheckpointError.
     std::string complete(RunLog& log, Metrics* metrics);
     /// Rank 0: the last committed checkpoint's figures.
     const CheckpointTimes& last() const { return last_; }
