@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <hdf5.h>
 #include <string>
 #include <utility>
 #include <vector>
@@ -18,6 +19,16 @@ namespace fs = std::filesystem;
 constexpr int kFormatVersion = 3;
 /// The line that starts state.toml's trailing self-checksum section.
 constexpr const char* kIntegrityHeader = "[integrity]\n";
+
+/// The most fp32 elements one HDF5 read or write of a checkpoint moves (16 MiB). The library is
+/// built thread-safe: one global lock, held for a whole call. The writer thread's calls come in
+/// row blocks of at most this size, so the data loader's reads on the training thread wait for
+/// one block at most, never for a whole tensor (GPT-2 1.5B's wte: 320 MB).
+constexpr size_t kIoElems = size_t(1) << 22;
+
+/// Reads (write = false) or writes the fp32 dataset ds (dims) from/to host data in row blocks of
+/// at most kIoElems elements (one row when a row is larger). Returns the HDF5 status (< 0: error).
+herr_t io_rows(hid_t ds, const std::vector<hsize_t>& dims, float* data, bool write);
 
 /// Call just before each file-system operation of the protocol (create, write of a dataset or
 /// file, flush, fsync, rename, remove), from any thread, and around the snapshot copy (saver.cpp). With LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP=<k> in the

@@ -129,9 +129,10 @@ h5::Handle open_f32(hid_t loc, const std::string& name, std::vector<hsize_t>& di
     return ds;
 }
 
-void read_all(const h5::Handle& ds, float* out, const std::string& name, const std::string& file) {
-    h5::check_status<CheckpointError>(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out),
-                                      file + ": cannot read dataset " + name);
+/// The whole dataset ds (shape dims) into out, in row blocks (io_rows).
+void read_all(const h5::Handle& ds, const std::vector<hsize_t>& dims, float* out, const std::string& name,
+              const std::string& file) {
+    h5::check_status<CheckpointError>(io_rows(ds.get(), dims, out, false), file + ": cannot read dataset " + name);
 }
 
 /// A 1-D piece of a tensor in one shard file: flat range [lo, hi) of the layout.
@@ -261,7 +262,7 @@ void read_params(const std::string& dir, const ParamLayout& layout, float* param
         if (dims != want)
             throw CheckpointError(file + ": tensor " + t.name + " has shape " + shape_str(dims) +
                                   " in the checkpoint but " + shape_str(want) + " in the model");
-        read_all(ds, params + t.offset, t.name, file);
+        read_all(ds, dims, params + t.offset, t.name, file);
     }
 }
 
@@ -314,7 +315,7 @@ void read_pieces(const std::vector<std::string>& files, const std::vector<std::s
             pieces.push_back({plo, phi, fi});
             buf.resize(len);
             for (size_t g = 0; g < G; ++g) {
-                read_all(ds[g], buf.data(), groups[g] + "/" + t.name, file);
+                read_all(ds[g], dims[g], buf.data(), groups[g] + "/" + t.name, file);
                 std::copy(buf.begin() + (lo - plo), buf.begin() + (hi - plo), outs[g] + (lo - begin));
             }
         }

@@ -617,3 +617,25 @@ TEST_F(Ckpt, ReadsFormatOne) {
     EXPECT_EQ(read_train_state(d).step, 4);
     EXPECT_EQ(resolve_resume("auto", dir.string(), false).dir, d);
 }
+
+// A tensor larger than one HDF5 call's block (format.hpp kIoElems, 4M elements) is written and read
+// in row blocks: wte of 50304 x 128 = 6.4M elements takes two (32768 rows, then the rest); it comes
+// back bit for bit, in model.h5 (2-D) and in the 1-D optimizer pieces.
+TEST_F(Ckpt, LargeTensorsGoInRowBlocks) {
+    GPTConfig g = tiny();
+    g.vocab_size = 50257;
+    g.n_embd = 128;
+    g.n_layer = 1;
+    ParamLayout L(g);
+    ASSERT_GT(L.tensors()[0].numel, size_t(1) << 22);
+    auto p = random_flat(L, 21), m = random_flat(L, 22), v = random_flat(L, 23);
+    const std::string d = save(L, 1, 0, p, m, v);
+    std::vector<float> p2(L.total_numel()), m2(L.total_numel()), v2(L.total_numel());
+    read_params(d, L, p2.data());
+    read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
+    for (const auto& t : L.tensors()) {
+        ASSERT_EQ(std::memcmp(&p[t.offset], &p2[t.offset], 4 * t.numel), 0) << t.name;
+        ASSERT_EQ(std::memcmp(&m[t.offset], &m2[t.offset], 4 * t.numel), 0) << t.name;
+        ASSERT_EQ(std::memcmp(&v[t.offset], &v2[t.offset], 4 * t.numel), 0) << t.name;
+    }
+}
