@@ -490,11 +490,13 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
                           "training.max_skipped_steps = %d)", (long long)s, loss, norm, I.skipped_in_a_row,
                           I.cfg.training.max_skipped_steps);
             log.line(buf);
-            if (I.skipped_in_a_row >= I.cfg.training.max_skipped_steps)
+            if (I.skipped_in_a_row >= I.cfg.training.max_skipped_steps) {
+                I.saver->complete(log, metrics);  // every rank stops here alike: the checkpoint in flight is kept
                 throw std::runtime_error("stopping at step " + std::to_string(s) + ": " +
                                          std::to_string(I.skipped_in_a_row) +
                                          " steps in a row had a non-finite loss or gradient norm "
                                          "(training.max_skipped_steps); the last checkpoint is kept as it was");
+            }
         }
         if (metrics) {
             auto one_step = metrics->hold_scrapes();  // a scrape sees this step's values together
