@@ -413,6 +413,11 @@ TEST_F(Ckpt, CommitChecksTheReportedParts) {
     fs::copy_file(fs::path(tmp2) / "optim_0.h5", fs::path(tmp2) / "optim_1.h5");
     const std::string d = commit_checkpoint(dir.string(), tmp2, some_state(2), L, parts2, 0);
     EXPECT_NE(checkpoint_problem(d).find("optim_1.h5 is not listed"), std::string::npos);
+    // Reading takes the shard files from state.toml, not from the directory: the unlisted copy
+    // (which would overlap every element of optim_0.h5) is never opened.
+    std::vector<float> m2(L.total_numel()), v2(L.total_numel());
+    read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
+    for (const auto& t : L.tensors()) ASSERT_EQ(std::memcmp(&m[t.offset], &m2[t.offset], 4 * t.numel), 0) << t.name;
 }
 
 // One damaged byte anywhere makes auto resume fall back to the previous checkpoint, and the log
