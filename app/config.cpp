@@ -337,6 +337,7 @@ const std::vector<Field>& fields() {
         field("checkpoint", "keep_last", &C::checkpoint, &CheckpointConfig::keep_last, at_least(0)),
         field("checkpoint", "resume", &C::checkpoint, &CheckpointConfig::resume, non_empty()),
         field("checkpoint", "overwrite", &C::checkpoint, &CheckpointConfig::overwrite),
+        field("checkpoint", "async", &C::checkpoint, &CheckpointConfig::async),
 
         field("metrics", "enabled", &C::metrics, &MetricsConfig::enabled),
         field("metrics", "listen", &C::metrics, &MetricsConfig::listen, listen_address()),

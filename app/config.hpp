@@ -109,6 +109,7 @@ struct CheckpointConfig {
     int keep_last = 3;                  ///< complete checkpoints kept; 0 = keep all
     std::string resume = "auto";        ///< "auto" | "none" | a checkpoint directory path
     bool overwrite = false;             ///< allow resume = "none" in a run dir that has checkpoints
+    bool async = true;                  ///< write in a background thread while training goes on
     friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
 

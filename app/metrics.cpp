@@ -74,7 +74,8 @@ struct Metrics::Impl {
     std::mutex scrape_mutex;  // a scrape's Collect vs. a step's updates (hold_scrapes); outlives server
     std::unique_ptr<MetricsServer> server;
     prometheus::Labels labels;  // {run, rank}
-    prometheus::Gauge *step, *loss, *val_loss, *learning_rate, *grad_norm, *tokens_per_second, *mfu, *checkpoint_seconds;
+    prometheus::Gauge *step, *loss, *val_loss, *learning_rate, *grad_norm, *tokens_per_second, *mfu, *checkpoint_seconds,
+        *checkpoint_blocked_seconds, *checkpoint_write_seconds;
     prometheus::Counter *tokens_total, *checkpoints_total, *skipped_steps_total;
     prometheus::Histogram* step_seconds;
     prometheus::Family<prometheus::Gauge>* memory;
@@ -107,7 +108,12 @@ Metrics::Metrics(const std::string& listen, int port_offset, const std::string& 
     m.grad_norm = m.gauge("llmtrain_grad_norm", "Global L2 norm of the gradients of the last step, before clipping.");
     m.tokens_per_second = m.gauge("llmtrain_tokens_per_second", "Training throughput of the last step, tokens/s.");
     m.mfu = m.gauge("llmtrain_mfu_ratio", "Model FLOPs utilization of the last step, 0..1.");
-    m.checkpoint_seconds = m.gauge("llmtrain_checkpoint_seconds", "Wall time of the last checkpoint write, seconds.");
+    m.checkpoint_seconds = m.gauge("llmtrain_checkpoint_seconds",
+                                   "Wall time of the last checkpoint from its snapshot to its commit, seconds.");
+    m.checkpoint_blocked_seconds = m.gauge("llmtrain_checkpoint_blocked_seconds",
+                                           "Time the last checkpoint held up the training thread, seconds.");
+    m.checkpoint_write_seconds = m.gauge("llmtrain_checkpoint_write_seconds",
+                                         "Slowest rank's write of its part of the last checkpoint, seconds.");
     m.tokens_total = m.counter("llmtrain_tokens_total", "Training tokens processed.");
     m.checkpoints_total = m.counter("llmtrain_checkpoints_total", "Checkpoints written.");
     m.skipped_steps_total =
@@ -183,6 +189,11 @@ void Metrics::set_attention(const std::string& path) {
 void Metrics::observe_checkpoint_seconds(double s) {
     impl_->checkpoint_seconds->Set(s);
     impl_->checkpoints_total->Increment();
+}
+
+void Metrics::set_checkpoint_phase_seconds(double blocked, double write) {
+    impl_->checkpoint_blocked_seconds->Set(blocked);
+    impl_->checkpoint_write_seconds->Set(write);
 }
 
 }  // namespace llmtrain

@@ -50,7 +50,12 @@ public:
     void set_mfu(double ratio);                  ///< llmtrain_mfu_ratio, 0..1
     void observe_step_seconds(double s);         ///< histogram llmtrain_step_seconds
     void set_memory_bytes(const std::string& category, double bytes);  ///< label category
-    void observe_checkpoint_seconds(double s);   ///< llmtrain_checkpoint_seconds + llmtrain_checkpoints_total
+    /// llmtrain_checkpoint_seconds (the last checkpoint from its snapshot to its commit, background
+    /// writes included) + llmtrain_checkpoints_total.
+    void observe_checkpoint_seconds(double s);
+    /// llmtrain_checkpoint_blocked_seconds (the training thread's time in the last checkpoint) and
+    /// llmtrain_checkpoint_write_seconds (its slowest rank's part write: files, fsync, SHA-256).
+    void set_checkpoint_phase_seconds(double blocked, double write);
     void add_skipped_step();                     ///< llmtrain_skipped_steps_total (non-finite loss or norm)
     /// llmtrain_offload_seconds{phase}: the last step's time in phase "d2h", "host_adam", "h2d" or
     /// "wall" of the offloaded optimizer (docs/training.md "Optimizer offload").

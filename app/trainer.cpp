@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "app/checkpoint/checkpoint.hpp"
+#include "app/checkpoint/saver.hpp"
 #include "app/model_state.hpp"
 #include "app/sampler.hpp"
 #include "data/loader.hpp"
@@ -96,6 +97,7 @@ struct Trainer::Impl {
     uint64_t tokens_seen = 0;
     std::string run_id = new_run_id();  // replaced by the checkpoint's on resume
     int skipped_in_a_row = 0;           // consecutive non-finite steps
+    std::unique_ptr<CheckpointSaver> saver;  // the checkpoint writer (background thread when async)
 
     Impl(const Config& c, Comm& cm)
         : cfg(c), comm(cm), topo(world_size(), world_rank(), c.parallel.pp, zero_group_of(c)), dp(topo.dp()),
@@ -153,6 +155,9 @@ struct Trainer::Impl {
         sched.decay_steps = cfg.run.max_steps;
         sched.decay = parse_lr_decay(cfg.lr_schedule.decay);
         norm_scratch = static_cast<float*>(alloc->alloc(MemCategory::workspace, sizeof(float)));
+        saver = std::make_unique<CheckpointSaver>(comm, *alloc, *layout, cfg.run.run_dir,
+                                                  topo.pp() * topo.zero_group_size(), cfg.checkpoint.keep_last,
+                                                  cfg.checkpoint.async);
 
         inputs.resize(size_t(B) * T);
         targets.resize(size_t(B) * T);
@@ -170,16 +175,6 @@ struct Trainer::Impl {
     }
 
     bool last_stage() const { return topo.stage() == topo.pp() - 1; }
-
-    /// The pipeline stage whose weights of unit u are saved: the first for the (tied) embeddings,
-    /// the last for ln_f, else the stage holding the layer.
-    int owner_stage(int u) const {
-        if (u == 0) return 0;
-        if (u == gcfg.n_layer + 1) return topo.pp() - 1;
-        for (size_t s = 0; s < plan.size(); ++s)
-            if (u - 1 >= plan[s].l0 && u - 1 < plan[s].l1) return int(s);
-        throw std::logic_error("owner_stage: unit " + std::to_string(u) + " is in no stage");
-    }
 
     /// The tied wte's gradient: the embedding's part (first stage) plus the LM head's (last stage),
     /// summed on both so their copies of wte stay equal (Megatron's embedding group).
@@ -235,37 +230,24 @@ struct Trainer::Impl {
         return dp_mean(float(sum / double(n)));
     }
 
-    /// Rank 0's answer to "did every rank succeed?": any rank's failure fails all (a collective).
-    void agree(const std::string& error, const char* what) {
-        float bad = error.empty() ? 0.0f : 1.0f;
-        comm.all_reduce_max(&bad, 1);
-        if (!error.empty()) throw CheckpointError(error);
-        if (bad > 0) throw CheckpointError(std::string("checkpoint: another rank failed while ") + what);
-    }
-
-    /// Writes a checkpoint with every rank (docs/training.md "Checkpoints"): rank 0 opens the
-    /// temporary directory; the ranks of replica 0 (together they hold every shard once) write their
-    /// optimizer shards in parallel and gather the weights one unit at a time for rank 0 to write
-    /// into model.h5; rank 0 commits after all are done. A failure on any rank fails all, and the
-    /// temporary directory is removed: the previous checkpoints stay as they were.
-    std::string save(RunLog& log, Metrics* metrics) {
+    /// Starts a checkpoint of the state after `step` (docs/training.md "Checkpoints"), collective:
+    /// waits for the one in flight, then each rank of replica 0 (together they hold every shard
+    /// once) copies its fp32 shard (weights, m, v) into the saver's host snapshot, and the saver's
+    /// writer thread writes it as optim_<k>.h5 and model_<k>.h5 while training goes on; the commit
+    /// follows at a later step boundary (CheckpointSaver::poll) or at complete().
+    void save(RunLog& log, Metrics* metrics) {
         const auto t0 = Clock::now();
-        std::string dir, tmp, err;
-        if (rank == 0) {
-            try {
-                tmp = begin_checkpoint(cfg.run.run_dir, step);
-            } catch (const std::exception& e) {
-                err = e.what();
-            }
-        }
-        agree(err, "opening the checkpoint directory");
-        tmp = checkpoint_tmp_dir(cfg.run.run_dir, step);
+        const double waited = saver->begin(step, log, metrics);  // for the previous checkpoint
+        std::string err;
+        int k = -1;
+        std::vector<OptimShardView> views;
         if (topo.replica() == 0) {
-            // The fp32 state, shard-local: the weights (master weights when kept), m, v — read from
-            // the device and, with offload, straight from the host state.
+            // Shard-local: the weights (master weights when kept), m, v — read from the device and,
+            // with offload, straight from the host state.
             const size_t ns = adam->numel();
-            std::vector<float> w(ns), m(ns), v(ns);
-            adam->state_to_host(engine->param_shard(), w.data(), m.data(), v.data());
+            float* w = saver->snapshot(ns);
+            float *m = w + ns, *v = m + ns;
+            adam->state_to_host(engine->param_shard(), w, m, v);
             if (pipe && (topo.stage() == 0 || last_stage())) {
                 // The two copies of the tied wte (first and last stage) must be equal, bit for bit:
                 // the last stage sends its chunk (same ZeRO index, same chunk) to the first to compare.
@@ -273,78 +255,23 @@ struct Trainer::Impl {
                 if (topo.stage() == 0) {
                     std::vector<float> other(n0);
                     stage_comm->recv(other.data(), n0, DType::f32, topo.pp() - 1);
-                    if (std::memcmp(other.data(), w.data(), n0 * sizeof(float)) != 0)
+                    if (std::memcmp(other.data(), w, n0 * sizeof(float)) != 0)
                         err = "checkpoint: the first and last pipeline stage's copies of the tied wte differ";
                 } else {
-                    stage_comm->send(w.data(), n0, DType::f32, 0);
+                    stage_comm->send(w, n0, DType::f32, 0);
                 }
             }
-            try {
-                std::vector<OptimShardView> views;
-                size_t local = 0;
-                for (const FlatRange& r : engine->shard()) {
-                    // The last stage's copy of the tied wte (unit 0) is the first stage's: saved once, there.
-                    const bool copy = pipe && last_stage() && r.offset < layout->units()[1].offset;
-                    if (!copy) views.push_back({r.offset, r.offset + r.numel, m.data() + local, v.data() + local});
-                    local += r.numel;
-                }
-                write_optim_shard(tmp, topo.stage() * topo.zero_group_size() + topo.zero_index(), *layout, views);
-            } catch (const std::exception& e) {
-                err = e.what();
+            size_t local = 0;
+            for (const FlatRange& r : engine->shard()) {
+                // The last stage's copy of the tied wte (unit 0) is the first stage's: saved once, there.
+                const bool copy = pipe && last_stage() && r.offset < layout->units()[1].offset;
+                if (!copy)
+                    views.push_back({r.offset, r.offset + r.numel, m + local, v + local, w + local});
+                local += r.numel;
             }
-            std::unique_ptr<ModelWriter> mw;
-            if (rank == 0 && err.empty()) {
-                try {
-                    mw = std::make_unique<ModelWriter>(tmp, *layout);
-                } catch (const std::exception& e) {
-                    err = e.what();
-                }
-            }
-            std::vector<float> unit;
-            for (size_t u = 0; u < layout->units().size(); ++u) {  // collective: every holder gathers
-                unit.resize(layout->units()[u].numel);
-                const int owner = owner_stage(int(u));
-                if (topo.stage() == owner) engine->unit_to_host(int(u), w.data(), unit.data());
-                if (owner != 0) {  // another stage's unit: its first rank hands it to rank 0
-                    const int from = topo.rank_of(owner, 0, 0);
-                    if (rank == from) comm.send(unit.data(), unit.size(), DType::f32, 0);
-                    if (rank == 0) comm.recv(unit.data(), unit.size(), DType::f32, from);
-                }
-                if (!mw) continue;
-                try {
-                    mw->write_unit(int(u), unit.data());
-                } catch (const std::exception& e) {
-                    err = e.what();
-                    mw.reset();
-                }
-            }
-            if (mw) {
-                try {
-                    mw->close();
-                } catch (const std::exception& e) {
-                    err = e.what();
-                }
-            }
+            k = topo.stage() * topo.zero_group_size() + topo.zero_index();
         }
-        if (rank == 0 && !err.empty()) abort_checkpoint(tmp);
-        agree(err, "writing its checkpoint files");
-        if (rank == 0) {
-            try {
-                dir = commit_checkpoint(cfg.run.run_dir, tmp, train_state(), cfg.checkpoint.keep_last);
-            } catch (const std::exception& e) {
-                err = e.what();
-                abort_checkpoint(tmp);
-            }
-        }
-        agree(err, "committing the checkpoint");  // every rank leaves only after the checkpoint is complete
-        if (rank == 0) {
-            const double s = seconds_since(t0);
-            if (metrics) metrics->observe_checkpoint_seconds(s);
-            char buf[64];
-            std::snprintf(buf, sizeof buf, " (%.2f s)", s);
-            log.line("checkpoint: saved " + dir + buf);
-        }
-        return dir;
+        saver->submit(k, std::move(views), train_state(), err, seconds_since(t0) - waited, log, metrics);
     }
 
     /// run.trace: the spans of step s (started at t0, ended now): the whole step, the pipeline's
@@ -426,7 +353,10 @@ Trainer::Trainer(const Config& cfg, Comm& dp_comm) : impl_(std::make_unique<Impl
 Trainer::~Trainer() = default;
 int64_t Trainer::step() const { return impl_->step; }
 
-std::string Trainer::save_checkpoint(RunLog& log) { return impl_->save(log, nullptr); }
+std::string Trainer::save_checkpoint(RunLog& log) {
+    impl_->save(log, nullptr);
+    return impl_->saver->complete(log, nullptr);
+}
 
 std::vector<std::string> Trainer::summary() const {
     const Impl& I = *impl_;
@@ -580,11 +510,13 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
                           "training.max_skipped_steps = %d)", (long long)s, loss, norm, I.skipped_in_a_row,
                           I.cfg.training.max_skipped_steps);
             log.line(buf);
-            if (I.skipped_in_a_row >= I.cfg.training.max_skipped_steps)
+            if (I.skipped_in_a_row >= I.cfg.training.max_skipped_steps) {
+                I.saver->complete(log, metrics);  // every rank stops here alike: the checkpoint in flight is kept
                 throw std::runtime_error("stopping at step " + std::to_string(s) + ": " +
                                          std::to_string(I.skipped_in_a_row) +
                                          " steps in a row had a non-finite loss or gradient norm "
                                          "(training.max_skipped_steps); the last checkpoint is kept as it was");
+            }
         }
         if (metrics) {
             auto one_step = metrics->hold_scrapes();  // a scrape sees this step's values together
@@ -652,11 +584,15 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
             }
             if (I.rank == 0) log.line("sample at step " + std::to_string(s) + ": " + I.tokenizer->decode(ids));
         }
-        // Every rank must agree to stop at the same step: the max of the flags over the ranks.
-        float stop = g_stop_signal != 0 ? 1.0f : 0.0f;
-        if (I.topo.world_size() > 1) I.comm.all_reduce_max(&stop, 1);
+        // Every rank must agree to stop at the same step, and on the state of the checkpoint
+        // writers (CheckpointSaver::poll): the max of the flags over the ranks.
+        float flags[2] = {g_stop_signal != 0 ? 1.0f : 0.0f, I.saver->status()};
+        if (I.topo.world_size() > 1) I.comm.all_reduce_max(flags, 2);
+        I.saver->poll(flags[1], log, metrics);
+        const float stop = flags[0];
         const int interval = I.cfg.checkpoint.interval;
         if ((interval > 0 && s % interval == 0) || s == max_steps || stop > 0) I.save(log, metrics);
+        if (stop > 0 || s == max_steps) I.saver->complete(log, metrics);  // the last one is written before the end
         if (stop > 0) {
             log.line(std::string("stopping after step ") + std::to_string(s) + " on " +
                      (g_stop_signal == SIGINT ? "SIGINT" : g_stop_signal == SIGTERM ? "SIGTERM" : "a peer's signal"));

@@ -1,22 +1,28 @@
 // app/checkpoint/checkpoint.hpp — checkpoints on disk: layout, the crash-safe write protocol, integrity,
 // lineage (run ids) and resume lookup.
 //
-// docs/design.md "Formats". A checkpoint is the directory <run_dir>/checkpoints/step_<N>/ holding
+// docs/design.md "Formats", docs/training.md "Checkpoints". A checkpoint is the directory
+// <run_dir>/checkpoints/step_<N>/ holding
 //   model.h5       one fp32 dataset per parameter tensor, by GPT-2 name and global shape
-//                  (the fp32 master weights when the backend keeps them); written by rank 0;
-//   optim_<k>.h5   written by rank k: /m/<name> and /v/<name>, 1-D fp32 pieces of each tensor that
-//                  lies in one of the rank's flat-buffer segments, each with an int64 attribute
-//                  `offset` (first element within the flattened tensor), so a run with another
-//                  sharding or padding can load them;
-//   state.toml     (format 2) step, tokens seen, loader position, sampler RNG, Adam step, model shape
-//                  and config hash, world layout, backend/precision, the run id, the SHA-256 of every
-//                  other file ([files]) and, last, [integrity] state_sha256 over the bytes before it.
-//                  Written last: it marks completion. Format 1 (no run id, no checksums) still reads.
+//                  (the fp32 master weights when the backend keeps them); assembled by the committing
+//                  rank (rank 0) from the ranks' model_<k>.h5 part files, which it then removes;
+//   optim_<k>.h5   written by the rank holding shard k: /m/<name> and /v/<name>, 1-D fp32 pieces of
+//                  each tensor that lies in one of the rank's flat-buffer segments, each with an int64
+//                  attribute `offset` (first element within the flattened tensor), so a run with
+//                  another sharding or padding can load them;
+//   state.toml     (format 3) step, tokens seen, loader position, sampler RNG, Adam step, model shape
+//                  and config hash, world layout, backend/precision, the run id, the SHA-256 ([files])
+//                  and size ([bytes]) of every other file and, last, [integrity] state_sha256 over the
+//                  bytes before it. Written last: it marks completion. Formats 1 (no run id, no
+//                  checksums) and 2 (no sizes) still read.
 // HDF5 files are written without object timestamps, so the same tensors give the same bytes.
-// Protocol (after llm.c's DONE marker and Megatron's `latest` file): every rank writes its files
-// into checkpoints/.tmp_step_<N>/ and fsyncs them; after a barrier rank 0 checksums them, writes
-// state.toml, fsyncs the directory, moves an existing step_<N> aside to .old_step_<N>, renames the
-// directory to step_<N>, fsyncs checkpoints/, removes .old_step_<N>, replaces checkpoints/latest
+// Protocol (after llm.c's DONE marker and Megatron's `latest` file): every rank that holds a shard
+// writes optim_<k>.h5 and model_<k>.h5 (its weights, /w pieces like the optimizer's) into
+// checkpoints/.tmp_step_<N>/, fsyncs and hashes them, and reports (name, bytes, SHA-256) to rank 0
+// (app/checkpoint/saver.hpp: no weights travel over MPI, no directory is listed); rank 0 checks each
+// reported file, assembles model.h5 from the model parts, writes state.toml listing exactly the
+// reported files, fsyncs the directory, moves an existing step_<N> aside to .old_step_<N>, renames
+// the directory to step_<N>, fsyncs checkpoints/, removes .old_step_<N>, replaces checkpoints/latest
 // ("step_<N>") through latest.tmp and a rename, and only then prunes. A crash at any point leaves
 // the previous complete checkpoint intact; recover_checkpoint_leftovers() tidies up at start.
 // Crash tests: LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP=<k> makes the process raise SIGKILL just before
@@ -63,7 +69,18 @@ struct OptimShardView {
     size_t begin = 0, end = 0;
     const float* m = nullptr;  ///< (end - begin)
     const float* v = nullptr;  ///< (end - begin)
+    const float* w = nullptr;  ///< (end - begin) the fp32 weights, for write_model_part (else unused)
 };
+
+/// One file of a checkpoint as the rank that wrote it reports it to the committing rank.
+struct PartInfo {
+    std::string name;    ///< file name inside the checkpoint directory, e.g. "optim_3.h5"
+    uint64_t bytes = 0;  ///< its size
+    std::string sha256;  ///< hex SHA-256 of its bytes
+};
+
+/// (name, size, SHA-256) of tmp_dir/name as it is on disk. Errors: CheckpointError naming the file.
+PartInfo describe_part(const std::string& tmp_dir, const std::string& name);
 
 /// A fresh run id: 128 random bits (std::random_device) as 32 lowercase hex digits.
 std::string new_run_id();
@@ -77,8 +94,8 @@ std::string checkpoint_tmp_dir(const std::string& run_dir, int64_t step);
 /// that name, and returns it. Errors: CheckpointError naming the path and the OS reason.
 std::string begin_checkpoint(const std::string& run_dir, int64_t step);
 
-/// model.h5, written unit by unit by one rank (rank 0), so the caller needs one unit on the host at
-/// a time (ZeRO-3 gathers it). Errors: CheckpointError naming the file, tensor and HDF5 reason.
+/// model.h5, written unit by unit by one rank (the committing rank assembles it from the model parts,
+/// one unit on the host at a time). Errors: CheckpointError naming the file, tensor and HDF5 reason.
 class ModelWriter {
 public:
     /// Creates tmp_dir/model.h5 (must not exist).
@@ -90,8 +107,9 @@ public:
     /// offset); padding is ignored. Throws, before writing anything of the unit, when one of its
     /// tensors holds a NaN or an infinity (naming the tensor and element).
     void write_unit(int u, const float* values);
-    /// Flushes, closes and fsyncs model.h5. Errors: a unit was never written; HDF5/OS failures.
-    void close();
+    /// Flushes, closes and fsyncs model.h5 and returns it as a part. Errors: a unit was never
+    /// written; HDF5/OS failures.
+    PartInfo close();
 
 private:
     struct Impl;
@@ -99,25 +117,35 @@ private:
 };
 
 /// Any rank k: writes tmp_dir/optim_<k>.h5 holding the m/v pieces of every tensor inside each of
-/// `views` (segments of the flat buffer; they must not overlap), then fsyncs it. Throws before
-/// creating the file when any m or v element of a real parameter is non-finite (naming it).
-void write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& layout,
-                       const std::vector<OptimShardView>& views);
+/// `views` (segments of the flat buffer; they must not overlap), fsyncs and hashes it. Throws
+/// before creating the file when any m or v element of a real parameter is non-finite (naming it).
+PartInfo write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& layout,
+                           const std::vector<OptimShardView>& views);
 
-/// Rank 0, after every rank has written its files (the caller barriers): checksums every file,
-/// writes state.toml last (st.run_id must be set), renames tmp_dir into step_<st.step> (replacing
-/// an existing one), replaces `latest`, then prunes: keep_last > 0 keeps the keep_last newest
-/// checkpoints of st.run_id up to this step; checkpoints of other runs and newer steps are never
-/// removed. Returns the final directory. Errors: CheckpointError naming the path.
+/// Any rank k: writes tmp_dir/model_<k>.h5 holding the /w pieces (views' w, laid out like
+/// write_optim_shard's m) that commit_checkpoint assembles into model.h5; fsyncs and hashes it.
+/// Throws before creating the file when a weight is non-finite (naming the tensor and element).
+PartInfo write_model_part(const std::string& tmp_dir, int k, const ParamLayout& layout,
+                          const std::vector<OptimShardView>& views);
+
+/// Rank 0, once every rank has reported its parts (app/checkpoint/saver.hpp gathers them): checks
+/// that each reported file exists with its reported size, assembles model.h5 unit by unit from the
+/// model_<k>.h5 parts (each first checked against its reported SHA-256; they are removed after)
+/// unless model.h5 itself is reported, writes state.toml last listing exactly the reported files
+/// (st.run_id must be set), renames tmp_dir into step_<st.step> (replacing an existing one),
+/// replaces `latest`, then prunes: keep_last > 0 keeps the keep_last newest checkpoints of
+/// st.run_id up to this step; checkpoints of other runs and newer steps are never removed. The
+/// directory is never listed. Returns the final directory. Errors: CheckpointError naming the path
+/// (no optim part, no weights, a file missing or differing from its report).
 std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp_dir, const TrainState& st,
-                              int keep_last);
+                              const ParamLayout& layout, const std::vector<PartInfo>& parts, int keep_last);
 
 /// Rank 0: removes tmp_dir after a failed write; never throws.
 void abort_checkpoint(const std::string& tmp_dir) noexcept;
 
-/// One process holding everything: begin, model (all units), one optimizer shard file per view
-/// (optim_<k>.h5 for views[k]), commit; aborts the temporary directory on error and rethrows.
-/// params: host fp32, layout.total_numel() elements.
+/// One process holding everything: begin, one optimizer shard file and one model part per view
+/// (optim_<k>.h5 and model_<k>.h5 for shards[k], its weights taken from params), commit; aborts
+/// the temporary directory on error and rethrows. params: host fp32, layout.total_numel() elements.
 std::string save_checkpoint(const std::string& run_dir, const TrainState& st, const ParamLayout& layout,
                             const float* params, const std::vector<OptimShardView>& shards, int keep_last);
 
@@ -167,7 +195,7 @@ TrainState read_train_state(const std::string& dir);
 void read_params(const std::string& dir, const ParamLayout& layout, float* params);
 
 /// Fills m and v (host fp32, end - begin elements each; padding set to 0) for flat elements
-/// [begin, end) of `layout` from every optim_<k>.h5 shard in dir. Errors: CheckpointError when a
+/// [begin, end) of `layout` from every optim_<k>.h5 shard state.toml lists (format 1: found in dir). Errors: CheckpointError when a
 /// shard is unreadable, a tensor has an m piece without its v piece (or the reverse), two shard
 /// files hold the same element (naming both), or some parameter element of the range is in none.
 void read_optim(const std::string& dir, const ParamLayout& layout, size_t begin, size_t end, float* m,

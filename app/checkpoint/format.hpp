@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <hdf5.h>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,13 +15,23 @@ namespace llmtrain::ckpt {
 
 namespace fs = std::filesystem;
 
-/// state.toml format written now; format 1 (no run id, no checksums) is still read.
-constexpr int kFormatVersion = 2;
+/// state.toml format written now; formats 1 (no run id, no checksums) and 2 (no sizes) still read.
+constexpr int kFormatVersion = 3;
 /// The line that starts state.toml's trailing self-checksum section.
 constexpr const char* kIntegrityHeader = "[integrity]\n";
 
+/// The most fp32 elements one HDF5 read or write of a checkpoint moves (16 MiB). The library is
+/// built thread-safe: one global lock, held for a whole call. The writer thread's calls come in
+/// row blocks of at most this size, so the data loader's reads on the training thread wait for
+/// one block at most, never for a whole tensor (GPT-2 1.5B's wte: 320 MB).
+constexpr size_t kIoElems = size_t(1) << 22;
+
+/// Reads (write = false) or writes the fp32 dataset ds (dims) from/to host data in row blocks of
+/// at most kIoElems elements (one row when a row is larger). Returns the HDF5 status (< 0: error).
+herr_t io_rows(hid_t ds, const std::vector<hsize_t>& dims, float* data, bool write);
+
 /// Call just before each file-system operation of the protocol (create, write of a dataset or
-/// file, flush, fsync, rename, remove). With LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP=<k> in the
+/// file, flush, fsync, rename, remove), from any thread, and around the snapshot copy (saver.cpp). With LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP=<k> in the
 /// environment the k-th call raises SIGKILL (crash tests); otherwise it only counts.
 void fs_op();
 
@@ -30,15 +41,25 @@ int64_t step_of(const std::string& name);
 /// Every directory step_<N> under ckdir (complete or not) as (N, path), ascending by N.
 std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& ckdir);
 
-/// state.toml text for st listing `files` as (file name, hex SHA-256), self-checksum included.
-std::string state_to_toml(const TrainState& st, const std::vector<std::pair<std::string, std::string>>& files);
+/// state.toml text for st listing `files` (name, size, hex SHA-256), self-checksum included.
+std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& files);
 
 /// state.toml as read back.
 struct StateFile {
     TrainState st;
     int version = 0;
-    std::vector<std::pair<std::string, std::string>> files;  ///< (name, hex SHA-256); empty in format 1
+    std::vector<PartInfo> files;  ///< empty in format 1; bytes is 0 (unknown) in format 2
 };
+
+/// Fills outs[g] (host fp32, end - begin elements each; padding elements set to 0) for flat elements
+/// [begin, end) of layout from the 1-D pieces /<groups[g]>/<tensor name> (int64 attribute `offset`)
+/// in `files`; only tensors overlapping the range are looked up. Errors: CheckpointError when a
+/// file is unreadable, a tensor has a piece in one group but not in another (or their shapes or
+/// offsets differ), a piece lies outside its tensor, two files hold the same element (naming
+/// both), or some parameter element of the range is in none (`where` names the checkpoint).
+void read_pieces(const std::vector<std::string>& files, const std::vector<std::string>& groups,
+                 const ParamLayout& layout, size_t begin, size_t end, const std::vector<float*>& outs,
+                 const std::string& where);
 
 /// Reads and checks dir/state.toml: TOML syntax, every key, and (format 2) the self-checksum.
 /// Errors: CheckpointError naming the file and the key or the mismatch.

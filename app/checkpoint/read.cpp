@@ -55,8 +55,8 @@ StateFile read_state_file(const std::string& dir) {
     };
     StateFile sf;
     sf.version = int(need_int("format_version"));
-    if (sf.version != 1 && sf.version != kFormatVersion)
-        throw CheckpointError(file + ": format_version: expected 1 or " + std::to_string(kFormatVersion) + ", got " +
+    if (sf.version < 1 || sf.version > kFormatVersion)
+        throw CheckpointError(file + ": format_version: expected 1 to " + std::to_string(kFormatVersion) + ", got " +
                               std::to_string(sf.version));
     if (sf.version >= 2) {
         if (sealed == std::string::npos) throw CheckpointError(file + ": [integrity] state_sha256: missing");
@@ -66,7 +66,13 @@ StateFile read_state_file(const std::string& dir) {
         for (const auto& [k, v] : *files) {
             auto s = v.value_exact<std::string>();
             if (!s) throw CheckpointError(file + ": files." + std::string(k.str()) + ": not a string");
-            sf.files.emplace_back(std::string(k.str()), *s);
+            PartInfo p{std::string(k.str()), 0, *s};
+            if (sf.version >= 3) {  // every listed file has its size
+                auto b = t["bytes"][k.str()].value_exact<int64_t>();
+                if (!b || *b <= 0) throw CheckpointError(file + ": bytes." + p.name + ": missing or not a positive integer");
+                p.bytes = uint64_t(*b);
+            }
+            sf.files.push_back(std::move(p));
         }
     }
     TrainState& st = sf.st;
@@ -128,9 +134,10 @@ h5::Handle open_f32(hid_t loc, const std::string& name, std::vector<hsize_t>& di
     return ds;
 }
 
-void read_all(const h5::Handle& ds, float* out, const std::string& name, const std::string& file) {
-    h5::check_status<CheckpointError>(H5Dread(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out),
-                                      file + ": cannot read dataset " + name);
+/// The whole dataset ds (shape dims) into out, in row blocks (io_rows).
+void read_all(const h5::Handle& ds, const std::vector<hsize_t>& dims, float* out, const std::string& name,
+              const std::string& file) {
+    h5::check_status<CheckpointError>(io_rows(ds.get(), dims, out, false), file + ": cannot read dataset " + name);
 }
 
 /// A 1-D piece of a tensor in one shard file: flat range [lo, hi) of the layout.
@@ -145,16 +152,20 @@ std::string checkpoint_problem(const std::string& dir) {
     try {
         const StateFile sf = read_state_file(dir);
         if (sf.version < 2) return "";  // format 1 carries no checksums
-        for (const auto& [name, sha] : sf.files) {
-            const fs::path p = fs::path(dir) / name;
+        for (const PartInfo& f : sf.files) {
+            const fs::path p = fs::path(dir) / f.name;
             std::error_code ec;
-            if (!fs::is_regular_file(p, ec)) return name + " is missing";
-            if (sha256_file_hex(p.string()) != sha) return name + ": SHA-256 differs from state.toml (damaged)";
+            if (!fs::is_regular_file(p, ec)) return f.name + " is missing";
+            if (const uint64_t n = fs::file_size(p, ec); f.bytes > 0 && n != f.bytes)
+                return f.name + " has " + std::to_string(n) + " bytes, state.toml says " + std::to_string(f.bytes) +
+                       " (truncated or damaged)";
+            if (sha256_file_hex(p.string()) != f.sha256) return f.name + ": SHA-256 differs from state.toml (damaged)";
         }
+        // An extra file means a writer this state.toml does not know of: refused rather than ignored.
         std::error_code ec;
         for (const auto& e : fs::directory_iterator(dir, ec)) {
             const std::string n = e.path().filename().string();
-            const bool listed = std::any_of(sf.files.begin(), sf.files.end(), [&](const auto& f) { return f.first == n; });
+            const bool listed = std::any_of(sf.files.begin(), sf.files.end(), [&](const auto& f) { return f.name == n; });
             if (n != "state.toml" && !listed) return n + " is not listed in state.toml";
         }
         return "";
@@ -256,58 +267,61 @@ void read_params(const std::string& dir, const ParamLayout& layout, float* param
         if (dims != want)
             throw CheckpointError(file + ": tensor " + t.name + " has shape " + shape_str(dims) +
                                   " in the checkpoint but " + shape_str(want) + " in the model");
-        read_all(ds, params + t.offset, t.name, file);
+        read_all(ds, dims, params + t.offset, t.name, file);
     }
 }
 
-void read_optim(const std::string& dir, const ParamLayout& layout, size_t begin, size_t end, float* m,
-                float* v) {
+namespace ckpt {
+
+void read_pieces(const std::vector<std::string>& files, const std::vector<std::string>& groups,
+                 const ParamLayout& layout, size_t begin, size_t end, const std::vector<float*>& outs,
+                 const std::string& where) {
     h5::QuietErrors quiet;
-    std::fill(m, m + (end - begin), 0.0f);
-    std::fill(v, v + (end - begin), 0.0f);
-    std::vector<std::string> files;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-        const std::string n = e.path().filename().string();
-        if (n.rfind("optim_", 0) == 0 && e.path().extension() == ".h5") files.push_back(e.path().string());
-    }
-    std::sort(files.begin(), files.end());
-    if (files.empty()) throw CheckpointError("checkpoint '" + dir + "': no optim_<k>.h5 shard");
-    std::vector<Piece> pieces;  // every piece of every file, for the overlap check
+    for (float* o : outs) std::fill(o, o + (end - begin), 0.0f);
+    if (files.empty()) throw CheckpointError("checkpoint '" + where + "': no shard file");
+    std::vector<Piece> pieces;  // every piece overlapping the range, for the overlap check
     std::vector<float> buf;
+    const size_t G = groups.size();
     for (size_t fi = 0; fi < files.size(); ++fi) {
         const std::string& file = files[fi];
         h5::Handle f(h5c(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "checkpoint: cannot open " + file));
-        for (const char* g : {"m", "v"})
-            if (H5Lexists(f.get(), g, H5P_DEFAULT) <= 0) throw CheckpointError(file + ": group " + g + " is missing");
+        for (const auto& g : groups)
+            if (H5Lexists(f.get(), g.c_str(), H5P_DEFAULT) <= 0) throw CheckpointError(file + ": group " + g + " is missing");
         for (const auto& t : layout.tensors()) {
-            std::vector<hsize_t> dm, dv;
-            h5::Handle dsm = open_f32(f.get(), "m/" + t.name, dm, file), dsv = open_f32(f.get(), "v/" + t.name, dv, file);
-            if (dsm.valid() != dsv.valid())
-                throw CheckpointError(file + ": tensor " + t.name + " has a /" + (dsm.valid() ? "m" : "v") +
-                                      " piece but no /" + (dsm.valid() ? "v" : "m") + " piece");
-            if (!dsm.valid()) continue;
-            int64_t off[2] = {-1, -1};
-            for (int i = 0; i < 2; ++i) {
-                const h5::Handle& ds = i ? dsv : dsm;
-                h5::Handle at(h5c(H5Aopen(ds.get(), "offset", H5P_DEFAULT), file + ": " + t.name + ": no offset attribute"));
-                h5::check_status<CheckpointError>(H5Aread(at.get(), H5T_NATIVE_INT64, &off[i]),
+            if (t.offset >= end || t.offset + t.numel <= begin) continue;
+            std::vector<std::vector<hsize_t>> dims(G);
+            std::vector<h5::Handle> ds(G);
+            for (size_t g = 0; g < G; ++g) ds[g] = open_f32(f.get(), groups[g] + "/" + t.name, dims[g], file);
+            for (size_t g = 1; g < G; ++g)
+                if (ds[g].valid() != ds[0].valid()) {
+                    const std::string& has = ds[0].valid() ? groups[0] : groups[g];
+                    const std::string& lacks = ds[0].valid() ? groups[g] : groups[0];
+                    throw CheckpointError(file + ": tensor " + t.name + " has a /" + has + " piece but no /" + lacks +
+                                          " piece");
+                }
+            if (!ds[0].valid()) continue;
+            std::vector<int64_t> off(G, -1);
+            for (size_t g = 0; g < G; ++g) {
+                h5::Handle at(h5c(H5Aopen(ds[g].get(), "offset", H5P_DEFAULT), file + ": " + t.name + ": no offset attribute"));
+                h5::check_status<CheckpointError>(H5Aread(at.get(), H5T_NATIVE_INT64, &off[g]),
                                                   file + ": " + t.name + ": cannot read offset");
+                if (dims[g].size() != 1 || dims[g] != dims[0] || off[g] != off[0])
+                    throw CheckpointError(file + ": tensor " + t.name + ": its /" + groups[0] + " and /" + groups[g] +
+                                          " pieces differ in shape or offset");
             }
-            if (dm.size() != 1 || dm != dv || off[0] != off[1])
-                throw CheckpointError(file + ": tensor " + t.name + ": its /m and /v pieces differ in shape or offset");
-            if (off[0] < 0 || size_t(off[0]) + dm[0] > t.numel)
+            const hsize_t len = dims[0][0];
+            if (off[0] < 0 || size_t(off[0]) + len > t.numel)
                 throw CheckpointError(file + ": " + t.name + ": piece [" + std::to_string(off[0]) + ", +" +
-                                      std::to_string(dm[0]) + ") outside the tensor's " + std::to_string(t.numel) +
+                                      std::to_string(len) + ") outside the tensor's " + std::to_string(t.numel) +
                                       " elements");
-            const size_t plo = t.offset + size_t(off[0]), phi = plo + dm[0];
-            pieces.push_back({plo, phi, fi});
+            const size_t plo = t.offset + size_t(off[0]), phi = plo + len;
             const size_t lo = std::max(plo, begin), hi = std::min(phi, end);
             if (lo >= hi) continue;
-            buf.resize(dm[0]);
-            for (int i = 0; i < 2; ++i) {
-                read_all(i ? dsv : dsm, buf.data(), (i ? "v/" : "m/") + t.name, file);
-                std::copy(buf.begin() + (lo - plo), buf.begin() + (hi - plo), (i ? v : m) + (lo - begin));
+            pieces.push_back({plo, phi, fi});
+            buf.resize(len);
+            for (size_t g = 0; g < G; ++g) {
+                read_all(ds[g], dims[g], buf.data(), groups[g] + "/" + t.name, file);
+                std::copy(buf.begin() + (lo - plo), buf.begin() + (hi - plo), outs[g] + (lo - begin));
             }
         }
     }
@@ -315,11 +329,10 @@ void read_optim(const std::string& dir, const ParamLayout& layout, size_t begin,
     size_t covered = 0;  // parameter elements of [begin, end) filled
     for (size_t i = 0; i < pieces.size(); ++i) {
         if (i > 0 && pieces[i].lo < pieces[i - 1].hi)
-            throw CheckpointError("checkpoint '" + dir + "': " + files[pieces[i - 1].file] + " and " +
+            throw CheckpointError("checkpoint '" + where + "': " + files[pieces[i - 1].file] + " and " +
                                   files[pieces[i].file] + " both hold flat elements [" + std::to_string(pieces[i].lo) +
                                   ", " + std::to_string(std::min(pieces[i].hi, pieces[i - 1].hi)) + ")");
-        const size_t lo = std::max(pieces[i].lo, begin), hi = std::min(pieces[i].hi, end);
-        if (lo < hi) covered += hi - lo;
+        covered += std::min(pieces[i].hi, end) - std::max(pieces[i].lo, begin);
     }
     size_t want = 0;
     for (const auto& t : layout.tensors()) {
@@ -327,8 +340,29 @@ void read_optim(const std::string& dir, const ParamLayout& layout, size_t begin,
         if (lo < hi) want += hi - lo;
     }
     if (covered != want)
-        throw CheckpointError("checkpoint '" + dir + "': optimizer shards cover " + std::to_string(covered) + " of " +
-                              std::to_string(want) + " parameter elements of this rank's range");
+        throw CheckpointError("checkpoint '" + where + "': the shards cover " + std::to_string(covered) + " of " +
+                              std::to_string(want) + " parameter elements of flat range [" + std::to_string(begin) +
+                              ", " + std::to_string(end) + ")");
+}
+
+}  // namespace ckpt
+
+void read_optim(const std::string& dir, const ParamLayout& layout, size_t begin, size_t end, float* m,
+                float* v) {
+    // The shard files state.toml lists (never a directory listing), or, format 1, those present.
+    std::vector<std::string> files;
+    const StateFile sf = read_state_file(dir);
+    for (const PartInfo& f : sf.files)
+        if (f.name.rfind("optim_", 0) == 0) files.push_back((fs::path(dir) / f.name).string());
+    if (sf.version < 2) {
+        std::error_code ec;
+        for (const auto& e : fs::directory_iterator(dir, ec)) {
+            const std::string n = e.path().filename().string();
+            if (n.rfind("optim_", 0) == 0 && e.path().extension() == ".h5") files.push_back(e.path().string());
+        }
+    }
+    std::sort(files.begin(), files.end());
+    read_pieces(files, {"m", "v"}, layout, begin, end, {m, v}, dir);
 }
 
 }  // namespace llmtrain

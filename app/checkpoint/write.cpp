@@ -1,7 +1,9 @@
 // app/checkpoint/write.cpp — the checkpoint write protocol (see checkpoint.hpp): temporary directory,
-// model.h5 unit by unit, one optimizer shard file per rank, checksummed state.toml, atomic
-// publication, pruning and start-up recovery. HDF5 through data/h5.hpp; state.toml through TOML++.
+// one optimizer shard file and one weight part per rank, model.h5 assembled from the parts,
+// checksummed state.toml, atomic publication, pruning and start-up recovery. HDF5 through data/h5.hpp; state.toml through TOML++.
+#include <fcntl.h>
 #include <hdf5.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -30,6 +32,27 @@ void fs_op() {
     if (++count == kill_at) std::raise(SIGKILL);
 }
 
+herr_t io_rows(hid_t ds, const std::vector<hsize_t>& dims, float* data, bool write) {
+    hsize_t row = 1;  // elements of one row
+    for (size_t i = 1; i < dims.size(); ++i) row *= dims[i];
+    const hsize_t block = std::max<hsize_t>(1, hsize_t(kIoElems) / std::max<hsize_t>(row, 1));
+    for (hsize_t r0 = 0; r0 < dims[0]; r0 += block) {
+        std::vector<hsize_t> start(dims.size(), 0), count(dims);
+        start[0] = r0;
+        count[0] = std::min(block, dims[0] - r0);
+        h5::Handle fspace(H5Dget_space(ds));
+        h5::Handle mspace(H5Screate_simple(int(count.size()), count.data(), nullptr));
+        if (!fspace.valid() || !mspace.valid() ||
+            H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0)
+            return -1;
+        float* p = data + r0 * row;
+        const herr_t st = write ? H5Dwrite(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, p)
+                                : H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, p);
+        if (st < 0) return st;
+    }
+    return 0;
+}
+
 int64_t step_of(const std::string& name) {
     if (name.rfind("step_", 0) != 0 || name.size() == 5 || name.size() > 23) return -1;
     for (size_t i = 5; i < name.size(); ++i)
@@ -48,9 +71,12 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& ckdir) {
     return out;
 }
 
-std::string state_to_toml(const TrainState& st, const std::vector<std::pair<std::string, std::string>>& files) {
-    toml::table sums;
-    for (const auto& [name, sha] : files) sums.insert(name, sha);
+std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& files) {
+    toml::table sums, sizes;
+    for (const PartInfo& f : files) {
+        sums.insert(f.name, f.sha256);
+        sizes.insert(f.name, int64_t(f.bytes));
+    }
     toml::table t{
         {"format_version", kFormatVersion},
         {"run_id", st.run_id},
@@ -68,6 +94,7 @@ std::string state_to_toml(const TrainState& st, const std::vector<std::pair<std:
         {"world", toml::table{{"dp", st.dp}, {"world_size", st.world_size}}},
         {"backend", toml::table{{"name", st.backend}, {"precision", st.precision}}},
         {"files", std::move(sums)},
+        {"bytes", std::move(sizes)},
     };
     std::ostringstream os;
     os << "# llmtrain checkpoint state (written last: its presence marks a complete checkpoint)\n" << t << "\n\n";
@@ -145,15 +172,24 @@ h5::Handle write_f32(hid_t loc, const std::string& name, const std::vector<hsize
     h5::Handle space(h5c(H5Screate_simple(int(dims.size()), dims.data(), nullptr), file + ": dataspace of " + name));
     h5::Handle ds(h5c(H5Dcreate2(loc, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                       file + ": cannot create dataset " + name));
-    h5s(H5Dwrite(ds.get(), H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), file + ": cannot write dataset " + name);
+    h5s(io_rows(ds.get(), dims, const_cast<float*>(data), true), file + ": cannot write dataset " + name);
     return ds;
 }
 
-void flush_close_sync(h5::Handle& f, const fs::path& p) {
+/// Flushes and closes an HDF5 file, hashes it and fsyncs it; returns it as a part. The hash comes
+/// before the fsync, with the kernel's write-back started first (sync_file_range), so the SHA-256
+/// reads the pages while they are still cached and runs while the disk writes them.
+PartInfo finish_file(h5::Handle& f, const fs::path& p) {
     fs_op();
     h5s(H5Fflush(f.get(), H5F_SCOPE_GLOBAL), "checkpoint: cannot flush " + p.string());
     f.reset();
+    if (const int fd = ::open(p.c_str(), O_RDONLY); fd >= 0) {
+        ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);  // only a hint: errors surface at the fsync
+        ::close(fd);
+    }
+    PartInfo info = describe_part(p.parent_path().string(), p.filename().string());
     sync(p);
+    return info;
 }
 
 }  // namespace
@@ -222,18 +258,36 @@ void ModelWriter::write_unit(int u, const float* values) {
     I.written[u] = true;
 }
 
-void ModelWriter::close() {
+PartInfo ModelWriter::close() {
     h5::QuietErrors quiet;
     Impl& I = *impl_;
     for (size_t u = 0; u < I.written.size(); ++u)
         if (!I.written[u]) throw CheckpointError("checkpoint: " + I.path.string() + ": unit " + std::to_string(u) + " was never written");
-    flush_close_sync(I.file, I.path);
+    return finish_file(I.file, I.path);
 }
 
-void write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& layout,
-                       const std::vector<OptimShardView>& views) {
+PartInfo describe_part(const std::string& tmp_dir, const std::string& name) {
+    const fs::path p = fs::path(tmp_dir) / name;
+    std::error_code ec;
+    const uintmax_t n = fs::file_size(p, ec);
+    if (ec) throw CheckpointError("checkpoint: cannot read the size of '" + p.string() + "': " + ec.message());
+    try {
+        return PartInfo{name, uint64_t(n), sha256_file_hex(p.string())};
+    } catch (const DataError& e) {
+        throw CheckpointError(std::string("checkpoint: ") + e.what());
+    }
+}
+
+namespace {
+
+/// Writes tmp_dir/name holding, for each group (name, member of OptimShardView), the 1-D pieces of
+/// every tensor inside `views` with their `offset` attributes; fsyncs it and returns it as a part.
+/// Every value is checked finite before the file is created.
+PartInfo write_pieces(const std::string& tmp_dir, const std::string& name, int k, const ParamLayout& layout,
+                      const std::vector<OptimShardView>& views,
+                      const std::vector<std::pair<const char*, const float* OptimShardView::*>>& groups) {
     h5::QuietErrors quiet;
-    const fs::path p = fs::path(tmp_dir) / ("optim_" + std::to_string(k) + ".h5");
+    const fs::path p = fs::path(tmp_dir) / name;
     const std::string file = p.string();
     // Checks first: segments disjoint, each tensor in at most one segment, every value finite.
     std::vector<OptimShardView> vs(views);
@@ -251,16 +305,17 @@ void write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& lay
                                       std::to_string(k) + " (one piece per tensor per shard file)");
             pieces.push_back({&t, &s, lo, hi});
         }
-    for (const auto& pc : pieces) {
-        require_finite(pc.s->m + (pc.lo - pc.s->begin), pc.hi - pc.lo, "m/" + pc.t->name);
-        require_finite(pc.s->v + (pc.lo - pc.s->begin), pc.hi - pc.lo, "v/" + pc.t->name);
-    }
+    for (const auto& [g, member] : groups)
+        for (const auto& pc : pieces) {
+            if (!(pc.s->*member)) throw CheckpointError(file + ": no /" + g + " values given for " + pc.t->name);
+            require_finite(pc.s->*member + (pc.lo - pc.s->begin), pc.hi - pc.lo, g + ("/" + pc.t->name));
+        }
     h5::Handle f = create_h5(p);
     h5::Handle gcpl = untimed(H5P_GROUP_CREATE, file);
-    for (const char* g : {"m", "v"}) {
+    for (const auto& [g, member] : groups) {
         h5::Handle grp(h5c(H5Gcreate2(f.get(), g, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), file + ": cannot create group " + g));
         for (const auto& pc : pieces) {
-            const float* src = (g[0] == 'm' ? pc.s->m : pc.s->v) + (pc.lo - pc.s->begin);
+            const float* src = pc.s->*member + (pc.lo - pc.s->begin);
             h5::Handle ds = write_f32(grp.get(), pc.t->name, {hsize_t(pc.hi - pc.lo)}, src, file);
             const int64_t off = int64_t(pc.lo - pc.t->offset);
             h5::Handle sp(h5c(H5Screate(H5S_SCALAR), file + ": scalar dataspace"));
@@ -269,29 +324,75 @@ void write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& lay
             h5s(H5Awrite(at.get(), H5T_NATIVE_INT64, &off), file + ": cannot write offset of " + pc.t->name);
         }
     }
-    flush_close_sync(f, p);
+    return finish_file(f, p);
+}
+
+bool is_model_part(const std::string& name) { return name.rfind("model_", 0) == 0; }
+
+/// Writes tmp/model.h5 unit by unit from the model parts (each first checked against its report).
+PartInfo assemble_model(const fs::path& tmp, const ParamLayout& layout, const std::vector<PartInfo>& parts) {
+    std::vector<std::string> files;
+    for (const PartInfo& p : parts) {
+        if (!is_model_part(p.name)) continue;
+        fs_op();
+        if (describe_part(tmp.string(), p.name).sha256 != p.sha256)
+            throw CheckpointError("checkpoint: " + (tmp / p.name).string() + ": SHA-256 differs from what its writer reported");
+        files.push_back((tmp / p.name).string());
+    }
+    ModelWriter mw(tmp.string(), layout);
+    std::vector<float> unit;
+    for (size_t u = 0; u < layout.units().size(); ++u) {
+        const auto& un = layout.units()[u];
+        unit.resize(un.numel);
+        read_pieces(files, {"w"}, layout, un.offset, un.offset + un.numel, {unit.data()}, tmp.string());
+        mw.write_unit(int(u), unit.data());
+    }
+    return mw.close();
+}
+
+}  // namespace
+
+PartInfo write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& layout,
+                           const std::vector<OptimShardView>& views) {
+    return write_pieces(tmp_dir, "optim_" + std::to_string(k) + ".h5", k, layout, views,
+                        {{"m", &OptimShardView::m}, {"v", &OptimShardView::v}});
+}
+
+PartInfo write_model_part(const std::string& tmp_dir, int k, const ParamLayout& layout,
+                          const std::vector<OptimShardView>& views) {
+    return write_pieces(tmp_dir, "model_" + std::to_string(k) + ".h5", k, layout, views, {{"w", &OptimShardView::w}});
 }
 
 std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp_dir, const TrainState& st,
-                              int keep_last) {
+                              const ParamLayout& layout, const std::vector<PartInfo>& parts, int keep_last) {
     const fs::path ckdir = fs::path(run_dir) / "checkpoints", tmp(tmp_dir);
     const std::string name = "step_" + std::to_string(st.step);
     const fs::path final_dir = ckdir / name, old = ckdir / (".old_" + name);
-    std::vector<std::pair<std::string, std::string>> files;
+    auto has = [&](auto pred) { return std::any_of(parts.begin(), parts.end(), pred); };
+    const bool has_optim = has([](const PartInfo& p) { return p.name.rfind("optim_", 0) == 0; });
+    const bool has_model = has([](const PartInfo& p) { return p.name == "model.h5"; });
+    if (!has_optim || !(has_model || has([](const PartInfo& p) { return is_model_part(p.name); })))
+        throw CheckpointError("checkpoint: the parts reported for '" + tmp_dir +
+                              "' lack an optim_<k>.h5 or the weights (did every rank write?)");
+    // The reported files, not a directory listing: each must be there with its reported size.
     std::error_code ec;
-    for (const auto& e : fs::directory_iterator(tmp, ec))
-        if (e.is_regular_file() && e.path().filename() != "state.toml")
-            files.emplace_back(e.path().filename().string(), "");
-    if (ec) throw CheckpointError("checkpoint: cannot list '" + tmp_dir + "': " + ec.message());
-    std::sort(files.begin(), files.end());
-    const bool has_optim = std::any_of(files.begin(), files.end(), [](const auto& f) { return f.first.rfind("optim_", 0) == 0; });
-    if (!fs::exists(tmp / "model.h5") || !has_optim)
-        throw CheckpointError("checkpoint: '" + tmp_dir + "' lacks model.h5 or an optim_<k>.h5 (did every rank write?)");
-    try {
-        for (auto& [f, sha] : files) sha = sha256_file_hex((tmp / f).string());
-    } catch (const DataError& e) {
-        throw CheckpointError(std::string("checkpoint: ") + e.what());
+    for (const PartInfo& p : parts) {
+        fs_op();
+        const uintmax_t n = fs::file_size(tmp / p.name, ec);
+        if (ec || n != p.bytes)
+            throw CheckpointError("checkpoint: " + (tmp / p.name).string() + " was reported with " +
+                                  std::to_string(p.bytes) + " bytes but " +
+                                  (ec ? "is missing (" + ec.message() + ")" : "has " + std::to_string(n)));
     }
+    std::vector<PartInfo> files;
+    for (const PartInfo& p : parts)
+        if (!is_model_part(p.name)) files.push_back(p);
+    if (!has_model) {
+        files.push_back(assemble_model(tmp, layout, parts));
+        for (const PartInfo& p : parts)
+            if (is_model_part(p.name)) remove_quiet(tmp / p.name);
+    }
+    std::sort(files.begin(), files.end(), [](const PartInfo& a, const PartInfo& b) { return a.name < b.name; });
     write_text_synced(tmp / "state.toml", state_to_toml(st, files));
     sync(tmp);
 
@@ -335,11 +436,14 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& st, co
                             const float* params, const std::vector<OptimShardView>& shards, int keep_last) {
     const std::string tmp = begin_checkpoint(run_dir, st.step);
     try {
-        ModelWriter mw(tmp, layout);
-        for (size_t u = 0; u < layout.units().size(); ++u) mw.write_unit(int(u), params + layout.units()[u].offset);
-        mw.close();
-        for (size_t k = 0; k < shards.size(); ++k) write_optim_shard(tmp, int(k), layout, {shards[k]});
-        return commit_checkpoint(run_dir, tmp, st, keep_last);
+        std::vector<PartInfo> parts;
+        for (size_t k = 0; k < shards.size(); ++k) {
+            OptimShardView view = shards[k];
+            view.w = params + view.begin;
+            parts.push_back(write_optim_shard(tmp, int(k), layout, {view}));
+            parts.push_back(write_model_part(tmp, int(k), layout, {view}));
+        }
+        return commit_checkpoint(run_dir, tmp, st, layout, parts, keep_last);
     } catch (...) {
         abort_checkpoint(tmp);
         throw;

@@ -337,8 +337,9 @@ TEST_F(Ckpt, NonFiniteValuesAreRefused) {
     EXPECT_FALSE(fs::exists(tmp));
 }
 
-// ZeRO layout: model.h5 written unit by unit (in any order) and one optim_<k>.h5 per rank, each
-// with one segment per unit; read back bitwise against the single flat buffers written.
+// ZeRO layout: every rank writes its optim_<k>.h5 and model_<k>.h5 (one segment per unit) and
+// reports them; the commit assembles model.h5 from the model parts and lists exactly the reported
+// files. Read back bitwise against the single flat buffers written.
 TEST_F(Ckpt, EveryRankWritesItsShard) {
     ParamLayout L(tiny(), 4);  // units padded to split over 4 ranks
     auto p = random_flat(L, 11), m = random_flat(L, 12), v = random_flat(L, 13);
@@ -346,19 +347,24 @@ TEST_F(Ckpt, EveryRankWritesItsShard) {
         if (std::isnan(m[k])) m[k] = v[k] = 0.0f;  // ... but the finite check covers real elements only
     const int P = 4;
     const std::string tmp = begin_checkpoint(dir.string(), 9);
-    ModelWriter mw(tmp, L);
-    for (int u = int(L.units().size()) - 1; u >= 0; --u) mw.write_unit(u, p.data() + L.units()[u].offset);
-    mw.close();
-    for (int r = 0; r < P; ++r) {
+    std::vector<PartInfo> parts;
+    for (int r = P - 1; r >= 0; --r) {
         std::vector<OptimShardView> views;
         for (const auto& un : L.units()) {
             const size_t n = un.numel / P, b = un.offset + size_t(r) * n;
-            views.push_back({b, b + n, m.data() + b, v.data() + b});
+            views.push_back({b, b + n, m.data() + b, v.data() + b, p.data() + b});
         }
-        write_optim_shard(tmp, r, L, views);
+        parts.push_back(write_optim_shard(tmp, r, L, views));
+        parts.push_back(write_model_part(tmp, r, L, views));
     }
-    const std::string d = commit_checkpoint(dir.string(), tmp, some_state(9), 0);
+    const std::string d = commit_checkpoint(dir.string(), tmp, some_state(9), L, parts, 0);
     EXPECT_EQ(checkpoint_problem(d), "");
+    EXPECT_FALSE(fs::exists(fs::path(d) / "model_0.h5"));  // assembled into model.h5, then removed
+    const std::string toml = slurp(fs::path(d) / "state.toml");
+    for (int r = 0; r < P; ++r) {
+        const std::string f = "optim_" + std::to_string(r) + ".h5";
+        EXPECT_NE(toml.find("\n'" + f + "' = " + std::to_string(fs::file_size(fs::path(d) / f)) + "\n"), std::string::npos) << toml;
+    }
     std::vector<float> p2(L.total_numel()), m2(L.total_numel()), v2(L.total_numel());
     read_params(d, L, p2.data());
     read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
@@ -367,6 +373,52 @@ TEST_F(Ckpt, EveryRankWritesItsShard) {
         ASSERT_EQ(std::memcmp(&m[t.offset], &m2[t.offset], 4 * t.numel), 0) << t.name;
         ASSERT_EQ(std::memcmp(&v[t.offset], &v2[t.offset], 4 * t.numel), 0) << t.name;
     }
+}
+
+// The commit trusts the ranks' reports, never a directory listing, and checks each report against
+// the file: a reported file that is missing (a stale listing on a network file system would have
+// hidden it), of another size, or a model part with another SHA-256 fails the commit; a file no
+// rank reported is not listed, so the checkpoint does not verify. Fails on the old code: it listed
+// the directory and committed whatever it saw.
+TEST_F(Ckpt, CommitChecksTheReportedParts) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = random_flat(L, 2), v = random_flat(L, 3);
+    const OptimShardView all{0, L.total_numel(), m.data(), v.data(), p.data()};
+    auto parts_of = [&](int64_t step) {
+        const std::string tmp = begin_checkpoint(dir.string(), step);
+        return std::make_pair(tmp, std::vector<PartInfo>{write_optim_shard(tmp, 0, L, {all}),
+                                                         write_model_part(tmp, 0, L, {all})});
+    };
+    auto commit_error = [&](const std::string& tmp, const std::vector<PartInfo>& parts) {
+        try {
+            commit_checkpoint(dir.string(), tmp, some_state(1), L, parts, 0);
+        } catch (const CheckpointError& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    auto [tmp, parts] = parts_of(1);
+    auto missing = parts;
+    missing.push_back({"optim_1.h5", 100, std::string(64, '0')});
+    EXPECT_NE(commit_error(tmp, missing).find("optim_1.h5 was reported with 100 bytes but is missing"), std::string::npos);
+    auto longer = parts;
+    longer[0].bytes += 1;
+    EXPECT_NE(commit_error(tmp, longer).find("optim_0.h5 was reported with"), std::string::npos);
+    auto other = parts;
+    other[1].sha256 = std::string(64, 'a');
+    EXPECT_NE(commit_error(tmp, other).find("model_0.h5: SHA-256 differs from what its writer reported"), std::string::npos);
+    EXPECT_NE(commit_error(tmp, {parts[1]}).find("lack an optim_<k>.h5"), std::string::npos);
+    EXPECT_FALSE(fs::exists(ck() / "step_1"));
+    // An unreported extra shard is never listed: the committed checkpoint does not verify.
+    auto [tmp2, parts2] = parts_of(2);
+    fs::copy_file(fs::path(tmp2) / "optim_0.h5", fs::path(tmp2) / "optim_1.h5");
+    const std::string d = commit_checkpoint(dir.string(), tmp2, some_state(2), L, parts2, 0);
+    EXPECT_NE(checkpoint_problem(d).find("optim_1.h5 is not listed"), std::string::npos);
+    // Reading takes the shard files from state.toml, not from the directory: the unlisted copy
+    // (which would overlap every element of optim_0.h5) is never opened.
+    std::vector<float> m2(L.total_numel()), v2(L.total_numel());
+    read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
+    for (const auto& t : L.tensors()) ASSERT_EQ(std::memcmp(&m[t.offset], &m2[t.offset], 4 * t.numel), 0) << t.name;
 }
 
 // One damaged byte anywhere makes auto resume fall back to the previous checkpoint, and the log
@@ -520,10 +572,9 @@ TEST_F(Ckpt, ReadOptimRefusesOverlappingShards) {
     const std::string tmp = begin_checkpoint(dir.string(), 1);
     ModelWriter mw(tmp, L);
     for (size_t u = 0; u < L.units().size(); ++u) mw.write_unit(int(u), p.data() + L.units()[u].offset);
-    mw.close();
-    write_optim_shard(tmp, 0, L, {OptimShardView{0, cut + 10, m.data(), v.data()}});
-    write_optim_shard(tmp, 1, L, {OptimShardView{cut, n - 10, m.data() + cut, v.data() + cut}});
-    const std::string d = commit_checkpoint(dir.string(), tmp, some_state(1), 0);
+    const std::vector<PartInfo> parts = {mw.close(), write_optim_shard(tmp, 0, L, {OptimShardView{0, cut + 10, m.data(), v.data()}}),
+                                         write_optim_shard(tmp, 1, L, {OptimShardView{cut, n - 10, m.data() + cut, v.data() + cut}})};
+    const std::string d = commit_checkpoint(dir.string(), tmp, some_state(1), L, parts, 0);
     std::vector<float> m2(n), v2(n);
     try {
         read_optim(d, L, 0, n, m2.data(), v2.data());
@@ -561,7 +612,10 @@ TEST_F(Ckpt, ReadsFormatOne) {
     ASSERT_NE(files, std::string::npos);
     text.erase(files, text.find("\n\n", files) + 2 - files);
     text.erase(text.find("run_id = "), text.find('\n', text.find("run_id = ")) + 1 - text.find("run_id = "));
-    const auto at = text.find("format_version = 2");
+    const size_t bytes = text.find("[bytes]\n");
+    ASSERT_NE(bytes, std::string::npos);
+    text.erase(bytes, text.find("\n\n", bytes) + 2 - bytes);
+    const auto at = text.find("format_version = 3");
     ASSERT_NE(at, std::string::npos);
     text.replace(at, 18, "format_version = 1");
     spit(fs::path(d) / "state.toml", text);
@@ -595,5 +649,27 @@ TEST_F(Ckpt, ReadsLoaderEpochBatchOfOlderCheckpoints) {
         ADD_FAILURE() << "a negative loader.sample was read";
     } catch (const CheckpointError& e) {
         EXPECT_NE(std::string(e.what()).find("loader.sample: expected >= 0, got -2"), std::string::npos) << e.what();
+    }
+}
+
+// A tensor larger than one HDF5 call's block (format.hpp kIoElems, 4M elements) is written and read
+// in row blocks: wte of 50304 x 128 = 6.4M elements takes two (32768 rows, then the rest); it comes
+// back bit for bit, in model.h5 (2-D) and in the 1-D optimizer pieces.
+TEST_F(Ckpt, LargeTensorsGoInRowBlocks) {
+    GPTConfig g = tiny();
+    g.vocab_size = 50257;
+    g.n_embd = 128;
+    g.n_layer = 1;
+    ParamLayout L(g);
+    ASSERT_GT(L.tensors()[0].numel, size_t(1) << 22);
+    auto p = random_flat(L, 21), m = random_flat(L, 22), v = random_flat(L, 23);
+    const std::string d = save(L, 1, 0, p, m, v);
+    std::vector<float> p2(L.total_numel()), m2(L.total_numel()), v2(L.total_numel());
+    read_params(d, L, p2.data());
+    read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
+    for (const auto& t : L.tensors()) {
+        ASSERT_EQ(std::memcmp(&p[t.offset], &p2[t.offset], 4 * t.numel), 0) << t.name;
+        ASSERT_EQ(std::memcmp(&m[t.offset], &m2[t.offset], 4 * t.numel), 0) << t.name;
+        ASSERT_EQ(std::memcmp(&v[t.offset], &v2[t.offset], 4 * t.numel), 0) << t.name;
     }
 }

@@ -345,3 +345,69 @@ TEST_F(E2E, OffloadConfigErrorsNameTheKey) {
 }
 
 int main(int argc, char** argv) { return e2e_main(argc, argv); }
+
+/// The offset of `needle` in text, or npos; for ordering log lines.
+size_t at(const std::string& text, const std::string& needle) { return text.find(needle); }
+
+// Asynchronous checkpoints (docs/training.md "Asynchronous checkpoints"), checked by the order of
+// the log's lines rather than by timings: with every writer slowed by an injected delay (1.5 s,
+// a step here takes milliseconds) training goes on while step 3's checkpoint is written (steps 4
+// and 5 are logged before it is saved; a synchronous write saves it before step 4), the training
+// thread is held up far less than the delay, the next checkpoint starts only after the previous
+// one is saved (never two in flight), and the result is bitwise the synchronous run's (losses,
+// model.h5, optim_0.h5). A writer that fails in the background (its temporary directory removed
+// under it) stops the run with exit 1 and keeps the last committed checkpoint.
+TEST_F(E2E, AsyncCheckpointsGoOnTrainingAndNeverOverlap) {
+    const std::vector<std::string> common = {"run.max_steps=9", "checkpoint.interval=3", "run.eval_interval=0",
+                                             "run.sample_interval=0", "checkpoint.keep_last=0"};
+    const fs::path ref = case_dir() / "sync", rd = case_dir() / "async", bad = case_dir() / "fails";
+    Proc ps = run(llmtrain_args(ref, concat(common, {"checkpoint.async=false"})));
+    ASSERT_EQ(ps.code, 0) << ps.err;
+    EXPECT_LT(at(ps.out, "checkpoint: saved " + (ref / "checkpoints" / "step_3").string()), at(ps.out, "step 4/9"));
+
+    setenv("LLMTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS", "1500", 1);
+    Proc pa = run(llmtrain_args(rd, common));  // checkpoint.async = true is the default
+    ASSERT_EQ(pa.code, 0) << pa.err;
+    const std::string& log = pa.out;
+    for (int s : {3, 6, 9}) {
+        const std::string name = "step_" + std::to_string(s);
+        const size_t snap = at(log, "checkpoint: step " + std::to_string(s) + " in host memory");
+        const size_t saved = at(log, "checkpoint: saved " + (rd / "checkpoints" / name).string());
+        ASSERT_NE(snap, std::string::npos) << log;
+        ASSERT_NE(saved, std::string::npos) << log;
+        EXPECT_LT(snap, saved) << log;
+        if (s < 9) {  // training went on while the writer slept; the next checkpoint waited for this one
+            EXPECT_LT(at(log, "step " + std::to_string(s + 2) + "/9"), saved) << log;
+            EXPECT_LT(saved, at(log, "checkpoint: step " + std::to_string(s + 3) + " in host memory")) << log;
+        }
+        // "training blocked X s" of the snapshot: far below the 1.5 s the writer slept.
+        const double blocked = std::stod(log.substr(log.find("training blocked ", snap) + 17));
+        EXPECT_LT(blocked, 0.75) << log;
+        EXPECT_EQ(read_file(rd / "checkpoints" / name / "model.h5"), read_file(ref / "checkpoints" / name / "model.h5"));
+        EXPECT_EQ(read_file(rd / "checkpoints" / name / "optim_0.h5"),
+                  read_file(ref / "checkpoints" / name / "optim_0.h5"));
+        EXPECT_EQ(checkpoint_problem((rd / "checkpoints" / name).string()), "") << name;
+    }
+    EXPECT_EQ(train_losses(rd), train_losses(ref));
+
+    // A background write that fails: .tmp_step_6 removed while its writer sleeps.
+    setenv("LLMTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS", "3000", 1);
+    const fs::path out = case_dir() / "fails.out", err = case_dir() / "fails.err";
+    const pid_t pid = spawn(llmtrain_args(bad, common), out, err);
+    unsetenv("LLMTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS");
+    const fs::path tmp6 = bad / "checkpoints" / ".tmp_step_6";
+    bool removed = false;
+    for (int i = 0; i < 6000 && !removed; ++i) {  // up to 60 s
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        std::error_code ec;
+        removed = fs::remove_all(tmp6, ec) > 0;
+    }
+    Proc pf = wait_for(pid, out, err);
+    ASSERT_TRUE(removed) << pf.out;
+    EXPECT_EQ(pf.code, 1) << pf.err;
+    EXPECT_NE(pf.err.find("llmtrain: error: checkpoint step_6 failed: "), std::string::npos) << pf.err;
+    EXPECT_NE(pf.err.find("(the last committed checkpoint is kept)"), std::string::npos) << pf.err;
+    EXPECT_EQ(read_file(bad / "checkpoints" / "latest"), "step_3\n");
+    EXPECT_EQ(checkpoint_problem((bad / "checkpoints" / "step_3").string()), "");
+    EXPECT_FALSE(fs::exists(bad / "checkpoints" / "step_6"));
+}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tests/gpu/run_sh_test.sh — tools/gpu/run.sh's plumbing without a GPU: a bundle of stand-in
 # executables (bash scripts that print what the real ones print: llmtrain's step, val, checkpoint
-# and peak-memory lines and its losses.tsv, gtest's summary, offload_bench's and llmtrain-plan's
+# and peak-memory lines and its losses.tsv, gtest's summary, offload_bench's, checkpoint_bench's and llmtrain-plan's
 # reports) and a stand-in nvidia-smi run every stage. The stand-in llmtrain repeats itself bit for
 # bit except with model.attention = "cudnn" (a random gradient norm) and when it resumes with
 # stochastic rounding (the loss moves by 1e-5), as the H100 showed at 58d410c; its CPU val losses
@@ -108,6 +108,11 @@ cat >"$B/tools/bench/offload_bench" <<'EOF'
 echo "double-buffered vs serial: 1.60x (goal >= 1.5x); wall / max(d2h, host_adam, h2d) = 1.05 (goal <= 1.10)"
 while [ $# -gt 0 ]; do [ "$1" = --trace ] && echo "{}" >"$2"; shift; done
 EOF
+cat >"$B/tools/bench/checkpoint_bench" <<'EOF'
+#!/usr/bin/env bash
+echo "  training blocked by the checkpoint: 1.210 s = 1.02x its copy (goal <= 1.2x), 1.05x the best copy; training went on"
+echo "  writer: 10.00 s = 1900 MiB/s (files, fsync, SHA-256); dd of the same 19000 MiB with fsync: 9.00 s (mean of 2) = 2111 MiB/s; writer / dd = 0.90 (goal >= 0.8)"
+EOF
 cat >"$B/app/llmtrain-plan" <<'EOF'
 #!/usr/bin/env bash
 echo "times measured on the cuda backend (bf16), micro-batch 8 x 1024, median of 5: layer F 2.951 ms, B 6.010 ms, recompute 2.950 ms"
@@ -121,7 +126,7 @@ fail() { echo "FAILED: $*"; exit 1; }
 row() { grep -F "| $1 |" "$2" || fail "no row '$1' in $2"; }
 
 # 1. every stage
-OUT=$W/out bash "$SRC/tools/gpu/run.sh" tests checks bench124m bench1.5b >"$W/all.log" 2>&1 ||
+OUT=$W/out bash "$SRC/tools/gpu/run.sh" tests checks bench124m bench1.5b checkpoint >"$W/all.log" 2>&1 ||
     { cat "$W/all.log"; fail "run.sh exited $?"; }
 S=$W/out/summary.md
 [ "$(find "$W/out" -type f | wc -l)" -le 8 ] || fail "more than 8 files in OUT"
@@ -138,6 +143,7 @@ row "GPT-2 124M native" "$S" | grep -qv "checkpoint" || fail "the native run was
 row "GPT-2 1.5B cublas" "$S" | grep -q "500.0K" || fail "1.5B cublas"
 row "llmtrain-plan --profile (1.5B)" "$S" | grep -q "PASS |" || fail "plan"
 row "offload_bench (cuda, bf16)" "$S" | grep -q "PASS |" || fail "offload"
+row "checkpoint_bench (1.5B)" "$S" | grep -q "blocked 1.21 s = 1.02x the copy; writer 0.90 of dd .* PASS |" || fail "checkpoint"
 ! grep -q "| step " "$S" || fail "a step did not run to its end"
 ! grep -q "label=gpt2-1.5b-native" "$W/all.log" || fail "native attention ran at 1.5B"
 left=$(find "$W/state/runs" "$W/state/llmtrain-gpu/gpu_bench" -mindepth 1 -maxdepth 1 -type d ! -name data | wc -l)

@@ -22,7 +22,7 @@ BUILD=${BUILD:-build}
 if [ "${NO_BUILD:-0}" != 1 ]; then  # NO_BUILD=1: use what $BUILD holds (the ctest does)
     cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release >/dev/null
     cmake --build "$BUILD" -j "$(nproc)" --target llmtrain llmtrain-plan test_cuda_gpu make_tiny_dataset attention_bench \
-        offload_bench
+        offload_bench checkpoint_bench
 fi
 for exe in app/llmtrain app/llmtrain-plan tests/cuda/test_cuda_gpu; do
     deps=$(ldd "$BUILD/$exe")  # not piped into grep -q: its early exit would fail the pipe (pipefail)
@@ -38,6 +38,7 @@ cp "$BUILD/tests/cuda/test_cuda_gpu" "$ROOT/tests/cuda/"
 cp "$BUILD/tests/app/make_tiny_dataset" "$ROOT/tests/app/"
 cp "$BUILD/tools/bench/attention_bench" "$ROOT/tools/bench/"  # gpu_bench.sh's attention timings
 cp "$BUILD/tools/bench/offload_bench" "$ROOT/tools/bench/"    # the offloaded optimizer's step
+cp "$BUILD/tools/bench/checkpoint_bench" "$ROOT/tools/bench/" # an asynchronous checkpoint's blocked time
 
 # Libraries the target provides itself (glibc, the C++ runtime, the driver and CUDA's libraries).
 SKIP='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|libpthread\.so|librt\.so|libresolv\.so|libstdc\+\+|libgcc_s|libcuda\.so|libcudart|libcublas|libcudnn|libnccl)'
@@ -45,8 +46,8 @@ ompi_plugins=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
 cp -L "$(command -v mpirun)" "$ROOT/openmpi/bin/mpirun"  # Open MPI 4's orterun
 cp -L "$(command -v orted)" "$ROOT/openmpi/bin/orted"
 for f in "$ROOT/app/llmtrain" "$ROOT/app/llmtrain-plan" "$ROOT/tests/cuda/test_cuda_gpu" "$ROOT/tests/app/make_tiny_dataset" \
-         "$ROOT/tools/bench/attention_bench" "$ROOT/tools/bench/offload_bench" "$ROOT/openmpi/bin/mpirun" \
-         "$ROOT/openmpi/bin/orted" "$ompi_plugins"/*.so; do
+         "$ROOT/tools/bench/attention_bench" "$ROOT/tools/bench/offload_bench" "$ROOT/tools/bench/checkpoint_bench" \
+         "$ROOT/openmpi/bin/mpirun" "$ROOT/openmpi/bin/orted" "$ompi_plugins"/*.so; do
     ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// { print $1, $3 }'
 done | sort -u | while read -r name path; do
     [[ $name =~ $SKIP ]] && continue

@@ -21,7 +21,7 @@ library only: it runs on the lent GPU machine's python3 and in the CPU tests (te
       figures, to PyTorch measured in the same run and to the targets of issue 18.
   summary LOGDIR
       The acceptance table (markdown) from the logs run.sh keeps in LOGDIR: test_cuda_gpu.log,
-      check-*.txt (compare-train / compare-val lines), bench*.txt, offload.txt, plan.txt, and
+      check-*.txt (compare-train / compare-val lines), bench*.txt, offload.txt, plan.txt, checkpoint.txt, and
       steps.tsv (the steps that timed out, crashed or were skipped).
 """
 import argparse
@@ -337,6 +337,20 @@ def offload_row(text):
             ">= 1.5x, <= 1.10", "", "PASS" if speed >= 1.5 and bound <= 1.10 else "FAIL")
 
 
+def checkpoint_row(text):
+    """checkpoint_bench at GPT-2 1.5B against issue 20's goals: training blocked <= 2 s and <= 1.2x
+    the snapshot copy; the writer >= 80% of dd's sequential write."""
+    if text is None:
+        return None
+    b = re.search(r"training blocked by the checkpoint: ([\d.]+) s = ([\d.]+)x its copy", text)
+    w = re.search(r"writer / dd = ([\d.]+)", text)
+    if not (b and w):
+        return ("checkpoint_bench (1.5B)", "no result (see checkpoint.txt)", "", "", "FAIL")
+    blocked, ratio, disk = float(b.group(1)), float(b.group(2)), float(w.group(1))
+    return ("checkpoint_bench (1.5B)", f"blocked {blocked:.2f} s = {ratio:.2f}x the copy; writer {disk:.2f} of dd",
+            "<= 2 s, <= 1.2x; >= 0.8", "", "PASS" if blocked <= 2 and ratio <= 1.2 and disk >= 0.8 else "FAIL")
+
+
 def plan_row(text):
     """llmtrain-plan --profile: the measured layer times (on the cuda backend) and the best plan."""
     if text is None:
@@ -380,7 +394,8 @@ def summary(logdir):
         rows += check_rows(read_text(path))
     rows += throughput_rows(read_bench(sorted(glob.glob(os.path.join(logdir, "bench*.txt")))))
     for r in (offload_row(read_text(os.path.join(logdir, "offload.txt"))),
-              plan_row(read_text(os.path.join(logdir, "plan.txt")))):
+              plan_row(read_text(os.path.join(logdir, "plan.txt"))),
+              checkpoint_row(read_text(os.path.join(logdir, "checkpoint.txt")))):
         if r:
             rows.append(r)
     rows += step_rows(read_text(os.path.join(logdir, "steps.tsv")))

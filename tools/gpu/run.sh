@@ -3,8 +3,8 @@
 # GPU and tools/gpu/bundle.sh's bundle: every step time-boxed, the suite going on past a failure,
 # every step's log kept, and one markdown table last (tools/gpu/gpu_report.py summary).
 #
-# Usage: tools/gpu/run.sh [STAGE...]      STAGE: tests, checks, bench124m, bench1.5b, multirank or all
-#                                         (default: all = the first four)
+# Usage: tools/gpu/run.sh [STAGE...]      STAGE: tests, checks, bench124m, bench1.5b, multirank, checkpoint
+#                                         or all (default: all = the first four)
 #   tests      test_cuda_gpu on the device
 #   checks     determinism: the same short GPT-2 124M run twice with each attention path (native,
 #              cublas, cudnn, and auto where llmtrain accepts it), train losses and gradient norms
@@ -18,6 +18,8 @@
 #   multirank  every distributed layout on 2 and 4 ranks of the one GPU over parallel.comm = "mpi"
 #              (NCCL refuses two ranks on one device): tiny fp32, 10 steps, against the 1-rank run;
 #              ZeRO-1 + offload against ZeRO-1 bitwise; a resume from ZeRO-3 on 2 ranks into pp 2 x dp 2
+#   checkpoint tools/bench/checkpoint_bench at GPT-2 1.5B: the time an asynchronous checkpoint
+#              blocks training against the snapshot copy, the writer against dd (needs ~45 GB of disk)
 # One lent machine gives 30 minutes in calls of at most 10: run it as three calls of < 9 minutes,
 #   run.sh tests checks;  run.sh bench124m;  run.sh bench1.5b
 # Each call's table covers every stage run on this machine so far (STATE survives between the calls
@@ -203,6 +205,11 @@ step_offload() {
         tee "$LOGS/offload.txt"
 }
 
+step_checkpoint() {
+    "$DIR/tools/bench/checkpoint_bench" --backend cuda --model 1.5B --dir "$RUNS/checkpoint-bench" 2>&1 |
+        tee "$LOGS/checkpoint.txt"
+}
+
 step_plan() {
     local mem
     mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
@@ -293,12 +300,16 @@ stage_multirank() {
     rm -rf "$RUNS"/mr-*
 }
 
+stage_checkpoint() {
+    step checkpoint checkpoint-1.5b 420 checkpoint
+}
+
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(all)
 for s in "${stages[@]}"; do
     case $s in
-        tests | checks | bench124m | bench1.5b | multirank | all) ;;
-        *) echo "run.sh: unknown stage '$s' (expected tests, checks, bench124m, bench1.5b, multirank or all)"; exit 2 ;;
+        tests | checks | bench124m | bench1.5b | multirank | checkpoint | all) ;;
+        *) echo "run.sh: unknown stage '$s' (expected tests, checks, bench124m, bench1.5b, multirank, checkpoint or all)"; exit 2 ;;
     esac
 done
 BUNDLE=${BUNDLE:-.gpu/bundle.tar.gz}
@@ -345,6 +356,7 @@ for s in "${stages[@]}"; do
         bench124m) stage_bench124m ;;
         bench1.5b) stage_bench1_5b ;;
         multirank) stage_multirank ;;
+        checkpoint) stage_checkpoint ;;
         all) stage_tests; stage_checks; stage_bench124m; stage_bench1_5b ;;
     esac
 done

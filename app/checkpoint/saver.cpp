@@ -1,0 +1,294 @@
+// app/checkpoint/saver.cpp — the trainer's checkpoint write: snapshot, background writer, commit
+// agreement (see saver.hpp).
+#include "app/checkpoint/saver.hpp"
+
+#include "app/checkpoint/format.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace llmtrain {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// Copies text into a fixed char array, cut to fit, always terminated.
+template <size_t N>
+void put(char (&dst)[N], const std::string& text) {
+    std::memset(dst, 0, N);
+    std::memcpy(dst, text.data(), std::min(text.size(), N - 1));
+}
+
+}  // namespace
+
+/// Fixed size, so every rank's report travels in one all-gather of bytes.
+struct CheckpointSaver::Report {
+    int32_t k = -1;      ///< the part index written, -1: none
+    int32_t failed = 0;  ///< the writer failed: error says why
+    double write_s = 0;  ///< the writer's time: files written, fsynced and hashed
+    uint64_t bytes[2] = {0, 0};
+    char name[2][32] = {};
+    char sha[2][65] = {};
+    char error[640] = {};
+};
+
+CheckpointSaver::CheckpointSaver(Comm& comm, Allocator& alloc, const ParamLayout& layout, std::string run_dir,
+                                 int parts, int keep_last, bool async)
+    : comm_(comm), alloc_(alloc), layout_(layout), run_dir_(std::move(run_dir)), parts_(parts),
+      keep_last_(keep_last), async_(async) {}
+
+CheckpointSaver::~CheckpointSaver() {
+    join();
+    alloc_.release(snap_);
+}
+
+float* CheckpointSaver::snapshot(size_t n) {
+    ckpt::fs_op();  // the crash test's kill points around the snapshot: here, before the copy ...
+    if (n > snap_n_) {
+        alloc_.release(snap_);
+        snap_ = nullptr;
+        snap_ = static_cast<float*>(alloc_.alloc_host(3 * n * sizeof(float)));
+        snap_n_ = n;
+    }
+    return snap_;
+}
+
+void CheckpointSaver::start(std::function<void()> job) {
+    done_ = false;
+    if (!async_) {
+        job();
+        done_ = true;
+        return;
+    }
+    worker_ = std::thread([this, job = std::move(job)] {
+        job();
+        done_.store(true);
+    });
+}
+
+void CheckpointSaver::join() {
+    if (worker_.joinable()) worker_.join();
+}
+
+float CheckpointSaver::status() const {
+    if (phase_ == Phase::idle) return 0;
+    if (!done_.load()) return 1;
+    return error_.empty() ? 0 : 2;
+}
+
+void CheckpointSaver::agree(const std::string& error, const char* what) {
+    float bad = error.empty() ? 0.0f : 1.0f;
+    if (comm_.size() > 1) comm_.all_reduce_max(&bad, 1);
+    if (!error.empty()) throw CheckpointError(error);
+    if (bad > 0) throw CheckpointError(std::string("checkpoint: another rank failed while ") + what);
+}
+
+void CheckpointSaver::abort_write() noexcept {
+    if (comm_.rank() == 0 && !tmp_.empty()) abort_checkpoint(tmp_);
+    phase_ = Phase::idle;
+}
+
+double CheckpointSaver::begin(int64_t step, RunLog& log, Metrics* metrics) {
+    const auto t = Clock::now();
+    complete(log, metrics);  // at most one checkpoint in flight
+    const double waited = seconds_since(t);
+    step_ = step;
+    tmp_ = checkpoint_tmp_dir(run_dir_, step);
+    std::string err;
+    if (comm_.rank() == 0) {
+        try {
+            begin_checkpoint(run_dir_, step);
+        } catch (const std::exception& e) {
+            err = e.what();
+        }
+    }
+    agree(err, "opening the checkpoint directory");
+    return waited;
+}
+
+void CheckpointSaver::submit(int k, std::vector<OptimShardView> views, const TrainState& st, const std::string& error,
+                             double blocked_s, RunLog& log, Metrics* metrics) {
+    ckpt::fs_op();  // ... and after it
+    const auto t = Clock::now();
+    st_ = st;
+    k_ = k;
+    views_ = std::move(views);
+    t0_ = Clock::now() - std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(blocked_s));
+    blocked_s_ = blocked_s;
+    written_.clear();
+    error_ = error;
+    write_s_ = 0;
+    phase_ = Phase::writing;
+    if (error_.empty())
+        start([this] {
+            if (const char* d = std::getenv("LLMTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS"))
+                std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(d)));
+            const auto t = Clock::now();
+            try {
+                if (k_ >= 0) {
+                    written_.push_back(write_optim_shard(tmp_, k_, layout_, views_));
+                    written_.push_back(write_model_part(tmp_, k_, layout_, views_));
+                }
+            } catch (const std::exception& e) {
+                error_ = e.what();
+            }
+            write_s_ = seconds_since(t);
+        });
+    blocked_s_ += seconds_since(t);
+    if (!async_) {
+        complete(log, metrics);
+        return;
+    }
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "checkpoint: step %lld in host memory, training blocked %.3f s; writing in the "
+                  "background", (long long)step_, blocked_s_);
+    log.line(buf);
+}
+
+std::vector<CheckpointSaver::Report> CheckpointSaver::gather() const {
+    Report mine;
+    mine.k = k_;
+    mine.failed = error_.empty() ? 0 : 1;
+    mine.write_s = write_s_;
+    put(mine.error, error_);
+    for (size_t i = 0; i < std::min<size_t>(2, written_.size()); ++i) {
+        mine.bytes[i] = written_[i].bytes;
+        put(mine.name[i], written_[i].name);
+        put(mine.sha[i], written_[i].sha256);
+    }
+    std::vector<Report> all(size_t(comm_.size()));
+    comm_.all_gather(&mine, all.data(), sizeof(Report), DType::u8);
+    return all;
+}
+
+std::string CheckpointSaver::failure(const std::string& detail) const {
+    return "checkpoint step_" + std::to_string(step_) + " failed: " + detail + " (the last committed checkpoint is kept)";
+}
+
+std::vector<PartInfo> CheckpointSaver::check_reports(const std::vector<Report>& reports) const {
+    for (size_t r = 0; r < reports.size(); ++r)
+        if (reports[r].failed) throw CheckpointError(failure("rank " + std::to_string(r) + ": " + reports[r].error));
+    std::vector<int> seen(size_t(parts_), 0);
+    std::vector<PartInfo> parts;
+    for (const Report& r : reports) {
+        if (r.k < 0) continue;
+        if (r.k >= parts_ || seen[size_t(r.k)]++)
+            throw CheckpointError(failure("part " + std::to_string(r.k) + " reported twice or out of range"));
+        for (int i = 0; i < 2; ++i) parts.push_back({r.name[i], r.bytes[i], r.sha[i]});
+    }
+    for (int k = 0; k < parts_; ++k)
+        if (!seen[size_t(k)]) throw CheckpointError(failure("no rank reported part " + std::to_string(k)));
+    return parts;
+}
+
+void CheckpointSaver::commit_now() {
+    // Runs on rank 0's writer thread (async) or the training thread: file-system work only.
+    const auto t = Clock::now();
+    try {
+        dir_ = commit_checkpoint(run_dir_, tmp_, st_, layout_, reported_, keep_last_);
+    } catch (const std::exception& e) {
+        error_ = failure(std::string("rank 0: ") + e.what());
+        abort_checkpoint(tmp_);
+    }
+    commit_s_ = seconds_since(t);
+}
+
+void CheckpointSaver::poll(float max_status, RunLog& log, Metrics* metrics) {
+    if (max_status >= 2) {  // a writer failed somewhere: every rank stops here, with its reason
+        join();
+        std::string err = error_;
+        if (phase_ == Phase::writing) {  // every rank is: the reports name the failed rank everywhere
+            try {
+                check_reports(gather());
+            } catch (const CheckpointError& e) {
+                err = e.what();
+            }
+        }
+        if (err.empty()) err = failure("rank 0's commit failed (its log says why)");
+        abort_write();
+        throw CheckpointError(err);
+    }
+    if (max_status > 0) return;
+    const auto t = Clock::now();
+    if (phase_ == Phase::writing) {  // every writer is done: agree, then rank 0 commits
+        join();
+        const std::vector<Report> reports = gather();
+        try {
+            reported_ = check_reports(reports);  // the same verdict on every rank
+        } catch (const CheckpointError&) {
+            abort_write();
+            throw;
+        }
+        for (const Report& r : reports) slowest_write_s_ = std::max(slowest_write_s_, r.write_s);
+        bytes_ = 0;
+        for (const PartInfo& p : reported_) bytes_ += p.bytes;
+        blocked_s_ += seconds_since(t);
+        if (comm_.rank() != 0) {
+            phase_ = Phase::idle;
+            return;
+        }
+        phase_ = Phase::committing;
+        error_.clear();
+        start([this] { commit_now(); });
+    } else if (phase_ == Phase::committing && done_.load()) {
+        join();
+        phase_ = Phase::idle;
+        log_saved(log, metrics);
+    }
+}
+
+std::string CheckpointSaver::complete(RunLog& log, Metrics* metrics) {
+    const auto t = Clock::now();
+    join();
+    const bool was_busy = phase_ != Phase::idle;
+    std::string err = phase_ == Phase::committing ? error_ : "";
+    if (phase_ == Phase::writing) {
+        const std::vector<Report> reports = gather();
+        try {
+            reported_ = check_reports(reports);
+            for (const Report& r : reports) slowest_write_s_ = std::max(slowest_write_s_, r.write_s);
+            bytes_ = 0;
+            for (const PartInfo& p : reported_) bytes_ += p.bytes;
+            err.clear();
+            if (comm_.rank() == 0) {
+                error_.clear();
+                commit_now();
+                err = error_;
+            }
+        } catch (const CheckpointError& e) {
+            err = e.what();
+        }
+    }
+    if (!err.empty()) abort_write();
+    phase_ = Phase::idle;
+    blocked_s_ += seconds_since(t);
+    agree(err, "writing or committing the checkpoint");
+    if (comm_.rank() != 0) return "";
+    if (was_busy) log_saved(log, metrics);
+    return dir_;
+}
+
+void CheckpointSaver::log_saved(RunLog& log, Metrics* metrics) {
+    last_ = {blocked_s_, slowest_write_s_, commit_s_, seconds_since(t0_), bytes_};
+    const double mib = double(bytes_) / 1048576.0;
+    char buf[320];
+    std::snprintf(buf, sizeof buf, "checkpoint: step_%lld: training blocked %.3f s; writers %.2f s (slowest rank; "
+                  "%.1f MiB in %d part(s), %.0f MiB/s), commit %.2f s (model.h5, state.toml, rename)",
+                  (long long)step_, last_.blocked_s, last_.write_s, mib, parts_,
+                  last_.write_s > 0 ? mib / last_.write_s : 0.0, last_.commit_s);
+    log.line(buf);
+    std::snprintf(buf, sizeof buf, " (%.2f s)", last_.total_s);
+    log.line("checkpoint: saved " + dir_ + buf);
+    if (metrics) {
+        metrics->observe_checkpoint_seconds(last_.total_s);
+        metrics->set_checkpoint_phase_seconds(last_.blocked_s, last_.write_s);
+    }
+    slowest_write_s_ = 0;
+}
+
+}  // namespace llmtrain
