@@ -185,34 +185,6 @@ void ZeroEngine::gather_params() {
         if (held_[u]) zero_.all_gather(shard_at(pshard_, int(u)), full_at(params_, int(u)), chunk(int(u)), ops_.act_dtype());
 }
 
-void ZeroEngine::unit_to_host(int u, const float* shard, float* out) {
-    const size_t n = layout_.units()[u].numel, c = chunk(u);
-    const float* mine = shard + local_off_[u];
-    if (N_ == 1) {  // the chunk is the unit
-        std::copy(mine, mine + n, out);
-        return;
-    }
-    // Rank r's chunk is elements [r·c, (r+1)·c) of the unit. It is gathered in pieces of at most
-    // gather_piece (64K) elements of every chunk, so the workspace is (N + 1) pieces, not the unit
-    // (GPT-2 1.5B's wte: 320 MB), and a checkpoint adds little to the peak that --dry-run and the
-    // planner count.
-    const size_t k = std::min(c, opt_.gather_piece);
-    float* buf = static_cast<float*>(alloc_.alloc(MemCategory::workspace, (size_t(N_) + 1) * k * sizeof(float)));
-    float* piece = buf + size_t(N_) * k;  // (k) this rank's piece; buf[0, N·len): every rank's, rank order
-    for (size_t j = 0; j < c; j += k) {
-        const size_t len = std::min(k, c - j);
-        ops_.memcpy_h2d(piece, mine + j, len * sizeof(float));
-        zero_.all_gather(piece, buf, len, DType::f32);
-        // Twice: the gather under the timeout before a copy to pageable `out` could block the host
-        // behind it untimed (on a GPU), then the copies, before the next piece overwrites buf.
-        const std::string what = "checkpoint: gathering unit " + std::to_string(u);
-        host_wait_(what, {{&zero_, "zero group"}});
-        for (int r = 0; r < N_; ++r) ops_.memcpy_d2h(out + size_t(r) * c + j, buf + size_t(r) * len, len * sizeof(float));
-        host_wait_(what, {{&zero_, "zero group"}});
-    }
-    alloc_.release(buf);
-}
-
 // ---- ParamStore ----
 
 void ZeroEngine::start_gather(Slot& s, int u) {

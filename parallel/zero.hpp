@@ -32,10 +32,6 @@ struct ZeroOptions {
     /// The units this rank's pipeline stage holds, ascending (empty: every unit). Stages 0 and 1
     /// only: the full params and grads buffers then hold just these units, back to back.
     std::vector<int> units;
-    /// unit_to_host gathers every rank's chunk in pieces of at most this many elements: its
-    /// workspace, (N + 1) pieces of fp32 (N = 8: 2.25 MiB), is the one allocation of a checkpoint,
-    /// outside what --dry-run counts. Tests set it small to cut chunks into several pieces.
-    size_t gather_piece = size_t(1) << 16;
     /// When reduce_dtype differs from the act dtype, gradients are cast and reduced in pieces of
     /// p = reduce_piece_bytes / (N x its size) elements of every rank's chunk: the cast buffers are
     /// N + 1 pieces (at most reduce_piece_bytes + a piece), where a whole unit and a chunk would be
@@ -82,10 +78,6 @@ public:
     /// After the optimizer wrote param_shard(): all-gathers it into the full params (stages 1, 2);
     /// marks gathered copies stale (stage 3).
     void gather_params();
-    /// Unit u's values of a shard-local host fp32 array `shard` (shard_numel(): this rank's weights,
-    /// as AdamW::state_to_host writes them) gathered over the ZeRO group into host fp32 `out`
-    /// (units()[u].numel). Collective over the ZeRO group. Waits on the host (timed, as above).
-    void unit_to_host(int u, const float* shard, float* out);
 
     // ---- ParamStore ----
     const void* acquire_params(int u, int next) override;

@@ -112,34 +112,6 @@ TEST(ZeroEngine, DryRunCountsWhatTheRealRunAllocates) {
     }
 }
 
-TEST(ZeroEngine, UnitToHostGathersEveryChunkInPieces) {
-    // Each rank's shard-local host array holds, at every element, its index in the flat buffer; each
-    // unit gathered for a checkpoint must read offset, offset + 1, ... With pieces of 5 elements
-    // (several per chunk, the last one short) and of 1M (one per chunk).
-    const int W = world_size(), me = world_rank();
-    const ParamLayout layout(gpt_config_of(tiny()), 8 * W);
-    auto ops = make_backend("cpu", "fp32");
-    Allocator alloc(*ops);
-    const Topology topo(W, me, 1, W);
-    auto zero = make_mpi_comm(topo.zero_group());
-    auto replica = make_mpi_comm(topo.replica_group());
-    std::vector<float> shard;
-    for (const FlatRange& r : layout.shard(me, W))
-        for (size_t i = 0; i < r.numel; ++i) shard.push_back(float(r.offset + i));  // < 2^24: exact
-    for (size_t piece : {size_t(5), size_t(1) << 20}) {
-        ZeroOptions zo;
-        zo.stage = 1;
-        zo.gather_piece = piece;
-        ZeroEngine e(alloc, layout, *zero, *replica, zo);
-        for (size_t u = 0; u < layout.units().size(); ++u) {
-            std::vector<float> out(layout.units()[u].numel, -1.0f);
-            e.unit_to_host(int(u), shard.data(), out.data());
-            for (size_t x = 0; x < out.size(); ++x)
-                ASSERT_EQ(out[x], float(layout.units()[u].offset + x)) << "piece " << piece << ", unit " << u << ", element " << x;
-        }
-    }
-}
-
 TEST(ZeroEngine, CastReductionInPiecesIsExactAndKeepsItsBuffersToAPiece) {
     // grad_reduce_dtype bf16 under the CPU backend's fp32, stages 0-3 (ZeRO group: the world, one rank
     // at stage 0). Rank r's gradient at flat index x is g(r, x) (below). MpiComm sums each element in fp32 in

@@ -123,7 +123,7 @@ for model in $MODELS; do
     esac
     echo "== $model"
     if [ -x "$AB" ] && [ ${#shape[@]} -gt 0 ]; then  # every path side by side in one process, ratios to cudnn
-        paths=$(echo $ATTENTIONS | tr ' ' ',')
+        paths=${ATTENTIONS// /,}
         timeout -k 5 300 "$AB" "$paths" "${shape[@]}" 20 || echo "attention_bench failed at $model's shape"
     fi
     for attention in $ATTENTIONS; do
