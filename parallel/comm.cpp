@@ -36,6 +36,12 @@ std::string Comm::describe() const {
     return s + "]";
 }
 
+void Comm::check_peer(int peer, const char* role) const {
+    if (peer < 0 || peer >= size())
+        throw std::invalid_argument(std::string(role) + " " + std::to_string(peer) + " is not a group index in [0, " +
+                                    std::to_string(size()) + ") of the group on " + describe());
+}
+
 std::unique_ptr<Comm> make_comm(Ops& ops, const std::vector<int>& world_ranks, const CommOptions& opt) {
     if (opt.comm != "auto" && opt.comm != "nccl" && opt.comm != "mpi")
         throw std::invalid_argument("make_comm: parallel.comm: expected \"auto\", \"nccl\" or \"mpi\", got \"" +

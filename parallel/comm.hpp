@@ -137,6 +137,9 @@ public:
     void reset_stats() { stats_ = CommStats{}; }
 
 protected:
+    /// Argument check shared by the implementations: throws std::invalid_argument naming `role`
+    /// ("broadcast root", "send peer", ...), the value and this group unless 0 <= peer < size().
+    void check_peer(int peer, const char* role) const;
     /// Implementations call this once per operation with the bytes the formula in CommStats gives.
     void count(CommOp op, uint64_t bytes) {
         stats_.bytes[static_cast<int>(op)] += bytes;

@@ -470,12 +470,6 @@ private:
         if (t == DType::u8) throw std::invalid_argument(what + ": sums are defined for fp32 and bf16 only");
     }
 
-    void check_peer(int peer, const char* role) const {
-        if (peer < 0 || peer >= size_)
-            throw std::invalid_argument(std::string("MpiComm: ") + role + " " + std::to_string(peer) +
-                                        " is not a group index in [0, " + std::to_string(size_) + ")");
-    }
-
     std::unique_ptr<MpiWork> collective(const std::string& what) const {
         return std::make_unique<MpiWork>(what + " on world ranks " + ranks_text(world_),
                                          "world ranks " + ranks_text(world_), timeout_s_, pool_);

@@ -174,11 +174,6 @@ private:
         if (aborted_)
             throw error(std::string(op) + ": the communicator was aborted (a timeout or an error) after " + last_op_);
     }
-    void check_peer(int peer, const char* what) const {
-        if (peer < 0 || peer >= size())
-            throw std::invalid_argument("MpiCudaComm: " + std::string(what) + " " + std::to_string(peer) +
-                                        " outside the group of " + std::to_string(size()));
-    }
 
     /// Starts operation `op`: takes a pinned buffer of `total` bytes, copies `in_bytes` of device
     /// `in` to it at `in_offset` on the comm stream after the work queued so far on the current

@@ -269,11 +269,6 @@ private:
         if (aborted_)
             throw error(std::string(op) + ": the communicator was aborted (a timeout or an error) after " + last_op_);
     }
-    void check_peer(int peer, const char* what) const {
-        if (peer < 0 || peer >= size())
-            throw std::invalid_argument("NcclComm: " + std::string(what) + " " + std::to_string(peer) +
-                                        " outside the group of " + std::to_string(size()));
-    }
     static void require_float(DType t, const char* op) {
         if (t == DType::u8) throw std::invalid_argument(std::string("NcclComm: ") + op + " of u8 (sums take f32 or bf16)");
     }
