@@ -186,6 +186,13 @@ std::vector<PartInfo> CheckpointSaver::check_reports(const std::vector<Report>& 
     return parts;
 }
 
+void CheckpointSaver::accept_reports(const std::vector<Report>& reports) {
+    reported_ = check_reports(reports);
+    for (const Report& r : reports) slowest_write_s_ = std::max(slowest_write_s_, r.write_s);
+    bytes_ = 0;
+    for (const PartInfo& p : reported_) bytes_ += p.bytes;
+}
+
 void CheckpointSaver::commit_now() {
     // Runs on rank 0's writer thread (async) or the training thread: file-system work only.
     const auto t = Clock::now();
@@ -219,14 +226,11 @@ void CheckpointSaver::poll(float max_status, RunLog& log, Metrics* metrics) {
         join();
         const std::vector<Report> reports = gather();
         try {
-            reported_ = check_reports(reports);  // the same verdict on every rank
+            accept_reports(reports);  // the same verdict on every rank
         } catch (const CheckpointError&) {
             abort_write();
             throw;
         }
-        for (const Report& r : reports) slowest_write_s_ = std::max(slowest_write_s_, r.write_s);
-        bytes_ = 0;
-        for (const PartInfo& p : reported_) bytes_ += p.bytes;
         blocked_s_ += seconds_since(t);
         if (comm_.rank() != 0) {
             phase_ = Phase::idle;
@@ -250,10 +254,7 @@ std::string CheckpointSaver::complete(RunLog& log, Metrics* metrics) {
     if (phase_ == Phase::writing) {
         const std::vector<Report> reports = gather();
         try {
-            reported_ = check_reports(reports);
-            for (const Report& r : reports) slowest_write_s_ = std::max(slowest_write_s_, r.write_s);
-            bytes_ = 0;
-            for (const PartInfo& p : reported_) bytes_ += p.bytes;
+            accept_reports(reports);
             err.clear();
             if (comm_.rank() == 0) {
                 error_.clear();

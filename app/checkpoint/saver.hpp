@@ -98,6 +98,9 @@ private:
     std::vector<Report> gather() const;
     /// Rank 0: the reported parts for the commit, or throws naming what is missing or failed.
     std::vector<PartInfo> check_reports(const std::vector<Report>& reports) const;
+    /// Every rank's same verdict on the reports: reported_ (check_reports), the slowest writer's
+    /// time and the bytes written. Throws as check_reports.
+    void accept_reports(const std::vector<Report>& reports);
     void agree(const std::string& error, const char* what);
     /// "checkpoint step_<N> failed: <detail> (the last committed checkpoint is kept)".
     std::string failure(const std::string& detail) const;
