@@ -33,8 +33,11 @@ llmtrain_run() {
     wait "$pid"
 }
 
-# llmtrain_run_kill PID: SIGKILL to PID's children, then PID, and reaps it.
+# llmtrain_run_kill PID: stops PID, SIGKILLs its children, then PID, and reaps it.
 llmtrain_run_kill() {
+    # Stopped first, so it forks no child between the two kills (one that did outlived the run and
+    # wrote into its run directory while the caller removed it: gpu_run_sh's stand-in, once).
+    kill -STOP "$1" 2>/dev/null
     command -v pkill >/dev/null && pkill -KILL -P "$1"
     kill -KILL "$1" 2>/dev/null
     wait "$1" 2>/dev/null
