@@ -39,18 +39,26 @@ const char* attention_name(Attention a) {
 
 AttentionChoice resolve_attention(Attention requested, const AttentionEnv& env) {
     if (requested != Attention::automatic) return {requested, "set in the config"};
-    const auto cublas = [](const std::string& why) { return AttentionChoice{Attention::cublas, "auto: " + why}; };
-    if (env.cudnn_version == 0) return cublas("this build has no cuDNN");
+    // Without cuDNN's fused attention: our FlashAttention-2 on tensor cores where it runs (bf16 wmma
+    // needs sm_80; head sizes 64 and 128, flash_attention.cu), else cuBLAS's GEMMs around our softmax.
+    const bool flash = env.bf16 && env.cc_major >= 8 && (env.head_size == 64 || env.head_size == 128);
+    const auto fallback = [&](const std::string& why) {
+        if (flash)
+            return AttentionChoice{Attention::native, "auto: " + why + "; FlashAttention-2 on tensor cores, bf16, head size " +
+                                                          std::to_string(env.head_size)};
+        return AttentionChoice{Attention::cublas, "auto: " + why};
+    };
+    if (env.cudnn_version == 0) return fallback("this build has no cuDNN");
     const int v = env.cudnn_version;  // major*10000 + minor*100 + patch since cuDNN 9
     const std::string cudnn = "cuDNN " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
                               std::to_string(v % 100);
-    if (!env.bf16) return cublas("training.precision is fp32 and " + cudnn + "'s fused attention is bf16 only");
-    if (env.cc_major < 8) return cublas(cudnn + "'s fused flash attention needs sm_80 or newer");
+    if (!env.bf16) return fallback("training.precision is fp32 and " + cudnn + "'s fused attention is bf16 only");
+    if (env.cc_major < 8) return fallback(cudnn + "'s fused flash attention needs sm_80 or newer");
     if (env.cc_major == 10)  // cudnn_attention.cu refuses a backward it cannot make deterministic there
-        return cublas(cudnn + " has no deterministic attention backward on sm_10x without engine knobs");
+        return fallback(cudnn + " has no deterministic attention backward on sm_10x without engine knobs");
     const int max_head = env.cc_major == 9 ? 256 : 128;
     if (env.head_size != 0 && (env.head_size % 8 != 0 || env.head_size > max_head))
-        return cublas("head size " + std::to_string(env.head_size) + " is not a multiple of 8 up to " +
+        return fallback("head size " + std::to_string(env.head_size) + " is not a multiple of 8 up to " +
                       std::to_string(max_head) + " (" + cudnn + "'s fused attention on sm_" +
                       std::to_string(env.cc_major) + "x)");
     std::string why = "auto: " + cudnn + " present, bf16";

@@ -37,8 +37,9 @@ struct AttentionChoice {
 /// cuDNN, the precision is bf16, the device is sm_80 or newer but not sm_10x (cuDNN's deterministic
 /// backward there needs engine knobs this backend does not set; cudnn-frontend 1.x) and the head
 /// size suits cuDNN's fused attention (a multiple of 8, at most 256 on sm_90 and 128 elsewhere:
-/// cudnn-frontend's SDPA support checks); else cublas (tensor cores, any head size, fp32 too).
-/// The why reads e.g. "auto: cuDNN 9.19.0, bf16, head size 64". Never throws.
+/// cudnn-frontend's SDPA support checks); else native when its FlashAttention-2 kernels run (bf16,
+/// sm_80 or newer, head size 64 or 128: flash_attention.cu); else cublas (tensor cores, any head
+/// size, fp32 too). The why reads e.g. "auto: cuDNN 9.19.0, bf16, head size 64". Never throws.
 AttentionChoice resolve_attention(Attention requested, const AttentionEnv& env);
 
 /// Attention path -> its config spelling ("native", "cublas", "cudnn", "auto").

@@ -619,9 +619,9 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
     AttentionEnv env;
     env.bf16 = act == DType::bf16;
     env.head_size = options.head_size;
+    CUDA_CHECK(cudaDeviceGetAttribute(&env.cc_major, cudaDevAttrComputeCapabilityMajor, device));
 #ifdef LLMTRAIN_HAVE_CUDNN  // cudnn_version stays 0 otherwise: "this build has no cuDNN"
     env.cudnn_version = cuda::CudnnAttention::version();
-    CUDA_CHECK(cudaDeviceGetAttribute(&env.cc_major, cudaDevAttrComputeCapabilityMajor, device));
 #endif
     return std::make_unique<CudaOps>(act, options, resolve_attention(options.attention, env));
 }

@@ -1,8 +1,9 @@
 // tests/cuda/test_attention_auto.cpp — model.attention = "auto" on the CUDA backend: the backend
 // names the path it resolved (Ops::attention_name / attention_reason), and one GPT forward + backward
 // on it is bitwise the same as on that path named explicitly. Under cuda_emu (no cuDNN in emulated
-// builds) auto must be cublas, in fp32 and bf16. In test_cuda_gpu on a GPU it is whatever the build
-// and device give (cudnn in bf16 with cuDNN 9 on sm_80/sm_90), and the bitwise comparison then also
+// builds, an sm_90 device) auto must be native (FlashAttention-2 on tensor cores) in bf16 at head size
+// 64, and cublas in fp32 and at head size 16. In test_cuda_gpu on a GPU it is whatever the build and
+// device give (cudnn in bf16 with cuDNN 9 on sm_80/sm_90), and the bitwise comparison then also
 // checks cuDNN's deterministic backward across two backends. Reference: the explicit path; no
 // tolerance (the same kernels in the same order must give the same bits). The resolution rules
 // themselves are unit-tested in tests/model/test_allocator_backend.cpp.
@@ -15,13 +16,20 @@ namespace {
 
 constexpr int kB = 3, kT = 17;
 
-/// The loss and the gradients (as fp32) of one forward + backward of a 2-layer GPT (n_head 3, n_embd
-/// 48: head size 16) on `ops`, from init seed 42 and a fixed batch.
-std::pair<float, std::vector<float>> gpt_step(std::unique_ptr<Ops> ops) {
+/// One case: the precision and the head size (n_embd = 48 at head size 16, n_head 3; 128 at 64, n_head 2).
+struct Case {
+    std::string precision;
+    int head_size;
+};
+void PrintTo(const Case& k, std::ostream* os) { *os << k.precision << ", head size " << k.head_size; }
+
+/// The loss and the gradients (as fp32) of one forward + backward of a 2-layer GPT of head size hs on
+/// `ops`, from init seed 42 and a fixed batch.
+std::pair<float, std::vector<float>> gpt_step(std::unique_ptr<Ops> ops, int hs) {
     GPTConfig c;
     c.n_layer = 2;
-    c.n_head = 3;
-    c.n_embd = 48;
+    c.n_head = hs == 16 ? 3 : 2;
+    c.n_embd = c.n_head * hs;
     c.seq_len = kT;
     c.vocab_size = 101;
     Allocator alloc(*ops);
@@ -41,28 +49,29 @@ std::pair<float, std::vector<float>> gpt_step(std::unique_ptr<Ops> ops) {
     return {loss, download(*ops, gpt.grads(), gpt.layout().total_numel(), ops->act_dtype())};
 }
 
-std::unique_ptr<Ops> backend(const std::string& precision, Attention a) {
+std::unique_ptr<Ops> backend(const Case& k, Attention a) {
     CudaBackendOptions opt;
     opt.attention = a;
-    opt.head_size = 16;
-    return make_cuda_backend(precision, opt);
+    opt.head_size = k.head_size;
+    return make_cuda_backend(k.precision, opt);
 }
 
-class AttentionAuto : public testing::TestWithParam<std::string> {};
+class AttentionAuto : public testing::TestWithParam<Case> {};
 
 TEST_P(AttentionAuto, NamesItsPathAndComputesBitwiseLikeIt) {
-    auto automatic = backend(GetParam(), Attention::automatic);
+    const Case k = GetParam();
+    auto automatic = backend(k, Attention::automatic);
     const std::string name = automatic->attention_name(), why = automatic->attention_reason();
     EXPECT_EQ(why.rfind("auto: ", 0), 0u) << why;
 #ifndef LLMTRAIN_REAL_GPU
-    EXPECT_EQ(name, "cublas");
+    EXPECT_EQ(name, k.precision == "bf16" && k.head_size == 64 ? "native" : "cublas");
     EXPECT_NE(why.find("this build has no cuDNN"), std::string::npos) << why;
 #endif
-    auto explicit_path = backend(GetParam(), parse_attention(name));
+    auto explicit_path = backend(k, parse_attention(name));
     EXPECT_STREQ(explicit_path->attention_name(), name.c_str());
     EXPECT_EQ(explicit_path->attention_reason(), "set in the config");
-    const auto [loss_auto, grads_auto] = gpt_step(std::move(automatic));
-    const auto [loss, grads] = gpt_step(std::move(explicit_path));
+    const auto [loss_auto, grads_auto] = gpt_step(std::move(automatic), k.head_size);
+    const auto [loss, grads] = gpt_step(std::move(explicit_path), k.head_size);
     EXPECT_EQ(loss_auto, loss) << name;
     // Bitwise: memcmp of the fp32 values (both sides were downloaded the same way).
     ASSERT_EQ(grads_auto.size(), grads.size());
@@ -71,8 +80,11 @@ TEST_P(AttentionAuto, NamesItsPathAndComputesBitwiseLikeIt) {
     EXPECT_EQ(differing, 0u) << name << ": gradients differing in their bits, of " << grads.size();
 }
 
-INSTANTIATE_TEST_SUITE_P(Cuda, AttentionAuto, testing::Values("fp32", "bf16"),
-                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
+INSTANTIATE_TEST_SUITE_P(Cuda, AttentionAuto,
+                         testing::Values(Case{"fp32", 16}, Case{"bf16", 16}, Case{"fp32", 64}, Case{"bf16", 64}),
+                         [](const testing::TestParamInfo<Case>& i) {
+                             return i.param.precision + "_hs" + std::to_string(i.param.head_size);
+                         });
 
 }  // namespace
 }  // namespace llmtrain::cudatest

@@ -51,7 +51,8 @@ TEST(Backend, ChoosesCpuAndExplainsErrors) {
 
 /// resolve_attention, case by case: a build with or without cuDNN, fp32 or bf16, a head size cuDNN
 /// takes or not (multiple of 8, <= 256 on sm_90, <= 128 elsewhere), devices before sm_80 and sm_10x
-/// (no deterministic cuDNN backward there); explicit paths pass through. The CPU's "auto" is its
+/// (no deterministic cuDNN backward there), and where cuDNN is out, our FlashAttention-2 (bf16, head
+/// size 64 or 128, sm_80+) before cublas; explicit paths pass through. The CPU's "auto" is its
 /// own attention ("native"); parse_attention accepts "auto" and names the key for garbage.
 TEST(Backend, ResolvesAttentionAuto) {
     const auto choose = [](int cudnn, bool bf16, int head_size, int cc_major) {
@@ -62,8 +63,14 @@ TEST(Backend, ResolvesAttentionAuto) {
         EXPECT_NE(c.why.find(why), std::string::npos) << "'" << why << "' not in: " << c.why;
         EXPECT_EQ(c.why.rfind("auto: ", 0), 0u) << c.why;
     };
-    expect(choose(0, true, 64, 9), Attention::cublas, "this build has no cuDNN");
+    // Without cuDNN: our FlashAttention-2 in bf16 at head sizes 64 and 128 on sm_80 and newer, else cublas.
+    expect(choose(0, true, 64, 9), Attention::native, "this build has no cuDNN; FlashAttention-2");
+    expect(choose(0, true, 128, 8), Attention::native, "head size 128");
+    expect(choose(0, true, 64, 7), Attention::cublas, "this build has no cuDNN");  // no bf16 wmma before sm_80
+    expect(choose(0, true, 16, 9), Attention::cublas, "this build has no cuDNN");
+    expect(choose(0, true, 0, 9), Attention::cublas, "this build has no cuDNN");   // head size unknown
     expect(choose(0, false, 64, 0), Attention::cublas, "this build has no cuDNN");
+    expect(choose(0, false, 64, 9), Attention::cublas, "this build has no cuDNN");  // fp32: no wmma kernels
     expect(choose(91900, false, 64, 9), Attention::cublas, "fp32");
     expect(choose(91900, true, 64, 9), Attention::cudnn, "cuDNN 9.19.0 present, bf16, head size 64");
     expect(choose(90100, true, 64, 8), Attention::cudnn, "cuDNN 9.1.0");
@@ -74,7 +81,8 @@ TEST(Backend, ResolvesAttentionAuto) {
     expect(choose(91900, true, 192, 8), Attention::cublas, "up to 128");
     expect(choose(91900, true, 128, 8), Attention::cudnn, "head size 128");
     expect(choose(91900, true, 64, 7), Attention::cublas, "sm_80");
-    expect(choose(91900, true, 64, 10), Attention::cublas, "deterministic");
+    expect(choose(91900, true, 64, 10), Attention::native, "deterministic");  // sm_10x: ours instead
+    expect(choose(91900, true, 48, 10), Attention::cublas, "deterministic");
     expect(choose(91900, true, 64, 12), Attention::cudnn, "head size 64");
     for (Attention a : {Attention::native, Attention::cublas, Attention::cudnn}) {
         const AttentionChoice c = resolve_attention(a, AttentionEnv{});
