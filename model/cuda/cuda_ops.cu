@@ -13,6 +13,7 @@
 // on the current stream except where a comment says it synchronizes.
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -190,19 +191,7 @@ public:
     /// Without an encoder_host_tokens hint for inp, also starts copying the ids to pinned host memory
     /// for the backward's bucketing.
     void encoder_forward(void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) override {
-        dispatch([&](auto t) {
-            using X = decltype(t);
-            cuda::encoder_forward(as<X>(out), inp, as<X>(wte), as<X>(wpe), B, T, C, stream_);
-        });
-        const int N = B * T;
-        TokenSlot& c = token_slot_for(inp, N);
-        c.have_buckets = c.hinted;
-        c.copy_started = !c.hinted;
-        c.hinted = false;
-        if (c.have_buckets) return;
-        ensure_pinned_ids(c);
-        CUDA_CHECK(cudaMemcpyAsync(c.host, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
-        CUDA_CHECK(cudaEventRecord(c.ready, stream_));
+        encoder_forward_range(out, inp, wte, wpe, B, T, C, 0, INT_MAX);
     }
     /// Positions are bucketed by token on the host (encoder.cu). The buckets of the forward that read
     /// inp (one slot per token buffer, so micro-batches in flight together each find their own) were
@@ -212,38 +201,28 @@ public:
     /// the stream). The upload goes through one of kBucketBuffers pinned + device buffer pairs, in
     /// turn: the host waits only for the kernels of the backward that used the pair before.
     void encoder_backward(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) override {
-        const int N = B * T;
-        auto it = std::find_if(token_slots_.begin(), token_slots_.end(),
-                               [&](const TokenSlot& c) { return c.src == inp && c.n == N; });
-        TokenSlot* found = it != token_slots_.end() ? &*it : nullptr;
-        if (found == nullptr || !found->have_buckets) {
-            TokenSlot& c = found != nullptr ? *found : token_slot_for(inp, N);
-            if (!c.copy_started) {
-                ensure_pinned_ids(c);
-                CUDA_CHECK(cudaMemcpyAsync(c.host, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
-                CUDA_CHECK(cudaStreamSynchronize(stream_));
-            } else {
-                CUDA_CHECK(cudaEventSynchronize(c.ready));
-            }
-            c.nb = cuda::build_encoder_buckets(c.host, N, c.packed);
-            c.have_buckets = true;
-            found = &c;
-        }
-        const TokenSlot& c = *found;
-        ensure_buckets(3 * size_t(N) + 1);  // the most any N ids need: never regrown (no cudaFree mid-step)
-        BucketBuffer& b = buckets_[next_bucket_];
-        next_bucket_ = (next_bucket_ + 1) % kBucketBuffers;
-        CUDA_CHECK(cudaEventSynchronize(b.done));  // the pair's previous upload has left the pinned buffer
-        std::copy(c.packed.begin(), c.packed.end(), b.host);
-        CUDA_CHECK(cudaStreamWaitEvent(stream_, b.done, 0));  // ... and its kernels the device buffer
-        CUDA_CHECK(cudaMemcpyAsync(b.dev, b.host, sizeof(int) * c.packed.size(), cudaMemcpyHostToDevice, stream_));
-        const int nb = c.nb;
-        const cuda::EncoderBuckets buckets{b.dev, b.dev + nb, b.dev + 2 * nb + 1, nb};
-        dispatch([&](auto t) {
-            using X = decltype(t);
-            cuda::encoder_backward(as<X>(dwte), as<X>(dwpe), as<X>(dout), buckets, B, T, C, stream_);
-        });
-        CUDA_CHECK(cudaEventRecord(b.done, stream_));
+        encoder_backward_range(dwte, dwpe, dout, inp, B, T, C, 0, INT_MAX);
+    }
+    /// Vocab-parallel embedding (Megatron-LM's VocabParallelEmbedding, Shoeybi et al. 2019):
+    /// out (B,T,C) act dtype = wte[inp - v0] + wpe[t] at the positions whose token is in
+    /// [v0, v0 + nv), exact zeros elsewhere; wte (nv,C) this rank's token rows, wpe (maxT,C), inp (B,T)
+    /// int32 device. The owning rank's values are bitwise encoder_forward's (the same kernel). Token ids
+    /// are taken for the backward as in encoder_forward. Errors: std::invalid_argument for v0 < 0 or
+    /// nv < 1.
+    void encoder_forward_vocab(void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C,
+                               int v0, int nv) override {
+        require_vocab_range(v0, nv, "encoder_forward_vocab");
+        encoder_forward_range(out, inp, wte, wpe, B, T, C, v0, nv);
+    }
+    /// dwte (nv,C) act dtype += dout (B,T,C) summed per token over the positions whose token is in
+    /// [v0, v0 + nv) (row = token - v0); dwpe (maxT,C) += sum over b of dout, as encoder_backward.
+    /// Deterministic: the buckets of encoder_backward restricted to the range (a contiguous run of
+    /// them), so every dwte row and dwpe are bitwise what encoder_backward gives. Errors:
+    /// std::invalid_argument for v0 < 0 or nv < 1.
+    void encoder_backward_vocab(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
+                                int v0, int nv) override {
+        require_vocab_range(v0, nv, "encoder_backward_vocab");
+        encoder_backward_range(dwte, dwpe, dout, inp, B, T, C, v0, nv);
     }
     void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                            const void* bias, int N, int C) override {
@@ -383,6 +362,38 @@ public:
         });
     }
 
+    /// Vocab-parallel cross-entropy, pass 1 (Megatron-LM's vocab_parallel_cross_entropy, Shoeybi et
+    /// al. 2019): stats (N,3) fp32 = per row of this rank's logits (N,nv) act dtype, columns
+    /// [v0, v0 + nv) of the padded vocab, the max m over the columns below V, s = sum exp(x - m) over
+    /// them, and the logit of targets[n] (int32) when it lies in the slice, else 0; (-inf, 0, .) for a
+    /// row with no column below V. One block per row (classifier.cu), 16-byte packs when nv % 8 == 0.
+    /// Errors: std::invalid_argument for v0 < 0, nv < 1 or V < 1.
+    void classifier_partial(float* stats, const void* logits, const int* targets, int N, int nv, int v0,
+                            int V) override {
+        require_vocab_range(v0, nv, "classifier_partial");
+        if (V < 1) throw std::invalid_argument("cuda classifier_partial: vocab_size V must be >= 1, got " + std::to_string(V));
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::classifier_partial(stats, as<X>(logits), targets, N, nv, v0, V, stream_);
+        });
+    }
+    /// Pass 2, from all (tp,N,3) fp32, the group's stats in rank order: M = max_r m_r,
+    /// S = sum_r s_r exp(m_r - M) in rank order, losses (N) fp32 = M + log S - sum_r t_r, the same bits
+    /// on every rank; with write_grad logits (N,nv) is overwritten by dloss * (exp(x - M) / S - onehot)
+    /// below V and 0 on the padding, as fused_classifier does for the whole row. Errors:
+    /// std::invalid_argument for tp < 1, v0 < 0, nv < 1 or V < 1.
+    void classifier_finish(void* logits, float* losses, const float* all, int tp, const int* targets, int N, int nv,
+                           int v0, int V, float dloss, bool write_grad) override {
+        require_vocab_range(v0, nv, "classifier_finish");
+        if (tp < 1 || V < 1)
+            throw std::invalid_argument("cuda classifier_finish: expected tp >= 1 and V >= 1, got tp " +
+                                        std::to_string(tp) + ", V " + std::to_string(V));
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::classifier_finish(as<X>(logits), losses, all, tp, targets, N, nv, v0, V, dloss, write_grad, stream_);
+        });
+    }
+
     // ---- optimizer and norms ----
     void adamw_update(void* params, float* master, const void* grads, float* m, float* v, size_t n, float lr,
                       float beta1, float beta2, float eps, float weight_decay, float grad_scale, int t,
@@ -412,6 +423,74 @@ public:
     }
 
 private:
+    /// Throws std::invalid_argument naming `op` unless [v0, v0 + nv) is a non-empty vocab slice.
+    static void require_vocab_range(int v0, int nv, const char* op) {
+        if (v0 < 0 || nv < 1)
+            throw std::invalid_argument(std::string("cuda ") + op + ": expected a vocab slice v0 >= 0, nv >= 1, got v0 " +
+                                        std::to_string(v0) + ", nv " + std::to_string(nv));
+    }
+    /// encoder_forward over the token rows [v0, v0 + nv) (the whole table: 0, INT_MAX), then the
+    /// token-id bookkeeping for the backward (see encoder_backward).
+    void encoder_forward_range(void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C, int v0,
+                               int nv) {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::encoder_forward(as<X>(out), inp, as<X>(wte), as<X>(wpe), B, T, C, v0, nv, stream_);
+        });
+        const int N = B * T;
+        TokenSlot& c = token_slot_for(inp, N);
+        c.have_buckets = c.hinted;
+        c.copy_started = !c.hinted;
+        c.hinted = false;
+        if (c.have_buckets) return;
+        ensure_pinned_ids(c);
+        CUDA_CHECK(cudaMemcpyAsync(c.host, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
+        CUDA_CHECK(cudaEventRecord(c.ready, stream_));
+    }
+    /// encoder_backward over the token rows [v0, v0 + nv) (the whole table: 0, INT_MAX): the buckets
+    /// of inp's ids, of which the run with tokens in the range is launched (dwte row = token - v0).
+    void encoder_backward_range(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C, int v0,
+                                int nv) {
+        const int N = B * T;
+        auto it = std::find_if(token_slots_.begin(), token_slots_.end(),
+                               [&](const TokenSlot& c) { return c.src == inp && c.n == N; });
+        TokenSlot* found = it != token_slots_.end() ? &*it : nullptr;
+        if (found == nullptr || !found->have_buckets) {
+            TokenSlot& c = found != nullptr ? *found : token_slot_for(inp, N);
+            if (!c.copy_started) {
+                ensure_pinned_ids(c);
+                CUDA_CHECK(cudaMemcpyAsync(c.host, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
+                CUDA_CHECK(cudaStreamSynchronize(stream_));
+            } else {
+                CUDA_CHECK(cudaEventSynchronize(c.ready));
+            }
+            c.nb = cuda::build_encoder_buckets(c.host, N, c.packed);
+            c.have_buckets = true;
+            found = &c;
+        }
+        const TokenSlot& c = *found;
+        ensure_buckets(3 * size_t(N) + 1);  // the most any N ids need: never regrown (no cudaFree mid-step)
+        BucketBuffer& b = buckets_[next_bucket_];
+        next_bucket_ = (next_bucket_ + 1) % kBucketBuffers;
+        CUDA_CHECK(cudaEventSynchronize(b.done));  // the pair's previous upload has left the pinned buffer
+        std::copy(c.packed.begin(), c.packed.end(), b.host);
+        CUDA_CHECK(cudaStreamWaitEvent(stream_, b.done, 0));  // ... and its kernels the device buffer
+        CUDA_CHECK(cudaMemcpyAsync(b.dev, b.host, sizeof(int) * c.packed.size(), cudaMemcpyHostToDevice, stream_));
+        const int nb = c.nb;
+        // Buckets are in ascending token order: those in [v0, v0 + nv) are the run [k0, k1).
+        const int* tok = c.packed.data();
+        const int k0 = static_cast<int>(std::lower_bound(tok, tok + nb, v0) - tok);
+        const int k1 = static_cast<int>(
+            std::lower_bound(tok, tok + nb, static_cast<int64_t>(v0) + nv,
+                             [](int token, int64_t end) { return static_cast<int64_t>(token) < end; }) -
+            tok);
+        const cuda::EncoderBuckets buckets{b.dev + k0, b.dev + nb + k0, b.dev + 2 * nb + 1, k1 - k0, v0};
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::encoder_backward(as<X>(dwte), as<X>(dwpe), as<X>(dout), buckets, B, T, C, stream_);
+        });
+        CUDA_CHECK(cudaEventRecord(b.done, stream_));
+    }
     /// Calls f(float{}) or f(bf16{}) for the act dtype.
     template <class F>
     void dispatch(F&& f) {

@@ -23,22 +23,27 @@
 namespace llmtrain::cuda {
 
 // ---- encoder.cu ----
-/// out (B,T,C) = wte[inp] + wpe[t]; inp (B,T) int32 device.
+/// out (B,T,C) = wte[inp - v0] + wpe[t] where v0 <= inp < v0 + nv, else exact zeros; inp (B,T) int32
+/// device, wte (nv,C) the token rows [v0, v0 + nv). The whole table is v0 = 0, nv = INT_MAX.
 template <typename T>
-void encoder_forward(T* out, const int* inp, const T* wte, const T* wpe, int B, int T_, int C, cudaStream_t stream);
+void encoder_forward(T* out, const int* inp, const T* wte, const T* wpe, int B, int T_, int C, int v0, int nv,
+                     cudaStream_t stream);
 
 /// Positions grouped by token for the deterministic wte gradient, on the device: bucket k holds
-/// token bucket_token[k] and positions[bucket_start[k] .. bucket_start[k+1]) in ascending order.
+/// token bucket_token[k] and positions[bucket_start[k] .. bucket_start[k+1]) in ascending order;
+/// its sum goes to dwte row bucket_token[k] - token0 (token0 = v0 for a vocab-parallel slice).
 struct EncoderBuckets {
     const int* bucket_token = nullptr;
     const int* bucket_start = nullptr;
     const int* positions = nullptr;
     int n_buckets = 0;
+    int token0 = 0;
 };
 /// Host side of the bucketing: from N token ids, the packed int array
-/// [bucket_token (nb) | bucket_start (nb+1) | positions (N)]; returns nb.
+/// [bucket_token (nb) | bucket_start (nb+1) | positions (N)], buckets in ascending token order;
+/// returns nb.
 int build_encoder_buckets(const int* tokens, int N, std::vector<int>& packed);
-/// dwte (Vp,C) += dout rows summed per token (one block per bucket); dwpe (maxT,C) += sum over b.
+/// dwte += dout rows summed per token (one block per bucket); dwpe (maxT,C) += sum over b.
 template <typename T>
 void encoder_backward(T* dwte, T* dwpe, const T* dout, const EncoderBuckets& buckets, int B, int T_, int C,
                       cudaStream_t stream);
@@ -141,6 +146,18 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, size_t n, cudaStream_t 
 template <typename T>
 void fused_classifier(T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
                       bool write_grad, cudaStream_t stream);
+/// Vocab-parallel pass 1 over logits (N,nv), the columns [v0, v0 + nv) of the padded vocab
+/// (columns >= V are padding): stats (N,3) fp32 = (local max, sum of exp(x - max), target logit
+/// or 0) per row (Ops::classifier_partial). Any nv >= 1; 16-byte packs when nv % 8 == 0 and logits
+/// is 16-byte aligned.
+template <typename T>
+void classifier_partial(float* stats, const T* logits, const int* targets, int N, int nv, int v0, int V,
+                        cudaStream_t stream);
+/// Vocab-parallel pass 2 from all (tp,N,3) fp32, every rank's stats in rank order: losses (N) fp32;
+/// logits (N,nv) overwritten with the gradient when write_grad (Ops::classifier_finish).
+template <typename T>
+void classifier_finish(T* logits, float* losses, const float* all, int tp, const int* targets, int N, int nv,
+                       int v0, int V, float dloss, bool write_grad, cudaStream_t stream);
 
 // ---- adamw.cu ----
 /// One AdamW step (model/adamw_math.hpp's constants c) on n elements, the first being element index0
