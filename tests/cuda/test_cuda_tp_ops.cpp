@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "tests/cuda/cuda_test_util.hpp"
@@ -332,6 +334,30 @@ TEST(CudaTpOps, RepeatedRunsAreBitwiseEqual) {
         }
         reset_emu_order();
     }
+}
+
+/// A slice that is not one (v0 < 0, nv < 1), tp < 1 or V < 1 is refused with an error naming the op.
+TEST(CudaTpOps, BadSliceIsRefused) {
+    auto o = make_cuda_backend("fp32");
+    DevBuf buf(*o, 4096), ids = upload_ints(*o, std::vector<int>(N, 0));
+    float* f = buf.as<float>();
+    const int* tok = ids.as<int>();
+    auto message = [](auto&& call) {
+        try {
+            call();
+        } catch (const std::invalid_argument& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    EXPECT_NE(message([&] { o->encoder_forward_vocab(f, tok, f, f, 1, 4, 8, -1, 8); }).find("encoder_forward_vocab"),
+              std::string::npos);
+    EXPECT_NE(message([&] { o->encoder_backward_vocab(f, f, f, tok, 1, 4, 8, 0, 0); }).find("encoder_backward_vocab"),
+              std::string::npos);
+    EXPECT_NE(message([&] { o->classifier_partial(f, f, tok, 4, 0, 0, 8); }).find("classifier_partial"), std::string::npos);
+    EXPECT_NE(message([&] { o->classifier_partial(f, f, tok, 4, 8, 0, 0); }).find("classifier_partial"), std::string::npos);
+    EXPECT_NE(message([&] { o->classifier_finish(f, f, f, 0, tok, 4, 8, 0, 8, 1.0f, true); }).find("classifier_finish"),
+              std::string::npos);
 }
 
 }  // namespace
