@@ -271,8 +271,12 @@ TEST_P(TpOpsTest, EncoderPiecesMatchWholeEncoderBitwise) {
                 for (int c = 0; c < C; c++) {
                     const size_t i = static_cast<size_t>(n) * C + c;
                     // Exact zeros (+0.0) at positions this rank does not own.
-                    if (sp.owner(tok_a[n]) != r) ASSERT_TRUE(std::signbit(ra[i]) == false && ra[i] == 0.0f);
-                    if (sp.owner(tok_b[n]) != r) ASSERT_TRUE(std::signbit(rb[i]) == false && rb[i] == 0.0f);
+                    if (sp.owner(tok_a[n]) != r) {
+                        ASSERT_TRUE(!std::signbit(ra[i]) && ra[i] == 0.0f) << "rank " << r << " position " << n;
+                    }
+                    if (sp.owner(tok_b[n]) != r) {
+                        ASSERT_TRUE(!std::signbit(rb[i]) && rb[i] == 0.0f) << "rank " << r << " position " << n;
+                    }
                     fsum_a[i] += ra[i];  // fp32, in rank order: the all-reduce's arithmetic
                     fsum_b[i] += rb[i];
                 }
