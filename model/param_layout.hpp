@@ -5,6 +5,10 @@
 // unit's slice is padded to a multiple of `shard_multiple` elements so it splits evenly over a ZeRO
 // group, and every tensor starts at a multiple of 8 elements (16 bytes in bf16). Checkpoints store
 // tensors by name and shape, never by offset, so the padding may change between runs.
+// Tensor parallelism (docs/design.md "Tensor parallelism"): with tp > 1 the layout is one TP rank's
+// — every tensor has its local shape, and records its full shape and how it is split (TPSplit), so
+// units, ZeRO shards and AdamW work on the local buffer unchanged and checkpoints can still go by
+// full name and shape (cut_local / place_local).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -24,10 +28,26 @@ struct GPTConfig {
     int padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
 };
 
+/// How a tensor is split over the tp ranks of a tensor-parallel group (Megatron-LM's names,
+/// Shoeybi et al. 2019). Rows are the first dimension (output channels of a linear weight).
+enum class TPSplit : uint8_t {
+    replicated,  ///< every rank holds the whole tensor (LayerNorms, wpe, row-parallel biases)
+    column,      ///< by output rows, in `blocks` equal blocks (c_attn: q|k|v), each cut in tp parts;
+                 ///< rank r holds part r of every block, blocks kept in order (c_attn, c_fc; their biases)
+    row,         ///< by input columns: rank r holds columns [r, r+1) * cols/tp (attn.c_proj, mlp.c_proj weights)
+    vocab,       ///< by rows of the padded vocabulary: rank r holds rows [r, r+1) * Vp/tp (wte)
+};
+
+/// "replicated", "column", "row" or "vocab".
+const char* tp_split_name(TPSplit s);
+
 /// One named parameter tensor inside the flat buffer.
 struct ParamTensor {
     std::string name;            ///< GPT-2 name, e.g. "h.3.attn.c_attn.weight"
-    std::vector<int64_t> shape;  ///< row-major, (OC, C) for linear weights
+    std::vector<int64_t> shape;  ///< this rank's (local) shape, row-major, (OC, C) for linear weights
+    std::vector<int64_t> full_shape;  ///< the whole tensor's shape (equal to shape when tp = 1)
+    TPSplit split = TPSplit::replicated;  ///< how the full tensor is cut over the TP group
+    int blocks = 1;              ///< column split: equal row blocks each cut over the group (3 for c_attn)
     size_t offset = 0;           ///< first element in the flat buffer
     size_t numel = 0;
     int unit = 0;                ///< unit index (0 embeddings, 1+l layer l, n_layer+1 final LN)
@@ -50,9 +70,11 @@ struct FlatRange {
 /// Layout of all parameters (and, identically, of their gradients).
 class ParamLayout {
 public:
-    /// Builds the layout for `cfg`; each unit is padded to a multiple of shard_multiple (>= 1) elements.
-    /// Errors: std::invalid_argument if n_embd % n_head != 0 or a size is not positive.
-    explicit ParamLayout(const GPTConfig& cfg, int shard_multiple = 1);
+    /// Builds the layout for `cfg` of TP rank tp_rank in a group of tp (tp = 1: the whole model);
+    /// each unit is padded to a multiple of shard_multiple (>= 1) elements.
+    /// Errors: std::invalid_argument if n_embd % n_head != 0, a size is not positive, tp_rank is
+    /// outside [0, tp), or tp does not divide n_head, 4 * n_embd or the padded vocab Vp (naming it).
+    explicit ParamLayout(const GPTConfig& cfg, int shard_multiple = 1, int tp = 1, int tp_rank = 0);
 
     const std::vector<ParamTensor>& tensors() const { return tensors_; }
     const std::vector<ParamUnit>& units() const { return units_; }
@@ -66,9 +88,24 @@ public:
     /// back to back. Errors: std::invalid_argument if n does not divide every unit (shard_multiple).
     std::vector<FlatRange> shard(int rank, int n) const;
     const GPTConfig& config() const { return cfg_; }
+    int tp() const { return tp_; }            ///< size of the tensor-parallel group
+    int tp_rank() const { return tp_rank_; }  ///< this layout's rank in it
+
+    /// Copies this rank's part of tensor t out of the whole tensor: full (numel of t.full_shape,
+    /// fp32, row-major) -> local (t.numel). Host memory. Replicated tensors are copied whole.
+    void cut_local(const ParamTensor& t, const float* full, float* local) const;
+    /// The inverse: writes local (t.numel) into this rank's part of full (numel of t.full_shape);
+    /// the other ranks' parts of full are left as they are.
+    void place_local(const ParamTensor& t, const float* local, float* full) const;
+    /// Every tensor cut out of a whole-model buffer: full_flat is laid out as `full` (a layout of
+    /// the same config with tp = 1, any padding); local_flat (total_numel()) gets each tensor's
+    /// local part at its offset, padding untouched. Errors: std::invalid_argument if `full` has
+    /// another config or tp != 1.
+    void cut_local_flat(const ParamLayout& full, const float* full_flat, float* local_flat) const;
 
 private:
     GPTConfig cfg_;
+    int tp_ = 1, tp_rank_ = 0;
     std::vector<ParamTensor> tensors_;
     std::vector<ParamUnit> units_;
     size_t total_ = 0, nparams_ = 0;
