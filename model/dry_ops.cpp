@@ -48,6 +48,12 @@ public:
     void cast(void*, DType, const void*, DType, size_t) override { no_compute("cast"); }
     void encoder_forward(void*, const int*, const void*, const void*, int, int, int) override { no_compute("encoder"); }
     void encoder_backward(void*, void*, const void*, const int*, int, int, int) override { no_compute("encoder"); }
+    void encoder_forward_vocab(void*, const int*, const void*, const void*, int, int, int, int, int) override {
+        no_compute("encoder");
+    }
+    void encoder_backward_vocab(void*, void*, const void*, const int*, int, int, int, int, int) override {
+        no_compute("encoder");
+    }
     void layernorm_forward(void*, float*, float*, const void*, const void*, const void*, int, int) override {
         no_compute("layernorm");
     }
@@ -74,6 +80,10 @@ public:
     void gelu_forward(void*, const void*, size_t) override { no_compute("gelu"); }
     void gelu_backward(void*, const void*, const void*, size_t) override { no_compute("gelu"); }
     void fused_classifier(void*, float*, const int*, int, int, int, float, bool) override { no_compute("classifier"); }
+    void classifier_partial(float*, const void*, const int*, int, int, int, int) override { no_compute("classifier"); }
+    void classifier_finish(void*, float*, const float*, int, const int*, int, int, int, int, float, bool) override {
+        no_compute("classifier");
+    }
     void adamw_update(void*, float*, const void*, float*, float*, size_t, float, float, float, float, float, float,
                       int, size_t) override {
         no_compute("adamw");

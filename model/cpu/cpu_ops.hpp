@@ -51,6 +51,10 @@ public:
                          int C) override;
     void encoder_backward(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T,
                           int C) override;
+    void encoder_forward_vocab(void* out, const int* inp, const void* wte, const void* wpe, int B, int T,
+                               int C, int v0, int nv) override;
+    void encoder_backward_vocab(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T,
+                                int C, int v0, int nv) override;
     // layernorm.cpp
     void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                            const void* bias, int N, int C) override;
@@ -77,6 +81,10 @@ public:
     // classifier.cpp
     void fused_classifier(void* logits, float* losses, const int* targets, int N, int V, int Vp,
                           float dloss, bool write_grad) override;
+    void classifier_partial(float* stats, const void* logits, const int* targets, int N, int nv, int v0,
+                            int V) override;
+    void classifier_finish(void* logits, float* losses, const float* all, int tp, const int* targets, int N,
+                           int nv, int v0, int V, float dloss, bool write_grad) override;
     // adamw.cpp
     void adamw_update(void* params, float* master, const void* grads, float* m, float* v, size_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay,

@@ -1,4 +1,6 @@
-// model/cpu/encoder.cpp — token + position embeddings, forward and backward (GPT-2 input layer).
+// model/cpu/encoder.cpp — token + position embeddings, forward and backward (GPT-2 input layer),
+// and their vocab-parallel forms for tensor parallelism (a rank holds rows [v0, v0 + nv) of wte;
+// docs/design.md "Tensor parallelism").
 #include <algorithm>
 
 #include "model/cpu/cpu_ops.hpp"
@@ -41,6 +43,54 @@ void CpuOps::encoder_backward(void* dwte_, void* dwpe_, const void* dout_, const
                 w[c] += d[c];
                 p[c] += d[c];
             }
+        }
+    }
+}
+
+/// out (B,T,C) = wte[inp - v0] (nv,C) + wpe[t] where v0 <= inp[b,t] < v0 + nv, else 0 (the whole
+/// row, wpe included), so the group's sum has one non-zero term per position. fp32. Source:
+/// Megatron-LM's VocabParallelEmbedding (Shoeybi et al. 2019).
+void CpuOps::encoder_forward_vocab(void* out_, const int* inp, const void* wte_, const void* wpe_, int B, int T,
+                                   int C, int v0, int nv) {
+    float* out = static_cast<float*>(out_);
+    const float* wte = static_cast<const float*>(wte_);
+    const float* wpe = static_cast<const float*>(wpe_);
+#pragma omp parallel for schedule(static)
+    for (int bt = 0; bt < B * T; ++bt) {
+        float* o = out + static_cast<size_t>(bt) * C;
+        const int id = inp[bt] - v0;
+        if (id < 0 || id >= nv) {
+            std::fill(o, o + C, 0.0f);
+            continue;
+        }
+        const float* e = wte + static_cast<size_t>(id) * C;
+        const float* p = wpe + static_cast<size_t>(bt % T) * C;
+        for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
+    }
+}
+
+/// dwte (nv,C) += dout rows of the positions whose token lies in [v0, v0 + nv); dwpe (maxT,C) +=
+/// sum over b of dout[b,t] for every position. Same thread split and order as encoder_backward, so
+/// each sum is added in the same order (bitwise its rows of encoder_backward for the same dout).
+void CpuOps::encoder_backward_vocab(void* dwte_, void* dwpe_, const void* dout_, const int* inp, int B, int T,
+                                    int C, int v0, int nv) {
+    float* dwte = static_cast<float*>(dwte_);
+    float* dwpe = static_cast<float*>(dwpe_);
+    const float* dout = static_cast<const float*>(dout_);
+    constexpr int kChunk = 16;
+    const int nchunks = (C + kChunk - 1) / kChunk;
+#pragma omp parallel for schedule(static)
+    for (int ch = 0; ch < nchunks; ++ch) {
+        const int c0 = ch * kChunk, c1 = std::min(C, c0 + kChunk);
+        for (int bt = 0; bt < B * T; ++bt) {
+            const float* d = dout + static_cast<size_t>(bt) * C;
+            float* p = dwpe + static_cast<size_t>(bt % T) * C;
+            const int id = inp[bt] - v0;
+            if (id >= 0 && id < nv) {
+                float* w = dwte + static_cast<size_t>(id) * C;
+                for (int c = c0; c < c1; ++c) w[c] += d[c];
+            }
+            for (int c = c0; c < c1; ++c) p[c] += d[c];
         }
     }
 }
