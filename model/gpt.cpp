@@ -14,6 +14,11 @@
 // res[i] (their input) and recompute their forward into `recompute` just before their backward.
 // Parameters and gradients come from a ParamStore one unit at a time (model/param_store.hpp):
 // acquired before a unit is used, released after; grads_done(u) once a unit's backward is over.
+// Tensor parallelism (GPTOptions::tp, docs/design.md "Tensor parallelism"): the layout is this TP
+// rank's; qkv, atty, the attention's lse and the MLP's (N,4C) buffers hold its NH/tp heads and 4C/tp
+// columns, and logits its Vp/tp vocabulary columns. Megatron's f/g: the row-parallel matmuls
+// (attn.c_proj, mlp.c_proj) give partial sums that are all-reduced in forward, and the input
+// gradients of the column-parallel ones (c_attn, c_fc, the LM head) are all-reduced in backward.
 #include "model/gpt.hpp"
 
 #include <cmath>
@@ -27,19 +32,20 @@ namespace llmtrain {
 namespace {
 
 /// What a transformer layer keeps for backward (Korthikanti et al. 2022 count these per token).
+/// Ct = C/tp, NHt = NH/tp, Ft = 4C/tp: this TP rank's channels, heads and MLP columns.
 struct LayerActs {
     void* ln1 = nullptr;       // (N,C)  LN1 output
     float* ln1_mean = nullptr; // (N)
     float* ln1_rstd = nullptr; // (N)
-    void* qkv = nullptr;       // (N,3C)
-    void* atty = nullptr;      // (N,C)  attention output, before c_proj
-    float* att_lse = nullptr;  // (B,NH,T)
+    void* qkv = nullptr;       // (N,3Ct) this rank's [q | k | v]
+    void* atty = nullptr;      // (N,Ct) attention output, before c_proj
+    float* att_lse = nullptr;  // (B,NHt,T)
     void* res2 = nullptr;      // (N,C)  x + attproj
     void* ln2 = nullptr;       // (N,C)
     float* ln2_mean = nullptr; // (N)
     float* ln2_rstd = nullptr; // (N)
-    void* fch_pre = nullptr;   // (N,4C) c_fc output before GELU
-    void* fch = nullptr;       // (N,4C) GELU output
+    void* fch_pre = nullptr;   // (N,Ft) c_fc output before GELU
+    void* fch = nullptr;       // (N,Ft) GELU output
 };
 
 /// One micro-batch's activations between its forward and its backward (see the header comment).
@@ -47,7 +53,7 @@ struct Context {
     std::vector<void*> res;       // n_local + 1 buffers (N,C)
     std::vector<LayerActs> acts;  // n_local; checkpointed layers point at the shared `recompute`
     int* tokens = nullptr;        // (N) first stage
-    void *lnf = nullptr, *logits = nullptr;
+    void *lnf = nullptr, *logits = nullptr;  // logits (N,Vpt): this TP rank's vocabulary columns
     float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
     bool have_logit_grad = false;
 };
@@ -68,6 +74,10 @@ struct GPT::Impl {
     Allocator& alloc;
     Ops& ops;
     size_t es;  // bytes per act-dtype element
+    TensorParallel* tp = nullptr;  // null or a group of one: no collectives
+    int ntp = 1, tp_rank = 0;      // TP group size and this rank's index
+    int Ct = 0, NHt = 0, Ft = 0;   // C/tp, NH/tp, 4C/tp
+    int Vpt = 0, v0 = 0;           // Vp/tp vocabulary rows of wte from row v0
     int n_local = 0, n_ckpt = 0;
     bool first = false, last = false;
 
@@ -83,6 +93,8 @@ struct GPT::Impl {
     void *tmp = nullptr, *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr;
     int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
     float* logit_row = nullptr;                  // (Vp) fp32 for logits_at
+    float* logit_part = nullptr;                 // (Vpt) fp32, this rank's part of it (tp > 1)
+    float *cls_stats = nullptr, *cls_all = nullptr;  // (N,3), (tp,N,3) fp32: vocab-parallel loss (tp > 1)
     std::vector<void*> owned;                    // every allocation, released in ~Impl
     // The whole-model helpers' losses: one pinned (B*T) fp32 slot per micro-batch queued by
     // forward_backward and not yet taken (grown on demand, kept), and the event after the last copy.
@@ -91,8 +103,22 @@ struct GPT::Impl {
     Event loss_ready = nullptr;
 
     Impl(const GPTConfig& c, const GPTOptions& o, Allocator& a)
-        : cfg(c), opt(o), layout(c, o.shard_multiple), alloc(a), ops(a.ops()),
-          es(dtype_size(a.ops().act_dtype())) {}
+        : cfg(c), opt(o), layout(c, o.shard_multiple, o.tp ? o.tp->size() : 1, o.tp ? o.tp->rank() : 0),
+          alloc(a), ops(a.ops()), es(dtype_size(a.ops().act_dtype())) {
+        ntp = layout.tp();
+        tp_rank = layout.tp_rank();
+        tp = ntp > 1 ? o.tp : nullptr;
+        Ct = c.n_embd / ntp;
+        NHt = c.n_head / ntp;
+        Ft = 4 * c.n_embd / ntp;
+        Vpt = c.padded_vocab_size() / ntp;
+        v0 = tp_rank * Vpt;
+    }
+
+    /// Sum of buf (n act-dtype elements) over the TP group, in place (nothing without one).
+    void tp_sum(void* buf, size_t n) {
+        if (tp != nullptr) tp->all_reduce(buf, n, ops.act_dtype());
+    }
 
     ~Impl() {
         if (loss_ready != nullptr) {
@@ -135,27 +161,27 @@ struct GPT::Impl {
     char* G(void* base, size_t off) const { return static_cast<char*>(base) + off * es; }
     int unit_of_local(int i) const { return 1 + opt.l0 + i; }
 
-    /// One block holding a LayerActs set, carved at 256-byte boundaries.
+    /// One block holding a LayerActs set, carved at 256-byte boundaries (local heads and columns).
     LayerActs make_acts(MemCategory cat) {
-        const size_t N = static_cast<size_t>(opt.B) * opt.T, C = cfg.n_embd;
-        const size_t nc = align256(N * C * es), nf = align256(N * 4);
-        const size_t nlse = align256(static_cast<size_t>(opt.B) * cfg.n_head * opt.T * 4);
-        const size_t total = 4 * nc + align256(N * 3 * C * es) + 2 * align256(N * 4 * C * es) + 4 * nf + nlse;
+        const size_t N = static_cast<size_t>(opt.B) * opt.T, C = cfg.n_embd, Ct_ = size_t(Ct), Ft_ = size_t(Ft);
+        const size_t nc = align256(N * C * es), nf = align256(N * 4), nct = align256(N * Ct_ * es);
+        const size_t nlse = align256(static_cast<size_t>(opt.B) * NHt * opt.T * 4);
+        const size_t total = 3 * nc + nct + align256(N * 3 * Ct_ * es) + 2 * align256(N * Ft_ * es) + 4 * nf + nlse;
         char* p = static_cast<char*>(get(cat, total));
         auto take = [&](size_t bytes) { char* q = p; p += bytes; return q; };
         LayerActs a;
         a.ln1 = take(nc);
         a.ln1_mean = reinterpret_cast<float*>(take(nf));
         a.ln1_rstd = reinterpret_cast<float*>(take(nf));
-        a.qkv = take(align256(N * 3 * C * es));
-        a.atty = take(nc);
+        a.qkv = take(align256(N * 3 * Ct_ * es));
+        a.atty = take(nct);
         a.att_lse = reinterpret_cast<float*>(take(nlse));
         a.res2 = take(nc);
         a.ln2 = take(nc);
         a.ln2_mean = reinterpret_cast<float*>(take(nf));
         a.ln2_rstd = reinterpret_cast<float*>(take(nf));
-        a.fch_pre = take(align256(N * 4 * C * es));
-        a.fch = take(align256(N * 4 * C * es));
+        a.fch_pre = take(align256(N * Ft_ * es));
+        a.fch = take(align256(N * Ft_ * es));
         return a;
     }
 
@@ -168,42 +194,51 @@ struct GPT::Impl {
 
     /// Forward of local layer i (parameters at w) from c.res[i] into the activations `a`; writes
     /// c.res[i+1] when write_out.
+    /// With tp > 1, the row-parallel matmuls' partial sums are all-reduced (their replicated bias
+    /// added on TP rank 0 only, so it is counted once); recomputation repeats the first all-reduce.
     void layer_forward(Context& c, int i, const void* w, const LayerActs& a, bool write_out) {
-        const int B = opt.B, T = opt.T, C = cfg.n_embd, NH = cfg.n_head, N = B * T;
+        const int B = opt.B, T = opt.T, C = cfg.n_embd, N = B * T;
         const LayerParams& p = lp[i];
         auto P = [&](size_t off) { return this->P(w, off); };
+        const bool bias_here = tp_rank == 0;
         const void* x = c.res[i];
         ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p.ln1w), P(p.ln1b), N, C);
-        ops.matmul_forward(a.qkv, nullptr, a.ln1, P(p.qkvw), P(p.qkvb), N, C, 3 * C);
-        ops.attention_forward(a.atty, a.att_lse, a.qkv, B, T, C, NH);
-        ops.matmul_forward(tmp, nullptr, a.atty, P(p.attprojw), P(p.attprojb), N, C, C);
+        ops.matmul_forward(a.qkv, nullptr, a.ln1, P(p.qkvw), P(p.qkvb), N, C, 3 * Ct);  // column-parallel
+        ops.attention_forward(a.atty, a.att_lse, a.qkv, B, T, Ct, NHt);                 // local heads
+        ops.matmul_forward(tmp, nullptr, a.atty, P(p.attprojw), bias_here ? P(p.attprojb) : nullptr, N, Ct, C);
+        tp_sum(tmp, static_cast<size_t>(N) * C);  // row-parallel: sum of the partial products
         ops.fused_residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, tmp, P(p.ln2w),
                                              P(p.ln2b), N, C);
-        ops.matmul_forward(a.fch, a.fch_pre, a.ln2, P(p.fcw), P(p.fcb), N, C, 4 * C);
+        ops.matmul_forward(a.fch, a.fch_pre, a.ln2, P(p.fcw), P(p.fcb), N, C, Ft);  // column-parallel
         if (!write_out) return;  // recomputation needs only the layer's internals
-        ops.matmul_forward(tmp, nullptr, a.fch, P(p.fcprojw), P(p.fcprojb), N, 4 * C, C);
+        ops.matmul_forward(tmp, nullptr, a.fch, P(p.fcprojw), bias_here ? P(p.fcprojb) : nullptr, N, Ft, C);
+        tp_sum(tmp, static_cast<size_t>(N) * C);
         ops.residual_forward(c.res[i + 1], a.res2, tmp, static_cast<size_t>(N) * C);
     }
 
     /// Backward of local layer i (parameters at w, gradients accumulated at g): on entry
-    /// dres = d(c.res[i+1]), on exit dres = d(c.res[i]).
+    /// dres = d(c.res[i+1]), on exit dres = d(c.res[i]). With tp > 1 the gradients of the
+    /// column-parallel matmuls' (replicated) inputs ln2 and ln1 are partial sums over the local
+    /// columns: all-reduced. The replicated biases' gradients are whole on every rank (dres is).
     void layer_backward(Context& c, int i, const void* w, void* g, const LayerActs& a) {
-        const int B = opt.B, T = opt.T, C = cfg.n_embd, NH = cfg.n_head, N = B * T;
+        const int B = opt.B, T = opt.T, C = cfg.n_embd, N = B * T;
         const LayerParams& p = lp[i];
         auto P = [&](size_t off) { return this->P(w, off); };
         auto G = [&](size_t off) { return this->G(g, off); };
         // MLP branch: out = res2 + c_proj(gelu(c_fc(ln2)))
         ops.matmul_backward(dbuf_4c, G(p.fcprojw), G(p.fcprojb), dres, a.fch, P(p.fcprojw), a.fch_pre,
-                            N, 4 * C, C);  // dbuf_4c = d fch_pre (GELU backward fused)
-        ops.matmul_backward(dbuf_c, G(p.fcw), G(p.fcb), dbuf_4c, a.ln2, P(p.fcw), nullptr, N, C, 4 * C);
+                            N, Ft, C);  // dbuf_4c = d fch_pre (GELU backward fused), (N,Ft)
+        ops.matmul_backward(dbuf_c, G(p.fcw), G(p.fcb), dbuf_4c, a.ln2, P(p.fcw), nullptr, N, C, Ft);
+        tp_sum(dbuf_c, static_cast<size_t>(N) * C);  // d ln2
         ops.layernorm_backward(dres, G(p.ln2w), G(p.ln2b), dbuf_c, a.res2, P(p.ln2w), a.ln2_mean,
                                a.ln2_rstd, N, C);  // dres = d res2
         // attention branch: res2 = x + c_proj(attention(c_attn(ln1)))
         ops.matmul_backward(dbuf_c, G(p.attprojw), G(p.attprojb), dres, a.atty, P(p.attprojw), nullptr,
-                            N, C, C);  // dbuf_c = d atty
-        ops.attention_backward(dbuf_4c, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, C, NH);  // d qkv (N,3C)
+                            N, Ct, C);  // dbuf_c = d atty (N,Ct)
+        ops.attention_backward(dbuf_4c, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, Ct, NHt);  // d qkv (N,3Ct)
         ops.matmul_backward(dbuf_c, G(p.qkvw), G(p.qkvb), dbuf_4c, a.ln1, P(p.qkvw), nullptr, N, C,
-                            3 * C);  // dbuf_c = d ln1
+                            3 * Ct);  // dbuf_c = d ln1
+        tp_sum(dbuf_c, static_cast<size_t>(N) * C);
         ops.layernorm_backward(dres, G(p.ln1w), G(p.ln1b), dbuf_c, c.res[i], P(p.ln1w), a.ln1_mean,
                                a.ln1_rstd, N, C);  // dres = d x
     }
@@ -263,7 +298,7 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
     }
     m.store = store;
     if (m.n_ckpt > 0) m.recompute = m.make_acts(MemCategory::workspace);
-    const size_t Vp = cfg.padded_vocab_size();
+    const size_t Vp = cfg.padded_vocab_size();  // Vpt = Vp / tp of them per TP rank
     for (int k = 0; k < opt.contexts; ++k) {
         Context c;
         for (int i = 0; i <= m.n_local; ++i) c.res.push_back(m.get(MemCategory::activations, N * C * es));
@@ -274,16 +309,21 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
             c.lnf = m.get(MemCategory::activations, N * C * es);
             c.lnf_mean = static_cast<float*>(m.get(MemCategory::activations, N * 4));
             c.lnf_rstd = static_cast<float*>(m.get(MemCategory::activations, N * 4));
-            c.logits = m.get(MemCategory::activations, N * Vp * es);
+            c.logits = m.get(MemCategory::activations, N * size_t(m.Vpt) * es);
             c.losses = static_cast<float*>(m.get(MemCategory::activations, N * 4));
         }
         m.ctxs.push_back(std::move(c));
     }
     if (m.last) m.logit_row = static_cast<float*>(m.get(MemCategory::workspace, Vp * 4));
+    if (m.last && m.ntp > 1) {
+        m.logit_part = static_cast<float*>(m.get(MemCategory::workspace, size_t(m.Vpt) * 4));
+        m.cls_stats = static_cast<float*>(m.get(MemCategory::workspace, N * 3 * 4));
+        m.cls_all = static_cast<float*>(m.get(MemCategory::workspace, size_t(m.ntp) * N * 3 * 4));
+    }
     m.tmp = m.get(MemCategory::workspace, N * C * es);
     m.dres = m.get(MemCategory::workspace, N * C * es);
     m.dbuf_c = m.get(MemCategory::workspace, N * C * es);
-    m.dbuf_4c = m.get(MemCategory::workspace, N * 4 * C * es);
+    m.dbuf_4c = m.get(MemCategory::workspace, N * size_t(m.Ft) * es);  // (N,Ft) and (N,3Ct)
     m.tok_dev = static_cast<int*>(m.get(MemCategory::workspace, N * 4));
     m.tgt_dev = static_cast<int*>(m.get(MemCategory::workspace, N * 4));
 }
@@ -324,7 +364,12 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
         m.ops.memcpy_d2d(c.tokens, tokens, static_cast<size_t>(N) * 4);  // the backward reads this copy
         if (host_tokens != nullptr) m.ops.encoder_host_tokens(c.tokens, host_tokens, N);
         const void* we = st.acquire_params(0, m.unit_of_local(0));
-        m.ops.encoder_forward(c.res[0], c.tokens, m.P(we, m.wte), m.P(we, m.wpe), B, T, C);
+        if (m.tp == nullptr) {
+            m.ops.encoder_forward(c.res[0], c.tokens, m.P(we, m.wte), m.P(we, m.wpe), B, T, C);
+        } else {  // vocab-parallel: the owner of each token's row writes it, the others 0; then the sum
+            m.ops.encoder_forward_vocab(c.res[0], c.tokens, m.P(we, m.wte), m.P(we, m.wpe), B, T, C, m.v0, m.Vpt);
+            m.tp_sum(c.res[0], static_cast<size_t>(N) * C);
+        }
         st.release_params(0);
     } else {
         m.ops.memcpy_d2d(c.res[0], act_in, static_cast<size_t>(N) * C * m.es);
@@ -337,15 +382,23 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
     }
     c.have_logit_grad = false;
     if (!m.last) return;
-    const int Vp = m.cfg.padded_vocab_size();
+    const int Vp = m.cfg.padded_vocab_size(), V = m.cfg.vocab_size;
     const void* wf = st.acquire_params(m.u_lnf, 0);
     m.ops.layernorm_forward(c.lnf, c.lnf_mean, c.lnf_rstd, c.res[m.n_local], m.P(wf, m.lnfw), m.P(wf, m.lnfb), N, C);
     st.release_params(m.u_lnf);
     const void* we = st.acquire_params(0, -1);
-    m.ops.matmul_forward(c.logits, nullptr, c.lnf, m.P(we, m.wte), nullptr, N, C, Vp);  // LM head tied to wte
+    // LM head tied to wte: this rank's Vpt rows give its Vpt columns of the logits.
+    m.ops.matmul_forward(c.logits, nullptr, c.lnf, m.P(we, m.wte), nullptr, N, C, m.Vpt);
     st.release_params(0);
     if (targets != nullptr) {
-        m.ops.fused_classifier(c.logits, c.losses, targets, N, m.cfg.vocab_size, Vp, dloss, training);
+        if (m.tp == nullptr) {
+            m.ops.fused_classifier(c.logits, c.losses, targets, N, V, Vp, dloss, training);
+        } else {  // vocab-parallel cross-entropy: local (max, sum, target logit), gathered, combined
+            m.ops.classifier_partial(m.cls_stats, c.logits, targets, N, m.Vpt, m.v0, V);
+            m.tp->all_gather(m.cls_all, m.cls_stats, static_cast<size_t>(N) * 3, DType::f32);
+            m.ops.classifier_finish(c.logits, c.losses, m.cls_all, m.ntp, targets, N, m.Vpt, m.v0, V, dloss,
+                                    training);
+        }
         c.have_logit_grad = training;
     }
 }
@@ -361,11 +414,12 @@ void GPT::backward(const void* dact_out, void* dact_in, int ctx) {
         if (!c.have_logit_grad)
             throw std::logic_error("GPT::backward: context " + std::to_string(ctx) +
                                    "'s forward() had no targets or training = false");
-        const int Vp = m.cfg.padded_vocab_size();
         const void* we = st.acquire_params(0, m.u_lnf);
         ge = st.acquire_grads(0);
-        m.ops.matmul_backward(m.dbuf_c, m.G(ge, m.wte), nullptr, c.logits, c.lnf, m.P(we, m.wte), nullptr, N, C, Vp);
+        m.ops.matmul_backward(m.dbuf_c, m.G(ge, m.wte), nullptr, c.logits, c.lnf, m.P(we, m.wte), nullptr, N, C,
+                              m.Vpt);
         st.release_params(0);
+        m.tp_sum(m.dbuf_c, static_cast<size_t>(N) * C);  // d lnf: the LM head is column-parallel
         if (!m.first) st.grads_done(0);
         const void* wf = st.acquire_params(m.u_lnf, m.unit_of_local(m.n_local - 1));
         void* gf = st.acquire_grads(m.u_lnf);
@@ -389,7 +443,10 @@ void GPT::backward(const void* dact_out, void* dact_in, int ctx) {
     }
     if (m.first) {
         if (ge == nullptr) ge = st.acquire_grads(0);
-        m.ops.encoder_backward(m.G(ge, m.wte), m.G(ge, m.wpe), m.dres, c.tokens, B, T, C);
+        if (m.tp == nullptr)
+            m.ops.encoder_backward(m.G(ge, m.wte), m.G(ge, m.wpe), m.dres, c.tokens, B, T, C);
+        else
+            m.ops.encoder_backward_vocab(m.G(ge, m.wte), m.G(ge, m.wpe), m.dres, c.tokens, B, T, C, m.v0, m.Vpt);
         st.grads_done(0);
     } else {
         m.ops.memcpy_d2d(dact_in, m.dres, act_bytes);
@@ -447,11 +504,16 @@ std::vector<float> GPT::logits_at(const int* inputs, int pos) {
     if (pos < 0 || pos >= m.opt.T)
         throw std::out_of_range("GPT::logits_at: position " + std::to_string(pos) + " outside [0, " +
                                 std::to_string(m.opt.T) + ")");
-    const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T, Vp = m.cfg.padded_vocab_size();
+    const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T, Vpt = size_t(m.Vpt);
     m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
     forward(m.tok_dev, nullptr, nullptr, 0.0f, false);
-    const char* row = static_cast<const char*>(m.ctxs[0].logits) + static_cast<size_t>(pos) * Vp * m.es;  // (b=0, pos)
-    m.ops.cast(m.logit_row, DType::f32, row, m.ops.act_dtype(), Vp);
+    const char* row = static_cast<const char*>(m.ctxs[0].logits) + static_cast<size_t>(pos) * Vpt * m.es;  // (b=0, pos)
+    if (m.tp == nullptr) {
+        m.ops.cast(m.logit_row, DType::f32, row, m.ops.act_dtype(), Vpt);
+    } else {  // every rank's Vpt columns, in rank order: the full padded row
+        m.ops.cast(m.logit_part, DType::f32, row, m.ops.act_dtype(), Vpt);
+        m.tp->all_gather(m.logit_row, m.logit_part, Vpt, DType::f32);
+    }
     std::vector<float> out(m.cfg.vocab_size);
     m.ops.memcpy_d2h(out.data(), m.logit_row, out.size() * 4);
     m.record_ready();

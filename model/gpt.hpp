@@ -9,6 +9,10 @@
 // its backward (a pipeline stage holds up to min(P - s, m) under 1F1B) keeps its activations, its
 // token ids and its logits in a context of its own; the backward workspaces are shared. Model: GPT-2 (Radford et al. 2019): learned positions, pre-LN blocks,
 // causal MHA, GELU(tanh), 4x MLP, final LN, vocab padded to a multiple of 128.
+// Tensor parallelism (GPTOptions::tp; docs/design.md "Tensor parallelism"): each rank of a TP
+// group holds its part of every split tensor (ParamLayout's TPSplit), runs n_head/tp heads and
+// 4*n_embd/tp MLP columns, and Vp/tp vocabulary columns of the logits; the group's collectives go
+// through model/tensor_parallel.hpp.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -18,6 +22,7 @@
 #include "model/ops.hpp"
 #include "model/param_layout.hpp"
 #include "model/param_store.hpp"
+#include "model/tensor_parallel.hpp"
 
 namespace llmtrain {
 
@@ -30,16 +35,21 @@ struct GPTOptions {
     int shard_multiple = 1;         ///< ParamLayout padding (ZeRO group size * alignment)
     int checkpoint_layers = -1;     ///< layers recomputed in backward; >= 0 overrides checkpoint_ratio
     int contexts = 1;               ///< activation contexts: micro-batches in flight at once, >= 1
+    /// The tensor-parallel group (not owned; it must outlive the GPT); null = no tensor parallelism
+    /// (tp = 1). Every rank of the group builds its GPT with the same config and options and calls
+    /// forward/backward and the helpers in the same order (they run the group's collectives).
+    TensorParallel* tp = nullptr;
 };
 
 class GPT {
 public:
     /// Allocates activations for (B,T). Parameters and gradients come from `store` (not owned; it must
-    /// use a layout equal to ParamLayout(cfg, opt.shard_multiple) and outlive the GPT); without one the
+    /// use a layout equal to ParamLayout(cfg, opt.shard_multiple, tp, tp rank) and outlive the GPT); without one the
     /// GPT owns a FullParamStore (params and grads: one buffer each, layout().total_numel() elements of
     /// ops.act_dtype(), MemCategory::params/grads). Errors: std::invalid_argument for bad shapes
     /// (T > seq_len, empty range, ratio outside [0,1], checkpoint_layers above the range's layers,
-    /// contexts < 1); std::runtime_error when out of memory.
+    /// contexts < 1; a tp that does not divide n_head or Vp, from ParamLayout); std::runtime_error
+    /// when out of memory.
     GPT(const GPTConfig& cfg, const GPTOptions& opt, Allocator& alloc, ParamStore* store = nullptr);
     ~GPT();
     GPT(const GPT&) = delete;
@@ -58,7 +68,9 @@ public:
 
     /// GPT-2 init, computed on the host in fp32 from `seed` (so every backend gets identical
     /// weights): N(0, 0.02); c_proj weights N(0, 0.02/sqrt(2*n_layer)); LN weights 1; biases 0;
-    /// padded wte rows 0. Handed to the store (ParamStore::load_params).
+    /// padded wte rows 0. The whole model is drawn on every rank and each TP rank keeps its parts
+    /// (ParamLayout::cut_local_flat), so any tp starts from the tp = 1 weights. Handed to the store
+    /// (ParamStore::load_params).
     void init_params(uint64_t seed);
     /// grads() = 0 (own FullParamStore only, like grads()).
     void zero_grads();
@@ -79,8 +91,9 @@ public:
     void backward(const void* dact_out, void* dact_in, int ctx = 0);
     const void* act_out(int ctx = 0) const;  ///< (B,T,C) output of the range when l1 < n_layer
     const float* losses(int ctx = 0) const;  ///< (B*T) per-position losses, device, at the last stage
-    /// (B,T,Vp) act dtype, device, at the last stage: the logits after forward(training = false);
-    /// after forward(training = true) their gradient (padded columns 0), consumed by backward().
+    /// (B,T,Vp/tp) act dtype, device, at the last stage: this TP rank's vocabulary columns
+    /// [tp_rank * Vp/tp, ...) of the logits after forward(training = false) (no rank holds the full
+    /// logits); after forward(training = true) their gradient (padded columns 0), consumed by backward().
     const void* logits(int ctx = 0) const;
     /// Layers of this range that are recomputed in backward: the first checkpoint_layers, or
     /// floor(ratio * (l1-l0)).
@@ -100,7 +113,8 @@ public:
     /// Mean loss of a micro-batch without gradients (waits for it on an event).
     float evaluate(const int* inputs, const int* targets);
     /// fp32 logits (V values, padding dropped) at position `pos` of row 0 after a forward of
-    /// inputs (B,T) host int32; used for sampling (waits for them on an event).
+    /// inputs (B,T) host int32; used for sampling (waits for them on an event). With tp > 1 the
+    /// row is all-gathered from the group (collective).
     std::vector<float> logits_at(const int* inputs, int pos);
     /// Start-up warm-up: makes the loss slots of `micro_batches` per step and runs one forward and
     /// backward on zero tokens, so that the backend's lazy set-up (scratch, encoder buckets,

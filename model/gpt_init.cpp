@@ -3,7 +3,9 @@
 // The init runs on the host, independent of backend, thread count and pipeline stage: one
 // std::mt19937_64 stream seeded with `seed` feeds Box-Muller pairs, consumed tensor by tensor in
 // layout order, row-major inside a tensor (LayerNorm parameters, biases and padded wte rows draw
-// nothing). Every stage draws the whole model, so the stages of a pipeline agree.
+// nothing). Every stage draws the whole model, so the stages of a pipeline agree; and every
+// tensor-parallel rank draws the whole model too and keeps its parts, so tp = T starts from the
+// tp = 1 weights.
 #include <cmath>
 #include <random>
 #include <string>
@@ -42,16 +44,13 @@ private:
     bool have_spare_ = false;
 };
 
-}  // namespace
-
-void GPT::init_params(uint64_t seed) {
-    const ParamLayout& L = layout();
-    const GPTConfig& cfg = config();
-    std::vector<float> host(L.total_numel(), 0.0f);  // padding stays 0
+/// The whole-model init of `seed` into host (L.total_numel(), zeroed), L a tp = 1 layout.
+void draw_init(const ParamLayout& L, uint64_t seed, float* host) {
+    const GPTConfig& cfg = L.config();
     Normal normal(seed);
     const double std_resid = 0.02 / std::sqrt(2.0 * cfg.n_layer);  // GPT-2: residual projections
     for (const ParamTensor& t : L.tensors()) {
-        float* w = host.data() + t.offset;
+        float* w = host + t.offset;
         if (t.shape.size() == 1) {  // LayerNorm weights 1, every bias 0
             const bool ln_weight = ends_with(t.name, ".weight");
             for (size_t i = 0; i < t.numel; ++i) w[i] = ln_weight ? 1.0f : 0.0f;
@@ -61,6 +60,21 @@ void GPT::init_params(uint64_t seed) {
         // wte: only the vocab_size real rows are drawn; padded rows stay 0.
         const size_t n = t.name == "wte" ? static_cast<size_t>(cfg.vocab_size) * cfg.n_embd : t.numel;
         for (size_t i = 0; i < n; ++i) w[i] = static_cast<float>(sd * normal.next());
+    }
+}
+
+}  // namespace
+
+void GPT::init_params(uint64_t seed) {
+    const ParamLayout& L = layout();
+    std::vector<float> host(L.total_numel(), 0.0f);  // padding stays 0
+    if (L.tp() == 1) {
+        draw_init(L, seed, host.data());
+    } else {  // the whole model, then this rank's parts of it
+        const ParamLayout whole(config());
+        std::vector<float> full(whole.total_numel(), 0.0f);
+        draw_init(whole, seed, full.data());
+        L.cut_local_flat(whole, full.data(), host.data());
     }
     store().load_params(host.data());
 }

@@ -1,0 +1,308 @@
+// tests/parallel/test_tensor_parallel.cpp — tensor parallelism on the CPU backend: every rank of the
+// world is one TP group (tp = world size: 2 or 4, MpiComm through TpGroup) and builds, besides its
+// tp GPT, a tp = 1 GPT of the same config from the same seed as the reference.
+//
+// Checked (docs/design.md "Tensor parallelism"):
+//  - init: each rank's parameters are bitwise its slices of the tp = 1 parameters;
+//  - the loss, the logits (gathered from the group) and every parameter gradient (each rank's
+//    local gradient against its slice of the tp = 1 gradient) within the tolerance below;
+//  - the replicated parameters' gradients bitwise equal on every rank of the group (no reduction
+//    is run for them: the ranks see identical inputs and output gradients), and the loss too;
+//  - a first stage [0,1) and a last stage [1,2) (act_in / dact_out given), with and without
+//    activation checkpointing: against the tp = 1 stage, and checkpointed bitwise equal to
+//    not checkpointed (the recomputation repeats the same ops and the same collectives);
+//  - op level over the real group: the vocab-parallel embedding plus all-reduce is bitwise the
+//    tp = 1 embedding.
+//
+// Tolerance. Only the order of fp32 sums changes with tp: a row-parallel matmul (and the input
+// gradient of a column-parallel one) sums tp partial dot products of K/tp terms instead of one
+// of K terms (K = n_embd or 4 n_embd = 256 here), the cross-entropy's sum of exponentials is
+// split in tp parts, and OpenBLAS sums a narrower product's dot products in its own order.
+// Reassociating a sum of K terms changes it by at most about K·u·sum|terms| (u = 2^-24; Higham,
+// "Accuracy and Stability of Numerical Algorithms" §4.2), 1.5e-5 of sum|terms| for K = 256, and
+// by ~sqrt(K)·u = 1e-6 typically (rounding errors are not all of one sign). Two layers forward
+// and backward chain about a dozen such sums, LayerNorm rescales by rstd without changing relative
+// errors much, so a tensor's values move by a few 1e-7 to 1e-6 of its largest entry; the test
+// allows kTol = 1e-5 of the largest |entry| per tensor (normwise) and 1e-5 relative on the loss
+// (a mean of logsumexp values near log V = 5.7). Observed (printed on rank 0): at most 6e-7.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "model/backend.hpp"
+#include "model/gpt.hpp"
+#include "parallel/tp_group.hpp"
+
+namespace llmtrain {
+namespace {
+
+constexpr int kB = 2, kT = 16, kN = kB * kT;
+constexpr double kTol = 1e-5, kLossTol = 1e-5;
+constexpr uint64_t kSeed = 11;
+
+GPTConfig config() {
+    GPTConfig c;
+    c.n_layer = 2;
+    c.n_head = 4;
+    c.n_embd = 64;
+    c.seq_len = kT;
+    c.vocab_size = 300;  // Vp 384: 192 or 96 rows per rank; at tp 4 rank 3 has 44 real rows
+    return c;
+}
+
+void batch(int i, int* in, int* tgt) {
+    std::mt19937 rng(900 + i);
+    for (int k = 0; k < kN; ++k) in[k] = int(rng() % 300), tgt[k] = int(rng() % 300);
+}
+
+std::vector<float> host(Ops& ops, const void* p, size_t n) {
+    std::vector<float> h(n);
+    ops.memcpy_d2h(h.data(), p, n * 4);
+    ops.synchronize();
+    return h;
+}
+
+/// max |a - b| / max |b| (b the reference); 0 when both are 0.
+double rel_err(const float* a, const float* b, size_t n) {
+    double d = 0, m = 0;
+    for (size_t i = 0; i < n; ++i) {
+        d = std::max(d, double(std::fabs(a[i] - b[i])));
+        m = std::max(m, double(std::fabs(b[i])));
+    }
+    return m == 0 ? d : d / m;
+}
+
+/// The largest error seen by a test, printed on rank 0 so the margin below kTol is visible.
+struct Worst {
+    double err = 0;
+    std::string what;
+    void see(double e, const std::string& w) {
+        if (e > err) err = e, what = w;
+    }
+    void print(const char* test) const {
+        if (world_rank() == 0) std::printf("[%s] largest relative error %.3g (%s), tolerance %.0e\n", test, err, what.c_str(), kTol);
+    }
+};
+
+/// This rank's tensors of `got` (the tp layout) against their slices of `want` (the tp = 1 layout),
+/// over the units [u0, u1]; flat host buffers. Returns nothing; records into w.
+void expect_slices_near(const ParamLayout& Lt, const std::vector<float>& got, const ParamLayout& L1,
+                        const std::vector<float>& want, int u0, int u1, double tol, Worst& w, const std::string& what) {
+    for (const ParamTensor& t : Lt.tensors()) {
+        if (t.unit < u0 || t.unit > u1) continue;
+        std::vector<float> slice(t.numel);
+        Lt.cut_local(t, want.data() + L1.find(t.name).offset, slice.data());
+        const double e = rel_err(got.data() + t.offset, slice.data(), t.numel);
+        w.see(e, what + " " + t.name);
+        EXPECT_LE(e, tol) << what << " " << t.name << " (" << tp_split_name(t.split) << ")";
+    }
+}
+
+/// Every rank's copy of the replicated tensors in the units [u0, u1] is bitwise rank 0's.
+void expect_replicated_equal(TpGroup& g, const ParamLayout& Lt, const std::vector<float>& buf, int u0, int u1,
+                             const std::string& what) {
+    for (const ParamTensor& t : Lt.tensors()) {
+        if (t.unit < u0 || t.unit > u1 || t.split != TPSplit::replicated) continue;
+        std::vector<float> all(t.numel * size_t(g.size()));
+        g.all_gather(all.data(), buf.data() + t.offset, t.numel, DType::f32);
+        for (int r = 1; r < g.size(); ++r)
+            EXPECT_TRUE(std::equal(all.begin(), all.begin() + long(t.numel), all.begin() + long(r * t.numel)))
+                << what << " " << t.name << ": rank " << r << " differs from rank 0";
+    }
+}
+
+struct Fixture {
+    std::unique_ptr<Ops> ops = make_backend("cpu", "fp32");
+    Allocator alloc{*ops};
+    TpGroup group{make_mpi_comm()};
+};
+
+TEST(TensorParallel, WholeModelMatchesTp1) {
+    Fixture f;
+    Ops& ops = *f.ops;
+    const GPTConfig cfg = config();
+    GPTOptions o;
+    o.B = kB;
+    o.T = kT;
+    GPT ref(cfg, o, f.alloc);
+    GPTOptions ot = o;
+    ot.tp = &f.group;
+    GPT tp(cfg, ot, f.alloc);
+    ASSERT_EQ(tp.layout().tp(), world_size());
+    ref.init_params(kSeed);
+    tp.init_params(kSeed);
+    const ParamLayout &L1 = ref.layout(), &Lt = tp.layout();
+    Worst w;
+    const int u_last = cfg.n_layer + 1;
+    {  // init: exactly the tp = 1 weights, sliced
+        const auto p1 = host(ops, ref.params(), L1.total_numel()), pt = host(ops, tp.params(), Lt.total_numel());
+        expect_slices_near(Lt, pt, L1, p1, 0, u_last, 0.0, w, "init");
+    }
+    // Two micro-batches of a step, gradients accumulated.
+    ref.zero_grads();
+    tp.zero_grads();
+    std::vector<int> in(kN), tgt(kN);
+    for (int i = 0; i < 2; ++i) {
+        batch(i, in.data(), tgt.data());
+        ref.forward_backward(in.data(), tgt.data(), 1.0f / (2 * kN));
+        tp.forward_backward(in.data(), tgt.data(), 1.0f / (2 * kN));
+    }
+    const double loss1 = ref.take_loss_sum(), losst = tp.take_loss_sum();
+    EXPECT_NEAR(losst, loss1, kLossTol * std::fabs(loss1));
+    {
+        double all[4] = {};
+        f.group.all_gather(all, &losst, 2, DType::f32);  // a double as two floats: bits compared
+        for (int r = 1; r < f.group.size(); ++r) EXPECT_EQ(all[r], all[0]) << "loss on rank " << r;
+    }
+    const auto g1 = host(ops, ref.grads(), L1.total_numel()), gt = host(ops, tp.grads(), Lt.total_numel());
+    expect_slices_near(Lt, gt, L1, g1, 0, u_last, kTol, w, "grad");
+    expect_replicated_equal(f.group, Lt, gt, 0, u_last, "grad");
+
+    // Logits without targets: each rank's (N, Vp/tp) columns, gathered, against the tp = 1 logits.
+    batch(5, in.data(), tgt.data());
+    const float ev1 = ref.evaluate(in.data(), tgt.data()), evt = tp.evaluate(in.data(), tgt.data());
+    EXPECT_NEAR(evt, ev1, kLossTol * std::fabs(ev1));
+    const std::vector<float> row1 = ref.logits_at(in.data(), kT - 1), rowt = tp.logits_at(in.data(), kT - 1);
+    ASSERT_EQ(rowt.size(), size_t(cfg.vocab_size));
+    w.see(rel_err(rowt.data(), row1.data(), row1.size()), "logits_at");
+    EXPECT_LE(rel_err(rowt.data(), row1.data(), row1.size()), kTol);
+    const size_t Vp = size_t(cfg.padded_vocab_size()), Vpt = Vp / size_t(f.group.size());
+    const auto lg1 = host(ops, ref.logits(), kN * Vp);
+    const auto lgt = host(ops, tp.logits(), kN * Vpt);
+    std::vector<float> parts(lgt.size() * size_t(f.group.size())), full(kN * Vp);
+    f.group.all_gather(parts.data(), lgt.data(), lgt.size(), DType::f32);
+    for (int r = 0; r < f.group.size(); ++r)
+        for (int n = 0; n < kN; ++n)
+            std::copy_n(parts.begin() + long((size_t(r) * kN + size_t(n)) * Vpt), Vpt,
+                        full.begin() + long(size_t(n) * Vp + size_t(r) * Vpt));
+    w.see(rel_err(full.data(), lg1.data(), full.size()), "logits");
+    EXPECT_LE(rel_err(full.data(), lg1.data(), full.size()), kTol);
+    // The row logits_at returned is the gathered logits' row (b = 0, T-1), bitwise.
+    EXPECT_TRUE(std::equal(rowt.begin(), rowt.end(), full.begin() + long(size_t(kT - 1) * Vp)));
+    w.print("whole model");
+}
+
+/// A stage [l0, l1) at tp = 1 and at tp, with `ckpt` checkpointed layers: forward from tokens
+/// (l0 = 0) or a fixed act_in, backward from the loss (last stage) or a fixed dact_out.
+TEST(TensorParallel, LayerRangesAndCheckpointing) {
+    Fixture f;
+    Ops& ops = *f.ops;
+    const GPTConfig cfg = config();
+    const size_t NC = size_t(kN) * cfg.n_embd;
+    std::mt19937 rng(77);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> act_in_h(NC), dact_out_h(NC);
+    for (float& x : act_in_h) x = nd(rng);
+    for (float& x : dact_out_h) x = 1e-3f * nd(rng);
+    void* act_in = f.alloc.alloc(MemCategory::workspace, NC * 4);
+    void* dact_out = f.alloc.alloc(MemCategory::workspace, NC * 4);
+    void* dact_in = f.alloc.alloc(MemCategory::workspace, NC * 4);
+    int* tok = static_cast<int*>(f.alloc.alloc(MemCategory::workspace, kN * 4));
+    int* tgt = static_cast<int*>(f.alloc.alloc(MemCategory::workspace, kN * 4));
+    ops.memcpy_h2d(act_in, act_in_h.data(), NC * 4);
+    ops.memcpy_h2d(dact_out, dact_out_h.data(), NC * 4);
+    {
+        std::vector<int> in(kN), tg(kN);
+        batch(3, in.data(), tg.data());
+        ops.memcpy_h2d(tok, in.data(), kN * 4);
+        ops.memcpy_h2d(tgt, tg.data(), kN * 4);
+    }
+    Worst w;
+    for (const auto& [l0, l1] : {std::pair{0, 1}, std::pair{1, 2}}) {
+        std::vector<float> plain_grads;  // the tp stage's gradients without checkpointing
+        for (int ckpt : {0, 1}) {
+            char buf[64];
+            std::snprintf(buf, sizeof buf, "[%d,%d) ckpt %d", l0, l1, ckpt);
+            const std::string what = buf;
+            SCOPED_TRACE(what);
+            GPTOptions o;
+            o.B = kB;
+            o.T = kT;
+            o.l0 = l0;
+            o.l1 = l1;
+            o.checkpoint_layers = ckpt;
+            GPT ref(cfg, o, f.alloc);
+            GPTOptions ot = o;
+            ot.tp = &f.group;
+            GPT tp(cfg, ot, f.alloc);
+            ASSERT_EQ(tp.num_checkpointed_layers(), ckpt);
+            const bool last = l1 == cfg.n_layer;
+            std::vector<float> dact1, dactt;
+            std::vector<float> out1, outt;
+            for (GPT* g : {&ref, &tp}) {
+                g->init_params(kSeed);
+                g->zero_grads();
+                g->forward(l0 == 0 ? tok : nullptr, act_in, last ? tgt : nullptr, 1.0f / kN, true);
+                if (!last) (g == &ref ? out1 : outt) = host(ops, g->act_out(), NC);
+                g->backward(last ? nullptr : dact_out, dact_in);
+                if (l0 > 0) (g == &ref ? dact1 : dactt) = host(ops, dact_in, NC);
+            }
+            if (last) {
+                const auto a = host(ops, ref.losses(), kN), b = host(ops, tp.losses(), kN);
+                w.see(rel_err(b.data(), a.data(), kN), what + " losses");
+                EXPECT_LE(rel_err(b.data(), a.data(), kN), kLossTol);
+            } else {
+                w.see(rel_err(outt.data(), out1.data(), NC), what + " act_out");
+                EXPECT_LE(rel_err(outt.data(), out1.data(), NC), kTol);
+            }
+            if (l0 > 0) {
+                w.see(rel_err(dactt.data(), dact1.data(), NC), what + " dact_in");
+                EXPECT_LE(rel_err(dactt.data(), dact1.data(), NC), kTol);
+            }
+            const ParamLayout &L1 = ref.layout(), &Lt = tp.layout();
+            const auto g1 = host(ops, ref.grads(), L1.total_numel()), gt = host(ops, tp.grads(), Lt.total_numel());
+            // The units this stage touches: its layers, unit 0 (first stage: wte, wpe; last: the LM
+            // head's wte) and ln_f (last stage).
+            for (const ParamTensor& t : Lt.tensors()) {
+                const bool mine = (t.unit >= 1 + l0 && t.unit <= l1) || (t.unit == 0 && (l0 == 0 || last)) ||
+                                  (t.unit == cfg.n_layer + 1 && last);
+                if (!mine) continue;
+                std::vector<float> slice(t.numel);
+                Lt.cut_local(t, g1.data() + L1.find(t.name).offset, slice.data());
+                const double e = rel_err(gt.data() + t.offset, slice.data(), t.numel);
+                w.see(e, what + " " + t.name);
+                EXPECT_LE(e, kTol) << t.name;
+            }
+            expect_replicated_equal(f.group, Lt, gt, 0, cfg.n_layer + 1, what);
+            if (ckpt == 0) plain_grads = gt;
+            else EXPECT_TRUE(gt == plain_grads) << "checkpointed gradients differ from the plain ones";
+        }
+    }
+    for (void* p : {act_in, dact_out, dact_in, static_cast<void*>(tok), static_cast<void*>(tgt)}) f.alloc.release(p);
+    w.print("layer ranges");
+}
+
+/// The vocab-parallel embedding over the real group: the all-reduce adds one non-zero term per
+/// position, so the order of no sum changes and the result is bitwise the tp = 1 embedding.
+/// (The column-parallel matmul outputs are not asserted bitwise: OpenBLAS picks its kernels by the
+/// output width, and a c_fc of 4C/tp columns differs from those columns of the 4C-wide product in
+/// the last bits of about 2-4% of the entries.)
+TEST(TensorParallel, EmbeddingIsBitwiseTheTp1One) {
+    Fixture f;
+    Ops& ops = *f.ops;
+    const GPTConfig cfg = config();
+    const int C = cfg.n_embd, Vp = cfg.padded_vocab_size(), tp = f.group.size(), r = f.group.rank();
+    const int nv = Vp / tp;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    auto randv = [&](size_t n) {
+        std::vector<float> v(n);
+        for (float& x : v) x = nd(rng);
+        return v;
+    };
+    const auto wte = randv(size_t(Vp) * C), wpe = randv(size_t(kT) * C);
+    std::vector<int> in(kN), tg(kN);
+    batch(8, in.data(), tg.data());
+    // Embedding: tp = 1 against this rank's rows, then the group's sum.
+    std::vector<float> e1(size_t(kN) * C), et(size_t(kN) * C);
+    ops.encoder_forward(e1.data(), in.data(), wte.data(), wpe.data(), kB, kT, C);
+    ops.encoder_forward_vocab(et.data(), in.data(), wte.data() + size_t(r) * nv * C, wpe.data(), kB, kT, C, r * nv, nv);
+    f.group.all_reduce(et.data(), et.size(), DType::f32);
+    EXPECT_TRUE(et == e1) << "the vocab-parallel embedding is not bitwise the tp = 1 one";
+}
+
+}  // namespace
+}  // namespace llmtrain
