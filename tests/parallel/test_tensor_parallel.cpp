@@ -3,7 +3,8 @@
 // tp GPT, a tp = 1 GPT of the same config from the same seed as the reference.
 //
 // Checked (docs/design.md "Tensor parallelism"):
-//  - init: each rank's parameters are bitwise its slices of the tp = 1 parameters;
+//  - init: each rank's parameters are bitwise its slices of the tp = 1 parameters; the activation
+//    bytes are those of the local heads and columns (docs/model.md);
 //  - the loss, the logits (gathered from the group) and every parameter gradient (each rank's
 //    local gradient against its slice of the tp = 1 gradient) within the tolerance below;
 //  - the replicated parameters' gradients bitwise equal on every rank of the group (no reduction
@@ -130,8 +131,18 @@ TEST(TensorParallel, WholeModelMatchesTp1) {
     GPT ref(cfg, o, f.alloc);
     GPTOptions ot = o;
     ot.tp = &f.group;
+    const size_t act_before = f.alloc.current(MemCategory::activations);
     GPT tp(cfg, ot, f.alloc);
     ASSERT_EQ(tp.layout().tp(), world_size());
+    {  // Activation bytes for the local heads and columns (docs/model.md's table with tp = T).
+        auto a256 = [](size_t b) { return (b + 255) / 256 * 256; };
+        const size_t T_ = size_t(world_size()), N = kN, C = size_t(cfg.n_embd), L = size_t(cfg.n_layer);
+        const size_t Ct = C / T_, Ft = 4 * C / T_, NHt = size_t(cfg.n_head) / T_, Vpt = size_t(cfg.padded_vocab_size()) / T_;
+        const size_t per_layer = 3 * a256(N * C * 4) + a256(N * Ct * 4) + a256(N * 3 * Ct * 4) + 2 * a256(N * Ft * 4) +
+                                 4 * a256(N * 4) + a256(size_t(kB) * NHt * kT * 4);
+        const size_t want = (L + 1) * N * C * 4 + L * per_layer + N * 4 + N * C * 4 + 3 * N * 4 + N * Vpt * 4;
+        EXPECT_EQ(f.alloc.current(MemCategory::activations) - act_before, want);
+    }
     ref.init_params(kSeed);
     tp.init_params(kSeed);
     const ParamLayout &L1 = ref.layout(), &Lt = tp.layout();
