@@ -504,21 +504,31 @@ std::vector<float> GPT::logits_at(const int* inputs, int pos) {
     if (pos < 0 || pos >= m.opt.T)
         throw std::out_of_range("GPT::logits_at: position " + std::to_string(pos) + " outside [0, " +
                                 std::to_string(m.opt.T) + ")");
-    const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T, Vpt = size_t(m.Vpt);
+    const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T;
     m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
     forward(m.tok_dev, nullptr, nullptr, 0.0f, false);
-    const char* row = static_cast<const char*>(m.ctxs[0].logits) + static_cast<size_t>(pos) * Vpt * m.es;  // (b=0, pos)
-    if (m.tp == nullptr) {
-        m.ops.cast(m.logit_row, DType::f32, row, m.ops.act_dtype(), Vpt);
-    } else {  // every rank's Vpt columns, in rank order: the full padded row
-        m.ops.cast(m.logit_part, DType::f32, row, m.ops.act_dtype(), Vpt);
-        m.tp->all_gather(m.logit_row, m.logit_part, Vpt, DType::f32);
-    }
+    logit_row(0, pos, m.logit_row);
     std::vector<float> out(m.cfg.vocab_size);
     m.ops.memcpy_d2h(out.data(), m.logit_row, out.size() * 4);
     m.record_ready();
     m.store->host_wait(m.ops, m.loss_ready, "reading the sampled logits");  // ZeRO-3 gathers feed it
     return out;
+}
+
+void GPT::logit_row(int ctx, int pos, float* out) {
+    Impl& m = *impl_;
+    if (!m.last) throw std::logic_error("GPT::logit_row: only the last stage has logits");
+    if (pos < 0 || pos >= m.opt.T)
+        throw std::out_of_range("GPT::logit_row: position " + std::to_string(pos) + " outside [0, " +
+                                std::to_string(m.opt.T) + ")");
+    const size_t Vpt = size_t(m.Vpt);
+    const char* row = static_cast<const char*>(m.context(ctx).logits) + static_cast<size_t>(pos) * Vpt * m.es;  // (b=0, pos)
+    if (m.tp == nullptr) {
+        m.ops.cast(out, DType::f32, row, m.ops.act_dtype(), Vpt);
+    } else {  // every rank's Vpt columns, in rank order: the full padded row
+        m.ops.cast(m.logit_part, DType::f32, row, m.ops.act_dtype(), Vpt);
+        m.tp->all_gather(out, m.logit_part, Vpt, DType::f32);
+    }
 }
 
 void GPT::warm_up(int micro_batches) {

@@ -95,6 +95,11 @@ public:
     /// [tp_rank * Vp/tp, ...) of the logits after forward(training = false) (no rank holds the full
     /// logits); after forward(training = true) their gradient (padded columns 0), consumed by backward().
     const void* logits(int ctx = 0) const;
+    /// Queues the fp32 logits of position `pos` of row 0 of context ctx into out (Vp fp32, device;
+    /// padded columns included) at the last stage, after a forward: a cast of this rank's columns,
+    /// all-gathered from the TP group when tp > 1 (collective: every TP rank calls it).
+    /// Errors: std::out_of_range for pos outside [0, T); std::logic_error before the last stage.
+    void logit_row(int ctx, int pos, float* out);
     /// Layers of this range that are recomputed in backward: the first checkpoint_layers, or
     /// floor(ratio * (l1-l0)).
     int num_checkpointed_layers() const;

@@ -176,9 +176,7 @@ float PipelineStage::evaluate(const int* inputs, const int* targets) {
 std::vector<float> PipelineStage::logits_at(const int* inputs, int pos) {
     forward_only(inputs, nullptr);
     if (!last()) return {};
-    const size_t Vp = gpt_.config().padded_vocab_size();
-    const char* row = static_cast<const char*>(gpt_.logits(0)) + size_t(pos) * Vp * dtype_size(ops_.act_dtype());
-    ops_.cast(logit_row_, DType::f32, row, ops_.act_dtype(), Vp);
+    gpt_.logit_row(0, pos, logit_row_);  // all-gathered over the TP group when tp > 1
     std::vector<float> out(size_t(gpt_.config().vocab_size));
     wait_links("pipeline forward: reading the logits");  // before a copy to pageable memory could block
     ops_.memcpy_d2h(out.data(), logit_row_, out.size() * sizeof(float));

@@ -9,7 +9,8 @@
 //    local gradient against its slice of the tp = 1 gradient) within the tolerance below;
 //  - the replicated parameters' gradients bitwise equal on every rank of the group (no reduction
 //    is run for them: the ranks see identical inputs and output gradients), and the loss too;
-//  - a first stage [0,1) and a last stage [1,2) (act_in / dact_out given), with and without
+//  - a first stage [0,1) and a last stage [1,2) (act_in / dact_out given; at the last, the logit
+//    row a pipeline samples from, gathered over the group), with and without
 //    activation checkpointing: against the tp = 1 stage, and checkpointed bitwise equal to
 //    not checkpointed (the recomputation repeats the same ops and the same collectives);
 //  - op level over the real group: the vocab-parallel embedding plus all-reduce is bitwise the
@@ -278,6 +279,19 @@ TEST(TensorParallel, LayerRangesAndCheckpointing) {
                 EXPECT_LE(e, kTol) << t.name;
             }
             expect_replicated_equal(f.group, Lt, gt, 0, cfg.n_layer + 1, what);
+            if (last) {  // a pipeline's sampling path: one row of logits, gathered over the group
+                const size_t Vp = size_t(cfg.padded_vocab_size());
+                float* row = static_cast<float*>(f.alloc.alloc(MemCategory::workspace, Vp * 4));
+                std::vector<float> r1, rt;
+                for (GPT* g : {&ref, &tp}) {
+                    g->forward(nullptr, act_in, nullptr, 0.0f, false);
+                    g->logit_row(0, kT - 2, row);
+                    (g == &ref ? r1 : rt) = host(ops, row, Vp);
+                }
+                f.alloc.release(row);
+                w.see(rel_err(rt.data(), r1.data(), Vp), what + " logit_row");
+                EXPECT_LE(rel_err(rt.data(), r1.data(), Vp), kTol);
+            }
             if (ckpt == 0) plain_grads = gt;
             else EXPECT_TRUE(gt == plain_grads) << "checkpointed gradients differ from the plain ones";
         }
