@@ -14,7 +14,10 @@
 //    activation checkpointing: against the tp = 1 stage, and checkpointed bitwise equal to
 //    not checkpointed (the recomputation repeats the same ops and the same collectives);
 //  - op level over the real group: the vocab-parallel embedding plus all-reduce is bitwise the
-//    tp = 1 embedding.
+//    tp = 1 embedding;
+//  - 4 ranks only: pp 2 x tp 2 (Topology's groups, PipelineStage 1F1B over 3 micro-batches, so a
+//    stage holds 2 activation contexts) against the tp = 1 whole model: loss, each stage's gradient
+//    slices, the tied wte's two parts summed over the pair of stages, eval loss and sampled logits.
 //
 // Tolerance. Only the order of fp32 sums changes with tp: a row-parallel matmul (and the input
 // gradient of a column-parallel one) sums tp partial dot products of K/tp terms instead of one
@@ -36,6 +39,7 @@
 
 #include "model/backend.hpp"
 #include "model/gpt.hpp"
+#include "parallel/pipeline.hpp"
 #include "parallel/tp_group.hpp"
 
 namespace llmtrain {
@@ -327,6 +331,86 @@ TEST(TensorParallel, EmbeddingIsBitwiseTheTp1One) {
     ops.encoder_forward_vocab(et.data(), in.data(), wte.data() + size_t(r) * nv * C, wpe.data(), kB, kT, C, r * nv, nv);
     f.group.all_reduce(et.data(), et.size(), DType::f32);
     EXPECT_TRUE(et == e1) << "the vocab-parallel embedding is not bitwise the tp = 1 one";
+}
+
+TEST(TensorParallel, PipelineTimesTp) {
+    ASSERT_EQ(world_size(), 4) << "pp 2 x tp 2: run under mpirun -np 4";
+    const Topology topo(4, world_rank(), 2, 0, 2);
+    const int s = topo.stage(), P = 2, m = 3;
+    ASSERT_EQ(topo.dp(), 1);
+    auto ops = make_backend("cpu", "fp32");
+    Allocator alloc(*ops);
+    TpGroup group(make_mpi_comm(topo.tp_group()));
+    const GPTConfig cfg = config();
+    GPTOptions o;
+    o.B = kB;
+    o.T = kT;
+    GPT whole(cfg, o, alloc);  // the reference: tp = 1, one process, micro-batch by micro-batch
+    whole.init_params(kSeed);
+    whole.zero_grads();
+    std::vector<int> in(kN), tgt(kN);
+    const float dloss = 1.0f / float(kN * m);
+    for (int i = 0; i < m; ++i) {
+        batch(i, in.data(), tgt.data());
+        whole.forward_backward(in.data(), tgt.data(), dloss);
+    }
+    const double want_loss = whole.take_loss_sum();
+    o.l0 = s;  // one layer per stage
+    o.l1 = s + 1;
+    o.contexts = max_in_flight(PipelineSchedule::one_f_one_b, s, P, m);
+    o.tp = &group;
+    GPT stage(cfg, o, alloc);
+    stage.init_params(kSeed);
+    stage.zero_grads();
+    // Links between the stages' ranks of the same TP index, made pair by pair on their ranks.
+    PipelineLinks links;
+    const std::vector<int> pair = topo.stage_group();
+    auto act = make_mpi_comm(pair), grad = make_mpi_comm(pair);
+    if (s == 0) links.act_next = act.get(), links.grad_next = grad.get();
+    else links.act_prev = act.get(), links.grad_prev = grad.get();
+    PipelineStage pipe(stage, s, P, PipelineSchedule::one_f_one_b, links);
+    pipe.warm_up();
+    stage.zero_grads();
+    const double loss = pipe.train(m, batch, dloss);
+    if (s == P - 1) {
+        EXPECT_NEAR(loss, want_loss, kLossTol * want_loss);
+    } else {
+        EXPECT_EQ(loss, 0.0);
+    }
+    Worst w;
+    const ParamLayout &L1 = whole.layout(), &Lt = stage.layout();
+    const auto g1 = host(*ops, whole.grads(), L1.total_numel());
+    auto gt = host(*ops, stage.grads(), Lt.total_numel());
+    // The tied wte: embedding part (stage 0) + LM-head part (stage 1), summed over the pair, which
+    // holds the same vocabulary rows (same TP index).
+    const ParamTensor& wte = Lt.find("wte");
+    auto ends = make_mpi_comm(pair);
+    ends->all_reduce_sum(gt.data() + wte.offset, wte.numel, DType::f32);
+    for (const ParamTensor& t : Lt.tensors()) {
+        const bool mine = t.unit == 1 + s || t.name == "wte" || (t.name == "wpe" && s == 0) ||
+                          (t.unit == cfg.n_layer + 1 && s == P - 1);
+        if (!mine) continue;
+        std::vector<float> slice(t.numel);
+        Lt.cut_local(t, g1.data() + L1.find(t.name).offset, slice.data());
+        const double e = rel_err(gt.data() + t.offset, slice.data(), t.numel);
+        w.see(e, "stage " + std::to_string(s) + " " + t.name);
+        EXPECT_LE(e, kTol) << "stage " << s << " " << t.name;
+    }
+    // Forward only through both stages.
+    batch(100, in.data(), tgt.data());
+    const float ev = pipe.evaluate(in.data(), tgt.data());
+    const std::vector<float> lg = pipe.logits_at(in.data(), kT - 1);
+    const float ev1 = whole.evaluate(in.data(), tgt.data());
+    const std::vector<float> lg1 = whole.logits_at(in.data(), kT - 1);
+    if (s == P - 1) {
+        EXPECT_NEAR(ev, ev1, kLossTol * ev1);
+        ASSERT_EQ(lg.size(), lg1.size());
+        w.see(rel_err(lg.data(), lg1.data(), lg1.size()), "pipeline logits_at");
+        EXPECT_LE(rel_err(lg.data(), lg1.data(), lg1.size()), kTol);
+    } else {
+        EXPECT_TRUE(lg.empty());
+    }
+    w.print("pp 2 x tp 2");
 }
 
 }  // namespace
