@@ -333,6 +333,23 @@ TEST(TensorParallel, EmbeddingIsBitwiseTheTp1One) {
     EXPECT_TRUE(et == e1) << "the vocab-parallel embedding is not bitwise the tp = 1 one";
 }
 
+TEST(TensorParallel, GptRefusesHeadsThatDoNotSplit) {
+    Fixture f;
+    GPTConfig cfg = config();
+    cfg.n_head = 3;  // 3 heads of 16 channels (n_embd 48) do not split over 2 or 4 ranks
+    cfg.n_embd = 48;
+    GPTOptions o;
+    o.B = kB;
+    o.T = kT;
+    o.tp = &f.group;
+    try {
+        GPT g(cfg, o, f.alloc);
+        FAIL() << "no error";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("n_head"), std::string::npos) << e.what();
+    }
+}
+
 TEST(TensorParallel, PipelineTimesTp) {
     ASSERT_EQ(world_size(), 4) << "pp 2 x tp 2: run under mpirun -np 4";
     const Topology topo(4, world_rank(), 2, 0, 2);
