@@ -16,7 +16,6 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
 #include <string>
 
 namespace llmtrain {
@@ -176,31 +175,31 @@ public:
     // ---- vocab-parallel embedding and cross-entropy (tensor parallelism, docs/design.md "Tensor
     // parallelism"; Megatron-LM's VocabParallelEmbedding / vocab_parallel_cross_entropy, Shoeybi et
     // al. 2019). This rank holds rows [v0, v0 + nv) of the padded (Vp,C) token table, so its logits
-    // are the (N,nv) columns [v0, v0 + nv) of the full (N,Vp). The defaults throw std::logic_error
-    // naming the backend: a backend without them cannot run parallel.tp > 1.
+    // are the (N,nv) columns [v0, v0 + nv) of the full (N,Vp). Every backend implements them
+    // (CPU, CUDA, the dry run).
     /// out(B,T,C) = wte[inp - v0] + wpe[t] where v0 <= inp[b,t] < v0 + nv, else 0, so that the
     /// group's all-reduce sums exactly one non-zero term per position (bitwise the tp = 1 result).
     /// wte (nv,C) this rank's rows, wpe (maxT,C), inp (B,T) int32 with ids in [0, Vp).
     virtual void encoder_forward_vocab(void* out, const int* inp, const void* wte, const void* wpe, int B,
-                                       int T, int C, int v0, int nv);
+                                       int T, int C, int v0, int nv) = 0;
     /// dwte (nv,C) += scatter of dout over the positions whose token is in [v0, v0 + nv);
     /// dwpe (maxT,C) += sum over b of dout (every rank: dout is the same on all of the group).
     /// Deterministic (no atomics), like encoder_backward.
     virtual void encoder_backward_vocab(void* dwte, void* dwpe, const void* dout, const int* inp, int B,
-                                        int T, int C, int v0, int nv);
+                                        int T, int C, int v0, int nv) = 0;
     /// Pass 1 of the vocab-parallel softmax cross-entropy over this rank's logits (N,nv), act dtype,
     /// whose columns are [v0, v0 + nv) of the padded vocab; columns at or above V are padding and
     /// ignored. stats (N,3) fp32 per row: the local max m over valid columns, s = sum exp(x - m) over
     /// them, and the target's logit if v0 <= targets[n] < v0 + nv, else 0. A row with no valid
     /// column here gets m = -inf, s = 0.
     virtual void classifier_partial(float* stats, const void* logits, const int* targets, int N, int nv,
-                                    int v0, int V);
+                                    int v0, int V) = 0;
     /// Pass 2, after the group all-gathered every rank's stats into all (tp,N,3) fp32 in rank order:
     /// M = max_r m_r, S = sum_r s_r exp(m_r - M) (summed in rank order), losses (N) fp32 =
     /// M + log S - sum_r t_r. If write_grad: logits (N,nv) is overwritten by
     /// dloss * (exp(x - M) / S - onehot(target)) on valid columns and 0 on padding (as fused_classifier).
     virtual void classifier_finish(void* logits, float* losses, const float* all, int tp, const int* targets,
-                                   int N, int nv, int v0, int V, float dloss, bool write_grad);
+                                   int N, int nv, int v0, int V, float dloss, bool write_grad) = 0;
 
     // ---- optimizer and norms ----
     /// AdamW (Loshchilov & Hutter 2019), PyTorch's update order, on n elements:
@@ -230,18 +229,5 @@ private:
     InternalMemoryListener* listener_ = nullptr;
     size_t internal_bytes_ = 0;
 };
-
-inline void Ops::encoder_forward_vocab(void*, const int*, const void*, const void*, int, int, int, int, int) {
-    throw std::logic_error(std::string(name()) + " backend: no vocab-parallel encoder (parallel.tp > 1)");
-}
-inline void Ops::encoder_backward_vocab(void*, void*, const void*, const int*, int, int, int, int, int) {
-    throw std::logic_error(std::string(name()) + " backend: no vocab-parallel encoder (parallel.tp > 1)");
-}
-inline void Ops::classifier_partial(float*, const void*, const int*, int, int, int, int) {
-    throw std::logic_error(std::string(name()) + " backend: no vocab-parallel cross-entropy (parallel.tp > 1)");
-}
-inline void Ops::classifier_finish(void*, float*, const float*, int, const int*, int, int, int, int, float, bool) {
-    throw std::logic_error(std::string(name()) + " backend: no vocab-parallel cross-entropy (parallel.tp > 1)");
-}
 
 }  // namespace llmtrain

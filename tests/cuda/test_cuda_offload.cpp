@@ -108,7 +108,9 @@ TEST_P(CudaOffload, KernelAndHostStepGiveTheSameBits) {
     EXPECT_TRUE(same_bits(download(*ops, dp.ptr, n, t), p32)) << "params";
     EXPECT_TRUE(same_bits(download(*ops, dm.ptr, n, DType::f32), m)) << "m";
     EXPECT_TRUE(same_bits(download(*ops, dv.ptr, n, DType::f32), v)) << "v";
-    if (bf16) EXPECT_TRUE(same_bits(download(*ops, dw.ptr, n, DType::f32), w)) << "master weights";
+    if (bf16) {
+        EXPECT_TRUE(same_bits(download(*ops, dw.ptr, n, DType::f32), w)) << "master weights";
+    }
 }
 
 TEST_P(CudaOffload, OffloadedStepEqualsTheDeviceStep) {
