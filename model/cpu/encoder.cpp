@@ -2,49 +2,22 @@
 // and their vocab-parallel forms for tensor parallelism (a rank holds rows [v0, v0 + nv) of wte;
 // docs/design.md "Tensor parallelism").
 #include <algorithm>
+#include <limits>
 
 #include "model/cpu/cpu_ops.hpp"
 
 namespace llmtrain {
 
 /// out (B,T,C) = wte[inp[b,t]] (Vp,C) + wpe[t] (maxT,C); fp32. Token ids must lie in [0, Vp).
-void CpuOps::encoder_forward(void* out_, const int* inp, const void* wte_, const void* wpe_, int B,
-                             int T, int C) {
-    float* out = static_cast<float*>(out_);
-    const float* wte = static_cast<const float*>(wte_);
-    const float* wpe = static_cast<const float*>(wpe_);
-#pragma omp parallel for schedule(static)
-    for (int bt = 0; bt < B * T; ++bt) {
-        const float* e = wte + static_cast<size_t>(inp[bt]) * C;
-        const float* p = wpe + static_cast<size_t>(bt % T) * C;
-        float* o = out + static_cast<size_t>(bt) * C;
-        for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
-    }
+/// The vocab-parallel form over the whole table (every id in range).
+void CpuOps::encoder_forward(void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
+    encoder_forward_vocab(out, inp, wte, wpe, B, T, C, 0, std::numeric_limits<int>::max());
 }
 
 /// dwte (Vp,C) += dout (B,T,C) scattered by token; dwpe (maxT,C) += sum over b of dout[b,t].
-/// Deterministic without atomics and independent of the thread count: each thread owns a slice of
-/// channels and visits the (b,t) rows in order, so every sum has the same order.
-void CpuOps::encoder_backward(void* dwte_, void* dwpe_, const void* dout_, const int* inp, int B,
-                              int T, int C) {
-    float* dwte = static_cast<float*>(dwte_);
-    float* dwpe = static_cast<float*>(dwpe_);
-    const float* dout = static_cast<const float*>(dout_);
-    constexpr int kChunk = 16;  // channels per work item (one AVX-512 vector)
-    const int nchunks = (C + kChunk - 1) / kChunk;
-#pragma omp parallel for schedule(static)
-    for (int ch = 0; ch < nchunks; ++ch) {
-        const int c0 = ch * kChunk, c1 = std::min(C, c0 + kChunk);
-        for (int bt = 0; bt < B * T; ++bt) {
-            const float* d = dout + static_cast<size_t>(bt) * C;
-            float* w = dwte + static_cast<size_t>(inp[bt]) * C;
-            float* p = dwpe + static_cast<size_t>(bt % T) * C;
-            for (int c = c0; c < c1; ++c) {
-                w[c] += d[c];
-                p[c] += d[c];
-            }
-        }
-    }
+/// The vocab-parallel form over the whole table (every id in range).
+void CpuOps::encoder_backward(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C) {
+    encoder_backward_vocab(dwte, dwpe, dout, inp, B, T, C, 0, std::numeric_limits<int>::max());
 }
 
 /// out (B,T,C) = wte[inp - v0] (nv,C) + wpe[t] where v0 <= inp[b,t] < v0 + nv, else 0 (the whole
@@ -70,8 +43,9 @@ void CpuOps::encoder_forward_vocab(void* out_, const int* inp, const void* wte_,
 }
 
 /// dwte (nv,C) += dout rows of the positions whose token lies in [v0, v0 + nv); dwpe (maxT,C) +=
-/// sum over b of dout[b,t] for every position. Same thread split and order as encoder_backward, so
-/// each sum is added in the same order (bitwise its rows of encoder_backward for the same dout).
+/// sum over b of dout[b,t] for every position. Deterministic without atomics and independent of the
+/// thread count: each thread owns a slice of channels and visits the (b,t) rows in order, so every
+/// sum has the same order whatever the range (a slice's rows are bitwise those of the whole table).
 void CpuOps::encoder_backward_vocab(void* dwte_, void* dwpe_, const void* dout_, const int* inp, int B, int T,
                                     int C, int v0, int nv) {
     float* dwte = static_cast<float*>(dwte_);
