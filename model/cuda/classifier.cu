@@ -18,52 +18,6 @@
 
 namespace llmtrain::cuda {
 
-/// logits (N,Vp) T, losses (N) fp32, targets (N) int32. blockDim.x a multiple of 32. The row is
-/// read and written in 16-byte packs (Vp is a multiple of 128); columns >= V are masked per element.
-template <typename T>
-__global__ void fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp,
-                                        float dloss, bool write_grad) {
-    __shared__ float scratch[kWarpSize];
-    constexpr int P = Pack<T>::size;
-    T* row = logits + static_cast<size_t>(blockIdx.x) * Vp;
-    const int target = targets[blockIdx.x];
-    const float target_logit = to_float(row[target]);  // read before any thread overwrites the row
-    float m = -INFINITY, s = 0.0f;
-    for (int c = threadIdx.x * P; c < V; c += blockDim.x * P) {
-        const Pack<T> px = load_pack(row + c);
-        for (int k = 0; k < P && c + k < V; k++) {
-            const float x = to_float(px.v[k]);
-            const float m_new = fmaxf(m, x);
-            s = s * expf(m - m_new) + expf(x - m_new);
-            m = m_new;
-        }
-    }
-    const float row_max = block_max(m, scratch);
-    // A thread with no columns has m = -inf and s = 0: its term is 0 (guarded to avoid inf - inf).
-    const float sum = block_sum(m == -INFINITY ? 0.0f : s * expf(m - row_max), scratch);
-    const float lse = row_max + logf(sum);
-    if (threadIdx.x == 0) losses[blockIdx.x] = lse - target_logit;
-    if (!write_grad) return;  // block-uniform
-    for (int c = threadIdx.x * P; c < Vp; c += blockDim.x * P) {
-        const Pack<T> px = load_pack(row + c);
-        Pack<T> g;
-        for (int k = 0; k < P; k++) {
-            const int v = c + k;
-            float gv = 0.0f;
-            if (v < V) gv = dloss * (expf(to_float(px.v[k]) - lse) - (v == target ? 1.0f : 0.0f));
-            g.v[k] = from_float<T>(gv);
-        }
-        store_pack(row + c, g);
-    }
-}
-
-template <typename T>
-void fused_classifier(T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
-                      bool write_grad, cudaStream_t stream) {
-    launch(fused_classifier_kernel<T>, dim3(N), dim3(512), 0, stream, logits, losses, targets, V, Vp,
-           dloss, write_grad);
-}
-
 /// P consecutive elements of a row: one 16-byte pack when P is Pack<T>::size (p 16-byte aligned),
 /// else P plain loads (P = 1 for slices whose width or address does not suit packs).
 template <typename T, int P>
@@ -92,6 +46,64 @@ __device__ inline void store_elems(T* p, const Elems<T, P>& e) {
     }
 }
 
+/// The block's softmax statistics of the first n columns of `row` (Milakov & Gimelshein 2018):
+/// each thread folds its columns, P at a time, into an online (max, sum of exp(x - max)), and the
+/// block combines them. Every thread gets (row max, sum); (-inf, 0) when n is 0. The fused and the
+/// vocab-parallel cross-entropy share it, so a slice is reduced exactly as a whole row is.
+struct RowStats {
+    float max, sum;
+};
+template <typename T, int P>
+__device__ inline RowStats block_softmax_stats(const T* row, int n, float* scratch) {
+    float m = -INFINITY, s = 0.0f;
+    for (int c = threadIdx.x * P; c < n; c += blockDim.x * P) {
+        const Elems<T, P> px = load_elems<T, P>(row + c);
+        for (int k = 0; k < P && c + k < n; k++) {
+            const float x = to_float(px.v[k]);
+            const float m_new = fmaxf(m, x);
+            s = s * expf(m - m_new) + expf(x - m_new);
+            m = m_new;
+        }
+    }
+    const float row_max = block_max(m, scratch);
+    // A thread with no columns has m = -inf and s = 0: its term is 0 (guarded to avoid inf - inf).
+    return {row_max, block_sum(m == -INFINITY ? 0.0f : s * expf(m - row_max), scratch)};
+}
+
+/// logits (N,Vp) T, losses (N) fp32, targets (N) int32. blockDim.x a multiple of 32. The row is
+/// read and written in 16-byte packs (Vp is a multiple of 128); columns >= V are masked per element.
+template <typename T>
+__global__ void fused_classifier_kernel(T* logits, float* losses, const int* targets, int V, int Vp,
+                                        float dloss, bool write_grad) {
+    __shared__ float scratch[kWarpSize];
+    constexpr int P = Pack<T>::size;
+    T* row = logits + static_cast<size_t>(blockIdx.x) * Vp;
+    const int target = targets[blockIdx.x];
+    const float target_logit = to_float(row[target]);  // read before any thread overwrites the row
+    const RowStats st = block_softmax_stats<T, P>(row, V, scratch);
+    const float lse = st.max + logf(st.sum);
+    if (threadIdx.x == 0) losses[blockIdx.x] = lse - target_logit;
+    if (!write_grad) return;  // block-uniform
+    for (int c = threadIdx.x * P; c < Vp; c += blockDim.x * P) {
+        const Pack<T> px = load_pack(row + c);
+        Pack<T> g;
+        for (int k = 0; k < P; k++) {
+            const int v = c + k;
+            float gv = 0.0f;
+            if (v < V) gv = dloss * (expf(to_float(px.v[k]) - lse) - (v == target ? 1.0f : 0.0f));
+            g.v[k] = from_float<T>(gv);
+        }
+        store_pack(row + c, g);
+    }
+}
+
+template <typename T>
+void fused_classifier(T* logits, float* losses, const int* targets, int N, int V, int Vp, float dloss,
+                      bool write_grad, cudaStream_t stream) {
+    launch(fused_classifier_kernel<T>, dim3(N), dim3(512), 0, stream, logits, losses, targets, V, Vp,
+           dloss, write_grad);
+}
+
 /// One block per row of logits (N,nv), columns [v0, v0 + nv) of the vocab, of which the first
 /// n_valid (those below V) count. stats (N,3) fp32: (max, sum exp(x - max), target logit or 0);
 /// a row with no valid column gets (-inf, 0, .). blockDim.x a multiple of 32; nv a multiple of P.
@@ -100,24 +112,12 @@ __global__ void classifier_partial_kernel(float* stats, const T* logits, const i
                                           int n_valid) {
     __shared__ float scratch[kWarpSize];
     const T* row = logits + static_cast<size_t>(blockIdx.x) * nv;
-    float m = -INFINITY, s = 0.0f;
-    for (int c = threadIdx.x * P; c < n_valid; c += blockDim.x * P) {
-        const Elems<T, P> px = load_elems<T, P>(row + c);
-        for (int k = 0; k < P && c + k < n_valid; k++) {
-            const float x = to_float(px.v[k]);
-            const float m_new = fmaxf(m, x);
-            s = s * expf(m - m_new) + expf(x - m_new);
-            m = m_new;
-        }
-    }
-    const float row_max = block_max(m, scratch);
-    // Threads without columns (and every thread of a row without valid columns) add 0.
-    const float sum = block_sum(m == -INFINITY ? 0.0f : s * expf(m - row_max), scratch);
+    const RowStats st = block_softmax_stats<T, P>(row, n_valid, scratch);  // (-inf, 0) without valid columns
     if (threadIdx.x == 0) {
         const int j = targets[blockIdx.x] - v0;
         float* out = stats + static_cast<size_t>(blockIdx.x) * 3;
-        out[0] = row_max;
-        out[1] = sum;
+        out[0] = st.max;
+        out[1] = st.sum;
         out[2] = j >= 0 && j < nv ? to_float(row[j]) : 0.0f;
     }
 }
