@@ -19,9 +19,17 @@
 // columns, and logits its Vp/tp vocabulary columns. Megatron's f/g: the row-parallel matmuls
 // (attn.c_proj, mlp.c_proj) give partial sums that are all-reduced in forward, and the input
 // gradients of the column-parallel ones (c_attn, c_fc, the LM head) are all-reduced in backward.
+// Sequence parallelism (GPTOptions::sequence_parallel, Korthikanti et al. 2022): this rank keeps
+// only its R = N/tp rows [tp_rank*R, (tp_rank+1)*R) of the flattened (B*T) rows in res, ln1/ln2
+// (and their mean/rstd) and res2, so those buffers above are (R,C) / (R); the LayerNorm outputs are
+// all-gathered into `gath` (N,C workspace) before c_attn / c_fc (and again in backward), and the
+// row-parallel partial sums are reduce-scattered instead of all-reduced; the backward uses the
+// conjugates. The LayerNorm gradients, computed from R rows, are summed over the group through
+// `lng` (4C workspace) at the end of each unit's backward.
 #include "model/gpt.hpp"
 
 #include <cmath>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -80,6 +88,8 @@ struct GPT::Impl {
     int Vpt = 0, v0 = 0;           // Vp/tp vocabulary rows of wte from row v0
     int n_local = 0, n_ckpt = 0;
     bool first = false, last = false;
+    bool sp = false;  // sequence parallelism (needs a group of tp > 1)
+    int R = 0;        // rows of the residual stream this rank holds: N/tp with sp, else N
 
     ParamStore* store = nullptr;
     std::unique_ptr<FullParamStore> own_store;  // when no store was given
@@ -91,6 +101,7 @@ struct GPT::Impl {
     std::vector<Context> ctxs;
     LayerActs recompute;
     void *tmp = nullptr, *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr;
+    void *gath = nullptr, *lng = nullptr;  // sp only: (N,C) gathered rows; (4C) LayerNorm grads of R rows
     int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
     float* logit_row = nullptr;                  // (Vp) fp32 for logits_at
     float* logit_part = nullptr;                 // (Vpt) fp32, this rank's part of it (tp > 1)
@@ -113,11 +124,60 @@ struct GPT::Impl {
         Ft = 4 * c.n_embd / ntp;
         Vpt = c.padded_vocab_size() / ntp;
         v0 = tp_rank * Vpt;
+        sp = o.sequence_parallel;
+        const int N = o.B * o.T;
+        if (sp && ntp < 2)
+            throw std::invalid_argument("GPT: sequence_parallel needs a tensor-parallel group of tp > 1, got tp = " +
+                                        std::to_string(ntp));
+        if (sp && N % ntp != 0)
+            throw std::invalid_argument("GPT: sequence_parallel splits micro_batch_size * seq_len = " +
+                                        std::to_string(o.B) + " * " + std::to_string(o.T) + " = " +
+                                        std::to_string(N) + " rows over tp = " + std::to_string(ntp) +
+                                        " ranks: it must be a multiple of tp");
+        R = sp ? N / ntp : N;
     }
 
     /// Sum of buf (n act-dtype elements) over the TP group, in place (nothing without one).
     void tp_sum(void* buf, size_t n) {
         if (tp != nullptr) tp->all_reduce(buf, n, ops.act_dtype());
+    }
+
+    /// This rank's rows (R,C) of an activation, whole: with sp, all-gathered into gath (N,C) in
+    /// rank order (rank r's rows are rows [r*R, (r+1)*R) of the (B,T) flattening, so the
+    /// concatenation is the (B,T,C) tensor); without, `local` itself (it has all N rows).
+    const void* gather_rows(const void* local) {
+        if (!sp) return local;
+        tp->all_gather(gath, local, static_cast<size_t>(R) * cfg.n_embd, ops.act_dtype());
+        return gath;
+    }
+    /// The group's sum of the (N,C) partial sums in `part`: with sp, this rank's rows of it
+    /// reduce-scattered into dst (R,C), returned; without, all-reduced in place (part returned).
+    const void* sum_rows(void* part, void* dst) {
+        if (!sp) {
+            tp_sum(part, n_rows() * cfg.n_embd);
+            return part;
+        }
+        tp->reduce_scatter(dst, part, static_cast<size_t>(R) * cfg.n_embd, ops.act_dtype());
+        return dst;
+    }
+    /// Where a LayerNorm's k-th gradient (k-th C block; weight then bias) goes: with sp the
+    /// scratch lng (this rank's rows only, summed by add_ln_grads), else g's tensor at `off`.
+    void* ln_grad(void* g, size_t off, int k) {
+        return sp ? static_cast<char*>(lng) + static_cast<size_t>(k) * cfg.n_embd * es : G(g, off);
+    }
+    /// With sp: the (n * C) LayerNorm gradients in lng, each from this rank's rows, summed over the
+    /// group (all-reduce, rank order: every rank gets the same bits) and added to g's tensors at
+    /// offs (in lng's order); lng is then zeroed for the next unit. Nothing without sp.
+    void add_ln_grads(void* g, std::initializer_list<size_t> offs) {
+        if (!sp) return;
+        const size_t C = cfg.n_embd;
+        tp->all_reduce(lng, offs.size() * C, ops.act_dtype());
+        size_t k = 0;
+        for (size_t off : offs) {
+            char* d = G(g, off);
+            ops.residual_forward(d, d, static_cast<char*>(lng) + k++ * C * es, C);
+        }
+        ops.memset(lng, 0, 4 * C * es);
     }
 
     ~Impl() {
@@ -164,7 +224,8 @@ struct GPT::Impl {
     /// One block holding a LayerActs set, carved at 256-byte boundaries (local heads and columns).
     LayerActs make_acts(MemCategory cat) {
         const size_t N = static_cast<size_t>(opt.B) * opt.T, C = cfg.n_embd, Ct_ = size_t(Ct), Ft_ = size_t(Ft);
-        const size_t nc = align256(N * C * es), nf = align256(N * 4), nct = align256(N * Ct_ * es);
+        const size_t Rr = size_t(R);  // ln1, ln2, res2 and the LayerNorm statistics: this rank's rows
+        const size_t nc = align256(Rr * C * es), nf = align256(Rr * 4), nct = align256(N * Ct_ * es);
         const size_t nlse = align256(static_cast<size_t>(opt.B) * NHt * opt.T * 4);
         const size_t total = 3 * nc + nct + align256(N * 3 * Ct_ * es) + 2 * align256(N * Ft_ * es) + 4 * nf + nlse;
         char* p = static_cast<char*>(get(cat, total));
@@ -196,51 +257,59 @@ struct GPT::Impl {
     /// c.res[i+1] when write_out.
     /// With tp > 1, the row-parallel matmuls' partial sums are all-reduced (their replicated bias
     /// added on TP rank 0 only, so it is counted once); recomputation repeats the first all-reduce.
+    /// With sp the LayerNorms and residual adds run on this rank's R rows: ln1 and ln2 are
+    /// all-gathered before the column-parallel matmuls and the partial sums reduce-scattered.
     void layer_forward(Context& c, int i, const void* w, const LayerActs& a, bool write_out) {
         const int B = opt.B, T = opt.T, C = cfg.n_embd, N = B * T;
         const LayerParams& p = lp[i];
         auto P = [&](size_t off) { return this->P(w, off); };
         const bool bias_here = tp_rank == 0;
         const void* x = c.res[i];
-        ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p.ln1w), P(p.ln1b), N, C);
-        ops.matmul_forward(a.qkv, nullptr, a.ln1, P(p.qkvw), P(p.qkvb), N, C, 3 * Ct);  // column-parallel
+        ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p.ln1w), P(p.ln1b), R, C);
+        ops.matmul_forward(a.qkv, nullptr, gather_rows(a.ln1), P(p.qkvw), P(p.qkvb), N, C, 3 * Ct);  // column-parallel
         ops.attention_forward(a.atty, a.att_lse, a.qkv, B, T, Ct, NHt);                 // local heads
         ops.matmul_forward(tmp, nullptr, a.atty, P(p.attprojw), bias_here ? P(p.attprojb) : nullptr, N, Ct, C);
-        tp_sum(tmp, static_cast<size_t>(N) * C);  // row-parallel: sum of the partial products
-        ops.fused_residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, tmp, P(p.ln2w),
-                                             P(p.ln2b), N, C);
-        ops.matmul_forward(a.fch, a.fch_pre, a.ln2, P(p.fcw), P(p.fcb), N, C, Ft);  // column-parallel
+        const void* att = sum_rows(tmp, gath);  // row-parallel: sum of the partial products
+        ops.fused_residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, att, P(p.ln2w),
+                                             P(p.ln2b), R, C);
+        ops.matmul_forward(a.fch, a.fch_pre, gather_rows(a.ln2), P(p.fcw), P(p.fcb), N, C, Ft);  // column-parallel
         if (!write_out) return;  // recomputation needs only the layer's internals
         ops.matmul_forward(tmp, nullptr, a.fch, P(p.fcprojw), bias_here ? P(p.fcprojb) : nullptr, N, Ft, C);
-        tp_sum(tmp, static_cast<size_t>(N) * C);
-        ops.residual_forward(c.res[i + 1], a.res2, tmp, static_cast<size_t>(N) * C);
+        const void* mlp = sum_rows(tmp, gath);
+        ops.residual_forward(c.res[i + 1], a.res2, mlp, static_cast<size_t>(R) * C);
     }
 
     /// Backward of local layer i (parameters at w, gradients accumulated at g): on entry
     /// dres = d(c.res[i+1]), on exit dres = d(c.res[i]). With tp > 1 the gradients of the
     /// column-parallel matmuls' (replicated) inputs ln2 and ln1 are partial sums over the local
     /// columns: all-reduced. The replicated biases' gradients are whole on every rank (dres is).
+    /// With sp, dres is (R,C): all-gathered before each row-parallel matmul's backward (the
+    /// conjugate of its forward reduce-scatter), ln2 / ln1 all-gathered again for the weight
+    /// gradients, the column-parallel input gradients reduce-scattered to this rank's rows, and the
+    /// LayerNorm gradients of the R rows summed over the group (add_ln_grads). The row-parallel
+    /// biases' gradients come from the gathered, whole output gradient: no sum needed.
     void layer_backward(Context& c, int i, const void* w, void* g, const LayerActs& a) {
         const int B = opt.B, T = opt.T, C = cfg.n_embd, N = B * T;
         const LayerParams& p = lp[i];
         auto P = [&](size_t off) { return this->P(w, off); };
         auto G = [&](size_t off) { return this->G(g, off); };
         // MLP branch: out = res2 + c_proj(gelu(c_fc(ln2)))
-        ops.matmul_backward(dbuf_4c, G(p.fcprojw), G(p.fcprojb), dres, a.fch, P(p.fcprojw), a.fch_pre,
-                            N, Ft, C);  // dbuf_4c = d fch_pre (GELU backward fused), (N,Ft)
-        ops.matmul_backward(dbuf_c, G(p.fcw), G(p.fcb), dbuf_4c, a.ln2, P(p.fcw), nullptr, N, C, Ft);
-        tp_sum(dbuf_c, static_cast<size_t>(N) * C);  // d ln2
-        ops.layernorm_backward(dres, G(p.ln2w), G(p.ln2b), dbuf_c, a.res2, P(p.ln2w), a.ln2_mean,
-                               a.ln2_rstd, N, C);  // dres = d res2
+        ops.matmul_backward(dbuf_4c, G(p.fcprojw), G(p.fcprojb), gather_rows(dres), a.fch, P(p.fcprojw),
+                            a.fch_pre, N, Ft, C);  // dbuf_4c = d fch_pre (GELU backward fused), (N,Ft)
+        ops.matmul_backward(dbuf_c, G(p.fcw), G(p.fcb), dbuf_4c, gather_rows(a.ln2), P(p.fcw), nullptr, N, C, Ft);
+        const void* dln2 = sum_rows(dbuf_c, tmp);
+        ops.layernorm_backward(dres, ln_grad(g, p.ln2w, 2), ln_grad(g, p.ln2b, 3), dln2, a.res2, P(p.ln2w),
+                               a.ln2_mean, a.ln2_rstd, R, C);  // dres = d res2
         // attention branch: res2 = x + c_proj(attention(c_attn(ln1)))
-        ops.matmul_backward(dbuf_c, G(p.attprojw), G(p.attprojb), dres, a.atty, P(p.attprojw), nullptr,
-                            N, Ct, C);  // dbuf_c = d atty (N,Ct)
+        ops.matmul_backward(dbuf_c, G(p.attprojw), G(p.attprojb), gather_rows(dres), a.atty, P(p.attprojw),
+                            nullptr, N, Ct, C);  // dbuf_c = d atty (N,Ct)
         ops.attention_backward(dbuf_4c, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, Ct, NHt);  // d qkv (N,3Ct)
-        ops.matmul_backward(dbuf_c, G(p.qkvw), G(p.qkvb), dbuf_4c, a.ln1, P(p.qkvw), nullptr, N, C,
-                            3 * Ct);  // dbuf_c = d ln1
-        tp_sum(dbuf_c, static_cast<size_t>(N) * C);
-        ops.layernorm_backward(dres, G(p.ln1w), G(p.ln1b), dbuf_c, c.res[i], P(p.ln1w), a.ln1_mean,
-                               a.ln1_rstd, N, C);  // dres = d x
+        ops.matmul_backward(dbuf_c, G(p.qkvw), G(p.qkvb), dbuf_4c, gather_rows(a.ln1), P(p.qkvw), nullptr, N, C,
+                            3 * Ct);  // dbuf_c = d ln1 (partial sums over the local heads)
+        const void* dln1 = sum_rows(dbuf_c, tmp);
+        ops.layernorm_backward(dres, ln_grad(g, p.ln1w, 0), ln_grad(g, p.ln1b, 1), dln1, c.res[i], P(p.ln1w),
+                               a.ln1_mean, a.ln1_rstd, R, C);  // dres = d x
+        add_ln_grads(g, {p.ln1w, p.ln1b, p.ln2w, p.ln2b});
     }
 };
 
@@ -292,6 +361,7 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
     }
 
     const size_t N = static_cast<size_t>(opt.B) * opt.T, C = cfg.n_embd, es = m.es;
+    const size_t R = size_t(m.R);  // rows of the residual stream on this rank (N / tp with sp)
     if (store == nullptr) {
         m.own_store = std::make_unique<FullParamStore>(alloc, m.layout);
         store = m.own_store.get();
@@ -301,14 +371,14 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
     const size_t Vp = cfg.padded_vocab_size();  // Vpt = Vp / tp of them per TP rank
     for (int k = 0; k < opt.contexts; ++k) {
         Context c;
-        for (int i = 0; i <= m.n_local; ++i) c.res.push_back(m.get(MemCategory::activations, N * C * es));
+        for (int i = 0; i <= m.n_local; ++i) c.res.push_back(m.get(MemCategory::activations, R * C * es));
         for (int i = 0; i < m.n_local; ++i)
             c.acts.push_back(i < m.n_ckpt ? m.recompute : m.make_acts(MemCategory::activations));
         if (m.first) c.tokens = static_cast<int*>(m.get(MemCategory::activations, N * 4));
         if (m.last) {
-            c.lnf = m.get(MemCategory::activations, N * C * es);
-            c.lnf_mean = static_cast<float*>(m.get(MemCategory::activations, N * 4));
-            c.lnf_rstd = static_cast<float*>(m.get(MemCategory::activations, N * 4));
+            c.lnf = m.get(MemCategory::activations, N * C * es);  // whole rows (gathered with sp): the LM head's input
+            c.lnf_mean = static_cast<float*>(m.get(MemCategory::activations, R * 4));
+            c.lnf_rstd = static_cast<float*>(m.get(MemCategory::activations, R * 4));
             c.logits = m.get(MemCategory::activations, N * size_t(m.Vpt) * es);
             c.losses = static_cast<float*>(m.get(MemCategory::activations, N * 4));
         }
@@ -321,7 +391,12 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         m.cls_all = static_cast<float*>(m.get(MemCategory::workspace, size_t(m.ntp) * N * 3 * 4));
     }
     m.tmp = m.get(MemCategory::workspace, N * C * es);
-    m.dres = m.get(MemCategory::workspace, N * C * es);
+    m.dres = m.get(MemCategory::workspace, R * C * es);
+    if (m.sp) {
+        m.gath = m.get(MemCategory::workspace, N * C * es);
+        m.lng = m.get(MemCategory::workspace, 4 * C * es);
+        alloc.ops().memset(m.lng, 0, 4 * C * es);
+    }
     m.dbuf_c = m.get(MemCategory::workspace, N * C * es);
     m.dbuf_4c = m.get(MemCategory::workspace, N * size_t(m.Ft) * es);  // (N,Ft) and (N,3Ct)
     m.tok_dev = static_cast<int*>(m.get(MemCategory::workspace, N * 4));
@@ -347,6 +422,7 @@ FullParamStore& full_store(const std::unique_ptr<FullParamStore>& s, const char*
 void* GPT::params() { return full_store(impl_->own_store, "params").params(); }
 void* GPT::grads() { return full_store(impl_->own_store, "grads").grads(); }
 const void* GPT::act_out(int ctx) const { return impl_->context(ctx).res[impl_->n_local]; }
+size_t GPT::act_rows() const { return static_cast<size_t>(impl_->R); }
 const float* GPT::losses(int ctx) const { return impl_->context(ctx).losses; }
 const void* GPT::logits(int ctx) const { return impl_->context(ctx).logits; }
 int GPT::num_checkpointed_layers() const { return impl_->n_ckpt; }
@@ -367,12 +443,15 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
         if (m.tp == nullptr) {
             m.ops.encoder_forward(c.res[0], c.tokens, m.P(we, m.wte), m.P(we, m.wpe), B, T, C);
         } else {  // vocab-parallel: the owner of each token's row writes it, the others 0; then the sum
-            m.ops.encoder_forward_vocab(c.res[0], c.tokens, m.P(we, m.wte), m.P(we, m.wpe), B, T, C, m.v0, m.Vpt);
-            m.tp_sum(c.res[0], static_cast<size_t>(N) * C);
+            // (with sp reduce-scattered: this rank's rows only; tmp is free before the first layer)
+            void* part = m.sp ? m.tmp : c.res[0];
+            m.ops.encoder_forward_vocab(part, c.tokens, m.P(we, m.wte), m.P(we, m.wpe), B, T, C, m.v0, m.Vpt);
+            if (m.sp) m.sum_rows(part, c.res[0]);
+            else m.tp_sum(part, static_cast<size_t>(N) * C);
         }
         st.release_params(0);
     } else {
-        m.ops.memcpy_d2d(c.res[0], act_in, static_cast<size_t>(N) * C * m.es);
+        m.ops.memcpy_d2d(c.res[0], act_in, static_cast<size_t>(m.R) * C * m.es);
     }
     for (int i = 0; i < m.n_local; ++i) {
         const int u = m.unit_of_local(i);
@@ -384,7 +463,11 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
     if (!m.last) return;
     const int Vp = m.cfg.padded_vocab_size(), V = m.cfg.vocab_size;
     const void* wf = st.acquire_params(m.u_lnf, 0);
-    m.ops.layernorm_forward(c.lnf, c.lnf_mean, c.lnf_rstd, c.res[m.n_local], m.P(wf, m.lnfw), m.P(wf, m.lnfb), N, C);
+    // With sp: ln_f on this rank's rows, all-gathered for the LM head (whose logits need whole rows).
+    void* lnf_local = m.sp ? m.tmp : c.lnf;
+    m.ops.layernorm_forward(lnf_local, c.lnf_mean, c.lnf_rstd, c.res[m.n_local], m.P(wf, m.lnfw), m.P(wf, m.lnfb),
+                            m.R, C);
+    if (m.sp) m.tp->all_gather(c.lnf, lnf_local, static_cast<size_t>(m.R) * C, m.ops.act_dtype());
     st.release_params(m.u_lnf);
     const void* we = st.acquire_params(0, -1);
     // LM head tied to wte: this rank's Vpt rows give its Vpt columns of the logits.
@@ -407,7 +490,7 @@ void GPT::backward(const void* dact_out, void* dact_in, int ctx) {
     Impl& m = *impl_;
     Context& c = m.context(ctx);
     const int B = m.opt.B, T = m.opt.T, C = m.cfg.n_embd, N = B * T;
-    const size_t act_bytes = static_cast<size_t>(N) * C * m.es;
+    const size_t act_bytes = static_cast<size_t>(m.R) * C * m.es;  // this rank's rows of a (B,T,C) activation
     ParamStore& st = *m.store;
     void* ge = nullptr;  // unit 0's gradients: from the LM head (last stage) and the encoder (first)
     if (m.last) {
@@ -419,13 +502,15 @@ void GPT::backward(const void* dact_out, void* dact_in, int ctx) {
         m.ops.matmul_backward(m.dbuf_c, m.G(ge, m.wte), nullptr, c.logits, c.lnf, m.P(we, m.wte), nullptr, N, C,
                               m.Vpt);
         st.release_params(0);
-        m.tp_sum(m.dbuf_c, static_cast<size_t>(N) * C);  // d lnf: the LM head is column-parallel
+        // d lnf: the LM head is column-parallel (with sp: reduce-scattered to this rank's rows)
+        const void* dlnf = m.sum_rows(m.dbuf_c, m.tmp);
         if (!m.first) st.grads_done(0);
         const void* wf = st.acquire_params(m.u_lnf, m.unit_of_local(m.n_local - 1));
         void* gf = st.acquire_grads(m.u_lnf);
         m.ops.memset(m.dres, 0, act_bytes);
-        m.ops.layernorm_backward(m.dres, m.G(gf, m.lnfw), m.G(gf, m.lnfb), m.dbuf_c, c.res[m.n_local],
-                                 m.P(wf, m.lnfw), c.lnf_mean, c.lnf_rstd, N, C);
+        m.ops.layernorm_backward(m.dres, m.ln_grad(gf, m.lnfw, 0), m.ln_grad(gf, m.lnfb, 1), dlnf, c.res[m.n_local],
+                                 m.P(wf, m.lnfw), c.lnf_mean, c.lnf_rstd, m.R, C);
+        m.add_ln_grads(gf, {m.lnfw, m.lnfb});
         st.release_params(m.u_lnf);
         st.grads_done(m.u_lnf);
         c.have_logit_grad = false;  // logits now hold consumed gradients
@@ -445,8 +530,9 @@ void GPT::backward(const void* dact_out, void* dact_in, int ctx) {
         if (ge == nullptr) ge = st.acquire_grads(0);
         if (m.tp == nullptr)
             m.ops.encoder_backward(m.G(ge, m.wte), m.G(ge, m.wpe), m.dres, c.tokens, B, T, C);
-        else
-            m.ops.encoder_backward_vocab(m.G(ge, m.wte), m.G(ge, m.wpe), m.dres, c.tokens, B, T, C, m.v0, m.Vpt);
+        else  // with sp the gradient of the whole (B,T,C) embedding is gathered first
+            m.ops.encoder_backward_vocab(m.G(ge, m.wte), m.G(ge, m.wpe), m.gather_rows(m.dres), c.tokens, B, T, C,
+                                         m.v0, m.Vpt);
         st.grads_done(0);
     } else {
         m.ops.memcpy_d2d(dact_in, m.dres, act_bytes);

@@ -39,6 +39,12 @@ struct GPTOptions {
     /// (tp = 1). Every rank of the group builds its GPT with the same config and options and calls
     /// forward/backward and the helpers in the same order (they run the group's collectives).
     TensorParallel* tp = nullptr;
+    /// Sequence parallelism (Korthikanti et al. 2022; docs/design.md "Tensor parallelism"), only
+    /// with a tp group of size > 1: the residual stream, LayerNorms and residual adds run on this TP
+    /// rank's N/tp rows of the N = B*T rows (contiguous: rows [tp_rank*N/tp, (tp_rank+1)*N/tp) of
+    /// the (B,T) flattening), all-gathered before the column-parallel matmuls and reduce-scattered
+    /// after the row-parallel ones. act_in / act_out / dact_* are then this rank's (N/tp, C) rows.
+    bool sequence_parallel = false;
 };
 
 class GPT {
@@ -48,7 +54,8 @@ public:
     /// GPT owns a FullParamStore (params and grads: one buffer each, layout().total_numel() elements of
     /// ops.act_dtype(), MemCategory::params/grads). Errors: std::invalid_argument for bad shapes
     /// (T > seq_len, empty range, ratio outside [0,1], checkpoint_layers above the range's layers,
-    /// contexts < 1; a tp that does not divide n_head or Vp, from ParamLayout); std::runtime_error
+    /// contexts < 1; a tp that does not divide n_head or Vp, from ParamLayout; sequence_parallel
+    /// without a group of tp > 1, or with B*T not a multiple of tp); std::runtime_error
     /// when out of memory.
     GPT(const GPTConfig& cfg, const GPTOptions& opt, Allocator& alloc, ParamStore* store = nullptr);
     ~GPT();
@@ -77,7 +84,8 @@ public:
 
     // ---- layer-range API (one micro-batch, in activation context ctx in [0, contexts)) ----
     /// Forward over [l0,l1) into context ctx. tokens (B,T) device int32 is used when l0 == 0 (copied
-    /// into the context: the embedding gradient reads them), else act_in (B,T,C) (copied). When
+    /// into the context: the embedding gradient reads them), else act_in (act_rows(), C) (copied;
+    /// (B,T,C) unless sequence_parallel). When
     /// l1 == n_layer, targets (B,T) device int32 gives losses(ctx) (B*T) fp32, and if `training`
     /// the logit gradient (scaled by dloss) is kept for backward(ctx). host_tokens (B,T) host int32,
     /// optional: the same ids as `tokens`, when the caller has them (it copied them to the device);
@@ -85,11 +93,15 @@ public:
     /// (Ops::encoder_host_tokens).
     void forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training,
                  int ctx = 0, const int* host_tokens = nullptr);
-    /// Backward of context ctx's forward(training = true); the context is then free. dact_out (B,T,C)
-    /// is the gradient of our output when l1 < n_layer (ignored at the last stage); dact_in (B,T,C)
-    /// receives the gradient of act_in when l0 > 0. Parameter gradients are accumulated.
+    /// Backward of context ctx's forward(training = true); the context is then free. dact_out
+    /// (act_rows(), C) is the gradient of our output when l1 < n_layer (ignored at the last stage);
+    /// dact_in (act_rows(), C) receives the gradient of act_in when l0 > 0. Parameter gradients are
+    /// accumulated (with sequence_parallel the LayerNorms' are summed over the TP group here).
     void backward(const void* dact_out, void* dact_in, int ctx = 0);
-    const void* act_out(int ctx = 0) const;  ///< (B,T,C) output of the range when l1 < n_layer
+    const void* act_out(int ctx = 0) const;  ///< (act_rows(), C) output of the range when l1 < n_layer
+    /// Rows of act_in / act_out / dact_*: B*T, or B*T/tp with sequence_parallel (this TP rank's
+    /// contiguous rows of the (B,T) flattening).
+    size_t act_rows() const;
     const float* losses(int ctx = 0) const;  ///< (B*T) per-position losses, device, at the last stage
     /// (B,T,Vp/tp) act dtype, device, at the last stage: this TP rank's vocabulary columns
     /// [tp_rank * Vp/tp, ...) of the logits after forward(training = false) (no rank holds the full

@@ -28,6 +28,11 @@ public:
     virtual void all_reduce(void* buf, size_t n, DType t) = 0;
     /// out (size() * n) = every rank's in (n), concatenated in rank order.
     virtual void all_gather(void* out, const void* in, size_t n, DType t) = 0;
+    /// out (n) = block rank() (elements [rank() * n, (rank() + 1) * n)) of the sum over the group of
+    /// every rank's in (size() * n), summed in rank order (so every rank's block has the bits an
+    /// all_reduce would give it). out must not overlap in. Sequence parallelism's reduce-scatter
+    /// after a row-parallel matmul (Korthikanti et al. 2022).
+    virtual void reduce_scatter(void* out, const void* in, size_t n, DType t) = 0;
 };
 
 }  // namespace llmtrain

@@ -17,7 +17,7 @@ PipelineStage::PipelineStage(GPT& gpt, int stage, int stages, PipelineSchedule s
         throw std::invalid_argument("PipelineStage: stage " + std::to_string(stage) + " lacks a link to a neighbour");
     const GPTOptions& o = gpt.options();
     n_tokens_ = size_t(o.B) * size_t(o.T);
-    act_elems_ = n_tokens_ * size_t(gpt.config().n_embd);
+    act_elems_ = gpt.act_rows() * size_t(gpt.config().n_embd);  // this TP rank's rows with sequence parallelism
     const size_t act_bytes = act_elems_ * dtype_size(ops_.act_dtype());
     Allocator& a = gpt.allocator();
     tok_ = static_cast<int*>(a.alloc(MemCategory::workspace, n_tokens_ * sizeof(int)));

@@ -108,7 +108,7 @@ private:
     int stage_, stages_;
     PipelineSchedule schedule_;
     PipelineLinks links_;
-    size_t n_tokens_, act_elems_;         // B*T, B*T*C
+    size_t n_tokens_, act_elems_;         // B*T, GPT::act_rows()*C
     int *tok_ = nullptr, *tgt_ = nullptr;  // (B,T) device staging of the next forward's ids
     void* act_in_[2] = {nullptr, nullptr};    // (B,T,C) received activations, alternating
     void* grad_in_[2] = {nullptr, nullptr};   // (B,T,C) received output gradients, alternating

@@ -13,6 +13,10 @@ void TpGroup::all_reduce(void* buf, size_t n, DType t) { comm_->all_reduce_sum(b
 
 void TpGroup::all_gather(void* out, const void* in, size_t n, DType t) { comm_->all_gather(in, out, n, t); }
 
+void TpGroup::reduce_scatter(void* out, const void* in, size_t n, DType t) {
+    comm_->reduce_scatter_sum(in, out, n, t);
+}
+
 std::unique_ptr<TpGroup> make_tp_group(Ops& ops, const Topology& topo, const CommOptions& opt) {
     return std::make_unique<TpGroup>(make_comm(ops, topo.tp_group(), opt));
 }

@@ -24,6 +24,8 @@ public:
     void all_reduce(void* buf, size_t n, DType t) override;
     /// out (size() * n) = every rank's in (n), in rank order (Comm::all_gather).
     void all_gather(void* out, const void* in, size_t n, DType t) override;
+    /// out (n) = block rank() of the group's sum of in (size() * n), rank order (Comm::reduce_scatter_sum).
+    void reduce_scatter(void* out, const void* in, size_t n, DType t) override;
     Comm& comm() { return *comm_; }
 
 private:
