@@ -17,7 +17,9 @@
 //    tp = 1 embedding;
 //  - 4 ranks only: pp 2 x tp 2 (Topology's groups, PipelineStage 1F1B over 3 micro-batches, so a
 //    stage holds 2 activation contexts) against the tp = 1 whole model: loss, each stage's gradient
-//    slices, the tied wte's two parts summed over the pair of stages, eval loss and sampled logits.
+//    slices, the tied wte's two parts summed over the pair of stages, eval loss and sampled logits;
+//    once more with sequence parallelism (the stages then send each TP rank's rows).
+// Sequence parallelism's own checks are in test_sequence_parallel.cpp.
 //
 // Tolerance. Only the order of fp32 sums changes with tp: a row-parallel matmul (and the input
 // gradient of a column-parallel one) sums tp partial dot products of K/tp terms instead of one
@@ -32,99 +34,13 @@
 // (a mean of logsumexp values near log V = 5.7). Observed (printed on rank 0): at most 6e-7.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <random>
-
-#include "model/backend.hpp"
-#include "model/gpt.hpp"
 #include "parallel/pipeline.hpp"
-#include "parallel/tp_group.hpp"
+#include "tp_test_util.hpp"
 
 namespace llmtrain {
 namespace {
 
-constexpr int kB = 2, kT = 16, kN = kB * kT;
-constexpr double kTol = 1e-5, kLossTol = 1e-5;
-constexpr uint64_t kSeed = 11;
-
-GPTConfig config() {
-    GPTConfig c;
-    c.n_layer = 2;
-    c.n_head = 4;
-    c.n_embd = 64;
-    c.seq_len = kT;
-    c.vocab_size = 300;  // Vp 384: 192 or 96 rows per rank; at tp 4 rank 3 has 44 real rows
-    return c;
-}
-
-void batch(int i, int* in, int* tgt) {
-    std::mt19937 rng(900 + i);
-    for (int k = 0; k < kN; ++k) in[k] = int(rng() % 300), tgt[k] = int(rng() % 300);
-}
-
-std::vector<float> host(Ops& ops, const void* p, size_t n) {
-    std::vector<float> h(n);
-    ops.memcpy_d2h(h.data(), p, n * 4);
-    ops.synchronize();
-    return h;
-}
-
-/// max |a - b| / max |b| (b the reference); 0 when both are 0.
-double rel_err(const float* a, const float* b, size_t n) {
-    double d = 0, m = 0;
-    for (size_t i = 0; i < n; ++i) {
-        d = std::max(d, double(std::fabs(a[i] - b[i])));
-        m = std::max(m, double(std::fabs(b[i])));
-    }
-    return m == 0 ? d : d / m;
-}
-
-/// The largest error seen by a test, printed on rank 0 so the margin below kTol is visible.
-struct Worst {
-    double err = 0;
-    std::string what;
-    void see(double e, const std::string& w) {
-        if (e > err) err = e, what = w;
-    }
-    void print(const char* test) const {
-        if (world_rank() == 0) std::printf("[%s] largest relative error %.3g (%s), tolerance %.0e\n", test, err, what.c_str(), kTol);
-    }
-};
-
-/// This rank's tensors of `got` (the tp layout) against their slices of `want` (the tp = 1 layout),
-/// over the units [u0, u1]; flat host buffers. Returns nothing; records into w.
-void expect_slices_near(const ParamLayout& Lt, const std::vector<float>& got, const ParamLayout& L1,
-                        const std::vector<float>& want, int u0, int u1, double tol, Worst& w, const std::string& what) {
-    for (const ParamTensor& t : Lt.tensors()) {
-        if (t.unit < u0 || t.unit > u1) continue;
-        std::vector<float> slice(t.numel);
-        Lt.cut_local(t, want.data() + L1.find(t.name).offset, slice.data());
-        const double e = rel_err(got.data() + t.offset, slice.data(), t.numel);
-        w.see(e, what + " " + t.name);
-        EXPECT_LE(e, tol) << what << " " << t.name << " (" << tp_split_name(t.split) << ")";
-    }
-}
-
-/// Every rank's copy of the replicated tensors in the units [u0, u1] is bitwise rank 0's.
-void expect_replicated_equal(TpGroup& g, const ParamLayout& Lt, const std::vector<float>& buf, int u0, int u1,
-                             const std::string& what) {
-    for (const ParamTensor& t : Lt.tensors()) {
-        if (t.unit < u0 || t.unit > u1 || t.split != TPSplit::replicated) continue;
-        std::vector<float> all(t.numel * size_t(g.size()));
-        g.all_gather(all.data(), buf.data() + t.offset, t.numel, DType::f32);
-        for (int r = 1; r < g.size(); ++r)
-            EXPECT_TRUE(std::equal(all.begin(), all.begin() + long(t.numel), all.begin() + long(r * t.numel)))
-                << what << " " << t.name << ": rank " << r << " differs from rank 0";
-    }
-}
-
-struct Fixture {
-    std::unique_ptr<Ops> ops = make_backend("cpu", "fp32");
-    Allocator alloc{*ops};
-    TpGroup group{make_mpi_comm()};
-};
+using namespace tp_test;
 
 TEST(TensorParallel, WholeModelMatchesTp1) {
     Fixture f;
@@ -350,7 +266,8 @@ TEST(TensorParallel, GptRefusesHeadsThatDoNotSplit) {
     }
 }
 
-TEST(TensorParallel, PipelineTimesTp) {
+/// pp 2 x tp 2 (with or without sequence parallelism) against the tp = 1 whole model.
+void pipeline_times_tp(bool sp) {
     ASSERT_EQ(world_size(), 4) << "pp 2 x tp 2: run under mpirun -np 4";
     const Topology topo(4, world_rank(), 2, 0, 2);
     const int s = topo.stage(), P = 2, m = 3;
@@ -376,6 +293,7 @@ TEST(TensorParallel, PipelineTimesTp) {
     o.l1 = s + 1;
     o.contexts = max_in_flight(PipelineSchedule::one_f_one_b, s, P, m);
     o.tp = &group;
+    o.sequence_parallel = sp;  // then the stages exchange each TP rank's (B*T/2, C) rows
     GPT stage(cfg, o, alloc);
     stage.init_params(kSeed);
     stage.zero_grads();
@@ -427,8 +345,11 @@ TEST(TensorParallel, PipelineTimesTp) {
     } else {
         EXPECT_TRUE(lg.empty());
     }
-    w.print("pp 2 x tp 2");
+    w.print(sp ? "pp 2 x tp 2, sequence parallel" : "pp 2 x tp 2");
 }
+
+TEST(TensorParallel, PipelineTimesTp) { pipeline_times_tp(false); }
+TEST(TensorParallel, PipelineTimesTpSequenceParallel) { pipeline_times_tp(true); }
 
 }  // namespace
 }  // namespace llmtrain
