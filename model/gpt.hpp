@@ -12,7 +12,9 @@
 // Tensor parallelism (GPTOptions::tp; docs/design.md "Tensor parallelism"): each rank of a TP
 // group holds its part of every split tensor (ParamLayout's TPSplit), runs n_head/tp heads and
 // 4*n_embd/tp MLP columns, and Vp/tp vocabulary columns of the logits; the group's collectives go
-// through model/tensor_parallel.hpp.
+// through model/tensor_parallel.hpp. With GPTOptions::sequence_parallel the residual stream, the
+// LayerNorms and the residual adds also run on the rank's 1/tp of the B*T rows (Korthikanti et al.
+// 2022).
 #pragma once
 #include <cstdint>
 #include <memory>

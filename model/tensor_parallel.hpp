@@ -6,7 +6,8 @@
 // vocabulary rows. The model needs only a few collectives over the T ranks that share a layer, and
 // it must not include parallel/ (calls go down: app -> parallel -> model -> backend). So the model
 // owns this small interface and parallel/ implements it over a Comm (as ParamStore is owned by
-// model/ and implemented by parallel/ZeroEngine).
+// model/ and implemented by parallel/ZeroEngine). Sequence parallelism (GPTOptions::
+// sequence_parallel) replaces the all-reduces by reduce-scatter / all-gather pairs.
 #pragma once
 #include <cstddef>
 
