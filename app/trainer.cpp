@@ -158,6 +158,8 @@ struct Trainer::Impl {
         saver = std::make_unique<CheckpointSaver>(comm, *alloc, *layout, cfg.run.run_dir,
                                                   topo.pp() * topo.zero_group_size(), cfg.checkpoint.keep_last,
                                                   cfg.checkpoint.async);
+        // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy.
+        if (topo.replica() == 0) saver->reserve(adam->numel());
 
         inputs.resize(size_t(B) * T);
         targets.resize(size_t(B) * T);
@@ -213,6 +215,7 @@ struct Trainer::Impl {
         // Every rank sees the same all-reduced loss and norm, so every rank decides alike.
         if (!std::isfinite(*loss) || !std::isfinite(*norm)) return false;
         const float scale = clip_scale(*norm, cfg.training.grad_clip) / float(dp);
+        if (saver) saver->before_update();  // a checkpoint's snapshot copies finish first
         adam->step(engine->param_shard(), engine->grad_shard(), *lr, scale);
         engine->gather_params();
         return true;
@@ -232,8 +235,9 @@ struct Trainer::Impl {
 
     /// Starts a checkpoint of the state after `step` (docs/training.md "Checkpoints"), collective:
     /// waits for the one in flight, then each rank of replica 0 (together they hold every shard
-    /// once) copies its fp32 shard (weights, m, v) into the saver's host snapshot, and the saver's
-    /// writer thread writes it as optim_<k>.h5 and model_<k>.h5 while training goes on; the commit
+    /// once) copies its fp32 shard (weights, m, v) into the saver's host snapshot on the saver's own
+    /// stream, and the saver's writer thread writes it as optim_<k>.h5 and model_<k>.h5 (model.h5
+    /// when it is the only part) while training goes on; the commit
     /// follows at a later step boundary (CheckpointSaver::poll) or at complete().
     void save(RunLog& log, Metrics* metrics) {
         const auto t0 = Clock::now();
@@ -247,8 +251,11 @@ struct Trainer::Impl {
             const size_t ns = adam->numel();
             float* w = saver->snapshot(ns);
             float *m = w + ns, *v = m + ns;
-            adam->state_to_host(engine->param_shard(), w, m, v);
+            saver->begin_copy();  // on the saver's stream, after this step's work (an event)
+            adam->state_to_host(engine->param_shard(), w, m, v, /*wait=*/false);
+            saver->end_copy();  // the next update waits for it (train_step: before_update)
             if (pipe && (topo.stage() == 0 || last_stage())) {
+                saver->wait_copy();  // read here, on the host
                 // The two copies of the tied wte (first and last stage) must be equal, bit for bit:
                 // the last stage sends its chunk (same ZeRO index, same chunk) to the first to compare.
                 const size_t n0 = engine->shard().front().numel;  // unit 0 comes first

@@ -131,7 +131,7 @@ void AdamW::step(void* params, const void* grads, float lr, float grad_scale) {
                    runs_.empty() ? std::function<void()>() : std::function<void()>(device_part));
 }
 
-void AdamW::state_to_host(const void* params, float* w, float* m, float* v) {
+void AdamW::state_to_host(const void* params, float* w, float* m, float* v, bool wait) {
     Ops& ops = alloc_.ops();
     const size_t dev = numel_ - host_;
     if (offload_) {
@@ -147,7 +147,7 @@ void AdamW::state_to_host(const void* params, float* w, float* m, float* v) {
                                  : static_cast<const void*>(static_cast<const float*>(params) + host_);
         ops.memcpy_d2h(w + host_, ws, dev * sizeof(float));
     }
-    ops.synchronize();
+    if (wait) ops.synchronize();
 }
 
 void AdamW::state_from_host(const float* w, const float* m, const float* v) {

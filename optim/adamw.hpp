@@ -60,7 +60,10 @@ public:
 
     /// The fp32 state into host arrays of numel() elements each (shard-local order): the weights
     /// (master weights, or `params` — the shard-local device params — when there are none), m, v.
-    void state_to_host(const void* params, float* w, float* m, float* v);
+    /// The device part is copied on the current stream; wait = false leaves those copies queued
+    /// (the caller orders them with events before reading the arrays or stepping again: the
+    /// checkpoint snapshot, app/checkpoint/saver.hpp); the offloaded part is copied at once.
+    void state_to_host(const void* params, float* w, float* m, float* v, bool wait = true);
     /// Sets the state from host arrays as state_to_host() writes them. Without master weights the
     /// device part's weights are the params (loaded by the parameter store) and w is read only for
     /// the host part, which always keeps its own fp32 copy.

@@ -15,7 +15,9 @@
 //                  and size ([bytes]) of every other file and, last, [integrity] state_sha256 over the
 //                  bytes before it. Written last: it marks completion. Formats 1 (no run id, no
 //                  checksums) and 2 (no sizes) still read.
-// HDF5 files are written without object timestamps, so the same tensors give the same bytes.
+// HDF5 files are written without object timestamps, so the same tensors give the same bytes; HDF5
+// lays out each file and the raw data goes in by large pwrites, hashed from memory as it is written
+// (app/checkpoint/raw_h5.hpp). With one part (one writing rank) that rank writes model.h5 itself.
 // Protocol (after llm.c's DONE marker and Megatron's `latest` file): every rank that holds a shard
 // writes optim_<k>.h5 and model_<k>.h5 (its weights, /w pieces like the optimizer's) into
 // checkpoints/.tmp_step_<N>/, fsyncs and hashes them, and reports (name, bytes, SHA-256) to rank 0
@@ -95,7 +97,8 @@ std::string checkpoint_tmp_dir(const std::string& run_dir, int64_t step);
 std::string begin_checkpoint(const std::string& run_dir, int64_t step);
 
 /// model.h5, written unit by unit by one rank (the committing rank assembles it from the model parts,
-/// one unit on the host at a time). Errors: CheckpointError naming the file, tensor and HDF5 reason.
+/// one unit on the host at a time; units in order let the SHA-256 follow the writes, any other order
+/// re-reads the file at close()). Errors: CheckpointError naming the file, tensor and HDF5 reason.
 class ModelWriter {
 public:
     /// Creates tmp_dir/model.h5 (must not exist).
@@ -126,6 +129,13 @@ PartInfo write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout&
 /// write_optim_shard's m) that commit_checkpoint assembles into model.h5; fsyncs and hashes it.
 /// Throws before creating the file when a weight is non-finite (naming the tensor and element).
 PartInfo write_model_part(const std::string& tmp_dir, int k, const ParamLayout& layout,
+                          const std::vector<OptimShardView>& views);
+
+/// The one rank holding every tensor whole (one part, no pipeline split): writes tmp_dir/model.h5
+/// straight from the views' w (each tensor inside one view), fsyncs and hashes it; the commit then
+/// has nothing to assemble. Throws before creating the file when a tensor is not whole in one view
+/// or a weight is non-finite (naming the tensor and element).
+PartInfo write_model_file(const std::string& tmp_dir, const ParamLayout& layout,
                           const std::vector<OptimShardView>& views);
 
 /// Rank 0, once every rank has reported its parts (app/checkpoint/saver.hpp gathers them): checks

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 
 namespace llmtrain {
 
@@ -43,18 +44,89 @@ CheckpointSaver::CheckpointSaver(Comm& comm, Allocator& alloc, const ParamLayout
       keep_last_(keep_last), async_(async) {}
 
 CheckpointSaver::~CheckpointSaver() {
+    {
+        std::lock_guard<std::mutex> lk(snap_mu_);
+        closing_ = true;  // a writer still waiting for the copies gives up: nothing is committed now
+    }
+    snap_cv_.notify_all();
     join();
+    Ops& ops = alloc_.ops();
+    try {
+        if (copy_pending_) ops.synchronize_event(copied_);  // no copy may land in freed memory
+    } catch (...) {
+    }
+    if (copy_stream_) {
+        ops.destroy_event(step_done_);
+        ops.destroy_event(copied_);
+        ops.destroy_stream(copy_stream_);
+    }
     alloc_.release(snap_);
+}
+
+void CheckpointSaver::begin_copy() {
+    Ops& ops = alloc_.ops();
+    if (!copy_stream_) {
+        copy_stream_ = ops.create_stream();
+        step_done_ = ops.create_event();
+        copied_ = ops.create_event();
+    }
+    ops.record_event(step_done_);  // on the default stream: the step that made the state
+    ops.set_stream(copy_stream_);
+    ops.wait_event(step_done_);
+}
+
+void CheckpointSaver::end_copy() {
+    Ops& ops = alloc_.ops();
+    ops.record_event(copied_);
+    ops.set_stream(nullptr);
+    fence_pending_ = copy_pending_ = true;
+    std::lock_guard<std::mutex> lk(snap_mu_);
+    snap_ready_ = false;
+}
+
+void CheckpointSaver::wait_copy() {
+    if (!copy_pending_) return;
+    alloc_.ops().synchronize_event(copied_);
+    copies_done();
+}
+
+void CheckpointSaver::before_update() {
+    if (!fence_pending_) return;
+    alloc_.ops().wait_event(copied_);  // the default stream is current
+    fence_pending_ = false;
+}
+
+void CheckpointSaver::copies_done() {
+    copy_pending_ = false;
+    {
+        std::lock_guard<std::mutex> lk(snap_mu_);
+        snap_ready_ = true;
+    }
+    snap_cv_.notify_all();
+}
+
+void CheckpointSaver::wait_snapshot() {
+    std::unique_lock<std::mutex> lk(snap_mu_);
+    snap_cv_.wait(lk, [this] { return snap_ready_ || closing_; });
+    if (!snap_ready_) throw CheckpointError("checkpoint: the run ended before the snapshot was copied");
+}
+
+void CheckpointSaver::reserve(size_t n) {
+    if (n <= snap_n_) return;
+    alloc_.release(snap_);
+    snap_ = nullptr;
+    snap_n_ = 0;
+    const size_t bytes = 3 * n * sizeof(float);
+    snap_ = static_cast<float*>(alloc_.alloc_host(bytes));
+    snap_n_ = n;
+    const long page = sysconf(_SC_PAGESIZE);
+    volatile char* p = reinterpret_cast<volatile char*>(snap_);
+    for (size_t i = 0; i < bytes; i += size_t(page > 0 ? page : 4096)) p[i] = 0;
 }
 
 float* CheckpointSaver::snapshot(size_t n) {
     ckpt::fs_op();  // the crash test's kill points around the snapshot: here, before the copy ...
-    if (n > snap_n_) {
-        alloc_.release(snap_);
-        snap_ = nullptr;
-        snap_ = static_cast<float*>(alloc_.alloc_host(3 * n * sizeof(float)));
-        snap_n_ = n;
-    }
+    reserve(n);
     return snap_;
 }
 
@@ -124,20 +196,26 @@ void CheckpointSaver::submit(int k, std::vector<OptimShardView> views, const Tra
     error_ = error;
     write_s_ = 0;
     phase_ = Phase::writing;
+    // The copies are often done already (always on the CPU backend); else the next poll() sees
+    // them done (the step after waited for them) and lets the writer go.
+    if (copy_pending_ && (!async_ || alloc_.ops().query_event(copied_))) wait_copy();
     if (error_.empty())
         start([this] {
             if (const char* d = std::getenv("LLMTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS"))
                 std::this_thread::sleep_for(std::chrono::milliseconds(std::atol(d)));
-            const auto t = Clock::now();
             try {
+                wait_snapshot();
+                const auto t = Clock::now();
                 if (k_ >= 0) {
                     written_.push_back(write_optim_shard(tmp_, k_, layout_, views_));
-                    written_.push_back(write_model_part(tmp_, k_, layout_, views_));
+                    // The only part holds every tensor whole: model.h5 comes straight from it.
+                    written_.push_back(parts_ == 1 ? write_model_file(tmp_, layout_, views_)
+                                                   : write_model_part(tmp_, k_, layout_, views_));
                 }
+                write_s_ = seconds_since(t);
             } catch (const std::exception& e) {
                 error_ = e.what();
             }
-            write_s_ = seconds_since(t);
         });
     blocked_s_ += seconds_since(t);
     if (!async_) {
@@ -206,6 +284,7 @@ void CheckpointSaver::commit_now() {
 }
 
 void CheckpointSaver::poll(float max_status, RunLog& log, Metrics* metrics) {
+    wait_copy();  // done by now on a GPU: the step since waited for the copies before its update
     if (max_status >= 2) {  // a writer failed somewhere: every rank stops here, with its reason
         join();
         std::string err = error_;
@@ -248,6 +327,7 @@ void CheckpointSaver::poll(float max_status, RunLog& log, Metrics* metrics) {
 
 std::string CheckpointSaver::complete(RunLog& log, Metrics* metrics) {
     const auto t = Clock::now();
+    wait_copy();
     join();
     const bool was_busy = phase_ != Phase::idle;
     std::string err = phase_ == Phase::committing ? error_ : "";

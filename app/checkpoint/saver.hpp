@@ -6,10 +6,15 @@
 // Protocol, every rank alike (the training thread makes every MPI call; the writer thread only
 // touches files, so MPI needs no MPI_THREAD_MULTIPLE):
 //   step s   begin(): wait for the checkpoint in flight (complete()); rank 0 opens .tmp_step_s; all
-//            agree. The trainer copies its shard (weights, m, v) into snapshot() and calls
-//            submit(): the writer thread writes optim_<k>.h5 and model_<k>.h5, fsyncs and hashes
-//            them; training goes on at once.
-//   step s+j at each step boundary every rank contributes status() to the step's max over the ranks
+//            agree. The trainer queues the copy of its shard (weights, m, v) into snapshot() on
+//            the saver's own stream (begin_copy() ... end_copy(): after the step's queued work, by
+//            an event) and calls submit(): the writer thread waits for the copies, then writes
+//            optim_<k>.h5 and model_<k>.h5 (model.h5 itself when it is the only part), fsyncs and
+//            hashes them; training goes on at once. Before the next optimizer step the compute
+//            stream waits for the copies (before_update()), so the next forward and backward run
+//            beside them on a GPU; on the CPU backend copies run at once.
+//   step s+j at each step boundary (poll(); on a GPU it first confirms the copies are done and
+//            lets the writer start, if submit() found them still running) every rank contributes status() to the step's max over the ranks
 //            (a collective the loop already makes for the stop flag) and calls poll() with it: the
 //            same value on every rank, so every rank acts at the same step. 0 (no writer busy):
 //            the reports (file names, sizes, SHA-256, errors) are all-gathered; rank 0 checks that
@@ -25,8 +30,10 @@
 #pragma once
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,10 +71,29 @@ public:
     /// directory of `step` and every rank agrees. Returns the seconds spent in complete() (counted
     /// as the previous checkpoint's blocked time). Errors: CheckpointError (on every rank).
     double begin(int64_t step, RunLog& log, Metrics* metrics);
+    /// Allocates the snapshot buffers for n elements (see snapshot()) if they are smaller, and
+    /// writes one byte of every page, so that no checkpoint's copy pays for mapping fresh pages
+    /// (the CPU backend's host memory is mapped at first touch: GPT-2 124M's 1.5 GB are ~370k page
+    /// faults; pinned CUDA memory is resident already). The trainer calls it at start.
+    /// Errors: std::runtime_error when the memory cannot be had.
+    void reserve(size_t n);
     /// Host fp32 buffers for this rank's snapshot: w, m, v of n elements each, back to back (3n),
-    /// pinned (Allocator::alloc_host, counted as host memory), kept for the next checkpoints. Valid
-    /// until the next begin(). Errors: std::runtime_error when the memory cannot be had.
+    /// pinned (Allocator::alloc_host, counted as host memory), kept for the next checkpoints
+    /// (reserve(n)). Valid until the next begin(). Errors: std::runtime_error when the memory
+    /// cannot be had.
     float* snapshot(size_t n);
+    /// Training thread, around this rank's copies into snapshot(): begin_copy() makes the saver's
+    /// own stream (made at the first call) wait for the work queued so far on the compute stream
+    /// (the default stream) and makes it current; end_copy() records the copies' end on it and
+    /// makes the default stream current again. The copies may still run after end_copy().
+    void begin_copy();
+    void end_copy();
+    /// The host waits for the copies queued between begin_copy() and end_copy() (before the
+    /// training thread reads the snapshot itself).
+    void wait_copy();
+    /// Training thread, before the optimizer next changes the state (weights, m, v): the default
+    /// stream waits for the snapshot's copies (queued once after each end_copy(); else nothing).
+    void before_update();
     /// Hands this rank's part to the writer: k = its part index (-1: this rank writes nothing),
     /// views into snapshot() (w, m, v set); st: the train state (used on rank 0); error: a
     /// problem found while taking the snapshot (fails the checkpoint); blocked_s: the training
@@ -94,6 +120,8 @@ private:
     struct Report;
 
     void start(std::function<void()> job);  // runs job on the writer thread (async) or now
+    void copies_done();  // the snapshot's copies are complete: the writer may read it
+    void wait_snapshot();  // writer thread: until copies_done() (or the saver is destroyed)
     void join();
     std::vector<Report> gather() const;
     /// Rank 0: the reported parts for the commit, or throws naming what is missing or failed.
@@ -116,6 +144,14 @@ private:
     const bool async_;
     float* snap_ = nullptr;  // 3 * snap_n_ floats, pinned
     size_t snap_n_ = 0;
+    // The snapshot's stream and its two events: the step's work queued before it, its copies' end.
+    Stream copy_stream_ = nullptr;
+    Event step_done_ = nullptr, copied_ = nullptr;
+    bool fence_pending_ = false;  // before_update() has a wait to queue
+    bool copy_pending_ = false;   // the host has not seen the copies complete yet
+    std::mutex snap_mu_;
+    std::condition_variable snap_cv_;
+    bool snap_ready_ = true, closing_ = false;  // guarded by snap_mu_
 
     Phase phase_ = Phase::idle;
     std::thread worker_;

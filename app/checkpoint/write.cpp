@@ -1,9 +1,7 @@
 // app/checkpoint/write.cpp — the checkpoint write protocol (see checkpoint.hpp): temporary directory,
 // one optimizer shard file and one weight part per rank, model.h5 assembled from the parts,
 // checksummed state.toml, atomic publication, pruning and start-up recovery. HDF5 through data/h5.hpp; state.toml through TOML++.
-#include <fcntl.h>
 #include <hdf5.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -11,12 +9,14 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <toml++/toml.h>
 
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/checkpoint/format.hpp"
+#include "app/checkpoint/raw_h5.hpp"
 #include "data/h5.hpp"
 
 namespace llmtrain {
@@ -108,10 +108,6 @@ namespace {
 
 using namespace ckpt;
 
-/// Throws CheckpointError when an HDF5 id or status is negative (message: context + HDF5's reason).
-hid_t h5c(hid_t id, const std::string& context) { return h5::check<CheckpointError>(id, context); }
-void h5s(herr_t status, const std::string& context) { h5::check_status<CheckpointError>(status, context); }
-
 void sync(const fs::path& p) {
     fs_op();
     h5::fsync_path<CheckpointError>(p.string());
@@ -145,51 +141,12 @@ void write_text_synced(const fs::path& p, const std::string& text) {
 
 /// Throws unless every element of x[0, n) is finite; `what` names the tensor in the message.
 void require_finite(const float* x, size_t n, const std::string& what) {
+    if (all_finite(x, n)) return;  // the vectorized pass; the loop below only names the element
     for (size_t i = 0; i < n; ++i)
         if (!std::isfinite(x[i]))
             throw CheckpointError("checkpoint: " + what + " holds a non-finite value (" +
                                   (std::isnan(x[i]) ? "nan" : "inf") + ") at element " + std::to_string(i) +
                                   "; refusing to checkpoint it");
-}
-
-/// Object-creation properties without modification times, so equal tensors give equal file bytes.
-h5::Handle untimed(hid_t cls, const std::string& file) {
-    h5::Handle p(h5c(H5Pcreate(cls), file + ": cannot create a property list"));
-    h5s(H5Pset_obj_track_times(p.get(), false), file + ": cannot turn off object timestamps");
-    return p;
-}
-
-h5::Handle create_h5(const fs::path& p) {
-    fs_op();
-    return h5::Handle(h5c(H5Fcreate(p.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), "checkpoint: cannot create " + p.string()));
-}
-
-/// Creates the fp32 dataset `name` under loc with dims, writes prod(dims) host floats, returns it.
-h5::Handle write_f32(hid_t loc, const std::string& name, const std::vector<hsize_t>& dims, const float* data,
-                     const std::string& file) {
-    fs_op();
-    h5::Handle dcpl = untimed(H5P_DATASET_CREATE, file);
-    h5::Handle space(h5c(H5Screate_simple(int(dims.size()), dims.data(), nullptr), file + ": dataspace of " + name));
-    h5::Handle ds(h5c(H5Dcreate2(loc, name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                      file + ": cannot create dataset " + name));
-    h5s(io_rows(ds.get(), dims, const_cast<float*>(data), true), file + ": cannot write dataset " + name);
-    return ds;
-}
-
-/// Flushes and closes an HDF5 file, hashes it and fsyncs it; returns it as a part. The hash comes
-/// before the fsync, with the kernel's write-back started first (sync_file_range), so the SHA-256
-/// reads the pages while they are still cached and runs while the disk writes them.
-PartInfo finish_file(h5::Handle& f, const fs::path& p) {
-    fs_op();
-    h5s(H5Fflush(f.get(), H5F_SCOPE_GLOBAL), "checkpoint: cannot flush " + p.string());
-    f.reset();
-    if (const int fd = ::open(p.c_str(), O_RDONLY); fd >= 0) {
-        ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);  // only a hint: errors surface at the fsync
-        ::close(fd);
-    }
-    PartInfo info = describe_part(p.parent_path().string(), p.filename().string());
-    sync(p);
-    return info;
 }
 
 }  // namespace
@@ -223,18 +180,28 @@ std::string begin_checkpoint(const std::string& run_dir, int64_t step) {
     return tmp.string();
 }
 
+namespace {
+
+/// model.h5's datasets: every tensor of the layout by GPT-2 name and global shape, at the root.
+std::vector<RawDataset> model_datasets(const ParamLayout& layout) {
+    std::vector<RawDataset> ds;
+    for (const auto& t : layout.tensors()) ds.push_back({"", t.name, std::vector<hsize_t>(t.shape.begin(), t.shape.end())});
+    return ds;
+}
+
+}  // namespace
+
 struct ModelWriter::Impl {
     const ParamLayout& layout;
     fs::path path;
-    h5::Handle file;
+    std::unique_ptr<RawH5File> file;
     std::vector<bool> written;
 };
 
 ModelWriter::ModelWriter(const std::string& tmp_dir, const ParamLayout& layout)
     : impl_(new Impl{layout, fs::path(tmp_dir) / "model.h5", {}, std::vector<bool>(layout.units().size())}) {
-    h5::QuietErrors quiet;
     try {
-        impl_->file = create_h5(impl_->path);
+        impl_->file = std::make_unique<RawH5File>(impl_->path, model_datasets(layout));
     } catch (...) {
         delete impl_;
         throw;
@@ -244,26 +211,42 @@ ModelWriter::ModelWriter(const std::string& tmp_dir, const ParamLayout& layout)
 ModelWriter::~ModelWriter() { delete impl_; }
 
 void ModelWriter::write_unit(int u, const float* values) {
-    h5::QuietErrors quiet;
     Impl& I = *impl_;
-    if (u < 0 || size_t(u) >= I.written.size() || !I.file.valid())
+    if (u < 0 || size_t(u) >= I.written.size() || !I.file)
         throw CheckpointError("checkpoint: " + I.path.string() + ": bad unit " + std::to_string(u) + " or file closed");
     const size_t base = I.layout.units()[u].offset;
-    for (const auto& t : I.layout.tensors())
+    const auto& ts = I.layout.tensors();
+    for (const auto& t : ts)
         if (t.unit == u) require_finite(values + (t.offset - base), t.numel, t.name);
-    for (const auto& t : I.layout.tensors())
-        if (t.unit == u)
-            write_f32(I.file.get(), t.name, std::vector<hsize_t>(t.shape.begin(), t.shape.end()),
-                      values + (t.offset - base), I.path.string());
+    for (size_t i = 0; i < ts.size(); ++i)
+        if (ts[i].unit == u) I.file->write(i, values + (ts[i].offset - base));
     I.written[u] = true;
 }
 
 PartInfo ModelWriter::close() {
-    h5::QuietErrors quiet;
     Impl& I = *impl_;
     for (size_t u = 0; u < I.written.size(); ++u)
         if (!I.written[u]) throw CheckpointError("checkpoint: " + I.path.string() + ": unit " + std::to_string(u) + " was never written");
-    return finish_file(I.file, I.path);
+    if (!I.file) throw CheckpointError("checkpoint: " + I.path.string() + ": closed twice");
+    PartInfo info = I.file->finish();
+    I.file.reset();
+    return info;
+}
+
+PartInfo write_model_file(const std::string& tmp_dir, const ParamLayout& layout, const std::vector<OptimShardView>& views) {
+    const fs::path p = fs::path(tmp_dir) / "model.h5";
+    std::vector<RawDataset> ds = model_datasets(layout);
+    const auto& ts = layout.tensors();
+    for (size_t i = 0; i < ts.size(); ++i) {
+        const ParamTensor& t = ts[i];
+        for (const OptimShardView& s : views)
+            if (s.w && s.begin <= t.offset && t.offset + t.numel <= s.end) ds[i].data = s.w + (t.offset - s.begin);
+        if (!ds[i].data)
+            throw CheckpointError("checkpoint: " + p.string() + ": tensor " + t.name +
+                                  " is not whole in the weights given (write model parts instead)");
+        require_finite(ds[i].data, t.numel, t.name);
+    }
+    return RawH5File(p, std::move(ds)).write_all();
 }
 
 PartInfo describe_part(const std::string& tmp_dir, const std::string& name) {
@@ -286,7 +269,6 @@ namespace {
 PartInfo write_pieces(const std::string& tmp_dir, const std::string& name, int k, const ParamLayout& layout,
                       const std::vector<OptimShardView>& views,
                       const std::vector<std::pair<const char*, const float* OptimShardView::*>>& groups) {
-    h5::QuietErrors quiet;
     const fs::path p = fs::path(tmp_dir) / name;
     const std::string file = p.string();
     // Checks first: segments disjoint, each tensor in at most one segment, every value finite.
@@ -310,21 +292,12 @@ PartInfo write_pieces(const std::string& tmp_dir, const std::string& name, int k
             if (!(pc.s->*member)) throw CheckpointError(file + ": no /" + g + " values given for " + pc.t->name);
             require_finite(pc.s->*member + (pc.lo - pc.s->begin), pc.hi - pc.lo, g + ("/" + pc.t->name));
         }
-    h5::Handle f = create_h5(p);
-    h5::Handle gcpl = untimed(H5P_GROUP_CREATE, file);
-    for (const auto& [g, member] : groups) {
-        h5::Handle grp(h5c(H5Gcreate2(f.get(), g, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), file + ": cannot create group " + g));
-        for (const auto& pc : pieces) {
-            const float* src = pc.s->*member + (pc.lo - pc.s->begin);
-            h5::Handle ds = write_f32(grp.get(), pc.t->name, {hsize_t(pc.hi - pc.lo)}, src, file);
-            const int64_t off = int64_t(pc.lo - pc.t->offset);
-            h5::Handle sp(h5c(H5Screate(H5S_SCALAR), file + ": scalar dataspace"));
-            h5::Handle at(h5c(H5Acreate2(ds.get(), "offset", H5T_STD_I64LE, sp.get(), H5P_DEFAULT, H5P_DEFAULT),
-                              file + ": cannot create attribute offset of " + pc.t->name));
-            h5s(H5Awrite(at.get(), H5T_NATIVE_INT64, &off), file + ": cannot write offset of " + pc.t->name);
-        }
-    }
-    return finish_file(f, p);
+    std::vector<RawDataset> ds;
+    for (const auto& [g, member] : groups)
+        for (const auto& pc : pieces)
+            ds.push_back({g, pc.t->name, {hsize_t(pc.hi - pc.lo)}, pc.s->*member + (pc.lo - pc.s->begin), true,
+                          int64_t(pc.lo - pc.t->offset)});
+    return RawH5File(p, std::move(ds)).write_all();
 }
 
 bool is_model_part(const std::string& name) { return name.rfind("model_", 0) == 0; }

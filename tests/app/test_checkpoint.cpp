@@ -673,3 +673,64 @@ TEST_F(Ckpt, LargeTensorsGoInRowBlocks) {
         ASSERT_EQ(std::memcmp(&v[t.offset], &v2[t.offset], 4 * t.numel), 0) << t.name;
     }
 }
+
+// The writers let HDF5 lay out each file, put the raw data in with pwrite and hash it from memory
+// (app/checkpoint/raw_h5.hpp): the size and SHA-256 they report must be those of the file on disk
+// (sha256_file_hex reads it back independently), whether model.h5 comes straight from one view
+// (write_model_file, the single writing rank), unit by unit in file order (the hash follows the
+// writes) or in reverse order (hashed from the file at close); the three files are byte-identical
+// and read back bit for bit. A view that does not hold a tensor whole is refused before any file.
+TEST_F(Ckpt, RawWrittenFilesHashAsOnDisk) {
+    ParamLayout L(tiny(), 4);  // padded: the padding (NaN) must never reach a file
+    auto p = random_flat(L, 31), m = random_flat(L, 32), v = random_flat(L, 33);
+    const OptimShardView all{0, L.total_numel(), m.data(), v.data(), p.data()};
+    auto check = [](const std::string& tmp, const PartInfo& part) {
+        const fs::path f = fs::path(tmp) / part.name;
+        EXPECT_EQ(part.bytes, fs::file_size(f)) << part.name;
+        EXPECT_EQ(part.sha256, sha256_file_hex(f.string())) << part.name;
+    };
+    std::vector<std::string> model_bytes;
+    for (int how = 0; how < 3; ++how) {
+        const std::string tmp = begin_checkpoint(dir.string(), 10 + how);
+        PartInfo part;
+        if (how == 0) {
+            part = write_model_file(tmp, L, {all});
+        } else {
+            ModelWriter mw(tmp, L);
+            const int nu = int(L.units().size());
+            for (int i = 0; i < nu; ++i) {
+                const int u = how == 1 ? i : nu - 1 - i;
+                mw.write_unit(u, p.data() + L.units()[size_t(u)].offset);
+            }
+            part = mw.close();
+        }
+        EXPECT_EQ(part.name, "model.h5");
+        check(tmp, part);
+        const PartInfo optim = write_optim_shard(tmp, 0, L, {all});
+        check(tmp, optim);
+        model_bytes.push_back(slurp(fs::path(tmp) / "model.h5"));
+        const std::string d = commit_checkpoint(dir.string(), tmp, some_state(10 + how), L, {part, optim}, 0);
+        EXPECT_EQ(checkpoint_problem(d), "");
+        std::vector<float> p2(L.total_numel()), m2(L.total_numel()), v2(L.total_numel());
+        read_params(d, L, p2.data());
+        read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
+        for (const auto& t : L.tensors()) {
+            ASSERT_EQ(std::memcmp(&p[t.offset], &p2[t.offset], 4 * t.numel), 0) << t.name;
+            ASSERT_EQ(std::memcmp(&m[t.offset], &m2[t.offset], 4 * t.numel), 0) << t.name;
+            ASSERT_EQ(std::memcmp(&v[t.offset], &v2[t.offset], 4 * t.numel), 0) << t.name;
+        }
+    }
+    EXPECT_TRUE(model_bytes[0] == model_bytes[1]);
+    EXPECT_TRUE(model_bytes[0] == model_bytes[2]);
+
+    const std::string tmp = begin_checkpoint(dir.string(), 20);
+    const auto& t1 = L.tensors()[1];
+    const OptimShardView cut{0, t1.offset + 1, m.data(), v.data(), p.data()};  // t1 cut after one element
+    try {
+        write_model_file(tmp, L, {cut});
+        FAIL() << "expected CheckpointError";
+    } catch (const CheckpointError& e) {
+        EXPECT_NE(std::string(e.what()).find("tensor " + t1.name + " is not whole"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(fs::path(tmp) / "model.h5"));
+}

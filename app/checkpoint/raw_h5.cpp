@@ -1,0 +1,270 @@
+// app/checkpoint/raw_h5.cpp — checkpoint HDF5 files: structure by HDF5, raw data by pwrite, SHA-256
+// from the caller's buffers (see raw_h5.hpp).
+#include "app/checkpoint/raw_h5.hpp"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <thread>
+
+#include "app/checkpoint/format.hpp"
+#include "data/h5.hpp"
+
+namespace llmtrain::ckpt {
+
+namespace {
+
+/// The largest single pwrite: the kernel's write-back of each such piece is started right after it.
+constexpr size_t kWriteChunk = size_t(64) << 20;
+/// The read buffer for the metadata between datasets (and the whole file when hashing from disk).
+constexpr size_t kReadChunk = size_t(4) << 20;
+
+/// SHA-256 (FIPS 180-4) through OpenSSL's EVP interface, fed in pieces.
+class Sha256 {
+public:
+    Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+        if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
+            throw CheckpointError("checkpoint: OpenSSL SHA-256 failed");
+    }
+    void update(const void* p, size_t n) {
+        if (n > 0 && EVP_DigestUpdate(ctx_.get(), p, n) != 1) throw CheckpointError("checkpoint: OpenSSL SHA-256 failed");
+    }
+    std::string hex() {
+        unsigned char d[EVP_MAX_MD_SIZE];
+        unsigned int len = 0;
+        if (EVP_DigestFinal_ex(ctx_.get(), d, &len) != 1) throw CheckpointError("checkpoint: OpenSSL SHA-256 failed");
+        static const char* digits = "0123456789abcdef";
+        std::string out;
+        for (unsigned int i = 0; i < len; ++i) {
+            out += digits[d[i] >> 4];
+            out += digits[d[i] & 15];
+        }
+        return out;
+    }
+
+private:
+    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_;
+};
+
+CheckpointError os_error(const std::string& what, const std::string& file) {
+    return CheckpointError("checkpoint: cannot " + what + " '" + file + "': " + std::strerror(errno));
+}
+
+hid_t h5c(hid_t id, const std::string& context) { return h5::check<CheckpointError>(id, context); }
+void h5s(herr_t status, const std::string& context) { h5::check_status<CheckpointError>(status, context); }
+
+/// A property list of class cls without object modification times (equal tensors, equal bytes).
+h5::Handle untimed(hid_t cls, const std::string& file) {
+    h5::Handle p(h5c(H5Pcreate(cls), file + ": cannot create a property list"));
+    h5s(H5Pset_obj_track_times(p.get(), false), file + ": cannot turn off object timestamps");
+    return p;
+}
+
+}  // namespace
+
+bool all_finite(const float* x, size_t n) {
+    uint32_t bad = 0;  // exponent bits all ones: an infinity or a NaN
+    for (size_t i = 0; i < n; ++i) {
+        uint32_t b;
+        std::memcpy(&b, x + i, sizeof b);
+        bad |= uint32_t((b & 0x7f800000u) == 0x7f800000u);
+    }
+    return bad == 0;
+}
+
+struct RawH5File::Impl {
+    fs::path path;
+    std::string file;
+    std::vector<RawDataset> ds;
+    std::vector<uint64_t> addr;   // file address of dataset i's raw data
+    std::vector<uint64_t> bytes;  // its size
+    std::vector<size_t> order;    // dataset indices by address
+    std::vector<bool> written;
+    int fd = -1;
+    // The SHA-256 so far: the file's bytes [0, hashed_to), through dataset order[next - 1].
+    Sha256 sha;
+    uint64_t hashed_to = 0;
+    size_t next = 0;
+    bool in_order = true;
+
+    /// Feeds the file's bytes [lo, hi) as they are on disk into h.
+    void hash_from_file(Sha256& h, uint64_t lo, uint64_t hi) const {
+        std::vector<char> buf(size_t(std::min<uint64_t>(hi - lo, kReadChunk)));
+        while (lo < hi) {
+            const ssize_t r = ::pread(fd, buf.data(), size_t(std::min<uint64_t>(hi - lo, buf.size())), off_t(lo));
+            if (r < 0 && errno == EINTR) continue;
+            if (r < 0) throw os_error("read back", file);
+            if (r == 0) throw CheckpointError("checkpoint: '" + file + "' is shorter than its datasets (read back)");
+            h.update(buf.data(), size_t(r));
+            lo += uint64_t(r);
+        }
+    }
+
+    /// Dataset order[next] with its data: the metadata before it from the file, then its bytes.
+    void hash_next(Sha256& h, const float* data) {
+        const size_t i = order[next++];
+        hash_from_file(h, hashed_to, addr[i]);
+        h.update(data, bytes[i]);
+        hashed_to = addr[i] + bytes[i];
+    }
+
+    /// pwrite of dataset i's bytes in kWriteChunk pieces, the kernel's write-back started after each.
+    void write_data(size_t i, const float* data) {
+        fs_op();
+        const char* p = reinterpret_cast<const char*>(data);
+        for (uint64_t done = 0; done < bytes[i];) {
+            const size_t n = size_t(std::min<uint64_t>(bytes[i] - done, kWriteChunk));
+            const ssize_t w = ::pwrite(fd, p + done, n, off_t(addr[i] + done));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) throw os_error("write dataset " + ds[i].group + "/" + ds[i].name + " of", file);
+            // Only a hint (errors surface at the fsync): the disk starts on this piece now.
+            ::sync_file_range(fd, off_t(addr[i] + done), off_t(w), SYNC_FILE_RANGE_WRITE);
+            done += uint64_t(w);
+        }
+    }
+};
+
+RawH5File::RawH5File(const fs::path& path, std::vector<RawDataset> datasets) : impl_(new Impl) {
+    std::unique_ptr<Impl> owner(impl_);
+    Impl& I = *impl_;
+    I.path = path;
+    I.file = path.string();
+    I.ds = std::move(datasets);
+    const size_t n = I.ds.size();
+    I.addr.resize(n);
+    I.bytes.resize(n);
+    I.written.assign(n, false);
+    {
+        h5::QuietErrors quiet;
+        const std::string& file = I.file;
+        fs_op();
+        h5::Handle f(h5c(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), "checkpoint: cannot create " + file));
+        h5::Handle gcpl = untimed(H5P_GROUP_CREATE, file);
+        // Contiguous, its space allocated at creation (so its address is known now), never filled:
+        // HDF5 writes no byte of the data region, the pwrites below write all of it.
+        h5::Handle dcpl = untimed(H5P_DATASET_CREATE, file);
+        h5s(H5Pset_layout(dcpl.get(), H5D_CONTIGUOUS), file + ": cannot set a contiguous layout");
+        h5s(H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY), file + ": cannot set early allocation");
+        h5s(H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER), file + ": cannot turn off fill values");
+        h5::Handle scalar(h5c(H5Screate(H5S_SCALAR), file + ": scalar dataspace"));
+        std::vector<std::pair<std::string, h5::Handle>> groups;
+        for (size_t i = 0; i < n; ++i) {
+            const RawDataset& d = I.ds[i];
+            hid_t loc = f.get();
+            if (!d.group.empty()) {
+                auto g = std::find_if(groups.begin(), groups.end(), [&](const auto& x) { return x.first == d.group; });
+                if (g == groups.end()) {
+                    groups.emplace_back(d.group, h5::Handle(h5c(H5Gcreate2(f.get(), d.group.c_str(), H5P_DEFAULT, gcpl.get(), H5P_DEFAULT),
+                                                                file + ": cannot create group " + d.group)));
+                    g = groups.end() - 1;
+                }
+                loc = g->second.get();
+            }
+            const std::string what = file + ": dataset " + (d.group.empty() ? "" : d.group + "/") + d.name;
+            uint64_t numel = 1;
+            for (hsize_t x : d.dims) numel *= x;
+            if (d.dims.empty() || numel == 0) throw CheckpointError(what + ": empty shape");
+            h5::Handle space(h5c(H5Screate_simple(int(d.dims.size()), d.dims.data(), nullptr), what + ": dataspace"));
+            h5::Handle dset(h5c(H5Dcreate2(loc, d.name.c_str(), H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                                what + ": cannot create it"));
+            const haddr_t a = H5Dget_offset(dset.get());
+            if (a == HADDR_UNDEF) throw CheckpointError(what + ": HDF5 gave no address for its data");
+            I.addr[i] = uint64_t(a);
+            I.bytes[i] = numel * sizeof(float);
+            if (d.has_offset) {
+                h5::Handle at(h5c(H5Acreate2(dset.get(), "offset", H5T_STD_I64LE, scalar.get(), H5P_DEFAULT, H5P_DEFAULT),
+                                  what + ": cannot create attribute offset"));
+                h5s(H5Awrite(at.get(), H5T_NATIVE_INT64, &d.offset), what + ": cannot write attribute offset");
+            }
+        }
+        fs_op();
+        h5s(H5Fflush(f.get(), H5F_SCOPE_GLOBAL), "checkpoint: cannot flush " + file);
+    }  // every handle closed: HDF5 has written the whole structure
+    I.order.resize(n);
+    for (size_t i = 0; i < n; ++i) I.order[i] = i;
+    std::sort(I.order.begin(), I.order.end(), [&](size_t a, size_t b) { return I.addr[a] < I.addr[b]; });
+    for (size_t j = 1; j < n; ++j)
+        if (I.addr[I.order[j - 1]] + I.bytes[I.order[j - 1]] > I.addr[I.order[j]])
+            throw CheckpointError("checkpoint: " + I.file + ": HDF5 placed two datasets' data over each other");
+    I.fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (I.fd < 0) throw os_error("open for writing", I.file);
+    owner.release();
+}
+
+RawH5File::~RawH5File() {
+    if (impl_->fd >= 0) ::close(impl_->fd);
+    delete impl_;
+}
+
+void RawH5File::write(size_t i, const float* data) {
+    Impl& I = *impl_;
+    if (i >= I.ds.size() || I.written[i])
+        throw CheckpointError("checkpoint: " + I.file + ": dataset " + std::to_string(i) + " out of range or written twice");
+    I.write_data(i, data);
+    I.written[i] = true;
+    if (I.in_order && I.order[I.next] == i)
+        I.hash_next(I.sha, data);
+    else
+        I.in_order = false;
+}
+
+PartInfo RawH5File::finish() {
+    Impl& I = *impl_;
+    for (size_t i = 0; i < I.ds.size(); ++i)
+        if (!I.written[i])
+            throw CheckpointError("checkpoint: " + I.file + ": dataset " + I.ds[i].group + "/" + I.ds[i].name +
+                                  " was never written");
+    struct stat sb {};
+    if (::fstat(I.fd, &sb) != 0) throw os_error("stat", I.file);
+    const uint64_t size = uint64_t(sb.st_size);
+    std::string sha;
+    if (I.in_order) {  // the rest after the last dataset
+        I.hash_from_file(I.sha, I.hashed_to, size);
+        sha = I.sha.hex();
+    } else {  // written out of file order: hashed from the file as written
+        Sha256 h;
+        I.hash_from_file(h, 0, size);
+        sha = h.hex();
+    }
+    fs_op();
+    if (::fsync(I.fd) != 0) throw os_error("fsync", I.file);
+    const int fd = I.fd;
+    I.fd = -1;
+    if (::close(fd) != 0) throw os_error("close", I.file);
+    return PartInfo{I.path.filename().string(), size, sha};
+}
+
+PartInfo RawH5File::write_all() {
+    Impl& I = *impl_;
+    for (const RawDataset& d : I.ds)
+        if (!d.data) throw CheckpointError("checkpoint: " + I.file + ": no data given for " + d.group + "/" + d.name);
+    // The hash needs only the buffers and the metadata HDF5 already wrote, not the pwrites: it runs
+    // beside them (two cores: the copy into the page cache on one, SHA-256 on the other).
+    std::exception_ptr hash_error;
+    std::thread hasher([&] {
+        try {
+            while (I.next < I.order.size()) I.hash_next(I.sha, I.ds[I.order[I.next]].data);
+        } catch (...) {
+            hash_error = std::current_exception();
+        }
+    });
+    try {
+        for (size_t i : I.order) I.write_data(i, I.ds[i].data);
+    } catch (...) {
+        hasher.join();
+        throw;
+    }
+    hasher.join();
+    if (hash_error) std::rethrow_exception(hash_error);
+    I.written.assign(I.ds.size(), true);
+    return finish();
+}
+
+}  // namespace llmtrain::ckpt

@@ -1,0 +1,66 @@
+// app/checkpoint/raw_h5.hpp — the checkpoint's HDF5 files written in two passes: HDF5 lays the file
+// out (groups, contiguous fp32 datasets allocated at creation, `offset` attributes) and closes it;
+// then the raw data goes in with large pwrite(2) calls straight from the caller's host buffers, and
+// the file's SHA-256 is computed from those buffers (the few metadata bytes read back) instead of
+// re-reading the written file. Internal to app/checkpoint/ (write.cpp).
+//
+// Why (docs/training.md "Asynchronous checkpoints", figures): through H5Dwrite the writer went in
+// 16 MiB calls under HDF5's global lock, then re-read each file to hash it, and reached 0.26 of dd's
+// sequential write. Here HDF5's lock is held only while the structure is made, the data moves in
+// 64 MiB writes with the kernel's write-back started behind each one, and write_all() hashes on a
+// second thread while this one writes. The result is an ordinary HDF5 1.10 file (the reader opens
+// it like any other): each dataset's bytes are the little-endian fp32 values H5Dwrite would have
+// put at the same address, and equal tensors give equal files (no timestamps, no fill values).
+#pragma once
+#include <hdf5.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "app/checkpoint/checkpoint.hpp"
+
+namespace llmtrain::ckpt {
+
+/// One fp32 dataset of a raw-written file.
+struct RawDataset {
+    std::string group;            ///< "" = the root group; else a group made before its first dataset
+    std::string name;             ///< dataset name inside the group (e.g. "h.0.attn.c_attn.weight")
+    std::vector<hsize_t> dims;    ///< shape; prod(dims) > 0
+    const float* data = nullptr;  ///< prod(dims) host floats for write_all(), else given to write()
+    bool has_offset = false;      ///< with an int64 attribute `offset` (optimizer and weight pieces)
+    int64_t offset = 0;           ///< its value
+};
+
+/// A checkpoint HDF5 file being written: structure first (constructor), then the raw data.
+/// Errors: CheckpointError naming the file, the dataset and the HDF5 or OS reason.
+class RawH5File {
+public:
+    /// Creates path (which must not exist) holding every dataset's structure, and opens it for the
+    /// raw data. Every fs_op() crash point of the old writer is kept: one at the create, one
+    /// before each dataset's data, one at the flush and one at the fsync.
+    RawH5File(const std::filesystem::path& path, std::vector<RawDataset> datasets);
+    ~RawH5File();
+    RawH5File(const RawH5File&) = delete;
+    RawH5File& operator=(const RawH5File&) = delete;
+
+    /// Writes dataset i's prod(dims) floats from data (any order; each once). When datasets come
+    /// in file order the SHA-256 follows along from data, else finish() reads the file back.
+    void write(size_t i, const float* data);
+    /// Every dataset written (else throws naming the first missing one): completes the SHA-256,
+    /// fsyncs and closes the file; returns it as a part (file name, size, SHA-256).
+    PartInfo finish();
+    /// Writes every dataset from its RawDataset::data while a second thread hashes the file image
+    /// in file order from the same buffers, then finish().
+    PartInfo write_all();
+
+private:
+    struct Impl;
+    Impl* impl_;
+};
+
+/// True when every x[0, n) is finite (no NaN, no infinity); a branch-free pass the compiler vectorizes.
+bool all_finite(const float* x, size_t n);
+
+}  // namespace llmtrain::ckpt
