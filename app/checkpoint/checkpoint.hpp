@@ -138,6 +138,12 @@ PartInfo write_model_part(const std::string& tmp_dir, int k, const ParamLayout& 
 PartInfo write_model_file(const std::string& tmp_dir, const ParamLayout& layout,
                           const std::vector<OptimShardView>& views);
 
+/// Rank k's two files at once, on two threads: optim_<k>.h5 (write_optim_shard) and either
+/// model.h5 (write_model_file, whole_model: the only part) or model_<k>.h5 (write_model_part).
+/// Returns {optim, model}. Errors: as those functions (the optimizer file's first).
+std::vector<PartInfo> write_rank_files(const std::string& tmp_dir, int k, const ParamLayout& layout,
+                                       const std::vector<OptimShardView>& views, bool whole_model);
+
 /// Rank 0, once every rank has reported its parts (app/checkpoint/saver.hpp gathers them): checks
 /// that each reported file exists with its reported size, assembles model.h5 unit by unit from the
 /// model_<k>.h5 parts (each first checked against its reported SHA-256; they are removed after)

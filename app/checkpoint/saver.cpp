@@ -206,12 +206,8 @@ void CheckpointSaver::submit(int k, std::vector<OptimShardView> views, const Tra
             try {
                 wait_snapshot();
                 const auto t = Clock::now();
-                if (k_ >= 0) {
-                    written_.push_back(write_optim_shard(tmp_, k_, layout_, views_));
-                    // The only part holds every tensor whole: model.h5 comes straight from it.
-                    written_.push_back(parts_ == 1 ? write_model_file(tmp_, layout_, views_)
-                                                   : write_model_part(tmp_, k_, layout_, views_));
-                }
+                // The only part holds every tensor whole: model.h5 comes straight from it.
+                if (k_ >= 0) written_ = write_rank_files(tmp_, k_, layout_, views_, parts_ == 1);
                 write_s_ = seconds_since(t);
             } catch (const std::exception& e) {
                 error_ = e.what();

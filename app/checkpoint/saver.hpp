@@ -111,6 +111,8 @@ public:
     /// Collective: finishes the checkpoint in flight (waits, agrees, commits) and returns the last
     /// committed checkpoint's directory on rank 0 ("" elsewhere). Errors: CheckpointError.
     std::string complete(RunLog& log, Metrics* metrics);
+    /// No checkpoint in flight (none begun, or the last one committed and logged, or failed).
+    bool idle() const { return phase_ == Phase::idle; }
     /// Rank 0: the last committed checkpoint's figures.
     const CheckpointTimes& last() const { return last_; }
 

@@ -9,7 +9,9 @@
 #include <csignal>
 #include <cstdlib>
 #include <fstream>
+#include <exception>
 #include <memory>
+#include <thread>
 #include <random>
 #include <sstream>
 #include <toml++/toml.h>
@@ -334,6 +336,31 @@ PartInfo write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout&
 PartInfo write_model_part(const std::string& tmp_dir, int k, const ParamLayout& layout,
                           const std::vector<OptimShardView>& views) {
     return write_pieces(tmp_dir, "model_" + std::to_string(k) + ".h5", k, layout, views, {{"w", &OptimShardView::w}});
+}
+
+std::vector<PartInfo> write_rank_files(const std::string& tmp_dir, int k, const ParamLayout& layout,
+                                       const std::vector<OptimShardView>& views, bool whole_model) {
+    // Two files, two threads (each writing with a hasher beside it): the SHA-256 of one file runs
+    // while the other's pages are copied into the page cache and written back.
+    PartInfo model;
+    std::exception_ptr model_error;
+    std::thread t([&] {
+        try {
+            model = whole_model ? write_model_file(tmp_dir, layout, views) : write_model_part(tmp_dir, k, layout, views);
+        } catch (...) {
+            model_error = std::current_exception();
+        }
+    });
+    PartInfo optim;
+    try {
+        optim = write_optim_shard(tmp_dir, k, layout, views);
+    } catch (...) {
+        t.join();
+        throw;
+    }
+    t.join();
+    if (model_error) std::rethrow_exception(model_error);
+    return {optim, model};
 }
 
 std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp_dir, const TrainState& st,
