@@ -203,6 +203,11 @@ int main(int argc, char** argv) {
                 "(goal >= 0.8)\n", list(write_s).c_str(), MiB / mean(write_s), MiB / best(write_s), mib,
                 list(dd_s).c_str(), double(mib) / mean(dd_s), double(mib) / best(dd_s),
                 (MiB / mean(write_s)) / (double(mib) / mean(dd_s)), (MiB / best(write_s)) / (double(mib) / best(dd_s)));
+    // One line in the form tools/gpu/gpu_report.py reads: means throughout.
+    std::printf("  summary: training blocked by the checkpoint: %.3f s = %.2fx its copy (means of 3; goal <= 1.2x); "
+                "writer / dd = %.2f (means; %.2f best against best; goal >= 0.8)\n", mean(blocked_s),
+                mean(blocked_s) / mean(copy_s), (MiB / mean(write_s)) / (double(mib) / mean(dd_s)),
+                (MiB / best(write_s)) / (double(mib) / best(dd_s)));
     std::printf("  commit (state.toml, rename, latest, pruning; one part: model.h5 came from the writer), s: %s; "
                 "snapshot to commit, s: %s\n", list(commit_s).c_str(), list(total_s).c_str());
     alloc.release(params);
