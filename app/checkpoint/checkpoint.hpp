@@ -19,7 +19,8 @@
 // lays out each file and the raw data goes in by large pwrites, hashed from memory as it is written
 // (app/checkpoint/raw_h5.hpp). With one part (one writing rank) that rank writes model.h5 itself.
 // Protocol (after llm.c's DONE marker and Megatron's `latest` file): every rank that holds a shard
-// writes optim_<k>.h5 and model_<k>.h5 (its weights, /w pieces like the optimizer's) into
+// writes optim_<k>.h5 and model_<k>.h5 (its weights, /w pieces like the optimizer's; model.h5
+// itself when it is the only part) into
 // checkpoints/.tmp_step_<N>/, fsyncs and hashes them, and reports (name, bytes, SHA-256) to rank 0
 // (app/checkpoint/saver.hpp: no weights travel over MPI, no directory is listed); rank 0 checks each
 // reported file, assembles model.h5 from the model parts, writes state.toml listing exactly the
