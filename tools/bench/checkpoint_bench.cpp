@@ -186,7 +186,10 @@ int main(int argc, char** argv) {
     auto mean = [](const std::vector<double>& x) { return std::accumulate(x.begin(), x.end(), 0.0) / double(x.size()); };
     auto list = [](const std::vector<double>& x) {
         std::string s;
-        for (double v : x) s += (s.empty() ? "" : " ") + std::to_string(v).substr(0, 5);
+        for (double v : x) {
+            if (!s.empty()) s += ' ';
+            s += std::to_string(v).substr(0, 5);
+        }
         return s;
     };
     std::printf("checkpoint bench: GPT-2 %s (%zu parameters), %s backend (%s), one rank, %.1f MiB of files "
