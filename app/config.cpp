@@ -315,6 +315,7 @@ const std::vector<Field>& fields() {
 
         field("parallel", "dp", &C::parallel, &ParallelConfig::dp, at_least(0)),
         field("parallel", "pp", &C::parallel, &ParallelConfig::pp, at_least(1)),
+        field("parallel", "tp", &C::parallel, &ParallelConfig::tp, at_least(1)),
         field("parallel", "zero_stage", &C::parallel, &ParallelConfig::zero_stage, between(0, 3)),
         field("parallel", "zero_group_size", &C::parallel, &ParallelConfig::zero_group_size, at_least(0)),
         field("parallel", "grad_reduce_dtype", &C::parallel, &ParallelConfig::grad_reduce_dtype, one_of({"fp32", "bf16"})),
@@ -545,6 +546,23 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
             if (set)
                 fail(at({key, "pipeline.plan"}), std::string(key) + ": expected [] with pipeline.plan = \"auto\" "
                      "(the planner chooses it), got a list");
+    }
+    // Tensor parallelism splits heads, the MLP's 4*n_embd columns and the padded vocabulary over tp
+    // ranks (model/param_layout.hpp): each must divide evenly.
+    if (p.tp > 1) {
+        struct Split {
+            const char *key, *what;
+            int n;
+        };
+        const Split splits[] = {
+            {"model.n_head", "model.n_head", m.n_head},
+            {"model.n_embd", "4 x model.n_embd (the MLP's hidden width)", 4 * m.n_embd},
+            {"model.vocab_size", "the padded vocabulary (model.vocab_size rounded up to a multiple of 128)",
+             gpt_config_of(c).padded_vocab_size()}};
+        for (const Split& sp : splits)
+            if (sp.n % p.tp != 0)
+                fail(at({"parallel.tp", sp.key}), "parallel.tp: expected a divisor of " + std::string(sp.what) +
+                                                      " = " + std::to_string(sp.n) + ", got " + std::to_string(p.tp));
     }
     if (p.pp > 1 && p.zero_stage >= 2)
         fail(at({"parallel.zero_stage", "parallel.pp"}),

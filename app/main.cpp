@@ -52,6 +52,17 @@ void prepare_run_dir(const Config& cfg, RunLog& log) {
 /// "127.0.0.1:9400" -> "127.0.0.1" (the host part of metrics.listen).
 std::string listen_host(const std::string& listen) { return listen.substr(0, listen.rfind(':')); }
 
+/// parallel.pp and parallel.tp against a world of `world` ranks (`what` names it in the message):
+/// pp must divide it, and pp x tp too (exit 2).
+void check_world(const Config& cfg, int world, const std::string& what) {
+    const int pp = cfg.parallel.pp, tp = cfg.parallel.tp;
+    if (world % pp != 0)
+        throw ConfigError("parallel.pp: expected a divisor of " + what + ", got " + std::to_string(pp));
+    if (world % (pp * tp) != 0)
+        throw ConfigError("parallel.tp: expected parallel.pp x parallel.tp (" + std::to_string(pp) + " x " +
+                          std::to_string(tp) + ") to divide " + what + ", got tp " + std::to_string(tp));
+}
+
 /// parallel.zero_stage / zero_group_size against the world: a group size must divide dp (exit 2).
 void check_zero_config(const Config& cfg, int rank) {
     const auto& p = cfg.parallel;
@@ -100,10 +111,8 @@ void plan_on_rank0(Config& cfg, Comm& comm, RunLog& log) {
 int run(const CliArgs& args) {
     Config cfg = load_config(args.config_path, args.overrides);
     if (args.world_size > 0) {  // --dry-run --world-size N: count one rank of an N-rank run, allocate nothing
-        if (args.world_size % cfg.parallel.pp != 0)
-            throw ConfigError("parallel.pp: expected a divisor of --world-size " + std::to_string(args.world_size) +
-                              ", got " + std::to_string(cfg.parallel.pp));
-        if (cfg.parallel.dp == 0) cfg.parallel.dp = args.world_size / cfg.parallel.pp;
+        check_world(cfg, args.world_size, "--world-size " + std::to_string(args.world_size));
+        if (cfg.parallel.dp == 0) cfg.parallel.dp = args.world_size / (cfg.parallel.pp * cfg.parallel.tp);
         check_zero_config(cfg, 0);
         resolve_batch(cfg, cfg.parallel.dp);
         if (world_rank() == 0) {
@@ -116,14 +125,13 @@ int run(const CliArgs& args) {
         return kExitOk;
     }
     const int world = world_size(), rank = world_rank();
-    if (world % cfg.parallel.pp != 0)
-        throw ConfigError("parallel.pp: expected a divisor of the number of ranks (" + std::to_string(world) +
-                          "), got " + std::to_string(cfg.parallel.pp));
-    const int dp = world / cfg.parallel.pp;  // world = pp x dp
+    check_world(cfg, world, "the number of ranks (" + std::to_string(world) + ")");
+    const int dp = world / (cfg.parallel.pp * cfg.parallel.tp);  // world = pp x dp x tp
     if (cfg.parallel.dp == 0) cfg.parallel.dp = dp;
     if (cfg.parallel.dp != dp)
-        throw ConfigError("parallel.dp: expected the number of ranks / parallel.pp (" + std::to_string(world) + " / " +
-                          std::to_string(cfg.parallel.pp) + " = " + std::to_string(dp) + "), got " +
+        throw ConfigError("parallel.dp: expected the number of ranks / (parallel.pp x parallel.tp) (" +
+                          std::to_string(world) + " / (" + std::to_string(cfg.parallel.pp) + " x " +
+                          std::to_string(cfg.parallel.tp) + ") = " + std::to_string(dp) + "), got " +
                           std::to_string(cfg.parallel.dp));
     check_zero_config(cfg, rank);
     resolve_batch(cfg, cfg.parallel.dp);
