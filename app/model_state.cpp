@@ -71,9 +71,14 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
     go.checkpoint_layers = plan.checkpointed;
     go.contexts = P > 1 ? max_in_flight(schedule, st, P, std::max(1, cfg.training.grad_accum_steps)) : 1;
     go.shard_multiple = N > 1 ? 8 * N : 1;  // every shard of a unit 16-byte aligned (8 elements)
-    s.layout = std::make_unique<ParamLayout>(g, go.shard_multiple);
+    s.layout = std::make_unique<ParamLayout>(g, go.shard_multiple, topo.tp(), topo.tp_index());
     s.zero_comm = comms(topo.zero_group(), false);
     s.replica_comm = comms(topo.replica_group(), false);
+    if (topo.tp() > 1) {  // asked for after the ZeRO and replica groups, on every rank
+        s.tp_group = std::make_unique<TpGroup>(comms(topo.tp_group(), false));
+        s.tp_host_comm = comms(topo.tp_group(), true);
+        go.tp = s.tp_group.get();
+    }
     ZeroOptions zo;
     zo.stage = cfg.parallel.zero_stage;
     zo.reduce_dtype = cfg.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;  // validated by the config
@@ -117,7 +122,14 @@ void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_sh
     }
     const ParamLayout& layout = gpt.layout();
     std::vector<float> host(layout.total_numel());
-    load_pretrained(cfg.model.init_from, layout, host.data());
+    if (layout.tp() == 1) {
+        load_pretrained(cfg.model.init_from, layout, host.data());
+    } else {  // the whole model, then this TP rank's part of every tensor
+        const ParamLayout full(layout.config());
+        std::vector<float> whole(full.total_numel());
+        load_pretrained(cfg.model.init_from, full, whole.data());
+        layout.cut_local_flat(full, whole.data(), host.data());
+    }
     gpt.store().load_params(host.data());  // every rank takes the part it holds
     std::vector<float> w;                  // this rank's optimizer shard of them: the fp32 master weights
     for (const FlatRange& r : adam.ranges())
@@ -134,9 +146,9 @@ MemBytes estimate_memory(const Config& cfg_in, int world, int stage, int pp_stag
     MemBytes out{};
     {
         Allocator alloc(*ops);
-        Topology probe(world, 0, cfg.parallel.pp, zero_group_of(cfg));
-        const int rank = probe.rank_of(pp_stage, 0, 0);
-        Topology topo(world, rank, cfg.parallel.pp, zero_group_of(cfg));
+        Topology probe(world, 0, cfg.parallel.pp, zero_group_of(cfg), cfg.parallel.tp);
+        const int rank = probe.rank_of(pp_stage, 0, 0, 0);
+        Topology topo(world, rank, cfg.parallel.pp, zero_group_of(cfg), cfg.parallel.tp);
         const CommFactory dry = [&](const std::vector<int>& ranks, bool) {
             const int me = int(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
             return make_dry_comm(int(ranks.size()), me);
@@ -194,7 +206,7 @@ std::vector<std::string> pipeline_report(const Config& cfg, int world, std::vect
             std::snprintf(buf, sizeof buf, " %12.1f | %12.1f", total / 1048576.0, states / 1048576.0);
             out.push_back(row + buf);
         }
-    Topology topo(world, 0, cfg.parallel.pp, cfg.parallel.zero_group_size);
+    Topology topo(world, 0, cfg.parallel.pp, cfg.parallel.zero_group_size, cfg.parallel.tp);
     out.push_back("groups at stage 1: " + topo.describe() + "; schedule " + cfg.pipeline.schedule + ", " +
                   std::to_string(m) + " micro-batches per step (grad_accum_steps)");
     out.push_back("(in_flight: micro-batches whose activations a stage holds at once, each in its own activation "
@@ -208,12 +220,14 @@ std::vector<std::string> pipeline_report(const Config& cfg, int world, std::vect
 std::vector<std::string> memory_report(const Config& cfg, int world) {
     std::vector<std::string> out;
     const GPTConfig g = gpt_config_of(cfg);
+    const int tp = cfg.parallel.tp;
     const double psi = double(ParamLayout(g).num_parameters());
+    const double psi_tp = double(ParamLayout(g, 1, tp, 0).num_parameters());  // what TP rank 0 holds
     const bool bf16 = precision_dtype(cfg) == DType::bf16;
     const double es = bf16 ? 2 : 4, K = bf16 ? 12 : 8;  // optimizer bytes per parameter: master, m, v (fp32: m, v)
     const OffloadConfig off = offload_config_of(cfg);
     const double on_device = off.enabled ? 1.0 - off.fraction : 1.0;  // the share of the optimizer state kept there
-    const int zg = cfg.parallel.zero_group_size == 0 ? world / cfg.parallel.pp : cfg.parallel.zero_group_size;
+    const int zg = cfg.parallel.zero_group_size == 0 ? world / (cfg.parallel.pp * tp) : cfg.parallel.zero_group_size;
     const double N = zg;
     char buf[400];
     std::snprintf(buf, sizeof buf, "dry run: world %d, %s, %.4g parameters (Psi), micro_batch_size %d x seq_len %d, "
@@ -221,6 +235,11 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
                   cfg.training.precision.c_str(), psi, cfg.training.micro_batch_size, cfg.model.seq_len,
                   cfg.activation_checkpoint.ratio, cfg.optimizer.offload.c_str(), off.enabled ? off.fraction : 0.0);
     out.push_back(buf);
+    if (tp > 1) {
+        std::snprintf(buf, sizeof buf, "tensor parallel: tp %d, TP rank 0 holds %.4g parameters (Psi_tp: its part of "
+                      "every split tensor and the replicated ones whole); the formula below uses Psi_tp", tp, psi_tp);
+        out.push_back(buf);
+    }
     if (cfg.parallel.pp > 1) return pipeline_report(cfg, world, out);
     out.push_back("stage" + memory_columns_head() + " device total | model states   paper formula");
     for (int stage = 0; stage <= 3; ++stage) {
@@ -230,15 +249,16 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
         // Rajbhandari et al. 2020: DP (es+es+K)Psi; ZeRO-1 es+es+K/N; ZeRO-2 es+(es+K)/N; ZeRO-3
         // (es+es+K)/N; with offload (Ren et al. 2021) the offloaded share of K moves to the host.
         const double n1 = stage == 0 ? 1 : N, Kd = K * on_device;
-        const double formula = stage == 0   ? (2 * es + Kd) * psi
-                               : stage == 1 ? (2 * es) * psi + Kd * psi / n1
-                               : stage == 2 ? es * psi + (es + Kd) * psi / n1
-                                            : (2 * es + Kd) * psi / n1;
+        const double p = psi_tp;  // = Psi at tp 1
+        const double formula = stage == 0   ? (2 * es + Kd) * p
+                               : stage == 1 ? (2 * es) * p + Kd * p / n1
+                               : stage == 2 ? es * p + (es + Kd) * p / n1
+                                            : (2 * es + Kd) * p / n1;
         std::snprintf(buf, sizeof buf, " %11.1f | %9.1f    %9.1f", total / 1048576.0, states / 1048576.0,
                       formula / 1048576.0);
         out.push_back(row + buf);
     }
-    Topology topo(world, 0, cfg.parallel.pp, cfg.parallel.zero_group_size == 0 ? 0 : cfg.parallel.zero_group_size);
+    Topology topo(world, 0, cfg.parallel.pp, cfg.parallel.zero_group_size == 0 ? 0 : cfg.parallel.zero_group_size, tp);
     out.push_back("groups at stages 1-3: " + topo.describe());
     if (off.enabled)
         out.push_back("host: the offloaded optimizer state, 12 bytes per parameter of the offloaded share of the "

@@ -17,6 +17,7 @@
 #include "parallel/partition.hpp"
 #include "parallel/pipeline.hpp"
 #include "parallel/topology.hpp"
+#include "parallel/tp_group.hpp"
 #include "parallel/zero.hpp"
 
 namespace llmtrain {
@@ -25,8 +26,12 @@ namespace llmtrain {
 using MemBytes = std::array<size_t, static_cast<int>(MemCategory::count)>;
 
 struct ModelState {
-    std::unique_ptr<ParamLayout> layout;            // padded to split over the ZeRO group
+    std::unique_ptr<ParamLayout> layout;            // this TP rank's tensors, padded to split over the ZeRO group
     std::unique_ptr<Comm> zero_comm, replica_comm;  // the ZeRO group, the replica group
+    // With parallel.tp > 1 (else null): the GPT's TP group (device buffers) and the same ranks over
+    // host buffers (the gradient norm's sum over the TP ranks).
+    std::unique_ptr<TpGroup> tp_group;
+    std::unique_ptr<Comm> tp_host_comm;
     std::unique_ptr<ZeroEngine> engine;
     std::unique_ptr<GPT> gpt;
     std::unique_ptr<AdamW> adam;
@@ -57,7 +62,8 @@ std::vector<StageLayers> stage_plan_of(const Config& cfg);
 /// and (tied wte) the last stage, the layers, ln_f on the last; empty when stages == 1 (all).
 std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, int l1);
 
-/// Builds this rank's layout, ZeRO engine (stage cfg.parallel.zero_stage), GPT (its pipeline stage's
+/// Builds this rank's layout (its TP rank's part of every tensor when parallel.tp > 1), ZeRO engine
+/// (stage cfg.parallel.zero_stage, over what this TP rank holds), the TP group, GPT (its pipeline stage's
 /// layers, micro-batch (micro_batch_size, seq_len), the activation contexts its schedule needs),
 /// AdamW, and with pp > 1 the pipeline stage and its Comms, over alloc; the Comms come from
 /// `comms`, asked for in the same order on every rank. Parameters are not initialized. Errors: as
@@ -70,7 +76,7 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
 /// Errors: InteropError naming the file, tensor or key (app/interop/safetensors.hpp).
 void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_shard);
 
-/// Bytes per MemCategory of the first rank of pipeline stage `pp_stage` of a `world`-rank run of cfg
+/// Bytes per MemCategory of the first rank (TP index 0) of pipeline stage `pp_stage` of a `world`-rank run of cfg
 /// at zero stage `stage`, counted by building it over the dry-run backend (model/dry_ops.hpp):
 /// nothing is allocated. The backend's own workspaces (cuBLASLt's 32 MiB, the attention path's:
 /// cuDNN's dP of B*NH*T^2*2 bytes, cublas' score tiles; docs/cuda.md) are not
