@@ -70,7 +70,7 @@ double peak_flops_for(const Config& cfg, const std::string& backend_name) {
 
 struct Trainer::Impl {
     Config cfg;
-    Comm& comm;  // every dp rank, MPI, host buffers: losses, flags, barriers
+    Comm& comm;  // every rank, MPI, host buffers: losses, flags, barriers
     Topology topo;
     const int dp, rank, B, T, accum;
     std::unique_ptr<Ops> ops;
@@ -78,6 +78,8 @@ struct Trainer::Impl {
     GPTConfig gcfg;
     std::unique_ptr<ParamLayout> layout;            // padded to split over the ZeRO group
     std::unique_ptr<Comm> zero_comm, replica_comm;  // the backend's Comm (NCCL on cuda)
+    std::unique_ptr<TpGroup> tp_group;              // parallel.tp > 1: the GPT's TP group
+    std::unique_ptr<Comm> tp_host_comm;             // the same ranks, host buffers (MPI)
     std::unique_ptr<ZeroEngine> engine;
     std::unique_ptr<GPT> gpt;
     std::unique_ptr<AdamW> adam;
@@ -100,7 +102,7 @@ struct Trainer::Impl {
     std::unique_ptr<CheckpointSaver> saver;  // the checkpoint writer (background thread when async)
 
     Impl(const Config& c, Comm& cm)
-        : cfg(c), comm(cm), topo(world_size(), world_rank(), c.parallel.pp, zero_group_of(c)), dp(topo.dp()),
+        : cfg(c), comm(cm), topo(world_size(), world_rank(), c.parallel.pp, zero_group_of(c), c.parallel.tp), dp(topo.dp()),
           rank(cm.rank()), B(c.training.micro_batch_size), T(c.model.seq_len), accum(c.training.grad_accum_steps),
           sampler_rng(c.run.seed) {
         // Data first: a bad file fails before any large allocation.
@@ -108,7 +110,7 @@ struct Trainer::Impl {
         lo.path = cfg.data.train;
         lo.B = B;
         lo.T = T;
-        lo.rank = topo.dp_index();  // data is sharded by the global dp index, not a group rank
+        lo.rank = topo.dp_index();  // data is sharded by the global dp index (a TP group reads the same batches)
         lo.world = dp;
         lo.seed = cfg.run.seed;
         lo.shuffle = true;
@@ -135,6 +137,8 @@ struct Trainer::Impl {
         layout = std::move(ms.layout);
         zero_comm = std::move(ms.zero_comm);
         replica_comm = std::move(ms.replica_comm);
+        tp_group = std::move(ms.tp_group);
+        tp_host_comm = std::move(ms.tp_host_comm);
         engine = std::move(ms.engine);
         gpt = std::move(ms.gpt);
         adam = std::move(ms.adam);
@@ -169,9 +173,11 @@ struct Trainer::Impl {
     uint64_t tokens_per_step() const { return uint64_t(cfg.training.global_batch_size) * T; }
 
     /// Mean of a per-rank value over the dp ranks. With a pipeline only the last stage's ranks hold
-    /// the value and the others pass 0 (adding 0 first keeps the sum of the dp values exact).
+    /// the value and the others pass 0 (adding 0 first keeps the sum of the dp values exact); with
+    /// tensor parallelism every TP rank holds the same value and only TP index 0 passes it.
     float dp_mean(float v) {
         if (topo.world_size() == 1) return v;
+        if (topo.tp_index() != 0) v = 0;
         comm.all_reduce_sum(&v, 1, DType::f32);
         return v / float(dp);
     }
@@ -205,7 +211,10 @@ struct Trainer::Impl {
         engine->reduce_grads();
         // The grad shard now holds the sum over the dp ranks: the averaged gradient is that / dp. With
         // a pipeline the stages' squares are summed, the tied wte counted once (on the first stage).
-        float sq = engine->grad_norm_squared(norm_scratch, pipe && last_stage());
+        // With tensor parallelism the TP ranks' squares are summed, the replicated tensors (the same
+        // on every TP rank) counted once (on TP index 0); MPI sums the one float in rank order.
+        float sq = engine->grad_norm_squared(norm_scratch, pipe && last_stage(), topo.tp_index() != 0);
+        if (tp_host_comm) tp_host_comm->all_reduce_sum(&sq, 1, DType::f32);
         if (stage_comm) stage_comm->all_reduce_sum(&sq, 1, DType::f32);
         *norm = std::sqrt(sq) / float(dp);
         if (!pipe) sum = gpt->take_loss_sum();  // one event wait, after the norm's own
@@ -371,7 +380,7 @@ std::vector<std::string> Trainer::summary() const {
     std::vector<std::string> out;
     out.push_back("llmtrain: run '" + c.run.name + "' in " + c.run.run_dir);
     out.push_back("backend: " + std::string(I.ops->name()) + ", precision " + c.training.precision + ", world " +
-                  std::to_string(world_size()) + ", dp " + std::to_string(I.dp));
+                  std::to_string(world_size()) + ", dp " + std::to_string(I.dp) + ", tp " + std::to_string(I.topo.tp()));
     out.push_back("attention: " + std::string(I.ops->attention_name()) + " (" + I.ops->attention_reason() + ")");
     out.push_back("parallel: zero_stage " + std::to_string(c.parallel.zero_stage) + ", grad_reduce_dtype " +
                   c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
@@ -572,8 +581,9 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
         // ZeRO-3 gathers the weights for every forward, so its whole group samples in step (every
         // rank draws the same tokens: same gathered weights, same RNG); so does rank 0's pipeline,
         // every stage of it, the last stage's logits broadcast to all; rank 0 prints.
+        // With tp > 1 rank 0's whole TP group samples (its logits are gathered over the group).
         const bool samples_here = I.rank == 0 || (I.cfg.parallel.zero_stage == 3 && I.topo.replica() == 0) ||
-                                  (I.pipe && I.topo.replica() == 0 && I.topo.zero_index() == 0);
+                                  ((I.pipe || I.topo.tp() > 1) && I.topo.replica() == 0 && I.topo.zero_index() == 0);
         if (rc.sample_interval > 0 && s % rc.sample_interval == 0 && samples_here) {
             const int eos = I.train->info().eos_id;
             std::vector<int32_t> ids;
@@ -614,7 +624,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
     std::string line = "peak device memory (MiB):";
     char buf[64];
     for (int r = 0; r < world; ++r) {
-        std::snprintf(buf, sizeof buf, "%s rank %d (stage %d) %.2f", r ? "," : "", r, r / dp, double(peaks[size_t(r)]));
+        std::snprintf(buf, sizeof buf, "%s rank %d (stage %d) %.2f", r ? "," : "", r, r / (dp * I.topo.tp()), double(peaks[size_t(r)]));
         line += buf;
     }
     log.line(line);

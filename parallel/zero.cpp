@@ -164,9 +164,21 @@ void ZeroEngine::reduce_grads() {
     }
 }
 
-float ZeroEngine::grad_norm_squared(float* scratch, bool skip_embeddings) {
-    const size_t skip = skip_embeddings ? chunk(0) : 0;  // unit 0 comes first in the shard
-    ops_.norm_squared(scratch, static_cast<const char*>(gshard_) + skip * es_, shard_numel_ - skip, false);
+float ZeroEngine::grad_norm_squared(float* scratch, bool skip_embeddings, bool skip_replicated) {
+    if (!skip_replicated) {
+        const size_t skip = skip_embeddings ? chunk(0) : 0;  // unit 0 comes first in the shard
+        ops_.norm_squared(scratch, static_cast<const char*>(gshard_) + skip * es_, shard_numel_ - skip, false);
+    } else {
+        // Each split tensor's overlap with this rank's chunk of its unit (padding is zero: left out).
+        ops_.memset(scratch, 0, sizeof(float));
+        for (const ParamTensor& t : layout_.tensors()) {
+            if (t.split == TPSplit::replicated || !held_[size_t(t.unit)] || (skip_embeddings && t.unit == 0)) continue;
+            const FlatRange& c = shard_[size_t(t.unit)];
+            const size_t b = std::max(t.offset, c.offset), e = std::min(t.offset + t.numel, c.offset + c.numel);
+            if (b >= e) continue;
+            ops_.norm_squared(scratch, shard_at(gshard_, t.unit) + (b - c.offset) * es_, e - b, true);
+        }
+    }
     zero_.all_reduce_sum(scratch, 1, DType::f32);  // replicas hold the same shard: the ZeRO group covers all
     // Each replica's ZeRO group sums on its own communicator, in an order NCCL does not promise to
     // share between communicators: every replica takes replica 0's sum, so the whole dp applies

@@ -74,7 +74,11 @@ public:
     /// the first stage counts the tied embeddings). The host waits for the current stream only,
     /// under parallel.timeout_s (HostWait), so a hung gradient reduction ends in CommError
     /// "reading the gradient norm: timed out ...; zero group (...); replica group (...)".
-    float grad_norm_squared(float* scratch, bool skip_embeddings = false);
+    /// skip_replicated (tensor parallelism, TP ranks other than 0): only the tensors the layout splits
+    /// over the TP group are counted, so that the replicated ones (LayerNorms, wpe, row-parallel
+    /// biases; equal on every TP rank) enter the TP group's sum once; summed range by range, each
+    /// tensor's part of the shard in flat order (a fixed order: the same bits on every replica).
+    float grad_norm_squared(float* scratch, bool skip_embeddings = false, bool skip_replicated = false);
     /// After the optimizer wrote param_shard(): all-gathers it into the full params (stages 1, 2);
     /// marks gathered copies stale (stage 3).
     void gather_params();
