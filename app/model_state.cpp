@@ -70,7 +70,7 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
     go.l1 = plan.l1;
     go.checkpoint_layers = plan.checkpointed;
     go.contexts = P > 1 ? max_in_flight(schedule, st, P, std::max(1, cfg.training.grad_accum_steps)) : 1;
-    go.shard_multiple = N > 1 ? 8 * N : 1;  // every shard of a unit 16-byte aligned (8 elements)
+    go.shard_multiple = zero_shard_multiple(N);
     s.layout = std::make_unique<ParamLayout>(g, go.shard_multiple, topo.tp(), topo.tp_index());
     s.zero_comm = comms(topo.zero_group(), false);
     s.replica_comm = comms(topo.replica_group(), false);

@@ -52,6 +52,9 @@ GPTConfig gpt_config_of(const Config& cfg);
 DType precision_dtype(const Config& cfg);
 /// The ZeRO group size a topology is built with: 1 at stage 0 (plain DP), else parallel.zero_group_size.
 int zero_group_of(const Config& cfg);
+/// The unit padding of a layout sharded over a ZeRO group of n ranks: every shard of a unit
+/// 16-byte aligned (8 elements per rank), 1 when n == 1.
+inline int zero_shard_multiple(int n) { return n > 1 ? 8 * n : 1; }
 /// model.attention*, training.stochastic_rounding as the CUDA backend's options (the CPU ignores them).
 CudaBackendOptions cuda_options_of(const Config& cfg);
 /// optimizer.offload* (and training.stochastic_rounding) as the optimizer's OffloadConfig.

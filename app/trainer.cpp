@@ -1,6 +1,7 @@
 // app/trainer.cpp — the training loop (see trainer.hpp).
 #include "app/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -76,7 +77,8 @@ struct Trainer::Impl {
     std::unique_ptr<Ops> ops;
     std::unique_ptr<Allocator> alloc;
     GPTConfig gcfg;
-    std::unique_ptr<ParamLayout> layout;            // padded to split over the ZeRO group
+    std::unique_ptr<ParamLayout> layout;            // this TP rank's tensors, padded to split over the ZeRO group
+    std::unique_ptr<ParamLayout> full_layout;       // tp > 1: the whole model (tp 1), as checkpoints hold it
     std::unique_ptr<Comm> zero_comm, replica_comm;  // the backend's Comm (NCCL on cuda)
     std::unique_ptr<TpGroup> tp_group;              // parallel.tp > 1: the GPT's TP group
     std::unique_ptr<Comm> tp_host_comm;             // the same ranks, host buffers (MPI)
@@ -159,11 +161,14 @@ struct Trainer::Impl {
         sched.decay_steps = cfg.run.max_steps;
         sched.decay = parse_lr_decay(cfg.lr_schedule.decay);
         norm_scratch = static_cast<float*>(alloc->alloc(MemCategory::workspace, sizeof(float)));
-        saver = std::make_unique<CheckpointSaver>(comm, *alloc, *layout, cfg.run.run_dir,
-                                                  topo.pp() * topo.zero_group_size(), cfg.checkpoint.keep_last,
-                                                  cfg.checkpoint.async);
+        // With tp > 1 a checkpoint holds the whole model like a tp = 1 one (so any tp resumes it):
+        // one part per pipeline stage, gathered on the stage's first rank (save_tp).
+        if (topo.tp() > 1) full_layout = std::make_unique<ParamLayout>(gcfg);
+        saver = std::make_unique<CheckpointSaver>(comm, *alloc, full_layout ? *full_layout : *layout, cfg.run.run_dir,
+                                                  topo.pp() * (full_layout ? 1 : topo.zero_group_size()),
+                                                  cfg.checkpoint.keep_last, cfg.checkpoint.async);
         // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy.
-        if (topo.replica() == 0) saver->reserve(adam->numel());
+        if (topo.replica() == 0 && !full_layout) saver->reserve(adam->numel());
 
         inputs.resize(size_t(B) * T);
         targets.resize(size_t(B) * T);
@@ -251,6 +256,7 @@ struct Trainer::Impl {
     void save(RunLog& log, Metrics* metrics) {
         const auto t0 = Clock::now();
         const double waited = saver->begin(step, log, metrics);  // for the previous checkpoint
+        if (full_layout) return save_tp(log, metrics, t0, waited);
         std::string err;
         int k = -1;
         std::vector<OptimShardView> views;
@@ -343,6 +349,92 @@ struct Trainer::Impl {
                 "; resume it once with the dp, micro_batch_size and grad_accum_steps it was written with (its "
                 "next checkpoint then resumes in any layout)");
         return train->legacy_position(epoch, batch);
+    }
+
+    /// save() with tp > 1: every rank of replica 0 sends its fp32 shard (weights, m, v, in its
+    /// TP-local layout) to its stage's first rank, which places each TP rank's part of every tensor
+    /// into the whole tensors (ParamLayout::place_local) and submits them as the stage's part
+    /// k = stage, laid out as full_layout: the files are those of a tp = 1 run. Costs that rank
+    /// 12 bytes of host memory per parameter of its stage (docs/training.md "Tensor parallelism").
+    void save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0, double waited) {
+        std::vector<OptimShardView> views;
+        std::string err;
+        int k = -1;
+        const int st = topo.stage(), N = topo.zero_group_size(), TP = topo.tp();
+        const int head = topo.rank_of(st, 0, 0, 0);  // the stage's first rank gathers
+        if (topo.replica() == 0) {
+            const size_t ns = adam->numel();
+            std::vector<float> mine(3 * ns);
+            adam->state_to_host(engine->param_shard(), mine.data(), mine.data() + ns, mine.data() + 2 * ns);
+            if (rank != head) {
+                comm.send(mine.data(), mine.size(), DType::f32, head);
+            } else {
+                const ParamLayout& full = *full_layout;
+                std::vector<int> held;  // units this stage holds (the last stage's wte is the first's: not saved)
+                for (int u = 0; u < int(full.units().size()); ++u)
+                    if (engine->holds(u) && !(pipe && last_stage() && u == 0)) held.push_back(u);
+                size_t nf = 0;
+                for (int u : held) nf += full.units()[size_t(u)].numel;
+                float* w = saver->snapshot(nf);
+                float *m = w + nf, *v = m + nf;
+                std::vector<size_t> at(full.units().size(), 0);  // a held unit's offset in the snapshot
+                size_t off = 0;
+                for (int u : held) {
+                    const ParamUnit& un = full.units()[size_t(u)];
+                    at[size_t(u)] = off;
+                    views.push_back({un.offset, un.offset + un.numel, m + off, v + off, w + off});
+                    std::fill(w + off, w + off + un.numel, 0.0f);  // padding
+                    std::fill(m + off, m + off + un.numel, 0.0f);
+                    std::fill(v + off, v + off + un.numel, 0.0f);
+                    off += un.numel;
+                }
+                std::vector<float> recv(3 * ns), lw, lm, lv;
+                for (int t = 0; t < TP; ++t) {
+                    const ParamLayout lay(gcfg, zero_shard_multiple(N), TP, t);  // TP rank t's layout
+                    lw.assign(lay.total_numel(), 0.0f), lm.assign(lay.total_numel(), 0.0f), lv.assign(lay.total_numel(), 0.0f);
+                    for (int z = 0; z < N; ++z) {  // TP rank t's whole local state, from its ZeRO group's shards
+                        const int src = topo.rank_of(st, 0, z, t);
+                        const float* p = mine.data();
+                        if (src != rank) {
+                            comm.recv(recv.data(), recv.size(), DType::f32, src);
+                            p = recv.data();
+                        }
+                        const std::vector<FlatRange> ch = lay.shard(z, N);
+                        size_t local = 0;
+                        for (size_t u = 0; u < ch.size(); ++u) {
+                            if (!engine->holds(int(u))) continue;
+                            std::copy(p + local, p + local + ch[u].numel, lw.begin() + ch[u].offset);
+                            std::copy(p + ns + local, p + ns + local + ch[u].numel, lm.begin() + ch[u].offset);
+                            std::copy(p + 2 * ns + local, p + 2 * ns + local + ch[u].numel, lv.begin() + ch[u].offset);
+                            local += ch[u].numel;
+                        }
+                    }
+                    for (const ParamTensor& lt : lay.tensors()) {
+                        const size_t u = size_t(lt.unit);
+                        if (std::find(held.begin(), held.end(), lt.unit) == held.end()) continue;
+                        const ParamTensor& ft = full.find(lt.name);
+                        const size_t dst = at[u] + (ft.offset - full.units()[u].offset);
+                        if (lt.split == TPSplit::replicated && t != 0) {
+                            // Saved from TP rank 0; every other TP rank's copy must be the same bits
+                            // (equal gradients, one clip scale: nothing may make them drift).
+                            const size_t bytes = lt.numel * sizeof(float);
+                            if (err.empty() && (std::memcmp(lw.data() + lt.offset, w + dst, bytes) != 0 ||
+                                                std::memcmp(lm.data() + lt.offset, m + dst, bytes) != 0 ||
+                                                std::memcmp(lv.data() + lt.offset, v + dst, bytes) != 0))
+                                err = "checkpoint: the replicated tensor " + lt.name + " of TP rank " +
+                                      std::to_string(t) + " (world rank " + std::to_string(topo.rank_of(st, 0, 0, t)) +
+                                      ") differs from TP rank 0's (weights or AdamW state)";
+                            continue;
+                        }
+                        lay.place_local(lt, lw.data() + lt.offset, w + dst);
+                        lay.place_local(lt, lm.data() + lt.offset, m + dst);
+                        lay.place_local(lt, lv.data() + lt.offset, v + dst);
+                    }
+                }
+                k = st;
+            }
+        }
+        saver->submit(k, std::move(views), train_state(), err, seconds_since(t0) - waited, log, metrics);
     }
 
     TrainState train_state() const {
@@ -449,14 +541,33 @@ std::string Trainer::resume_from(const std::string& dir) {
                               " but the config asks for " + shape_of(I.gcfg));
     const ParamLayout& layout = *I.layout;
     std::vector<float> host(layout.total_numel());
-    read_params(dir, layout, host.data());
     const size_t ns = I.adam->numel();
     std::vector<float> m(ns), v(ns), w;
     size_t local = 0;
-    for (const FlatRange& r : I.adam->ranges()) {  // the optimizer shard, by flat offset: any old sharding
-        read_optim(dir, layout, r.offset, r.offset + r.numel, m.data() + local, v.data() + local);
-        w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
-        local += r.numel;
+    if (!I.full_layout) {
+        read_params(dir, layout, host.data());
+        for (const FlatRange& r : I.adam->ranges()) {  // the optimizer shard, by flat offset: any old sharding
+            read_optim(dir, layout, r.offset, r.offset + r.numel, m.data() + local, v.data() + local);
+            w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
+            local += r.numel;
+        }
+    } else {
+        // tp > 1: the checkpoint holds whole tensors (written at any tp); this TP rank cuts its part
+        // of each out of the whole model's weights, m and v (3 x 4 bytes per parameter of host memory).
+        const ParamLayout& full = *I.full_layout;
+        std::vector<float> fw(full.total_numel()), fm(full.total_numel()), fv(full.total_numel());
+        read_params(dir, full, fw.data());
+        read_optim(dir, full, 0, full.total_numel(), fm.data(), fv.data());
+        std::vector<float> lm(layout.total_numel()), lv(layout.total_numel());
+        layout.cut_local_flat(full, fw.data(), host.data());
+        layout.cut_local_flat(full, fm.data(), lm.data());
+        layout.cut_local_flat(full, fv.data(), lv.data());
+        for (const FlatRange& r : I.adam->ranges()) {
+            std::copy(lm.begin() + r.offset, lm.begin() + r.offset + r.numel, m.begin() + local);
+            std::copy(lv.begin() + r.offset, lv.begin() + r.offset + r.numel, v.begin() + local);
+            w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
+            local += r.numel;
+        }
     }
     I.adam->state_from_host(w.data(), m.data(), v.data());  // device and host parts alike
     // The checkpoint holds fp32 master weights. Rounded to nearest they would not be the bf16 params

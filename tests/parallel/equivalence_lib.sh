@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# tests/parallel/equivalence_lib.sh — sourced by zero_equivalence.sh and pipeline_equivalence.sh: run a
-# small GPT-2 through the llmtrain binary under mpirun (CPU backend, 6 steps, checkpoint at the end)
-# and compare two runs' train/val losses and final weights, bitwise or within a tolerance (see
-# zero_equivalence.sh for the tolerances and the c_attn key-bias exception).
+# tests/parallel/equivalence_lib.sh — sourced by zero_equivalence.sh, pipeline_equivalence.sh,
+# zero_reshard.sh and tp_equivalence.sh: run a small GPT-2 through the llmtrain binary under mpirun
+# (CPU backend, 6 steps, checkpoint at the end) and compare two runs' train/val losses and final
+# weights, bitwise or within a tolerance (see zero_equivalence.sh for the tolerances and the c_attn
+# key-bias exception); `same`: two step_3 checkpoints' weights and AdamW moments bitwise.
 # Needs: BIN (llmtrain), MPI (mpiexec), DATA (tiny dataset dir), WORK (work dir), VOCAB, PY (python3).
 
 run() {  # run <np> <name> [--set overrides...]
@@ -17,12 +18,13 @@ run() {  # run <np> <name> [--set overrides...]
         "$@" >"$WORK/$name.log" 2>&1 || { echo "FAILED: $name exited $?"; cat "$WORK/$name.log"; exit 1; }
 }
 
-# compare <reference> <run> <rel tolerance; 0 = bitwise> [<resumed at step>]: train/val losses (the
-# reference's after that step, for a run resumed there) and the final weights.
+# compare <reference> <run> <rel tolerance; 0 = bitwise> [<resumed at step>] [<weight abs tolerance,
+# default 1e-6>]: train/val losses (the reference's after that step, for a run resumed there) and
+# the final weights.
 compare() {
-    "$PY" - "$WORK/$1" "$WORK/$2" "$3" "${4:-0}" <<'PY'
+    "$PY" - "$WORK/$1" "$WORK/$2" "$3" "${4:-0}" "${5:-1e-6}" <<'PY'
 import sys, h5py, numpy as np
-ref, run, tol, since = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+ref, run, tol, since, wtol = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
 def losses(d):
     rows = [l.rstrip('\n').split('\t') for l in open(d + '/losses.tsv')][1:]
     return [(r[0], r[1], r[2]) for r in rows if int(r[0]) > since]
@@ -50,9 +52,37 @@ for k in fa:
             d[C:2 * C] = 0
         wmax = max(wmax, float(d.max()))
 if tol > 0:
-    assert worst <= tol and wmax <= 1e-6, f'{run}: loss rel diff {worst:.2e} (tol {tol}), weight abs diff {wmax:.2e} (tol 1e-6)'
-    print(f'{run}: losses within {worst:.2e} relative (tolerance {tol}), weights within {wmax:.2e} (tolerance 1e-6)')
+    assert worst <= tol and wmax <= wtol, f'{run}: loss rel diff {worst:.2e} (tol {tol}), weight abs diff {wmax:.2e} (tol {wtol:g})'
+    print(f'{run}: losses within {worst:.2e} relative (tolerance {tol}), weights within {wmax:.2e} (tolerance {wtol:g})')
 else:
     print(f'{run}: {len(a)} losses and {len(fa)} tensors bitwise equal to {ref}')
+PY
+}
+
+same() {  # same <a> <b>: every tensor and every optimizer element bitwise equal
+    "$PY" - "$WORK/$1/checkpoints/step_3" "$WORK/$2/checkpoints/step_3" <<'PY'
+import sys, glob, h5py, numpy as np
+a, b = sys.argv[1], sys.argv[2]
+ma, mb = h5py.File(a + '/model.h5', 'r'), h5py.File(b + '/model.h5', 'r')
+assert sorted(ma) == sorted(mb)
+for k in ma:
+    assert np.array_equal(ma[k][()], mb[k][()]), f'{b}: weights of {k} differ'
+def moments(d):  # tensor -> (m, v) reassembled from every shard file by offset
+    out = {}
+    for f in sorted(glob.glob(d + '/optim_*.h5')):
+        h = h5py.File(f, 'r')
+        for k in h['m']:
+            n = ma[k].size
+            m, v = out.setdefault(k, (np.full(n, np.nan, np.float32), np.full(n, np.nan, np.float32)))
+            o = int(h['m'][k].attrs['offset']); p = h['m'][k][()]
+            m[o:o + p.size] = p; v[o:o + p.size] = h['v'][k][()]
+    return out
+oa, ob = moments(a), moments(b)
+assert sorted(oa) == sorted(ma) and sorted(ob) == sorted(ma), 'a tensor is missing from the optimizer shards'
+for k in oa:
+    for x, y, what in ((oa[k][0], ob[k][0], 'm'), (oa[k][1], ob[k][1], 'v')):
+        assert not np.isnan(x).any() and not np.isnan(y).any(), f'{k}: {what} not fully covered'
+        assert np.array_equal(x, y), f'{b}: {what} of {k} differs'
+print(f'{b}: {len(ma)} tensors and their m, v equal to {a}')
 PY
 }

@@ -27,6 +27,8 @@ common=(--set model.n_layer=2 --set model.n_head=2 --set model.n_embd=36 --set m
         --set metrics.enabled=false --set training.micro_batch_size=2 --set run.eval_interval=0
         --set run.sample_interval=0 --set checkpoint.interval=0)
 
+source "$(dirname "$0")/equivalence_lib.sh"  # run, compare, same
+
 train() {  # train <np> <name> [--set ...]: 3 steps, checkpoint at the end
     local np=$1 name=$2
     shift 2
@@ -39,33 +41,6 @@ resave() {  # resave <np> <from> <name> [--set ...]
     "$MPI" --oversubscribe -np "$np" "$RESAVE" "$WORK/$from/checkpoints/step_3" "${common[@]}" \
         --set "run.run_dir=\"$WORK/$name\"" "$@" >"$WORK/$name.log" 2>&1 ||
         { echo "FAILED: resave $name"; cat "$WORK/$name.log"; exit 1; }
-}
-same() {  # same <a> <b>: every tensor and every optimizer element bitwise equal
-    "$PY" - "$WORK/$1/checkpoints/step_3" "$WORK/$2/checkpoints/step_3" <<'PY'
-import sys, glob, h5py, numpy as np
-a, b = sys.argv[1], sys.argv[2]
-ma, mb = h5py.File(a + '/model.h5', 'r'), h5py.File(b + '/model.h5', 'r')
-assert sorted(ma) == sorted(mb)
-for k in ma:
-    assert np.array_equal(ma[k][()], mb[k][()]), f'{b}: weights of {k} differ'
-def moments(d):  # tensor -> (m, v) reassembled from every shard file by offset
-    out = {}
-    for f in sorted(glob.glob(d + '/optim_*.h5')):
-        h = h5py.File(f, 'r')
-        for k in h['m']:
-            n = ma[k].size
-            m, v = out.setdefault(k, (np.full(n, np.nan, np.float32), np.full(n, np.nan, np.float32)))
-            o = int(h['m'][k].attrs['offset']); p = h['m'][k][()]
-            m[o:o + p.size] = p; v[o:o + p.size] = h['v'][k][()]
-    return out
-oa, ob = moments(a), moments(b)
-assert sorted(oa) == sorted(ma) and sorted(ob) == sorted(ma), 'a tensor is missing from the optimizer shards'
-for k in oa:
-    for x, y, what in ((oa[k][0], ob[k][0], 'm'), (oa[k][1], ob[k][1], 'v')):
-        assert not np.isnan(x).any() and not np.isnan(y).any(), f'{k}: {what} not fully covered'
-        assert np.array_equal(x, y), f'{b}: {what} of {k} differs'
-print(f'{b}: {len(ma)} tensors and their m, v equal to {a}')
-PY
 }
 
 train 2 w2 --set parallel.zero_stage=2
@@ -94,7 +69,6 @@ train 4 pp2dp2 "${L4[@]}" --set parallel.pp=2 --set parallel.zero_stage=1
 resave 4 pp2dp2 pp2dp2_to_pp4 "${L4[@]}" --set parallel.pp=4
 same pp2dp2 pp2dp2_to_pp4
 
-source "$(dirname "$0")/equivalence_lib.sh"  # run, compare: 6 steps of the same tiny model
 E=(--set run.eval_interval=0 --set checkpoint.interval=3)  # val reads eval_steps micro-batches per rank: dp-dependent
 Z3=(--set parallel.zero_stage=3 --set parallel.zero_group_size=2)
 run 1 stream1 "${E[@]}" --set training.grad_accum_steps=4
