@@ -83,4 +83,32 @@ run 1 tp2_then_1 "${H4[@]}" "${CK[@]}"
 compare ref tp2_then_1 $LT 3 $WT
 run 4 tp2_then_4 "${H4[@]}" "${CK[@]}" --set parallel.tp=4
 compare ref tp2_then_4 $LT 3 $WT
+# --dry-run --world-size N at tp 2 (the row of the run's ZeRO stage, device total) against the
+# Allocator's peak of every rank of the real run, 2 steps of a wider model (n_embd 128, seq_len 64:
+# ~5 MiB per rank, so the report's 0.1 MiB resolution is 1%), within 2%: tp 2 alone, and tp 2 x dp 2
+# at ZeRO-1.
+mem() {  # mem <np> <name> [--set ...]
+    local np=$1 name=$2
+    shift 2
+    local S=(--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=128 --set model.seq_len=64
+             --set "model.vocab_size=$VOCAB" --set "data.train=\"$DATA/train.h5\"" --set "data.val=\"$DATA/val.h5\""
+             --set metrics.enabled=false --set training.micro_batch_size=2 --set run.eval_interval=0
+             --set run.sample_interval=0 --set checkpoint.interval=0 --set run.max_steps=2 "$@")
+    "$BIN" "${S[@]}" --dry-run --world-size "$np" >"$WORK/$name.dry" 2>&1 || { echo "FAILED: dry $name"; cat "$WORK/$name.dry"; exit 1; }
+    "$MPI" --oversubscribe -np "$np" "$BIN" "${S[@]}" --set "run.run_dir=\"$WORK/$name\"" >"$WORK/$name.log" 2>&1 ||
+        { echo "FAILED: $name"; cat "$WORK/$name.log"; exit 1; }
+    "$PY" - "$WORK/$name.dry" "$WORK/$name.log" "$np" "${ZERO:-0}" <<'PY'
+import re, sys
+dry, log, np_, zero = open(sys.argv[1]).read(), open(sys.argv[2]).read(), int(sys.argv[3]), int(sys.argv[4])
+row = [l.split() for l in dry.splitlines() if re.match(r'^ +%d +[0-9]' % zero, l)][0]
+predicted = float(row[row.index('|') - 1])
+peaks = [float(x) for x in re.findall(r'rank [0-9]+ \(stage [0-9]+\) ([0-9.]+)', log.split('peak device memory')[1].splitlines()[0])]
+assert len(peaks) == np_, f'{sys.argv[2]}: {len(peaks)} peaks'
+worst = max(abs(p - predicted) / predicted for p in peaks)
+assert worst <= 0.02, f'{sys.argv[2]}: dry run {predicted} MiB, peaks {peaks}'
+print(f'{sys.argv[2]}: --dry-run {predicted} MiB per rank, peaks {peaks} (within {100 * worst:.1f}%)')
+PY
+}
+mem 2 mem_tp2 --set parallel.tp=2
+ZERO=1 mem 4 mem_tp2z1 --set parallel.tp=2 --set parallel.zero_stage=1
 echo "tp_equivalence: all comparisons passed"
