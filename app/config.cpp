@@ -564,6 +564,10 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
                 fail(at({"parallel.tp", sp.key}), "parallel.tp: expected a divisor of " + std::string(sp.what) +
                                                       " = " + std::to_string(sp.n) + ", got " + std::to_string(p.tp));
     }
+    if (p.tp > 1 && c.pipeline.plan == "auto")
+        fail(at({"pipeline.plan", "parallel.tp"}),
+             "pipeline.plan: expected \"none\" with parallel.tp > 1 (the planner does not consider tensor "
+             "parallelism yet), got \"auto\"");
     if (p.pp > 1 && p.zero_stage >= 2)
         fail(at({"parallel.zero_stage", "parallel.pp"}),
              "parallel.zero_stage: ZeRO-2/3 need one micro-batch's gradients per unit, but a pipeline accumulates "

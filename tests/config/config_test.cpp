@@ -151,6 +151,8 @@ TEST(Config, EveryBadFileIsReportedAtItsPositionWithTheKey) {
         {"tp not dividing the padded vocabulary", "[parallel]\ntp = @256\n[model]\nn_head = 256\nn_embd = 256\nvocab_size = 100\n",
          {"parallel.tp: expected a divisor of the padded vocabulary", "got 256"}},
         {"tp of zero", "[parallel]\ntp = @0\n", {"parallel.tp: expected an integer >= 1", "got 0"}},
+        {"the planner with tp", "[parallel]\ntp = 2\n[pipeline]\nplan = @\"auto\"\n",
+         {"pipeline.plan: expected \"none\" with parallel.tp > 1", "got \"auto\""}},
     };
     for (const auto& c : cases) {
         std::string text = c.toml;
