@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # tests/parallel/tp_equivalence.sh — parallel.tp through the llmtrain binary (CPU backend, one
 # OpenMP thread per rank, 6 steps of a 2-layer, 4-head model) against tp = 1 at the same global
-# batch: tp 2 and tp 4 against one process; tp 2 x dp 2, tp 2 with ZeRO-1 and ZeRO-3 (dp 2) against
+# batch: tp 2 and tp 4 against one process; tp 2 x dp 2, tp 2 with ZeRO-1, 2 and 3 (dp 2) against
 # dp 2; tp 2 x pp 2 against one process; tp 2 with gradient clipping on (the clip scale uses the
-# TP-summed norm) against one process, norms compared too. Tolerances: train/val losses 1e-5
+# TP-summed norm) against one process, norms compared too; tp 2 with the optimizer half offloaded
+# against tp 2, bitwise. Tolerances: train/val losses 1e-5
 # relative (measured up to 1.0e-7: the row-parallel matmuls' partial sums are added over the TP
 # group, which reassociates fp32 sums of K = n_embd/tp or 4 n_embd/tp terms, ~1e-7 relative per
 # step; gradient norms measured up to 1.5e-7); weights 1e-4 absolute after 6 AdamW steps (the
@@ -57,8 +58,14 @@ compare dp2 tp2dp2 $LT 0 $WT
 grep -q "x dp 2 = global_batch_size 4 " "$WORK/tp2dp2.log" || { echo "tp2dp2: global batch not 2 x dp 2"; exit 1; }
 run 4 tp2z1 "${H4[@]}" --set parallel.tp=2 --set parallel.zero_stage=1
 compare dp2 tp2z1 $LT 0 $WT
+run 4 tp2z2 "${H4[@]}" --set parallel.tp=2 --set parallel.zero_stage=2
+compare dp2 tp2z2 $LT 0 $WT
 run 4 tp2z3 "${H4[@]}" --set parallel.tp=2 --set parallel.zero_stage=3
 compare dp2 tp2z3 $LT 0 $WT
+# The offloaded optimizer (half of each TP rank's shard on the host) against tp 2 without it: bitwise.
+run 2 tp2_off "${H4[@]}" --set parallel.tp=2 --set 'optimizer.offload="cpu"' --set optimizer.offload_fraction=0.5 \
+    --set optimizer.offload_chunk_mb=0.01
+compare tp2 tp2_off 0
 
 # Resharding: the tp 2 run's step-3 checkpoint loaded and saved again at tp 1 and tp 4; the
 # one-process run's at tp 2.
