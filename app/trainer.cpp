@@ -174,7 +174,8 @@ struct Trainer::Impl {
         targets.resize(size_t(B) * T);
     }
 
-    size_t nparams() const { return layout->num_parameters(); }
+    /// The whole model's parameters (with tp > 1 this rank holds about 1/tp of them).
+    size_t nparams() const { return (full_layout ? *full_layout : *layout).num_parameters(); }
     uint64_t tokens_per_step() const { return uint64_t(cfg.training.global_batch_size) * T; }
 
     /// Mean of a per-rank value over the dp ranks. With a pipeline only the last stage's ranks hold
@@ -477,7 +478,9 @@ std::vector<std::string> Trainer::summary() const {
     out.push_back("parallel: zero_stage " + std::to_string(c.parallel.zero_stage) + ", grad_reduce_dtype " +
                   c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
     out.push_back("model: GPT-2 " + shape_of(I.gcfg) + " | " + format_thousands(double(I.nparams())) +
-                  " parameters");
+                  " parameters" +
+                  (I.topo.tp() > 1 ? ", " + format_thousands(double(I.layout->num_parameters())) + " on this TP rank"
+                                   : std::string()));
     char fpt[64];
     std::snprintf(fpt, sizeof fpt, "%.3g", flops_per_token(I.gcfg, I.nparams(), I.T));
     out.push_back("batch: micro_batch_size " + std::to_string(I.B) + " x grad_accum_steps " + std::to_string(I.accum) +

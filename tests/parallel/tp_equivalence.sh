@@ -43,6 +43,9 @@ run 2 tp2 "${H4[@]}" --set parallel.tp=2
 compare ref tp2 $LT 0 $WT
 norms ref tp2
 grep -q "TP groups {0,1}" "$WORK/tp2.log" || { echo "tp2: no TP group in the start-up log"; exit 1; }
+# The start-up summary counts the whole model's parameters and FLOPs per token (MFU), not one TP rank's.
+flops() { grep -oE "[0-9,]+ parameters|[0-9.e+]+ training FLOPs per token" "$WORK/$1.log"; }
+[ "$(flops ref)" = "$(flops tp2)" ] || { echo "tp2: parameters / FLOPs per token differ:"; flops ref; flops tp2; exit 1; }
 run 4 tp4 "${H4[@]}" --set parallel.tp=4
 compare ref tp4 $LT 0 $WT
 norms ref tp4
