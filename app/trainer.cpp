@@ -15,6 +15,7 @@
 #include "app/checkpoint/saver.hpp"
 #include "app/model_state.hpp"
 #include "app/sampler.hpp"
+#include "app/tp_state.hpp"
 #include "data/loader.hpp"
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
@@ -218,7 +219,7 @@ struct Trainer::Impl {
         // The grad shard now holds the sum over the dp ranks: the averaged gradient is that / dp. With
         // a pipeline the stages' squares are summed, the tied wte counted once (on the first stage).
         // With tensor parallelism the TP ranks' squares are summed, the replicated tensors (the same
-        // on every TP rank) counted once (on TP index 0); MPI sums the one float in rank order.
+        // on every TP rank) counted once (on TP index 0); one MPI sum of a float, the same on every rank.
         float sq = engine->grad_norm_squared(norm_scratch, pipe && last_stage(), topo.tp_index() != 0);
         if (tp_host_comm) tp_host_comm->all_reduce_sum(&sq, 1, DType::f32);
         if (stage_comm) stage_comm->all_reduce_sum(&sq, 1, DType::f32);
@@ -352,88 +353,27 @@ struct Trainer::Impl {
         return train->legacy_position(epoch, batch);
     }
 
-    /// save() with tp > 1: every rank of replica 0 sends its fp32 shard (weights, m, v, in its
-    /// TP-local layout) to its stage's first rank, which places each TP rank's part of every tensor
-    /// into the whole tensors (ParamLayout::place_local) and submits them as the stage's part
-    /// k = stage, laid out as full_layout: the files are those of a tp = 1 run. Costs that rank
-    /// 12 bytes of host memory per parameter of its stage (docs/training.md "Tensor parallelism").
+    /// save() with tp > 1: the ranks of replica 0 send their fp32 shards to their stage's first rank,
+    /// which writes the stage's whole tensors as part k = stage, laid out as full_layout (the files
+    /// of a tp = 1 run; app/tp_state.hpp). Costs that rank 12 bytes of host memory per parameter of
+    /// its stage (docs/training.md "Tensor parallelism").
     void save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0, double waited) {
         std::vector<OptimShardView> views;
         std::string err;
         int k = -1;
-        const int st = topo.stage(), N = topo.zero_group_size(), TP = topo.tp();
-        const int head = topo.rank_of(st, 0, 0, 0);  // the stage's first rank gathers
         if (topo.replica() == 0) {
             const size_t ns = adam->numel();
             std::vector<float> mine(3 * ns);
             adam->state_to_host(engine->param_shard(), mine.data(), mine.data() + ns, mine.data() + 2 * ns);
-            if (rank != head) {
-                comm.send(mine.data(), mine.size(), DType::f32, head);
-            } else {
-                const ParamLayout& full = *full_layout;
-                std::vector<int> held;  // units this stage holds (the last stage's wte is the first's: not saved)
-                for (int u = 0; u < int(full.units().size()); ++u)
-                    if (engine->holds(u) && !(pipe && last_stage() && u == 0)) held.push_back(u);
-                size_t nf = 0;
-                for (int u : held) nf += full.units()[size_t(u)].numel;
-                float* w = saver->snapshot(nf);
-                float *m = w + nf, *v = m + nf;
-                std::vector<size_t> at(full.units().size(), 0);  // a held unit's offset in the snapshot
-                size_t off = 0;
-                for (int u : held) {
-                    const ParamUnit& un = full.units()[size_t(u)];
-                    at[size_t(u)] = off;
-                    views.push_back({un.offset, un.offset + un.numel, m + off, v + off, w + off});
-                    std::fill(w + off, w + off + un.numel, 0.0f);  // padding
-                    std::fill(m + off, m + off + un.numel, 0.0f);
-                    std::fill(v + off, v + off + un.numel, 0.0f);
-                    off += un.numel;
-                }
-                std::vector<float> recv(3 * ns), lw, lm, lv;
-                for (int t = 0; t < TP; ++t) {
-                    const ParamLayout lay(gcfg, zero_shard_multiple(N), TP, t);  // TP rank t's layout
-                    lw.assign(lay.total_numel(), 0.0f), lm.assign(lay.total_numel(), 0.0f), lv.assign(lay.total_numel(), 0.0f);
-                    for (int z = 0; z < N; ++z) {  // TP rank t's whole local state, from its ZeRO group's shards
-                        const int src = topo.rank_of(st, 0, z, t);
-                        const float* p = mine.data();
-                        if (src != rank) {
-                            comm.recv(recv.data(), recv.size(), DType::f32, src);
-                            p = recv.data();
-                        }
-                        const std::vector<FlatRange> ch = lay.shard(z, N);
-                        size_t local = 0;
-                        for (size_t u = 0; u < ch.size(); ++u) {
-                            if (!engine->holds(int(u))) continue;
-                            std::copy(p + local, p + local + ch[u].numel, lw.begin() + ch[u].offset);
-                            std::copy(p + ns + local, p + ns + local + ch[u].numel, lm.begin() + ch[u].offset);
-                            std::copy(p + 2 * ns + local, p + 2 * ns + local + ch[u].numel, lv.begin() + ch[u].offset);
-                            local += ch[u].numel;
-                        }
-                    }
-                    for (const ParamTensor& lt : lay.tensors()) {
-                        const size_t u = size_t(lt.unit);
-                        if (std::find(held.begin(), held.end(), lt.unit) == held.end()) continue;
-                        const ParamTensor& ft = full.find(lt.name);
-                        const size_t dst = at[u] + (ft.offset - full.units()[u].offset);
-                        if (lt.split == TPSplit::replicated && t != 0) {
-                            // Saved from TP rank 0; every other TP rank's copy must be the same bits
-                            // (equal gradients, one clip scale: nothing may make them drift).
-                            const size_t bytes = lt.numel * sizeof(float);
-                            if (err.empty() && (std::memcmp(lw.data() + lt.offset, w + dst, bytes) != 0 ||
-                                                std::memcmp(lm.data() + lt.offset, m + dst, bytes) != 0 ||
-                                                std::memcmp(lv.data() + lt.offset, v + dst, bytes) != 0))
-                                err = "checkpoint: the replicated tensor " + lt.name + " of TP rank " +
-                                      std::to_string(t) + " (world rank " + std::to_string(topo.rank_of(st, 0, 0, t)) +
-                                      ") differs from TP rank 0's (weights or AdamW state)";
-                            continue;
-                        }
-                        lay.place_local(lt, lw.data() + lt.offset, w + dst);
-                        lay.place_local(lt, lm.data() + lt.offset, m + dst);
-                        lay.place_local(lt, lv.data() + lt.offset, v + dst);
-                    }
-                }
-                k = st;
+            std::vector<int> shard_units, saved;  // the last stage's copy of the tied wte is the first's: not saved
+            for (int u = 0; u < int(layout->units().size()); ++u) {
+                if (!engine->holds(u)) continue;
+                shard_units.push_back(u);
+                if (!(pipe && last_stage() && u == 0)) saved.push_back(u);
             }
+            err = gather_tp_stage(comm, topo, *full_layout, zero_shard_multiple(topo.zero_group_size()), shard_units,
+                                  saved, mine.data(), ns, [&](size_t n) { return saver->snapshot(n); }, views);
+            if (topo.world_rank() == topo.rank_of(topo.stage(), 0, 0, 0)) k = topo.stage();
         }
         saver->submit(k, std::move(views), train_state(), err, seconds_since(t0) - waited, log, metrics);
     }
@@ -555,16 +495,9 @@ std::string Trainer::resume_from(const std::string& dir) {
             local += r.numel;
         }
     } else {
-        // tp > 1: the checkpoint holds whole tensors (written at any tp); this TP rank cuts its part
-        // of each out of the whole model's weights, m and v (3 x 4 bytes per parameter of host memory).
-        const ParamLayout& full = *I.full_layout;
-        std::vector<float> fw(full.total_numel()), fm(full.total_numel()), fv(full.total_numel());
-        read_params(dir, full, fw.data());
-        read_optim(dir, full, 0, full.total_numel(), fm.data(), fv.data());
+        // tp > 1: the checkpoint holds whole tensors (written at any tp); this TP rank cuts its part.
         std::vector<float> lm(layout.total_numel()), lv(layout.total_numel());
-        layout.cut_local_flat(full, fw.data(), host.data());
-        layout.cut_local_flat(full, fm.data(), lm.data());
-        layout.cut_local_flat(full, fv.data(), lv.data());
+        read_tp_local(dir, *I.full_layout, layout, host.data(), lm.data(), lv.data());
         for (const FlatRange& r : I.adam->ranges()) {
             std::copy(lm.begin() + r.offset, lm.begin() + r.offset + r.numel, m.begin() + local);
             std::copy(lv.begin() + r.offset, lv.begin() + r.offset + r.numel, v.begin() + local);
