@@ -198,6 +198,18 @@ struct Trainer::Impl {
         embedding_comm->all_reduce_sum(engine->acquire_grads(0), layout->units()[0].numel, ops->act_dtype());
     }
 
+    /// Tensor parallelism: the replicated tensors' reduced gradients (LayerNorms, wpe, row-parallel
+    /// biases) from TP index 0 to the group. They are equal before the dp reduction, but each TP
+    /// index reduces over its own ZeRO/replica communicators, which real NCCL need not sum alike:
+    /// one unit in the last place would let the copies drift apart (cuda_emu_tp shows it with
+    /// CUDA_EMU_NCCL_PERTURB). About 3 broadcasts per layer of its replicated elements (0.1% of GPT-2's).
+    void same_replicated_grads() {
+        const size_t es = dtype_size(ops->act_dtype());
+        for (const FlatRange& r : engine->shard_pieces(false))
+            tp_group->comm().broadcast(static_cast<char*>(engine->grad_shard()) + r.offset * es, r.numel,
+                                       ops->act_dtype(), 0);
+    }
+
     /// One optimizer step at 0-based index `step`: (mean loss over micro-batches and ranks, lr, norm).
     /// Returns false when the loss or the gradient norm is not finite: then nothing is updated.
     bool train_step(float* loss, float* lr, float* norm) {
@@ -216,6 +228,7 @@ struct Trainer::Impl {
             }
         }
         engine->reduce_grads();
+        if (tp_group) same_replicated_grads();
         // The grad shard now holds the sum over the dp ranks: the averaged gradient is that / dp. With
         // a pipeline the stages' squares are summed, the tied wte counted once (on the first stage).
         // With tensor parallelism the TP ranks' squares are summed, the replicated tensors (the same

@@ -168,16 +168,10 @@ float ZeroEngine::grad_norm_squared(float* scratch, bool skip_embeddings, bool s
     if (!skip_replicated) {
         const size_t skip = skip_embeddings ? chunk(0) : 0;  // unit 0 comes first in the shard
         ops_.norm_squared(scratch, static_cast<const char*>(gshard_) + skip * es_, shard_numel_ - skip, false);
-    } else {
-        // Each split tensor's overlap with this rank's chunk of its unit (padding is zero: left out).
+    } else {  // the split tensors' parts of the shard only (padding is zero: left out)
         ops_.memset(scratch, 0, sizeof(float));
-        for (const ParamTensor& t : layout_.tensors()) {
-            if (t.split == TPSplit::replicated || !held_[size_t(t.unit)] || (skip_embeddings && t.unit == 0)) continue;
-            const FlatRange& c = shard_[size_t(t.unit)];
-            const size_t b = std::max(t.offset, c.offset), e = std::min(t.offset + t.numel, c.offset + c.numel);
-            if (b >= e) continue;
-            ops_.norm_squared(scratch, shard_at(gshard_, t.unit) + (b - c.offset) * es_, e - b, true);
-        }
+        for (const FlatRange& r : shard_pieces(true, skip_embeddings))
+            ops_.norm_squared(scratch, static_cast<const char*>(gshard_) + r.offset * es_, r.numel, true);
     }
     zero_.all_reduce_sum(scratch, 1, DType::f32);  // replicas hold the same shard: the ZeRO group covers all
     // Each replica's ZeRO group sums on its own communicator, in an order NCCL does not promise to
@@ -188,6 +182,21 @@ float ZeroEngine::grad_norm_squared(float* scratch, bool skip_embeddings, bool s
     ops_.memcpy_d2h(norm_host_, scratch, sizeof(float));
     host_wait_("reading the gradient norm", {{&zero_, "zero group"}, {&replicas_, "replica group"}});
     return *norm_host_;
+}
+
+std::vector<FlatRange> ZeroEngine::shard_pieces(bool split, bool skip_embeddings) const {
+    std::vector<FlatRange> out;
+    for (const ParamTensor& t : layout_.tensors()) {
+        if ((t.split != TPSplit::replicated) != split || !held_[size_t(t.unit)] || (skip_embeddings && t.unit == 0))
+            continue;
+        const FlatRange& c = shard_[size_t(t.unit)];  // this rank's chunk of the tensor's unit
+        const size_t b = std::max(t.offset, c.offset), e = std::min(t.offset + t.numel, c.offset + c.numel);
+        if (b >= e) continue;
+        const size_t at = local_off_[size_t(t.unit)] + (b - c.offset);
+        if (!out.empty() && out.back().offset + out.back().numel == at) out.back().numel += e - b;
+        else out.push_back({at, e - b});
+    }
+    return out;
 }
 
 void ZeroEngine::gather_params() {

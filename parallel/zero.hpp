@@ -62,6 +62,12 @@ public:
     void* param_shard() { return pshard_; }
     /// (shard_numel) act dtype: the gradient summed over every dp rank, after reduce_grads().
     void* grad_shard() { return gshard_; }
+    /// Tensor parallelism: the elements of this rank's shard that hold the layout's tensors split
+    /// over the TP group (`split`), or its replicated ones (!split), as shard-local ranges (offsets
+    /// into param_shard()/grad_shard(), in elements), adjacent ones merged, in flat order; units
+    /// the stage does not hold and, with skip_embeddings, unit 0 left out. The same ranges on every
+    /// TP rank of one ZeRO index (their layouts differ only in which slice they hold).
+    std::vector<FlatRange> shard_pieces(bool split, bool skip_embeddings = false) const;
 
     /// Zeroes the gradients for a new optimizer step.
     void begin_step();
