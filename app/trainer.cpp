@@ -286,17 +286,7 @@ struct Trainer::Impl {
             saver->end_copy();  // the next update waits for it (train_step: before_update)
             if (pipe && (topo.stage() == 0 || last_stage())) {
                 saver->wait_copy();  // read here, on the host
-                // The two copies of the tied wte (first and last stage) must be equal, bit for bit:
-                // the last stage sends its chunk (same ZeRO index, same chunk) to the first to compare.
-                const size_t n0 = engine->shard().front().numel;  // unit 0 comes first
-                if (topo.stage() == 0) {
-                    std::vector<float> other(n0);
-                    stage_comm->recv(other.data(), n0, DType::f32, topo.pp() - 1);
-                    if (std::memcmp(other.data(), w, n0 * sizeof(float)) != 0)
-                        err = "checkpoint: the first and last pipeline stage's copies of the tied wte differ";
-                } else {
-                    stage_comm->send(w, n0, DType::f32, 0);
-                }
+                err = tied_wte_problem(w);
             }
             size_t local = 0;
             for (const FlatRange& r : engine->shard()) {
@@ -366,6 +356,24 @@ struct Trainer::Impl {
         return train->legacy_position(epoch, batch);
     }
 
+    /// With a pipeline, on replica 0 at its first and last stage: the two copies of the tied wte
+    /// must be equal, bit for bit; the last stage sends its chunk of unit 0 (same ZeRO and TP index,
+    /// same chunk) to the first, which compares. w: this rank's shard-local weights (unit 0 first).
+    /// Returns the problem on the first stage, else "".
+    std::string tied_wte_problem(const float* w) {
+        if (!pipe || (topo.stage() != 0 && !last_stage())) return "";
+        const size_t n0 = engine->shard().front().numel;  // unit 0 comes first
+        if (topo.stage() != 0) {
+            stage_comm->send(w, n0, DType::f32, 0);
+            return "";
+        }
+        std::vector<float> other(n0);
+        stage_comm->recv(other.data(), n0, DType::f32, topo.pp() - 1);
+        return std::memcmp(other.data(), w, n0 * sizeof(float)) == 0
+                   ? ""
+                   : "checkpoint: the first and last pipeline stage's copies of the tied wte differ";
+    }
+
     /// save() with tp > 1: the ranks of replica 0 send their fp32 shards to their stage's first rank,
     /// which writes the stage's whole tensors as part k = stage, laid out as full_layout (the files
     /// of a tp = 1 run; app/tp_state.hpp). Costs that rank 12 bytes of host memory per parameter of
@@ -384,8 +392,11 @@ struct Trainer::Impl {
                 shard_units.push_back(u);
                 if (!(pipe && last_stage() && u == 0)) saved.push_back(u);
             }
-            err = gather_tp_stage(comm, topo, *full_layout, zero_shard_multiple(topo.zero_group_size()), shard_units,
-                                  saved, mine.data(), ns, [&](size_t n) { return saver->snapshot(n); }, views);
+            err = tied_wte_problem(mine.data());
+            const std::string e = gather_tp_stage(comm, topo, *full_layout, zero_shard_multiple(topo.zero_group_size()),
+                                                  shard_units, saved, mine.data(), ns,
+                                                  [&](size_t n) { return saver->snapshot(n); }, views);
+            if (err.empty()) err = e;
             if (topo.world_rank() == topo.rank_of(topo.stage(), 0, 0, 0)) k = topo.stage();
         }
         saver->submit(k, std::move(views), train_state(), err, seconds_since(t0) - waited, log, metrics);
