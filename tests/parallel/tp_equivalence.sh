@@ -18,6 +18,8 @@
 # does the run). Resharding: a tp 2 checkpoint resaved at tp 1 and tp 4, and a tp 1 checkpoint at
 # tp 2, are bitwise the original (every loaded value saved again unchanged); the tp 2 run's step-3
 # checkpoint resumed at tp 1 and tp 4 matches the unbroken one-process run within the tolerances.
+# Also: a world that pp x tp does not divide is exit 2 naming parallel.tp; --dry-run per rank at tp
+# against the real run's Allocator peak (at the end).
 # Usage: tp_equivalence.sh <llmtrain> <zero_resave> <mpiexec> <tiny_data_dir> <work_dir>
 set -euo pipefail
 BIN=$1 RESAVE=$2 MPI=$3 DATA=$4 WORK=$5
@@ -38,6 +40,20 @@ assert len(a) == len(b) == 6 and worst <= 1e-5, f'{sys.argv[2]}: grad norms {wor
 print(f'{sys.argv[2]}: grad norms within {worst:.2e} relative')
 PY
 }
+# A world that pp x tp does not divide: exit 2 naming parallel.tp, the run dir untouched; the same
+# for --dry-run --world-size.
+set +e
+"$MPI" --oversubscribe -np 3 "$BIN" --set parallel.tp=2 --set "run.run_dir=\"$WORK/bad3\"" >"$WORK/bad3.log" 2>&1
+code=$?
+"$BIN" --dry-run --world-size 6 --set parallel.tp=4 >"$WORK/bad_dry.log" 2>&1
+code_dry=$?
+set -e
+[ $code = 2 ] && [ ! -e "$WORK/bad3" ] &&
+    grep -q "parallel.tp: expected parallel.pp x parallel.tp (1 x 2) to divide the number of ranks (3)" "$WORK/bad3.log" ||
+    { echo "bad3: exit $code"; cat "$WORK/bad3.log"; exit 1; }
+[ $code_dry = 2 ] && grep -q "parallel.tp: expected parallel.pp x parallel.tp (1 x 4) to divide --world-size 6" \
+    "$WORK/bad_dry.log" || { echo "bad_dry: exit $code_dry"; cat "$WORK/bad_dry.log"; exit 1; }
+
 run 1 ref "${H4[@]}"
 run 2 tp2 "${H4[@]}" --set parallel.tp=2
 compare ref tp2 $LT 0 $WT
