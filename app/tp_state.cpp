@@ -83,16 +83,26 @@ std::string gather_tp_stage(Comm& world, const Topology& topo, const ParamLayout
 
 void read_tp_local(const std::string& dir, const ParamLayout& full, const ParamLayout& local, float* w, float* m,
                    float* v) {
-    std::vector<float> buf(full.total_numel());
-    read_params(dir, full, buf.data());
-    std::fill(w, w + local.total_numel(), 0.0f);
-    local.cut_local_flat(full, buf.data(), w);
-    std::vector<float> fv(full.total_numel());
-    read_optim(dir, full, 0, full.total_numel(), buf.data(), fv.data());  // buf: m now
-    std::fill(m, m + local.total_numel(), 0.0f);
-    std::fill(v, v + local.total_numel(), 0.0f);
-    local.cut_local_flat(full, buf.data(), m);
-    local.cut_local_flat(full, fv.data(), v);
+    const size_t nl = local.total_numel();
+    std::fill(w, w + nl, 0.0f), std::fill(m, m + nl, 0.0f), std::fill(v, v + nl, 0.0f);
+    {
+        std::vector<float> whole(full.total_numel());  // model.h5 reads whole
+        read_params(dir, full, whole.data());
+        local.cut_local_flat(full, whole.data(), w);
+    }
+    // The moments unit by unit (read_optim takes a flat range): one unit of m and v on the host at a time.
+    std::vector<float> mu, vu;
+    for (size_t u = 0; u < full.units().size(); ++u) {
+        const ParamUnit& un = full.units()[u];
+        mu.resize(un.numel), vu.resize(un.numel);
+        read_optim(dir, full, un.offset, un.offset + un.numel, mu.data(), vu.data());
+        for (const ParamTensor& lt : local.tensors()) {
+            if (size_t(lt.unit) != u) continue;
+            const size_t at = full.find(lt.name).offset - un.offset;
+            local.cut_local(lt, mu.data() + at, m + lt.offset);
+            local.cut_local(lt, vu.data() + at, v + lt.offset);
+        }
+    }
 }
 
 }  // namespace llmtrain

@@ -37,10 +37,10 @@ std::string gather_tp_stage(Comm& world, const Topology& topo, const ParamLayout
                             std::vector<OptimShardView>& views);
 
 /// This TP rank's part of a checkpoint: the whole model's weights (model.h5) and AdamW moments
-/// (every optim_*.h5) read by tensor name as laid out by `full` (tp = 1), then cut into `local`'s
-/// layout (ParamLayout::cut_local_flat): w, m, v get local.total_numel() elements each, padding 0.
-/// Needs 3 x 4 bytes of host memory per parameter of the whole model. Errors: CheckpointError
-/// (read_params, read_optim).
+/// (every optim_*.h5, unit by unit) read by tensor name as laid out by `full` (tp = 1), then cut
+/// into `local`'s layout (ParamLayout::cut_local): w, m, v get local.total_numel() elements each,
+/// padding 0. Needs 4 bytes of host memory per parameter of the whole model (the weights) plus
+/// one unit's m and v. Errors: CheckpointError (read_params, read_optim).
 void read_tp_local(const std::string& dir, const ParamLayout& full, const ParamLayout& local, float* w, float* m,
                    float* v);
 
