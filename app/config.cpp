@@ -316,6 +316,7 @@ const std::vector<Field>& fields() {
         field("parallel", "dp", &C::parallel, &ParallelConfig::dp, at_least(0)),
         field("parallel", "pp", &C::parallel, &ParallelConfig::pp, at_least(1)),
         field("parallel", "tp", &C::parallel, &ParallelConfig::tp, at_least(1)),
+        field("parallel", "sequence_parallel", &C::parallel, &ParallelConfig::sequence_parallel),
         field("parallel", "zero_stage", &C::parallel, &ParallelConfig::zero_stage, between(0, 3)),
         field("parallel", "zero_group_size", &C::parallel, &ParallelConfig::zero_group_size, at_least(0)),
         field("parallel", "grad_reduce_dtype", &C::parallel, &ParallelConfig::grad_reduce_dtype, one_of({"fp32", "bf16"})),
@@ -564,6 +565,15 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
                 fail(at({"parallel.tp", sp.key}), "parallel.tp: expected a divisor of " + std::string(sp.what) +
                                                       " = " + std::to_string(sp.n) + ", got " + std::to_string(p.tp));
     }
+    if (p.sequence_parallel && p.tp == 1)
+        fail(at({"parallel.sequence_parallel", "parallel.tp"}),
+             "parallel.sequence_parallel: expected false with parallel.tp = 1 (it shards the rows over the TP group), "
+             "got true");
+    if (p.sequence_parallel && int64_t(t.micro_batch_size) * m.seq_len % p.tp != 0)
+        fail(at({"parallel.sequence_parallel", "training.micro_batch_size", "model.seq_len", "parallel.tp"}),
+             "parallel.sequence_parallel: expected micro_batch_size x seq_len = " +
+                 std::to_string(int64_t(t.micro_batch_size) * m.seq_len) + " to be a multiple of parallel.tp = " +
+                 std::to_string(p.tp) + " (each TP rank holds 1/tp of the rows), got true");
     if (p.tp > 1 && c.pipeline.plan == "auto")
         fail(at({"pipeline.plan", "parallel.tp"}),
              "pipeline.plan: expected \"none\" with parallel.tp > 1 (the planner does not consider tensor "

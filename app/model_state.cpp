@@ -78,6 +78,7 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
         s.tp_group = std::make_unique<TpGroup>(comms(topo.tp_group(), false));
         s.tp_host_comm = comms(topo.tp_group(), true);
         go.tp = s.tp_group.get();
+        go.sequence_parallel = cfg.parallel.sequence_parallel;
     }
     ZeroOptions zo;
     zo.stage = cfg.parallel.zero_stage;

@@ -151,6 +151,11 @@ TEST(Config, EveryBadFileIsReportedAtItsPositionWithTheKey) {
         {"tp not dividing the padded vocabulary", "[parallel]\ntp = @256\n[model]\nn_head = 256\nn_embd = 256\nvocab_size = 100\n",
          {"parallel.tp: expected a divisor of the padded vocabulary", "got 256"}},
         {"tp of zero", "[parallel]\ntp = @0\n", {"parallel.tp: expected an integer >= 1", "got 0"}},
+        {"sequence parallelism without tp", "[parallel]\nsequence_parallel = @true\n",
+         {"parallel.sequence_parallel: expected false with parallel.tp = 1", "got true"}},
+        {"sequence parallelism over rows that do not split",
+         "[training]\nmicro_batch_size = 1\n[model]\nseq_len = 6\nn_head = 4\n[parallel]\ntp = 4\nsequence_parallel = @true\n",
+         {"parallel.sequence_parallel: expected micro_batch_size x seq_len = 6 to be a multiple of parallel.tp = 4"}},
         {"the planner with tp", "[parallel]\ntp = 2\n[pipeline]\nplan = @\"auto\"\n",
          {"pipeline.plan: expected \"none\" with parallel.tp > 1", "got \"auto\""}},
     };
@@ -283,7 +288,7 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
             actual[section + "." + m[1].str()] = m[2];
         }
     }
-    EXPECT_EQ(actual.size(), 65u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(actual.size(), 66u);  // keep in step with the key table in config.cpp
     EXPECT_EQ(documented, actual);
     // An empty file and empty sections are the defaults too.
     EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});
@@ -318,7 +323,7 @@ TEST(Config, RoundTripOfEveryKey) {
         "training.stochastic_rounding=true", "training.max_skipped_steps=3",
         "optimizer.lr=3e-4", "optimizer.beta1=0", "optimizer.beta2=0.999", "optimizer.eps=1e-6",
         "optimizer.weight_decay=0", "lr_schedule.decay=\"linear\"", "lr_schedule.warmup_steps=0",
-        "lr_schedule.min_lr=3e-5", "parallel.dp=2", "parallel.tp=2", "parallel.zero_stage=3", "parallel.zero_group_size=2",
+        "lr_schedule.min_lr=3e-5", "parallel.dp=2", "parallel.tp=2", "parallel.sequence_parallel=true", "parallel.zero_stage=3", "parallel.zero_group_size=2",
         "parallel.grad_reduce_dtype=\"bf16\"", "parallel.timeout_s=30", "pipeline.layers_per_stage=[12]",
         "pipeline.schedule=\"gpipe\"", "pipeline.plan_memory_gib=1.5", "activation_checkpoint.ratio=1", "activation_checkpoint.ratio_per_stage=[0.3]",
         "activation_checkpoint.layers_per_stage=[5]",

@@ -4,7 +4,7 @@
 # batch: tp 2 and tp 4 against one process; tp 2 x dp 2, tp 2 with ZeRO-1, 2 and 3 (dp 2) against
 # dp 2; tp 2 x pp 2 against one process; tp 2 with gradient clipping on (the clip scale uses the
 # TP-summed norm) against one process, norms compared too; tp 2 with the optimizer half offloaded
-# against tp 2, bitwise. Tolerances: train/val losses 1e-5
+# against tp 2, bitwise; with sequence parallelism tp 2, tp 4 and tp 2 x pp 2 against one process. Tolerances: train/val losses 1e-5
 # relative (measured up to 1.0e-7: the row-parallel matmuls' partial sums are added over the TP
 # group, which reassociates fp32 sums of K = n_embd/tp or 4 n_embd/tp terms, ~1e-7 relative per
 # step; gradient norms measured up to 1.5e-7); weights 1e-4 absolute after 6 AdamW steps (the
@@ -67,6 +67,16 @@ compare ref tp4 $LT 0 $WT
 norms ref tp4
 run 4 tp2pp2 "${H4[@]}" --set parallel.tp=2 --set parallel.pp=2
 compare ref tp2pp2 $LT 0 $WT
+# Sequence parallelism (the residual stream and LayerNorms on 1/tp of the rows; their gradients
+# summed over the TP group): tp 2, tp 4 and tp 2 x pp 2 against one process, same tolerances.
+SP=(--set parallel.sequence_parallel=true)
+run 2 tp2sp "${H4[@]}" "${SP[@]}" --set parallel.tp=2
+compare ref tp2sp $LT 0 $WT
+norms ref tp2sp
+run 4 tp4sp "${H4[@]}" "${SP[@]}" --set parallel.tp=4
+compare ref tp4sp $LT 0 $WT
+run 4 tp2pp2sp "${H4[@]}" "${SP[@]}" --set parallel.tp=2 --set parallel.pp=2
+compare ref tp2pp2sp $LT 0 $WT
 run 1 ref_clip "${H4[@]}" --set training.grad_clip=0.5
 run 2 tp2_clip "${H4[@]}" --set parallel.tp=2 --set training.grad_clip=0.5
 compare ref_clip tp2_clip $LT 0 $WT
@@ -137,4 +147,5 @@ PY
 }
 mem 2 mem_tp2 --set parallel.tp=2
 ZERO=1 mem 4 mem_tp2z1 --set parallel.tp=2 --set parallel.zero_stage=1
+mem 2 mem_tp2sp --set parallel.tp=2 --set parallel.sequence_parallel=true
 echo "tp_equivalence: all comparisons passed"
