@@ -5,7 +5,8 @@
 # the same data and seed (emu_zero.sh's settings; grad_clip 0). Tolerances as emu_zero.sh's for
 # kernels that sum in another order: fp32 losses within 1e-4 relative and weights within
 # compare_weights.py's (RMS 1e-4 of RMS(w), max 1e-3 of max|w|, the key bias by lr); bf16 losses
-# within 5e-3. Cases: tp 2 (fp32), tp 2 in bf16, and tp 2 x dp 2 at ZeRO-1 on 4 emulated ranks
+# within 5e-3. Cases: tp 2 (fp32), tp 2 in bf16, tp 2 with sequence parallelism (reduce-scatter and
+# all-gather over NCCL), and tp 2 x dp 2 at ZeRO-1 on 4 emulated ranks
 # against 2 CPU ranks, also with TP index 1's ZeRO sums perturbed by one ulp. Each run's checkpoint
 # also checks that the replicated tensors stayed bitwise equal over the TP group, else the run fails.
 # Usage: emu_tp.sh <llmtrain> <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
@@ -46,6 +47,9 @@ compare cpu tp2 1e-4
 weights cpu tp2
 run "$EMU" 2 tp2_bf16 "${CUDA[@]}" --set 'training.precision="bf16"'
 compare cpu tp2_bf16 5e-3
+run "$EMU" 2 tp2_sp "${CUDA[@]}" --set parallel.sequence_parallel=true
+compare cpu tp2_sp 1e-4
+weights cpu tp2_sp
 run "$CPU" 2 cpu_dp2
 run "$EMU" 4 tp2_dp2_z1 "${CUDA[@]}" --set parallel.zero_stage=1
 compare cpu_dp2 tp2_dp2_z1 1e-4
