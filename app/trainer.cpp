@@ -170,6 +170,11 @@ struct Trainer::Impl {
                                                   cfg.checkpoint.keep_last, cfg.checkpoint.async);
         // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy.
         if (topo.replica() == 0 && !full_layout) saver->reserve(adam->numel());
+        if (full_layout && topo.world_rank() == topo.rank_of(topo.stage(), 0, 0, 0)) {  // save_tp's gathering rank
+            size_t n = 0;
+            for (int u : tp_units(true)) n += full_layout->units()[size_t(u)].numel;
+            saver->reserve(n);
+        }
 
         inputs.resize(size_t(B) * T);
         targets.resize(size_t(B) * T);
@@ -374,6 +379,15 @@ struct Trainer::Impl {
                    : "checkpoint: the first and last pipeline stage's copies of the tied wte differ";
     }
 
+    /// The units of this rank's stage (ascending, as its ZeRO shard holds them), or with `saved`
+    /// those its checkpoint writes: the last stage's copy of the tied wte is the first stage's.
+    std::vector<int> tp_units(bool saved) const {
+        std::vector<int> out;
+        for (int u = 0; u < int(layout->units().size()); ++u)
+            if (engine->holds(u) && !(saved && pipe && last_stage() && u == 0)) out.push_back(u);
+        return out;
+    }
+
     /// save() with tp > 1: the ranks of replica 0 send their fp32 shards to their stage's first rank,
     /// which writes the stage's whole tensors as part k = stage, laid out as full_layout (the files
     /// of a tp = 1 run; app/tp_state.hpp). Costs that rank 12 bytes of host memory per parameter of
@@ -386,15 +400,9 @@ struct Trainer::Impl {
             const size_t ns = adam->numel();
             std::vector<float> mine(3 * ns);
             adam->state_to_host(engine->param_shard(), mine.data(), mine.data() + ns, mine.data() + 2 * ns);
-            std::vector<int> shard_units, saved;  // the last stage's copy of the tied wte is the first's: not saved
-            for (int u = 0; u < int(layout->units().size()); ++u) {
-                if (!engine->holds(u)) continue;
-                shard_units.push_back(u);
-                if (!(pipe && last_stage() && u == 0)) saved.push_back(u);
-            }
             err = tied_wte_problem(mine.data());
             const std::string e = gather_tp_stage(comm, topo, *full_layout, zero_shard_multiple(topo.zero_group_size()),
-                                                  shard_units, saved, mine.data(), ns,
+                                                  tp_units(false), tp_units(true), mine.data(), ns,
                                                   [&](size_t n) { return saver->snapshot(n); }, views);
             if (err.empty()) err = e;
             if (topo.world_rank() == topo.rank_of(topo.stage(), 0, 0, 0)) k = topo.stage();
