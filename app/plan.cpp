@@ -1,5 +1,5 @@
-// app/plan.cpp — the planner's problem from the config, its search over depths, and its report
-// (see plan.hpp).
+// app/plan.cpp — the planner's problem from the config, its search over tensor-parallel widths and
+// pipeline depths, and its report (see plan.hpp).
 #include "app/plan.hpp"
 
 #include <algorithm>
@@ -18,17 +18,20 @@ namespace {
 /// The global batch in sequences that cfg asks for on `world` ranks (kept across depths).
 int64_t global_batch_of(const Config& cfg, int world) {
     if (cfg.training.global_batch_size > 0) return cfg.training.global_batch_size;
-    const int dp = world % cfg.parallel.pp == 0 ? world / cfg.parallel.pp : world;
+    const int grid = cfg.parallel.pp * cfg.parallel.tp;
+    const int dp = world % grid == 0 ? world / grid : world;
     return int64_t(cfg.training.micro_batch_size) * std::max(1, cfg.training.grad_accum_steps) * dp;
 }
 
-/// cfg at depth pp over world ranks with the given ZeRO stage and offload, its batch resolved; empty
-/// `why` on success, else the reason the depth cannot run.
-Config at_depth(const Config& cfg, int world, int pp, int zero, bool offload, int64_t global, std::string& why) {
+/// cfg at width tp and depth pp over world ranks with the given ZeRO stage and offload, its dp and
+/// batch resolved; empty `why` on success, else the reason the depth cannot run.
+Config at_depth(const Config& cfg, int world, int tp, int pp, int zero, bool offload, int64_t global,
+                std::string& why) {
     Config c = cfg;
     why.clear();
+    c.parallel.tp = tp;
     c.parallel.pp = pp;
-    c.parallel.dp = world / pp;
+    c.parallel.dp = world / (pp * tp);
     c.parallel.zero_stage = zero;
     if (zero == 0) c.parallel.zero_group_size = 0;
     if (offload) {
@@ -65,7 +68,8 @@ double stage_bytes(Config c, int s, int n, int ck) {
     ckpt[size_t(s)] = ck;
     c.pipeline.layers_per_stage = layers;
     c.activation_checkpoint.layers_per_stage = ckpt;
-    return double(device_bytes(estimate_memory(c, c.parallel.pp * c.parallel.dp, c.parallel.zero_stage, s)));
+    return double(device_bytes(
+        estimate_memory(c, c.parallel.pp * c.parallel.dp * c.parallel.tp, c.parallel.zero_stage, s)));
 }
 
 double cap_of(const PlanOptions& opt) { return opt.device_memory * (1.0 - opt.margin); }
@@ -79,16 +83,44 @@ std::string toml_list(const std::vector<int>& v) {
 
 }  // namespace
 
+std::vector<int> tp_widths(int world, int gpus_per_node, int opt_tp) {
+    if (opt_tp > 0) return {opt_tp};
+    std::vector<int> w;
+    for (int tp = 1; tp <= std::min(world, gpus_per_node); ++tp)
+        if (world % tp == 0 && gpus_per_node % tp == 0) w.push_back(tp);
+    return w;
+}
+
+std::string tp_split_problem(const Config& cfg, int tp) {
+    const struct {
+        const char* what;
+        int n;
+    } splits[] = {{"n_head", cfg.model.n_head},
+                  {"4 x n_embd", 4 * cfg.model.n_embd},
+                  {"the padded vocabulary", gpt_config_of(cfg).padded_vocab_size()}};
+    for (const auto& sp : splits)
+        if (sp.n % tp != 0)
+            return std::string(sp.what) + " " + std::to_string(sp.n) + " is not a multiple of tp " + std::to_string(tp);
+    return "";
+}
+
 PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
-    const int P = c.parallel.pp, L = c.model.n_layer, dp = c.parallel.dp;
+    const int P = c.parallel.pp, L = c.model.n_layer, dp = c.parallel.dp, tp = c.parallel.tp;
     const int nmax = L - P + 1;
     const GPTConfig g = gpt_config_of(c);
-    const ParamLayout layout(g);
+    const ParamLayout layout(g, 1, tp, 0);  // TP rank 0's part: what its gradients and AdamW cover
     const LayerTimes& t = opt.times;
     const double es = precision_dtype(c) == DType::bf16 ? 2 : 4;
     const double reduce_bytes = c.parallel.grad_reduce_dtype == "bf16" ? 2 : 4;
     const double link = opt.link_gbps * 1e9;  // bytes/s
-    const double send = double(c.training.micro_batch_size) * c.model.seq_len * c.model.n_embd * es / link;
+    const double rows = double(c.training.micro_batch_size) * c.model.seq_len;  // N = B·T
+    const double act_bytes = rows * c.model.n_embd * es;                         // one (N, C) activation
+    const double send = act_bytes / link;
+    // Tensor parallelism (docs/design.md "Tensor parallelism", model/gpt.cpp): one all-reduce of an
+    // (N, C) activation over the TP group, and the loss's all-gather of (N, 3) fp32 per rank (a ring
+    // all-gather moves (tp − 1)/tp of the gathered tp·N·3·4 bytes: half an all-reduce of that size).
+    const double ar = tp > 1 ? ring_allreduce_seconds(act_bytes, tp, opt.link_gbps) : 0;
+    const double gather = tp > 1 ? 0.5 * ring_allreduce_seconds(rows * 3 * 4 * tp, tp, opt.link_gbps) : 0;
     const int zg = c.parallel.zero_stage == 0 ? 1 : (c.parallel.zero_group_size == 0 ? dp : c.parallel.zero_group_size);
     const double allreduce = dp > 1 ? 2.0 * (dp - 1) / dp * reduce_bytes / link : 0;  // seconds per element
     const double layer_numel = double(layout.units()[1].numel), wte_numel = double(layout.units()[0].numel);
@@ -108,11 +140,15 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
         st.mem_ckpt = na >= 2 ? stage_bytes(c, s, na, 2) - m1 : m1 - m0;
         st.mem_recompute = na >= 2 ? m1 - m0 - st.mem_ckpt : 0;
         st.mem0 = m0 - st.mem_layer * na;
-        st.fwd_layer = t.layer_fwd;
-        st.bwd_layer = t.layer_bwd;
-        st.recompute = t.layer_recompute;
-        st.fwd0 = (first ? t.embed_fwd : 0) + (last ? t.head_fwd : 0) + (last ? 0 : send);
-        st.bwd0 = (first ? t.embed_bwd : 0) + (last ? t.head_bwd : 0) + (first ? 0 : send);
+        // A layer's matmuls and attention split over tp (heads, columns, rows); its all-reduces: 2 in
+        // forward, 2 in backward, 1 when recomputed (only the first is repeated). The embedding's
+        // lookup writes the whole (N, C) on every TP rank (kept whole) and is all-reduced; the head's
+        // matmul and softmax split by vocabulary, its input gradient all-reduced.
+        st.fwd_layer = t.layer_fwd / tp + 2 * ar;
+        st.bwd_layer = t.layer_bwd / tp + 2 * ar;
+        st.recompute = t.layer_recompute / tp + ar;
+        st.fwd0 = (first ? t.embed_fwd + ar : 0) + (last ? t.head_fwd / tp + gather : 0) + (last ? 0 : send);
+        st.bwd0 = (first ? t.embed_bwd : 0) + (last ? t.head_bwd / tp + ar : 0) + (first ? 0 : send);
         double units0 = 0;  // parameters of the stage's non-layer units (model/param_layout.hpp)
         if (first) units0 += wte_numel;  // wte + wpe
         if (last && !first) units0 += wte_numel;
@@ -219,10 +255,11 @@ void predict(const Config& cfg, const PlanOptions& opt, const PlanProblem& prob,
 }
 
 /// Plans cfg at depth pp: the MIP, then the chosen plan's exact memory and simulated step.
-PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int pp, int64_t global) {
+PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int tp, int pp, int64_t global) {
     PlanCandidate pc;
+    pc.tp = tp;
     pc.pp = pp;
-    pc.dp = opt.world / pp;
+    pc.dp = opt.world / (pp * tp);
     // ZeRO-2/3 do not combine with a pipeline (docs/training.md): a deeper plan uses ZeRO-1 at most.
     const int zero = pp > 1 ? std::min(cfg.parallel.zero_stage, 1) : cfg.parallel.zero_stage;
     const bool offload = cfg.optimizer.offload == "cpu";
@@ -237,7 +274,7 @@ PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int pp, int6
     PlanProblem prob;
     for (const Try& tr : tries) {
         if (!opt.escalate && (tr.zero != zero || tr.offload != offload)) break;
-        c = at_depth(cfg, opt.world, pp, tr.zero, tr.offload, global, pc.skipped);
+        c = at_depth(cfg, opt.world, tp, pp, tr.zero, tr.offload, global, pc.skipped);
         if (!pc.skipped.empty()) return pc;
         pc.zero_stage = tr.zero;
         pc.offload = tr.offload;
@@ -253,24 +290,39 @@ PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int pp, int6
     return pc;
 }
 
-/// Depths to try: opt.pp, or every divisor of the world up to n_layer.
-std::vector<int> depths(const Config& cfg, const PlanOptions& opt) {
-    if (opt.pp > 0) return {opt.pp};
+/// Depths to try at width tp: opt.pp when it divides world / tp, or every divisor of world / tp up
+/// to n_layer.
+std::vector<int> depths(const Config& cfg, const PlanOptions& opt, int tp) {
+    const int ranks = opt.world / tp;
+    if (opt.pp > 0) return ranks % opt.pp == 0 ? std::vector<int>{opt.pp} : std::vector<int>{};
     std::vector<int> d;
-    for (int pp = 1; pp <= std::min(opt.world, cfg.model.n_layer); ++pp)
-        if (opt.world % pp == 0) d.push_back(pp);
+    for (int pp = 1; pp <= std::min(ranks, cfg.model.n_layer); ++pp)
+        if (ranks % pp == 0) d.push_back(pp);
     return d;
 }
 
-/// Every depth planned, the fastest feasible marked (make_plan without the alternatives).
+/// Every width and depth planned, the fastest feasible marked (make_plan without the alternatives).
 PlanResult plan_depths(const Config& cfg, const PlanOptions& opt) {
     PlanResult r;
     const int64_t global = global_batch_of(cfg, opt.world);
-    for (int pp : depths(cfg, opt)) {
-        r.candidates.push_back(plan_depth(cfg, opt, pp, global));
-        const PlanCandidate& c = r.candidates.back();
-        if (c.choice.feasible && (r.best < 0 || c.step_seconds < r.candidates[size_t(r.best)].step_seconds))
-            r.best = int(r.candidates.size()) - 1;
+    for (int tp : tp_widths(opt.world, opt.gpus_per_node, opt.tp)) {
+        if (opt.world % tp != 0) continue;
+        const std::string why = tp_split_problem(cfg, tp);
+        if (!why.empty()) {
+            PlanCandidate pc;
+            pc.tp = tp;
+            pc.pp = 0;
+            pc.dp = 0;
+            pc.skipped = why;
+            r.candidates.push_back(pc);
+            continue;
+        }
+        for (int pp : depths(cfg, opt, tp)) {
+            r.candidates.push_back(plan_depth(cfg, opt, tp, pp, global));
+            const PlanCandidate& c = r.candidates.back();
+            if (c.choice.feasible && (r.best < 0 || c.step_seconds < r.candidates[size_t(r.best)].step_seconds))
+                r.best = int(r.candidates.size()) - 1;
+        }
     }
     return r;
 }
@@ -281,7 +333,8 @@ std::string fitting(const Config& cfg, PlanOptions opt) {
     const PlanResult r = plan_depths(cfg, opt);
     if (r.best < 0) return "";
     const PlanCandidate& c = r.candidates[size_t(r.best)];
-    return "pp " + std::to_string(c.pp) + ", ZeRO-" + std::to_string(c.zero_stage) +
+    return (c.tp > 1 ? "tp " + std::to_string(c.tp) + ", " : std::string()) + "pp " + std::to_string(c.pp) +
+           ", ZeRO-" + std::to_string(c.zero_stage) +
            (c.offload ? ", optimizer offloaded" : "");
 }
 
@@ -347,8 +400,8 @@ Config apply_plan(const Config& cfg, const PlanCandidate& pc) {
     if (!pc.choice.feasible)
         throw std::invalid_argument("apply_plan: the plan at pp " + std::to_string(pc.pp) + " does not fit");
     std::string why;
-    const int world = pc.pp * pc.dp;
-    Config c = at_depth(cfg, world, pc.pp, pc.zero_stage, pc.offload,
+    const int world = pc.tp * pc.pp * pc.dp;
+    Config c = at_depth(cfg, world, pc.tp, pc.pp, pc.zero_stage, pc.offload,
                         int64_t(pc.micro_batches) * cfg.training.micro_batch_size * pc.dp, why);
     c.pipeline.layers_per_stage = pc.choice.layers;
     c.activation_checkpoint.layers_per_stage = pc.choice.ckpt;
@@ -356,7 +409,7 @@ Config apply_plan(const Config& cfg, const PlanCandidate& pc) {
 }
 
 std::vector<std::string> plan_toml(const PlanCandidate& pc) {
-    std::vector<std::string> out = {"[parallel]", "pp = " + std::to_string(pc.pp),
+    std::vector<std::string> out = {"[parallel]", "tp = " + std::to_string(pc.tp), "pp = " + std::to_string(pc.pp),
                                     "zero_stage = " + std::to_string(pc.zero_stage)};
     if (pc.offload) out.insert(out.end(), {"[optimizer]", "offload = \"cpu\"", "offload_fraction = 1.0"});
     out.insert(out.end(), {"[pipeline]", "layers_per_stage = " + toml_list(pc.choice.layers), "[activation_checkpoint]",
@@ -381,30 +434,31 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
                   1e3 * t.layer_bwd, 1e3 * t.layer_recompute, 1e3 * t.embed_fwd, 1e3 * t.embed_bwd, 1e3 * t.head_fwd,
                   1e3 * t.head_bwd, 1e9 * t.adam_per_param, opt.link_gbps);
     out.push_back(buf);
-    out.push_back("  pp   dp    m zero offload  fits      step s     tokens/s  layers per stage / recomputed");
+    out.push_back("  tp   pp   dp    m zero offload  fits      step s     tokens/s  layers per stage / recomputed");
     for (const PlanCandidate& c : r.candidates) {
         if (!c.skipped.empty()) {
-            std::snprintf(buf, sizeof buf, "%4d %4d    -    -       -  skip  (%s)", c.pp, c.dp, c.skipped.c_str());
+            if (c.pp == 0) std::snprintf(buf, sizeof buf, "%4d    -    -    -    -       -  skip  (%s)", c.tp, c.skipped.c_str());
+            else std::snprintf(buf, sizeof buf, "%4d %4d %4d    -    -       -  skip  (%s)", c.tp, c.pp, c.dp, c.skipped.c_str());
             out.push_back(buf);
             continue;
         }
         const std::string lists = c.choice.feasible ? toml_list(c.choice.layers) + " / " + toml_list(c.choice.ckpt) : "";
-        std::snprintf(buf, sizeof buf, "%4d %4d %4d %4d %7s %5s %11.4f %12.0f  %s", c.pp, c.dp, c.micro_batches,
+        std::snprintf(buf, sizeof buf, "%4d %4d %4d %4d %4d %7s %5s %11.4f %12.0f  %s", c.tp, c.pp, c.dp, c.micro_batches,
                       c.zero_stage, c.offload ? "cpu" : "none", c.choice.feasible ? "yes" : "no",
                       c.choice.feasible ? c.step_seconds : 0.0, c.choice.feasible ? c.tokens_per_second : 0.0,
                       lists.c_str());
         out.push_back(buf);
     }
     if (r.best < 0) {
-        out.push_back("nothing fits: no pipeline depth keeps every stage under the cap, also at ZeRO-1 and with the "
-                      "optimizer offloaded to the host.");
+        out.push_back("nothing fits: no tensor-parallel width and pipeline depth keeps every rank under the cap, also "
+                      "at ZeRO-1 and with the optimizer offloaded to the host.");
         if (r.alternatives.empty()) out.push_back("no single change tried (half micro-batch, 2x/4x ranks, 1.5x/2x memory) fits either.");
         for (const auto& a : r.alternatives) out.push_back("would fit: " + a);
         return out;
     }
     const PlanCandidate& b = r.candidates[size_t(r.best)];
-    std::snprintf(buf, sizeof buf, "best: pp %d x dp %d, %d micro-batches per step, ZeRO-%d%s: predicted step %.4f s "
-                  "(1F1B simulated; the MIP's optimum of the closed form %.4f s), %.0f tokens/s", b.pp, b.dp,
+    std::snprintf(buf, sizeof buf, "best: pp %d x dp %d x tp %d, %d micro-batches per step, ZeRO-%d%s: predicted step "
+                  "%.4f s (1F1B simulated; the MIP's optimum of the closed form %.4f s), %.0f tokens/s", b.pp, b.dp, b.tp,
                   b.micro_batches, b.zero_stage, b.offload ? ", optimizer offloaded" : "", b.step_seconds,
                   b.mip_objective, b.tokens_per_second);
     out.push_back(buf);
@@ -428,7 +482,7 @@ std::vector<Baseline> baselines(const Config& cfg, const PlanOptions& opt, const
     if (!best.choice.feasible) throw std::invalid_argument("baselines: the planner's candidate does not fit");
     const int P = best.pp, L = cfg.model.n_layer;
     std::string why;
-    const Config c = at_depth(cfg, opt.world, P, best.zero_stage, best.offload,
+    const Config c = at_depth(cfg, opt.world, best.tp, P, best.zero_stage, best.offload,
                               int64_t(best.micro_batches) * cfg.training.micro_batch_size * best.dp, why);
     const PlanProblem prob = plan_problem(c, opt);
     auto eval = [&](const std::string& name, const std::vector<int>& layers, const std::vector<int>& ckpt) {
@@ -511,6 +565,7 @@ AutoPlan auto_plan(const Config& cfg, int world) {
     PlanOptions opt;
     opt.world = world;
     opt.pp = cfg.parallel.pp;
+    opt.tp = cfg.parallel.tp;  // the run's groups and layout are built for it before the plan
     opt.escalate = false;
     {
         auto ops = make_backend(cfg.run.backend, cfg.training.precision, cuda_options_of(cfg));
@@ -523,6 +578,10 @@ AutoPlan auto_plan(const Config& cfg, int world) {
     const PlanResult r = make_plan(cfg, opt);
     AutoPlan out;
     out.report = plan_report(cfg, opt, r);
+    out.report.insert(out.report.begin(), "pipeline.plan = \"auto\" keeps the run's parallel.tp = " +
+                                              std::to_string(cfg.parallel.tp) + " and parallel.pp = " +
+                                              std::to_string(cfg.parallel.pp) +
+                                              " (llmtrain-plan searches both) and plans layers and recomputation");
     if (r.best < 0) {
         std::string msg = "pipeline.plan: \"auto\" found no split of " + std::to_string(cfg.model.n_layer) +
                           " layers over parallel.pp = " + std::to_string(cfg.parallel.pp) + " stages that fits ";

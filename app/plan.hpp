@@ -1,6 +1,7 @@
 // app/plan.hpp — the pipeline planner as llmtrain-plan and pipeline.plan = "auto" use it: for each
-// pipeline depth pp that divides the world, the layers per stage and recomputed layers per stage
-// that minimize the 1F1B step while every stage fits the device memory (docs/design.md "Planner").
+// tensor-parallel width tp (a divisor of the world inside a node) and pipeline depth pp that divides
+// world / tp, the layers per stage and recomputed layers per stage that minimize the 1F1B step while
+// every rank fits the device memory (docs/design.md "Planner").
 //
 // Memory comes from the --dry-run counting code (app/model_state.hpp estimate_memory: the real run's
 // allocations counted over the dry-run backend), time from LayerTimes (app/plan_times.hpp) and a
@@ -19,11 +20,13 @@
 namespace llmtrain {
 
 struct PlanOptions {
-    int world = 1;                ///< ranks: pp x dp
+    int world = 1;                ///< ranks: tp x pp x dp
     double device_memory = 0;     ///< bytes per device
     double margin = 0.10;         ///< share of device_memory left free (fragmentation, backend workspaces)
-    double link_gbps = 0;         ///< GB/s per rank for pipeline sends and gradient collectives
-    int pp = 0;                   ///< 0: every divisor of world up to n_layer; else only this depth
+    double link_gbps = 0;         ///< GB/s per rank for pipeline sends, gradient and TP collectives
+    int pp = 0;                   ///< 0: every divisor of world / tp up to n_layer; else only this depth
+    int tp = 0;                   ///< 0: every admissible tp (tp_widths); else only this width
+    int gpus_per_node = 8;        ///< a TP group stays inside a node: tp divides this
     bool escalate = true;         ///< a depth that does not fit is tried at ZeRO-1, then with offload
     LayerTimes times;
 };
@@ -38,11 +41,11 @@ struct StagePrediction {
     double tail = 0;         ///< seconds per step after the last backward: gradient sync + AdamW
 };
 
-/// The plan for one pipeline depth.
+/// The plan for one tensor-parallel width and pipeline depth.
 struct PlanCandidate {
-    int pp = 1, dp = 1, micro_batches = 1, zero_stage = 0;
+    int tp = 1, pp = 1, dp = 1, micro_batches = 1, zero_stage = 0;
     bool offload = false;    ///< optimizer.offload = "cpu" (fraction 1) was needed to fit
-    std::string skipped;     ///< non-empty: this depth was not planned, and why
+    std::string skipped;     ///< non-empty: this tp / depth was not planned, and why
     PlanChoice choice;       ///< the plan (feasible = false: nothing fits): the MIP's, refined on the simulated step
     double mip_objective = 0;///< the MIP's optimum of the closed form, seconds (before the refinement)
     std::vector<StagePrediction> stages;
@@ -51,36 +54,41 @@ struct PlanCandidate {
 };
 
 struct PlanResult {
-    std::vector<PlanCandidate> candidates;  ///< one per depth tried, ascending pp
+    std::vector<PlanCandidate> candidates;  ///< one per (tp, depth) tried, ascending tp then pp
     int best = -1;                          ///< index of the fastest feasible candidate, -1 if none
     std::vector<std::string> alternatives;  ///< when none fits: changes under which one would
 };
 
-/// The MIP's input for cfg at its parallel.pp over `world` ranks (cfg's batch resolved for that
-/// depth): per stage, memory(n, c) as the device total of estimate_memory, which is affine in the
-/// layer count n and the recomputed count c, read off at (1,0), (2,0) and (1,1); times from
-/// opt.times plus pipeline sends (B·T·C activation bytes over opt.link_gbps; a stage waits for its
-/// sends) and a tail of ring all-reduce (2(dp − 1)/dp of the stage's gradient bytes), the tied wte's
-/// sum between the end stages, and AdamW over the rank's shard. Cap: device_memory·(1 − margin).
-/// Errors: as estimate_memory.
+/// The MIP's input for cfg at its parallel.tp and parallel.pp over `world` ranks (cfg's dp and batch
+/// resolved for them): per stage, memory(n, c) as the device total of estimate_memory (TP rank 0's),
+/// which is affine in the layer count n and the recomputed count c, read off at (1,0), (2,0) and
+/// (1,1); times from opt.times plus pipeline sends (B·T·C activation bytes over opt.link_gbps; a
+/// stage waits for its sends) and a tail of ring all-reduce (2(dp − 1)/dp of the stage's gradient
+/// bytes), the tied wte's sum between the end stages, and AdamW over the rank's shard. With tp > 1
+/// (Megatron-LM, docs/design.md "Planner"): a layer's forward, backward and recompute seconds and
+/// the head's divided by tp, plus per layer 2 all-reduces of B·T·C activation elements in forward, 2
+/// in backward and 1 in recompute (model/gpt.cpp repeats the first only), 1 after the embedding, 1
+/// for the head's input gradient and the loss's all-gather of (B·T, 3) fp32, each at
+/// ring_allreduce_seconds over tp ranks. Cap: device_memory·(1 − margin). Errors: as estimate_memory.
 PlanProblem plan_problem(const Config& cfg, const PlanOptions& opt);
 
-/// Plans every depth (opt.pp or each divisor of opt.world up to n_layer, with the global batch of
-/// cfg: global_batch_size, or micro_batch_size x max(1, grad_accum_steps) x world / parallel.pp);
-/// a depth whose batch does not divide, or whose ZeRO group does not fit dp, is skipped with the
-/// reason. Each depth's MIP optimum is refined by one-layer moves on the simulated step (the 1F1B
+/// Plans every tensor-parallel width (opt.tp, or tp_widths) and, for each, every depth (opt.pp or each
+/// divisor of opt.world / tp up to n_layer), with the global batch of cfg: global_batch_size, or
+/// micro_batch_size x max(1, grad_accum_steps) x world / (parallel.pp x parallel.tp); a width the
+/// model does not split over, or a depth whose batch does not divide or whose ZeRO group does not fit
+/// dp, is skipped with the reason. Each depth's MIP optimum is refined by one-layer moves on the simulated step (the 1F1B
 /// closed form is exact only for equal stages). With opt.escalate, a depth that does not fit with cfg's ZeRO stage is tried again at
 /// ZeRO-1 and then with the optimizer offloaded. When no depth fits, lists what would: ZeRO-1, offload, half the
 /// micro-batch, twice and four times the ranks. Errors: std::invalid_argument for opt.world < 1
 /// or a non-positive device memory; as plan_problem.
 PlanResult make_plan(const Config& cfg, const PlanOptions& opt);
 
-/// The report: the depths side by side, the best plan's per-stage table (layers, recomputed layers,
+/// The report: the (tp, depth) candidates side by side, the best plan's per-stage table (layers, recomputed layers,
 /// in flight, memory by category, F/B/recompute/tail seconds), its step time and tokens/s, and the
 /// TOML lines that select it; or, when nothing fits, the alternatives.
 std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, const PlanResult& r);
 
-/// cfg with candidate c's depth, ZeRO stage, offload and per-stage lists (pipeline.layers_per_stage,
+/// cfg with candidate c's tp, depth, ZeRO stage, offload and per-stage lists (pipeline.layers_per_stage,
 /// activation_checkpoint.layers_per_stage) set, and dp and the batch resolved for it.
 /// Errors: std::invalid_argument when c is not feasible.
 Config apply_plan(const Config& cfg, const PlanCandidate& c);
@@ -91,7 +99,7 @@ std::vector<std::string> plan_toml(const PlanCandidate& c);
 /// A hand-made plan evaluated like the planner's own: memory counted, step simulated.
 struct Baseline {
     std::string name;
-    PlanCandidate plan;  ///< at the planner's depth, ZeRO stage and offload
+    PlanCandidate plan;  ///< at the planner's tp, depth, ZeRO stage and offload
     bool fits = false;   ///< every stage's device bytes <= device_memory x (1 - margin)
 };
 
@@ -115,10 +123,20 @@ struct AutoPlan {
 };
 
 /// pipeline.plan = "auto" for a run of cfg (dp and batch resolved) on `world` ranks: measures layer
-/// times on a backend made from cfg (median of 5), plans cfg's parallel.pp only, keeping its ZeRO stage
+/// times on a backend made from cfg (median of 5), plans cfg's parallel.pp and parallel.tp only (tp is
+/// the run's: its groups and layout exist before the plan; the report says so), keeping its ZeRO stage
 /// and offload, under pipeline.plan_memory_gib (0: the backend's total memory, Ops::mem_info) with a
 /// 10% margin and 10 GB/s links on the CPU backend, 50 GB/s on CUDA. Errors: ConfigError naming
 /// pipeline.plan with what would fit when nothing does; as make_backend and make_plan.
 AutoPlan auto_plan(const Config& cfg, int world);
+
+/// The tensor-parallel widths the planner tries for cfg on `world` ranks: opt_tp alone when > 0, else
+/// every tp dividing both world and gpus_per_node (rank order puts a TP group on tp consecutive
+/// ranks, docs/design.md "Ranks and groups", so it stays inside a node). Errors: none.
+std::vector<int> tp_widths(int world, int gpus_per_node, int opt_tp);
+
+/// Why cfg's model cannot be split over tp ranks ("n_head 12 is not a multiple of tp 8"), or "" when
+/// tp divides n_head, 4·n_embd and the padded vocabulary (as app/config.cpp requires).
+std::string tp_split_problem(const Config& cfg, int tp);
 
 }  // namespace llmtrain

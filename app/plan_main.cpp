@@ -1,6 +1,6 @@
 // app/plan_main.cpp — llmtrain-plan: the pipeline planner on the command line (docs/training.md
-// "Planning a pipeline"). For a config, a world size and a device memory it prints, per pipeline
-// depth, whether the model fits and the predicted step, then the best plan's per-stage table and the
+// "Planning a pipeline"). For a config, a world size and a device memory it prints, per
+// tensor-parallel width and pipeline depth, whether the model fits and the predicted step, then the best plan's per-stage table and the
 // TOML lines that select it. Layer times are measured on the config's backend (--profile) or derived
 // from FLOPs at a stated throughput (--device-tflops, for a device this machine does not have).
 //
@@ -57,11 +57,15 @@ int main(int argc, char** argv) {
         ->option_text("SECTION.KEY=VALUE")
         ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-    app.add_option("--world-size", opt.world, "ranks of the run (pp x dp)")->required()->check(kPositive);
+    app.add_option("--world-size", opt.world, "ranks of the run (tp x pp x dp)")->required()->check(kPositive);
     app.add_option("--device-memory", memory, "memory per device, e.g. 80GiB")->required();
     app.add_option("--memory-margin", opt.margin, "share of the device memory left free (default 0.10)")
         ->check(CLI::Range(0.0, 0.9));
-    app.add_option("--pp", opt.pp, "plan this pipeline depth only (default: every divisor of the world size)")
+    app.add_option("--pp", opt.pp, "plan this pipeline depth only (default: every divisor of world size / tp)")
+        ->check(kPositive);
+    app.add_option("--tp", opt.tp, "plan this tensor-parallel width only (default: every divisor of the world size "
+                   "that divides --gpus-per-node)")->check(kPositive);
+    app.add_option("--gpus-per-node", opt.gpus_per_node, "devices per node; a TP group stays inside one (default 8)")
         ->check(kPositive);
     auto* prof = app.add_flag("--profile", profile, "measure layer times on the config's backend (run.backend)");
     auto* tf = app.add_option("--device-tflops", tflops, "derive layer times from FLOPs at this sustained TFLOP/s")
@@ -69,7 +73,7 @@ int main(int argc, char** argv) {
     app.add_option("--device-gbps", gbps, "with --device-tflops: device memory bandwidth for AdamW, GB/s (3350)")
         ->check(kPositive)
         ->needs(tf);
-    app.add_option("--link-gbps", link, "GB/s per rank for pipeline sends and gradient collectives "
+    app.add_option("--link-gbps", link, "GB/s per rank for pipeline sends, gradient and TP collectives "
                    "(default 50 with --device-tflops, 10 with --profile)")->check(kPositive);
     app.add_option("--reps", reps, "with --profile: timed passes per measurement, the median is used (5)")
         ->check(kPositive)
@@ -88,9 +92,18 @@ int main(int argc, char** argv) {
     try {
         const Config cfg = load_config(config_path, overrides);
         opt.device_memory = parse_bytes(memory);
+        if (opt.tp > 0 && opt.world % opt.tp != 0)
+            throw ConfigError("--tp: expected a divisor of --world-size " + std::to_string(opt.world) + ", got " +
+                              std::to_string(opt.tp));
+        if (opt.tp > 0 && !tp_split_problem(cfg, opt.tp).empty())
+            throw ConfigError("--tp: the model does not split over " + std::to_string(opt.tp) + " ranks: " +
+                              tp_split_problem(cfg, opt.tp));
         if (opt.pp > 0 && opt.world % opt.pp != 0)
             throw ConfigError("--pp: expected a divisor of --world-size " + std::to_string(opt.world) + ", got " +
                               std::to_string(opt.pp));
+        if (opt.pp > 0 && opt.tp > 0 && opt.world % (opt.pp * opt.tp) != 0)
+            throw ConfigError("--pp x --tp: expected a divisor of --world-size " + std::to_string(opt.world) +
+                              ", got " + std::to_string(opt.pp * opt.tp));
         if (opt.pp > cfg.model.n_layer)
             throw ConfigError("--pp: expected at most model.n_layer = " + std::to_string(cfg.model.n_layer) +
                               ", got " + std::to_string(opt.pp));

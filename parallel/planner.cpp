@@ -169,4 +169,12 @@ PlanChoice solve_plan_exhaustive(const PlanProblem& p) {
     return best;
 }
 
+double ring_allreduce_seconds(double bytes, int ranks, double link_gbps) {
+    if (ranks < 1 || bytes < 0 || !(link_gbps > 0))
+        throw std::invalid_argument("ring_allreduce_seconds: expected ranks >= 1, bytes >= 0 and a positive link "
+                                    "bandwidth, got " + std::to_string(ranks) + ", " + std::to_string(bytes) + ", " +
+                                    std::to_string(link_gbps) + " GB/s");
+    return 2.0 * (ranks - 1) / ranks * bytes / (link_gbps * 1e9);
+}
+
 }  // namespace llmtrain

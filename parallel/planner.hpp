@@ -68,4 +68,13 @@ PlanChoice solve_plan(const PlanProblem& p);
 /// first in lexicographic order of (layers, ckpt). Errors: as solve_plan.
 PlanChoice solve_plan_exhaustive(const PlanProblem& p);
 
+/// Seconds of a ring all-reduce of a `bytes`-byte buffer over `ranks` ranks whose links carry
+/// `link_gbps` GB/s each: a reduce-scatter then an all-gather, each rank sending and receiving
+/// 2(ranks − 1)/ranks of the buffer (Patarasuk & Yuan 2009; the cost Megatron-LM's analysis uses for
+/// tensor parallelism's per-layer all-reduces, Narayanan et al. 2021, sec. 3.3):
+///     2 (ranks − 1) / ranks · bytes / (link_gbps · 1e9)
+/// Latency terms are left out (the buffers here are MiB). 0 for one rank. Errors:
+/// std::invalid_argument for ranks < 1, negative bytes or a non-positive link_gbps.
+double ring_allreduce_seconds(double bytes, int ranks, double link_gbps);
+
 }  // namespace llmtrain
