@@ -1,8 +1,8 @@
 // tests/app/test_plan_e2e.cpp — llmtrain-plan and pipeline.plan = "auto" end to end, against what the
 // planned run then measures:
 //  - memory: each stage's predicted device bytes equal the Allocator's peak of a pp = 2 run of the
-//    plan within 2% (tiny.toml's shape, and the same with 12 layers; and pp 2 x dp 2 at ZeRO-1 on
-//    4 ranks), with a cap that forces recomputation;
+//    plan within 2% (tiny.toml's shape, and the same with 12 layers; and on 4 ranks at ZeRO-1 pp 2 x
+//    dp 2 (--tp 1) and the planner's own choice there, pp 2 x tp 2), with a cap that forces recomputation;
 //  - time: the predicted step within 15% of the median measured step of the same plan on the CPU at
 //    pp = 2, one thread per rank (registered RUN_SERIAL: timings need the two cores to themselves;
 //    one second attempt when the first misses, for a profile disturbed by this shared VM);
@@ -93,18 +93,19 @@ double number_after(const std::string& out, const std::string& key) {
     return at == std::string::npos ? -1 : std::stod(out.substr(at + key.size()));
 }
 
-/// Plans tiny.toml's shape (n_layer layers) at pp 2 on `ranks` ranks (dp = ranks / 2, at `zero`),
+/// Plans tiny.toml's shape (n_layer layers) at pp 2 on `ranks` ranks (tp x dp = ranks / 2, at `zero`),
 /// layer times from FLOPs, under a cap 3% below what it needs without recomputation, runs the plan for 2 steps (a checkpoint
 /// at the end) and compares each stage's peak, on every rank.
-void expect_memory_as_planned(int n_layer, int ranks, int zero) {
-    SCOPED_TRACE("n_layer " + std::to_string(n_layer) + ", ranks " + std::to_string(ranks));
+void expect_memory_as_planned(int n_layer, int ranks, int zero, int tp = 0) {
+    SCOPED_TRACE("n_layer " + std::to_string(n_layer) + ", ranks " + std::to_string(ranks) + ", --tp " +
+                 std::to_string(tp));
     const std::vector<std::string> sets = {"model.n_layer=" + std::to_string(n_layer), "model.seq_len=128",
                                            "training.micro_batch_size=2", "training.grad_accum_steps=4",
                                            "parallel.pp=2", "parallel.zero_stage=" + std::to_string(zero)};
     // FLOP-derived times, not --profile: the split must not follow timing noise between the two plans
     // (a noisy profile once chose another split that met the tight cap without recomputation).
-    const std::vector<std::string> flags = {"--world-size", std::to_string(ranks), "--pp", "2", "--device-tflops",
-                                            "0.1"};
+    std::vector<std::string> flags = {"--world-size", std::to_string(ranks), "--pp", "2", "--device-tflops", "0.1"};
+    if (tp > 0) flags.insert(flags.end(), {"--tp", std::to_string(tp)});  // else the planner's choice
     auto with_memory = [&](double mib) {
         auto f = flags;
         f.insert(f.end(), {"--device-memory", std::to_string(mib) + "MiB"});
@@ -123,9 +124,14 @@ void expect_memory_as_planned(int n_layer, int ranks, int zero) {
     const auto [layers, ckpt] = plan_lists(tight.out);
     ASSERT_FALSE(layers.empty()) << tight.out;
     auto run_sets = sets;
+    // The planner also chooses tp (pp 2 on 4 ranks: tp 1 x dp 2 or tp 2 x dp 1); the run takes its choice.
+    std::smatch tpm;
+    ASSERT_TRUE(std::regex_search(tight.out, tpm, std::regex(R"(\n  tp = ([0-9]+)\n)"))) << tight.out;
+    if (tp == 0 && ranks == 4) EXPECT_EQ(tpm[1].str(), "2") << "expected the planner to pick tp 2\n" << tight.out;
     run_sets.insert(run_sets.end(), {"run.max_steps=2", "pipeline.layers_per_stage=" + layers,
-                                     "activation_checkpoint.layers_per_stage=" + ckpt});
-    Proc train = run(train_cmd(case_dir() / ("run" + std::to_string(n_layer) + "_" + std::to_string(ranks)),
+                                     "activation_checkpoint.layers_per_stage=" + ckpt, "parallel.tp=" + tpm[1].str()});
+    Proc train = run(train_cmd(case_dir() / ("run" + std::to_string(n_layer) + "_" + std::to_string(ranks) + "_" +
+                                             std::to_string(tp)),
                                run_sets, ranks));
     ASSERT_EQ(train.code, 0) << train.err;
     const auto measured = peaks(train.out);
@@ -143,7 +149,8 @@ void expect_memory_as_planned(int n_layer, int ranks, int zero) {
 TEST_F(E2E, PlanMemoryMatchesTheRunsPeak) {
     expect_memory_as_planned(4, 2, 0);
     expect_memory_as_planned(12, 2, 0);
-    expect_memory_as_planned(12, 4, 1);  // pp 2 x dp 2 at ZeRO-1: sharded optimizer, gathered checkpoint
+    expect_memory_as_planned(12, 4, 1, 1);  // pp 2 x dp 2 at ZeRO-1: sharded optimizer, gathered checkpoint
+    expect_memory_as_planned(12, 4, 1);     // the planner's choice: pp 2 x tp 2 (dp 1), 8 micro-batches
 }
 
 namespace {
