@@ -574,10 +574,6 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
              "parallel.sequence_parallel: expected micro_batch_size x seq_len = " +
                  std::to_string(int64_t(t.micro_batch_size) * m.seq_len) + " to be a multiple of parallel.tp = " +
                  std::to_string(p.tp) + " (each TP rank holds 1/tp of the rows), got true");
-    if (p.tp > 1 && c.pipeline.plan == "auto")
-        fail(at({"pipeline.plan", "parallel.tp"}),
-             "pipeline.plan: expected \"none\" with parallel.tp > 1 (the planner does not consider tensor "
-             "parallelism yet), got \"auto\"");
     if (p.pp > 1 && p.zero_stage >= 2)
         fail(at({"parallel.zero_stage", "parallel.pp"}),
              "parallel.zero_stage: ZeRO-2/3 need one micro-batch's gradients per unit, but a pipeline accumulates "

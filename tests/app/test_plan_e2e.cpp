@@ -7,7 +7,8 @@
 //    pp = 2, one thread per rank (registered RUN_SERIAL: timings need the two cores to themselves;
 //    one second attempt when the first misses, for a profile disturbed by this shared VM);
 //  - a model that fits nowhere: exit 1 and the nearest changes that would fit; bad flags: exit 2;
-//  - pipeline.plan = "auto": rank 0 plans, both stages run its lists; nothing fitting is exit 2.
+//  - pipeline.plan = "auto": rank 0 plans, both stages run its lists; nothing fitting is exit 2; at
+//    pp 2 x tp 2 it keeps the run's tp and each stage's predicted bytes are every rank's peak within 2%.
 #include <regex>
 
 #include "tests/app/e2e_util.hpp"
@@ -297,6 +298,36 @@ TEST_F(E2E, AutoPlanTrainsAndRefusesWhatCannotFit) {
     EXPECT_EQ(l.code, 2) << l.err;
     EXPECT_NE(l.err.find("pipeline.layers_per_stage: expected [] with pipeline.plan = \"auto\""), std::string::npos)
         << l.err;
+}
+
+TEST_F(E2E, AutoPlanKeepsTheRunsTp) {
+    // pp 2 x tp 2 on 4 ranks: auto plans at the configured tp (it cannot change the run's groups) and
+    // says so; every rank runs the lists, and each stage's predicted device bytes (TP rank 0's count)
+    // are every rank's peak within 2%.
+    const std::vector<std::string> sets = {"model.seq_len=64", "training.micro_batch_size=2",
+                                           "training.grad_accum_steps=4", "parallel.pp=2", "parallel.tp=2",
+                                           "pipeline.plan=\"auto\"", "pipeline.plan_memory_gib=1", "run.max_steps=2"};
+    Proc p = run(train_cmd(case_dir() / "auto_tp", sets, 4));
+    ASSERT_EQ(p.code, 0) << p.err << p.out;
+    EXPECT_NE(p.out.find("keeps the run's parallel.tp = 2"), std::string::npos) << p.out;
+    EXPECT_NE(p.out.find("best: pp 2 x dp 1 x tp 2"), std::string::npos) << p.out;
+    const auto [layers, ckpt] = plan_lists(p.out);
+    ASSERT_FALSE(layers.empty()) << p.out;
+    const std::regex stage(R"(stage ([01]): layers \[([0-9]+), ([0-9]+)\), ([0-9]+) recomputed)");
+    std::string got_layers = "[", got_ckpt = "[";
+    for (auto it = std::sregex_iterator(p.out.begin(), p.out.end(), stage); it != std::sregex_iterator(); ++it) {
+        const std::string sep = (*it)[1] == "0" ? "" : ", ";
+        got_layers += sep + std::to_string(std::stoi((*it)[3]) - std::stoi((*it)[2]));
+        got_ckpt += sep + (*it)[4].str();
+    }
+    EXPECT_EQ(got_layers + "]", layers) << p.out;
+    EXPECT_EQ(got_ckpt + "]", ckpt) << p.out;
+    const auto rows = plan_rows(p.out);
+    const auto measured = peaks(p.out);
+    ASSERT_EQ(rows.size(), 2u) << p.out;
+    ASSERT_EQ(measured.size(), 4u) << p.out;
+    for (const auto& [rank, mib] : measured)
+        EXPECT_NEAR(mib, rows.at(rank / 2)[2], 0.02 * rows.at(rank / 2)[2]) << "rank " << rank << "\n" << p.out;
 }
 
 int main(int argc, char** argv) {

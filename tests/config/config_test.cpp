@@ -156,8 +156,6 @@ TEST(Config, EveryBadFileIsReportedAtItsPositionWithTheKey) {
         {"sequence parallelism over rows that do not split",
          "[training]\nmicro_batch_size = 1\n[model]\nseq_len = 6\nn_head = 4\n[parallel]\ntp = 4\nsequence_parallel = @true\n",
          {"parallel.sequence_parallel: expected micro_batch_size x seq_len = 6 to be a multiple of parallel.tp = 4"}},
-        {"the planner with tp", "[parallel]\ntp = 2\n[pipeline]\nplan = @\"auto\"\n",
-         {"pipeline.plan: expected \"none\" with parallel.tp > 1", "got \"auto\""}},
     };
     for (const auto& c : cases) {
         std::string text = c.toml;
