@@ -43,7 +43,7 @@ def on_paper(plan, tflops):
                       "--device-tflops", str(tflops), "--link-gbps", str(link), "--compare",
                       "--set", f"training.micro_batch_size={mbs}"])
             lines = out.splitlines()
-            table = next(i for i, l in enumerate(lines) if l.startswith("  pp "))
+            table = next(i for i, l in enumerate(lines) if l.startswith(("  tp ", "  pp ")))
             best = next((i for i, l in enumerate(lines) if l.startswith(("best:", "nothing fits"))), len(lines))
             compared = next((i for i, l in enumerate(lines) if l.startswith("compared")), len(lines))
             print("\n".join(lines[table:best + 1] + lines[compared:]))
