@@ -261,6 +261,19 @@ TEST_F(E2E, PlanBadFlagsExit2) {
     Proc rate = run(plan_cmd({}, {"--world-size", "2", "--device-memory", "1GiB", "--device-tflops", "-5"}));
     EXPECT_EQ(rate.code, 2) << rate.err;
     EXPECT_NE(rate.err.find("--device-tflops: expected a number > 0, got -5"), std::string::npos) << rate.err;
+    // --tp: a divisor of the world, one the model splits over, and pp x tp dividing the world.
+    const std::vector<std::pair<std::vector<std::string>, std::string>> tp_bad = {
+        {{"--world-size", "2", "--tp", "4"}, "--tp: expected a divisor of --world-size 2, got 4"},
+        {{"--world-size", "2", "--tp", "2", "--set", "model.n_head=1"},
+         "--tp: the model does not split over 2 ranks: n_head 1 is not a multiple of tp 2"},
+        {{"--world-size", "4", "--tp", "2", "--pp", "4"}, "--pp x --tp: expected a divisor of --world-size 4, got 8"}};
+    for (const auto& [flags, msg] : tp_bad) {
+        auto f = flags;
+        f.insert(f.end(), {"--device-memory", "1GiB", "--device-tflops", "1"});
+        Proc p = run(plan_cmd({}, f));
+        EXPECT_EQ(p.code, 2) << p.err;
+        EXPECT_NE(p.err.find(msg), std::string::npos) << p.err;
+    }
 }
 
 TEST_F(E2E, AutoPlanTrainsAndRefusesWhatCannotFit) {

@@ -5,6 +5,8 @@
 //    all-reduces counted by hand (docs/design.md "Planner");
 //  - memory forces tp > 1: a cap between what tp 1 and tp 2 need with every layer recomputed (both
 //    counted by estimate_memory) is met at tp 2 only, without a pipeline;
+//  - the widths tried: divisors of the world inside a node; one the heads do not split over is listed
+//    as skipped with the reason;
 //  - a slow link makes tp lose to pp, and the tp 2 step grows by exactly the closed-form all-reduce
 //    time of the micro-batches' collectives.
 // FLOP-derived layer times (--device-tflops), so nothing depends on this machine's speed.
@@ -155,4 +157,27 @@ TEST(PlanTp, SlowLinkMakesTpLoseToPp) {
     const double N = 4.0 * 128, act = N * 256 * 4, per_gbps = (4 * 4 + 2) * act + N * 3 * 4;  // bytes moved
     const double expected = tp_slow->micro_batches * per_gbps * (1 / (0.05e9) - 1 / 1000e9);
     EXPECT_NEAR(tp_slow->step_seconds - tp_fast->step_seconds, expected, 1e-9 * expected);
+}
+
+TEST(PlanTp, WidthsAreTheWorldsDivisorsInsideANode) {
+    EXPECT_EQ(tp_widths(8, 8, 0), (std::vector<int>{1, 2, 4, 8}));
+    EXPECT_EQ(tp_widths(64, 8, 0), (std::vector<int>{1, 2, 4, 8}));
+    EXPECT_EQ(tp_widths(12, 8, 0), (std::vector<int>{1, 2, 4}));  // 3, 6 do not divide a node of 8
+    EXPECT_EQ(tp_widths(6, 6, 0), (std::vector<int>{1, 2, 3, 6}));
+    EXPECT_EQ(tp_widths(8, 8, 4), std::vector<int>{4});
+    // tiny.toml's 4 heads do not split over 8: that width is listed as skipped, the others planned.
+    const Config cfg = tiny();
+    const PlanResult r = make_plan(cfg, options(cfg, 8, 64.0 * 1073741824, 50));
+    bool skipped8 = false;
+    for (const PlanCandidate& c : r.candidates) {
+        EXPECT_TRUE(c.tp == 1 || c.tp == 2 || c.tp == 4 || c.tp == 8) << c.tp;
+        if (c.tp == 8) {
+            skipped8 = c.skipped == "n_head 4 is not a multiple of tp 8";
+            EXPECT_TRUE(skipped8) << c.skipped;
+        } else if (c.skipped.empty()) {
+            EXPECT_EQ(c.tp * c.pp * c.dp, 8);
+        }
+    }
+    EXPECT_TRUE(skipped8);
+    for (int tp : {1, 2, 4}) EXPECT_NE(candidate(r, tp, 1), nullptr) << tp;
 }
