@@ -119,8 +119,9 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
     // Tensor parallelism (docs/design.md "Tensor parallelism", model/gpt.cpp): one all-reduce of an
     // (N, C) activation over the TP group, and the loss's all-gather of (N, 3) fp32 per rank (a ring
     // all-gather moves (tp − 1)/tp of the gathered tp·N·3·4 bytes: half an all-reduce of that size).
-    const double ar = tp > 1 ? ring_allreduce_seconds(act_bytes, tp, opt.link_gbps) : 0;
-    const double gather = tp > 1 ? 0.5 * ring_allreduce_seconds(rows * 3 * 4 * tp, tp, opt.link_gbps) : 0;
+    const double tp_link = opt.tp_link_gbps > 0 ? opt.tp_link_gbps : opt.link_gbps;  // inside a node
+    const double ar = tp > 1 ? ring_allreduce_seconds(act_bytes, tp, tp_link) : 0;
+    const double gather = tp > 1 ? 0.5 * ring_allreduce_seconds(rows * 3 * 4 * tp, tp, tp_link) : 0;
     const int zg = c.parallel.zero_stage == 0 ? 1 : (c.parallel.zero_group_size == 0 ? dp : c.parallel.zero_group_size);
     const double allreduce = dp > 1 ? 2.0 * (dp - 1) / dp * reduce_bytes / link : 0;  // seconds per element
     const double layer_numel = double(layout.units()[1].numel), wte_numel = double(layout.units()[0].numel);
@@ -434,6 +435,10 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
                   1e3 * t.layer_bwd, 1e3 * t.layer_recompute, 1e3 * t.embed_fwd, 1e3 * t.embed_bwd, 1e3 * t.head_fwd,
                   1e3 * t.head_bwd, 1e9 * t.adam_per_param, opt.link_gbps);
     out.push_back(buf);
+    if (opt.tp_link_gbps > 0) {
+        std::snprintf(buf, sizeof buf, "; TP link %g GB/s", opt.tp_link_gbps);
+        out.back() += buf;
+    }
     out.push_back("  tp   pp   dp    m zero offload  fits      step s     tokens/s  layers per stage / recomputed");
     for (const PlanCandidate& c : r.candidates) {
         if (!c.skipped.empty()) {

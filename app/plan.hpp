@@ -23,7 +23,8 @@ struct PlanOptions {
     int world = 1;                ///< ranks: tp x pp x dp
     double device_memory = 0;     ///< bytes per device
     double margin = 0.10;         ///< share of device_memory left free (fragmentation, backend workspaces)
-    double link_gbps = 0;         ///< GB/s per rank for pipeline sends, gradient and TP collectives
+    double link_gbps = 0;         ///< GB/s per rank for pipeline sends and gradient collectives (and TP's, by default)
+    double tp_link_gbps = 0;      ///< GB/s per rank inside a node for the TP all-reduces; 0: link_gbps
     int pp = 0;                   ///< 0: every divisor of world / tp up to n_layer; else only this depth
     int tp = 0;                   ///< 0: every admissible tp (tp_widths); else only this width
     int gpus_per_node = 8;        ///< a TP group stays inside a node: tp divides this
@@ -69,7 +70,7 @@ struct PlanResult {
 /// the head's divided by tp, plus per layer 2 all-reduces of B·T·C activation elements in forward, 2
 /// in backward and 1 in recompute (model/gpt.cpp repeats the first only), 1 after the embedding, 1
 /// for the head's input gradient and the loss's all-gather of (B·T, 3) fp32, each at
-/// ring_allreduce_seconds over tp ranks. Cap: device_memory·(1 − margin). Errors: as estimate_memory.
+/// ring_allreduce_seconds over tp ranks at opt.tp_link_gbps (0: opt.link_gbps). Cap: device_memory·(1 − margin). Errors: as estimate_memory.
 PlanProblem plan_problem(const Config& cfg, const PlanOptions& opt);
 
 /// Plans every tensor-parallel width (opt.tp, or tp_widths) and, for each, every depth (opt.pp or each

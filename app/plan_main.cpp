@@ -65,6 +65,8 @@ int main(int argc, char** argv) {
         ->check(kPositive);
     app.add_option("--tp", opt.tp, "plan this tensor-parallel width only (default: every divisor of the world size "
                    "that divides --gpus-per-node)")->check(kPositive);
+    app.add_option("--tp-link-gbps", opt.tp_link_gbps, "GB/s per rank inside a node for the TP all-reduces "
+                   "(default: --link-gbps)")->check(kPositive);
     app.add_option("--gpus-per-node", opt.gpus_per_node, "devices per node; a TP group stays inside one (default 8)")
         ->check(kPositive);
     auto* prof = app.add_flag("--profile", profile, "measure layer times on the config's backend (run.backend)");

@@ -87,6 +87,12 @@ TEST(PlanTp, StageTimesAreTheSplitWorkPlusMegatronsAllReduces) {
     EXPECT_NEAR(p2.stages[0].bwd0, t.embed_bwd, 1e-12);
     EXPECT_NEAR(p2.stages[1].fwd0, t.head_fwd / 2 + gather, 1e-12);
     EXPECT_NEAR(p2.stages[1].bwd0, t.head_bwd / 2 + ar + send, 1e-12);
+    // --tp-link-gbps: the TP collectives at their own link, the pipeline send at link_gbps.
+    PlanOptions fast = o;
+    fast.tp_link_gbps = 8 * link;
+    const PlanProblem p3 = plan_problem(c2, fast);
+    EXPECT_NEAR(p3.stages[0].fwd_layer, p1.stages[0].fwd_layer / 2 + 2 * ar / 8, 1e-12);
+    EXPECT_NEAR(p3.stages[0].fwd0, t.embed_fwd + ar / 8 + send, 1e-12);
     // Memory per rank shrinks with tp (split weights and activations): every stage's base and per layer.
     for (size_t s = 0; s < 2; ++s) {
         EXPECT_LT(p2.stages[s].mem0, p1.stages[s].mem0) << s;
