@@ -30,6 +30,7 @@ Config at_depth(const Config& cfg, int world, int tp, int pp, int zero, bool off
     Config c = cfg;
     why.clear();
     c.parallel.tp = tp;
+    if (tp == 1) c.parallel.sequence_parallel = false;  // it shards rows over a TP group: none at tp 1
     c.parallel.pp = pp;
     c.parallel.dp = world / (pp * tp);
     c.parallel.zero_stage = zero;
@@ -101,6 +102,10 @@ std::string tp_split_problem(const Config& cfg, int tp) {
     for (const auto& sp : splits)
         if (sp.n % tp != 0)
             return std::string(sp.what) + " " + std::to_string(sp.n) + " is not a multiple of tp " + std::to_string(tp);
+    const int64_t rows = int64_t(cfg.training.micro_batch_size) * cfg.model.seq_len;
+    if (cfg.parallel.sequence_parallel && tp > 1 && rows % tp != 0)
+        return "sequence parallelism: micro_batch_size x seq_len " + std::to_string(rows) + " is not a multiple of tp " +
+               std::to_string(tp);
     return "";
 }
 
@@ -122,6 +127,16 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
     const double tp_link = opt.tp_link_gbps > 0 ? opt.tp_link_gbps : opt.link_gbps;  // inside a node
     const double ar = tp > 1 ? ring_allreduce_seconds(act_bytes, tp, tp_link) : 0;
     const double gather = tp > 1 ? 0.5 * ring_allreduce_seconds(rows * 3 * 4 * tp, tp, tp_link) : 0;
+    // Collectives per micro-batch in units of ar (model/gpt.cpp). Without sequence parallelism: a
+    // layer 2 in forward, 2 in backward, 1 in recompute; the embedding 1 in forward, the head 1 in
+    // backward. With it each all-reduce becomes a reduce-scatter or an all-gather of the same buffer
+    // (half an all-reduce each): a layer's forward gathers ln1, ln2 and scatters two sums (2); its
+    // backward gathers dres twice and ln1, ln2 again and scatters two input gradients (3); its
+    // recompute gathers ln1, ln2 and scatters one sum (1.5); the embedding scatters (forward) and
+    // gathers dres (backward), the head gathers ln_f (forward) and scatters its input gradient (backward).
+    const bool sp = tp > 1 && c.parallel.sequence_parallel;
+    const double n_fwd = 2, n_bwd = sp ? 3 : 2, n_rec = sp ? 1.5 : 1;
+    const double emb_f = sp ? 0.5 : 1, emb_b = sp ? 0.5 : 0, head_f = sp ? 0.5 : 0, head_b = sp ? 0.5 : 1;
     const int zg = c.parallel.zero_stage == 0 ? 1 : (c.parallel.zero_group_size == 0 ? dp : c.parallel.zero_group_size);
     const double allreduce = dp > 1 ? 2.0 * (dp - 1) / dp * reduce_bytes / link : 0;  // seconds per element
     const double layer_numel = double(layout.units()[1].numel), wte_numel = double(layout.units()[0].numel);
@@ -145,11 +160,12 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
         // forward, 2 in backward, 1 when recomputed (only the first is repeated). The embedding's
         // lookup writes the whole (N, C) on every TP rank (kept whole) and is all-reduced; the head's
         // matmul and softmax split by vocabulary, its input gradient all-reduced.
-        st.fwd_layer = t.layer_fwd / tp + 2 * ar;
-        st.bwd_layer = t.layer_bwd / tp + 2 * ar;
-        st.recompute = t.layer_recompute / tp + ar;
-        st.fwd0 = (first ? t.embed_fwd + ar : 0) + (last ? t.head_fwd / tp + gather : 0) + (last ? 0 : send);
-        st.bwd0 = (first ? t.embed_bwd : 0) + (last ? t.head_bwd / tp + ar : 0) + (first ? 0 : send);
+        st.fwd_layer = t.layer_fwd / tp + n_fwd * ar;
+        st.bwd_layer = t.layer_bwd / tp + n_bwd * ar;
+        st.recompute = t.layer_recompute / tp + n_rec * ar;
+        st.fwd0 = (first ? t.embed_fwd + emb_f * ar : 0) + (last ? t.head_fwd / tp + head_f * ar + gather : 0) +
+                  (last ? 0 : send);
+        st.bwd0 = (first ? t.embed_bwd + emb_b * ar : 0) + (last ? t.head_bwd / tp + head_b * ar : 0) + (first ? 0 : send);
         double units0 = 0;  // parameters of the stage's non-layer units (model/param_layout.hpp)
         if (first) units0 += wte_numel;  // wte + wpe
         if (last && !first) units0 += wte_numel;

@@ -70,7 +70,9 @@ struct PlanResult {
 /// the head's divided by tp, plus per layer 2 all-reduces of B·T·C activation elements in forward, 2
 /// in backward and 1 in recompute (model/gpt.cpp repeats the first only), 1 after the embedding, 1
 /// for the head's input gradient and the loss's all-gather of (B·T, 3) fp32, each at
-/// ring_allreduce_seconds over tp ranks at opt.tp_link_gbps (0: opt.link_gbps). Cap: device_memory·(1 − margin). Errors: as estimate_memory.
+/// ring_allreduce_seconds over tp ranks at opt.tp_link_gbps (0: opt.link_gbps); with
+/// parallel.sequence_parallel the all-reduces become all-gathers and reduce-scatters (half an
+/// all-reduce each): 2, 3 and 1.5 all-reduces' worth per layer, 0.5 for each end's collective. Cap: device_memory·(1 − margin). Errors: as estimate_memory.
 PlanProblem plan_problem(const Config& cfg, const PlanOptions& opt);
 
 /// Plans every tensor-parallel width (opt.tp, or tp_widths) and, for each, every depth (opt.pp or each

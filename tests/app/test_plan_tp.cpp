@@ -31,6 +31,8 @@ Config tiny(std::vector<std::string> extra = {}) {
     return load_config(LLMTRAIN_CONFIGS "/tiny.toml", sets);
 }
 
+const StageModel& a_of(const PlanProblem& p, size_t s) { return p.stages[s]; }
+
 /// The candidate of r at (tp, pp), or nullptr.
 const PlanCandidate* candidate(const PlanResult& r, int tp, int pp) {
     for (const PlanCandidate& c : r.candidates)
@@ -93,6 +95,21 @@ TEST(PlanTp, StageTimesAreTheSplitWorkPlusMegatronsAllReduces) {
     const PlanProblem p3 = plan_problem(c2, fast);
     EXPECT_NEAR(p3.stages[0].fwd_layer, p1.stages[0].fwd_layer / 2 + 2 * ar / 8, 1e-12);
     EXPECT_NEAR(p3.stages[0].fwd0, t.embed_fwd + ar / 8 + send, 1e-12);
+    // Sequence parallelism: all-gathers and reduce-scatters, half an all-reduce each (model/gpt.cpp):
+    // a layer 4 halves forward, 6 backward, 3 recompute; each end's collective one half.
+    Config c_sp = tiny({"parallel.pp=2", "parallel.tp=2", "parallel.sequence_parallel=true"});
+    c_sp.parallel.dp = 1;
+    const PlanProblem ps = plan_problem(c_sp, o);
+    for (size_t s = 0; s < 2; ++s) {
+        EXPECT_NEAR(ps.stages[s].fwd_layer, a_of(p1, s).fwd_layer / 2 + 4 * ar / 2, 1e-12) << s;
+        EXPECT_NEAR(ps.stages[s].bwd_layer, a_of(p1, s).bwd_layer / 2 + 6 * ar / 2, 1e-12) << s;
+        EXPECT_NEAR(ps.stages[s].recompute, a_of(p1, s).recompute / 2 + 3 * ar / 2, 1e-12) << s;
+        EXPECT_LT(ps.stages[s].mem_layer, p2.stages[s].mem_layer) << s;  // the residual stream split too
+    }
+    EXPECT_NEAR(ps.stages[0].fwd0, t.embed_fwd + ar / 2 + send, 1e-12);
+    EXPECT_NEAR(ps.stages[0].bwd0, t.embed_bwd + ar / 2, 1e-12);
+    EXPECT_NEAR(ps.stages[1].fwd0, t.head_fwd / 2 + ar / 2 + gather, 1e-12);
+    EXPECT_NEAR(ps.stages[1].bwd0, t.head_bwd / 2 + ar / 2 + send, 1e-12);
     // Memory per rank shrinks with tp (split weights and activations): every stage's base and per layer.
     for (size_t s = 0; s < 2; ++s) {
         EXPECT_LT(p2.stages[s].mem0, p1.stages[s].mem0) << s;
