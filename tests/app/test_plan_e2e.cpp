@@ -128,7 +128,9 @@ void expect_memory_as_planned(int n_layer, int ranks, int zero, int tp = 0) {
     // The planner also chooses tp (pp 2 on 4 ranks: tp 1 x dp 2 or tp 2 x dp 1); the run takes its choice.
     std::smatch tpm;
     ASSERT_TRUE(std::regex_search(tight.out, tpm, std::regex(R"(\n  tp = ([0-9]+)\n)"))) << tight.out;
-    if (tp == 0 && ranks == 4) EXPECT_EQ(tpm[1].str(), "2") << "expected the planner to pick tp 2\n" << tight.out;
+    if (tp == 0 && ranks == 4) {
+        EXPECT_EQ(tpm[1].str(), "2") << "expected the planner to pick tp 2\n" << tight.out;
+    }
     run_sets.insert(run_sets.end(), {"run.max_steps=2", "pipeline.layers_per_stage=" + layers,
                                      "activation_checkpoint.layers_per_stage=" + ckpt, "parallel.tp=" + tpm[1].str()});
     Proc train = run(train_cmd(case_dir() / ("run" + std::to_string(n_layer) + "_" + std::to_string(ranks) + "_" +
