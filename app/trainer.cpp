@@ -6,7 +6,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstring>
-#include <filesystem>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -15,6 +14,7 @@
 #include "app/checkpoint/saver.hpp"
 #include "app/model_state.hpp"
 #include "app/sampler.hpp"
+#include "app/step_trace.hpp"
 #include "app/tp_state.hpp"
 #include "data/loader.hpp"
 #include "data/token_dataset.hpp"
@@ -22,7 +22,6 @@
 #include "model/backend.hpp"
 #include "model/cpu/peak_flops.hpp"
 #include "model/gpt.hpp"
-#include "model/trace.hpp"
 #include "optim/adamw.hpp"
 #include "optim/grad_clip.hpp"
 #include "optim/lr_schedule.hpp"
@@ -90,14 +89,13 @@ struct Trainer::Impl {
     std::vector<std::unique_ptr<Comm>> links;        // pp > 1: to the neighbour stages
     std::unique_ptr<Comm> embedding_comm, stage_comm;
     std::unique_ptr<PipelineStage> pipe;             // pp > 1
-    std::vector<TraceSpan> trace;                    // run.trace: spans of the traced steps so far
-    Clock::time_point trace_origin{};
     LRSchedule sched;
     std::unique_ptr<DataLoader> train, val;
     std::optional<Tokenizer> tokenizer;  // rank 0 with samples enabled
     float* norm_scratch = nullptr;       // (1) device fp32
     std::vector<int32_t> inputs, targets;  // (B,T) host int32
     std::mt19937_64 sampler_rng;
+    std::unique_ptr<StepTrace> trace;      // run.trace
     int64_t step = 0, start_step = 0;
     uint64_t tokens_seen = 0;
     std::string run_id = new_run_id();  // replaced by the checkpoint's on resume
@@ -107,7 +105,8 @@ struct Trainer::Impl {
     Impl(const Config& c, Comm& cm)
         : cfg(c), comm(cm), topo(world_size(), world_rank(), c.parallel.pp, zero_group_of(c), c.parallel.tp), dp(topo.dp()),
           rank(cm.rank()), B(c.training.micro_batch_size), T(c.model.seq_len), accum(c.training.grad_accum_steps),
-          sampler_rng(c.run.seed) {
+          sampler_rng(c.run.seed),
+          trace(std::make_unique<StepTrace>(c.run.trace, c.run.max_steps, c.run.run_dir, rank, topo.stage())) {
         // Data first: a bad file fails before any large allocation.
         LoaderOptions lo;
         lo.path = cfg.data.train;
@@ -304,43 +303,6 @@ struct Trainer::Impl {
             k = topo.stage() * topo.zero_group_size() + topo.zero_index();
         }
         saver->submit(k, std::move(views), train_state(), err, seconds_since(t0) - waited, log, metrics);
-    }
-
-    /// run.trace: the spans of step s (started at t0, ended now): the whole step, the pipeline's
-    /// forwards and backwards by micro-batch, the optimizer after them, the offloaded optimizer's
-    /// copies and host AdamW by chunk. Writes <run_dir>/trace/rank<k>.json after the last traced step.
-    void record_trace(int64_t s, Clock::time_point t0, bool updated) {
-        const auto& tr = cfg.run.trace;
-        if (tr.empty() || s < tr[0] || s > tr[1]) return;
-        if (s == tr[0]) trace_origin = t0;
-        auto at = [&](Clock::time_point t) { return std::chrono::duration<double>(t - trace_origin).count(); };
-        const double start = at(t0), end = at(Clock::now());
-        const std::string step = "step " + std::to_string(s), args = "\"step\": " + std::to_string(s);
-        trace.push_back({step, "step", start, end - start, args});
-        double opt_start = start;
-        if (pipe) {
-            const double base = at(pipe->last_start());
-            const std::string track = "stage " + std::to_string(topo.stage());
-            for (const PipeEvent& e : pipe->last_events()) {
-                const std::string name = (e.op.kind == PipeOp::forward ? "F" : "B") + std::to_string(e.op.micro_batch);
-                trace.push_back({name, track, base + e.start, e.end - e.start,
-                                 args + ", \"micro_batch\": " + std::to_string(e.op.micro_batch)});
-                opt_start = std::max(opt_start, base + e.end);
-            }
-            trace.push_back({"reduce + optimizer", track, opt_start, end - opt_start, args});
-        }
-        if (const HostOffload* off = adam->offload(); off && updated) {
-            const double ostart = end - off->last_times().wall;  // the host step ended with the step, nearly
-            for (const OffloadSpan& o : off->last_spans())
-                trace.push_back({std::string(o.phase) + " " + std::to_string(o.chunk), std::string("offload ") + o.phase,
-                                 ostart + o.start, o.end - o.start, args + ", \"chunk\": " + std::to_string(o.chunk)});
-        }
-        if (s != tr[1] && s != cfg.run.max_steps) return;
-        const std::string dir = cfg.run.run_dir + "/trace";
-        std::filesystem::create_directories(dir);
-        write_chrome_trace(dir + "/rank" + std::to_string(rank) + ".json",
-                           "rank " + std::to_string(rank) + " (stage " + std::to_string(topo.stage()) + ")", rank, trace);
-        trace.clear();
     }
 
     /// The stream position of a checkpoint written before stream positions ([loader] epoch, batch:
@@ -589,7 +551,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
         float loss, lr, norm;
         const bool updated = I.train_step(&loss, &lr, &norm);
         const double step_s = seconds_since(t0);
-        I.record_trace(I.step, t0, updated);
+        I.trace->record(I.step, t0, I.pipe.get(), I.adam->offload(), updated);
         train_seconds += step_s;
         window_train_s += step_s;
         ++window_steps;
