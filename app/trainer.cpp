@@ -232,7 +232,8 @@ struct Trainer::Impl {
             }
         }
         engine->reduce_grads();
-        if (tp_group) same_replicated_grads();
+        // Only a sum over other ranks (dp, or the pipeline's tied-embedding pair) can make them differ.
+        if (tp_group && (dp > 1 || embedding_comm)) same_replicated_grads();
         // The grad shard now holds the sum over the dp ranks: the averaged gradient is that / dp. With
         // a pipeline the stages' squares are summed, the tied wte counted once (on the first stage).
         // With tensor parallelism the TP ranks' squares are summed, the replicated tensors (the same
