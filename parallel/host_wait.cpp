@@ -1,5 +1,6 @@
 // parallel/host_wait.cpp — timed host waits and the watchdog (see host_wait.hpp).
 #include "parallel/host_wait.hpp"
+#include "parallel/nodes.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -111,14 +112,22 @@ void poll_with_watchdog(const std::function<bool()>& done, std::initializer_list
                 if (!e.empty()) failed = named_comm(w) + " failed: " + e;
             }
             if (!failed.empty()) break;
+            serve_liveness();  // a peer whose own wait timed out may be asking whether we are alive
             std::this_thread::yield();  // peers may share this core
         }
     } catch (const std::exception&) {
         if (!dog.dismiss()) throw;  // not the watchdog's abort: a device fault, say
     }
-    if (dog.dismiss())
+    if (dog.dismiss()) {
+        std::vector<int> ranks;  // every rank the wait depended on, pinged to name the ones gone
+        for (const WaitOn& w : on)
+            if (w.comm != nullptr) ranks.insert(ranks.end(), w.comm->world_ranks().begin(), w.comm->world_ranks().end());
+        std::sort(ranks.begin(), ranks.end());
+        ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
         throw CommError(what + ": timed out after " + seconds(timeout) + " s waiting for the GPU; " + involved(on) +
-                        "; called ncclCommAbort on every communicator of this process");
+                        "; called ncclCommAbort on every communicator of this process" +
+                        liveness_report(ranks, liveness_probe_seconds(timeout)));
+    }
     if (!failed.empty()) {
         const size_t n = abort_all();
         throw CommError(what + ": " + failed + "; called ncclCommAbort on every communicator of this process (" +

@@ -43,6 +43,7 @@
 #include "model/bf16.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/mpi_comm_testing.hpp"
+#include "parallel/nodes.hpp"
 
 namespace llmtrain {
 
@@ -200,10 +201,12 @@ using Clock = std::chrono::steady_clock;
 class MpiWork final : public CommWork {
 public:
     /// `what` names the operation ("all_reduce_sum of 12 fp32 elements"), `waiting_for` the ranks
-    /// it needs ("world ranks [0,1]"); timeout_s <= 0 waits forever.
-    MpiWork(std::string what, std::string waiting_for, double timeout_s, std::shared_ptr<ScratchPool> pool)
-        : what_(std::move(what)), waiting_for_(std::move(waiting_for)), timeout_s_(timeout_s),
-          st_(std::make_unique<Inflight>(std::move(pool))) {}
+    /// it needs ("world ranks [0,1]"), `peers` their world ranks (pinged after a timeout, to name
+    /// the ones gone: parallel/nodes.hpp); timeout_s <= 0 waits forever.
+    MpiWork(std::string what, std::string waiting_for, std::vector<int> peers, double timeout_s,
+            std::shared_ptr<ScratchPool> pool)
+        : what_(std::move(what)), waiting_for_(std::move(waiting_for)), peers_(std::move(peers)),
+          timeout_s_(timeout_s), st_(std::make_unique<Inflight>(std::move(pool))) {}
 
     Inflight& st() { return *st_; }
     /// The second phase: runs inside wait() once the first phase's requests complete; it may
@@ -269,18 +272,21 @@ private:
                 char limit[32];
                 std::snprintf(limit, sizeof limit, "%g", timeout_s_);
                 throw CommError(what_ + " did not complete within parallel.timeout_s = " + limit +
-                                " s; waiting for " + waiting_for_ + " (a rank may be hung or stopped)");
+                                " s; waiting for " + waiting_for_ +
+                                liveness_report(peers_, liveness_probe_seconds(timeout_s_)));
             }
             if (waited < spin) {
                 std::this_thread::yield();
                 continue;
             }
+            serve_liveness();  // a peer whose own wait timed out may be asking whether we are alive
             std::this_thread::sleep_for(nap);
             nap = std::min(nap * 2, std::chrono::microseconds(1000));
         }
     }
 
     std::string what_, waiting_for_;
+    std::vector<int> peers_;
     double timeout_s_;
     std::unique_ptr<Inflight> st_;  // null once complete or abandoned
     std::function<void(Inflight&)> next_;
@@ -472,14 +478,14 @@ private:
 
     std::unique_ptr<MpiWork> collective(const std::string& what) const {
         return std::make_unique<MpiWork>(what + " on world ranks " + ranks_text(world_),
-                                         "world ranks " + ranks_text(world_), timeout_s_, pool_);
+                                         "world ranks " + ranks_text(world_), world_, timeout_s_, pool_);
     }
 
     /// `what` ends with "to" or "from"; the peer's world rank follows.
     std::unique_ptr<MpiWork> point_to_point(const std::string& what, int peer) const {
         const std::string p = "world rank " + std::to_string(world_[peer]);
         return std::make_unique<MpiWork>(what + " " + p + " (group world ranks " + ranks_text(world_) + ")", p,
-                                         timeout_s_, pool_);
+                                         std::vector<int>{world_[peer]}, timeout_s_, pool_);
     }
 
     MPI_Comm comm_;
@@ -507,6 +513,7 @@ void mpi_init_once(int* argc, char*** argv) {
     int provided = 0;
     check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
     g_we_initialized = true;
+    discover_nodes();  // collective: every rank calls mpi_init_once at start
 }
 
 void mpi_finalize() {
