@@ -22,14 +22,23 @@ CliArgs parse_cli(int argc, const char* const* argv) {
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
     app.add_flag("--print-config", args.print_config, "print the resolved config as TOML and exit");
     auto* dry = app.add_flag("--dry-run", args.dry_run, "print the start-up summary (model, memory, schedule) and exit");
-    app.add_option("--world-size", args.world_size,
-                   "with --dry-run: per-rank memory of an N-rank run at every ZeRO stage, without allocating "
-                   "(no data files needed)")
+    auto* world = app.add_option("--world-size", args.world_size,
+                                 "with --dry-run: per-rank memory of an N-rank run at every ZeRO stage and its "
+                                 "bytes per step by group, without allocating (no data files needed)")
+                      ->check(kPositive)
+                      ->needs(dry);
+    app.add_option("--ranks-per-node", args.ranks_per_node,
+                   "with --world-size: ranks per node (a divisor of N; default N, one node): which groups span "
+                   "nodes and the bytes per step that cross them")
         ->check(kPositive)
-        ->needs(dry);
+        ->needs(world);
     app.set_version_flag("--version", std::string("llmtrain ") + kVersion);
     try {
         app.parse(argc, argv);
+        if (args.ranks_per_node > 0 && args.world_size % args.ranks_per_node != 0)
+            throw CLI::ValidationError("--ranks-per-node", "expected a divisor of --world-size " +
+                                                               std::to_string(args.world_size) + ", got " +
+                                                               std::to_string(args.ranks_per_node));
     } catch (const CLI::CallForHelp& e) {
         std::cout << app.help();
         args.exit_now = true;

@@ -20,8 +20,13 @@
 #include "app/model_state.hpp"
 #include "app/plan.hpp"
 #include "app/run_log.hpp"
+#include "app/shared_storage.hpp"
+#include "app/traffic.hpp"
 #include "app/trainer.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/node_report.hpp"
+#include "parallel/nodes.hpp"
+#include "parallel/topology.hpp"
 
 using namespace llmtrain;
 
@@ -117,6 +122,8 @@ int run(const CliArgs& args) {
         resolve_batch(cfg, cfg.parallel.dp);
         if (world_rank() == 0) {
             for (const auto& l : memory_report(cfg, args.world_size)) std::printf("%s\n", l.c_str());
+            const int per_node = args.ranks_per_node > 0 ? args.ranks_per_node : args.world_size;
+            for (const auto& l : traffic_report(step_traffic(cfg, args.world_size, per_node))) std::printf("%s\n", l.c_str());
             if (cfg.pipeline.plan == "auto")
                 std::printf("(pipeline.plan = \"auto\" chooses the split at start-up; this count is of the default "
                             "split: llmtrain-plan --world-size %d --pp %d prints the plan)\n", args.world_size,
@@ -149,6 +156,7 @@ int run(const CliArgs& args) {
         for (const auto& l : trainer.summary()) log.line(l);
         return kExitOk;
     }
+    check_shared_run_dir(cfg.run.run_dir, *comm);  // before anything is written (exit 2 if a node sees another)
     // Resume lookup on rank 0 alone (it tidies leftovers and checksums files); the others get its choice.
     std::vector<std::string> ckpt_notes;
     std::string ck;
@@ -176,6 +184,8 @@ int run(const CliArgs& args) {
     if (rank == 0) prepare_run_dir(cfg, log);
     comm->barrier();  // the run dir exists before any rank goes on
     for (const auto& l : trainer.summary()) log.line(l);
+    const Topology layout(world, rank, cfg.parallel.pp, cfg.parallel.zero_group_size, cfg.parallel.tp);
+    for (const auto& l : node_report(layout, node_map(), cfg.parallel.zero_stage)) log.line(l);
     for (const auto& l : ckpt_notes) log.line(l);
     const std::string& from = cfg.model.init_from;
     const std::string weights = from.empty() ? "" : ", weights from model.init_from = " + from;

@@ -1,0 +1,225 @@
+// app/traffic.cpp — the bytes of one step per group kind and those crossing nodes (see traffic.hpp).
+#include "app/traffic.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <stdexcept>
+
+#include "app/model_state.hpp"
+#include "parallel/topology.hpp"
+
+namespace llmtrain {
+
+const char* group_kind_name(GroupKind k) {
+    switch (k) {
+        case GroupKind::tp: return "tp";
+        case GroupKind::dp: return "dp";
+        case GroupKind::zero: return "zero";
+        case GroupKind::replica: return "replica";
+        case GroupKind::pipeline: return "pipeline";
+        case GroupKind::embedding: return "embedding";
+        default: return "?";
+    }
+}
+
+int nodes_spanned(const std::vector<int>& ranks, int ranks_per_node) {
+    std::vector<int> nodes;
+    for (int r : ranks) nodes.push_back(r / ranks_per_node);
+    std::sort(nodes.begin(), nodes.end());
+    return int(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
+}
+
+namespace {
+
+void check_layout(int world, int ranks_per_node) {
+    if (world < 1) throw std::invalid_argument("step traffic: expected a world size >= 1, got " + std::to_string(world));
+    if (ranks_per_node < 1)
+        throw std::invalid_argument("step traffic: expected ranks per node >= 1, got " + std::to_string(ranks_per_node));
+}
+
+/// Adds one group of kind g: its members each send v bytes per step over a ring in group order.
+void add_ring(GroupTraffic& g, const std::vector<int>& ranks, double v, int ranks_per_node) {
+    const int k = nodes_spanned(ranks, ranks_per_node);
+    g.size = int(ranks.size());
+    ++g.groups;
+    g.max_nodes = std::max(g.max_nodes, k);
+    g.per_rank = std::max(g.per_rank, v);
+    g.total += double(ranks.size()) * v;
+    if (k > 1) {
+        if (g.spanning++ == 0) g.example = ranks;
+        g.crossing += double(k) * v;
+    }
+}
+
+/// "0-7", "0,8", "0,2,4,...,14": ranks as runs of consecutive numbers, at most about 24 characters.
+std::string ranks_text(const std::vector<int>& r) {
+    std::string s;
+    for (size_t i = 0; i < r.size();) {
+        size_t j = i;
+        while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
+        const std::string part = j > i ? std::to_string(r[i]) + "-" + std::to_string(r[j]) : std::to_string(r[i]);
+        if (!s.empty() && s.size() + part.size() > 20) return s + ",...," + std::to_string(r.back());
+        s += (s.empty() ? "" : ",") + part;
+        i = j + 1;
+    }
+    return s;
+}
+
+}  // namespace
+
+StepTraffic step_traffic(const Config& cfg, int world, int ranks_per_node) {
+    check_layout(world, ranks_per_node);
+    const int pp = cfg.parallel.pp, tp = cfg.parallel.tp, zs = cfg.parallel.zero_stage;
+    const Topology probe(world, 0, pp, zero_group_of(cfg), tp);
+    const int N = probe.zero_group_size(), R = probe.replicas();
+    const double m = std::max(1, cfg.training.grad_accum_steps);
+    const double es = precision_dtype(cfg) == DType::bf16 ? 2 : 4;
+    const double rb = cfg.parallel.grad_reduce_dtype == "bf16" ? 2 : 4;
+    const GPTConfig g = gpt_config_of(cfg);
+    const ParamLayout layout(g, zero_shard_multiple(N), tp, 0);  // every TP rank's units are as large
+    const std::vector<StageLayers> plan = stage_plan_of(cfg);
+    const bool sp = tp > 1 && cfg.parallel.sequence_parallel;
+    const double rows = double(cfg.training.micro_batch_size) * cfg.model.seq_len;  // B·T
+    const double act = rows * cfg.model.n_embd * es;                               // one (B·T, C) activation
+    const double psi0 = double(layout.units()[0].numel);
+
+    // Per pipeline stage s: the bytes one rank sends per step in each kind of group.
+    const size_t stages = size_t(pp);
+    std::vector<double> v_tp(stages), v_zero(stages), v_rep(stages), v_pipe(stages);
+    for (int s = 0; s < pp; ++s) {
+        const StageLayers& st = plan[size_t(s)];
+        const bool first = s == 0, last = s == pp - 1;
+        double psi = 0, held0 = 0;  // the stage's padded parameters; its embedding unit's
+        if (pp == 1) {
+            psi = double(layout.total_numel());
+            held0 = psi0;
+        } else {
+            for (int u : stage_units(g, s, pp, st.l0, st.l1)) psi += double(layout.units()[size_t(u)].numel);
+            held0 = first || last ? psi0 : 0;
+        }
+        if (tp > 1) {
+            const double layers = st.l1 - st.l0, ck = st.checkpointed;
+            const double n_ar = sp ? 2 * layers + 3 * layers + 1.5 * ck : 4 * layers + ck;
+            const double ends = (first ? 1 : 0) + (last ? 1 : 0);  // embedding's and head's (SP: 0.5 + 0.5 each)
+            v_tp[size_t(s)] = m * ((n_ar + ends) * 2.0 * (tp - 1) / tp * act + (last ? (tp - 1) * rows * 12 : 0));
+        }
+        if (zs >= 1 && N > 1) {
+            const double rs = (zs >= 2 ? m : 1) * psi * rb;
+            const double ag = (zs == 3 ? 2 * m * (psi - held0) + held0 : psi) * es;
+            v_zero[size_t(s)] = double(N - 1) / N * (rs + ag);
+        }
+        if (R > 1) v_rep[size_t(s)] = 2.0 * (R - 1) / R * psi / N * rb;
+        v_pipe[size_t(s)] = m * act / (sp ? tp : 1) * ((last ? 0 : 1) + (first ? 0 : 1));
+    }
+
+    std::array<GroupTraffic, size_t(GroupKind::count)> by;
+    for (int k = 0; k < int(GroupKind::count); ++k) by[size_t(k)].kind = GroupKind(k);
+    GroupTraffic& gt = by[size_t(GroupKind::tp)];
+    GroupTraffic& gr = by[size_t(zs == 0 ? GroupKind::dp : GroupKind::replica)];
+    GroupTraffic& gz = by[size_t(GroupKind::zero)];
+    GroupTraffic& gp = by[size_t(GroupKind::pipeline)];
+    GroupTraffic& ge = by[size_t(GroupKind::embedding)];
+    for (int r = 0; r < world; ++r) {  // each group once, at its first member
+        const Topology t(world, r, pp, zero_group_of(cfg), tp);
+        const size_t s = size_t(t.stage());
+        if (tp > 1 && t.tp_index() == 0) add_ring(gt, t.tp_group(), v_tp[s], ranks_per_node);
+        if (zs >= 1 && N > 1 && t.zero_index() == 0) add_ring(gz, t.zero_group(), v_zero[s], ranks_per_node);
+        if (R > 1 && t.replica() == 0) add_ring(gr, t.replica_group(), v_rep[s], ranks_per_node);
+        if (pp > 1 && s == 0) {
+            const std::vector<int> pipe = t.stage_group();
+            const int k = nodes_spanned(pipe, ranks_per_node);
+            gp.size = pp;
+            ++gp.groups;
+            gp.max_nodes = std::max(gp.max_nodes, k);
+            if (k > 1 && gp.spanning++ == 0) gp.example = pipe;
+            for (int b = 0; b + 1 < pp; ++b) {  // boundary b: stage b's activation out, stage b + 1's gradient back
+                gp.total += 2 * m * act / (sp ? tp : 1);
+                if (pipe[size_t(b)] / ranks_per_node != pipe[size_t(b) + 1] / ranks_per_node)
+                    gp.crossing += 2 * m * act / (sp ? tp : 1);
+            }
+            for (int q = 0; q < pp; ++q) gp.per_rank = std::max(gp.per_rank, v_pipe[size_t(q)]);
+            add_ring(ge, {pipe.front(), pipe.back()}, psi0 * es, ranks_per_node);
+        }
+    }
+    gt.ops = sp ? "sequence parallel: all-gathers and reduce-scatters of (B*T, C) per layer, loss all-gather"
+                : "all-reduces of (B*T, C): 2 per layer forward, 2 backward, 1 recompute; ends; loss all-gather";
+    by[size_t(GroupKind::dp)].ops = "all-reduce of the gradients";
+    gz.ops = zs == 1   ? "reduce-scatter of the gradients + all-gather of the parameters"
+             : zs == 2 ? "reduce-scatter per micro-batch + all-gather of the parameters"
+                       : "reduce-scatter per micro-batch + all-gathers forward and backward per micro-batch";
+    by[size_t(GroupKind::replica)].ops = "all-reduce of the gradient shard";
+    gp.ops = "activations forward, their gradients back, per micro-batch";
+    ge.ops = "all-reduce of the tied wte's gradient (first and last stage)";
+
+    StepTraffic out;
+    out.world = world;
+    out.ranks_per_node = ranks_per_node;
+    out.nodes = (world + ranks_per_node - 1) / ranks_per_node;
+    out.tp = tp;
+    out.pp = pp;
+    out.dp = probe.dp();
+    out.zero_stage = zs;
+    out.micro_batches = int(m);
+    for (const GroupTraffic& k : by)
+        if (k.groups > 0 && k.size > 1) {
+            out.groups.push_back(k);
+            out.total += k.total;
+            out.crossing += k.crossing;
+        }
+    return out;
+}
+
+std::vector<std::string> traffic_report(const StepTraffic& t) {
+    std::vector<std::string> out;
+    char buf[400];
+    std::snprintf(buf, sizeof buf, "traffic per step at zero_stage %d, pp %d x dp %d x tp %d, %d micro-batch%s: world %d "
+                  "on %d node%s of %d ranks (node n: ranks [%d n, %d n + %d)); MiB each rank sends (ring collectives: "
+                  "a group on k > 1 nodes has k of its P hops crossing):", t.zero_stage, t.pp, t.dp, t.tp,
+                  t.micro_batches, t.micro_batches == 1 ? "" : "es", t.world, t.nodes, t.nodes == 1 ? "" : "s",
+                  t.ranks_per_node, t.ranks_per_node, t.ranks_per_node, t.ranks_per_node);
+    out.push_back(buf);
+    out.push_back("group      size groups spanning nodes   per rank    job total     crossing  share  spanning group e.g.");
+    for (const GroupTraffic& g : t.groups) {
+        std::snprintf(buf, sizeof buf, "%-9s %5d %6d %8d %5d %10.1f %12.1f %12.1f %5.1f%%  %s", group_kind_name(g.kind),
+                      g.size, g.groups, g.spanning, g.max_nodes, g.per_rank / 1048576.0, g.total / 1048576.0,
+                      g.crossing / 1048576.0, g.total > 0 ? 100.0 * g.crossing / g.total : 0.0,
+                      g.example.empty() ? "-" : ("ranks " + ranks_text(g.example)).c_str());
+        out.push_back(buf);
+    }
+    if (t.groups.empty()) out.push_back("(no group of more than one rank: nothing moves)");
+    std::snprintf(buf, sizeof buf, "job: %.1f MiB per step, %.1f MiB of it across nodes (%.1f MiB out of each node on "
+                  "average)", t.total / 1048576.0, t.crossing / 1048576.0, t.crossing / t.nodes / 1048576.0);
+    out.push_back(buf);
+    std::string spans;
+    for (const GroupTraffic& g : t.groups)
+        if (g.spanning > 0) spans += std::string(spans.empty() ? "" : ", ") + group_kind_name(g.kind);
+    out.push_back(spans.empty() ? "no group spans nodes" : "groups spanning nodes: " + spans);
+    for (const GroupTraffic& g : t.groups) out.push_back("  " + std::string(group_kind_name(g.kind)) + ": " + g.ops);
+    return out;
+}
+
+CrossingShares crossing_shares(int world, int pp, int zero_group_size, int tp, int ranks_per_node) {
+    check_layout(world, ranks_per_node);
+    CrossingShares c;
+    c.pipeline.assign(size_t(std::max(0, pp - 1)), 0.0);
+    auto share = [&](const std::vector<int>& g) {
+        const int k = nodes_spanned(g, ranks_per_node);
+        return k > 1 ? double(k) / double(g.size()) : 0.0;
+    };
+    for (int r = 0; r < world; ++r) {
+        const Topology t(world, r, pp, zero_group_size, tp);
+        if (t.tp_index() == 0) c.tp = std::max(c.tp, share(t.tp_group()));
+        if (t.zero_index() == 0) c.zero = std::max(c.zero, share(t.zero_group()));
+        if (t.replica() == 0) c.replica = std::max(c.replica, share(t.replica_group()));
+        if (t.stage() == 0 && pp > 1) {
+            const std::vector<int> pipe = t.stage_group();
+            c.embedding = std::max(c.embedding, share({pipe.front(), pipe.back()}));
+            for (int b = 0; b + 1 < pp; ++b)
+                if (pipe[size_t(b)] / ranks_per_node != pipe[size_t(b) + 1] / ranks_per_node) c.pipeline[size_t(b)] = 1;
+        }
+    }
+    return c;
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,105 @@
+// app/traffic.hpp — step traffic: the bytes one optimizer step of a run moves per group kind (TP,
+// data-parallel, ZeRO group, replica group, pipeline, tied-embedding pair) and how many of them cross
+// node boundaries, for `llmtrain --dry-run --world-size N --ranks-per-node R` and the planner's
+// inter-node term (docs/design.md "Traffic across nodes").
+//
+// Nodes: ranks are laid out node by node, ranks_per_node consecutive world ranks per node (rank r on
+// node r / ranks_per_node; mpirun's and Slurm's default block mapping). Groups are those of
+// parallel/topology.hpp; every group lists its world ranks in ascending order.
+//
+// Bytes: what each rank SENDS, by parallel/comm.hpp's CommStats formulas (P ranks, n elements of es
+// bytes: reduce-scatter and all-gather (P−1)/P·n·es, all-reduce 2(P−1)/P·n·es, send n·es).
+//
+// Crossing model (ring): a collective over a group runs as a ring in group order, each rank sending
+// everything it sends to its successor (the last rank's successor is the first). A group whose ranks
+// fall on k > 1 nodes, each node's members contiguous in the ring (true here: ascending world ranks,
+// nodes are blocks of consecutive ranks), has exactly k of its P hops crossing a node boundary, so
+//     crossing bytes of the group = k · V = (k / P) · (P · V)       V: bytes one member sends
+// and 0 when k = 1. Pipeline sends are point to point: the activation (forward) and its gradient
+// (backward) of each micro-batch cross the boundary between stages s and s + 1 when those two ranks
+// are on different nodes. Left out (scalars or under 0.1%): the loss and gradient-norm sums, the
+// clip scale's broadcast, the TP group's broadcast of replicated gradients, sequence parallelism's
+// LayerNorm-gradient all-reduces; eval and checkpoints.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "app/config.hpp"
+
+namespace llmtrain {
+
+/// The kinds of group a training step communicates over.
+enum class GroupKind : int { tp, dp, zero, replica, pipeline, embedding, count };
+/// "tp", "dp", "zero", "replica", "pipeline", "embedding".
+const char* group_kind_name(GroupKind k);
+
+/// One group kind's traffic per optimizer step. Bytes.
+struct GroupTraffic {
+    GroupKind kind = GroupKind::dp;
+    int size = 0;            ///< ranks per group (P)
+    int groups = 0;          ///< groups of this kind in the world
+    int spanning = 0;        ///< of them, groups whose ranks fall on more than one node
+    int max_nodes = 1;       ///< the most nodes one group's ranks fall on
+    std::vector<int> example;///< the world ranks of the first spanning group (empty: none spans)
+    double per_rank = 0;     ///< the most bytes one rank sends in one group of this kind per step
+    double total = 0;        ///< bytes all ranks send in groups of this kind per step
+    double crossing = 0;     ///< of total, the bytes that cross a node boundary (the model above)
+    std::string ops;         ///< what moves, e.g. "reduce-scatter (per micro-batch) + all-gather of the parameters"
+};
+
+/// A run's traffic per optimizer step.
+struct StepTraffic {
+    int world = 1, ranks_per_node = 1, nodes = 1;
+    int tp = 1, pp = 1, dp = 1, zero_stage = 0, micro_batches = 1;  ///< the run's grid, ZeRO stage, micro-batches per step
+    std::vector<GroupTraffic> groups;  ///< the kinds with traffic (groups of more than one rank), GroupKind order
+    double total = 0;                  ///< bytes every rank sends per step, summed over the job
+    double crossing = 0;               ///< of total, bytes crossing node boundaries per step
+};
+
+/// The traffic of one optimizer step of cfg on `world` ranks, ranks_per_node to a node, at cfg's
+/// parallel.tp, pp, zero_stage, zero_group_size, sequence_parallel, grad_reduce_dtype and
+/// training.grad_accum_steps (m micro-batches; 0 counts as 1) and its stage plan (stage_plan_of).
+/// Per rank (es: training precision's bytes, rb: grad_reduce_dtype's; Ψ the padded parameters of
+/// the rank's stage as its TP rank holds them, Ψ₀ the embedding unit; N zero group, R replicas):
+///   dp (zero_stage 0)  all-reduce of the gradients in rb: 2(dp−1)/dp·Ψ·rb
+///   zero               reduce-scatter in rb, all-gather in es, (N−1)/N of: ZeRO-1 Ψ·rb + Ψ·es;
+///                      ZeRO-2 m·Ψ·rb + Ψ·es; ZeRO-3 m·Ψ·rb + (2m(Ψ−Ψ₀) + Ψ₀)·es
+///   replica            all-reduce of the Ψ/N shard in rb: 2(R−1)/R·Ψ/N·rb
+///   pipeline           per micro-batch the activation A = B·T·C·es (÷ tp with sequence
+///                      parallelism) to the next stage and its gradient to the previous one
+///   embedding          (pp > 1) all-reduce of Ψ₀ in es between the first and last stage: Ψ₀·es
+///   tp                 per micro-batch, 2(tp−1)/tp·B·T·C·es per all-reduce: 2 per layer forward, 2
+///                      backward, 1 per recomputed layer, 1 after the embedding, 1 for the head's
+///                      input gradient (sequence parallelism: 2, 3, 1.5 per layer, 0.5 + 0.5 at
+///                      each end), plus the loss's all-gather (tp−1)·B·T·3·4 on the last stage.
+/// Errors: std::invalid_argument for world or ranks_per_node < 1, or a grid that does not fit the
+/// world (Topology's message, naming parallel.pp, parallel.tp or parallel.zero_group_size).
+StepTraffic step_traffic(const Config& cfg, int world, int ranks_per_node);
+
+/// The `--dry-run --world-size N --ranks-per-node R` table of t: per group kind its size, how many
+/// groups and how many span nodes (over how many, one spanning group's ranks), MiB per rank, job
+/// total and crossing MiB per step; then the job's totals and the crossing bytes out of each node.
+std::vector<std::string> traffic_report(const StepTraffic& t);
+
+/// For the planner's time model: the share of a collective's bytes that crosses node boundaries,
+/// per group kind, the largest over the groups of that kind (the slowest group sets the pace), for a
+/// world of pp × dp × tp ranks with ZeRO groups of zero_group_size (1: plain data parallelism, whose
+/// dp group is then the replica group) and ranks_per_node to a node. Ring kinds: k/P for a group on
+/// k > 1 nodes, else 0; pipeline[s] (s < pp − 1): 1 when some pipeline's stages s and s + 1 are on
+/// different nodes, else 0. Errors: as Topology.
+struct CrossingShares {
+    double tp = 0, zero = 0, replica = 0, embedding = 0;
+    std::vector<double> pipeline;  ///< per stage boundary s -> s + 1
+};
+CrossingShares crossing_shares(int world, int pp, int zero_group_size, int tp, int ranks_per_node);
+
+/// Seconds per byte of a rank's traffic of which `share` crosses nodes: (1 − share)/intra_gbps +
+/// share/inter_gbps, both in GB/s (1e9 bytes/s) per rank. Errors: none (rates must be positive).
+inline double seconds_per_byte(double share, double intra_gbps, double inter_gbps) {
+    return ((1.0 - share) / intra_gbps + share / inter_gbps) / 1e9;
+}
+
+/// Distinct nodes among world `ranks` with ranks_per_node consecutive ranks per node.
+int nodes_spanned(const std::vector<int>& ranks, int ranks_per_node);
+
+}  // namespace llmtrain
