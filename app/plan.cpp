@@ -8,6 +8,7 @@
 
 #include "app/model_state.hpp"
 #include "app/plan_util.hpp"
+#include "app/traffic.hpp"
 #include "model/backend.hpp"
 #include "parallel/partition.hpp"
 #include "parallel/schedule.hpp"
@@ -106,13 +107,22 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
     const double link = opt.link_gbps * 1e9;  // bytes/s
     const double rows = double(c.training.micro_batch_size) * c.model.seq_len;  // N = B·T
     const double act_bytes = rows * c.model.n_embd * es;                         // one (N, C) activation
-    const double send = act_bytes / link;
+    // Across nodes (app/traffic.hpp): a term's seconds at one rate times f(share) = intra·seconds_per_byte
+    // (share, intra, inter), share the part of its group's bytes that crosses nodes; exactly 1 when none does.
+    const double inter_gbps = opt.inter_node_gbps > 0 ? opt.inter_node_gbps : opt.link_gbps;
+    const int zg = c.parallel.zero_stage == 0 ? 1 : (c.parallel.zero_group_size == 0 ? dp : c.parallel.zero_group_size);
+    const CrossingShares cross = crossing_shares(P * dp * tp, P, zg, tp, opt.gpus_per_node);
+    auto factor = [&](double share, double intra_gbps) {
+        return share == 0 || inter_gbps == intra_gbps ? 1.0 : intra_gbps * 1e9 * seconds_per_byte(share, intra_gbps, inter_gbps);
+    };
+    const double send = act_bytes / link;  // seconds of one send inside a node; boundary b's: times its factor
     // Tensor parallelism (docs/design.md "Tensor parallelism", model/gpt.cpp): one all-reduce of an
     // (N, C) activation over the TP group, and the loss's all-gather of (N, 3) fp32 per rank (a ring
     // all-gather moves (tp − 1)/tp of the gathered tp·N·3·4 bytes: half an all-reduce of that size).
     const double tp_link = opt.tp_link_gbps > 0 ? opt.tp_link_gbps : opt.link_gbps;  // inside a node
-    const double ar = tp > 1 ? ring_allreduce_seconds(act_bytes, tp, tp_link) : 0;
-    const double gather = tp > 1 ? 0.5 * ring_allreduce_seconds(rows * 3 * 4 * tp, tp, tp_link) : 0;
+    const double f_tp = factor(cross.tp, tp_link);
+    const double ar = tp > 1 ? ring_allreduce_seconds(act_bytes, tp, tp_link) * f_tp : 0;
+    const double gather = tp > 1 ? 0.5 * ring_allreduce_seconds(rows * 3 * 4 * tp, tp, tp_link) * f_tp : 0;
     // Collectives per micro-batch in units of ar (model/gpt.cpp). Without sequence parallelism: a
     // layer 2 in forward, 2 in backward, 1 in recompute; the embedding 1 in forward, the head 1 in
     // backward. With it each all-reduce becomes a reduce-scatter or an all-gather of the same buffer
@@ -123,8 +133,15 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
     const bool sp = tp > 1 && c.parallel.sequence_parallel;
     const double n_fwd = 2, n_bwd = sp ? 3 : 2, n_rec = sp ? 1.5 : 1;
     const double emb_f = sp ? 0.5 : 1, emb_b = sp ? 0.5 : 0, head_f = sp ? 0.5 : 0, head_b = sp ? 0.5 : 1;
-    const int zg = c.parallel.zero_stage == 0 ? 1 : (c.parallel.zero_group_size == 0 ? dp : c.parallel.zero_group_size);
-    const double allreduce = dp > 1 ? 2.0 * (dp - 1) / dp * reduce_bytes / link : 0;  // seconds per element
+    // Seconds per element of the gradient sync: a ring all-reduce over dp, or when a group crosses
+    // nodes, the ZeRO group's share 2(zg − 1)/zg and the replica group's 2(R − 1)/(R·zg) of it (the
+    // same sum) each at its group's rate. At ZeRO-0, zg = 1: the replica group is the dp group.
+    const double f_zero = factor(cross.zero, opt.link_gbps), f_rep = factor(cross.replica, opt.link_gbps);
+    const int R = dp / zg;
+    const double allreduce = dp <= 1 ? 0
+                             : f_zero == 1 && f_rep == 1
+                                 ? 2.0 * (dp - 1) / dp * reduce_bytes / link
+                                 : (2.0 * (zg - 1) / zg * f_zero + 2.0 * (R - 1) / (double(R) * zg) * f_rep) * reduce_bytes / link;
     const double layer_numel = double(layout.units()[1].numel), wte_numel = double(layout.units()[0].numel);
     const double lnf_numel = double(layout.units()[size_t(L) + 1].numel);
     // The tail of a stage of n layers: all-reduce of its gradients over dp, AdamW over its shard.
@@ -150,13 +167,15 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
         st.bwd_layer = t.layer_bwd / tp + n_bwd * ar;
         st.recompute = t.layer_recompute / tp + n_rec * ar;
         st.fwd0 = (first ? t.embed_fwd + emb_f * ar : 0) + (last ? t.head_fwd / tp + head_f * ar + gather : 0) +
-                  (last ? 0 : send);
-        st.bwd0 = (first ? t.embed_bwd + emb_b * ar : 0) + (last ? t.head_bwd / tp + head_b * ar : 0) + (first ? 0 : send);
+                  (last ? 0 : send * factor(cross.pipeline[size_t(s)], opt.link_gbps));
+        st.bwd0 = (first ? t.embed_bwd + emb_b * ar : 0) + (last ? t.head_bwd / tp + head_b * ar : 0) +
+                  (first ? 0 : send * factor(cross.pipeline[size_t(s) - 1], opt.link_gbps));
         double units0 = 0;  // parameters of the stage's non-layer units (model/param_layout.hpp)
         if (first) units0 += wte_numel;  // wte + wpe
         if (last && !first) units0 += wte_numel;
         if (last) units0 += lnf_numel;
-        st.tail0 = tail_per(units0) + (P > 1 && (first || last) ? wte_numel * reduce_bytes / link : 0);
+        const double wte_sum = wte_numel * reduce_bytes / link * factor(cross.embedding, opt.link_gbps);
+        st.tail0 = tail_per(units0) + (P > 1 && (first || last) ? wte_sum : 0);
         st.tail_layer = tail_per(layer_numel);
         p.stages.push_back(st);
     }
@@ -252,6 +271,7 @@ void predict(const Config& cfg, const PlanOptions& opt, const PlanProblem& prob,
         sp.tail = st.tail(sp.layers);
         pc.stages.push_back(sp);
     }
+    pc.crossing_bytes = step_traffic(planned, opt.world, opt.gpus_per_node).crossing;
     pc.step_seconds = simulated_step(prob, schedule_lists(prob, sched), pc.choice.layers, pc.choice.ckpt);
     pc.tokens_per_second = double(pc.micro_batches) * cfg.training.micro_batch_size * pc.dp * cfg.model.seq_len /
                            pc.step_seconds;

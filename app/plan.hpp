@@ -25,9 +25,13 @@ struct PlanOptions {
     double margin = 0.10;         ///< share of device_memory left free (fragmentation, backend workspaces)
     double link_gbps = 0;         ///< GB/s per rank for pipeline sends and gradient collectives (and TP's, by default)
     double tp_link_gbps = 0;      ///< GB/s per rank inside a node for the TP all-reduces; 0: link_gbps
+    /// GB/s per rank between nodes (gpus_per_node consecutive ranks to a node): the bytes of a
+    /// collective or send that cross a node boundary go at this rate, the rest at link_gbps
+    /// (tp_link_gbps for TP); 0: link_gbps (one rate everywhere, as without it).
+    double inter_node_gbps = 0;
     int pp = 0;                   ///< 0: every divisor of world / tp up to n_layer; else only this depth
     int tp = 0;                   ///< 0: every admissible tp (tp_widths); else only this width
-    int gpus_per_node = 8;        ///< a TP group stays inside a node: tp divides this
+    int gpus_per_node = 8;        ///< ranks per node: a TP group stays inside one (tp divides this); the node size for inter_node_gbps
     bool escalate = true;         ///< a depth that does not fit is tried at ZeRO-1, then with offload
     LayerTimes times;
 };
@@ -51,6 +55,7 @@ struct PlanCandidate {
     double mip_objective = 0;///< the MIP's optimum of the closed form, seconds (before the refinement)
     std::vector<StagePrediction> stages;
     double step_seconds = 0; ///< simulated 1F1B makespan + the largest tail
+    double crossing_bytes = 0;///< bytes the whole job sends across node boundaries per step (app/traffic.hpp step_traffic of the plan)
     double tokens_per_second = 0;
 };
 
@@ -72,7 +77,13 @@ struct PlanResult {
 /// for the head's input gradient and the loss's all-gather of (B·T, 3) fp32, each at
 /// ring_allreduce_seconds over tp ranks at opt.tp_link_gbps (0: opt.link_gbps); with
 /// parallel.sequence_parallel the all-reduces become all-gathers and reduce-scatters (half an
-/// all-reduce each): 2, 3 and 1.5 all-reduces' worth per layer, 0.5 for each end's collective. Cap: device_memory·(1 − margin). Errors: as estimate_memory.
+/// all-reduce each): 2, 3 and 1.5 all-reduces' worth per layer, 0.5 for each end's collective. Across nodes (app/traffic.hpp
+/// crossing_shares over nodes of opt.gpus_per_node ranks): each of these terms costs its bytes times
+/// seconds_per_byte(share, intra, inter) instead of bytes / intra, share being the fraction of that
+/// group's bytes that cross nodes (k/P for a ring on k > 1 nodes; 1 for a send between stages on two
+/// nodes), inter = opt.inter_node_gbps (0: opt.link_gbps); the gradient all-reduce is split into the
+/// ZeRO group's 2(N − 1)/N and the replica group's 2(R − 1)/(R·N) of the bytes (their sum is
+/// 2(dp − 1)/dp), each at its group's share. Cap: device_memory·(1 − margin). Errors: as estimate_memory.
 PlanProblem plan_problem(const Config& cfg, const PlanOptions& opt);
 
 /// Plans every tensor-parallel width (opt.tp, or tp_widths) and, for each, every depth (opt.pp or each
@@ -86,7 +97,7 @@ PlanProblem plan_problem(const Config& cfg, const PlanOptions& opt);
 /// or a non-positive device memory; as plan_problem.
 PlanResult make_plan(const Config& cfg, const PlanOptions& opt);
 
-/// The report: the (tp, depth) candidates side by side, the best plan's per-stage table (layers, recomputed layers,
+/// The report: the (tp, depth) candidates side by side (with the bytes crossing nodes per step), the best plan's per-stage table (layers, recomputed layers,
 /// in flight, memory by category, F/B/recompute/tail seconds), its step time and tokens/s, and the
 /// TOML lines that select it; or, when nothing fits, the alternatives.
 std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, const PlanResult& r);

@@ -67,8 +67,12 @@ int main(int argc, char** argv) {
                    "that divides --gpus-per-node)")->check(kPositive);
     app.add_option("--tp-link-gbps", opt.tp_link_gbps, "GB/s per rank inside a node for the TP all-reduces "
                    "(default: --link-gbps)")->check(kPositive);
-    app.add_option("--gpus-per-node", opt.gpus_per_node, "devices per node; a TP group stays inside one (default 8)")
+    app.add_option("--gpus-per-node", opt.gpus_per_node, "devices (ranks) per node; a TP group stays inside one, "
+                   "and bytes between nodes go at --inter-node-gbps (default 8)")
         ->check(kPositive);
+    app.add_option("--inter-node-gbps", opt.inter_node_gbps, "GB/s per rank between nodes: the bytes that cross a "
+                   "node boundary (ring model, docs/design.md \"Traffic across nodes\") go at this rate, the rest at "
+                   "--link-gbps (default: --link-gbps)")->check(kPositive);
     auto* prof = app.add_flag("--profile", profile, "measure layer times on the config's backend (run.backend)");
     auto* tf = app.add_option("--device-tflops", tflops, "derive layer times from FLOPs at this sustained TFLOP/s")
                    ->check(kPositive);

@@ -39,7 +39,13 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
         std::snprintf(buf, sizeof buf, "; TP link %g GB/s", opt.tp_link_gbps);
         out.back() += buf;
     }
-    out.push_back("  tp   pp   dp    m zero offload  fits      step s     tokens/s  layers per stage / recomputed");
+    if (opt.inter_node_gbps > 0 || opt.world > opt.gpus_per_node) {
+        std::snprintf(buf, sizeof buf, "; between nodes of %d ranks %g GB/s%s", opt.gpus_per_node,
+                      opt.inter_node_gbps > 0 ? opt.inter_node_gbps : opt.link_gbps,
+                      opt.inter_node_gbps > 0 ? "" : " (--link-gbps)");
+        out.back() += buf;
+    }
+    out.push_back("  tp   pp   dp    m zero offload  fits      step s     tokens/s  cross MiB  layers per stage / recomputed");
     for (const PlanCandidate& c : r.candidates) {
         if (!c.skipped.empty()) {
             if (c.pp == 0) std::snprintf(buf, sizeof buf, "%4d    -    -    -    -       -  skip  (%s)", c.tp, c.skipped.c_str());
@@ -48,9 +54,11 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
             continue;
         }
         const std::string lists = c.choice.feasible ? toml_list(c.choice.layers) + " / " + toml_list(c.choice.ckpt) : "";
-        std::snprintf(buf, sizeof buf, "%4d %4d %4d %4d %4d %7s %5s %11.4f %12.0f  %s", c.tp, c.pp, c.dp, c.micro_batches,
-                      c.zero_stage, c.offload ? "cpu" : "none", c.choice.feasible ? "yes" : "no",
-                      c.choice.feasible ? c.step_seconds : 0.0, c.choice.feasible ? c.tokens_per_second : 0.0,
+        char cross[32] = "-";
+        if (c.choice.feasible) std::snprintf(cross, sizeof cross, "%.1f", c.crossing_bytes / 1048576.0);
+        std::snprintf(buf, sizeof buf, "%4d %4d %4d %4d %4d %7s %5s %11.4f %12.0f %10s  %s", c.tp, c.pp, c.dp,
+                      c.micro_batches, c.zero_stage, c.offload ? "cpu" : "none", c.choice.feasible ? "yes" : "no",
+                      c.choice.feasible ? c.step_seconds : 0.0, c.choice.feasible ? c.tokens_per_second : 0.0, cross,
                       lists.c_str());
         out.push_back(buf);
     }
