@@ -468,6 +468,7 @@ std::vector<std::string> Trainer::summary() const {
                   c.run.max_steps, c.optimizer.lr, c.lr_schedule.min_lr, c.lr_schedule.decay.c_str(),
                   c.lr_schedule.warmup_steps, c.training.grad_clip);
     out.push_back(sched);
+    if (!I.saver->async_note().empty()) out.push_back(I.saver->async_note());  // HDF5 not thread-safe
     return out;
 }
 

@@ -26,8 +26,9 @@
 // reported file, assembles model.h5 from the model parts, writes state.toml listing exactly the
 // reported files, fsyncs the directory, moves an existing step_<N> aside to .old_step_<N>, renames
 // the directory to step_<N>, fsyncs checkpoints/, removes .old_step_<N>, replaces checkpoints/latest
-// ("step_<N>") through latest.tmp and a rename, and only then prunes. A crash at any point leaves
-// the previous complete checkpoint intact; recover_checkpoint_leftovers() tidies up at start.
+// ("step_<N>") through latest.tmp and a rename, and only then prunes (each pruned step_<M> renamed
+// to .del_step_<M> first). A crash at any point leaves the previous complete checkpoint intact;
+// recover_checkpoint_leftovers() tidies up at start, and resume follows `latest` (the commit point).
 // Crash tests: LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP=<k> makes the process raise SIGKILL just before
 // its k-th file-system operation of the protocol (tests/app/checkpoint_fault_test.py).
 #pragma once
@@ -93,8 +94,10 @@ std::string new_run_id();
 /// <run_dir>/checkpoints/.tmp_step_<step>: where every rank writes its files for that step.
 std::string checkpoint_tmp_dir(const std::string& run_dir, int64_t step);
 
-/// Rank 0: creates checkpoint_tmp_dir(run_dir, step) (and checkpoints/), removing a leftover of
-/// that name, and returns it. Errors: CheckpointError naming the path and the OS reason.
+/// Rank 0: creates checkpoint_tmp_dir(run_dir, step) (and checkpoints/ and run_dir when missing,
+/// each new directory's parent fsynced after it is made), removing a leftover of that name, and
+/// returns it. Errors: CheckpointError naming the path and the OS reason (also when the leftover
+/// cannot be removed).
 std::string begin_checkpoint(const std::string& run_dir, int64_t step);
 
 /// model.h5, written unit by unit by one rank (the committing rank assembles it from the model parts,
@@ -139,21 +142,24 @@ PartInfo write_model_part(const std::string& tmp_dir, int k, const ParamLayout& 
 PartInfo write_model_file(const std::string& tmp_dir, const ParamLayout& layout,
                           const std::vector<OptimShardView>& views);
 
-/// Rank k's two files at once, on two threads: optim_<k>.h5 (write_optim_shard) and either
-/// model.h5 (write_model_file, whole_model: the only part) or model_<k>.h5 (write_model_part).
-/// Returns {optim, model}. Errors: as those functions (the optimizer file's first).
+/// Rank k's two files at once, on two threads (one after the other where HDF5 is not
+/// thread-safe): optim_<k>.h5 (write_optim_shard) and either model.h5 (write_model_file,
+/// whole_model: the only part) or model_<k>.h5 (write_model_part). Returns {optim, model}. Errors: as those functions (the optimizer file's first).
 std::vector<PartInfo> write_rank_files(const std::string& tmp_dir, int k, const ParamLayout& layout,
                                        const std::vector<OptimShardView>& views, bool whole_model);
 
 /// Rank 0, once every rank has reported its parts (app/checkpoint/saver.hpp gathers them): checks
 /// that each reported file exists with its reported size, assembles model.h5 unit by unit from the
 /// model_<k>.h5 parts (each first checked against its reported SHA-256; they are removed after)
-/// unless model.h5 itself is reported, writes state.toml last listing exactly the reported files
-/// (st.run_id must be set), renames tmp_dir into step_<st.step> (replacing an existing one),
+/// unless model.h5 itself is reported, removes those parts and lists checkpoints/ (both must
+/// succeed: nothing is published otherwise), writes state.toml last listing exactly the reported
+/// files (st.run_id must be set), renames tmp_dir into step_<st.step> (replacing an existing one),
 /// replaces `latest`, then prunes: keep_last > 0 keeps the keep_last newest checkpoints of
-/// st.run_id up to this step; checkpoints of other runs and newer steps are never removed. The
-/// directory is never listed. Returns the final directory. Errors: CheckpointError naming the path
-/// (no optim part, no weights, a file missing or differing from its report).
+/// st.run_id up to this step; checkpoints of other runs and newer steps are never removed; each
+/// pruned one is renamed to .del_step_<N> before it is deleted, so a crash never leaves a
+/// half-removed step_<N>. The temporary directory is never listed. Returns the final directory.
+/// Errors: CheckpointError naming the path (no optim part, no weights, a file missing or differing
+/// from its report, a part that cannot be removed, checkpoints/ that cannot be listed).
 std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp_dir, const TrainState& st,
                               const ParamLayout& layout, const std::vector<PartInfo>& parts, int keep_last);
 
@@ -167,8 +173,10 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& st, co
                             const float* params, const std::vector<OptimShardView>& shards, int keep_last);
 
 /// Rank 0 at start-up, before resume lookup: finishes or undoes an interrupted write. Removes
-/// latest.tmp and .tmp_step_* directories; a .old_step_N is renamed back to step_N when step_N is
-/// missing and it verifies, else removed. Returns one line per action (for the log).
+/// latest.tmp, .tmp_step_* directories and .del_step_* (a pruning that crashed); a .old_step_N is
+/// renamed back to step_N when step_N is missing and it verifies, else removed. Returns one line
+/// per action (for the log). Errors: CheckpointError when checkpoints/ exists but cannot be listed
+/// or a verified .old_step_N cannot be renamed back.
 std::vector<std::string> recover_checkpoint_leftovers(const std::string& run_dir);
 
 // ---- lookup and reading (read.cpp) ----
@@ -181,12 +189,15 @@ std::string checkpoint_problem(const std::string& dir);
 struct ResumeChoice {
     std::string dir;                   ///< the checkpoint to resume from; "" = start from scratch
     std::string run_id;                ///< the run it belongs to ("" when starting from scratch)
-    std::vector<std::string> skipped;  ///< "skipped step_N: <reason>" for each newer one passed over
+    /// Notes for the log: "skipped step_N: <reason>" for each newer one passed over, led by
+    /// "checkpoint: checkpoints/latest ...; taking the newest ..." when `latest` was not followed.
+    std::vector<std::string> skipped;
 };
 
 /// The newest checkpoint of run `run_id` under run_dir/checkpoints that verifies
 /// (checkpoint_problem() == ""), with the newer step_* directories skipped and why. dir is "" when
-/// none verifies (also when the run dir does not exist).
+/// none verifies (also when the run dir does not exist). Errors: CheckpointError when checkpoints/
+/// exists but cannot be listed.
 ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::string& run_id);
 
 /// The run a run dir continues: the run id in the state.toml of `latest`'s target when that file
@@ -195,9 +206,16 @@ ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::strin
 /// names the run that wrote last; the fallback covers a `latest` lost or damaged after the fact.
 std::optional<std::string> current_run_id(const std::string& run_dir);
 
+/// The checkpoint a run dir continues from: the one `latest` names when it verifies (a newer
+/// step_* is then passed over: a rollback abandoned it, or its write stopped before `latest`
+/// moved), else find_latest_checkpoint(run_dir, current_run_id(run_dir)) with a first note saying
+/// why `latest` was not followed (missing, unreadable, or its checkpoint does not verify). dir is
+/// "" when nothing verifies. Errors: CheckpointError when checkpoints/ exists but cannot be listed.
+ResumeChoice find_resume_checkpoint(const std::string& run_dir);
+
 /// Resolves checkpoint.resume on rank 0 (broadcast the dir to the other ranks):
-///  "auto": find_latest_checkpoint(run_dir, current_run_id(run_dir)); from scratch when the run dir
-///          has no step_* directory; CheckpointError when it has some but none of the run verifies.
+///  "auto": find_resume_checkpoint(run_dir); from scratch when the run dir has no step_* directory;
+///          CheckpointError when it has some but none of the run verifies.
 ///  "none": from scratch; CheckpointError when the run dir already holds checkpoints, unless overwrite.
 ///  a path: that directory, which must verify. Errors: CheckpointError naming the path and reason.
 ResumeChoice resolve_resume(const std::string& resume, const std::string& run_dir, bool overwrite);

@@ -30,6 +30,12 @@ constexpr size_t kIoElems = size_t(1) << 22;
 /// at most kIoElems elements (one row when a row is larger). Returns the HDF5 status (< 0: error).
 herr_t io_rows(hid_t ds, const std::vector<hsize_t>& dims, float* data, bool write);
 
+/// Whether the HDF5 library this process runs with is thread-safe (H5is_library_threadsafe; asked
+/// once, then cached). When it is not, no two threads may call HDF5 at once: the checkpoint's files
+/// are then written one after the other (write_rank_files) and never beside training
+/// (checkpoint_async_choice). A failed query counts as not thread-safe.
+bool hdf5_threadsafe();
+
 /// Call just before each file-system operation of the protocol (create, write of a dataset or
 /// file, flush, fsync, rename, remove), from any thread, and around the snapshot copy (saver.cpp). With LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP=<k> in the
 /// environment the k-th call raises SIGKILL (crash tests); otherwise it only counts.
@@ -38,7 +44,13 @@ void fs_op();
 /// "step_<N>" -> N, or -1 for any other name.
 int64_t step_of(const std::string& name);
 
-/// Every directory step_<N> under ckdir (complete or not) as (N, path), ascending by N.
+/// Every entry of dir, sorted by path; empty when dir does not exist. Errors: CheckpointError
+/// naming dir and the OS reason when it cannot be opened or read to the end (a partial listing
+/// is never returned).
+std::vector<fs::path> list_dir(const fs::path& dir);
+
+/// Every directory step_<N> under ckdir (complete or not) as (N, path), ascending by N; empty when
+/// ckdir does not exist. Errors: as list_dir.
 std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& ckdir);
 
 /// state.toml text for st listing `files` (name, size, hex SHA-256), self-checksum included.

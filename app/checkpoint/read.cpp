@@ -161,10 +161,10 @@ std::string checkpoint_problem(const std::string& dir) {
                        " (truncated or damaged)";
             if (sha256_file_hex(p.string()) != f.sha256) return f.name + ": SHA-256 differs from state.toml (damaged)";
         }
-        // An extra file means a writer this state.toml does not know of: refused rather than ignored.
-        std::error_code ec;
-        for (const auto& e : fs::directory_iterator(dir, ec)) {
-            const std::string n = e.path().filename().string();
+        // An extra file means a writer this state.toml does not know of: refused rather than ignored
+        // (and a directory that cannot be listed is not known to have none).
+        for (const fs::path& e : list_dir(dir)) {
+            const std::string n = e.filename().string();
             const bool listed = std::any_of(sf.files.begin(), sf.files.end(), [&](const auto& f) { return f.name == n; });
             if (n != "state.toml" && !listed) return n + " is not listed in state.toml";
         }
@@ -213,6 +213,46 @@ ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::strin
     return c;
 }
 
+ResumeChoice find_resume_checkpoint(const std::string& run_dir) {
+    const fs::path ckdir = fs::path(run_dir) / "checkpoints";
+    std::string target;
+    std::ifstream(ckdir / "latest") >> target;
+    std::string why;  // why `latest` is not followed
+    if (target.empty()) {
+        why = "checkpoints/latest is missing or empty";
+    } else if (step_of(target) < 0) {
+        why = "checkpoints/latest names '" + target + "', not a step_<N>";
+    } else {
+        const fs::path dir = ckdir / target;
+        std::error_code ec;
+        why = fs::is_directory(dir, ec) ? checkpoint_problem(dir.string()) : "it does not exist";
+        if (why.empty()) {
+            ResumeChoice c{dir.string(), read_state_file(dir.string()).st.run_id, {}};
+            for (const auto& [step, p] : step_dirs(ckdir)) {  // newer ones: abandoned by a rollback, or never published
+                if (step <= step_of(target)) continue;
+                std::string note;
+                try {
+                    const std::string other = read_state_file(p.string()).st.run_id;
+                    note = other == c.run_id ? "newer than " + target +
+                                                   ", which checkpoints/latest names (the checkpoint written last)"
+                                             : "belongs to run " + other + ", not " + c.run_id;
+                } catch (const CheckpointError& e) {
+                    note = e.what();
+                }
+                c.skipped.push_back("skipped " + p.filename().string() + ": " + note);
+            }
+            std::reverse(c.skipped.begin(), c.skipped.end());  // newest first, like find_latest_checkpoint
+            return c;
+        }
+        why = "checkpoints/latest names " + target + ", which does not verify (" + why + ")";
+    }
+    const auto rid = current_run_id(run_dir);
+    ResumeChoice c;
+    if (rid) c = find_latest_checkpoint(run_dir, *rid);
+    c.skipped.insert(c.skipped.begin(), "checkpoint: " + why + "; taking the newest checkpoint of the run that verifies");
+    return c;
+}
+
 ResumeChoice resolve_resume(const std::string& resume, const std::string& run_dir, bool overwrite) {
     const auto all = step_dirs(fs::path(run_dir) / "checkpoints");
     if (resume == "none") {
@@ -228,12 +268,9 @@ ResumeChoice resolve_resume(const std::string& resume, const std::string& run_di
     }
     if (resume == "auto") {
         if (all.empty()) return {};
-        const auto rid = current_run_id(run_dir);
-        ResumeChoice c;
-        if (rid) {
-            c = find_latest_checkpoint(run_dir, *rid);
-            if (!c.dir.empty()) return c;
-        } else {
+        ResumeChoice c = find_resume_checkpoint(run_dir);
+        if (!c.dir.empty()) return c;
+        if (!current_run_id(run_dir)) {  // no run to follow: say why each step_<N> fails
             for (auto it = all.rbegin(); it != all.rend(); ++it)
                 c.skipped.push_back("skipped " + it->second.filename().string() + ": " +
                                     checkpoint_problem(it->second.string()));

@@ -38,10 +38,22 @@ struct CheckpointSaver::Report {
     char error[640] = {};
 };
 
+CheckpointAsyncChoice checkpoint_async_choice(bool requested, bool hdf5_threadsafe) {
+    if (!requested) return {false, ""};
+    if (hdf5_threadsafe) return {true, ""};
+    return {false, "checkpoint: checkpoint.async = true needs a thread-safe HDF5 library (H5is_library_threadsafe: "
+                   "no); writing checkpoints synchronously on the training thread instead"};
+}
+
+CheckpointAsyncChoice checkpoint_async_choice(bool requested) {
+    return checkpoint_async_choice(requested, ckpt::hdf5_threadsafe());
+}
+
 CheckpointSaver::CheckpointSaver(Comm& comm, Allocator& alloc, const ParamLayout& layout, std::string run_dir,
                                  int parts, int keep_last, bool async)
     : comm_(comm), alloc_(alloc), layout_(layout), run_dir_(std::move(run_dir)), parts_(parts),
-      keep_last_(keep_last), async_(async) {}
+      keep_last_(keep_last), async_note_(checkpoint_async_choice(async).note),
+      async_(checkpoint_async_choice(async).async) {}
 
 CheckpointSaver::~CheckpointSaver() {
     {

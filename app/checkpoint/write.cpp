@@ -34,6 +34,14 @@ void fs_op() {
     if (++count == kill_at) std::raise(SIGKILL);
 }
 
+bool hdf5_threadsafe() {
+    static const bool safe = [] {
+        hbool_t ts = 0;
+        return H5is_library_threadsafe(&ts) >= 0 && ts;
+    }();
+    return safe;
+}
+
 herr_t io_rows(hid_t ds, const std::vector<hsize_t>& dims, float* data, bool write) {
     hsize_t row = 1;  // elements of one row
     for (size_t i = 1; i < dims.size(); ++i) row *= dims[i];
@@ -62,12 +70,23 @@ int64_t step_of(const std::string& name) {
     return std::stoll(name.substr(5));
 }
 
+std::vector<fs::path> list_dir(const fs::path& dir) {
+    std::vector<fs::path> out;
+    std::error_code ec;
+    fs::directory_iterator it(dir, ec);
+    if (ec == std::errc::no_such_file_or_directory) return out;
+    for (const fs::directory_iterator end; !ec && it != end; it.increment(ec)) out.push_back(it->path());
+    if (ec) throw CheckpointError("checkpoint: cannot list '" + dir.string() + "': " + ec.message());
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
 std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& ckdir) {
     std::vector<std::pair<int64_t, fs::path>> out;
-    std::error_code ec;
-    for (const auto& e : fs::directory_iterator(ckdir, ec)) {
-        const int64_t s = step_of(e.path().filename().string());
-        if (s >= 0 && e.is_directory(ec)) out.emplace_back(s, e.path());
+    for (const fs::path& p : list_dir(ckdir)) {
+        std::error_code ec;  // an entry gone since the listing is simply not there
+        const int64_t s = step_of(p.filename().string());
+        if (s >= 0 && fs::is_directory(p, ec)) out.emplace_back(s, p);
     }
     std::sort(out.begin(), out.end());
     return out;
@@ -129,6 +148,35 @@ void remove_quiet(const fs::path& p) {
     fs::remove_all(p, ec);
 }
 
+/// Removes a directory tree or file that must go before the protocol goes on (`what` says what it
+/// is, for the message). Errors: CheckpointError naming the path and the OS reason.
+void remove_or_throw(const fs::path& p, const std::string& what) {
+    fs_op();
+    std::error_code ec;
+    fs::remove_all(p, ec);
+    if (ec) throw CheckpointError("checkpoint: cannot remove '" + p.string() + "' (" + what + "): " + ec.message());
+}
+
+/// Creates dir and every missing parent; after each directory is made, its parent is fsynced so
+/// that the new entry survives a crash (e.g. run_dir after checkpoints/ is made in it).
+/// Errors: CheckpointError naming dir, the component that could not be made and the OS reason.
+void create_dirs_durable(const fs::path& dir) {
+    std::vector<fs::path> missing;  // innermost first
+    std::error_code ec;
+    for (fs::path p = dir; !fs::is_directory(p, ec); p = p.parent_path()) {
+        missing.push_back(p);
+        if (!p.has_parent_path() || p.parent_path() == p) break;
+    }
+    for (auto it = missing.rbegin(); it != missing.rend(); ++it) {
+        fs_op();
+        fs::create_directory(*it, ec);  // false without an error when someone else made it meanwhile
+        if (ec)
+            throw CheckpointError("checkpoint: cannot create '" + dir.string() + "'" +
+                                  (*it == dir ? "" : " ('" + it->string() + "')") + ": " + ec.message());
+        sync(it->has_parent_path() ? it->parent_path() : fs::path("."));
+    }
+}
+
 /// Writes text to path (truncating) and fsyncs it.
 void write_text_synced(const fs::path& p, const std::string& text) {
     fs_op();
@@ -171,10 +219,9 @@ std::string checkpoint_tmp_dir(const std::string& run_dir, int64_t step) {
 std::string begin_checkpoint(const std::string& run_dir, int64_t step) {
     const fs::path ckdir = fs::path(run_dir) / "checkpoints", tmp = checkpoint_tmp_dir(run_dir, step);
     std::error_code ec;
-    fs_op();
-    fs::create_directories(ckdir, ec);
-    if (ec) throw CheckpointError("checkpoint: cannot create '" + ckdir.string() + "': " + ec.message());
-    if (fs::exists(tmp, ec)) remove_quiet(tmp);  // a leftover of an earlier crashed write of this step
+    create_dirs_durable(ckdir);  // run_dir fsynced once checkpoints/ is made in it
+    if (fs::exists(fs::symlink_status(tmp, ec)))
+        remove_or_throw(tmp, "a leftover of an earlier attempt at this step");
     fs_op();
     if (!fs::create_directory(tmp, ec))
         throw CheckpointError("checkpoint: cannot create '" + tmp.string() + "': " +
@@ -304,6 +351,27 @@ PartInfo write_pieces(const std::string& tmp_dir, const std::string& name, int k
 
 bool is_model_part(const std::string& name) { return name.rfind("model_", 0) == 0; }
 
+/// Deletes the checkpoint directories `old` (under ckdir) without ever leaving a half-removed
+/// step_<N>: each is first renamed to .del_step_<N> (a name resume never reads and start-up
+/// recovery removes), checkpoints/ is fsynced, and only then are they deleted. Never throws:
+/// a directory that cannot be renamed stays (the next checkpoint prunes it again), and without
+/// the fsync nothing is deleted (recovery finishes the job at the next start).
+void prune(const fs::path& ckdir, const std::vector<fs::path>& old) {
+    std::vector<fs::path> doomed;
+    for (const fs::path& p : old) {
+        const fs::path del = ckdir / (".del_" + p.filename().string());
+        std::error_code ec;
+        if (fs::exists(fs::symlink_status(del, ec))) remove_quiet(del);
+        fs_op();
+        fs::rename(p, del, ec);
+        if (!ec) doomed.push_back(del);
+    }
+    if (doomed.empty()) return;
+    fs_op();
+    if (!h5::try_fsync(ckdir.string()).empty()) return;
+    for (const fs::path& d : doomed) remove_quiet(d);
+}
+
 /// Writes tmp/model.h5 unit by unit from the model parts (each first checked against its report).
 PartInfo assemble_model(const fs::path& tmp, const ParamLayout& layout, const std::vector<PartInfo>& parts) {
     std::vector<std::string> files;
@@ -340,13 +408,20 @@ PartInfo write_model_part(const std::string& tmp_dir, int k, const ParamLayout& 
 
 std::vector<PartInfo> write_rank_files(const std::string& tmp_dir, int k, const ParamLayout& layout,
                                        const std::vector<OptimShardView>& views, bool whole_model) {
+    auto write_model = [&] {
+        return whole_model ? write_model_file(tmp_dir, layout, views) : write_model_part(tmp_dir, k, layout, views);
+    };
+    if (!hdf5_threadsafe()) {  // HDF5 lays both files out: one thread at a time
+        PartInfo optim = write_optim_shard(tmp_dir, k, layout, views);
+        return {optim, write_model()};
+    }
     // Two files, two threads (each writing with a hasher beside it): the SHA-256 of one file runs
     // while the other's pages are copied into the page cache and written back.
     PartInfo model;
     std::exception_ptr model_error;
     std::thread t([&] {
         try {
-            model = whole_model ? write_model_file(tmp_dir, layout, views) : write_model_part(tmp_dir, k, layout, views);
+            model = write_model();
         } catch (...) {
             model_error = std::current_exception();
         }
@@ -389,9 +464,14 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
         if (!is_model_part(p.name)) files.push_back(p);
     if (!has_model) {
         files.push_back(assemble_model(tmp, layout, parts));
+        // Left behind, a part would fail the checkpoint's verification (a file state.toml does not
+        // list): its removal must succeed before state.toml is written.
         for (const PartInfo& p : parts)
-            if (is_model_part(p.name)) remove_quiet(tmp / p.name);
+            if (is_model_part(p.name)) remove_or_throw(tmp / p.name, "a model part already assembled into model.h5");
     }
+    // The listing pruning works from, checked before anything is published: a checkpoints/ that
+    // cannot be listed fails the checkpoint here, with `latest` and every older checkpoint as they were.
+    const std::vector<std::pair<int64_t, fs::path>> listed = step_dirs(ckdir);
     std::sort(files.begin(), files.end(), [](const PartInfo& a, const PartInfo& b) { return a.name < b.name; });
     write_text_synced(tmp / "state.toml", state_to_toml(st, files));
     sync(tmp);
@@ -413,8 +493,7 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
     if (keep_last > 0) {
         // Older checkpoints of this run, newest first; the first keep_last - 1 stay.
         std::vector<fs::path> mine;
-        auto all = step_dirs(ckdir);
-        for (auto it = all.rbegin(); it != all.rend(); ++it) {
+        for (auto it = listed.rbegin(); it != listed.rend(); ++it) {
             if (it->first >= st.step) continue;
             try {
                 if (read_state_file(it->second.string()).st.run_id == st.run_id) mine.push_back(it->second);
@@ -422,7 +501,7 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
                 // unreadable: not known to be ours, so never pruned
             }
         }
-        for (size_t i = size_t(keep_last) - 1; i < mine.size(); ++i) remove_quiet(mine[i]);
+        if (mine.size() >= size_t(keep_last)) prune(ckdir, {mine.begin() + (keep_last - 1), mine.end()});
     }
     return final_dir.string();
 }
@@ -454,14 +533,14 @@ std::vector<std::string> recover_checkpoint_leftovers(const std::string& run_dir
     const fs::path ckdir = fs::path(run_dir) / "checkpoints";
     std::vector<std::string> notes;
     std::error_code ec;
-    std::vector<fs::path> entries;
-    for (const auto& e : fs::directory_iterator(ckdir, ec)) entries.push_back(e.path());
-    std::sort(entries.begin(), entries.end());
-    for (const auto& p : entries) {
+    for (const auto& p : list_dir(ckdir)) {
         const std::string n = p.filename().string();
         if (n == "latest.tmp" || n.rfind(".tmp_step_", 0) == 0) {
             remove_quiet(p);
             notes.push_back("checkpoint: removed " + p.string() + " (left by an interrupted write)");
+        } else if (n.rfind(".del_", 0) == 0 && step_of(n.substr(5)) >= 0) {
+            remove_quiet(p);
+            notes.push_back("checkpoint: removed " + p.string() + " (left by interrupted pruning)");
         } else if (n.rfind(".old_", 0) == 0 && step_of(n.substr(5)) >= 0) {
             const fs::path target = ckdir / n.substr(5);
             std::string why;
