@@ -36,7 +36,15 @@ std::string gather_tp_stage(Comm& world, const Topology& topo, const ParamLayout
     std::vector<float> recv(3 * ns), lw, lm, lv;
     for (int t = 0; t < TP; ++t) {
         const ParamLayout lay(full.config(), zero_shard_multiple, TP, t);  // TP rank t's layout
-        const size_t nl = lay.total_numel();
+        // TP rank t's local state of this stage's units only, back to back: base[u] is where unit
+        // u's local elements start in lw/lm/lv, which hold nothing of the other stages.
+        std::vector<size_t> base(lay.units().size(), 0);
+        size_t nl = 0;
+        for (int u : shard_units) {
+            base[size_t(u)] = nl;
+            nl += lay.units()[size_t(u)].numel;
+        }
+        auto scratch_of = [&](size_t u, size_t flat) { return base[u] + (flat - lay.units()[u].offset); };
         lw.assign(nl, 0.0f), lm.assign(nl, 0.0f), lv.assign(nl, 0.0f);
         for (int z = 0; z < N; ++z) {  // TP rank t's local state, from its ZeRO group's shards
             const int src = topo.rank_of(st, 0, z, t);
@@ -50,9 +58,10 @@ std::string gather_tp_stage(Comm& world, const Topology& topo, const ParamLayout
             for (size_t u = 0; u < chunks.size(); ++u) {
                 if (!in_shard[u]) continue;
                 const FlatRange& c = chunks[u];
-                std::copy(p + local, p + local + c.numel, lw.begin() + long(c.offset));
-                std::copy(p + ns + local, p + ns + local + c.numel, lm.begin() + long(c.offset));
-                std::copy(p + 2 * ns + local, p + 2 * ns + local + c.numel, lv.begin() + long(c.offset));
+                const long at = long(scratch_of(u, c.offset));
+                std::copy(p + local, p + local + c.numel, lw.begin() + at);
+                std::copy(p + ns + local, p + ns + local + c.numel, lm.begin() + at);
+                std::copy(p + 2 * ns + local, p + 2 * ns + local + c.numel, lv.begin() + at);
                 local += c.numel;
             }
         }
@@ -60,22 +69,22 @@ std::string gather_tp_stage(Comm& world, const Topology& topo, const ParamLayout
             const size_t u = size_t(lt.unit);
             if (!saved[u]) continue;
             const ParamTensor& ft = full.find(lt.name);
-            const size_t dst = at[u] + (ft.offset - full.units()[u].offset);
+            const size_t dst = at[u] + (ft.offset - full.units()[u].offset), src = scratch_of(u, lt.offset);
             if (lt.split == TPSplit::replicated && t != 0) {
                 // Saved from TP rank 0; every other TP rank's copy must be the same bits (equal
                 // gradients, one clip scale: nothing may make them drift).
                 const size_t bytes = lt.numel * sizeof(float);
-                if (err.empty() && (std::memcmp(lw.data() + lt.offset, w + dst, bytes) != 0 ||
-                                    std::memcmp(lm.data() + lt.offset, m + dst, bytes) != 0 ||
-                                    std::memcmp(lv.data() + lt.offset, v + dst, bytes) != 0))
+                if (err.empty() && (std::memcmp(lw.data() + src, w + dst, bytes) != 0 ||
+                                    std::memcmp(lm.data() + src, m + dst, bytes) != 0 ||
+                                    std::memcmp(lv.data() + src, v + dst, bytes) != 0))
                     err = "checkpoint: the replicated tensor " + lt.name + " of TP rank " + std::to_string(t) +
                           " (world rank " + std::to_string(topo.rank_of(st, 0, 0, t)) +
                           ") differs from TP rank 0's (weights or AdamW state)";
                 continue;
             }
-            lay.place_local(lt, lw.data() + lt.offset, w + dst);
-            lay.place_local(lt, lm.data() + lt.offset, m + dst);
-            lay.place_local(lt, lv.data() + lt.offset, v + dst);
+            lay.place_local(lt, lw.data() + src, w + dst);
+            lay.place_local(lt, lm.data() + src, m + dst);
+            lay.place_local(lt, lv.data() + src, v + dst);
         }
     }
     return err;

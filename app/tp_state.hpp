@@ -30,7 +30,9 @@ namespace llmtrain {
 /// `full`, a tp = 1 layout of the same config) to views. A replicated tensor is taken from TP rank 0;
 /// the return value is a message naming the first one whose copy on another TP rank differs in any
 /// bit (weights, m or v), else "". zero_shard_multiple: the unit padding the local layouts were built
-/// with. Errors: CommError from the Comm.
+/// with. Besides the snapshot, the first rank's scratch is 3 x ns floats (one received shard) and
+/// 3 x one TP rank's local elements of shard_units (this stage's, never the whole model's).
+/// Errors: CommError from the Comm.
 std::string gather_tp_stage(Comm& world, const Topology& topo, const ParamLayout& full, int zero_shard_multiple,
                             const std::vector<int>& shard_units, const std::vector<int>& held, const float* mine,
                             size_t ns, const std::function<float*(size_t)>& snapshot,
