@@ -8,7 +8,9 @@
 # meanwhile), or in rank 0's commit (model.h5 assembly, state.toml, renames, `latest`, pruning);
 # sometimes the newest checkpoint is then damaged
 # (one byte flipped, or the file cut short). The next start must
-#   - resume from the newest checkpoint that is intact, judged here independently of llmtrain:
+#   - resume from the checkpoint `latest` names when it is intact, else from the newest one that is
+#     intact (a step_N renamed into place just before the kill, `latest` not yet moved to it, is
+#     passed over: `latest` is the commit point), judged here independently of llmtrain:
 #     model.h5 and optim_0.h5 byte-equal to the same step of an uninterrupted reference run (the
 #     files are reproducible and training is deterministic), and state.toml's own SHA-256 and its
 #     [files] checksums correct (Python's hashlib/tomllib); a .old_step_N whose step_N is gone
@@ -103,6 +105,13 @@ def expected_resume(ck, ref):
             if intact(os.path.join(ck, n), s, ref):
                 good.add(s)
                 steps.add(s)
+    try:
+        latest = open(os.path.join(ck, "latest")).read().strip()
+    except OSError:
+        latest = ""
+    m = re.fullmatch(r"step_(\d+)", latest)
+    if m and int(m.group(1)) in good:
+        return "resume", int(m.group(1))
     if good:
         return "resume", max(good)
     return ("refuse", None) if steps else ("scratch", None)

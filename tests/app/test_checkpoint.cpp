@@ -22,92 +22,7 @@
 
 #include "app/checkpoint/checkpoint.hpp"
 #include "data/token_dataset.hpp"
-
-using namespace llmtrain;
-namespace fs = std::filesystem;
-
-namespace {
-
-GPTConfig tiny() {
-    GPTConfig c;
-    c.n_layer = 2;
-    c.n_head = 2;
-    c.n_embd = 16;
-    c.seq_len = 8;
-    c.vocab_size = 50;
-    return c;
-}
-
-/// A flat buffer whose real elements are random and whose padding is NaN (must never be read back).
-std::vector<float> random_flat(const ParamLayout& L, uint64_t seed) {
-    std::vector<float> x(L.total_numel(), std::nanf(""));
-    std::mt19937_64 g(seed);
-    std::normal_distribution<float> n(0.f, 1.f);
-    for (const auto& t : L.tensors())
-        for (size_t i = 0; i < t.numel; ++i) x[t.offset + i] = n(g);
-    return x;
-}
-
-TrainState some_state(int64_t step, const std::string& run_id = "run-a") {
-    TrainState st;
-    st.run_id = run_id;
-    st.step = step;
-    st.tokens_seen = 123456789012ull;
-    st.loader = {3017, 0xF000000000000005ull};  // a seed above INT64_MAX round-trips as its 64 bits
-    std::mt19937_64 rng(99);
-    rng.discard(5);
-    std::ostringstream os;
-    os << rng;
-    st.sampler_rng = os.str();
-    st.adam_t = int(step);
-    st.model_config_hash = "abc123";
-    st.model = tiny();
-    st.dp = 2;
-    st.world_size = 2;
-    st.backend = "cpu";
-    st.precision = "fp32";
-    return st;
-}
-
-struct Ckpt : ::testing::Test {
-    fs::path dir;
-    void SetUp() override {
-        dir = fs::path(::testing::TempDir()) / ("ckpt_" + std::string(::testing::UnitTest::GetInstance()
-                                                                         ->current_test_info()->name()));
-        fs::remove_all(dir);
-        fs::create_directories(dir);
-    }
-    std::string save(const ParamLayout& L, int64_t step, int keep_last, const std::vector<float>& p,
-                     const std::vector<float>& m, const std::vector<float>& v, const std::string& run = "run-a") {
-        return save_checkpoint(dir.string(), some_state(step, run), L, p.data(),
-                               {OptimShardView{0, L.total_numel(), m.data(), v.data()}}, keep_last);
-    }
-    fs::path ck() const { return dir / "checkpoints"; }
-};
-
-std::string slurp(const fs::path& p) {
-    std::ifstream f(p, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-void spit(const fs::path& p, const std::string& text) { std::ofstream(p, std::ios::binary | std::ios::trunc) << text; }
-
-/// Re-seals an edited state.toml: a new state_sha256 over the bytes before "[integrity]" (as a
-/// careful forger would), so that only the edit itself is left to be caught.
-std::string reseal(const std::string& text) {
-    const std::string body = text.substr(0, text.rfind("\n[integrity]\n") + 1);
-    return body + "[integrity]\nstate_sha256 = \"" + sha256_hex(body) + "\"\n";
-}
-
-/// XORs one byte of the file at `pos` (a damaged disk block).
-void flip_byte(const fs::path& p, size_t pos) {
-    std::string b = slurp(p);
-    ASSERT_LT(pos, b.size());
-    b[pos] = char(b[pos] ^ 0x20);
-    spit(p, b);
-}
-
-}  // namespace
+#include "tests/app/checkpoint_test_util.hpp"
 
 TEST_F(Ckpt, RoundTripIsBitwiseAndStateComplete) {
     ParamLayout L(tiny());
@@ -210,30 +125,6 @@ TEST_F(Ckpt, ShapeMismatchNamesBothShapes) {
         EXPECT_NE(msg.find(L.tensors()[0].name + " has shape " + str(a)), std::string::npos) << msg;
         EXPECT_NE(msg.find("but " + str(b)), std::string::npos) << msg;
     }
-}
-
-TEST_F(Ckpt, IncompleteDirectoriesAreIgnored) {
-    ParamLayout L(tiny());
-    auto p = random_flat(L, 1), m = p, v = p;
-    const std::string good = save(L, 4, 0, p, m, v);
-    const fs::path ck = dir / "checkpoints";
-    // A crashed write of step 6 and a step_8 without its state file (written last).
-    fs::copy(good, ck / ".tmp_step_6", fs::copy_options::recursive);
-    fs::copy(good, ck / "step_8", fs::copy_options::recursive);
-    fs::remove(ck / "step_8" / "state.toml");
-    fs::create_directories(ck / "step_x9");
-    const ResumeChoice c = resolve_resume("auto", dir.string(), false);
-    EXPECT_EQ(c.dir, good);
-    EXPECT_EQ(c.run_id, "run-a");
-    ASSERT_EQ(c.skipped.size(), 1u);  // step_8; .tmp_step_6 and step_x9 are not checkpoints at all
-    EXPECT_EQ(c.skipped[0].rfind("skipped step_8: ", 0), 0u) << c.skipped[0];
-    EXPECT_NE(c.skipped[0].find("state.toml"), std::string::npos) << c.skipped[0];
-    EXPECT_EQ(resolve_resume("none", dir.string(), true).dir, "");
-    EXPECT_THROW(resolve_resume((ck / "step_8").string(), dir.string(), false), CheckpointError);
-    EXPECT_THROW(resolve_resume((ck / "nope").string(), dir.string(), false), CheckpointError);
-    EXPECT_EQ(resolve_resume(good, dir.string(), false).dir, good);
-    EXPECT_EQ(find_latest_checkpoint((dir / "no_such_run").string(), "run-a").dir, "");
-    EXPECT_EQ(resolve_resume("auto", (dir / "no_such_run").string(), false).dir, "");
 }
 
 TEST_F(Ckpt, KeepLastPrunesOnlyOlderCompleteOnes) {
@@ -423,77 +314,6 @@ TEST_F(Ckpt, CommitChecksTheReportedParts) {
 
 // One damaged byte anywhere makes auto resume fall back to the previous checkpoint, and the log
 // says why. Fails on the old code: it resumed from the damaged step_4.
-TEST_F(Ckpt, DamagedCheckpointIsSkipped) {
-    ParamLayout L(tiny());
-    auto p = random_flat(L, 1), m = p, v = p;
-    const std::string two = save(L, 2, 0, p, m, v);
-    for (const char* f : {"model.h5", "optim_0.h5", "state.toml"}) {
-        const std::string four = save(L, 4, 0, p, m, v);
-        const fs::path file = fs::path(four) / f;
-        flip_byte(file, fs::file_size(file) * 2 / 3);
-        const ResumeChoice c = resolve_resume("auto", dir.string(), false);
-        EXPECT_EQ(c.dir, two) << f;
-        ASSERT_EQ(c.skipped.size(), 1u) << f;
-        EXPECT_EQ(c.skipped[0].rfind("skipped step_4: ", 0), 0u) << c.skipped[0];
-        EXPECT_NE(c.skipped[0].find(std::string(f) == "state.toml" ? "state_sha256" : f), std::string::npos)
-            << c.skipped[0];
-        EXPECT_NE(checkpoint_problem(four), "");
-    }
-    // A truncated file and an extra shard file are caught too.
-    const std::string four = save(L, 4, 0, p, m, v);
-    fs::resize_file(fs::path(four) / "model.h5", fs::file_size(fs::path(four) / "model.h5") - 1);
-    EXPECT_NE(checkpoint_problem(four).find("model.h5"), std::string::npos);
-    const std::string six = save(L, 6, 0, p, m, v);
-    fs::copy_file(fs::path(six) / "optim_0.h5", fs::path(six) / "optim_1.h5");
-    EXPECT_NE(checkpoint_problem(six).find("optim_1.h5 is not listed"), std::string::npos);
-    // Nothing verifies any more: auto refuses rather than silently starting over.
-    fs::remove_all(two);
-    EXPECT_THROW(resolve_resume("auto", dir.string(), false), CheckpointError);
-}
-
-// Lineage: auto continues the run that wrote `latest`, never another run's newer checkpoint.
-// Fails on the old code: it took the highest step whatever run wrote it.
-TEST_F(Ckpt, AutoResumesOnlyThisRun) {
-    ParamLayout L(tiny());
-    auto p = random_flat(L, 1), m = p, v = p;
-    save(L, 2, 0, p, m, v, "run-a");
-    const std::string a8 = save(L, 8, 0, p, m, v, "run-a");
-    const std::string b3 = save(L, 3, 0, p, m, v, "run-b");  // a new run started there with overwrite
-    EXPECT_EQ(current_run_id(dir.string()), std::optional<std::string>("run-b"));
-    ResumeChoice c = resolve_resume("auto", dir.string(), false);
-    EXPECT_EQ(c.dir, b3);
-    EXPECT_EQ(c.run_id, "run-b");
-    ASSERT_EQ(c.skipped.size(), 1u);
-    EXPECT_NE(c.skipped[0].find("skipped step_8: belongs to run run-a"), std::string::npos) << c.skipped[0];
-    // `latest` damaged: the newest verified checkpoint names the run (documented fallback).
-    spit(ck() / "latest", "step_9\n");
-    EXPECT_EQ(resolve_resume("auto", dir.string(), false).dir, a8);
-    // latest's target damaged in a data file only: its state.toml still names the run.
-    spit(ck() / "latest", "step_3\n");
-    flip_byte(fs::path(b3) / "model.h5", 100);
-    EXPECT_THROW(resolve_resume("auto", dir.string(), false), CheckpointError);  // run-b has nothing else
-}
-
-// resume = "none" must not start a second run over an existing one by accident. Fails on the old
-// code: it started from scratch (and pruning then deleted the first run's checkpoints).
-TEST_F(Ckpt, NoneRefusesARunDirWithCheckpoints) {
-    ParamLayout L(tiny());
-    auto p = random_flat(L, 1), m = p, v = p;
-    EXPECT_EQ(resolve_resume("none", dir.string(), false).dir, "");  // nothing there yet
-    save(L, 2, 0, p, m, v);
-    save(L, 5, 0, p, m, v);
-    try {
-        resolve_resume("none", dir.string(), false);
-        FAIL() << "expected CheckpointError";
-    } catch (const CheckpointError& e) {
-        EXPECT_NE(std::string(e.what()).find("run dir " + dir.string() + " already holds checkpoints of run run-a "
-                                             "(newest step_5); set checkpoint.resume = \"auto\""),
-                  std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("checkpoint.overwrite = true"), std::string::npos) << e.what();
-    }
-    EXPECT_EQ(resolve_resume("none", dir.string(), true).dir, "");
-}
-
 // Pruning removes only older checkpoints of the run that writes. Fails on the old code: it pruned
 // by count over every checkpoint, deleting the other run's and the newer ones.
 TEST_F(Ckpt, PruningKeepsOtherRunsAndNewerSteps) {
@@ -508,36 +328,6 @@ TEST_F(Ckpt, PruningKeepsOtherRunsAndNewerSteps) {
     save(L, 4, 1, p, m, v, "run-a");
     EXPECT_FALSE(has(2));
     for (int s : {4, 5, 6, 7, 8}) EXPECT_TRUE(has(s)) << s;
-}
-
-// A crash in the middle of replacing step_4 (moved aside, new one not yet in place) loses
-// nothing: start-up recovery restores it and removes the other leftovers. Fails on the old code:
-// auto resume ignored .old_step_4 and went back to step_2.
-TEST_F(Ckpt, LeftoversAreRecovered) {
-    ParamLayout L(tiny());
-    auto p = random_flat(L, 1), m = p, v = p;
-    save(L, 2, 0, p, m, v);
-    const std::string four = save(L, 4, 0, p, m, v);
-    const std::string ref = slurp(fs::path(four) / "model.h5");
-    fs::rename(four, ck() / ".old_step_4");
-    fs::copy(ck() / "step_2", ck() / ".tmp_step_4", fs::copy_options::recursive);
-    fs::copy(ck() / "step_2", ck() / ".old_step_2", fs::copy_options::recursive);  // step_2 exists: stale
-    spit(ck() / "latest.tmp", "step_4\n");
-    const auto notes = recover_checkpoint_leftovers(dir.string());
-    EXPECT_EQ(notes.size(), 4u);
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(ck())) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    EXPECT_EQ(names, (std::vector<std::string>{"latest", "step_2", "step_4"}));
-    EXPECT_EQ(slurp(fs::path(four) / "model.h5"), ref);
-    EXPECT_EQ(resolve_resume("auto", dir.string(), false).dir, four);
-    // A damaged .old_step_4 is not brought back.
-    fs::rename(four, ck() / ".old_step_4");
-    flip_byte(ck() / ".old_step_4" / "model.h5", 50);
-    recover_checkpoint_leftovers(dir.string());
-    EXPECT_FALSE(fs::exists(ck() / "step_4"));
-    EXPECT_FALSE(fs::exists(ck() / ".old_step_4"));
-    EXPECT_TRUE(recover_checkpoint_leftovers(dir.string()).empty());  // nothing left to do
 }
 
 // Finding 5: a tensor with an m piece but no v piece is an error. Fails on the old code: v stayed
