@@ -5,7 +5,10 @@
 //  - --dry-run --world-size: the ZeRO paper's 16 bytes of bf16 model states per parameter, 1%;
 //  - ZeRO-3 resume: an uninterrupted 2-rank ZeRO-3 run, bit for bit;
 //  - offload: checkpoints with and without it resume into each other, against a run without, bit
-//    for bit; its config errors name the key (exit 2, nothing written).
+//    for bit; its config errors name the key (exit 2, nothing written);
+//  - a rank killed inside the checkpoint writer: the uninterrupted 2-rank job, bit for bit.
+#include <hdf5.h>
+
 #include "tests/app/e2e_util.hpp"
 
 /// a followed by b.
@@ -410,4 +413,67 @@ TEST_F(E2E, AsyncCheckpointsGoOnTrainingAndNeverOverlap) {
     EXPECT_EQ(read_file(bad / "checkpoints" / "latest"), "step_3\n");
     EXPECT_EQ(checkpoint_problem((bad / "checkpoints" / "step_3").string()), "");
     EXPECT_FALSE(fs::exists(bad / "checkpoints" / "step_6"));
+}
+
+/// The datasets in group `group` of the HDF5 file `path` (-1 when it cannot be read).
+long long datasets_in(const fs::path& path, const char* group) {
+    const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return -1;
+    const hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
+    H5G_info_t info{};
+    const bool ok = g >= 0 && H5Gget_info(g, &info) >= 0;
+    if (g >= 0) H5Gclose(g);
+    H5Fclose(f);
+    return ok ? (long long)info.nlinks : -1;
+}
+
+// Rank 1 of a 2-rank ZeRO-1 job (two parts: each rank writes optim_<k>.h5 and model_<k>.h5) dies
+// by SIGKILL in the middle of writing its part of the asynchronous checkpoint of step 4, while
+// rank 0 trains on. The job must exit non-zero, commit nothing (`latest` still names step_2, no
+// newer step_N verifies), and a rerun must resume from step_2 and match the uninterrupted job bit
+// for bit (losses, step_8's weights, the sample). The kill is the existing crash hook
+// (LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP), given to rank 1 alone through an MPMD launch. Its count is
+// rank 1's crash points (checkpoint.hpp): per checkpoint 2 around the snapshot, then per file one
+// at the create, one per dataset, one at the flush and one at the fsync; its files hold the pieces
+// of n tensors (optim_1.h5: n under /m and n under /v; model_1.h5: n under /w), n read from the
+// reference job's optim_1.h5. So the second checkpoint's writer runs from op per + 3 to 2 per.
+TEST_F(E2E, RankKilledInsideTheWriterCommitsNothing) {
+    const std::vector<std::string> common = {"parallel.zero_stage=1", "run.max_steps=8", "checkpoint.interval=2",
+                                             "checkpoint.keep_last=0", "lr_schedule.decay=\"constant\"",
+                                             "parallel.timeout_s=10"};
+    const fs::path ref = case_dir() / "straight", rd = case_dir() / "killed";
+    Proc pr = run(under_mpirun(llmtrain_args(ref, common), 2));
+    ASSERT_EQ(pr.code, 0) << pr.err;
+    const long long n = datasets_in(ref / "checkpoints" / "step_2" / "optim_1.h5", "m");
+    ASSERT_GT(n, 0);
+    ASSERT_EQ(datasets_in(ref / "checkpoints" / "step_2" / "optim_1.h5", "v"), n);
+    const long long per = 2 + (3 + 2 * n) + (3 + n), k = per + 2 + (per - 2) / 2;
+
+    // The job in which rank 1 dies at op k (step_2 is committed before).
+    std::vector<std::string> rank0 = llmtrain_args(rd, common), rank1 = rank0;
+    rank1.insert(rank1.begin(), {"env", "LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP=" + std::to_string(k)});
+    std::vector<std::string> mpmd = {MPIEXEC, "--oversubscribe", "-np", "1"};
+    mpmd.insert(mpmd.end(), rank0.begin(), rank0.end());
+    mpmd.insert(mpmd.end(), {":", "-np", "1"});
+    mpmd.insert(mpmd.end(), rank1.begin(), rank1.end());
+    const auto t0 = std::chrono::steady_clock::now();
+    Proc pk = run(mpmd);
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(pk.code, 0) << pk.out << pk.err;
+    EXPECT_LT(took, 60) << "the job outlived its killed rank";
+    const std::string text = pk.out + pk.err;
+    EXPECT_TRUE(std::regex_search(text, std::regex("rank 1[^\n]*(signal 9|Killed)"))) << text;
+    EXPECT_NE(text.find("checkpoint: step 4 in host memory"), std::string::npos) << text;  // it began
+    EXPECT_EQ(read_file(rd / "checkpoints" / "latest"), "step_2\n");
+    EXPECT_EQ(checkpoint_problem((rd / "checkpoints" / "step_2").string()), "");
+    for (const auto& [step, dir] : checkpoint_dirs(rd))
+        if (step > 2) {
+            EXPECT_NE(checkpoint_problem(dir.string()), "") << dir << " counts as complete";
+        }
+
+    Proc pc = run(under_mpirun(llmtrain_args(rd, common), 2));
+    ASSERT_EQ(pc.code, 0) << pc.err;
+    EXPECT_NE(pc.out.find("resume: from " + (rd / "checkpoints" / "step_2").string() + " at step 2"), std::string::npos)
+        << pc.out;
+    expect_resume_is_exact(ref, rd, pr.out, pc.out);
 }
