@@ -44,7 +44,8 @@ void fs_op();
 /// "step_<N>" -> N, or -1 for any other name.
 int64_t step_of(const std::string& name);
 
-/// Every entry of dir, sorted by path; empty when dir does not exist. Errors: CheckpointError
+/// Every entry of dir, sorted by path; empty when dir does not exist (or a component of its path is
+/// a file). Errors: CheckpointError
 /// naming dir and the OS reason when it cannot be opened or read to the end (a partial listing
 /// is never returned).
 std::vector<fs::path> list_dir(const fs::path& dir);

@@ -74,7 +74,7 @@ std::vector<fs::path> list_dir(const fs::path& dir) {
     std::vector<fs::path> out;
     std::error_code ec;
     fs::directory_iterator it(dir, ec);
-    if (ec == std::errc::no_such_file_or_directory) return out;
+    if (ec == std::errc::no_such_file_or_directory || ec == std::errc::not_a_directory) return out;  // holds nothing
     for (const fs::directory_iterator end; !ec && it != end; it.increment(ec)) out.push_back(it->path());
     if (ec) throw CheckpointError("checkpoint: cannot list '" + dir.string() + "': " + ec.message());
     std::sort(out.begin(), out.end());
