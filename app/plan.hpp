@@ -23,7 +23,7 @@ struct PlanOptions {
     int world = 1;                ///< ranks: tp x pp x dp
     double device_memory = 0;     ///< bytes per device
     double margin = 0.10;         ///< share of device_memory left free (fragmentation, backend workspaces)
-    double link_gbps = 0;         ///< GB/s per rank for pipeline sends and gradient collectives (and TP's, by default)
+    double link_gbps = 0;         ///< GB/s per rank for pipeline sends and gradient collectives (and TP's, by default); with inter_node_gbps, inside a node
     double tp_link_gbps = 0;      ///< GB/s per rank inside a node for the TP all-reduces; 0: link_gbps
     /// GB/s per rank between nodes (gpus_per_node consecutive ranks to a node): the bytes of a
     /// collective or send that cross a node boundary go at this rate, the rest at link_gbps
