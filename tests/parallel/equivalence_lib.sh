@@ -19,15 +19,16 @@ run() {  # run <np> <name> [--set overrides...]
 }
 
 # compare <reference> <run> <rel tolerance; 0 = bitwise> [<resumed at step>] [<weight abs tolerance,
-# default 1e-6>]: train/val losses (the reference's after that step, for a run resumed there) and
-# the final weights.
+# default 1e-6>] [<kinds, default "train val">]: train/val losses (the reference's after that step,
+# for a run resumed there) and the final weights.
 compare() {
-    "$PY" - "$WORK/$1" "$WORK/$2" "$3" "${4:-0}" "${5:-1e-6}" <<'PY'
+    "$PY" - "$WORK/$1" "$WORK/$2" "$3" "${4:-0}" "${5:-1e-6}" "${6:-train val}" <<'PY'
 import sys, h5py, numpy as np
 ref, run, tol, since, wtol = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5])
+kinds = sys.argv[6].split()
 def losses(d):
     rows = [l.rstrip('\n').split('\t') for l in open(d + '/losses.tsv')][1:]
-    return [(r[0], r[1], r[2]) for r in rows if int(r[0]) > since]
+    return [(r[0], r[1], r[2]) for r in rows if int(r[0]) > since and r[1] in kinds]
 a, b = losses(ref), losses(run)
 assert len(a) == len(b) and len(a) > 0, f'{run}: {len(b)} loss lines, reference {len(a)}'
 worst = 0.0
