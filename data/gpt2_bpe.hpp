@@ -4,12 +4,15 @@
 // bytes are looked up whole in the ranks and otherwise merged pair by pair, always the adjacent pair
 // whose concatenation has the lowest rank (leftmost on ties), until no pair is a token.
 // The ranks are tiktoken's r50k_base/"gpt2" file (tools/fetch_gpt2.sh); docs/data.md "GPT-2's tokenizer".
+// A TiktokenBpe (tiktoken_bpe.hpp) with GPT-2's pattern, 50,256 ranks and <|endoftext|> = 50256.
 #pragma once
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "data/tiktoken_bpe.hpp"
 
 namespace llmtrain {
 
@@ -37,6 +40,8 @@ public:
     std::string decode(const std::vector<int32_t>& ids) const;
     /// The ranks file as given to the constructor (stored in a dataset's /tokenizer).
     const std::string& ranks_bytes() const;
+    /// The underlying tiktoken-family encoder.
+    const TiktokenBpe& core() const;
 
 private:
     struct Impl;
