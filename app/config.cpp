@@ -322,6 +322,7 @@ const std::vector<Field>& fields() {
         field("parallel", "grad_reduce_dtype", &C::parallel, &ParallelConfig::grad_reduce_dtype, one_of({"fp32", "bf16"})),
         field("parallel", "timeout_s", &C::parallel, &ParallelConfig::timeout_s, non_negative<double>()),
         field("parallel", "comm", &C::parallel, &ParallelConfig::comm, one_of({"auto", "nccl", "mpi"})),
+        field("parallel", "hierarchical_allreduce", &C::parallel, &ParallelConfig::hierarchical_allreduce),
 
         list_field("pipeline", "layers_per_stage", &C::pipeline, &PipelineConfig::layers_per_stage, at_least(1)),
         field("pipeline", "schedule", &C::pipeline, &PipelineConfig::schedule, pipeline_schedule()),

@@ -87,6 +87,7 @@ struct ParallelConfig {
     std::string grad_reduce_dtype = "fp32";  ///< "fp32" | "bf16": gradients on the wire; unset: training.precision (load_config)
     double timeout_s = 600;             ///< a collective waiting longer ends the job; 0 = never
     std::string comm = "auto";          ///< "auto" | "nccl" | "mpi": device-buffer Comm (auto: nccl on cuda, mpi on cpu)
+    bool hierarchical_allreduce = false;  ///< MPI all-reduces through the nodes (parallel/hier_comm.hpp)
     friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

@@ -132,6 +132,7 @@ struct Trainer::Impl {
         CommOptions co;
         co.timeout_s = cfg.parallel.timeout_s;
         co.comm = cfg.parallel.comm;
+        co.hierarchical = cfg.parallel.hierarchical_allreduce;
         const CommFactory comms = [&](const std::vector<int>& ranks, bool host) {
             return host ? make_mpi_comm(ranks, co) : make_comm(*ops, ranks, co);
         };

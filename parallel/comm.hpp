@@ -34,6 +34,8 @@ struct CommError : std::runtime_error {
 
 /// Initializes MPI once (thread level FUNNELED) if not yet done; safe without mpirun (one rank).
 void mpi_init_once(int* argc, char*** argv);
+/// MPI is initialized and not yet finalized.
+bool mpi_active();
 /// Finalizes MPI if we initialized it.
 void mpi_finalize();
 /// Ends every rank of the job with exit code `code` (MPI_Abort); a plain exit with one rank.
@@ -82,6 +84,9 @@ struct CommOptions {
     /// parallel.comm: the Comm make_comm builds for device buffers: "auto" (NCCL on the cuda
     /// backend, MPI on the cpu one), "nccl", or "mpi" (MpiCudaComm on cuda).
     std::string comm = "auto";
+    /// parallel.hierarchical_allreduce: make_mpi_comm's all_reduce_sum goes through the nodes
+    /// (parallel/hier_comm.hpp) where the group spans several with more than one rank on each.
+    bool hierarchical = false;
 };
 
 class Comm {
@@ -151,7 +156,9 @@ private:
 };
 
 /// A Comm over MPI on the given world ranks, in that order (all ranks when empty). Collective over
-/// the listed ranks: each of them calls it with the same list; other ranks need not call it.
+/// the listed ranks: each of them calls it with the same list; other ranks need not call it. With
+/// opt.hierarchical and a group spanning nodes with equal numbers of its ranks (more than one) on
+/// each, its all_reduce_sum is parallel/hier_comm.hpp's.
 /// Buffers are host memory. Errors: std::invalid_argument if the calling rank is not listed or a
 /// rank is out of range or repeated; CommError if MPI fails.
 std::unique_ptr<Comm> make_mpi_comm(const std::vector<int>& world_ranks = {}, const CommOptions& opt = {});

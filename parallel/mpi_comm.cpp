@@ -1,4 +1,5 @@
-// parallel/mpi_comm.cpp — MPI start-up and MpiComm, the host-buffer Comm of the CPU backend.
+// parallel/mpi_comm.cpp — MpiComm, the host-buffer Comm of the CPU backend (MPI's start-up is in
+// parallel/mpi_start.cpp).
 //
 // Sums in rank order. reduce_scatter_sum moves bytes only (MPI_Ialltoall: every rank receives every
 // rank's copy of its own chunk) and then the owning rank adds the P contributions itself, in rank
@@ -42,6 +43,7 @@
 
 #include "model/bf16.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/hier_comm.hpp"
 #include "parallel/mpi_comm_testing.hpp"
 #include "parallel/nodes.hpp"
 
@@ -49,7 +51,6 @@ namespace llmtrain {
 
 namespace {
 
-bool g_we_initialized = false;
 size_t g_segment_elements = size_t(1) << 25;
 std::vector<int> g_perturbed_group;  // set_mpi_perturbed_group's world ranks (tests only)
 
@@ -60,13 +61,6 @@ void check(int rc, const std::string& what) {
     int len = 0;
     MPI_Error_string(rc, msg, &len);
     throw CommError("MPI: " + what + " failed: " + std::string(msg, len));
-}
-
-bool mpi_active() {
-    int init = 0, fin = 0;
-    MPI_Initialized(&init);
-    MPI_Finalized(&fin);
-    return init && !fin;
 }
 
 const char* dtype_label(DType t) { return t == DType::f32 ? "fp32" : t == DType::bf16 ? "bf16" : "u8"; }
@@ -506,54 +500,10 @@ void set_mpi_segment_elements(size_t elements) {
 
 void set_mpi_perturbed_group(const std::vector<int>& world_ranks) { g_perturbed_group = world_ranks; }
 
-void mpi_init_once(int* argc, char*** argv) {
-    int init = 0;
-    MPI_Initialized(&init);
-    if (init) return;
-    int provided = 0;
-    check(MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
-    g_we_initialized = true;
-    discover_nodes();  // collective: every rank calls mpi_init_once at start
-}
+namespace {
 
-void mpi_finalize() {
-    if (g_we_initialized && mpi_active()) MPI_Finalize();
-}
-
-void mpi_abort(int code) {
-    if (mpi_active() && world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
-    std::exit(code);
-}
-
-int world_rank() {
-    if (!mpi_active()) return 0;
-    int r = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &r);
-    return r;
-}
-
-int world_size() {
-    if (!mpi_active()) return 1;
-    int s = 1;
-    MPI_Comm_size(MPI_COMM_WORLD, &s);
-    return s;
-}
-
-int local_rank() {
-    for (const char* var : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
-        const char* v = std::getenv(var);
-        if (!v || !*v) continue;
-        char* end = nullptr;
-        const long r = std::strtol(v, &end, 10);
-        if (*end != '\0' || r < 0 || r > INT_MAX)
-            throw std::runtime_error(std::string("local_rank: environment variable ") + var + " = \"" + v +
-                                     "\" is not a non-negative integer");
-        return int(r);
-    }
-    return 0;
-}
-
-std::unique_ptr<Comm> make_mpi_comm(const std::vector<int>& world_ranks, const CommOptions& opt) {
+/// make_mpi_comm without the hierarchical wrapper.
+std::unique_ptr<Comm> make_flat_mpi_comm(const std::vector<int>& world_ranks, const CommOptions& opt) {
     const int W = world_size(), me = world_rank();
     MPI_Comm out = MPI_COMM_NULL;
     if (world_ranks.empty()) {
@@ -579,6 +529,20 @@ std::unique_ptr<Comm> make_mpi_comm(const std::vector<int>& world_ranks, const C
     MPI_Group_free(&world_group);
     check(rc, "MPI_Comm_create_group");
     return std::make_unique<MpiComm>(out, world_ranks, opt);
+}
+
+}  // namespace
+
+std::unique_ptr<Comm> make_mpi_comm(const std::vector<int>& world_ranks, const CommOptions& opt) {
+    auto flat = make_flat_mpi_comm(world_ranks, opt);
+    if (!opt.hierarchical) return flat;
+    const HierSplit s = hier_split(flat->world_ranks(), node_map(), world_rank());
+    if (s.intra.empty()) return flat;
+    CommOptions sub = opt;
+    sub.hierarchical = false;
+    auto intra = make_flat_mpi_comm(s.intra, sub);
+    auto inter = make_flat_mpi_comm(s.inter, sub);
+    return make_hier_comm(std::move(flat), std::move(intra), std::move(inter));
 }
 
 }  // namespace llmtrain

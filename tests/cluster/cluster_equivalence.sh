@@ -8,6 +8,8 @@
 # so moving ranks onto other hosts must not change a bit: DP, ZeRO-1/2/3, ZeRO-3 in node-local
 # groups (sub-DP), pp 2 with a stage per node, tp 2 inside a node x dp 2 across, offloaded AdamW,
 # and the emulated CUDA backend (its NCCL runs over MPI) at ZeRO-1.
+# parallel.hierarchical_allreduce: bitwise the flat DP on one node (it does not apply there); across
+# nodes within the tolerance below of one process and of the flat DP.
 # Against one process at the same global batch (grad_accum_steps 4 x micro-batch 2): DP and
 # node-local ZeRO-3 within 1e-5 relative on train losses, 1e-6 absolute on weights — the reasons and
 # the c_attn key-bias exception are tests/parallel/zero_equivalence.sh's (fp32 sums reassociated).
@@ -48,6 +50,14 @@ if grep -q "warning" "$WORK/z3_local_2n.log"; then echo "FAILED: node-local ZeRO
 MPI=on_one_node run 1 one --set training.grad_accum_steps=4
 compare one dp_2n 1e-5 0 1e-6 train
 compare one z3_local_2n 1e-5 0 1e-6 train
+# The node-aware all-reduce: on one node it does not apply (bitwise the flat one); across nodes it
+# sums (r0 + r1) + (r2 + r3): against one process and the flat run within the same tolerance.
+HIER=(--set parallel.hierarchical_allreduce=true)
+MPI=on_one_node run 4 dp_hier_1n "${HIER[@]}"
+compare dp_1n dp_hier_1n 0
+MPI=on_cluster run 4 dp_hier_2n "${HIER[@]}"
+compare one dp_hier_2n 1e-5 0 1e-6 train
+compare dp_2n dp_hier_2n 1e-5
 if [[ -n $EMU ]]; then
     BIN=$EMU both emu_z1 --set 'run.backend="cuda"' --set model.n_embd=32 --set parallel.zero_stage=1
 fi

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tools/bench/multinode.sh — step time across 2 simulated nodes x 2 ranks with the inter-node link
 # rate-limited (tools/cluster/cluster.sh, tbf), inside a node free (shared memory): plain DP, ZeRO-1,
-# flat ZeRO-3 over all 4 ranks, and ZeRO-3 in node-local groups (zero_group_size 2), all measured in
-# one run (docs/multinode.md "Slow links, measured"). Needs root.
+# flat ZeRO-3 over all 4 ranks, ZeRO-3 in node-local groups (zero_group_size 2), and DP with the
+# node-aware all-reduce (parallel.hierarchical_allreduce), all measured in one run (docs/multinode.md "Slow links, measured"). Needs root.
 #
 # For each link rate (unlimited, then RATES, default "1gbit 200mbit") and each layout: the median step
 # time over STEPS steps (after 2 warm-up steps) of configs/tiny.toml at micro-batch 1 (4 x 256 = 1,024
@@ -28,8 +28,9 @@ bash "$CLUSTER" down $NAME
 trap 'bash "$CLUSTER" down $NAME; rm -rf "$WORK"' EXIT
 bash "$CLUSTER" up $NAME 2 >/dev/null
 declare -A LAYOUT=([dp]="parallel.zero_stage=0" [zero1]="parallel.zero_stage=1" [zero3]="parallel.zero_stage=3"
-    [zero3_local]="parallel.zero_stage=3 parallel.zero_group_size=2")
-ORDER=(dp zero1 zero3 zero3_local)
+    [zero3_local]="parallel.zero_stage=3 parallel.zero_group_size=2"
+    [dp_hier]="parallel.zero_stage=0 parallel.hierarchical_allreduce=true")
+ORDER=(dp dp_hier zero1 zero3 zero3_local)
 COMMON=(--set training.micro_batch_size=1 --set training.grad_accum_steps=1 --set run.log_interval=1
     --set run.eval_interval=0 --set run.sample_interval=0 --set checkpoint.interval=0 --set metrics.enabled=false
     --set 'checkpoint.resume="none"' --set run.max_steps=$((STEPS + 2)))
@@ -73,4 +74,6 @@ done
 for rate in $RATES; do
     awk -v r=$rate -v a="${STEP[zero3,$rate]}" -v b="${STEP[zero3_local,$rate]}" -v d="${STEP[dp,$rate]}" 'BEGIN {
         printf "at %s: node-local ZeRO-3 is %.2fx faster than flat ZeRO-3; DP takes %.2fx node-local ZeRO-3'"'"'s step\n", r, a / b, d / b }'
+    awk -v r=$rate -v d="${STEP[dp,$rate]}" -v h="${STEP[dp_hier,$rate]}" 'BEGIN {
+        printf "at %s: the node-aware all-reduce makes DP %.2fx faster\n", r, d / h }'
 done
