@@ -33,7 +33,8 @@ def main(argv):
         try:
             grace = float(argv[1])
         except ValueError:
-            sys.exit(f"job_guard.py: --grace: expected seconds, got {argv[1]!r}")
+            print(f"job_guard.py: --grace: expected seconds, got {argv[1]!r}", file=sys.stderr)
+            return 2
         argv = argv[2:]
     if not argv:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
