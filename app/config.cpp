@@ -28,6 +28,7 @@
 #include "app/metrics.hpp"
 #include "app/toml_text.hpp"
 #include "app/model_state.hpp"
+#include "model/arch.hpp"
 #include "parallel/partition.hpp"
 #include "parallel/schedule.hpp"
 
@@ -283,6 +284,13 @@ const std::vector<Field>& fields() {
         field("model", "seq_len", &C::model, &ModelConfig::seq_len, at_least(1)),
         field("model", "vocab_size", &C::model, &ModelConfig::vocab_size,
               between(2, std::numeric_limits<int>::max())),
+        field("model", "arch", &C::model, &ModelConfig::arch, one_of({"gpt2", "llama"})),
+        field("model", "n_kv_head", &C::model, &ModelConfig::n_kv_head, at_least(0)),
+        field("model", "intermediate_size", &C::model, &ModelConfig::intermediate_size, at_least(0)),
+        field("model", "multiple_of", &C::model, &ModelConfig::multiple_of, at_least(1)),
+        field("model", "norm_eps", &C::model, &ModelConfig::norm_eps, positive<float>()),
+        field("model", "rope_theta", &C::model, &ModelConfig::rope_theta, positive<float>()),
+        field("model", "tie_embeddings", &C::model, &ModelConfig::tie_embeddings),
         field("model", "attention", &C::model, &ModelConfig::attention, one_of({"auto", "native", "cublas", "cudnn"})),
         field("model", "attention_workspace_mb", &C::model, &ModelConfig::attention_workspace_mb, at_least(1)),
         field("model", "matmul_autotune", &C::model, &ModelConfig::matmul_autotune),
@@ -496,6 +504,20 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
         fail(at({"model.n_head", "model.n_embd"}), "model.n_head: expected a divisor of model.n_embd (" +
                                                        std::to_string(m.n_embd) + "), got " +
                                                        std::to_string(m.n_head));
+    // The architecture's own keys (model/arch.hpp): n_kv_head dividing n_head, an even head size
+    // for rotary positions, GPT-2 keeping its fixed pieces; the message starts with the key at fault.
+    try {
+        (void)ArchSpec(gpt_config_of(c));
+    } catch (const std::invalid_argument& e) {
+        const std::string what = e.what(), key = what.substr(0, what.find(':'));
+        fail(at({key.c_str(), "model.arch"}), what);
+    }
+    if (m.arch == "gpt2" && m.norm_eps != ModelConfig{}.norm_eps)
+        fail(at({"model.norm_eps", "model.arch"}), "model.norm_eps: expected " + value_text(ModelConfig{}.norm_eps) +
+             " with model.arch = \"gpt2\" (its LayerNorm's epsilon is fixed), got " + value_text(m.norm_eps));
+    if (m.arch == "gpt2" && m.rope_theta != ModelConfig{}.rope_theta)
+        fail(at({"model.rope_theta", "model.arch"}), "model.rope_theta: expected 10000 with model.arch = \"gpt2\" "
+             "(it has learned positions, no rotary ones), got " + value_text(m.rope_theta));
     if (c.run.sample_top_k > m.vocab_size)
         fail(at({"run.sample_top_k", "model.vocab_size"}),
              "run.sample_top_k: expected an integer in [1, model.vocab_size = " + std::to_string(m.vocab_size) +
@@ -549,22 +571,27 @@ void check_across_keys(const Config& c, const Origins& origins, const std::strin
                 fail(at({key, "pipeline.plan"}), std::string(key) + ": expected [] with pipeline.plan = \"auto\" "
                      "(the planner chooses it), got a list");
     }
-    // Tensor parallelism splits heads, the MLP's 4*n_embd columns and the padded vocabulary over tp
-    // ranks (model/param_layout.hpp): each must divide evenly.
+    // Tensor parallelism splits what the architecture says (ArchSpec::tp_divisors: query heads,
+    // key/value heads, the MLP's hidden width, the padded vocabulary) over tp ranks: each must divide evenly.
     if (p.tp > 1) {
-        struct Split {
-            const char *key, *what;
-            int n;
+        struct Named {
+            const char *name, *key, *what;
         };
-        const Split splits[] = {
-            {"model.n_head", "model.n_head", m.n_head},
-            {"model.n_embd", "4 x model.n_embd (the MLP's hidden width)", 4 * m.n_embd},
-            {"model.vocab_size", "the padded vocabulary (model.vocab_size rounded up to a multiple of 128)",
-             gpt_config_of(c).padded_vocab_size()}};
-        for (const Split& sp : splits)
-            if (sp.n % p.tp != 0)
-                fail(at({"parallel.tp", sp.key}), "parallel.tp: expected a divisor of " + std::string(sp.what) +
-                                                      " = " + std::to_string(sp.n) + ", got " + std::to_string(p.tp));
+        static const Named names[] = {
+            {"n_head", "model.n_head", "model.n_head"},
+            {"n_kv_head", "model.n_kv_head", "model.n_kv_head (0 = model.n_head)"},
+            {"4 * n_embd", "model.n_embd", "4 x model.n_embd (the MLP's hidden width)"},
+            {"intermediate_size", "model.intermediate_size", "model.intermediate_size (the MLP's hidden width)"},
+            {"the padded vocabulary Vp", "model.vocab_size",
+             "the padded vocabulary (model.vocab_size rounded up to a multiple of 128)"}};
+        for (const auto& [name, n] : ArchSpec(gpt_config_of(c)).tp_divisors()) {
+            const Named* d = &names[0];
+            for (const Named& x : names)
+                if (name == x.name) d = &x;
+            if (n % p.tp != 0)
+                fail(at({"parallel.tp", d->key}), "parallel.tp: expected a divisor of " + std::string(d->what) + " = " +
+                                                      std::to_string(n) + ", got " + std::to_string(p.tp));
+        }
     }
     if (p.sequence_parallel && p.tp == 1)
         fail(at({"parallel.sequence_parallel", "parallel.tp"}),
@@ -656,9 +683,14 @@ std::string model_config_hash(const Config& cfg) {
     const auto& m = cfg.model;
     // The canonical text is part of the checkpoint format (docs/configuration.md "The model hash"): change it only with a
     // format version bump.
-    const std::string canon = "gpt2:n_layer=" + std::to_string(m.n_layer) + ",n_head=" + std::to_string(m.n_head) +
-                              ",n_embd=" + std::to_string(m.n_embd) + ",seq_len=" + std::to_string(m.seq_len) +
-                              ",vocab_size=" + std::to_string(m.vocab_size);
+    std::string canon = "gpt2:n_layer=" + std::to_string(m.n_layer) + ",n_head=" + std::to_string(m.n_head) +
+                        ",n_embd=" + std::to_string(m.n_embd) + ",seq_len=" + std::to_string(m.seq_len) +
+                        ",vocab_size=" + std::to_string(m.vocab_size);
+    if (m.arch != "gpt2") {  // GPT-2's text is unchanged; other architectures add their shape keys
+        const ArchSpec spec(gpt_config_of(cfg));
+        canon = m.arch + canon.substr(4) + ",n_kv_head=" + std::to_string(spec.NKV) + ",intermediate_size=" +
+                std::to_string(spec.F) + ",tie_embeddings=" + (spec.tied ? "true" : "false");
+    }
     char buf[17];
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a64(canon)));
     return buf;

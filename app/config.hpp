@@ -36,6 +36,13 @@ struct RunConfig {
 
 struct ModelConfig {
     int n_layer = 4, n_head = 4, n_embd = 256, seq_len = 256, vocab_size = 8192;
+    std::string arch = "gpt2";          ///< "gpt2" | "llama" (model/arch.hpp: the block's pieces)
+    int n_kv_head = 0;                  ///< key/value heads (grouped-query attention), dividing n_head; 0 = n_head
+    int intermediate_size = 0;          ///< llama's SwiGLU width; 0 = 8/3 n_embd rounded up to multiple_of
+    int multiple_of = 256;              ///< rounding of the default intermediate_size
+    float norm_eps = 1e-5f;             ///< llama's RMSNorm epsilon (GPT-2's LayerNorm: 1e-5 always)
+    float rope_theta = 10000.0f;        ///< llama's rotary base
+    bool tie_embeddings = true;         ///< LM head = token embedding (gpt2 always; llama as set)
     std::string attention = "auto";     ///< "auto" | "native" | "cublas" | "cudnn" (the last two cuda only)
     int attention_workspace_mb = 1200;  ///< MiB of scores per cublas attention tile (model/cuda/cuda_backend.hpp's
                                         ///< kDefaultAttentionWorkspaceMb: GPT-2 1.5B, micro-batch 8 in one tile)

@@ -16,6 +16,13 @@ GPTConfig gpt_config_of(const Config& c) {
     g.n_embd = c.model.n_embd;
     g.seq_len = c.model.seq_len;
     g.vocab_size = c.model.vocab_size;
+    g.arch = c.model.arch == "llama" ? Arch::llama : Arch::gpt2;  // validated: "gpt2" or "llama"
+    g.n_kv_head = c.model.n_kv_head;
+    g.intermediate_size = c.model.intermediate_size;
+    g.multiple_of = c.model.multiple_of;
+    g.norm_eps = c.model.norm_eps;
+    g.rope_theta = c.model.rope_theta;
+    g.tie_embeddings = c.model.tie_embeddings;
     return g;
 }
 

@@ -1,6 +1,7 @@
 // app/plan.cpp — the planner's problem from the config, its search over tensor-parallel widths and
 // pipeline depths (see plan.hpp); the report is app/plan_report.cpp.
 #include "app/plan.hpp"
+#include "model/arch.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -80,15 +81,11 @@ std::vector<int> tp_widths(int world, int gpus_per_node, int opt_tp) {
 }
 
 std::string tp_split_problem(const Config& cfg, int tp) {
-    const struct {
-        const char* what;
-        int n;
-    } splits[] = {{"n_head", cfg.model.n_head},
-                  {"4 x n_embd", 4 * cfg.model.n_embd},
-                  {"the padded vocabulary", gpt_config_of(cfg).padded_vocab_size()}};
-    for (const auto& sp : splits)
-        if (sp.n % tp != 0)
-            return std::string(sp.what) + " " + std::to_string(sp.n) + " is not a multiple of tp " + std::to_string(tp);
+    // What the architecture splits over tp (model/arch.hpp): heads, key/value heads, the MLP width, the vocabulary.
+    for (const auto& [what, n] : ArchSpec(gpt_config_of(cfg)).tp_divisors())
+        if (n % tp != 0)
+            return (what == "4 * n_embd" ? std::string("4 x n_embd") : what == "the padded vocabulary Vp" ? std::string("the padded vocabulary") : what) +
+                   " " + std::to_string(n) + " is not a multiple of tp " + std::to_string(tp);
     const int64_t rows = int64_t(cfg.training.micro_batch_size) * cfg.model.seq_len;
     if (cfg.parallel.sequence_parallel && tp > 1 && rows % tp != 0)
         return "sequence parallelism: micro_batch_size x seq_len " + std::to_string(rows) + " is not a multiple of tp " +

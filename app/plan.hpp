@@ -150,7 +150,9 @@ AutoPlan auto_plan(const Config& cfg, int world);
 std::vector<int> tp_widths(int world, int gpus_per_node, int opt_tp);
 
 /// Why cfg's model cannot be split over tp ranks ("n_head 12 is not a multiple of tp 8"), or "" when
-/// tp divides n_head, 4·n_embd and the padded vocabulary (as app/config.cpp requires).
+/// tp divides what the architecture splits (model/arch.hpp tp_divisors: n_head, 4·n_embd and the padded
+/// vocabulary for GPT-2; n_head, n_kv_head, intermediate_size and the vocabulary for Llama), as
+/// app/config.cpp requires.
 std::string tp_split_problem(const Config& cfg, int tp);
 
 }  // namespace llmtrain

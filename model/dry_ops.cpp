@@ -18,6 +18,7 @@ public:
     explicit DryOps(DType t) : t_(t) {}
     const char* name() const override { return "dry-run"; }
     DType act_dtype() const override { return t_; }
+    bool implements(OpFamily) const override { return true; }  // it counts every architecture's memory
 
     void* malloc(size_t bytes) override {
         const uintptr_t p = next_;

@@ -1,317 +1,129 @@
-// model/gpt.cpp — GPT-2 forward/backward over a layer range, with per-layer activation checkpointing.
-//
-// Buffers of one activation context, one per micro-batch in flight (N = B*T rows, act dtype unless
-// noted):
-//   res[i]    (N,C)  the residual stream entering local layer i; res[n] leaves the range   activations
-//   acts[i]          what layer i keeps for backward (LayerActs below)                    activations
-//   tokens    (N) int32: the micro-batch's token ids (first stage only)                   activations
-//   lnf (N,C), lnf_mean/rstd (N) fp32, logits (N,Vp), losses (N) fp32 (last stage only)    activations
-// and, shared by the contexts:
-//   recompute        one LayerActs shared by all checkpointed layers                      workspace
-//   tmp (N,C)        attproj / fcproj outputs, consumed at once by the residual adds       workspace
-//   dres (N,C), dbuf_c (N,C), dbuf_4c (N,4C)   backward gradients of activations           workspace
-// Checkpointing: the first checkpoint_layers (else floor(ratio * n)) layers of the range keep only
-// res[i] (their input) and recompute their forward into `recompute` just before their backward.
-// Parameters and gradients come from a ParamStore one unit at a time (model/param_store.hpp):
-// acquired before a unit is used, released after; grads_done(u) once a unit's backward is over.
-// Tensor parallelism (GPTOptions::tp, docs/design.md "Tensor parallelism"): the layout is this TP
-// rank's; qkv, atty, the attention's lse and the MLP's (N,4C) buffers hold its NH/tp heads and 4C/tp
-// columns, and logits its Vp/tp vocabulary columns. Megatron's f/g: the row-parallel matmuls
-// (attn.c_proj, mlp.c_proj) give partial sums that are all-reduced in forward, and the input
-// gradients of the column-parallel ones (c_attn, c_fc, the LM head) are all-reduced in backward.
-// Sequence parallelism (GPTOptions::sequence_parallel, Korthikanti et al. 2022): this rank keeps
-// only its R = N/tp rows [tp_rank*R, (tp_rank+1)*R) of the flattened (B*T) rows in res, ln1/ln2
-// (and their mean/rstd) and res2, so those buffers above are (R,C) / (R); the LayerNorm outputs are
-// all-gathered into `gath` (N,C workspace) before c_attn / c_fc (and again in backward), and the
-// row-parallel partial sums are reduce-scattered instead of all-reduced; the backward uses the
-// conjugates. The LayerNorm gradients, computed from R rows, are summed over the group through
-// `lng` (4C workspace) at the end of each unit's backward.
+// model/gpt.cpp — the stack over a layer range: embedding (first stage), the layers
+// (model/gpt_block.cpp builds each from the architecture's pieces), final norm, LM head and loss
+// (last stage), per-layer activation checkpointing, and the trainer's whole-model helpers. The
+// buffers, the TP and sequence-parallel scheme: model/gpt_impl.hpp.
 #include "model/gpt.hpp"
 
+#include <algorithm>
 #include <cmath>
-#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "model/gpt_impl.hpp"
+
 namespace llmtrain {
 
-namespace {
+GPT::Impl::Impl(const GPTConfig& c, const GPTOptions& o, Allocator& a)
+    : cfg(c), opt(o), layout(c, o.shard_multiple, o.tp ? o.tp->size() : 1, o.tp ? o.tp->rank() : 0), spec(c),
+      alloc(a), ops(a.ops()), es(dtype_size(a.ops().act_dtype())) {
+    ntp = layout.tp();
+    tp_rank = layout.tp_rank();
+    tp = ntp > 1 ? o.tp : nullptr;
+    NHt = spec.NH / ntp;
+    NKVt = spec.NKV / ntp;
+    Ct = NHt * spec.HS;
+    Qt = spec.qkv_width(ntp);
+    Ft = spec.F / ntp;
+    Mt = spec.mlp_in_width(ntp);
+    Vpt = c.padded_vocab_size() / ntp;
+    v0 = tp_rank * Vpt;
+    sp = o.sequence_parallel;
+    const int N = o.B * o.T;
+    if (spec.norm != NormKind::layernorm && !ops.implements(OpFamily::llama))
+        throw std::invalid_argument(std::string("model.arch = \"") + arch_name(c.arch) + "\": the " + ops.name() +
+                                    " backend has no RMSNorm, rotary, SwiGLU or grouped-query attention ops yet "
+                                    "(run it with run.backend = \"cpu\")");
+    if (sp && ntp < 2)
+        throw std::invalid_argument("GPT: sequence_parallel needs a tensor-parallel group of tp > 1, got tp = " +
+                                    std::to_string(ntp));
+    if (sp && N % ntp != 0)
+        throw std::invalid_argument("GPT: sequence_parallel splits micro_batch_size * seq_len = " +
+                                    std::to_string(o.B) + " * " + std::to_string(o.T) + " = " + std::to_string(N) +
+                                    " rows over tp = " + std::to_string(ntp) + " ranks: it must be a multiple of tp");
+    R = sp ? N / ntp : N;
+}
 
-/// What a transformer layer keeps for backward (Korthikanti et al. 2022 count these per token).
-/// Ct = C/tp, NHt = NH/tp, Ft = 4C/tp: this TP rank's channels, heads and MLP columns.
-struct LayerActs {
-    void* ln1 = nullptr;       // (N,C)  LN1 output
-    float* ln1_mean = nullptr; // (N)
-    float* ln1_rstd = nullptr; // (N)
-    void* qkv = nullptr;       // (N,3Ct) this rank's [q | k | v]
-    void* atty = nullptr;      // (N,Ct) attention output, before c_proj
-    float* att_lse = nullptr;  // (B,NHt,T)
-    void* res2 = nullptr;      // (N,C)  x + attproj
-    void* ln2 = nullptr;       // (N,C)
-    float* ln2_mean = nullptr; // (N)
-    float* ln2_rstd = nullptr; // (N)
-    void* fch_pre = nullptr;   // (N,Ft) c_fc output before GELU
-    void* fch = nullptr;       // (N,Ft) GELU output
-};
+void GPT::Impl::tp_sum(void* buf, size_t n) {
+    if (tp != nullptr) tp->all_reduce(buf, n, ops.act_dtype());
+}
 
-/// One micro-batch's activations between its forward and its backward (see the header comment).
-struct Context {
-    std::vector<void*> res;       // n_local + 1 buffers (N,C)
-    std::vector<LayerActs> acts;  // n_local; checkpointed layers point at the shared `recompute`
-    int* tokens = nullptr;        // (N) first stage
-    void *lnf = nullptr, *logits = nullptr;  // logits (N,Vpt): this TP rank's vocabulary columns
-    float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
-    bool have_logit_grad = false;
-};
+const void* GPT::Impl::gather_rows(const void* local) {
+    if (!sp) return local;
+    tp->all_gather(gath, local, static_cast<size_t>(R) * cfg.n_embd, ops.act_dtype());
+    return gath;
+}
 
-/// Element offsets of one layer's tensors from the start of its unit.
-struct LayerParams {
-    size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
-};
-
-size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
-
-}  // namespace
-
-struct GPT::Impl {
-    GPTConfig cfg;
-    GPTOptions opt;
-    ParamLayout layout;
-    Allocator& alloc;
-    Ops& ops;
-    size_t es;  // bytes per act-dtype element
-    TensorParallel* tp = nullptr;  // null or a group of one: no collectives
-    int ntp = 1, tp_rank = 0;      // TP group size and this rank's index
-    int Ct = 0, NHt = 0, Ft = 0;   // C/tp, NH/tp, 4C/tp
-    int Vpt = 0, v0 = 0;           // Vp/tp vocabulary rows of wte from row v0
-    int n_local = 0, n_ckpt = 0;
-    bool first = false, last = false;
-    bool sp = false;  // sequence parallelism (needs a group of tp > 1)
-    int R = 0;        // rows of the residual stream this rank holds: N/tp with sp, else N
-
-    ParamStore* store = nullptr;
-    std::unique_ptr<FullParamStore> own_store;  // when no store was given
-    std::vector<LayerParams> lp;  // per local layer, unit-relative
-    size_t wte = 0, wpe = 0;      // in unit 0
-    size_t lnfw = 0, lnfb = 0;    // in unit n_layer + 1
-    int u_lnf = 0;                // unit of ln_f
-
-    std::vector<Context> ctxs;
-    LayerActs recompute;
-    void *tmp = nullptr, *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr;
-    void *gath = nullptr, *lng = nullptr;  // sp only: (N,C) gathered rows; (4C) LayerNorm grads of R rows
-    int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
-    float* logit_row = nullptr;                  // (Vp) fp32 for logits_at
-    float* logit_part = nullptr;                 // (Vpt) fp32, this rank's part of it (tp > 1)
-    float *cls_stats = nullptr, *cls_all = nullptr;  // (N,3), (tp,N,3) fp32: vocab-parallel loss (tp > 1)
-    std::vector<void*> owned;                    // every allocation, released in ~Impl
-    // The whole-model helpers' losses: one pinned (B*T) fp32 slot per micro-batch queued by
-    // forward_backward and not yet taken (grown on demand, kept), and the event after the last copy.
-    std::vector<float*> loss_host;
-    int loss_pending = 0;
-    Event loss_ready = nullptr;
-
-    Impl(const GPTConfig& c, const GPTOptions& o, Allocator& a)
-        : cfg(c), opt(o), layout(c, o.shard_multiple, o.tp ? o.tp->size() : 1, o.tp ? o.tp->rank() : 0),
-          alloc(a), ops(a.ops()), es(dtype_size(a.ops().act_dtype())) {
-        ntp = layout.tp();
-        tp_rank = layout.tp_rank();
-        tp = ntp > 1 ? o.tp : nullptr;
-        Ct = c.n_embd / ntp;
-        NHt = c.n_head / ntp;
-        Ft = 4 * c.n_embd / ntp;
-        Vpt = c.padded_vocab_size() / ntp;
-        v0 = tp_rank * Vpt;
-        sp = o.sequence_parallel;
-        const int N = o.B * o.T;
-        if (sp && ntp < 2)
-            throw std::invalid_argument("GPT: sequence_parallel needs a tensor-parallel group of tp > 1, got tp = " +
-                                        std::to_string(ntp));
-        if (sp && N % ntp != 0)
-            throw std::invalid_argument("GPT: sequence_parallel splits micro_batch_size * seq_len = " +
-                                        std::to_string(o.B) + " * " + std::to_string(o.T) + " = " +
-                                        std::to_string(N) + " rows over tp = " + std::to_string(ntp) +
-                                        " ranks: it must be a multiple of tp");
-        R = sp ? N / ntp : N;
+const void* GPT::Impl::sum_rows(void* part, void* dst) {
+    if (!sp) {
+        tp_sum(part, n_rows() * cfg.n_embd);
+        return part;
     }
+    tp->reduce_scatter(dst, part, static_cast<size_t>(R) * cfg.n_embd, ops.act_dtype());
+    return dst;
+}
 
-    /// Sum of buf (n act-dtype elements) over the TP group, in place (nothing without one).
-    void tp_sum(void* buf, size_t n) {
-        if (tp != nullptr) tp->all_reduce(buf, n, ops.act_dtype());
-    }
+void* GPT::Impl::ln_grad(void* g, size_t off, int k) {
+    if (off == kNoTensor) return nullptr;
+    return sp ? static_cast<char*>(lng) + static_cast<size_t>(k) * cfg.n_embd * es : G(g, off);
+}
 
-    /// This rank's rows (R,C) of an activation, whole: with sp, all-gathered into gath (N,C) in
-    /// rank order (rank r's rows are rows [r*R, (r+1)*R) of the (B,T) flattening, so the
-    /// concatenation is the (B,T,C) tensor); without, `local` itself (it has all N rows).
-    const void* gather_rows(const void* local) {
-        if (!sp) return local;
-        tp->all_gather(gath, local, static_cast<size_t>(R) * cfg.n_embd, ops.act_dtype());
-        return gath;
+void GPT::Impl::add_ln_grads(void* g, const std::vector<size_t>& offs) {
+    if (!sp) return;
+    const size_t C = cfg.n_embd;
+    size_t n = 0;
+    for (size_t off : offs) n += off != kNoTensor;
+    tp->all_reduce(lng, n * C, ops.act_dtype());
+    size_t k = 0;
+    for (size_t off : offs) {
+        if (off == kNoTensor) continue;
+        char* d = G(g, off);
+        ops.residual_forward(d, d, static_cast<char*>(lng) + k++ * C * es, C);
     }
-    /// The group's sum of the (N,C) partial sums in `part`: with sp, this rank's rows of it
-    /// reduce-scattered into dst (R,C), returned; without, all-reduced in place (part returned).
-    const void* sum_rows(void* part, void* dst) {
-        if (!sp) {
-            tp_sum(part, n_rows() * cfg.n_embd);
-            return part;
+    ops.memset(lng, 0, 4 * C * es);
+}
+
+GPT::Impl::~Impl() {
+    if (loss_ready != nullptr) {
+        try {
+            ops.synchronize_event(loss_ready);  // no copy may still write a slot freed below
+            ops.destroy_event(loss_ready);
+        } catch (const std::exception&) {  // a failed device (the error is already being reported)
         }
-        tp->reduce_scatter(dst, part, static_cast<size_t>(R) * cfg.n_embd, ops.act_dtype());
-        return dst;
     }
-    /// Where a LayerNorm's k-th gradient (k-th C block; weight then bias) goes: with sp the
-    /// scratch lng (this rank's rows only, summed by add_ln_grads), else g's tensor at `off`.
-    void* ln_grad(void* g, size_t off, int k) {
-        return sp ? static_cast<char*>(lng) + static_cast<size_t>(k) * cfg.n_embd * es : G(g, off);
-    }
-    /// With sp: the (n * C) LayerNorm gradients in lng, each from this rank's rows, summed over the
-    /// group (all-reduce, rank order: every rank gets the same bits) and added to g's tensors at
-    /// offs (in lng's order); lng is then zeroed for the next unit. Nothing without sp.
-    void add_ln_grads(void* g, std::initializer_list<size_t> offs) {
-        if (!sp) return;
-        const size_t C = cfg.n_embd;
-        tp->all_reduce(lng, offs.size() * C, ops.act_dtype());
-        size_t k = 0;
-        for (size_t off : offs) {
-            char* d = G(g, off);
-            ops.residual_forward(d, d, static_cast<char*>(lng) + k++ * C * es, C);
-        }
-        ops.memset(lng, 0, 4 * C * es);
-    }
+    for (float* p : loss_host) ops.free_host(p);
+    for (void* p : owned) alloc.release(p);
+}
 
-    ~Impl() {
-        if (loss_ready != nullptr) {
-            try {
-                ops.synchronize_event(loss_ready);  // no copy may still write a slot freed below
-                ops.destroy_event(loss_ready);
-            } catch (const std::exception&) {  // a failed device (the error is already being reported)
-            }
-        }
-        for (float* p : loss_host) ops.free_host(p);
-        for (void* p : owned) alloc.release(p);
-    }
+float* GPT::Impl::loss_slot(size_t k) {
+    while (loss_host.size() <= k) loss_host.push_back(static_cast<float*>(ops.malloc_host(n_rows() * 4)));
+    return loss_host[k];
+}
 
-    size_t n_rows() const { return static_cast<size_t>(opt.B) * opt.T; }
-    /// Loss slot k (B*T fp32, pinned), made when first asked for.
-    float* loss_slot(size_t k) {
-        while (loss_host.size() <= k) loss_host.push_back(static_cast<float*>(ops.malloc_host(n_rows() * 4)));
-        return loss_host[k];
-    }
-    /// Records loss_ready (made at first use) on the current stream, after the copies queued so far.
-    void record_ready() {
-        if (loss_ready == nullptr) loss_ready = ops.create_event();
-        ops.record_event(loss_ready);
-    }
-    /// The mean of B*T losses on the host: summed in position order in double, rounded to float.
-    float mean_loss(const float* l) const {
-        double sum = 0.0;
-        for (size_t i = 0; i < n_rows(); ++i) sum += l[i];
-        return static_cast<float>(sum / static_cast<double>(n_rows()));
-    }
+void GPT::Impl::record_ready() {
+    if (loss_ready == nullptr) loss_ready = ops.create_event();
+    ops.record_event(loss_ready);
+}
 
-    void* get(MemCategory cat, size_t bytes) {
-        void* p = alloc.alloc(cat, bytes);
-        owned.push_back(p);
-        return p;
-    }
+float GPT::Impl::mean_loss(const float* l) const {
+    double sum = 0.0;
+    for (size_t i = 0; i < n_rows(); ++i) sum += l[i];
+    return static_cast<float>(sum / static_cast<double>(n_rows()));
+}
 
-    /// Element `off` of a unit's parameters (or gradients) at `base`.
-    const char* P(const void* base, size_t off) const { return static_cast<const char*>(base) + off * es; }
-    char* G(void* base, size_t off) const { return static_cast<char*>(base) + off * es; }
-    int unit_of_local(int i) const { return 1 + opt.l0 + i; }
+void* GPT::Impl::get(MemCategory cat, size_t bytes) {
+    void* p = alloc.alloc(cat, bytes);
+    owned.push_back(p);
+    return p;
+}
 
-    /// One block holding a LayerActs set, carved at 256-byte boundaries (local heads and columns).
-    LayerActs make_acts(MemCategory cat) {
-        const size_t N = static_cast<size_t>(opt.B) * opt.T, C = cfg.n_embd, Ct_ = size_t(Ct), Ft_ = size_t(Ft);
-        const size_t Rr = size_t(R);  // ln1, ln2, res2 and the LayerNorm statistics: this rank's rows
-        const size_t nc = align256(Rr * C * es), nf = align256(Rr * 4), nct = align256(N * Ct_ * es);
-        const size_t nlse = align256(static_cast<size_t>(opt.B) * NHt * opt.T * 4);
-        const size_t total = 3 * nc + nct + align256(N * 3 * Ct_ * es) + 2 * align256(N * Ft_ * es) + 4 * nf + nlse;
-        char* p = static_cast<char*>(get(cat, total));
-        auto take = [&](size_t bytes) { char* q = p; p += bytes; return q; };
-        LayerActs a;
-        a.ln1 = take(nc);
-        a.ln1_mean = reinterpret_cast<float*>(take(nf));
-        a.ln1_rstd = reinterpret_cast<float*>(take(nf));
-        a.qkv = take(align256(N * 3 * Ct_ * es));
-        a.atty = take(nct);
-        a.att_lse = reinterpret_cast<float*>(take(nlse));
-        a.res2 = take(nc);
-        a.ln2 = take(nc);
-        a.ln2_mean = reinterpret_cast<float*>(take(nf));
-        a.ln2_rstd = reinterpret_cast<float*>(take(nf));
-        a.fch_pre = take(align256(N * Ft_ * es));
-        a.fch = take(align256(N * Ft_ * es));
-        return a;
-    }
-
-    Context& context(int ctx) {
-        if (ctx < 0 || ctx >= static_cast<int>(ctxs.size()))
-            throw std::out_of_range("GPT: activation context " + std::to_string(ctx) + " outside [0, " +
-                                    std::to_string(ctxs.size()) + ")");
-        return ctxs[static_cast<size_t>(ctx)];
-    }
-
-    /// Forward of local layer i (parameters at w) from c.res[i] into the activations `a`; writes
-    /// c.res[i+1] when write_out.
-    /// With tp > 1, the row-parallel matmuls' partial sums are all-reduced (their replicated bias
-    /// added on TP rank 0 only, so it is counted once); recomputation repeats the first all-reduce.
-    /// With sp the LayerNorms and residual adds run on this rank's R rows: ln1 and ln2 are
-    /// all-gathered before the column-parallel matmuls and the partial sums reduce-scattered.
-    void layer_forward(Context& c, int i, const void* w, const LayerActs& a, bool write_out) {
-        const int B = opt.B, T = opt.T, C = cfg.n_embd, N = B * T;
-        const LayerParams& p = lp[i];
-        auto P = [&](size_t off) { return this->P(w, off); };
-        const bool bias_here = tp_rank == 0;
-        const void* x = c.res[i];
-        ops.layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p.ln1w), P(p.ln1b), R, C);
-        ops.matmul_forward(a.qkv, nullptr, gather_rows(a.ln1), P(p.qkvw), P(p.qkvb), N, C, 3 * Ct);  // column-parallel
-        ops.attention_forward(a.atty, a.att_lse, a.qkv, B, T, Ct, NHt);                 // local heads
-        ops.matmul_forward(tmp, nullptr, a.atty, P(p.attprojw), bias_here ? P(p.attprojb) : nullptr, N, Ct, C);
-        const void* att = sum_rows(tmp, gath);  // row-parallel: sum of the partial products
-        ops.fused_residual_layernorm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, att, P(p.ln2w),
-                                             P(p.ln2b), R, C);
-        ops.matmul_forward(a.fch, a.fch_pre, gather_rows(a.ln2), P(p.fcw), P(p.fcb), N, C, Ft);  // column-parallel
-        if (!write_out) return;  // recomputation needs only the layer's internals
-        ops.matmul_forward(tmp, nullptr, a.fch, P(p.fcprojw), bias_here ? P(p.fcprojb) : nullptr, N, Ft, C);
-        const void* mlp = sum_rows(tmp, gath);
-        ops.residual_forward(c.res[i + 1], a.res2, mlp, static_cast<size_t>(R) * C);
-    }
-
-    /// Backward of local layer i (parameters at w, gradients accumulated at g): on entry
-    /// dres = d(c.res[i+1]), on exit dres = d(c.res[i]). With tp > 1 the gradients of the
-    /// column-parallel matmuls' (replicated) inputs ln2 and ln1 are partial sums over the local
-    /// columns: all-reduced. The replicated biases' gradients are whole on every rank (dres is).
-    /// With sp, dres is (R,C): all-gathered before each row-parallel matmul's backward (the
-    /// conjugate of its forward reduce-scatter), ln2 / ln1 all-gathered again for the weight
-    /// gradients, the column-parallel input gradients reduce-scattered to this rank's rows, and the
-    /// LayerNorm gradients of the R rows summed over the group (add_ln_grads). The row-parallel
-    /// biases' gradients come from the gathered, whole output gradient: no sum needed.
-    void layer_backward(Context& c, int i, const void* w, void* g, const LayerActs& a) {
-        const int B = opt.B, T = opt.T, C = cfg.n_embd, N = B * T;
-        const LayerParams& p = lp[i];
-        auto P = [&](size_t off) { return this->P(w, off); };
-        auto G = [&](size_t off) { return this->G(g, off); };
-        // MLP branch: out = res2 + c_proj(gelu(c_fc(ln2)))
-        ops.matmul_backward(dbuf_4c, G(p.fcprojw), G(p.fcprojb), gather_rows(dres), a.fch, P(p.fcprojw),
-                            a.fch_pre, N, Ft, C);  // dbuf_4c = d fch_pre (GELU backward fused), (N,Ft)
-        ops.matmul_backward(dbuf_c, G(p.fcw), G(p.fcb), dbuf_4c, gather_rows(a.ln2), P(p.fcw), nullptr, N, C, Ft);
-        const void* dln2 = sum_rows(dbuf_c, tmp);
-        ops.layernorm_backward(dres, ln_grad(g, p.ln2w, 2), ln_grad(g, p.ln2b, 3), dln2, a.res2, P(p.ln2w),
-                               a.ln2_mean, a.ln2_rstd, R, C);  // dres = d res2
-        // attention branch: res2 = x + c_proj(attention(c_attn(ln1)))
-        ops.matmul_backward(dbuf_c, G(p.attprojw), G(p.attprojb), gather_rows(dres), a.atty, P(p.attprojw),
-                            nullptr, N, Ct, C);  // dbuf_c = d atty (N,Ct)
-        ops.attention_backward(dbuf_4c, dbuf_c, a.qkv, a.atty, a.att_lse, B, T, Ct, NHt);  // d qkv (N,3Ct)
-        ops.matmul_backward(dbuf_c, G(p.qkvw), G(p.qkvb), dbuf_4c, gather_rows(a.ln1), P(p.qkvw), nullptr, N, C,
-                            3 * Ct);  // dbuf_c = d ln1 (partial sums over the local heads)
-        const void* dln1 = sum_rows(dbuf_c, tmp);
-        ops.layernorm_backward(dres, ln_grad(g, p.ln1w, 0), ln_grad(g, p.ln1b, 1), dln1, c.res[i], P(p.ln1w),
-                               a.ln1_mean, a.ln1_rstd, R, C);  // dres = d x
-        add_ln_grads(g, {p.ln1w, p.ln1b, p.ln2w, p.ln2b});
-    }
-};
+Context& GPT::Impl::context(int ctx) {
+    if (ctx < 0 || ctx >= static_cast<int>(ctxs.size()))
+        throw std::out_of_range("GPT: activation context " + std::to_string(ctx) + " outside [0, " +
+                                std::to_string(ctxs.size()) + ")");
+    return ctxs[static_cast<size_t>(ctx)];
+}
 
 GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, ParamStore* store) {
     GPTOptions opt = opt_in;
@@ -343,21 +155,21 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
 
     const ParamLayout& L = m.layout;
     m.u_lnf = cfg.n_layer + 1;
-    auto rel = [&](const std::string& n) {  // offset of tensor n inside its unit
-        const ParamTensor& t = L.find(n);
-        return t.offset - L.units()[t.unit].offset;
+    auto rel = [&](int u, TensorRole r) {  // offset of unit u's tensor of role r inside the unit, or kNoTensor
+        const ParamTensor* t = L.find_role(u, r);
+        return t == nullptr ? kNoTensor : t->offset - L.units()[size_t(u)].offset;
     };
-    m.wte = rel("wte");
-    m.wpe = rel("wpe");
-    m.lnfw = rel("ln_f.weight");
-    m.lnfb = rel("ln_f.bias");
+    m.wte = rel(0, TensorRole::tok_emb);
+    m.wpe = rel(0, TensorRole::pos_emb);
+    m.lnfw = rel(m.u_lnf, TensorRole::normf_w);
+    m.lnfb = rel(m.u_lnf, TensorRole::normf_b);
+    m.lm_head = rel(m.u_lnf, TensorRole::lm_head);
     for (int l = opt.l0; l < opt.l1; ++l) {
-        const std::string p = "h." + std::to_string(l) + ".";
-        auto off = [&](const char* n) { return rel(p + n); };
-        m.lp.push_back({off("ln_1.weight"), off("ln_1.bias"), off("attn.c_attn.weight"), off("attn.c_attn.bias"),
-                        off("attn.c_proj.weight"), off("attn.c_proj.bias"), off("ln_2.weight"), off("ln_2.bias"),
-                        off("mlp.c_fc.weight"), off("mlp.c_fc.bias"), off("mlp.c_proj.weight"),
-                        off("mlp.c_proj.bias")});
+        const int u = L.unit_of_layer(l);
+        using R = TensorRole;
+        m.lp.push_back({rel(u, R::norm1_w), rel(u, R::norm1_b), rel(u, R::qkv_w), rel(u, R::qkv_b), rel(u, R::proj_w),
+                        rel(u, R::proj_b), rel(u, R::norm2_w), rel(u, R::norm2_b), rel(u, R::fc_w), rel(u, R::fc_b),
+                        rel(u, R::fcproj_w), rel(u, R::fcproj_b)});
     }
 
     const size_t N = static_cast<size_t>(opt.B) * opt.T, C = cfg.n_embd, es = m.es;
@@ -377,7 +189,8 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         if (m.first) c.tokens = static_cast<int*>(m.get(MemCategory::activations, N * 4));
         if (m.last) {
             c.lnf = m.get(MemCategory::activations, N * C * es);  // whole rows (gathered with sp): the LM head's input
-            c.lnf_mean = static_cast<float*>(m.get(MemCategory::activations, R * 4));
+            if (m.spec.norm == NormKind::layernorm)  // RMSNorm keeps no mean
+                c.lnf_mean = static_cast<float*>(m.get(MemCategory::activations, R * 4));
             c.lnf_rstd = static_cast<float*>(m.get(MemCategory::activations, R * 4));
             c.logits = m.get(MemCategory::activations, N * size_t(m.Vpt) * es);
             c.losses = static_cast<float*>(m.get(MemCategory::activations, N * 4));
@@ -398,7 +211,8 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         alloc.ops().memset(m.lng, 0, 4 * C * es);
     }
     m.dbuf_c = m.get(MemCategory::workspace, N * C * es);
-    m.dbuf_4c = m.get(MemCategory::workspace, N * size_t(m.Ft) * es);  // (N,Ft) and (N,3Ct)
+    m.dbuf_4c = m.get(MemCategory::workspace, N * size_t(std::max(m.Mt, m.Qt)) * es);  // (N,Mt) and (N,Qt)
+    if (m.spec.mlp == MlpKind::swiglu) m.dbuf_f = m.get(MemCategory::workspace, N * size_t(m.Ft) * es);  // d fch
     m.tok_dev = static_cast<int*>(m.get(MemCategory::workspace, N * 4));
     m.tgt_dev = static_cast<int*>(m.get(MemCategory::workspace, N * 4));
 }
@@ -462,17 +276,18 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
     c.have_logit_grad = false;
     if (!m.last) return;
     const int Vp = m.cfg.padded_vocab_size(), V = m.cfg.vocab_size;
-    const void* wf = st.acquire_params(m.u_lnf, 0);
-    // With sp: ln_f on this rank's rows, all-gathered for the LM head (whose logits need whole rows).
+    const bool tied = m.spec.tied;
+    const void* wf = st.acquire_params(m.u_lnf, tied ? 0 : -1);
+    // With sp: the final norm on this rank's rows, all-gathered for the LM head (whose logits need whole rows).
     void* lnf_local = m.sp ? m.tmp : c.lnf;
-    m.ops.layernorm_forward(lnf_local, c.lnf_mean, c.lnf_rstd, c.res[m.n_local], m.P(wf, m.lnfw), m.P(wf, m.lnfb),
-                            m.R, C);
+    m.norm_forward(lnf_local, c.lnf_mean, c.lnf_rstd, c.res[m.n_local], m.P(wf, m.lnfw), m.P(wf, m.lnfb), m.R);
     if (m.sp) m.tp->all_gather(c.lnf, lnf_local, static_cast<size_t>(m.R) * C, m.ops.act_dtype());
-    st.release_params(m.u_lnf);
-    const void* we = st.acquire_params(0, -1);
-    // LM head tied to wte: this rank's Vpt rows give its Vpt columns of the logits.
-    m.ops.matmul_forward(c.logits, nullptr, c.lnf, m.P(we, m.wte), nullptr, N, C, m.Vpt);
-    st.release_params(0);
+    // The LM head, tied to wte (unit 0) or its own lm_head (the final unit): this rank's Vpt rows
+    // give its Vpt columns of the logits.
+    if (tied) st.release_params(m.u_lnf);
+    const void* wh = tied ? st.acquire_params(0, -1) : wf;
+    m.ops.matmul_forward(c.logits, nullptr, c.lnf, m.P(wh, tied ? m.wte : m.lm_head), nullptr, N, C, m.Vpt);
+    st.release_params(tied ? 0 : m.u_lnf);
     if (targets != nullptr) {
         if (m.tp == nullptr) {
             m.ops.fused_classifier(c.logits, c.losses, targets, N, V, Vp, dloss, training);
@@ -497,19 +312,30 @@ void GPT::backward(const void* dact_out, void* dact_in, int ctx) {
         if (!c.have_logit_grad)
             throw std::logic_error("GPT::backward: context " + std::to_string(ctx) +
                                    "'s forward() had no targets or training = false");
-        const void* we = st.acquire_params(0, m.u_lnf);
-        ge = st.acquire_grads(0);
-        m.ops.matmul_backward(m.dbuf_c, m.G(ge, m.wte), nullptr, c.logits, c.lnf, m.P(we, m.wte), nullptr, N, C,
-                              m.Vpt);
-        st.release_params(0);
         // d lnf: the LM head is column-parallel (with sp: reduce-scattered to this rank's rows)
-        const void* dlnf = m.sum_rows(m.dbuf_c, m.tmp);
-        if (!m.first) st.grads_done(0);
-        const void* wf = st.acquire_params(m.u_lnf, m.unit_of_local(m.n_local - 1));
-        void* gf = st.acquire_grads(m.u_lnf);
+        const void* dlnf = nullptr;
+        const void* wf = nullptr;
+        void* gf = nullptr;
+        if (m.spec.tied) {  // the head's gradient goes to wte (unit 0)
+            const void* we = st.acquire_params(0, m.u_lnf);
+            ge = st.acquire_grads(0);
+            m.ops.matmul_backward(m.dbuf_c, m.G(ge, m.wte), nullptr, c.logits, c.lnf, m.P(we, m.wte), nullptr, N, C,
+                                  m.Vpt);
+            st.release_params(0);
+            dlnf = m.sum_rows(m.dbuf_c, m.tmp);
+            if (!m.first) st.grads_done(0);
+            wf = st.acquire_params(m.u_lnf, m.unit_of_local(m.n_local - 1));
+            gf = st.acquire_grads(m.u_lnf);
+        } else {  // to lm_head, in the final unit with the norm
+            wf = st.acquire_params(m.u_lnf, m.unit_of_local(m.n_local - 1));
+            gf = st.acquire_grads(m.u_lnf);
+            m.ops.matmul_backward(m.dbuf_c, m.G(gf, m.lm_head), nullptr, c.logits, c.lnf, m.P(wf, m.lm_head), nullptr,
+                                  N, C, m.Vpt);
+            dlnf = m.sum_rows(m.dbuf_c, m.tmp);
+        }
         m.ops.memset(m.dres, 0, act_bytes);
-        m.ops.layernorm_backward(m.dres, m.ln_grad(gf, m.lnfw, 0), m.ln_grad(gf, m.lnfb, 1), dlnf, c.res[m.n_local],
-                                 m.P(wf, m.lnfw), c.lnf_mean, c.lnf_rstd, m.R, C);
+        m.norm_backward(m.dres, m.ln_grad(gf, m.lnfw, 0), m.ln_grad(gf, m.lnfb, 1), dlnf, c.res[m.n_local],
+                        m.P(wf, m.lnfw), c.lnf_mean, c.lnf_rstd, m.R);
         m.add_ln_grads(gf, {m.lnfw, m.lnfb});
         st.release_params(m.u_lnf);
         st.grads_done(m.u_lnf);

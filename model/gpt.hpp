@@ -1,4 +1,5 @@
-// model/gpt.hpp — GPT-2: parameters, activations, and forward/backward over a layer range.
+// model/gpt.hpp — the model (GPT-2 or Llama, GPTConfig::arch): parameters, activations, and
+// forward/backward over a layer range. The block's pieces come from model/arch.hpp.
 //
 // docs/design.md "Forward and backward over a layer range": one micro-batch runs over layers
 // [l0, l1). The first stage (l0 == 0) takes token ids and runs the embeddings; the last stage
@@ -7,11 +8,13 @@
 // Activation checkpointing: floor(ratio * (l1-l0)) layers keep only their input and recompute their
 // internals in backward. Activation contexts: each micro-batch in flight between its forward and
 // its backward (a pipeline stage holds up to min(P - s, m) under 1F1B) keeps its activations, its
-// token ids and its logits in a context of its own; the backward workspaces are shared. Model: GPT-2 (Radford et al. 2019): learned positions, pre-LN blocks,
-// causal MHA, GELU(tanh), 4x MLP, final LN, vocab padded to a multiple of 128.
+// token ids and its logits in a context of its own; the backward workspaces are shared. Models:
+// GPT-2 (Radford et al. 2019): learned positions, pre-LN blocks, causal MHA, GELU(tanh), 4x MLP,
+// final LN; Llama (Touvron et al. 2023): pre-RMSNorm blocks, rotary positions, grouped-query
+// attention, SwiGLU MLP, no biases, tied or untied head. Vocab padded to a multiple of 128.
 // Tensor parallelism (GPTOptions::tp; docs/design.md "Tensor parallelism"): each rank of a TP
-// group holds its part of every split tensor (ParamLayout's TPSplit), runs n_head/tp heads and
-// 4*n_embd/tp MLP columns, and Vp/tp vocabulary columns of the logits; the group's collectives go
+// group holds its part of every split tensor (ParamLayout's TPSplit), runs n_head/tp query heads,
+// n_kv_head/tp key/value heads and F/tp MLP columns, and Vp/tp vocabulary columns of the logits; the group's collectives go
 // through model/tensor_parallel.hpp. With GPTOptions::sequence_parallel the residual stream, the
 // LayerNorms and the residual adds also run on the rank's 1/tp of the B*T rows (Korthikanti et al.
 // 2022).
@@ -56,7 +59,8 @@ public:
     /// GPT owns a FullParamStore (params and grads: one buffer each, layout().total_numel() elements of
     /// ops.act_dtype(), MemCategory::params/grads). Errors: std::invalid_argument for bad shapes
     /// (T > seq_len, empty range, ratio outside [0,1], checkpoint_layers above the range's layers,
-    /// contexts < 1; a tp that does not divide n_head or Vp, from ParamLayout; sequence_parallel
+    /// contexts < 1; a tp that does not divide n_head or Vp, from ParamLayout; an architecture whose
+    /// ops the backend does not implement (Ops::implements), naming model.arch; sequence_parallel
     /// without a group of tp > 1, or with B*T not a multiple of tp); std::runtime_error
     /// when out of memory.
     GPT(const GPTConfig& cfg, const GPTOptions& opt, Allocator& alloc, ParamStore* store = nullptr);
@@ -75,9 +79,10 @@ public:
     void* params();
     void* grads();   ///< same layout as params(); same condition
 
-    /// GPT-2 init, computed on the host in fp32 from `seed` (so every backend gets identical
-    /// weights): N(0, 0.02); c_proj weights N(0, 0.02/sqrt(2*n_layer)); LN weights 1; biases 0;
-    /// padded wte rows 0. The whole model is drawn on every rank and each TP rank keeps its parts
+    /// GPT-2's init scheme for every architecture, computed on the host in fp32 from `seed` (so
+    /// every backend gets identical weights): N(0, 0.02); the projections into the residual stream
+    /// (c_proj / o_proj, down_proj) N(0, 0.02/sqrt(2*n_layer)); norm weights 1; biases 0; padded
+    /// vocabulary rows 0 (model/arch.hpp's TensorInit). The whole model is drawn on every rank and each TP rank keeps its parts
     /// (ParamLayout::cut_local_flat), so any tp starts from the tp = 1 weights. Handed to the store
     /// (ParamStore::load_params).
     void init_params(uint64_t seed);
@@ -146,7 +151,8 @@ private:
     std::unique_ptr<Impl> impl_;
 };
 
-/// Training FLOPs per token, docs/reference.md "Training FLOPs and MFU": 6*N_params + 6*n_layer*seq_len*n_embd (fwd + bwd, no recompute).
+/// Training FLOPs per token, docs/reference.md "Training FLOPs and MFU": 6*N_params + 6*n_layer*T*n_embd
+/// (fwd + bwd, no recompute), N_params without an untied Llama's input table (ArchSpec::flops_per_token).
 double flops_per_token(const GPTConfig& cfg, size_t num_parameters, int T);
 
 }  // namespace llmtrain

@@ -1,8 +1,9 @@
-// model/gpt_init.cpp — GPT-2 weight initialization and the training FLOPs per token.
+// model/gpt_init.cpp — weight initialization (GPT-2's scheme, for every architecture) and the
+// training FLOPs per token.
 //
 // The init runs on the host, independent of backend, thread count and pipeline stage: one
 // std::mt19937_64 stream seeded with `seed` feeds Box-Muller pairs, consumed tensor by tensor in
-// layout order, row-major inside a tensor (LayerNorm parameters, biases and padded wte rows draw
+// layout order, row-major inside a tensor (norm parameters, biases and padded vocabulary rows draw
 // nothing). Every stage draws the whole model, so the stages of a pipeline agree; and every
 // tensor-parallel rank draws the whole model too and keeps its parts, so tp = T starts from the
 // tp = 1 weights.
@@ -11,15 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "model/arch.hpp"
 #include "model/gpt.hpp"
 
 namespace llmtrain {
 
 namespace {
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 /// Standard normal samples by the Box-Muller transform from 53-bit uniforms in (0, 1].
 class Normal {
@@ -44,21 +42,22 @@ private:
     bool have_spare_ = false;
 };
 
-/// The whole-model init of `seed` into host (L.total_numel(), zeroed), L a tp = 1 layout.
+/// The whole-model init of `seed` into host (L.total_numel(), zeroed), L a tp = 1 layout. Each
+/// tensor as its TensorInit says (model/arch.hpp chooses it); tensors split by vocabulary draw only
+/// their vocab_size real rows.
 void draw_init(const ParamLayout& L, uint64_t seed, float* host) {
     const GPTConfig& cfg = L.config();
     Normal normal(seed);
-    const double std_resid = 0.02 / std::sqrt(2.0 * cfg.n_layer);  // GPT-2: residual projections
+    const double std_resid = 0.02 / std::sqrt(2.0 * cfg.n_layer);  // the residual projections
     for (const ParamTensor& t : L.tensors()) {
         float* w = host + t.offset;
-        if (t.shape.size() == 1) {  // LayerNorm weights 1, every bias 0
-            const bool ln_weight = ends_with(t.name, ".weight");
-            for (size_t i = 0; i < t.numel; ++i) w[i] = ln_weight ? 1.0f : 0.0f;
+        if (t.init == TensorInit::zero || t.init == TensorInit::one) {  // norm weights 1, every bias 0
+            for (size_t i = 0; i < t.numel; ++i) w[i] = t.init == TensorInit::one ? 1.0f : 0.0f;
             continue;
         }
-        const double sd = ends_with(t.name, "c_proj.weight") ? std_resid : 0.02;
-        // wte: only the vocab_size real rows are drawn; padded rows stay 0.
-        const size_t n = t.name == "wte" ? static_cast<size_t>(cfg.vocab_size) * cfg.n_embd : t.numel;
+        const double sd = t.init == TensorInit::normal_residual ? std_resid : 0.02;
+        // The token table and an untied head: only the vocab_size real rows are drawn; padded rows stay 0.
+        const size_t n = t.split == TPSplit::vocab ? static_cast<size_t>(cfg.vocab_size) * cfg.n_embd : t.numel;
         for (size_t i = 0; i < n; ++i) w[i] = static_cast<float>(sd * normal.next());
     }
 }
@@ -80,7 +79,7 @@ void GPT::init_params(uint64_t seed) {
 }
 
 double flops_per_token(const GPTConfig& cfg, size_t num_parameters, int T) {
-    return 6.0 * static_cast<double>(num_parameters) + 6.0 * cfg.n_layer * static_cast<double>(T) * cfg.n_embd;
+    return ArchSpec(cfg).flops_per_token(num_parameters, T);
 }
 
 }  // namespace llmtrain

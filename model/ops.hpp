@@ -6,7 +6,8 @@
 //  - `void*` tensors hold the backend's compute dtype `act_dtype()` ("floatX" in llm.c): fp32 on the
 //    CPU, bf16 or fp32 on CUDA. `float*` tensors are always fp32 (LayerNorm stats, losses, master
 //    weights, AdamW moments). `int*` tensors are int32 token ids.
-//  - Shapes use B (micro-batch), T (sequence), C (n_embd), NH (n_head), HS = C/NH, V (vocab_size),
+//  - Shapes use B (micro-batch), T (sequence), C (n_embd), NH (n_head), NKV (key/value heads), HS = C/NH,
+//    F (MLP hidden width), V (vocab_size),
 //    Vp (vocab padded to a multiple of 128), N = B*T rows, OC output channels.
 //  - Weights are stored (OC, C) row-major, as in llm.c: out = inp @ weight^T + bias.
 //  - Gradients of weights and biases are ACCUMULATED (+=) so that micro-batches sum; the gradient of
@@ -16,6 +17,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 
 namespace llmtrain {
@@ -25,6 +27,10 @@ enum class DType : uint8_t { f32, bf16, u8 };
 
 /// Bytes of one element of `t`: 4 for f32, 2 for bf16, 1 for u8.
 inline size_t dtype_size(DType t) { return t == DType::f32 ? 4 : t == DType::bf16 ? 2 : 1; }
+
+/// A family of ops an architecture needs beyond the common ones (Ops::implements): gpt2's are
+/// every pure virtual op; llama adds RMSNorm, rotary positions, SwiGLU and grouped-query attention.
+enum class OpFamily : uint8_t { gpt2, llama };
 
 /// Opaque stream and event handles (cudaStream_t / cudaEvent_t on CUDA; dummies on the CPU).
 using Stream = void*;
@@ -110,7 +116,9 @@ public:
     virtual void cast(void* dst, DType dst_t, const void* src, DType src_t, size_t n) = 0;
 
     // ---- GPT ops (llm.c's train_gpt2 decomposition) ----
-    /// out(B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) int32, wte (Vp,C), wpe (maxT,C).
+    /// out(B,T,C) = wte[inp[b,t]] + wpe[t]. inp (B,T) int32, wte (Vp,C), wpe (maxT,C). On a backend
+    /// that implements OpFamily::llama, wpe may be null (no learned positions): out = wte[inp]; the
+    /// same holds for dwpe below and for the vocab-parallel forms.
     virtual void encoder_forward(void* out, const int* inp, const void* wte, const void* wpe,
                                  int B, int T, int C) = 0;
     /// dwte (Vp,C) += scatter of dout by token; dwpe (maxT,C) += sum over b. Deterministic (no atomics).
@@ -159,6 +167,74 @@ public:
     /// dqkv (B,T,3C) (overwritten) from dout (B,T,C), recomputing probabilities from qkv and lse.
     virtual void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
                                     const float* lse, int B, int T, int C, int NH) = 0;
+
+    // ---- Llama's pieces (docs/model.md "Architectures"). A backend that implements them all says
+    // so through implements(OpFamily::llama); the defaults throw std::logic_error naming the op. ----
+    /// Whether this backend implements every op of `f` (the GPT refuses an architecture whose ops
+    /// are missing at construction, naming the backend). Default: gpt2 only.
+    virtual bool implements(OpFamily f) const { return f == OpFamily::gpt2; }
+    /// RMSNorm (Zhang & Sennrich 2019), as HuggingFace's LlamaRMSNorm: rstd (N) fp32 =
+    /// 1/sqrt(mean_c(inp^2) + eps), out (N,C) = inp * rstd * weight (C). No mean, no bias.
+    virtual void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
+                                 float eps) {
+        (void)out, (void)rstd, (void)inp, (void)weight, (void)N, (void)C, (void)eps;
+        missing("rmsnorm_forward");
+    }
+    /// residual (N,C) = a + b, then out = RMSNorm(residual) as above (the residual add fused in).
+    virtual void fused_residual_rmsnorm_forward(void* residual, void* out, float* rstd, const void* a, const void* b,
+                                                const void* weight, int N, int C, float eps) {
+        (void)residual, (void)out, (void)rstd, (void)a, (void)b, (void)weight, (void)N, (void)C, (void)eps;
+        missing("fused_residual_rmsnorm_forward");
+    }
+    /// dinp (N,C) += rstd * (w*dout - n * mean_c(w*dout*n)) with n = inp*rstd; dweight (C) += sum_n dout*n.
+    virtual void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+                                  const float* rstd, int N, int C) {
+        (void)dinp, (void)dweight, (void)dout, (void)inp, (void)weight, (void)rstd, (void)N, (void)C;
+        missing("rmsnorm_backward");
+    }
+    /// Rotary position embedding (Su et al. 2021, RoFormer), in place on the q and k heads of
+    /// qkv (B,T,(NH + 2 NKV)*HS) = [q (NH,HS) | k (NKV,HS) | v (NKV,HS)] per position; v is untouched.
+    /// HuggingFace's rotate-half convention: for a head x (HS even, half = HS/2) at position t,
+    /// a_i = t * theta^(-2i/HS) for i < half, x'_i = x_i cos a_i - x_{i+half} sin a_i and
+    /// x'_{i+half} = x_{i+half} cos a_i + x_i sin a_i. Angles in double, cos and sin rounded to fp32.
+    virtual void rope_forward(void* qkv, int B, int T, int NH, int NKV, int HS, float theta) {
+        (void)qkv, (void)B, (void)T, (void)NH, (void)NKV, (void)HS, (void)theta;
+        missing("rope_forward");
+    }
+    /// The backward: the gradient dqkv (same layout) turned back in place (the transpose of the
+    /// rotation: angle -a_i) on its q and k heads; v's gradient untouched.
+    virtual void rope_backward(void* dqkv, int B, int T, int NH, int NKV, int HS, float theta) {
+        (void)dqkv, (void)B, (void)T, (void)NH, (void)NKV, (void)HS, (void)theta;
+        missing("rope_backward");
+    }
+    /// SwiGLU (Shazeer 2020): inp (N,2F) = [gate | up] per row, out (N,F) = silu(gate) * up with
+    /// silu(g) = g / (1 + e^-g).
+    virtual void swiglu_forward(void* out, const void* inp, int N, int F) {
+        (void)out, (void)inp, (void)N, (void)F;
+        missing("swiglu_forward");
+    }
+    /// dinp (N,2F) (overwritten) from dout (N,F): d gate = dout * up * silu'(gate), d up = dout * silu(gate).
+    virtual void swiglu_backward(void* dinp, const void* dout, const void* inp, int N, int F) {
+        (void)dinp, (void)dout, (void)inp, (void)N, (void)F;
+        missing("swiglu_backward");
+    }
+    /// Causal grouped-query attention (Ainslie et al. 2023): qkv (B,T,(NH + 2 NKV)*HS) = [q | k | v]
+    /// per position, q with NH heads, k and v with NKV (dividing NH); query head h reads key/value
+    /// head h / (NH/NKV). out (B,T,NH*HS), lse (B,NH,T) fp32 as attention_forward (scale
+    /// 1/sqrt(HS)). NKV = NH is attention_forward itself, which the default calls; other NKV throw
+    /// std::logic_error unless the backend implements them.
+    virtual void attention_forward_gqa(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
+                                       int HS) {
+        if (NKV != NH) missing("attention_forward_gqa");
+        attention_forward(out, lse, qkv, B, T, NH * HS, NH);
+    }
+    /// dqkv (B,T,(NH + 2 NKV)*HS) (overwritten) from dout (B,T,NH*HS): a key/value head's gradient
+    /// is summed over the NH/NKV query heads that read it. Default as attention_forward_gqa.
+    virtual void attention_backward_gqa(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                        const float* lse, int B, int T, int NH, int NKV, int HS) {
+        if (NKV != NH) missing("attention_backward_gqa");
+        attention_backward(dqkv, dout, qkv, out, lse, B, T, NH * HS, NH);
+    }
 
     /// out[i] = gelu_tanh(inp[i]) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), Hendrycks & Gimpel 2016.
     virtual void gelu_forward(void* out, const void* inp, size_t n) = 0;
@@ -219,6 +295,10 @@ public:
     virtual void scale(void* x, float s, size_t n) = 0;
 
 protected:
+    /// Throws std::logic_error: "<backend>: <op> is not implemented".
+    [[noreturn]] void missing(const char* op) const {
+        throw std::logic_error(std::string(name()) + " backend: " + op + " is not implemented");
+    }
     /// Backends call this after allocating (+bytes) or freeing (-bytes) device memory of their own.
     void note_internal_memory(std::ptrdiff_t delta_bytes) {
         internal_bytes_ = static_cast<size_t>(static_cast<std::ptrdiff_t>(internal_bytes_) + delta_bytes);

@@ -1,7 +1,9 @@
-// model/param_layout.hpp — every GPT-2 parameter tensor in one flat buffer, cut into units.
+// model/param_layout.hpp — every parameter tensor in one flat buffer, cut into units.
 //
 // docs/design.md "Parameter layout": unit 0 holds the embeddings
-// (wte, wpe), unit 1+l holds transformer layer l, unit n_layer+1 holds the final LayerNorm. Each
+// (wte, wpe), unit 1+l holds transformer layer l, unit n_layer+1 holds the final norm (and an
+// untied LM head). Which tensors, their names, shapes and TP splits come from the architecture
+// description (model/arch.hpp; docs/model.md "Parameter layout"). Each
 // unit's slice is padded to a multiple of `shard_multiple` elements so it splits evenly over a ZeRO
 // group, and every tensor starts at a multiple of 8 elements (16 bytes in bf16). Checkpoints store
 // tensors by name and shape, never by offset, so the padding may change between runs.
@@ -17,15 +19,35 @@
 
 namespace llmtrain {
 
-/// GPT-2 hyperparameters. seq_len is the maximum context (rows of wpe).
+/// The model family (model.arch): which pieces a transformer block is built from
+/// (model/arch.hpp describes each).
+enum class Arch : uint8_t {
+    gpt2,   ///< learned positions, pre-LayerNorm, GELU MLP, biases, tied LM head (Radford et al. 2019)
+    llama,  ///< RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases (Touvron et al. 2023)
+};
+
+/// "gpt2" or "llama".
+const char* arch_name(Arch a);
+
+/// Model hyperparameters. seq_len is the maximum context (rows of wpe for GPT-2, the longest rotary
+/// position for Llama). The fields after vocab_size matter for Arch::llama only (GPT-2 has
+/// n_kv_head = n_head, a 4*n_embd MLP, LayerNorm eps 1e-5 and a tied head: model/arch.hpp).
 struct GPTConfig {
     int n_layer = 4;
     int n_head = 4;
     int n_embd = 256;
     int seq_len = 256;
     int vocab_size = 8192;
+    Arch arch = Arch::gpt2;
+    int n_kv_head = 0;           ///< key/value heads (grouped-query attention), dividing n_head; 0 = n_head
+    int intermediate_size = 0;   ///< the SwiGLU hidden width F; 0 = 8/3 n_embd rounded up to multiple_of
+    int multiple_of = 256;       ///< rounding of the default intermediate_size
+    float norm_eps = 1e-5f;      ///< RMSNorm epsilon
+    float rope_theta = 10000.0f; ///< rotary base: channel pair i of a head turns by t * theta^(-2i/head_size)
+    bool tie_embeddings = true;  ///< the LM head is the token embedding (false: its own lm_head.weight)
     /// vocab_size rounded up to a multiple of 128 (the wte rows; padded logits are excluded from the loss).
     int padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
+    friend bool operator==(const GPTConfig&, const GPTConfig&) = default;
 };
 
 /// How a tensor is split over the tp ranks of a tensor-parallel group (Megatron-LM's names,
@@ -41,9 +63,28 @@ enum class TPSplit : uint8_t {
 /// "replicated", "column", "row" or "vocab".
 const char* tp_split_name(TPSplit s);
 
+/// What a tensor is for in the computation: the model finds its weights by role, never by name
+/// (model/arch.hpp names them per architecture). A fused group (Llama's q|k|v, gate|up) is found by
+/// its first tensor's role; the others follow it packed (ParamTensor::packed).
+enum class TensorRole : uint8_t {
+    tok_emb, pos_emb,                 // unit 0: token table (wte / embed_tokens), learned positions
+    norm1_w, norm1_b,                 // a layer's first norm (ln_1 / input_layernorm)
+    qkv_w, qkv_b, k_w, v_w,           // attention input projection(s): c_attn, or q_proj then k_proj, v_proj
+    proj_w, proj_b,                   // attention output projection (attn.c_proj / o_proj)
+    norm2_w, norm2_b,                 // the second norm (ln_2 / post_attention_layernorm)
+    fc_w, fc_b, up_w,                 // MLP input: c_fc, or gate_proj then up_proj
+    fcproj_w, fcproj_b,               // MLP output (mlp.c_proj / down_proj)
+    normf_w, normf_b, lm_head,        // the final unit: ln_f / model.norm, an untied LM head
+};
+
+/// How init_params draws a tensor (model/gpt_init.cpp): 0, 1, N(0, 0.02), or N(0, 0.02/sqrt(2 n_layer))
+/// for the projections that write into the residual stream. Tensors split by vocabulary draw only
+/// their vocab_size real rows (padded rows stay 0).
+enum class TensorInit : uint8_t { zero, one, normal, normal_residual };
+
 /// One named parameter tensor inside the flat buffer.
 struct ParamTensor {
-    std::string name;            ///< GPT-2 name, e.g. "h.3.attn.c_attn.weight"
+    std::string name;            ///< the architecture's name, e.g. "h.3.attn.c_attn.weight" (model/arch.hpp)
     std::vector<int64_t> shape;  ///< this rank's (local) shape, row-major, (OC, C) for linear weights
     std::vector<int64_t> full_shape;  ///< the whole tensor's shape (equal to shape when tp = 1)
     TPSplit split = TPSplit::replicated;  ///< how the full tensor is cut over the TP group
@@ -52,6 +93,11 @@ struct ParamTensor {
     size_t numel = 0;
     int unit = 0;                ///< unit index (0 embeddings, 1+l layer l, n_layer+1 final LN)
     bool decay = false;          ///< AdamW weight decay applies (2-D weights only)
+    TensorRole role = TensorRole::tok_emb;
+    TensorInit init = TensorInit::zero;
+    /// Placed right after the previous tensor with no alignment gap: q|k|v and gate|up form one
+    /// (rows, C) matrix that a single matmul reads (this rank's parts, in this order).
+    bool packed = false;
 };
 
 /// A contiguous, padded range of the flat buffer.
@@ -72,8 +118,9 @@ class ParamLayout {
 public:
     /// Builds the layout for `cfg` of TP rank tp_rank in a group of tp (tp = 1: the whole model);
     /// each unit is padded to a multiple of shard_multiple (>= 1) elements.
-    /// Errors: std::invalid_argument if n_embd % n_head != 0, a size is not positive, tp_rank is
-    /// outside [0, tp), or tp does not divide n_head, 4 * n_embd or the padded vocab Vp (naming it).
+    /// Errors: std::invalid_argument if n_embd % n_head != 0, a size is not positive, the Llama keys
+    /// do not fit (ArchSpec), tp_rank is outside [0, tp), or tp does not divide what the
+    /// architecture splits (GPT-2: n_head, 4 * n_embd, the padded vocab Vp; naming it).
     explicit ParamLayout(const GPTConfig& cfg, int shard_multiple = 1, int tp = 1, int tp_rank = 0);
 
     const std::vector<ParamTensor>& tensors() const { return tensors_; }
@@ -82,6 +129,8 @@ public:
     size_t num_parameters() const { return nparams_; }  ///< real parameters (no padding)
     /// The tensor with this name. Errors: std::out_of_range naming it.
     const ParamTensor& find(const std::string& name) const;
+    /// The tensor of `role` in unit u, or null when the architecture has none (Llama's biases).
+    const ParamTensor* find_role(int unit, TensorRole role) const;
     int unit_of_layer(int l) const { return 1 + l; }
     /// Rank `rank`'s shard of a group of n ranks (ZeRO, docs/design.md): chunk `rank` of every unit,
     /// units()[u].numel / n elements each, in unit order. Its "shard-local" buffer is these ranges

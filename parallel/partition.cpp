@@ -3,6 +3,8 @@
 // memory can set.
 #include "parallel/partition.hpp"
 
+#include "model/arch.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -48,11 +50,12 @@ StageCosts stage_costs(const GPTConfig& cfg, int B, int T) {
     if (B < 1 || T < 1)
         throw std::invalid_argument("stage_costs: expected B >= 1 and T >= 1, got B = " + std::to_string(B) +
                                     ", T = " + std::to_string(T));
-    const double C = cfg.n_embd, tokens = static_cast<double>(B) * T;
+    const ArchSpec spec(cfg);
+    const double C = double(spec.NH) * spec.HS, tokens = static_cast<double>(B) * T;
     StageCosts c;
-    c.layer = 6.0 * (12.0 * C * C + 13.0 * C + static_cast<double>(T) * C) * tokens;
-    c.embedding = 6.0 * static_cast<double>(cfg.seq_len) * C * tokens;
-    c.head = 6.0 * (static_cast<double>(cfg.padded_vocab_size()) * C + 2.0 * C) * tokens;
+    c.layer = 6.0 * (static_cast<double>(spec.layer_params()) + static_cast<double>(T) * C) * tokens;
+    c.embedding = 6.0 * static_cast<double>(spec.embedding_flop_params()) * tokens;
+    c.head = 6.0 * static_cast<double>(spec.head_params()) * tokens;
     return c;
 }
 

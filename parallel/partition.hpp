@@ -24,10 +24,14 @@ struct StageLayers {
 
 /// Training FLOPs (forward + backward, no recomputation) of one micro-batch of B sequences of T
 /// tokens, split by where the work runs. Per token, following the count of docs/reference.md
-/// "Training FLOPs and MFU" (6 per parameter + 6·T·C of attention per layer):
-///   layer     6·(12C² + 13C) + 6·T·C   (the layer's parameters, and attention's score and value products)
-///   embedding 6·seq_len·C             (wpe's share of 6Ψ; wte's share is the LM head's)
-///   head      6·(Vp·C + 2C)            (the LM head GEMM over the padded vocabulary, tied to wte, and ln_f)
+/// "Training FLOPs and MFU" (6 per parameter + 6·T·C of attention per layer), the parameter counts
+/// asked of the architecture description (model/arch.hpp):
+///   layer     6·layer_params + 6·T·C  (GPT-2: 12C² + 13C; Llama: (2 NH + 2 NKV)·HS·C + 3 F·C + 2C;
+///                                     and attention's score and value products)
+///   embedding 6·embedding_flop_params (GPT-2: wpe's seq_len·C share of 6Ψ, wte's is the LM head's;
+///                                     Llama: 0, its table is a lookup)
+///   head      6·head_params           (the LM head GEMM over the padded vocabulary, Vp·C, and the
+///                                     final norm: 2C for GPT-2's ln_f, C for Llama's)
 /// each times B·T. Every value is an integer held exactly in a double below 2^53 (GPT-2 1.5B at
 /// B = 8, T = 1024: 1.6e12 per layer), so sums of them compare exactly.
 /// Errors: std::invalid_argument when B < 1 or T < 1.

@@ -2,8 +2,9 @@
 //
 // It is the reference the CUDA backend is tested against and the default without a GPU. "Device"
 // memory is host memory, streams and events are dummies and every op runs at once. The ops are
-// spread over one file per concept (memory.cpp, encoder.cpp, layernorm.cpp, matmul.cpp,
-// attention.cpp, gelu.cpp, classifier.cpp, adamw.cpp; OpenBLAS setup in blas_setup.cpp); their
+// spread over one file per concept (memory.cpp, encoder.cpp, layernorm.cpp, rmsnorm.cpp, matmul.cpp,
+// attention.cpp, rope.cpp, gelu.cpp, swiglu.cpp, classifier.cpp, adamw.cpp; OpenBLAS setup in
+// blas_setup.cpp); their
 // contracts are in model/ops.hpp.
 // Determinism: every reduction has a fixed order (static partitions, no atomics), so results are
 // bitwise reproducible for a fixed thread count. Everything but matmul is also independent of the
@@ -75,6 +76,24 @@ public:
                            int NH) override;
     void attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out,
                             const float* lse, int B, int T, int C, int NH) override;
+    void attention_forward_gqa(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
+                               int HS) override;
+    void attention_backward_gqa(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                int B, int T, int NH, int NKV, int HS) override;
+    bool implements(OpFamily) const override { return true; }
+    // rmsnorm.cpp
+    void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
+                         float eps) override;
+    void fused_residual_rmsnorm_forward(void* residual, void* out, float* rstd, const void* a, const void* b,
+                                        const void* weight, int N, int C, float eps) override;
+    void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+                          const float* rstd, int N, int C) override;
+    // rope.cpp
+    void rope_forward(void* qkv, int B, int T, int NH, int NKV, int HS, float theta) override;
+    void rope_backward(void* dqkv, int B, int T, int NH, int NKV, int HS, float theta) override;
+    // swiglu.cpp
+    void swiglu_forward(void* out, const void* inp, int N, int F) override;
+    void swiglu_backward(void* dinp, const void* dout, const void* inp, int N, int F) override;
     // gelu.cpp
     void gelu_forward(void* out, const void* inp, size_t n) override;
     void gelu_backward(void* dinp, const void* inp, const void* dout, size_t n) override;

@@ -9,6 +9,7 @@
 namespace llmtrain {
 
 /// out (B,T,C) = wte[inp[b,t]] (Vp,C) + wpe[t] (maxT,C); fp32. Token ids must lie in [0, Vp).
+/// wpe null: no positions (out = wte[inp]), here and in the three below (dwpe null: none).
 /// The vocab-parallel form over the whole table (every id in range).
 void CpuOps::encoder_forward(void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C) {
     encoder_forward_vocab(out, inp, wte, wpe, B, T, C, 0, std::numeric_limits<int>::max());
@@ -37,6 +38,10 @@ void CpuOps::encoder_forward_vocab(void* out_, const int* inp, const void* wte_,
             continue;
         }
         const float* e = wte + static_cast<size_t>(id) * C;
+        if (wpe == nullptr) {  // no learned positions (Llama)
+            std::copy(e, e + C, o);
+            continue;
+        }
         const float* p = wpe + static_cast<size_t>(bt % T) * C;
         for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
     }
@@ -58,12 +63,13 @@ void CpuOps::encoder_backward_vocab(void* dwte_, void* dwpe_, const void* dout_,
         const int c0 = ch * kChunk, c1 = std::min(C, c0 + kChunk);
         for (int bt = 0; bt < B * T; ++bt) {
             const float* d = dout + static_cast<size_t>(bt) * C;
-            float* p = dwpe + static_cast<size_t>(bt % T) * C;
             const int id = inp[bt] - v0;
             if (id >= 0 && id < nv) {
                 float* w = dwte + static_cast<size_t>(id) * C;
                 for (int c = c0; c < c1; ++c) w[c] += d[c];
             }
+            if (dwpe == nullptr) continue;  // no learned positions (Llama)
+            float* p = dwpe + static_cast<size_t>(bt % T) * C;
             for (int c = c0; c < c1; ++c) p[c] += d[c];
         }
     }

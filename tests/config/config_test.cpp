@@ -261,6 +261,43 @@ TEST(Config, CommAcceptsEachValueWhereItApplies) {
     for (const char* c : {"auto", "mpi"}) EXPECT_EQ(comm("cpu", c), c);
 }
 
+TEST(Config, LlamaKeysNameTheKeyAtFault) {
+    // model.arch and its keys (model/arch.hpp): every mistake names the key, exit 2 (ConfigError).
+    const auto msg = [](std::vector<std::string> sets) {
+        try {
+            load_config("", sets);
+        } catch (const ConfigError& e) {
+            return std::string(e.what());
+        }
+        return std::string("no error");
+    };
+    const std::string llama = "model.arch=\"llama\"";
+    EXPECT_NE(msg({llama, "model.n_kv_head=3"}).find("model.n_kv_head: expected a divisor of model.n_head (4)"),
+              std::string::npos);
+    EXPECT_NE(msg({llama, "model.n_head=2", "model.n_embd=30"}).find("head size model.n_embd / model.n_head = 30 / 2 = 15"),
+              std::string::npos);
+    EXPECT_NE(msg({"model.tie_embeddings=false"}).find("model.tie_embeddings: expected true with model.arch = \"gpt2\""),
+              std::string::npos);
+    EXPECT_NE(msg({"model.n_kv_head=2"}).find("model.n_kv_head: expected 0 or model.n_head (4)"), std::string::npos);
+    EXPECT_NE(msg({"model.intermediate_size=100"}).find("model.intermediate_size: expected 0 or 4 x model.n_embd"),
+              std::string::npos);
+    EXPECT_NE(msg({"model.norm_eps=1e-6"}).find("model.norm_eps: expected 1e-5 with model.arch = \"gpt2\""),
+              std::string::npos);
+    EXPECT_NE(msg({"model.arch=\"llama3\""}).find("model.arch: expected one of"), std::string::npos);
+    EXPECT_NE(msg({llama, "model.n_kv_head=2", "parallel.tp=4"}).find("parallel.tp: expected a divisor of model.n_kv_head"),
+              std::string::npos);
+    EXPECT_NE(msg({llama, "model.intermediate_size=100", "parallel.tp=8", "model.n_head=8"})
+                  .find("parallel.tp: expected a divisor of model.intermediate_size"),
+              std::string::npos);
+    // A valid Llama: multi-query and untied.
+    const Config c = load_config("", {llama, "model.n_kv_head=1", "model.tie_embeddings=false"});
+    EXPECT_EQ(c.model.arch, "llama");
+    // The hash: GPT-2's text unchanged (the checkpoint format), Llama's differs from GPT-2's and by shape.
+    EXPECT_EQ(model_config_hash(load_config("", {})), model_config_hash(load_config("", {"model.attention=\"native\""})));
+    EXPECT_NE(model_config_hash(load_config("", {llama})), model_config_hash(load_config("", {})));
+    EXPECT_NE(model_config_hash(load_config("", {llama})), model_config_hash(c));
+}
+
 TEST(Config, DefaultsMatchTheDocumentedTable) {
     // docs/configuration.md: "#... [section]" headings, then rows "| `key` | `default` | range | meaning |".
     std::ifstream docs(std::string(LLMTRAIN_SOURCE_DIR) + "/docs/configuration.md");
@@ -286,7 +323,7 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
             actual[section + "." + m[1].str()] = m[2];
         }
     }
-    EXPECT_EQ(actual.size(), 67u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(actual.size(), 74u);  // keep in step with the key table in config.cpp
     EXPECT_EQ(documented, actual);
     // An empty file and empty sections are the defaults too.
     EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});

@@ -1,0 +1,169 @@
+// model/arch.cpp — the GPT-2 and Llama descriptions (see arch.hpp; docs/model.md "Architectures").
+//
+// GPT-2's tensors, names and order are those the layout always had (checkpoints of every earlier
+// run load unchanged). Llama's follow HuggingFace's LlamaForCausalLM names, with the token table
+// and an untied head padded to Vp rows like GPT-2's wte.
+#include "model/arch.hpp"
+
+#include <stdexcept>
+
+namespace llmtrain {
+
+namespace {
+
+[[noreturn]] void bad(const std::string& msg) { throw std::invalid_argument(msg); }
+
+std::string num(double v) {
+    std::string s = std::to_string(v);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+}
+
+}  // namespace
+
+const char* arch_name(Arch a) { return a == Arch::llama ? "llama" : "gpt2"; }
+
+Arch parse_arch(const std::string& s) {
+    if (s == "gpt2") return Arch::gpt2;
+    if (s == "llama") return Arch::llama;
+    bad("model.arch: expected \"gpt2\" or \"llama\", got \"" + s + "\"");
+}
+
+int default_intermediate_size(int n_embd, int multiple_of) {
+    const int64_t hidden = 8 * int64_t(n_embd) / 3;
+    return int((hidden + multiple_of - 1) / multiple_of * multiple_of);
+}
+
+ArchSpec::ArchSpec(const GPTConfig& c) : cfg(c) {
+    if (c.n_layer <= 0 || c.n_head <= 0 || c.n_embd <= 0 || c.seq_len <= 0 || c.vocab_size <= 0)
+        bad("GPTConfig: n_layer, n_head, n_embd, seq_len and vocab_size must be positive");
+    if (c.n_embd % c.n_head != 0)
+        bad("GPTConfig: n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +
+            std::to_string(c.n_head) + ")");
+    C = c.n_embd;
+    NH = c.n_head;
+    HS = C / NH;
+    Vp = c.padded_vocab_size();
+    NKV = c.n_kv_head > 0 ? c.n_kv_head : NH;
+    if (c.n_kv_head < 0 || NH % NKV != 0)
+        bad("model.n_kv_head: expected a divisor of model.n_head (" + std::to_string(NH) + ") or 0, got " +
+            std::to_string(c.n_kv_head));
+    if (c.intermediate_size < 0) bad("model.intermediate_size: expected >= 0, got " + std::to_string(c.intermediate_size));
+    if (c.arch == Arch::gpt2) {
+        if (NKV != NH)
+            bad("model.n_kv_head: expected 0 or model.n_head (" + std::to_string(NH) +
+                ") with model.arch = \"gpt2\" (grouped-query attention is Llama's), got " + std::to_string(c.n_kv_head));
+        if (c.intermediate_size != 0 && c.intermediate_size != 4 * C)
+            bad("model.intermediate_size: expected 0 or 4 x model.n_embd (" + std::to_string(4 * C) +
+                ") with model.arch = \"gpt2\", got " + std::to_string(c.intermediate_size));
+        if (!c.tie_embeddings)
+            bad("model.tie_embeddings: expected true with model.arch = \"gpt2\" (its LM head is wte), got false");
+        F = 4 * C;
+        return;
+    }
+    // Llama
+    if (c.multiple_of < 1) bad("model.multiple_of: expected an integer >= 1, got " + std::to_string(c.multiple_of));
+    if (!(c.norm_eps > 0.0f)) bad("model.norm_eps: expected a number > 0, got " + num(c.norm_eps));
+    if (!(c.rope_theta > 0.0f)) bad("model.rope_theta: expected a number > 0, got " + num(c.rope_theta));
+    if (HS % 2 != 0)
+        bad("model.n_head: rotary positions turn pairs of channels, so the head size model.n_embd / model.n_head = " +
+            std::to_string(C) + " / " + std::to_string(NH) + " = " + std::to_string(HS) + " must be even");
+    norm = NormKind::rmsnorm;
+    pos = PosKind::rotary;
+    mlp = MlpKind::swiglu;
+    bias = false;
+    tied = c.tie_embeddings;
+    norm_eps = c.norm_eps;
+    rope_theta = c.rope_theta;
+    F = c.intermediate_size > 0 ? c.intermediate_size : default_intermediate_size(C, c.multiple_of);
+}
+
+std::vector<TensorSpec> ArchSpec::unit_tensors(int u) const {
+    if (u < 0 || u >= num_units())
+        throw std::out_of_range("ArchSpec: unit " + std::to_string(u) + " outside [0, " + std::to_string(num_units()) + ")");
+    using R = TensorRole;
+    using I = TensorInit;
+    const int64_t c = C, vp = Vp, f = F;
+    std::vector<TensorSpec> t;
+    auto add = [&](std::string name, std::vector<int64_t> shape, TensorRole role, TensorInit init,
+                   TPSplit split = TPSplit::replicated, int blocks = 1, bool packed = false) {
+        const bool decay = shape.size() == 2;
+        t.push_back({std::move(name), std::move(shape), split, blocks, decay, role, init, packed});
+    };
+    const int L = cfg.n_layer;
+    if (cfg.arch == Arch::gpt2) {
+        if (u == 0) {
+            add("wte", {vp, c}, R::tok_emb, I::normal, TPSplit::vocab);
+            add("wpe", {int64_t(cfg.seq_len), c}, R::pos_emb, I::normal);
+        } else if (u <= L) {
+            const std::string p = "h." + std::to_string(u - 1) + ".";
+            add(p + "attn.c_attn.weight", {3 * c, c}, R::qkv_w, I::normal, TPSplit::column, 3);  // q|k|v, each by heads
+            add(p + "attn.c_proj.weight", {c, c}, R::proj_w, I::normal_residual, TPSplit::row);
+            add(p + "mlp.c_fc.weight", {4 * c, c}, R::fc_w, I::normal, TPSplit::column);
+            add(p + "mlp.c_proj.weight", {c, 4 * c}, R::fcproj_w, I::normal_residual, TPSplit::row);
+            add(p + "ln_1.weight", {c}, R::norm1_w, I::one);
+            add(p + "ln_1.bias", {c}, R::norm1_b, I::zero);
+            add(p + "attn.c_attn.bias", {3 * c}, R::qkv_b, I::zero, TPSplit::column, 3);
+            add(p + "attn.c_proj.bias", {c}, R::proj_b, I::zero);  // added once, after the row-parallel sum
+            add(p + "ln_2.weight", {c}, R::norm2_w, I::one);
+            add(p + "ln_2.bias", {c}, R::norm2_b, I::zero);
+            add(p + "mlp.c_fc.bias", {4 * c}, R::fc_b, I::zero, TPSplit::column);
+            add(p + "mlp.c_proj.bias", {c}, R::fcproj_b, I::zero);
+        } else {
+            add("ln_f.weight", {c}, R::normf_w, I::one);
+            add("ln_f.bias", {c}, R::normf_b, I::zero);
+        }
+        return t;
+    }
+    // Llama (HuggingFace's names). q|k|v and gate|up are packed: one matmul each.
+    const int64_t q = int64_t(NH) * HS, kv = int64_t(NKV) * HS;
+    if (u == 0) {
+        add("model.embed_tokens.weight", {vp, c}, R::tok_emb, I::normal, TPSplit::vocab);
+    } else if (u <= L) {
+        const std::string p = "model.layers." + std::to_string(u - 1) + ".";
+        add(p + "self_attn.q_proj.weight", {q, c}, R::qkv_w, I::normal, TPSplit::column);
+        add(p + "self_attn.k_proj.weight", {kv, c}, R::k_w, I::normal, TPSplit::column, 1, true);
+        add(p + "self_attn.v_proj.weight", {kv, c}, R::v_w, I::normal, TPSplit::column, 1, true);
+        add(p + "self_attn.o_proj.weight", {c, q}, R::proj_w, I::normal_residual, TPSplit::row);
+        add(p + "mlp.gate_proj.weight", {f, c}, R::fc_w, I::normal, TPSplit::column);
+        add(p + "mlp.up_proj.weight", {f, c}, R::up_w, I::normal, TPSplit::column, 1, true);
+        add(p + "mlp.down_proj.weight", {c, f}, R::fcproj_w, I::normal_residual, TPSplit::row);
+        add(p + "input_layernorm.weight", {c}, R::norm1_w, I::one);
+        add(p + "post_attention_layernorm.weight", {c}, R::norm2_w, I::one);
+    } else {
+        if (!tied) add("lm_head.weight", {vp, c}, R::lm_head, I::normal, TPSplit::vocab);
+        add("model.norm.weight", {c}, R::normf_w, I::one);
+    }
+    return t;
+}
+
+std::vector<std::pair<std::string, int64_t>> ArchSpec::tp_divisors() const {
+    if (cfg.arch == Arch::gpt2) return {{"n_head", NH}, {"4 * n_embd", 4 * int64_t(C)}, {"the padded vocabulary Vp", Vp}};
+    return {{"n_head", NH}, {"n_kv_head", NKV}, {"intermediate_size", F}, {"the padded vocabulary Vp", Vp}};
+}
+
+int64_t ArchSpec::layer_params() const {
+    int64_t n = 0;
+    for (const TensorSpec& t : unit_tensors(1)) {
+        int64_t k = 1;
+        for (int64_t d : t.shape) k *= d;
+        n += k;
+    }
+    return n;
+}
+
+int64_t ArchSpec::embedding_flop_params() const {
+    return pos == PosKind::learned ? int64_t(cfg.seq_len) * C : 0;
+}
+
+int64_t ArchSpec::head_params() const { return int64_t(Vp) * C + (bias ? 2 : 1) * int64_t(C); }
+
+int64_t ArchSpec::flop_free_params() const { return cfg.arch == Arch::llama && !tied ? int64_t(Vp) * C : 0; }
+
+double ArchSpec::flops_per_token(size_t num_parameters, int T) const {
+    const double n = static_cast<double>(num_parameters) - static_cast<double>(flop_free_params());
+    return 6.0 * n + 6.0 * cfg.n_layer * static_cast<double>(T) * (double(NH) * HS);
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,184 @@
+// model/gpt_impl.hpp — the GPT's private state, shared by model/gpt.cpp (the stack: embedding,
+// layer range, head, loss, the trainer's helpers) and model/gpt_block.cpp (one transformer block
+// built from the architecture's pieces, model/arch.hpp). Not part of the public interface.
+//
+// Buffers of one activation context, one per micro-batch in flight (N = B*T rows, act dtype unless
+// noted):
+//   res[i]    (N,C)  the residual stream entering local layer i; res[n] leaves the range   activations
+//   acts[i]          what layer i keeps for backward (LayerActs below)                    activations
+//   tokens    (N) int32: the micro-batch's token ids (first stage only)                   activations
+//   lnf (N,C), lnf_mean (N, LayerNorm only)/rstd (N) fp32, logits (N,Vp), losses (N) fp32 (last stage) activations
+// and, shared by the contexts:
+//   recompute        one LayerActs shared by all checkpointed layers                      workspace
+//   tmp (N,C)        attproj / fcproj outputs, consumed at once by the residual adds       workspace
+//   dres (N,C), dbuf_c (N,C), dbuf_4c (N, max(mlp_in, qkv) columns), with SwiGLU dbuf_f (N,Ft):
+//                    backward gradients of activations                                    workspace
+// Checkpointing: the first checkpoint_layers (else floor(ratio * n)) layers of the range keep only
+// res[i] (their input) and recompute their forward into `recompute` just before their backward.
+// Parameters and gradients come from a ParamStore one unit at a time (model/param_store.hpp):
+// acquired before a unit is used, released after; grads_done(u) once a unit's backward is over.
+// Tensor parallelism (GPTOptions::tp, docs/design.md "Tensor parallelism"): the layout is this TP
+// rank's; qkv, atty, the attention's lse and the MLP's buffers hold its NH/tp query heads, NKV/tp
+// key/value heads and F/tp columns, and logits its Vp/tp vocabulary columns. Megatron's f/g: the
+// row-parallel matmuls (attention and MLP output projections) give partial sums that are
+// all-reduced in forward, and the input gradients of the column-parallel ones (q|k|v, the MLP's
+// input, the LM head) are all-reduced in backward.
+// Sequence parallelism (GPTOptions::sequence_parallel, Korthikanti et al. 2022): this rank keeps
+// only its R = N/tp rows [tp_rank*R, (tp_rank+1)*R) of the flattened (B*T) rows in res, the norm
+// outputs (and their statistics) and res2, so those buffers above are (R,C) / (R); the norm
+// outputs are all-gathered into `gath` (N,C workspace) before the column-parallel matmuls (and
+// again in backward), and the row-parallel partial sums are reduce-scattered instead of
+// all-reduced; the backward uses the conjugates. The norms' gradients, computed from R rows, are
+// summed over the group through `lng` (4C workspace) at the end of each unit's backward.
+#pragma once
+#include <cstddef>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/arch.hpp"
+#include "model/gpt.hpp"
+
+namespace llmtrain {
+
+/// What a transformer layer keeps for backward (Korthikanti et al. 2022 count these per token).
+/// Ct = NH*HS/tp, Qt = (NH + 2 NKV)*HS/tp, Ft = F/tp, Mt = Ft (GELU) or 2Ft (SwiGLU): this TP rank's
+/// attention channels, q|k|v columns, MLP columns and MLP-input columns.
+struct LayerActs {
+    void* ln1 = nullptr;       // (R,C)  first norm's output
+    float* ln1_mean = nullptr; // (R)    LayerNorm only
+    float* ln1_rstd = nullptr; // (R)
+    void* qkv = nullptr;       // (N,Qt) this rank's [q | k | v] (rotated, with rotary positions)
+    void* atty = nullptr;      // (N,Ct) attention output, before the output projection
+    float* att_lse = nullptr;  // (B,NHt,T)
+    void* res2 = nullptr;      // (R,C)  x + attproj
+    void* ln2 = nullptr;       // (R,C)
+    float* ln2_mean = nullptr; // (R)    LayerNorm only
+    float* ln2_rstd = nullptr; // (R)
+    void* fch_pre = nullptr;   // (N,Mt) the MLP input matmul's output: before GELU, or [gate | up]
+    void* fch = nullptr;       // (N,Ft) GELU(fch_pre) or silu(gate) * up: the output projection's input
+};
+
+/// One micro-batch's activations between its forward and its backward (see the header comment).
+struct Context {
+    std::vector<void*> res;       // n_local + 1 buffers (R,C)
+    std::vector<LayerActs> acts;  // n_local; checkpointed layers point at the shared `recompute`
+    int* tokens = nullptr;        // (N) first stage
+    void *lnf = nullptr, *logits = nullptr;  // logits (N,Vpt): this TP rank's vocabulary columns
+    float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
+    bool have_logit_grad = false;
+};
+
+/// Element offset of a tensor from the start of its unit; kNoTensor where the architecture has none.
+constexpr size_t kNoTensor = std::numeric_limits<size_t>::max();
+
+/// Element offsets of one layer's tensors from the start of its unit (by role; packed groups by
+/// their first tensor: q_proj for q|k|v, gate_proj for gate|up).
+struct LayerParams {
+    size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+};
+
+inline size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+struct GPT::Impl {
+    GPTConfig cfg;
+    GPTOptions opt;
+    ParamLayout layout;
+    ArchSpec spec;  // the block's pieces (model/arch.hpp)
+    Allocator& alloc;
+    Ops& ops;
+    size_t es;  // bytes per act-dtype element
+    TensorParallel* tp = nullptr;  // null or a group of one: no collectives
+    int ntp = 1, tp_rank = 0;      // TP group size and this rank's index
+    int Ct = 0, NHt = 0, NKVt = 0, Ft = 0;  // NH*HS/tp, NH/tp, NKV/tp, F/tp
+    int Qt = 0, Mt = 0;            // q|k|v columns, MLP-input columns (this rank's)
+    int Vpt = 0, v0 = 0;           // Vp/tp vocabulary rows of wte from row v0
+    int n_local = 0, n_ckpt = 0;
+    bool first = false, last = false;
+    bool sp = false;  // sequence parallelism (needs a group of tp > 1)
+    int R = 0;        // rows of the residual stream this rank holds: N/tp with sp, else N
+
+    ParamStore* store = nullptr;
+    std::unique_ptr<FullParamStore> own_store;  // when no store was given
+    std::vector<LayerParams> lp;  // per local layer, unit-relative
+    size_t wte = 0, wpe = kNoTensor;  // in unit 0 (wpe: learned positions only)
+    size_t lnfw = 0, lnfb = kNoTensor;  // in unit n_layer + 1
+    size_t lm_head = kNoTensor;   // untied head, in unit n_layer + 1
+    int u_lnf = 0;                // unit of the final norm
+
+    std::vector<Context> ctxs;
+    LayerActs recompute;
+    void *tmp = nullptr, *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr, *dbuf_f = nullptr;
+    void *gath = nullptr, *lng = nullptr;  // sp only: (N,C) gathered rows; (4C) norm grads of R rows
+    int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
+    float* logit_row = nullptr;                  // (Vp) fp32 for logits_at
+    float* logit_part = nullptr;                 // (Vpt) fp32, this rank's part of it (tp > 1)
+    float *cls_stats = nullptr, *cls_all = nullptr;  // (N,3), (tp,N,3) fp32: vocab-parallel loss (tp > 1)
+    std::vector<void*> owned;                    // every allocation, released in ~Impl
+    // The whole-model helpers' losses: one pinned (B*T) fp32 slot per micro-batch queued by
+    // forward_backward and not yet taken (grown on demand, kept), and the event after the last copy.
+    std::vector<float*> loss_host;
+    int loss_pending = 0;
+    Event loss_ready = nullptr;
+
+    /// Validates the sequence-parallel options and derives this rank's widths (gpt.cpp).
+    Impl(const GPTConfig& c, const GPTOptions& o, Allocator& a);
+    ~Impl();
+
+    // ---- TP / sequence-parallel helpers (gpt.cpp) ----
+    /// Sum of buf (n act-dtype elements) over the TP group, in place (nothing without one).
+    void tp_sum(void* buf, size_t n);
+    /// This rank's rows (R,C) of an activation, whole: with sp, all-gathered into gath (N,C) in
+    /// rank order (rank r's rows are rows [r*R, (r+1)*R) of the (B,T) flattening, so the
+    /// concatenation is the (B,T,C) tensor); without, `local` itself (it has all N rows).
+    const void* gather_rows(const void* local);
+    /// The group's sum of the (N,C) partial sums in `part`: with sp, this rank's rows of it
+    /// reduce-scattered into dst (R,C), returned; without, all-reduced in place (part returned).
+    const void* sum_rows(void* part, void* dst);
+    /// Where a norm's k-th gradient (k-th C block of lng) goes: with sp the scratch lng (this
+    /// rank's rows only, summed by add_ln_grads), else g's tensor at `off`; null for kNoTensor.
+    void* ln_grad(void* g, size_t off, int k);
+    /// With sp: the (n * C) norm gradients in lng, each from this rank's rows, summed over the
+    /// group (all-reduce, rank order: every rank gets the same bits) and added to g's tensors at
+    /// offs (in lng's order; kNoTensor entries skipped, they hold no slot); lng is then zeroed for
+    /// the next unit. Nothing without sp.
+    void add_ln_grads(void* g, const std::vector<size_t>& offs);
+
+    size_t n_rows() const { return static_cast<size_t>(opt.B) * opt.T; }
+    float* loss_slot(size_t k);
+    void record_ready();
+    float mean_loss(const float* l) const;
+    void* get(MemCategory cat, size_t bytes);
+
+    /// Element `off` of a unit's parameters (or gradients) at `base`; null for kNoTensor.
+    const char* P(const void* base, size_t off) const {
+        return off == kNoTensor ? nullptr : static_cast<const char*>(base) + off * es;
+    }
+    char* G(void* base, size_t off) const { return off == kNoTensor ? nullptr : static_cast<char*>(base) + off * es; }
+    int unit_of_local(int i) const { return 1 + opt.l0 + i; }
+    Context& context(int ctx);
+
+    // ---- the block's pieces (gpt_block.cpp), chosen by spec ----
+    /// One block holding a LayerActs set, carved at 256-byte boundaries (local heads and columns).
+    LayerActs make_acts(MemCategory cat);
+    /// out (rows,C) = the architecture's norm of x (LayerNorm with weight w and bias b, or RMSNorm
+    /// with weight w); mean (LayerNorm only) and rstd (rows) fp32 saved for backward.
+    void norm_forward(void* out, float* mean, float* rstd, const void* x, const void* w, const void* b, int rows);
+    /// residual = a + b, then out = the norm of residual (one fused op).
+    void residual_norm_forward(void* residual, void* out, float* mean, float* rstd, const void* a, const void* b,
+                               const void* w, const void* bias, int rows);
+    /// dx (rows,C) +=, dw (C) +=, db (C) += (LayerNorm only) from dout.
+    void norm_backward(void* dx, void* dw, void* db, const void* dout, const void* x, const void* w,
+                       const float* mean, const float* rstd, int rows);
+    /// Norm-gradient slots per norm in lng: 2 (weight, bias) with biases, else 1.
+    int norm_slots() const { return spec.bias ? 2 : 1; }
+    /// Forward of local layer i (parameters at w) from c.res[i] into the activations `a`; writes
+    /// c.res[i+1] when write_out.
+    void layer_forward(Context& c, int i, const void* w, const LayerActs& a, bool write_out);
+    /// Backward of local layer i (parameters at w, gradients accumulated at g): on entry
+    /// dres = d(c.res[i+1]), on exit dres = d(c.res[i]).
+    void layer_backward(Context& c, int i, const void* w, void* g, const LayerActs& a);
+};
+
+}  // namespace llmtrain
