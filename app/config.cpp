@@ -271,6 +271,8 @@ const std::vector<Field>& fields() {
         field("run", "log_interval", &C::run, &RunConfig::log_interval, at_least(1)),
         field("run", "eval_interval", &C::run, &RunConfig::eval_interval, at_least(0)),
         field("run", "eval_steps", &C::run, &RunConfig::eval_steps, at_least(0)),
+        field("run", "eval_hellaswag_interval", &C::run, &RunConfig::eval_hellaswag_interval, at_least(0)),
+        field("run", "eval_hellaswag_items", &C::run, &RunConfig::eval_hellaswag_items, at_least(0)),
         field("run", "sample_interval", &C::run, &RunConfig::sample_interval, at_least(0)),
         field("run", "sample_tokens", &C::run, &RunConfig::sample_tokens, at_least(1)),
         field("run", "sample_top_k", &C::run, &RunConfig::sample_top_k, at_least(1)),
@@ -298,6 +300,7 @@ const std::vector<Field>& fields() {
 
         field("data", "train", &C::data, &DataConfig::train, non_empty()),
         field("data", "val", &C::data, &DataConfig::val, non_empty()),
+        field("data", "hellaswag", &C::data, &DataConfig::hellaswag),
 
         field("training", "micro_batch_size", &C::training, &TrainingConfig::micro_batch_size, at_least(1)),
         field("training", "global_batch_size", &C::training, &TrainingConfig::global_batch_size, at_least(0)),

@@ -25,6 +25,8 @@ struct RunConfig {
     int log_interval = 10;
     int eval_interval = 100;            ///< 0 disables; eval also runs at the last step
     int eval_steps = 20;                ///< val micro-batches per eval; 0 = the whole val file
+    int eval_hellaswag_interval = 0;    ///< steps between HellaSwag evaluations (app/hellaswag_eval.hpp); 0 disables
+    int eval_hellaswag_items = 0;       ///< the first N items of data.hellaswag; 0 = all
     int sample_interval = 200;          ///< 0 disables
     int sample_tokens = 64;
     int sample_top_k = 40;
@@ -55,6 +57,7 @@ struct ModelConfig {
 struct DataConfig {
     std::string train = "data/brown/train.h5";
     std::string val = "data/brown/val.h5";
+    std::string hellaswag;              ///< HellaSwag items (six-line text, plain or gzip); "" = the project's copy
     friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 

@@ -81,6 +81,7 @@ struct Metrics::Impl {
     prometheus::Family<prometheus::Gauge>* memory;
     prometheus::Family<prometheus::Gauge>* offload;
     prometheus::Family<prometheus::Gauge>* attention;
+    prometheus::Family<prometheus::Gauge>* hellaswag;
     prometheus::Gauge* attention_now = nullptr;  // the series set to 1
 
     prometheus::Gauge* gauge(const std::string& name, const std::string& help) {
@@ -146,6 +147,13 @@ Metrics::Metrics(const std::string& listen, int port_offset, const std::string& 
                        .Labels(m.labels)
                        .Register(*m.registry);
 
+    m.hellaswag = &prometheus::BuildGauge()
+                       .Name("llmtrain_eval_hellaswag_accuracy")
+                       .Help("HellaSwag accuracy of the last evaluation, 0..1 (label norm: none = lowest summed loss, "
+                             "tokens = lowest mean loss per ending token).")
+                       .Labels(m.labels)
+                       .Register(*m.registry);
+
     m.server = std::make_unique<MetricsServer>(addr, [&m] {
         std::vector<prometheus::MetricFamily> families;
         {
@@ -184,6 +192,10 @@ void Metrics::set_attention(const std::string& path) {
     if (impl_->attention_now != nullptr && impl_->attention_now != &g) impl_->attention_now->Set(0);
     g.Set(1);
     impl_->attention_now = &g;
+}
+
+void Metrics::set_hellaswag_accuracy(const std::string& norm, double accuracy) {
+    impl_->hellaswag->Add({{"norm", norm}}).Set(accuracy);
 }
 
 void Metrics::observe_checkpoint_seconds(double s) {

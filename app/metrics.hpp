@@ -63,6 +63,9 @@ public:
     /// llmtrain_attention_info{path}: 1 for the attention path in use ("native", "cublas", "cudnn";
     /// Ops::attention_name), 0 for a path used before (model.attention = "auto" may fall back).
     void set_attention(const std::string& path);
+    /// llmtrain_eval_hellaswag_accuracy{norm}: the last HellaSwag evaluation's accuracy, 0..1; norm
+    /// "none" (acc: the lowest summed loss) or "tokens" (acc_norm: the lowest mean loss per token).
+    void set_hellaswag_accuracy(const std::string& norm, double accuracy);
 
 private:
     struct Impl;

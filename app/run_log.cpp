@@ -97,4 +97,10 @@ void RunLog::val_record(int64_t step, float loss) {
     std::fflush(tsv_);
 }
 
+void RunLog::eval_record(int64_t step, const std::string& kind, double value) {
+    if (!enabled_ || !tsv_) return;
+    std::fprintf(tsv_, "%lld\t%s\t%.9g\t\t\n", (long long)step, kind.c_str(), value);
+    std::fflush(tsv_);
+}
+
 }  // namespace llmtrain

@@ -49,6 +49,9 @@ public:
     void train_record(int64_t step, float loss, float lr, float grad_norm);
     /// Appends "<step>\tval\t<loss>\t\t" to losses.tsv.
     void val_record(int64_t step, float loss);
+    /// Appends "<step>\t<kind>\t<value>\t\t" to losses.tsv (another evaluation's figure, e.g. kind
+    /// "hellaswag" with an accuracy in the loss column).
+    void eval_record(int64_t step, const std::string& kind, double value);
 
 private:
     void to_file(const std::string& text);

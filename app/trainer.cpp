@@ -12,6 +12,7 @@
 
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/checkpoint/saver.hpp"
+#include "app/hellaswag_eval.hpp"
 #include "app/model_state.hpp"
 #include "app/sampler.hpp"
 #include "app/step_trace.hpp"
@@ -101,13 +102,16 @@ struct Trainer::Impl {
     std::string run_id = new_run_id();  // replaced by the checkpoint's on resume
     int skipped_in_a_row = 0;           // consecutive non-finite steps
     std::unique_ptr<CheckpointSaver> saver;  // the checkpoint writer (background thread when async)
+    std::unique_ptr<HellaSwagInLoop> hellaswag;  // run.eval_hellaswag_interval > 0
 
     Impl(const Config& c, Comm& cm)
         : cfg(c), comm(cm), topo(world_size(), world_rank(), c.parallel.pp, zero_group_of(c), c.parallel.tp), dp(topo.dp()),
           rank(cm.rank()), B(c.training.micro_batch_size), T(c.model.seq_len), accum(c.training.grad_accum_steps),
           sampler_rng(c.run.seed),
           trace(std::make_unique<StepTrace>(c.run.trace, c.run.max_steps, c.run.run_dir, rank, topo.stage())) {
-        // Data first: a bad file fails before any large allocation.
+        // Data first: a bad file fails before any large allocation. HellaSwag's tokenizer is read
+        // before the loaders' I/O threads start (HDF5 may not be thread-safe).
+        if (cfg.run.eval_hellaswag_interval > 0) hellaswag = std::make_unique<HellaSwagInLoop>(cfg, topo.dp_index(), dp);
         LoaderOptions lo;
         lo.path = cfg.data.train;
         lo.B = B;
@@ -622,6 +626,9 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
             log.line("step " + std::to_string(s) + "/" + std::to_string(max_steps) + " | " + buf);
             if (metrics) metrics->set_val_loss(vl);
         }
+        if (I.hellaswag && (s % rc.eval_hellaswag_interval == 0 || s == max_steps))  // app/hellaswag_eval.hpp
+            HellaSwagInLoop::report(s, max_steps, I.hellaswag->evaluate(*I.gpt, I.pipe.get(), I.last_stage(),
+                                                                        I.topo.tp_index() == 0, I.comm), log, metrics);
         // ZeRO-3 gathers the weights for every forward, so its whole group samples in step (every
         // rank draws the same tokens: same gathered weights, same RNG); so does rank 0's pipeline,
         // every stage of it, the last stage's logits broadcast to all; rank 0 prints.

@@ -40,6 +40,9 @@ for d in $(seq 1 12); do
   for s in $(seq 1 40); do echo "Document $d sentence $s tells the quick brown fox to jump over the lazy dog."; done > "$W/text/d$d.txt"
 done
 "$PREP" --vocab-size 300 --val-fraction 0.2 --out-dir "$W/data" "$W/text/*.txt" > "$W/prep.log" 2>&1 || die "llmtrain-prep"
+# Two HellaSwag-format items short enough for seq_len 16, scored at every step (run.eval_hellaswag_interval).
+# (this 300-piece tokenizer is nearly one piece per letter: the longest row is 11 tokens).
+printf '%s\n' "lazy" 0 "dog" "fox" "jump" "over" "brown" 1 "dog" "fox" "the" "over" > "$W/items.txt"
 
 # A tiny model that trains "forever" (it is stopped with SIGTERM) on an OS-picked metrics port.
 cat > "$W/run.toml" <<EOF
@@ -49,6 +52,7 @@ run_dir = "$W/run"
 max_steps = 1000000
 log_interval = 100
 eval_interval = 0
+eval_hellaswag_interval = 1
 sample_interval = 0
 [model]
 n_layer = 1
@@ -59,6 +63,7 @@ vocab_size = 300
 [data]
 train = "$W/data/train.h5"
 val = "$W/data/val.h5"
+hellaswag = "$W/items.txt"
 [training]
 micro_batch_size = 2
 [optimizer]
@@ -101,6 +106,13 @@ for name in llmtrain_step llmtrain_loss llmtrain_learning_rate llmtrain_grad_nor
 done
 grep -q "^llmtrain_step_seconds_bucket{$L,le=\"+Inf\"} [0-9]" "$W/scrape.txt" || die "step_seconds buckets missing"
 grep -q "^llmtrain_memory_bytes{$L,category=\"params\"} [0-9]" "$W/scrape.txt" || die "memory_bytes{category=params} missing"
+# HellaSwag over 2 items: each accuracy is 0, 0.5 or 1.
+for norm in none tokens; do
+  acc=$(sed -n "s|^llmtrain_eval_hellaswag_accuracy{norm=\"$norm\",$L} \(.*\)$|\1|p;s|^llmtrain_eval_hellaswag_accuracy{$L,norm=\"$norm\"} \(.*\)$|\1|p" "$W/scrape.txt")
+  $PY -c "import sys; sys.exit(0 if '$acc' and float('$acc') in (0, 0.5, 1) else 1)" ||
+    die "llmtrain_eval_hellaswag_accuracy{norm=\"$norm\"} = '$acc', expected 0, 0.5 or 1 (2 items)"
+done
+grep -q "hellaswag acc [0-9.]* acc_norm [0-9.]* (2 items)" "$W/train.log" || die "no hellaswag line in the log"
 # The loss of a model over 300 tokens starts near ln(300) = 5.7 and must be a finite positive number.
 loss=$(sed -n "s|^llmtrain_loss{$L} \(.*\)$|\1|p" "$W/scrape.txt")
 $PY -c "import math,sys; v=float('$loss'); sys.exit(0 if math.isfinite(v) and 0 < v < 10 else 1)" ||
