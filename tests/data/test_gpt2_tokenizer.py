@@ -18,13 +18,15 @@ Usage: test_gpt2_tokenizer.py ENCODE_TOOL LLMTRAIN_PREP SOURCE_DIR SCRATCH_DIR
 """
 import hashlib
 import os
-import random
 import shutil
 import subprocess
 import sys
 
 import h5py
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from adversarial_strings import adversarial_strings  # noqa: E402
 
 tool, prep, src, scratch = sys.argv[1:5]
 gpt2_dir = os.path.join(src, "data", "gpt2")
@@ -73,28 +75,7 @@ def encode_reference(paths):
 
 
 # ---- 1. adversarial strings ----
-spaces = "\t\n\x0b\x0c\r \u00a0\u1680\u2000\u2001\u2005\u200a\u2028\u2029\u202f\u205f\u3000\ufeff\u0085\u180e\u200b\x1c\x1f"
-pieces = [
-    "Hello world", "I'm", "you're", "we've", "they'll", "she'd", "it's", "'s", "'S", "''s", "'ss", "don't", "O'Neil's",
-    "😀", "👍🏽", "👨‍👩‍👧‍👦", "🇺🇸🇫🇷", "🏳️‍🌈", "e\u0301", "a\u0300\u0301\u0302\u0303\u0304", "Z\u0351\u0364\u036b\u0300\u034d",
-    "漢字", "日本語のテキスト", "한국어", "中文，标点。", "ภาษาไทย", "العربية", "עברית", "हिन्दी", "Ελληνικά", "русский",
-    "abcабвαβγ", "١٢٣", "Ⅻ", "½²³", "１２３", "𝔘𝔫𝔦𝔠𝔬𝔡𝔢", "\x00\x01\x02\x07\x1b\x7f", "<|endoftext|>", "ﬁ", "İı",
-    "12345678901234567890", " 42", "3.14159", "$100,000", "#hashtag", "@user", "C++", "a\\b", "::", "...", "?!", " ",
-    "  ", "\n", "\n\n", "\r\n", "\t",
-] + list(spaces)
-adversarial = [
-    "", "Hello world", " ", "  leading", "trailing  ", "\n\n\nparagraphs\n\n\n", " " * 5000, " " * 3000 + "word", "x" + " " * 3000,
-    "\n" * 1000, " \t\n" * 500, "9" * 3000, "1234567890" * 300, " 123 4567 89", "'s't're've'm'll'd",
-    "It's the dog's bone; they'd've done it.", "\u0300" * 50 + "a", "😀" * 200, "漢" * 500,
-    "".join(chr(0x4E00 + (i * 7919) % 20000) for i in range(3000)),       # rare CJK: one long piece, many merges
-    "".join(chr(0x1F300 + (i * 31) % 700) for i in range(1000)),          # emoji soup
-    "x" + "".join(spaces) * 3 + "y", "".join(p + s for p in pieces for s in (" ", "")),
-    "<|endoftext|>Start<|endoftext|>", "\x00" * 100, "".join(chr(c) for c in range(1, 128)),
-]
-rng = random.Random(21)
-for _ in range(300):  # random mixtures of all the pieces above
-    adversarial.append("".join(rng.choice(pieces + [" " * rng.randint(1, 40), "7" * rng.randint(1, 40)])
-                               for _ in range(rng.randint(1, 60))))
+adversarial = adversarial_strings()
 paths = write_inputs("adversarial", [s.encode("utf-8") for s in adversarial])
 ours, ref = encode_ours(paths), encode_reference(paths)
 n_bad = 0

@@ -5,9 +5,9 @@
 //   llmtrain-prep --from-llmc 'train_*.bin' [--llmc-val 'val_*.bin'] --out-dir DIR
 //
 // Three passes over the corpus, so memory does not grow with it: count the documents, train a
-// SentencePiece BPE tokenizer on their lines (skipped with --tokenizer FILE.model or --tokenizer
-// gpt2), then encode each document on every core (blocks of documents, results kept in corpus
-// order), append EOS and write it to train.h5 or val.h5. The validation split is a seeded random
+// SentencePiece BPE tokenizer on their lines (skipped with --tokenizer FILE.model or a tokenizer of
+// the tiktoken family: gpt2, cl100k_base, o200k_base, tiktoken:PATH), then encode each document on
+// every core (blocks of documents, results kept in corpus order), append EOS and write it to train.h5 or val.h5. The validation split is a seeded random
 // subset of whole documents. Outputs are written into a staging directory inside DIR and renamed
 // into place only after all succeeded: a failed run leaves DIR's previous files as they were.
 // Exit codes: 0 success, 2 bad input (usage, missing/unreadable input or tokenizer, no documents,
@@ -33,6 +33,7 @@
 #include "data/window_order.hpp"
 #include "tools/prep/corpus.hpp"
 #include "tools/prep/llmc.hpp"
+#include "tools/prep/tokenizer_choice.hpp"
 
 namespace fs = std::filesystem;
 using namespace llmtrain;
@@ -51,6 +52,8 @@ struct Args {
     int num_threads = std::max(1u, std::thread::hardware_concurrency());
     std::string tokenizer;
     std::string gpt2_ranks = "data/gpt2/gpt2.tiktoken";
+    std::string tiktoken_dir = "data/tiktoken";
+    SpecialTokenOptions special;
     std::vector<std::string> llmc_train, llmc_val;
     double val_fraction = 0.05;
     uint64_t seed = 1337;
@@ -206,11 +209,11 @@ int run(const Args& a) {
 
     std::optional<Tokenizer> tok;
     TokenizerTrainStats train_stats;
-    const bool gpt2 = a.tokenizer == Tokenizer::kGpt2;
-    if (gpt2) {
-        tok.emplace(Tokenizer::gpt2_from_file(a.gpt2_ranks));
-    } else if (!a.tokenizer.empty()) {
-        tok.emplace(Tokenizer::from_file(a.tokenizer));
+    std::string tok_summary;
+    // The tiktoken family's datasets carry the ranks themselves: no tokenizer.model is written.
+    const bool tiktoken = prep::is_tiktoken_family(a.tokenizer);
+    if (!a.tokenizer.empty()) {
+        tok.emplace(prep::load_tokenizer({a.tokenizer, a.gpt2_ranks, a.tiktoken_dir, a.special}, tok_summary));
     } else {
         DocumentReader reader(files, a.separator);
         std::deque<std::string> lines;
@@ -290,7 +293,7 @@ int run(const Args& a) {
     train.finish();
     if (val) val->finish();
     const double total_s = seconds_since(t_start);
-    if (!gpt2) write_file(staging.dir / "tokenizer.model", tok->model_bytes());
+    if (!tiktoken) write_file(staging.dir / "tokenizer.model", tok->model_bytes());
 
     // Commit: every output is complete, so rename them over the previous ones.
     fs::rename(staging.dir / "train.h5", out_dir / "train.h5");
@@ -299,23 +302,20 @@ int run(const Args& a) {
     } else if (fs::exists(out_dir / "val.h5")) {
         fs::remove(out_dir / "val.h5");  // a stale split of another tokenizer or corpus
     }
-    if (!gpt2)
+    if (!tiktoken)
         fs::rename(staging.dir / "tokenizer.model", out_dir / "tokenizer.model");
     else if (fs::exists(out_dir / "tokenizer.model"))
-        fs::remove(out_dir / "tokenizer.model");  // a stale SentencePiece model: the datasets hold GPT-2's ranks
+        fs::remove(out_dir / "tokenizer.model");  // a stale SentencePiece model: the datasets hold the ranks
 
     const double bits = unigram_entropy_bits(counts);
     std::printf("llmtrain-prep: %llu documents from %zu file(s) (%llu blank skipped): %llu train, %llu val\n",
                 (unsigned long long)n_docs, files.size(), (unsigned long long)reader.skipped_blank(),
                 (unsigned long long)(n_docs - n_val), (unsigned long long)n_val);
-    if (gpt2)
-        std::printf("tokenizer: GPT-2 byte-level BPE from %s, vocab_size %d, end-of-text %d\n", a.gpt2_ranks.c_str(),
-                    vocab, eos);
-    else if (a.tokenizer.empty())
+    if (a.tokenizer.empty())
         std::printf("tokenizer: trained BPE, vocab_size %d, byte_fallback, %llu sentences (%llu long lines split)\n",
                     vocab, (unsigned long long)train_stats.sentences, (unsigned long long)train_stats.split_lines);
     else
-        std::printf("tokenizer: loaded %s, vocab_size %d\n", a.tokenizer.c_str(), vocab);
+        std::printf("tokenizer: %s\n", tok_summary.c_str());
     std::printf("tokens: train %llu, val %llu (EOS id %d after each document)\n", (unsigned long long)train_tokens,
                 (unsigned long long)val_tokens, eos);
     std::printf("encoding: %.2f s on %d threads, %.0f tokens/s (%.0f tokens/s with reading and writing)\n", encode_s,
@@ -323,7 +323,7 @@ int run(const Args& a) {
                 (train_tokens + val_tokens) / std::max(total_s, 1e-9));
     std::printf("unigram entropy of train tokens: %.4f bits/token = %.4f nats/token (the loss of a model that ignores context)\n",
                 bits, bits * std::log(2.0));
-    std::string wrote = gpt2 ? "" : (out_dir / "tokenizer.model").string() + ", ";
+    std::string wrote = tiktoken ? "" : (out_dir / "tokenizer.model").string() + ", ";
     wrote += (out_dir / "train.h5").string() + (val ? ", " + (out_dir / "val.h5").string() : "");
     std::printf("wrote %s\n", wrote.c_str());
     return 0;
@@ -351,10 +351,27 @@ int main(int argc, char** argv) {
         ->check(kPositive)
         ->capture_default_str();
     app.add_option("--tokenizer", a.tokenizer,
-                   "'gpt2' (GPT-2's BPE, ranks from --gpt2-ranks) or an existing SentencePiece .model to use "
-                   "instead of training one");
+                   "'gpt2' (GPT-2's BPE, ranks from --gpt2-ranks), 'cl100k_base' or 'o200k_base' (ranks from "
+                   "--tiktoken-dir), 'tiktoken:PATH' (a tiktoken ranks file such as Llama 3's tokenizer.model, "
+                   "cl100k's split pattern), or an existing SentencePiece .model to use instead of training one");
     app.add_option("--gpt2-ranks", a.gpt2_ranks, "GPT-2's ranks file (tools/fetch_gpt2.sh data/gpt2 writes it)")
         ->capture_default_str();
+    app.add_option("--tiktoken-dir", a.tiktoken_dir,
+                   "holds cl100k_base.tiktoken and o200k_base.tiktoken (tools/fetch_tiktoken.sh data/tiktoken)")
+        ->capture_default_str();
+    app.add_option("--special", a.special.specials,
+                   "tiktoken:PATH: a special token TEXT=ID (repeatable; e.g. '<|end_of_text|>=128001'); default: "
+                   "tokenizer_config.json beside PATH, else Llama 3's 256 after the last rank")
+        ->allow_extra_args(false);  // one TEXT=ID per --special: the inputs that follow stay inputs
+    app.add_option("--special-tokens", a.special.file,
+                   "tiktoken:PATH: read the special tokens (and eos/bos) from this HuggingFace tokenizer_config.json "
+                   "or tokenizer.json");
+    app.add_option("--eos", a.special.eos,
+                   "tiktoken:PATH: the special token (text or id) appended after each document; default: the JSON's "
+                   "eos_token, else <|end_of_text|>, else <|endoftext|>");
+    app.add_option("--bos", a.special.bos,
+                   "tiktoken:PATH: the begin-of-text special token recorded as bos_id (text, id or 'none'); default: "
+                   "the JSON's bos_token, else <|begin_of_text|> if present");
     app.add_option("--from-llmc", a.llmc_train,
                    "convert llm.c token shards (files or quoted globs) into train.h5 instead of tokenizing text");
     app.add_option("--llmc-val", a.llmc_val, "with --from-llmc: llm.c shards for val.h5");
