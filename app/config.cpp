@@ -334,6 +334,7 @@ const std::vector<Field>& fields() {
         field("parallel", "timeout_s", &C::parallel, &ParallelConfig::timeout_s, non_negative<double>()),
         field("parallel", "comm", &C::parallel, &ParallelConfig::comm, one_of({"auto", "nccl", "mpi"})),
         field("parallel", "hierarchical_allreduce", &C::parallel, &ParallelConfig::hierarchical_allreduce),
+        field("parallel", "overlap_grad_reduce", &C::parallel, &ParallelConfig::overlap_grad_reduce),
 
         list_field("pipeline", "layers_per_stage", &C::pipeline, &PipelineConfig::layers_per_stage, at_least(1)),
         field("pipeline", "schedule", &C::pipeline, &PipelineConfig::schedule, pipeline_schedule()),

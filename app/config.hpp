@@ -98,6 +98,7 @@ struct ParallelConfig {
     double timeout_s = 600;             ///< a collective waiting longer ends the job; 0 = never
     std::string comm = "auto";          ///< "auto" | "nccl" | "mpi": device-buffer Comm (auto: nccl on cuda, mpi on cpu)
     bool hierarchical_allreduce = false;  ///< MPI all-reduces through the nodes (parallel/hier_comm.hpp)
+    bool overlap_grad_reduce = true;    ///< DP / ZeRO-1: reduce each unit's gradient while the backward goes on
     friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

@@ -233,6 +233,7 @@ struct Trainer::Impl {
         } else {
             for (int a = 0; a < accum; ++a) {  // queued: the losses are read once, below
                 train->next(inputs.data(), targets.data());
+                engine->reduce_during_backward(cfg.parallel.overlap_grad_reduce && a == accum - 1);
                 gpt->forward_backward(inputs.data(), targets.data(), dloss);
             }
         }

@@ -73,6 +73,11 @@ class CommWork {
 public:
     virtual ~CommWork() = default;
     virtual void wait() = 0;
+    /// Moves the operation on without blocking (MpiComm: polls MPI once, starting a sum's second
+    /// phase when the first is done) and returns true once wait() would return at once. Call it
+    /// between pieces of compute to overlap them with the transfer. Default: false (the transfer
+    /// advances by itself, e.g. on NCCL's stream). Errors: as wait(), which then rethrows.
+    virtual bool test() { return false; }
 };
 using CommHandle = std::unique_ptr<CommWork>;
 

@@ -12,9 +12,11 @@
 // Asynchrony. Every operation starts non-blocking MPI calls and returns an MpiWork that owns what
 // MPI reads and writes until completion (count arrays, datatypes, and scratch, which it hands back
 // to its Comm's pool when done). A sum has a second phase (the local add, then for all_reduce an
-// MPI_Iallgatherv) that wait() starts, so ranks must wait on their reduces in the same order
-// (MPI matches collectives on a communicator by the order they are started). Handles are
-// independent otherwise: several may be in flight on one Comm; wait them before the Comm goes.
+// MPI_Iallgatherv) that wait() or test() starts once the first is done. MPI matches collectives on
+// a communicator by the order they are started, so the all-gathers run on a second communicator
+// and start in the order their all-reduces did (PhaseOrder: test() leaves an early one waiting for
+// its turn); ranks must still wait on their reduces in the order started. Several handles may be in
+// flight on one Comm; wait them before the Comm goes.
 //
 // Timeout (CommOptions::timeout_s, config key parallel.timeout_s). wait() polls with MPI_Testall —
 // spinning (yielding) for 100 ms, then sleeping 100 us doubling to 1 ms between polls, so a rank waiting on a hung
@@ -191,6 +193,12 @@ std::vector<std::unique_ptr<Inflight>>& abandoned() {
 
 using Clock = std::chrono::steady_clock;
 
+/// The order in which a Comm's all-reduces start their all-gathers (on a communicator of their own):
+/// the order the all-reduces were started, on every rank alike, whether wait() or test() starts them.
+struct PhaseOrder {
+    uint64_t issued = 0, started = 0;  // tickets handed out; all-gathers started (whose turn it is)
+};
+
 /// An operation in flight on an MpiComm (see the file comment for the phases and the timeout).
 class MpiWork final : public CommWork {
 public:
@@ -206,6 +214,11 @@ public:
     /// The second phase: runs inside wait() once the first phase's requests complete; it may
     /// start more requests (into st().reqs), which wait() then waits for too.
     void then(std::function<void(Inflight&)> f) { next_ = std::move(f); }
+    /// The second phase starts only in `order`'s turn for `ticket` (all-reduce's all-gather).
+    void in_order(std::shared_ptr<PhaseOrder> order, uint64_t ticket) {
+        order_ = std::move(order);
+        ticket_ = ticket;
+    }
     const std::string& what() const { return what_; }
 
     void wait() override {
@@ -217,9 +230,10 @@ public:
             const Clock::time_point start = Clock::now();
             poll(start);
             if (next_) {
-                auto f = std::move(next_);
-                next_ = nullptr;
-                f(*st_);
+                if (!my_turn())
+                    throw std::logic_error(what_ + ": waited before an all-reduce started earlier on this Comm; wait "
+                                                   "them in the order they were started");
+                second_phase();
                 poll(start);
             }
         } catch (const std::exception& e) {
@@ -228,6 +242,26 @@ public:
             throw;
         }
         st_.reset();
+    }
+
+    bool test() override {
+        if (!st_) return true;  // done, or failed (wait() rethrows)
+        try {
+            int done = 0;
+            check(MPI_Testall(int(st_->reqs.size()), st_->reqs.data(), &done, MPI_STATUSES_IGNORE),
+                  "MPI_Testall (" + what_ + ")");
+            if (!done) return false;
+            if (next_) {  // the second phase starts now if its turn has come; wait() polls what it adds
+                if (my_turn()) second_phase();
+                return false;
+            }
+        } catch (const std::exception& e) {
+            error_ = e.what();
+            abandoned().push_back(std::move(st_));
+            return true;
+        }
+        st_.reset();
+        return true;
     }
 
     ~MpiWork() override {
@@ -279,8 +313,18 @@ private:
         }
     }
 
+    bool my_turn() const { return !order_ || order_->started == ticket_; }
+    void second_phase() {
+        auto f = std::move(next_);
+        next_ = nullptr;
+        f(*st_);
+        if (order_) ++order_->started;
+    }
+
     std::string what_, waiting_for_;
     std::vector<int> peers_;
+    std::shared_ptr<PhaseOrder> order_;  // null: a second phase without MPI calls (reduce-scatter's add)
+    uint64_t ticket_ = 0;
     double timeout_s_;
     std::unique_ptr<Inflight> st_;  // null once complete or abandoned
     std::function<void(Inflight&)> next_;
@@ -295,9 +339,13 @@ public:
         MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
         MPI_Comm_rank(comm_, &rank_);
         MPI_Comm_size(comm_, &size_);
+        check(MPI_Comm_dup(comm_, &phase2_), "MPI_Comm_dup");
+        MPI_Comm_set_errhandler(phase2_, MPI_ERRORS_RETURN);
     }
     ~MpiComm() override {
-        if (mpi_active()) MPI_Comm_free(&comm_);
+        if (!mpi_active()) return;
+        MPI_Comm_free(&phase2_);
+        MPI_Comm_free(&comm_);
     }
     int rank() const override { return rank_; }
     int size() const override { return size_; }
@@ -339,7 +387,8 @@ public:
                                  st.next_request()),
                   "MPI_Ialltoallv (" + w->what() + ")");
         }
-        w->then([segs = std::move(segs), buf, t, es, P, me, T, comm = comm_, what = w->what(), perturb = perturb_](Inflight& st) {
+        w->in_order(order_, order_->issued++);
+        w->then([segs = std::move(segs), buf, t, es, P, me, T, comm = phase2_, what = w->what(), perturb = perturb_](Inflight& st) {
             for (const Segment& s : segs) {
                 const auto* a = &st.arrays[s.arr];
                 uint8_t* seg = static_cast<uint8_t*>(buf) + s.off * es;
@@ -483,6 +532,8 @@ private:
     }
 
     MPI_Comm comm_;
+    MPI_Comm phase2_;  // the all-reduces' all-gathers, started in PhaseOrder
+    std::shared_ptr<PhaseOrder> order_ = std::make_shared<PhaseOrder>();
     int rank_ = 0, size_ = 1;
     std::vector<int> world_;  // world rank of each group index
     double timeout_s_;

@@ -139,9 +139,14 @@ void ZeroEngine::finish_reduce(Slot& s) {
 
 void ZeroEngine::reduce_grads() {
     while (!reduce_order_.empty()) finish_reduce(*reduce_order_.front());
+    for (auto& h : early_ops_) h->wait();  // reduce_during_backward's, in the order started
+    early_ops_.clear();
+    std::vector<bool> done(layout_.units().size(), false);
+    if (early_unit_.size() == done.size()) done.swap(early_unit_);  // done: what the backward reduced; early_unit_ cleared for the next step
+    early_ = false;
     if (opt_.stage == 1) {
         for (size_t u = 0; u < layout_.units().size(); ++u) {
-            if (!held_[u]) continue;
+            if (!held_[u] || done[u]) continue;
             const char* src = full_at(grads_, int(u));
             const size_t n = chunk(int(u));
             if (wire_recv_ == nullptr)
@@ -152,6 +157,11 @@ void ZeroEngine::reduce_grads() {
     }
     if (replicas_.size() == 1) return;
     if (wire_recv_ == nullptr) {
+        if (opt_.stage == 0 && std::find(done.begin(), done.end(), true) != done.end()) {
+            for (size_t u = 0; u < layout_.units().size(); ++u)  // the units the backward did not report
+                if (held_[u] && !done[u]) replicas_.all_reduce_sum(full_at(grads_, int(u)), chunk(int(u)), ops_.act_dtype());
+            return;
+        }
         replicas_.all_reduce_sum(gshard_, shard_numel_, ops_.act_dtype());
         return;
     }
@@ -265,8 +275,23 @@ void* ZeroEngine::acquire_grads(int u) {
     return s->buf;
 }
 
+void ZeroEngine::reduce_during_backward(bool on) {
+    const bool something = opt_.stage == 0 ? replicas_.size() > 1 : opt_.stage == 1 && N_ > 1;
+    early_ = on && something && wire_recv_ == nullptr;
+    if (early_unit_.empty()) early_unit_.assign(layout_.units().size(), false);
+}
+
 void ZeroEngine::grads_done(int u) {
-    if (opt_.stage < 2) return;
+    if (opt_.stage < 2) {
+        if (!early_ || !held_[size_t(u)] || early_unit_[size_t(u)]) return;
+        for (auto& h : early_ops_) h->test();  // the earlier units' transfers move on meanwhile
+        char* g = full_at(grads_, u);  // stage 0: the shard is the whole buffer (N = 1)
+        early_ops_.push_back(opt_.stage == 0
+                                 ? replicas_.all_reduce_sum_async(g, chunk(u), ops_.act_dtype())
+                                 : zero_.reduce_scatter_sum_async(g, shard_at(gshard_, u), chunk(u), ops_.act_dtype()));
+        early_unit_[size_t(u)] = true;
+        return;
+    }
     Slot& s = u == 0 ? gemb_ : *std::find_if(gslots_.begin(), gslots_.end(), [&](const Slot& x) { return x.unit == u; });
     s.in_use = false;
     start_reduce(s);

@@ -74,6 +74,14 @@ public:
     /// Completes the reduction of the step's gradients: pending reduce-scatters (stages 2, 3), the
     /// per-unit reduce-scatter of the full grads (stage 1), then the all-reduce across replicas.
     void reduce_grads();
+    /// parallel.overlap_grad_reduce: `on` says the next backward is the step's last one. Stages 0 and
+    /// 1 then start each unit's reduction (the replica all-reduce at stage 0, the ZeRO group's
+    /// reduce-scatter at stage 1) as soon as its gradient is complete (grads_done), nudging the ones
+    /// in flight at every later unit, and reduce_grads() only waits for them, in the order started
+    /// (PyTorch DDP's buckets, a unit each). Sums are per element in rank order either way: the same
+    /// bits. No effect at stages 2-3 (they always do so), with a reduce dtype other than the act
+    /// dtype, or with nothing to reduce.
+    void reduce_during_backward(bool on);
     /// Sum over every dp rank of the squared reduced gradient (collective over the ZeRO group, then,
     /// with sub-DP, a broadcast from replica 0 over the replica group: bitwise the same on every dp rank;
     /// scratch: one device fp32), without unit 0 when skip_embeddings (the pipeline's last stage:
@@ -143,6 +151,9 @@ private:
     std::array<Slot, 2> gslots_;  // stages 2-3: layer / ln_f gradients
     int next_gslot_ = 0;
     std::vector<Slot*> reduce_order_;  // slots with a reduce in flight, in the order started
+    bool early_ = false;               // reduce_during_backward(true): stages 0-1 start per unit
+    std::vector<CommHandle> early_ops_;  // those reductions, in the order started
+    std::vector<bool> early_unit_;     // per unit: its reduction was started in the backward
     size_t piece_ = 0;           // elements per rank's piece of a cast reduction (reduce_piece_bytes)
     void* wire_send_ = nullptr;  // (N x piece_) reduce dtype: every rank's part of a piece, rank order
     void* wire_recv_ = nullptr;  // (piece_) reduce dtype; non-null: gradients travel in reduce dtype

@@ -8,6 +8,7 @@
 # so moving ranks onto other hosts must not change a bit: DP, ZeRO-1/2/3, ZeRO-3 in node-local
 # groups (sub-DP), pp 2 with a stage per node, tp 2 inside a node x dp 2 across, offloaded AdamW,
 # and the emulated CUDA backend (its NCCL runs over MPI) at ZeRO-1.
+# DP and ZeRO-1 with parallel.overlap_grad_reduce off (reduced after the backward, not during it): bitwise.
 # parallel.hierarchical_allreduce: bitwise the flat DP on one node (it does not apply there); across
 # nodes within the tolerance below of one process and of the flat DP.
 # Against one process at the same global batch (grad_accum_steps 4 x micro-batch 2): DP and
@@ -44,6 +45,11 @@ both z3_local --set parallel.zero_stage=3 --set parallel.zero_group_size=2
 both pp2 --set parallel.pp=2 --set training.grad_accum_steps=2 --set parallel.zero_stage=1
 both tp2 --set parallel.tp=2
 both offload --set 'optimizer.offload="cpu"' --set optimizer.offload_chunk_mb=0.01
+# Reducing after the whole backward instead of during it (parallel.overlap_grad_reduce): the same sums.
+MPI=on_cluster run 4 dp_serial_2n --set parallel.overlap_grad_reduce=false
+compare dp_2n dp_serial_2n 0
+MPI=on_cluster run 4 z1_serial_2n --set parallel.overlap_grad_reduce=false --set parallel.zero_stage=1
+compare z1_2n z1_serial_2n 0
 grep -q "nodes: world 4 on 2 nodes (2 ranks each)" "$WORK/dp_2n.log" || { echo "FAILED: no node line"; cat "$WORK/dp_2n.log"; exit 1; }
 grep -q "warning: ZeRO-3 group \[0,1,2,3\] spans nodes 0, 1" "$WORK/z3_2n.log" || { echo "FAILED: no ZeRO-3 warning"; exit 1; }
 if grep -q "warning" "$WORK/z3_local_2n.log"; then echo "FAILED: node-local ZeRO-3 warned"; exit 1; fi

@@ -96,6 +96,44 @@ TEST(ZeroEngine, TrafficAndMemoryMatchTheFormulas) {
         }
 }
 
+TEST(ZeroEngine, ReducingDuringTheBackwardGivesTheSameBitsAndStartsEarly) {
+    // parallel.overlap_grad_reduce: at stages 0 and 1 each unit's reduction starts in grads_done
+    // during the last micro-batch's backward. Reference: the same step (same params, same tokens)
+    // reduced after the backward. The reduced gradient must be bitwise the same (per-element
+    // rank-order sums either way), and by the end of the backward, before reduce_grads(), one
+    // collective per unit must already have been started (the CommStats call count).
+    const int W = world_size(), me = world_rank();
+    for (int stage : {0, 1})
+        for (int accum : {1, 2}) {
+            std::vector<std::vector<float>> g(2);
+            for (int early = 0; early < 2; ++early) {
+                Config cfg = tiny();
+                cfg.parallel.zero_stage = stage;
+                auto ops = make_backend("cpu", "fp32");
+                Allocator alloc(*ops);
+                Topology topo(W, me, 1, zero_group_of(cfg));
+                ModelState s = make_model_state(cfg, alloc, topo, mpi_comms);
+                s.gpt->init_params(7);
+                Comm& c = stage == 0 ? *s.replica_comm : *s.zero_comm;
+                const CommOp op = stage == 0 ? CommOp::all_reduce : CommOp::reduce_scatter;
+                std::mt19937 rng(99 + me);
+                std::vector<int> tok(32), tgt(32);
+                s.engine->begin_step();
+                for (int m = 0; m < accum; ++m) {
+                    for (int i = 0; i < 32; ++i) tok[i] = int(rng() % 301), tgt[i] = int(rng() % 301);
+                    s.engine->reduce_during_backward(early && m == accum - 1);
+                    s.gpt->forward_backward(tok.data(), tgt.data(), 1.0f / 64);
+                }
+                const uint64_t started = c.stats().calls[int(op)];
+                s.engine->reduce_grads();
+                EXPECT_EQ(started, early ? s.layout->units().size() : 0u) << "stage " << stage << " accum " << accum;
+                const float* gs = static_cast<const float*>(s.engine->grad_shard());
+                g[early].assign(gs, gs + s.engine->shard_numel());
+            }
+            EXPECT_EQ(g[0], g[1]) << "stage " << stage << " accum " << accum << ": not bitwise";
+        }
+}
+
 TEST(ZeroEngine, DryRunCountsWhatTheRealRunAllocates) {
     // estimate_memory builds rank 0 over the counting backend; a real rank 0 must hold the same bytes.
     const int W = world_size(), me = world_rank();
