@@ -26,10 +26,10 @@ std::string checkpoint_dir(const std::string& arg) {
     namespace fs = std::filesystem;
     std::string dir = arg;
     if (!fs::exists(fs::path(arg) / "state.toml")) {
-        const auto run = current_run_id(arg);
-        if (!run) throw CheckpointError(arg + ": neither a checkpoint directory (no state.toml) nor a run directory "
+        dir = find_resume_checkpoint(arg).dir;  // latest's when it verifies, as resume = "auto" takes it
+        if (dir.empty())
+            throw CheckpointError(arg + ": neither a checkpoint directory (no state.toml) nor a run directory "
                                         "with a checkpoint that verifies");
-        dir = find_latest_checkpoint(arg, *run).dir;
     }
     if (const std::string why = checkpoint_problem(dir); !why.empty())
         throw CheckpointError("checkpoint '" + dir + "': " + why);
