@@ -165,7 +165,7 @@ TiktokenFileSpec tiktoken_file_spec(const std::string& ranks_path, const Special
             const int n_ranks = static_cast<int>(std::count(spec.ranks.begin(), spec.ranks.end(), '\n') +
                                                  (!spec.ranks.empty() && spec.ranks.back() != '\n'));
             spec.specials = llama3_special_tokens(n_ranks);
-            spec.origin = "Llama 3's 256 special tokens from id " + std::to_string(n_ranks) + " (the default)";
+            spec.origin = "Llama 3's default set (ids " + std::to_string(n_ranks) + ".." + std::to_string(n_ranks + 255) + ")";
         }
     }
     for (const SpecialToken& s : spec.specials)

@@ -35,7 +35,7 @@ Tokenizer load_tokenizer(const TokenizerChoice& c, std::string& summary) {
         const TiktokenFileSpec spec = tiktoken_file_spec(path, sp);
         Tokenizer tok = Tokenizer::tiktoken_from_spec(spec, path);
         summary = "tiktoken ranks file " + path + " (cl100k_base's split pattern), " +
-                  std::to_string(spec.specials.size()) + " special tokens from " + spec.origin + ", vocab_size " +
+                  std::to_string(spec.specials.size()) + " special tokens (from " + spec.origin + "), vocab_size " +
                   std::to_string(tok.vocab_size()) + ", eos " + special_name(tok, tok.eos_id()) + ", bos " +
                   special_name(tok, tok.bos_id()) + " (not added to documents)";
         return tok;
