@@ -23,9 +23,9 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
     char buf[400];
     const GPTConfig g = gpt_config_of(cfg);
     const int64_t global = global_batch_of(cfg, opt.world);
-    std::snprintf(buf, sizeof buf, "plan: GPT-2 %d layers x %d embd (%.4g parameters), world %d, global batch %lld x %d "
+    std::snprintf(buf, sizeof buf, "plan: %s %d layers x %d embd (%.4g parameters), world %d, global batch %lld x %d "
                   "tokens, micro_batch_size %d, %s; memory cap %s = %s x (1 - margin %.2f)",
-                  g.n_layer, g.n_embd, double(ParamLayout(g).num_parameters()), opt.world, (long long)global,
+                  g.arch == Arch::llama ? "Llama" : "GPT-2", g.n_layer, g.n_embd, double(ParamLayout(g).num_parameters()), opt.world, (long long)global,
                   cfg.model.seq_len, cfg.training.micro_batch_size, cfg.training.precision.c_str(),
                   size_text(cap_of(opt)).c_str(), size_text(opt.device_memory).c_str(), opt.margin);
     out.push_back(buf);

@@ -22,6 +22,7 @@
 #include "data/tokenizer.hpp"
 #include "model/backend.hpp"
 #include "model/cpu/peak_flops.hpp"
+#include "model/arch.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/grad_clip.hpp"
@@ -51,6 +52,15 @@ std::string shape_of(const GPTConfig& m) {
     return "n_layer=" + std::to_string(m.n_layer) + " n_head=" + std::to_string(m.n_head) +
            " n_embd=" + std::to_string(m.n_embd) + " seq_len=" + std::to_string(m.seq_len) +
            " vocab_size=" + std::to_string(m.vocab_size);
+}
+
+/// The start-up summary's model: "GPT-2 <shape>", or "Llama <shape> n_kv_head=K intermediate_size=F"
+/// and "untied" when its head is (model/arch.hpp).
+std::string arch_shape_of(const GPTConfig& m) {
+    if (m.arch == Arch::gpt2) return "GPT-2 " + shape_of(m);
+    const ArchSpec s(m);
+    return "Llama " + shape_of(m) + " n_kv_head=" + std::to_string(s.NKV) + " intermediate_size=" +
+           std::to_string(s.F) + (s.tied ? "" : " untied");
 }
 
 }  // namespace
@@ -418,7 +428,7 @@ std::vector<std::string> Trainer::summary() const {
     out.push_back("attention: " + std::string(I.ops->attention_name()) + " (" + I.ops->attention_reason() + ")");
     out.push_back("parallel: zero_stage " + std::to_string(c.parallel.zero_stage) + ", grad_reduce_dtype " +
                   c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
-    out.push_back("model: GPT-2 " + shape_of(I.gcfg) + " | " + format_thousands(double(I.nparams())) +
+    out.push_back("model: " + arch_shape_of(I.gcfg) + " | " + format_thousands(double(I.nparams())) +
                   " parameters" +
                   (I.topo.tp() > 1 ? ", " + format_thousands(double(I.layout->num_parameters())) + " on this TP rank"
                                    : std::string()));

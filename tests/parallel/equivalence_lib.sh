@@ -5,6 +5,10 @@
 # weights, bitwise or within a tolerance (see zero_equivalence.sh for the tolerances and the c_attn
 # key-bias exception); `same`: two step_3 checkpoints' weights and AdamW moments bitwise.
 # Needs: BIN (llmtrain), MPI (mpiexec), DATA (tiny dataset dir), WORK (work dir), VOCAB, PY (python3).
+# LLAMA: the overrides that make the same runs a Llama (model.arch = "llama": 4 query heads of 8
+# over 2 key/value heads, SwiGLU width 64, tied head), for each script's Llama cases.
+LLAMA=(--set 'model.arch="llama"' --set model.n_embd=32 --set model.n_head=4 --set model.n_kv_head=2
+       --set model.intermediate_size=64)
 
 run() {  # run <np> <name> [--set overrides...]
     local np=$1 name=$2

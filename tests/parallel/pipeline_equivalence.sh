@@ -58,4 +58,12 @@ run 4 pp2_dp2_z1 "${L4[@]}" --set parallel.pp=2 --set parallel.zero_stage=1 --se
 compare dp2_m2 pp2_dp2_z1 1e-5
 grep -q "pipeline: pp 2, schedule 1f1b" "$WORK/pp2_dp2_z1.log" || { echo "pp2_dp2_z1: no pipeline summary"; exit 1; }
 grep -q "x dp 2 = global_batch_size 8 " "$WORK/pp2_dp2_z1.log" || { echo "pp2_dp2_z1: global batch not 2 x 2 x dp 2"; exit 1; }
+# Llama: pp 2 (1F1B, 2 micro-batches) against one process, tied and untied (lm_head in the final
+# unit, on the last stage; the first stage's embedding table alone).
+for tie in true false; do
+    run 1 llama_ref_$tie "${L4[@]}" "${LLAMA[@]}" --set model.tie_embeddings=$tie --set training.grad_accum_steps=2
+    run 2 llama_pp2_$tie "${L4[@]}" "${LLAMA[@]}" --set model.tie_embeddings=$tie --set parallel.pp=2 \
+        --set training.grad_accum_steps=2 --set 'activation_checkpoint.ratio_per_stage=[0.5, 0.0]'
+    compare llama_ref_$tie llama_pp2_$tie 1e-5
+done
 echo "pipeline_equivalence: all comparisons passed"

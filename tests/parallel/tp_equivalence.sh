@@ -148,4 +148,20 @@ PY
 mem 2 mem_tp2 --set parallel.tp=2
 ZERO=1 mem 4 mem_tp2z1 --set parallel.tp=2 --set parallel.zero_stage=1
 mem 2 mem_tp2sp --set parallel.tp=2 --set parallel.sequence_parallel=true
+# Llama (grouped-query attention: query and key/value heads split over tp, gate|up column- and
+# down row-parallel, untied head vocab-parallel): tp 2, tp 2 with sequence parallelism and tp 2 x pp 2
+# against one process, same tolerances; a tp 2 checkpoint resaved at tp 1 bitwise; --dry-run at tp 2
+# against the Allocator's peak within 2%.
+LU=("${LLAMA[@]}" --set model.tie_embeddings=false --set checkpoint.interval=3)
+run 1 llama_ref "${LU[@]}"
+run 2 llama_tp2 "${LU[@]}" --set parallel.tp=2
+compare llama_ref llama_tp2 $LT 0 $WT
+norms llama_ref llama_tp2
+run 2 llama_tp2sp "${LU[@]}" "${SP[@]}" --set parallel.tp=2
+compare llama_ref llama_tp2sp $LT 0 $WT
+run 4 llama_tp2pp2 "${LU[@]}" --set parallel.tp=2 --set parallel.pp=2
+compare llama_ref llama_tp2pp2 $LT 0 $WT
+resave 1 llama_tp2 llama_tp2_to_1 "${LU[@]}"
+same llama_tp2 llama_tp2_to_1
+mem 2 mem_llama_tp2 "${LLAMA[@]}" --set model.n_embd=128 --set model.intermediate_size=0 --set parallel.tp=2
 echo "tp_equivalence: all comparisons passed"

@@ -58,4 +58,17 @@ run 2 off_dp2 "${OFF[@]}"
 compare dp2 off_dp2 0
 run 2 off_half_z2 "${OFF[@]}" --set optimizer.offload_fraction=0.5 --set parallel.zero_stage=2
 compare z2_np2 off_half_z2 0
+# Llama (model.arch = "llama", grouped-query attention): ZeRO-1 and 3 bitwise against plain DP on 2
+# ranks, sub-DP ZeRO-3 2x2 against DP 4 within 1e-5, half the optimizer offloaded at ZeRO-2 bitwise.
+run 2 llama_dp2 "${LLAMA[@]}"
+for stage in 1 3; do
+    run 2 llama_z${stage} "${LLAMA[@]}" --set parallel.zero_stage=$stage
+    compare llama_dp2 llama_z${stage} 0
+done
+run 4 llama_dp4 "${LLAMA[@]}"
+run 4 llama_sub3_2x2 "${LLAMA[@]}" --set parallel.zero_stage=3 --set parallel.zero_group_size=2
+compare llama_dp4 llama_sub3_2x2 1e-5
+run 2 llama_z2 "${LLAMA[@]}" --set parallel.zero_stage=2
+run 2 llama_off_half_z2 "${LLAMA[@]}" "${OFF[@]}" --set optimizer.offload_fraction=0.5 --set parallel.zero_stage=2
+compare llama_z2 llama_off_half_z2 0
 echo "zero_equivalence: all comparisons passed"
