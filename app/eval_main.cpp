@@ -1,4 +1,4 @@
-// app/eval_main.cpp — llmtrain-eval: a model scored on a task (docs/training.md "llmtrain-eval").
+// app/eval_main.cpp — llmtrain-eval: a model scored on a task (docs/evaluation.md "llmtrain-eval").
 //
 //   llmtrain-eval MODEL --task val [--data FILE.h5] [--micro-batch B] [--seq-len T] [--n N]
 //   llmtrain-eval MODEL --task hellaswag [--items FILE] [--n N] [--tokenizer FILE | --data FILE.h5]

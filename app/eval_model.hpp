@@ -1,6 +1,6 @@
 // app/eval_model.hpp — what llmtrain-eval scores (app/eval_main.cpp): a model's weights from a
 // checkpoint or from model.init_from's formats, the run config that trained it when there is one,
-// and the tokenizer, checked against the one the model trained with (docs/training.md "llmtrain-eval").
+// and the tokenizer, checked against the one the model trained with (docs/evaluation.md "llmtrain-eval").
 #pragma once
 #include <optional>
 #include <string>

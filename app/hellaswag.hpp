@@ -1,6 +1,6 @@
 // app/hellaswag.hpp — HellaSwag (Zellers et al. 2019, "HellaSwag: Can a Machine Really Finish Your
 // Sentence?"): its validation items, their rows of tokens, and the scoring rule llm.c uses
-// (docs/training.md "HellaSwag").
+// (docs/evaluation.md "HellaSwag").
 //
 // An item is a context and four endings, one of them correct. Each ending makes one row: the
 // context's tokens followed by the tokens of " " + ending, encoded on their own. The model's loss at

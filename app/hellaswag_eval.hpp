@@ -1,6 +1,6 @@
 // app/hellaswag_eval.hpp — HellaSwag during training (run.eval_hellaswag_interval): the items read
 // and encoded once at start-up, this data-parallel rank's share scored through the trainer's own
-// forward (the val eval's), the counts summed over the ranks (docs/training.md "HellaSwag").
+// forward (the val eval's), the counts summed over the ranks (docs/evaluation.md "HellaSwag").
 #pragma once
 #include <cstdint>
 #include <string>
