@@ -10,6 +10,7 @@
 // user wrote.
 // TOML++ is heavy to compile: it is included here only.
 #include "app/config.hpp"
+#include "app/config_checks.hpp"
 
 #include <toml++/toml.h>
 
@@ -29,7 +30,6 @@
 #include "app/toml_text.hpp"
 #include "app/model_state.hpp"
 #include "model/arch.hpp"
-#include "parallel/partition.hpp"
 #include "parallel/schedule.hpp"
 
 namespace llmtrain {
@@ -420,7 +420,7 @@ std::string hint_for_section(const std::string& section) {
 // ---------------------------------------------------------------------------------------------
 
 /// Where each key was last set: "file:line:col" or "--set ..."; keys left at their default are absent.
-using Origins = std::map<std::string, std::string>;
+using Origins = ConfigOrigins;  // app/config_checks.hpp
 
 std::string position(const std::string& file, const toml::source_region& src) {
     if (src.begin.line == 0) return file;
@@ -491,125 +491,6 @@ void apply_override(const std::string& ov, Config& cfg, Origins& origins) {
         fail(where, f->name() + ": expected exactly one TOML value after '='");
     if (auto err = f->read(*doc.get("value"), cfg); !err.empty()) fail(where, complaint(*f, err));
     origins[f->name()] = where;
-}
-
-/// Checks that involve several keys; the message points at the first listed key that was set.
-void check_across_keys(const Config& c, const Origins& origins, const std::string& file) {
-    const auto at = [&](std::initializer_list<const char*> keys) {
-        for (const char* k : keys)
-            if (auto it = origins.find(k); it != origins.end()) return it->second;
-        return file.empty() ? std::string("(built-in defaults)") : file;
-    };
-    if (!c.run.trace.empty() && (c.run.trace.size() != 2 || c.run.trace[0] > c.run.trace[1]))
-        fail(at({"run.trace"}), "run.trace: expected [first, last] steps with first <= last, got " +
-                                    std::to_string(c.run.trace.size()) + " entries");
-    const auto& m = c.model;
-    if (m.n_embd % m.n_head != 0)
-        fail(at({"model.n_head", "model.n_embd"}), "model.n_head: expected a divisor of model.n_embd (" +
-                                                       std::to_string(m.n_embd) + "), got " +
-                                                       std::to_string(m.n_head));
-    // The architecture's own keys (model/arch.hpp): n_kv_head dividing n_head, an even head size
-    // for rotary positions, GPT-2 keeping its fixed pieces; the message starts with the key at fault.
-    try {
-        (void)ArchSpec(gpt_config_of(c));
-    } catch (const std::invalid_argument& e) {
-        const std::string what = e.what(), key = what.substr(0, what.find(':'));
-        fail(at({key.c_str(), "model.arch"}), what);
-    }
-    if (m.arch == "gpt2" && m.norm_eps != ModelConfig{}.norm_eps)
-        fail(at({"model.norm_eps", "model.arch"}), "model.norm_eps: expected " + value_text(ModelConfig{}.norm_eps) +
-             " with model.arch = \"gpt2\" (its LayerNorm's epsilon is fixed), got " + value_text(m.norm_eps));
-    if (m.arch == "gpt2" && m.rope_theta != ModelConfig{}.rope_theta)
-        fail(at({"model.rope_theta", "model.arch"}), "model.rope_theta: expected 10000 with model.arch = \"gpt2\" "
-             "(it has learned positions, no rotary ones), got " + value_text(m.rope_theta));
-    if (c.run.sample_top_k > m.vocab_size)
-        fail(at({"run.sample_top_k", "model.vocab_size"}),
-             "run.sample_top_k: expected an integer in [1, model.vocab_size = " + std::to_string(m.vocab_size) +
-                 "], got " + std::to_string(c.run.sample_top_k));
-    if (c.lr_schedule.min_lr > c.optimizer.lr)
-        fail(at({"lr_schedule.min_lr", "optimizer.lr"}),
-             "lr_schedule.min_lr: expected a number in [0, optimizer.lr = " + value_text(c.optimizer.lr) +
-                 "], got " + value_text(c.lr_schedule.min_lr));
-    if (c.run.backend == "cpu" && c.training.precision != "fp32")
-        fail(at({"training.precision", "run.backend"}),
-             "training.precision: expected \"fp32\" with run.backend = \"cpu\" (bf16 needs the cuda backend), got " +
-                 quote(c.training.precision));
-    if (c.training.stochastic_rounding && c.training.precision != "bf16")
-        fail(at({"training.stochastic_rounding", "training.precision"}),
-             "training.stochastic_rounding: expected false with training.precision = " + quote(c.training.precision) +
-                 " (it rounds fp32 master weights to bf16 params), got true");
-    if (c.run.backend == "cpu" && c.parallel.comm == "nccl")
-        fail(at({"parallel.comm", "run.backend"}),
-             "parallel.comm: expected \"auto\" or \"mpi\" with run.backend = \"cpu\" (NCCL moves device buffers "
-             "of the cuda backend), got \"nccl\"");
-    if (c.run.backend == "cpu" && m.attention != "native" && m.attention != "auto")
-        fail(at({"model.attention", "run.backend"}),
-             "model.attention: expected \"auto\" or \"native\" with run.backend = \"cpu\" (cublas and cudnn need the "
-             "cuda backend), got " + quote(m.attention));
-    // dp is known only at start-up (resolve_batch); what does not depend on it is checked here.
-    const auto& t = c.training;
-    const int64_t per_rank = int64_t(t.micro_batch_size) * std::max(t.grad_accum_steps, 1);
-    if (t.global_batch_size > 0 && t.global_batch_size % per_rank != 0)
-        fail(at({"training.global_batch_size", "training.micro_batch_size", "training.grad_accum_steps"}),
-             "training.global_batch_size: expected a multiple of micro_batch_size x grad_accum_steps = " +
-                 std::to_string(per_rank) + ", got " + std::to_string(t.global_batch_size));
-    // The pipeline: stage_plan checks the per-stage lists against parallel.pp and model.n_layer (the
-    // balanced split, for counts checked against it, uses micro_batch_size and seq_len); its message
-    // starts with the key at fault, which is where the error points.
-    const auto& p = c.parallel;
-    try {
-        stage_plan(gpt_config_of(c), t.micro_batch_size, m.seq_len, p.pp, c.pipeline.layers_per_stage,
-                   c.activation_checkpoint.ratio, c.activation_checkpoint.ratio_per_stage,
-                   c.activation_checkpoint.layers_per_stage);
-    } catch (const std::invalid_argument& e) {
-        const std::string what = e.what(), key = what.substr(0, what.find_first_of("[:"));
-        fail(at({key.c_str(), "parallel.pp", "model.n_layer"}), what);
-    }
-    if (c.pipeline.plan == "auto") {
-        const std::pair<const char*, bool> lists[] = {
-            {"pipeline.layers_per_stage", !c.pipeline.layers_per_stage.empty()},
-            {"activation_checkpoint.layers_per_stage", !c.activation_checkpoint.layers_per_stage.empty()},
-            {"activation_checkpoint.ratio_per_stage", !c.activation_checkpoint.ratio_per_stage.empty()}};
-        for (const auto& [key, set] : lists)
-            if (set)
-                fail(at({key, "pipeline.plan"}), std::string(key) + ": expected [] with pipeline.plan = \"auto\" "
-                     "(the planner chooses it), got a list");
-    }
-    // Tensor parallelism splits what the architecture says (ArchSpec::tp_divisors: query heads,
-    // key/value heads, the MLP's hidden width, the padded vocabulary) over tp ranks: each must divide evenly.
-    if (p.tp > 1) {
-        struct Named {
-            const char *name, *key, *what;
-        };
-        static const Named names[] = {
-            {"n_head", "model.n_head", "model.n_head"},
-            {"n_kv_head", "model.n_kv_head", "model.n_kv_head (0 = model.n_head)"},
-            {"4 * n_embd", "model.n_embd", "4 x model.n_embd (the MLP's hidden width)"},
-            {"intermediate_size", "model.intermediate_size", "model.intermediate_size (the MLP's hidden width)"},
-            {"the padded vocabulary Vp", "model.vocab_size",
-             "the padded vocabulary (model.vocab_size rounded up to a multiple of 128)"}};
-        for (const auto& [name, n] : ArchSpec(gpt_config_of(c)).tp_divisors()) {
-            const Named* d = &names[0];
-            for (const Named& x : names)
-                if (name == x.name) d = &x;
-            if (n % p.tp != 0)
-                fail(at({"parallel.tp", d->key}), "parallel.tp: expected a divisor of " + std::string(d->what) + " = " +
-                                                      std::to_string(n) + ", got " + std::to_string(p.tp));
-        }
-    }
-    if (p.sequence_parallel && p.tp == 1)
-        fail(at({"parallel.sequence_parallel", "parallel.tp"}),
-             "parallel.sequence_parallel: expected false with parallel.tp = 1 (it shards the rows over the TP group), "
-             "got true");
-    if (p.sequence_parallel && int64_t(t.micro_batch_size) * m.seq_len % p.tp != 0)
-        fail(at({"parallel.sequence_parallel", "training.micro_batch_size", "model.seq_len", "parallel.tp"}),
-             "parallel.sequence_parallel: expected micro_batch_size x seq_len = " +
-                 std::to_string(int64_t(t.micro_batch_size) * m.seq_len) + " to be a multiple of parallel.tp = " +
-                 std::to_string(p.tp) + " (each TP rank holds 1/tp of the rows), got true");
-    if (p.pp > 1 && p.zero_stage >= 2)
-        fail(at({"parallel.zero_stage", "parallel.pp"}),
-             "parallel.zero_stage: ZeRO-2/3 need one micro-batch's gradients per unit, but a pipeline accumulates "
-             "them over micro-batches; use zero_stage 0 or 1 with parallel.pp > 1");
 }
 
 uint64_t fnv1a64(const std::string& s) {
