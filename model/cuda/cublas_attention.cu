@@ -4,9 +4,12 @@
 // live in the workspace (cublas_attention.hpp); the backward recomputes P per tile from the saved
 // lse and follows FlashAttention-2's backward equations (Dao 2023, Algorithm 2).
 //
-// Layout: qkv (B,T,3C) holds q | k | v, each (NH,HS) per position. A strided-batched GEMM needs one
-// stride between heads, so q, k, v (and dout) are first copied to per-head tensors (B*NH, T, HS)
-// (split_heads) and the results copied back (merge_heads). cuBLAS is column-major: a row-major
+// Layout: qkv (B,T,3C) holds q | k | v, each (NH,HS) per position; with grouped-query attention
+// (Ainslie et al. 2023) qkv (B,T,(NH + 2 NKV)*HS) holds NKV key/value heads, and split_heads copies
+// key/value head h / (NH/NKV) to query head h (the GEMMs then run as multi-head); merge_heads sums
+// the NH/NKV query heads' dK and dV into their key/value head, in head order, in fp32.
+// A strided-batched GEMM needs one stride between heads, so q, k, v (and dout) are first copied to
+// per-head tensors (B*NH, T, HS) (split_heads) and the results copied back (merge_heads). cuBLAS is column-major: a row-major
 // X (r x c) is X^T to it. For query tile [q0, q0 + rows), only keys [0, Tk = q0 + rows) can be
 // seen (causal), so every product stops at Tk; the row kernels mask keys j > i inside the tile.
 //   forward   S = Q_t K^T scale (fp32);  lse_i = logsumexp_{j<=i} S_ij;  P = exp(S - lse);  O_t = P V
@@ -76,29 +79,51 @@ void batched_gemm(cublasHandle_t h, cublasOperation_t opa, cublasOperation_t opb
                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-/// dst (parts, B*NH, T, HS) = src (B, T, parts*C) regrouped by head; one thread per element.
+/// dst (parts, B*NH, T, HS) = src regrouped by head; one thread per dst element. parts = 3: src is
+/// qkv (B, T, (NH + 2 NKV)*HS) and query head h reads key/value head h / (NH/NKV) (grouped-query
+/// attention, Ainslie et al. 2023: the K and V heads of a group are copied to each of its query
+/// heads); parts = 1: src is (B, T, NH*HS) (dout).
 template <typename T>
-__global__ void split_heads_kernel(T* dst, const T* src, int B, int T_, int C, int NH, int parts) {
-    const int HS = C / NH;
-    const size_t width = static_cast<size_t>(parts) * C, n = static_cast<size_t>(B) * T_ * width;
+__global__ void split_heads_kernel(T* dst, const T* src, int B, int T_, int NH, int NKV, int HS, int parts) {
+    const int C = NH * HS, group = NH / NKV;
+    const size_t width = parts == 1 ? static_cast<size_t>(C) : static_cast<size_t>(NH + 2 * NKV) * HS;
+    const size_t n = static_cast<size_t>(parts) * B * NH * T_ * HS;
     for (size_t x = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; x < n;
          x += static_cast<size_t>(gridDim.x) * blockDim.x) {
-        const size_t bt = x / width, b = bt / T_, t = bt % T_;
-        const int col = static_cast<int>(x % width), part = col / C, h = col % C / HS, d = col % HS;
-        dst[((static_cast<size_t>(part) * B + b) * NH + h) * T_ * HS + t * HS + d] = src[x];
+        const int d = static_cast<int>(x % HS), t = static_cast<int>(x / HS % T_);
+        const size_t pbh = x / HS / T_;
+        const int h = static_cast<int>(pbh % NH);
+        const size_t pb = pbh / NH;
+        const int b = static_cast<int>(pb % B), part = static_cast<int>(pb / B);
+        const size_t col = part == 0 ? static_cast<size_t>(h) * HS + d
+                                     : C + static_cast<size_t>(part - 1) * NKV * HS + static_cast<size_t>(h / group) * HS + d;
+        dst[x] = src[(static_cast<size_t>(b) * T_ + t) * width + col];
     }
 }
 
-/// dst (B, T, parts*C) of T = src (parts, B*NH, T, HS) of S (T or fp32) put back in position order.
+/// dst (B, T, width) of T from src (parts, B*NH, T, HS) of S (T or fp32), put back in position
+/// order; one thread per dst element. parts = 1: dst (B, T, NH*HS). parts = 3: dst is dqkv
+/// (B, T, (NH + 2 NKV)*HS), and a key/value head's gradient is the sum, in head order in fp32, of
+/// its NH/NKV query heads' (one term, the plain copy, when NKV = NH).
 template <typename T, typename S>
-__global__ void merge_heads_kernel(T* dst, const S* src, int B, int T_, int C, int NH, int parts) {
-    const int HS = C / NH;
-    const size_t width = static_cast<size_t>(parts) * C, n = static_cast<size_t>(B) * T_ * width;
+__global__ void merge_heads_kernel(T* dst, const S* src, int B, int T_, int NH, int NKV, int HS, int parts) {
+    const int C = NH * HS, group = NH / NKV;
+    const size_t width = parts == 1 ? static_cast<size_t>(C) : static_cast<size_t>(NH + 2 * NKV) * HS;
+    const size_t n = static_cast<size_t>(B) * T_ * width, per_part = static_cast<size_t>(B) * NH * T_ * HS;
     for (size_t x = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; x < n;
          x += static_cast<size_t>(gridDim.x) * blockDim.x) {
         const size_t bt = x / width, b = bt / T_, t = bt % T_;
-        const int col = static_cast<int>(x % width), part = col / C, h = col % C / HS, d = col % HS;
-        dst[x] = from_float<T>(to_float(src[((static_cast<size_t>(part) * B + b) * NH + h) * T_ * HS + t * HS + d]));
+        const int col = static_cast<int>(x % width);
+        if (col < C) {
+            const int h = col / HS, d = col % HS;
+            dst[x] = from_float<T>(to_float(src[((b * NH + h) * T_ + t) * HS + d]));
+            continue;
+        }
+        const int kv = col - C, part = 1 + kv / (NKV * HS), g = kv % (NKV * HS) / HS, d = kv % HS;
+        const S* p = src + part * per_part + ((b * NH + static_cast<size_t>(g) * group) * T_ + t) * HS + d;
+        float acc = to_float(p[0]);
+        for (int j = 1; j < group; j++) acc += to_float(p[static_cast<size_t>(j) * T_ * HS]);
+        dst[x] = from_float<T>(acc);
     }
 }
 
@@ -158,11 +183,14 @@ __global__ void softmax_backward_kernel(T* P, const float* dP, const T* dout, co
     for (int j = lane; j <= i; j += kWarpSize) p[j] = from_float<T>(to_float(p[j]) * (dp[j] - D));
 }
 
-/// Throws std::invalid_argument unless C splits into NH heads.
-void check_heads(int C, int NH) {
+/// Throws std::invalid_argument unless C splits into NH heads and NKV divides NH.
+void check_heads(int C, int NH, int NKV) {
     if (NH <= 0 || C % NH != 0)
         throw std::invalid_argument("cuda cublas attention: n_embd " + std::to_string(C) +
                                     " must split into n_head " + std::to_string(NH) + " heads");
+    if (NKV <= 0 || NH % NKV != 0)
+        throw std::invalid_argument("cuda cublas attention: n_kv_head " + std::to_string(NKV) +
+                                    " must divide n_head " + std::to_string(NH));
 }
 
 unsigned row_grid(int BH, int rows) { return static_cast<unsigned>(ceil_div<size_t>(static_cast<size_t>(BH) * rows, kRowWarps)); }
@@ -174,7 +202,7 @@ CublasAttentionPlan cublas_attention_plan(bool backward, int B, int T, int C, in
     if (limit_mb < 1)
         throw std::invalid_argument("model.attention_workspace_mb: expected an integer >= 1, got " +
                                     std::to_string(limit_mb));
-    check_heads(C, NH);
+    check_heads(C, NH, NH);
     const size_t limit = static_cast<size_t>(limit_mb) << 20;
     const size_t row_bytes = static_cast<size_t>(B) * NH * T * (sizeof(float) + act_bytes);  // one query row, all heads
     if (row_bytes > limit)
@@ -195,8 +223,8 @@ CublasAttentionPlan cublas_attention_plan(bool backward, int B, int T, int C, in
 
 template <typename T>
 void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
-                              const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream) {
-    check_heads(C, NH);
+                              int NKV, const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream) {
+    check_heads(C, NH, NKV);
     const int HS = C / NH, BH = B * NH, Tq = plan.tile_rows;
     const Layout l = layout_of(false, B, T_, C, NH, sizeof(T), Tq);
     char* ws = static_cast<char*>(workspace);
@@ -206,8 +234,8 @@ void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T
     float* S = reinterpret_cast<float*>(ws + l.scores);
     T* P = reinterpret_cast<T*>(ws + l.probs);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-    launch(split_heads_kernel<T>, dim3(elementwise_grid(3 * n, kBlock)), dim3(kBlock), 0, stream, q, qkv, B, T_, C,
-           NH, 3);
+    launch(split_heads_kernel<T>, dim3(elementwise_grid(3 * n, kBlock)), dim3(kBlock), 0, stream, q, qkv, B, T_, NH,
+           NKV, HS, 3);
     for (int q0 = 0; q0 < T_; q0 += Tq) {
         const int rows = std::min(Tq, T_ - q0), Tk = q0 + rows;
         const long long tile = static_cast<long long>(rows) * Tk;
@@ -221,14 +249,14 @@ void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T
                      o + q0 * HS, cuda_type<T>(), HS, head, BH);
     }
     launch(merge_heads_kernel<T, T>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, out,
-           static_cast<const T*>(o), B, T_, C, NH, 1);
+           static_cast<const T*>(o), B, T_, NH, NKV, HS, 1);
 }
 
 template <typename T>
 void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, const T* qkv, const T* out,
-                               const float* lse, int B, int T_, int C, int NH, const CublasAttentionPlan& plan,
-                               void* workspace, cudaStream_t stream) {
-    check_heads(C, NH);
+                               const float* lse, int B, int T_, int C, int NH, int NKV,
+                               const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream) {
+    check_heads(C, NH, NKV);
     const int HS = C / NH, BH = B * NH, Tq = plan.tile_rows;
     const Layout l = layout_of(true, B, T_, C, NH, sizeof(T), Tq);
     char* ws = static_cast<char*>(workspace);
@@ -239,10 +267,10 @@ void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, co
     float* S = reinterpret_cast<float*>(ws + l.scores);  // S, then dP
     T* P = reinterpret_cast<T*>(ws + l.probs);           // P, then dS
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-    launch(split_heads_kernel<T>, dim3(elementwise_grid(3 * n, kBlock)), dim3(kBlock), 0, stream, q, qkv, B, T_, C,
-           NH, 3);
-    launch(split_heads_kernel<T>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, dO, dout, B, T_, C,
-           NH, 1);
+    launch(split_heads_kernel<T>, dim3(elementwise_grid(3 * n, kBlock)), dim3(kBlock), 0, stream, q, qkv, B, T_, NH,
+           NKV, HS, 3);
+    launch(split_heads_kernel<T>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, dO, dout, B, T_, NH,
+           NKV, HS, 1);
     CUDA_CHECK(cudaMemsetAsync(dk, 0, 2 * n * sizeof(float), stream));  // dk, dv accumulate over tiles
     for (int q0 = 0; q0 < T_; q0 += Tq) {
         const int rows = std::min(Tq, T_ - q0), Tk = q0 + rows;
@@ -267,15 +295,17 @@ void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, co
         batched_gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, HS, Tk, rows, scale, q + q0 * HS, HS, head, P, Tk, tile, 1.0f,
                      dk, CUDA_R_32F, HS, head, BH);
     }
-    launch(merge_heads_kernel<T, float>, dim3(elementwise_grid(3 * n, kBlock)), dim3(kBlock), 0, stream, dqkv,
-           static_cast<const float*>(dq), B, T_, C, NH, 3);
+    const size_t dqkv_elems = static_cast<size_t>(B) * T_ * (NH + 2 * NKV) * HS;
+    launch(merge_heads_kernel<T, float>, dim3(elementwise_grid(dqkv_elems, kBlock)), dim3(kBlock), 0, stream, dqkv,
+           static_cast<const float*>(dq), B, T_, NH, NKV, HS, 3);
 }
 
 #define INSTANTIATE(T)                                                                                            \
-    template void cublas_attention_forward<T>(cublasHandle_t, T*, float*, const T*, int, int, int, int,          \
+    template void cublas_attention_forward<T>(cublasHandle_t, T*, float*, const T*, int, int, int, int, int,     \
                                               const CublasAttentionPlan&, void*, cudaStream_t);                  \
     template void cublas_attention_backward<T>(cublasHandle_t, T*, const T*, const T*, const T*, const float*,   \
-                                               int, int, int, int, const CublasAttentionPlan&, void*, cudaStream_t);
+                                               int, int, int, int, int, const CublasAttentionPlan&, void*,       \
+                                               cudaStream_t);
 INSTANTIATE(float)
 INSTANTIATE(__nv_bfloat16)
 #undef INSTANTIATE

@@ -79,6 +79,7 @@ public:
         cudnn_.reset();
 #endif
         for (auto& [s, buf] : scratch_) cudaFree(buf.ptr);
+        for (auto& [s, buf] : gqa_) cudaFree(buf.ptr);
         for (BucketBuffer& b : buckets_) {
             cudaFree(b.dev);
             cudaFreeHost(b.host);
@@ -137,11 +138,12 @@ public:
         return s;
     }
     void destroy_stream(Stream s) override {
-        auto it = scratch_.find(static_cast<cudaStream_t>(s));
-        if (it != scratch_.end()) {
+        for (auto* m : {&scratch_, &gqa_}) {
+            auto it = m->find(static_cast<cudaStream_t>(s));
+            if (it == m->end()) continue;
             CUDA_CHECK(cudaStreamSynchronize(it->first));
             internal_free(it->second.ptr, it->second.bytes);
-            scratch_.erase(it);
+            m->erase(it);
         }
         CUDA_CHECK(cudaStreamDestroy(static_cast<cudaStream_t>(s)));
     }
@@ -296,7 +298,7 @@ public:
             bind_blas();
             return dispatch([&](auto t) {
                 using X = decltype(t);
-                cuda::cublas_attention_forward(blas_, as<X>(out), lse, as<X>(qkv), B, T, C, NH, plan, ws, stream_);
+                cuda::cublas_attention_forward(blas_, as<X>(out), lse, as<X>(qkv), B, T, C, NH, NH, plan, ws, stream_);
             });
         }
         if (act_ == DType::bf16 && cuda::flash_attention_supported(C, NH))  // native on tensor cores
@@ -323,7 +325,7 @@ public:
             return dispatch([&](auto t) {
                 using X = decltype(t);
                 cuda::cublas_attention_backward(blas_, as<X>(dqkv), as<X>(dout), as<X>(qkv), as<X>(out), lse, B, T,
-                                                C, NH, plan, ws, stream_);
+                                                C, NH, NH, plan, ws, stream_);
             });
         }
         float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
@@ -335,6 +337,99 @@ public:
             cuda::attention_backward(as<X>(dqkv), as<X>(dout), as<X>(qkv), as<X>(out), lse, B, T, C, NH, scratch,
                                      stream_);
         });
+    }
+    // ---- Llama's pieces (docs/cuda.md "Llama kernels"): rmsnorm.cu, rope.cu, swiglu.cu, gqa.cu ----
+    bool implements(OpFamily) const override { return true; }
+    void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
+                         float eps) override {
+        require_packed_rows(C, "rmsnorm_forward");
+        require_aligned({out, inp, weight}, "rmsnorm_forward");
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::rmsnorm_forward(as<X>(out), rstd, static_cast<X*>(nullptr), as<X>(inp), static_cast<const X*>(nullptr),
+                                  as<X>(weight), N, C, eps, stream_);
+        });
+    }
+    void fused_residual_rmsnorm_forward(void* residual, void* out, float* rstd, const void* a, const void* b,
+                                        const void* weight, int N, int C, float eps) override {
+        require_packed_rows(C, "fused_residual_rmsnorm_forward");
+        require_aligned({residual, out, a, b, weight}, "fused_residual_rmsnorm_forward");
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::rmsnorm_forward(as<X>(out), rstd, as<X>(residual), as<X>(a), as<X>(b), as<X>(weight), N, C, eps,
+                                  stream_);
+        });
+    }
+    void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
+                          const float* rstd, int N, int C) override {
+        require_packed_rows(C, "rmsnorm_backward");
+        require_aligned({dinp, dout, inp, weight}, "rmsnorm_backward");
+        float* scratch = scratch_for(cuda::rmsnorm_backward_scratch_bytes(N, C));
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::rmsnorm_backward(as<X>(dinp), as<X>(dweight), as<X>(dout), as<X>(inp), as<X>(weight), rstd, N, C,
+                                   scratch, stream_);
+        });
+    }
+    void rope_forward(void* qkv, int B, int T, int NH, int NKV, int HS, float theta) override {
+        dispatch([&](auto t) { cuda::rope(as<decltype(t)>(qkv), B, T, NH, NKV, HS, theta, false, stream_); });
+    }
+    void rope_backward(void* dqkv, int B, int T, int NH, int NKV, int HS, float theta) override {
+        dispatch([&](auto t) { cuda::rope(as<decltype(t)>(dqkv), B, T, NH, NKV, HS, theta, true, stream_); });
+    }
+    void swiglu_forward(void* out, const void* inp, int N, int F) override {
+        dispatch([&](auto t) { cuda::swiglu_forward(as<decltype(t)>(out), as<decltype(t)>(inp), N, F, stream_); });
+    }
+    void swiglu_backward(void* dinp, const void* dout, const void* inp, int N, int F) override {
+        dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::swiglu_backward(as<X>(dinp), as<X>(dout), as<X>(inp), N, F, stream_);
+        });
+    }
+    /// Grouped-query attention: NKV = NH is attention_forward; the cublas path maps query head h to
+    /// key/value head h / (NH/NKV) in its head split; the others (native, FlashAttention-2, cuDNN)
+    /// run multi-head on a copy of qkv with the key/value heads expanded (gqa.cu), in a per-stream
+    /// backend buffer of 3 B*T*NH*HS elements (6 for the backward) counted as workspace.
+    void attention_forward_gqa(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
+                               int HS) override {
+        require_gqa(NH, NKV);
+        const int C = NH * HS;
+        if (NKV == NH) return attention_forward(out, lse, qkv, B, T, C, NH);
+        if (blas_ != nullptr && !cudnn_active()) {
+            const auto plan = cuda::cublas_attention_plan(false, B, T, C, NH, dtype_size(act_), opt_.attention_workspace_mb);
+            void* ws = scratch_for(plan.workspace_bytes);
+            bind_blas();
+            return dispatch([&](auto t) {
+                using X = decltype(t);
+                cuda::cublas_attention_forward(blas_, as<X>(out), lse, as<X>(qkv), B, T, C, NH, NKV, plan, ws, stream_);
+            });
+        }
+        const size_t n3 = static_cast<size_t>(B) * T * 3 * C;
+        void* q3 = gqa_for(n3 * dtype_size(act_));
+        dispatch([&](auto t) { cuda::gqa_expand(as<decltype(t)>(q3), as<decltype(t)>(qkv), B, T, NH, NKV, HS, stream_); });
+        attention_forward(out, lse, q3, B, T, C, NH);
+    }
+    void attention_backward_gqa(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                int B, int T, int NH, int NKV, int HS) override {
+        require_gqa(NH, NKV);
+        const int C = NH * HS;
+        if (NKV == NH) return attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+        if (blas_ != nullptr && !cudnn_active()) {
+            const auto plan = cuda::cublas_attention_plan(true, B, T, C, NH, dtype_size(act_), opt_.attention_workspace_mb);
+            void* ws = scratch_for(plan.workspace_bytes);
+            bind_blas();
+            return dispatch([&](auto t) {
+                using X = decltype(t);
+                cuda::cublas_attention_backward(blas_, as<X>(dqkv), as<X>(dout), as<X>(qkv), as<X>(out), lse, B, T, C,
+                                                NH, NKV, plan, ws, stream_);
+            });
+        }
+        const size_t n3 = static_cast<size_t>(B) * T * 3 * C, es = dtype_size(act_);
+        char* buf = static_cast<char*>(gqa_for(2 * n3 * es));
+        void *q3 = buf, *d3 = buf + n3 * es;
+        dispatch([&](auto t) { cuda::gqa_expand(as<decltype(t)>(q3), as<decltype(t)>(qkv), B, T, NH, NKV, HS, stream_); });
+        attention_backward(d3, dout, q3, out, lse, B, T, C, NH);
+        dispatch([&](auto t) { cuda::gqa_reduce(as<decltype(t)>(dqkv), as<decltype(t)>(d3), B, T, NH, NKV, HS, stream_); });
     }
     void gelu_forward(void* out, const void* inp, size_t n) override {
         require_aligned({out, inp}, "gelu_forward");
@@ -423,6 +518,25 @@ public:
     }
 
 private:
+    /// A device buffer of the backend's own (internal_malloc).
+    struct Buffer {
+        void* ptr = nullptr;
+        size_t bytes = 0;
+    };
+    /// Throws std::invalid_argument unless NKV divides NH.
+    static void require_gqa(int NH, int NKV) {
+        if (NKV < 1 || NH % NKV != 0)
+            throw std::invalid_argument("cuda attention: n_kv_head " + std::to_string(NKV) + " must divide n_head " +
+                                        std::to_string(NH));
+    }
+    /// Whether attention calls go to cuDNN (its graph then takes the expanded multi-head qkv).
+    bool cudnn_active() const {
+#ifdef LLMTRAIN_HAVE_CUDNN
+        return cudnn_ != nullptr;
+#else
+        return false;
+#endif
+    }
     /// Throws std::invalid_argument naming `op` unless [v0, v0 + nv) is a non-empty vocab slice.
     static void require_vocab_range(int v0, int nv, const char* op) {
         if (v0 < 0 || nv < 1)
@@ -555,15 +669,18 @@ private:
     }
     /// The current stream's scratch, at least `bytes` long. Growing it waits for the stream's
     /// queued work (which may still read the old buffer), so it happens only when shapes grow.
-    float* scratch_for(size_t bytes) {
-        Buffer& buf = scratch_[stream_];
+    float* scratch_for(size_t bytes) { return static_cast<float*>(grow(scratch_[stream_], bytes)); }
+    /// The current stream's buffer for grouped-query attention's expanded heads, as scratch_for.
+    void* gqa_for(size_t bytes) { return grow(gqa_[stream_], bytes); }
+    /// buf, grown to at least `bytes` (after the current stream's queued work).
+    void* grow(Buffer& buf, size_t bytes) {
         if (buf.bytes < bytes) {
             if (buf.ptr != nullptr) CUDA_CHECK(cudaStreamSynchronize(stream_));
             internal_free(buf.ptr, buf.bytes);
             buf.ptr = internal_malloc(bytes);
             buf.bytes = bytes;
         }
-        return static_cast<float*>(buf.ptr);
+        return buf.ptr;
     }
     /// Every bucket buffer pair holds at least `ints` ints (grown together, after their kernels).
     void ensure_buckets(size_t ints) {
@@ -630,10 +747,6 @@ private:
     };
     static constexpr int kBucketBuffers = 2;
 
-    struct Buffer {
-        void* ptr = nullptr;
-        size_t bytes = 0;
-    };
     DType act_;
     CudaBackendOptions opt_;            ///< opt_.attention: the path in use (never automatic)
     AttentionChoice attention_;         ///< that path and why, for Ops::attention_name / attention_reason
@@ -642,6 +755,7 @@ private:
     LtContext lt_;
     cublasHandle_t blas_ = nullptr;  ///< set when the attention path is cublas
     std::unordered_map<cudaStream_t, Buffer> scratch_;
+    std::unordered_map<cudaStream_t, Buffer> gqa_;  ///< grouped-query attention's expanded qkv / dqkv
     BucketBuffer buckets_[kBucketBuffers];
     int next_bucket_ = 0;
     size_t bucket_ints_ = 0;  ///< ints in each bucket buffer

@@ -21,7 +21,8 @@
 namespace llmtrain::cuda {
 
 /// out (N,C) T, inp (N) int32 with N = B*T, wte (nv,C) T holding token rows [v0, v0 + nv),
-/// wpe (maxT,C) T. A position whose token is outside that range gets exact zeros.
+/// wpe (maxT,C) T, or null for no positions (Llama: out = wte row). A position whose token is
+/// outside that range gets exact zeros.
 template <typename T>
 __global__ void encoder_forward_kernel(T* out, const int* inp, const T* wte, const T* wpe, int N,
                                        int T_, int C, int v0, int nv) {
@@ -31,8 +32,8 @@ __global__ void encoder_forward_kernel(T* out, const int* inp, const T* wte, con
         const int n = static_cast<int>(i / C), c = static_cast<int>(i % C);
         const int t = n % T_;
         const int row = inp[n] - v0;
-        out[i] = row >= 0 && row < nv ? from_float<T>(to_float(wte[static_cast<size_t>(row) * C + c]) +
-                                                      to_float(wpe[static_cast<size_t>(t) * C + c]))
+        const float pos = wpe != nullptr ? to_float(wpe[static_cast<size_t>(t) * C + c]) : 0.0f;
+        out[i] = row >= 0 && row < nv ? from_float<T>(to_float(wte[static_cast<size_t>(row) * C + c]) + pos)
                                       : from_float<T>(0.0f);
     }
 }
@@ -98,8 +99,9 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const EncoderBuckets& buc
     if (buckets.n_buckets > 0)
         launch(encoder_backward_wte_kernel<T>, dim3(buckets.n_buckets), dim3(block), 0, stream, dwte,
                dout, buckets.bucket_token, buckets.bucket_start, buckets.positions, C, buckets.token0);
-    launch(encoder_backward_wpe_kernel<T>, dim3(ceil_div(T_ * C, block)), dim3(block), 0, stream, dwpe,
-           dout, B, T_, C);
+    if (dwpe != nullptr)  // null: no learned positions (Llama)
+        launch(encoder_backward_wpe_kernel<T>, dim3(ceil_div(T_ * C, block)), dim3(block), 0, stream, dwpe,
+               dout, B, T_, C);
 }
 
 #define INSTANTIATE(T)                                                                            \

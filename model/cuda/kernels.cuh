@@ -24,7 +24,8 @@ namespace llmtrain::cuda {
 
 // ---- encoder.cu ----
 /// out (B,T,C) = wte[inp - v0] + wpe[t] where v0 <= inp < v0 + nv, else exact zeros; inp (B,T) int32
-/// device, wte (nv,C) the token rows [v0, v0 + nv). The whole table is v0 = 0, nv = INT_MAX.
+/// device, wte (nv,C) the token rows [v0, v0 + nv). The whole table is v0 = 0, nv = INT_MAX. wpe
+/// null: no positions (Llama), out = wte[inp - v0].
 template <typename T>
 void encoder_forward(T* out, const int* inp, const T* wte, const T* wpe, int B, int T_, int C, int v0, int nv,
                      cudaStream_t stream);
@@ -43,7 +44,8 @@ struct EncoderBuckets {
 /// [bucket_token (nb) | bucket_start (nb+1) | positions (N)], buckets in ascending token order;
 /// returns nb.
 int build_encoder_buckets(const int* tokens, int N, std::vector<int>& packed);
-/// dwte += dout rows summed per token (one block per bucket); dwpe (maxT,C) += sum over b.
+/// dwte += dout rows summed per token (one block per bucket); dwpe (maxT,C) += sum over b (skipped
+/// when dwpe is null).
 template <typename T>
 void encoder_backward(T* dwte, T* dwpe, const T* dout, const EncoderBuckets& buckets, int B, int T_, int C,
                       cudaStream_t stream);
@@ -59,6 +61,42 @@ template <typename T>
 void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
                         const float* mean, const float* rstd, int N, int C, float* scratch, cudaStream_t stream);
 size_t layernorm_backward_scratch_bytes(int N, int C);
+
+// ---- rmsnorm.cu (Llama; Zhang & Sennrich 2019) ----
+/// RMSNorm of `a` (residual == null) or of residual = a + b (written, rounded to T): out (N,C) =
+/// x * rstd * weight, rstd (N) fp32 = 1/sqrt(mean(x^2) + eps). C % 8 == 0.
+template <typename T>
+void rmsnorm_forward(T* out, float* rstd, T* residual, const T* a, const T* b, const T* weight, int N, int C,
+                     float eps, cudaStream_t stream);
+/// dinp (N,C) +=, dweight (C) += (Ops::rmsnorm_backward); scratch: rmsnorm_backward_scratch_bytes.
+template <typename T>
+void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T* weight, const float* rstd, int N,
+                      int C, float* scratch, cudaStream_t stream);
+size_t rmsnorm_backward_scratch_bytes(int N, int C);
+
+// ---- rope.cu (Llama; Su et al. 2021) ----
+/// Rotary embedding in place on the q and k heads of qkv (B,T,(NH + 2 NKV)*HS), HuggingFace's
+/// rotate-half pairs (Ops::rope_forward); backward = true turns a gradient back (angle -a).
+template <typename T>
+void rope(T* qkv, int B, int T_, int NH, int NKV, int HS, float theta, bool backward, cudaStream_t stream);
+
+// ---- swiglu.cu (Llama; Shazeer 2020) ----
+/// out (N,F) = silu(gate) * up, inp (N,2F) = [gate | up] per row.
+template <typename T>
+void swiglu_forward(T* out, const T* inp, int N, int F, cudaStream_t stream);
+/// dinp (N,2F) (overwritten) from dout (N,F).
+template <typename T>
+void swiglu_backward(T* dinp, const T* dout, const T* inp, int N, int F, cudaStream_t stream);
+
+// ---- gqa.cu (grouped-query attention, Ainslie et al. 2023, around the multi-head kernels) ----
+/// dst (B,T,3C) multi-head qkv, C = NH*HS, from src (B,T,(NH + 2 NKV)*HS): k/v head h is a copy of
+/// key/value head h / (NH/NKV).
+template <typename T>
+void gqa_expand(T* dst, const T* src, int B, int T_, int NH, int NKV, int HS, cudaStream_t stream);
+/// dst (B,T,(NH + 2 NKV)*HS) from a multi-head gradient src (B,T,3C): dq copied, dk/dv of key/value
+/// head g = sum over its NH/NKV query heads (head order, fp32).
+template <typename T>
+void gqa_reduce(T* dst, const T* src, int B, int T_, int NH, int NKV, int HS, cudaStream_t stream);
 
 // ---- matmul.cu ----
 /// One GEMM problem's cuBLASLt state, made the first time the problem is seen and kept: its matmul
@@ -122,18 +160,21 @@ void flash_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
 
 // ---- cublas_attention.cu (model.attention = "cublas"; the tiling is cublas_attention.hpp's) ----
 /// As attention_forward, on tensor cores: per tile of plan.tile_rows query rows, S = QK^T/sqrt(HS)
-/// and out = PV as cuBLAS strided-batched GEMMs over the B*NH heads. `handle` must already be bound
+/// and out = PV as cuBLAS strided-batched GEMMs over the B*NH heads. Grouped-query attention
+/// (Ainslie et al. 2023): qkv (B,T,(NH + 2 NKV)*HS), C = NH*HS, query head h reading key/value head
+/// h / (NH/NKV); NKV = NH is multi-head (qkv (B,T,3C)). `handle` must already be bound
 /// to `stream` (and its cuBLAS workspace); `workspace` is device memory of plan.workspace_bytes.
 /// Errors: std::invalid_argument if C % NH != 0; CudaError when a cuBLAS call fails.
 template <typename T>
 void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T* qkv, int B, int T_, int C,
-                              int NH, const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream);
-/// dqkv (B,T,3C) overwritten, recomputing P per tile from qkv and lse (FlashAttention-2's backward
-/// equations); same handle, plan (backward = true) and workspace rules as the forward.
+                              int NH, int NKV, const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream);
+/// dqkv (B,T,(NH + 2 NKV)*HS) overwritten, recomputing P per tile from qkv and lse (FlashAttention-2's
+/// backward equations; a key/value head's gradient summed over its query heads); same handle, plan
+/// (backward = true) and workspace rules as the forward.
 template <typename T>
 void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, const T* qkv, const T* out,
-                               const float* lse, int B, int T_, int C, int NH, const CublasAttentionPlan& plan,
-                               void* workspace, cudaStream_t stream);
+                               const float* lse, int B, int T_, int C, int NH, int NKV,
+                               const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream);
 
 // ---- gelu.cu ----
 template <typename T>
