@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "app/checkpoint/checkpoint.hpp"
+#include "app/interop/checkpoint_model.hpp"
 #include "model/backend.hpp"
 #include "model/gpt.hpp"
 
@@ -26,7 +27,7 @@ int main(int argc, char** argv) {
         std::vector<char> bytes((std::istreambuf_iterator<char>(tf)), std::istreambuf_iterator<char>());
         std::vector<int> tokens(bytes.size() / 4);
         std::memcpy(tokens.data(), bytes.data(), tokens.size() * 4);
-        const GPTConfig g = read_train_state(argv[1]).model;
+        const GPTConfig g = checkpoint_model_config(argv[1], read_train_state(argv[1]));  // Llama too
         auto ops = make_backend("cpu", "fp32");
         Allocator alloc(*ops);
         GPTOptions o;
