@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from llama_ref import llama_logits  # noqa: E402  (the independent Llama)
 
 LLMTRAIN, EXPORT, DUMP, DATA, WORK = sys.argv[1:6]
+EVAL = sys.argv[6] if len(sys.argv) > 6 else ""  # llmtrain-eval: the same val loss from the checkpoint
 V = int(open(os.path.join(DATA, "vocab_size.txt")).read())
 L, H, KV, C, FF, T, B, THETA, EPS = 2, 4, 2, 32, 48, 16, 2, 500000.0, 1e-5
 torch.set_default_dtype(torch.float64)
@@ -199,6 +200,13 @@ for tied in (False, True):
     check(abs(ours_loss - ref_loss) <= 1e-4 * abs(ref_loss),
           f"{tag}: val loss over {n_win} windows: the trainer's {ours_loss:.7f}, reference {ref_loss:.7f} "
           f"(rel. diff {abs(ours_loss - ref_loss) / ref_loss:.2e} <= 1e-4)")
+    if EVAL:  # llmtrain-eval reads the llama checkpoint (its arch from the run's config.toml) alike
+        ev = subprocess.run([EVAL, run, "--task", "val"], capture_output=True, text=True,
+                            env=dict(os.environ, OMP_NUM_THREADS="1"))
+        got = [l.split()[2] for l in ev.stdout.splitlines() if l.startswith("val loss ")]
+        check(ev.returncode == 0 and len(got) == 1 and float(got[0]) == ours_loss,
+              f"{tag}: llmtrain-eval --task val on the checkpoint: {got or ev.stderr.strip()[-200:]}, the trainer's "
+              f"{ours_loss:.8f} (bitwise: the same forward over the same windows)")
 
     # ---- 4. round trips, bitwise ----
     def roundtrip(src, name, expected_dir):
