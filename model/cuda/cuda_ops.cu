@@ -302,7 +302,7 @@ public:
             });
         }
         if (act_ == DType::bf16 && cuda::flash_attention_supported(C, NH))  // native on tensor cores
-            return cuda::flash_attention_forward(as<bf16>(out), lse, as<bf16>(qkv), B, T, C, NH, stream_);
+            return cuda::flash_attention_forward(as<bf16>(out), lse, as<bf16>(qkv), B, T, C, NH, NH, stream_);
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::attention_forward(as<X>(out), lse, as<X>(qkv), B, T, C, NH, stream_);
@@ -331,7 +331,7 @@ public:
         float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
         if (act_ == DType::bf16 && cuda::flash_attention_supported(C, NH))
             return cuda::flash_attention_backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B,
-                                                  T, C, NH, scratch, stream_);
+                                                  T, C, NH, NH, scratch, stream_);
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::attention_backward(as<X>(dqkv), as<X>(dout), as<X>(qkv), as<X>(out), lse, B, T, C, NH, scratch,
@@ -387,9 +387,10 @@ public:
         });
     }
     /// Grouped-query attention: NKV = NH is attention_forward; the cublas path maps query head h to
-    /// key/value head h / (NH/NKV) in its head split; the others (native, FlashAttention-2, cuDNN)
-    /// run multi-head on a copy of qkv with the key/value heads expanded (gqa.cu), in a per-stream
-    /// backend buffer of 3 B*T*NH*HS elements (6 for the backward) counted as workspace.
+    /// key/value head h / (NH/NKV) in its head split, FlashAttention-2 in its tile loads; the others
+    /// (native attention.cu, cuDNN) run multi-head on a copy of qkv with the key/value heads expanded
+    /// (gqa.cu), in a per-stream backend buffer of 3 B*T*NH*HS elements (6 for the backward)
+    /// counted as workspace.
     void attention_forward_gqa(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
                                int HS) override {
         require_gqa(NH, NKV);
@@ -404,6 +405,8 @@ public:
                 cuda::cublas_attention_forward(blas_, as<X>(out), lse, as<X>(qkv), B, T, C, NH, NKV, plan, ws, stream_);
             });
         }
+        if (flash_path(C, NH))
+            return cuda::flash_attention_forward(as<bf16>(out), lse, as<bf16>(qkv), B, T, C, NH, NKV, stream_);
         const size_t n3 = static_cast<size_t>(B) * T * 3 * C;
         void* q3 = gqa_for(n3 * dtype_size(act_));
         dispatch([&](auto t) { cuda::gqa_expand(as<decltype(t)>(q3), as<decltype(t)>(qkv), B, T, NH, NKV, HS, stream_); });
@@ -423,6 +426,11 @@ public:
                 cuda::cublas_attention_backward(blas_, as<X>(dqkv), as<X>(dout), as<X>(qkv), as<X>(out), lse, B, T, C,
                                                 NH, NKV, plan, ws, stream_);
             });
+        }
+        if (flash_path(C, NH)) {
+            float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
+            return cuda::flash_attention_backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B,
+                                                  T, C, NH, NKV, scratch, stream_);
         }
         const size_t n3 = static_cast<size_t>(B) * T * 3 * C, es = dtype_size(act_);
         char* buf = static_cast<char*>(gqa_for(2 * n3 * es));
@@ -528,6 +536,11 @@ private:
         if (NKV < 1 || NH % NKV != 0)
             throw std::invalid_argument("cuda attention: n_kv_head " + std::to_string(NKV) + " must divide n_head " +
                                         std::to_string(NH));
+    }
+    /// Whether attention of width C over NH heads runs FlashAttention-2 (native path in bf16, head size
+    /// 64 or 128; neither cublas nor cuDNN in use).
+    bool flash_path(int C, int NH) const {
+        return blas_ == nullptr && !cudnn_active() && act_ == DType::bf16 && cuda::flash_attention_supported(C, NH);
     }
     /// Whether attention calls go to cuDNN (its graph then takes the expanded multi-head qkv).
     bool cudnn_active() const {

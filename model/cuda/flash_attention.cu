@@ -7,6 +7,11 @@
 //
 // Layout as attention.cu: qkv (B,T,3C) holds q | k | v, each (NH,HS) per position; out (B,T,C);
 // lse (B,NH,T) the log-sum-exp of each row of scaled scores s_ij = q_i.k_j / sqrt(HS), j <= i.
+// Grouped-query attention (Ainslie et al. 2023): qkv (B,T,(NH + 2 NKV)*HS) with NKV key/value heads
+// (C = NH*HS still the query width); query head h reads key/value head g = h / (NH/NKV) straight
+// from qkv (the forward and dQ blocks of head h load g's K and V tiles), and the dK/dV kernel runs
+// one block per key tile of key/value head g that walks the NH/NKV query heads of its group in
+// order, accumulating in the same fp32 fragments: no expanded copy, no atomics. NKV = NH is MHA.
 // Every kernel: a block of 4 warps owns 64 rows of one (b, h), 16 per warp (one wmma tile high),
 // and walks the other side in tiles of 64 staged in shared memory as bf16 (rows past T as zeros).
 // wmma's fragment layout is unspecified, so fragments are only loaded, multiplied, scaled
@@ -124,7 +129,7 @@ __device__ inline void write_rows(bf16* dst, size_t stride, FragAcc* acc, float 
 /// then P V, and a bf16 P tile (16 x kPLd).
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads, 1)
-    flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH) {
+    flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, int NKV) {
     constexpr int kWideLd = (HS > kFlashTile ? HS : kFlashTile) + 4;
     EXTERN_SHARED(unsigned char, raw);
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, r = lane / 2, half = lane % 2;
@@ -138,15 +143,16 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     const int i0 = (gridDim.x - 1 - blockIdx.x) * kFlashRows;  // the longest rows start first
     const int i = i0 + warp * kMmaTile + r;
     const bool active = i0 + warp * kMmaTile < T_;  // warp-uniform: the warp has a row < T
-    const size_t stride = 3 * static_cast<size_t>(C);
+    const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
     const bf16* src = qkv + static_cast<size_t>(b) * T_ * stride + h * HS;
+    const bf16* ksrc = qkv + static_cast<size_t>(b) * T_ * stride + C + (h / (NH / NKV)) * HS;
     const float scale = 1.0f / sqrtf(static_cast<float>(HS));
     load_rows<HS>(qs, src, stride, i0, T_);
     float m = -INFINITY, l = 0.0f, o[HS / 2] = {};
     for (int k0 = 0; k0 <= i0; k0 += kFlashTile) {  // tiles with a key j <= i of some row
         __syncthreads();  // the previous k, v tiles are no longer read (q is loaded)
-        load_rows<HS>(ks, src + C, stride, k0, T_);
-        load_rows<HS>(vs, src + 2 * C, stride, k0, T_);
+        load_rows<HS>(ks, ksrc, stride, k0, T_);
+        load_rows<HS>(vs, ksrc + NKV * HS, stride, k0, T_);
         __syncthreads();
         if (!active) continue;
         score_tile<HS>(ss, kWideLd, qs + warp * kMmaTile * kRowLd<HS>, ks);
@@ -199,14 +205,15 @@ constexpr size_t flash_forward_smem() {
     return 32 + 3 * kRowTileBytes<HS> + kFlashWarps * kMmaTile * (sizeof(float) * kWideLd + sizeof(bf16) * kPLd);
 }
 
-/// Backward, dK and dV (Algorithm 2's outer loop over key tiles). grid (ceil(T/64), NH, B), block
+/// Backward, dK and dV (Algorithm 2's outer loop over key tiles) of key/value head g = blockIdx.y,
+/// summed over its query heads g*group .. (g+1)*group - 1 in order. grid (ceil(T/64), NKV, B), block
 /// 128, smem flash_backward_kv_smem<HS>(): k, v, q, dO tiles (64 x kRowLd bf16 each), the query
 /// tile's lse and D (64 fp32 each), per warp fp32 S^T and dP^T tiles (16 x kSLd) and bf16 P^T and
 /// dS^T tiles (16 x kPLd). The q and dO tiles stage the results at the end.
-template <int HS>
+template <int HS, bool kGroups>
 __global__ void __launch_bounds__(kFlashThreads, 1)
     flash_backward_kv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta,
-                             int T_, int C, int NH) {
+                             int T_, int C, int NH, int NKV) {
     EXTERN_SHARED(unsigned char, raw);
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, r = lane / 2, half = lane % 2;
     bf16* ks = reinterpret_cast<bf16*>(flash_smem(raw));
@@ -220,21 +227,26 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     bf16* pt = reinterpret_cast<bf16*>(deltas + kFlashTile + kFlashWarps * 2 * kMmaTile * kSLd) +
                warp * 2 * kMmaTile * kPLd;
     bf16* dst = pt + kMmaTile * kPLd;
-    const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * kFlashRows, jw = j0 + warp * kMmaTile;
-    const int j = jw + r;
+    const int b = blockIdx.z, g = blockIdx.y, j0 = blockIdx.x * kFlashRows;
+    const int jw = j0 + warp * kMmaTile, j = jw + r;
     const bool active = jw < T_;  // warp-uniform
-    const size_t stride = 3 * static_cast<size_t>(C), stat = (static_cast<size_t>(b) * NH + h) * T_;
-    const bf16* src = qkv + static_cast<size_t>(b) * T_ * stride + h * HS;
-    const bf16* dsrc = dout + static_cast<size_t>(b) * T_ * C + h * HS;
+    const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
     const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-    load_rows<HS>(ks, src + C, stride, j0, T_);
-    load_rows<HS>(vs, src + 2 * C, stride, j0, T_);
+    load_rows<HS>(ks, qkv + static_cast<size_t>(b) * T_ * stride + C + g * HS, stride, j0, T_);
+    load_rows<HS>(vs, qkv + static_cast<size_t>(b) * T_ * stride + C + (NKV + g) * HS, stride, j0, T_);
     FragAcc dk[HS / kMmaTile], dv[HS / kMmaTile];
     for (int nt = 0; nt < HS / kMmaTile; nt++) {
         wmma::fill_fragment(dk[nt], 0.0f);
         wmma::fill_fragment(dv[nt], 0.0f);
     }
-    for (int q0 = j0; q0 < T_; q0 += kFlashTile) {  // query tiles with an i >= j of some key
+    // The group's query heads in order (kGroups; else head g alone), each over the query tiles with
+    // an i >= j of some key (j0 < T: the grid's tiles). The loop steps (h, q0) in one counter pair:
+    // nested loops cost the HS-128 kernel a spill at 255 registers.
+    int h = kGroups ? g * (NH / NKV) : g;
+    for (int q0 = j0;;) {
+        const size_t stat = (static_cast<size_t>(b) * NH + h) * T_;
+        const bf16* src = qkv + static_cast<size_t>(b) * T_ * stride + h * HS;  // from the kernel's
+        const bf16* dsrc = dout + static_cast<size_t>(b) * T_ * C + h * HS;      // parameters, not kept
         __syncthreads();
         load_rows<HS>(qs, src, stride, q0, T_);
         load_rows<HS>(dos, dsrc, C, q0, T_);
@@ -243,30 +255,35 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
             deltas[x] = q0 + x < T_ ? delta[stat + q0 + x] : 0.0f;
         }
         __syncthreads();
-        if (!active) continue;
-        score_tile<HS>(st, kSLd, ks + warp * kMmaTile * kRowLd<HS>, qs);    // S^T (16 keys x 64 queries)
-        score_tile<HS>(dpt, kSLd, vs + warp * kMmaTile * kRowLd<HS>, dos);  // dP^T
-        __syncwarp(kFullMask);
-        for (int jj = 0; jj < kFlashTile / 2; jj++) {
-            const int c = half + 2 * jj, i = q0 + c;
-            float p = 0.0f, ds = 0.0f;
-            if (i < T_ && i >= j) {
-                p = expf(st[r * kSLd + c] * scale - lses[c]);
-                ds = p * (dpt[r * kSLd + c] - deltas[c]);
+        if (active) {
+            score_tile<HS>(st, kSLd, ks + warp * kMmaTile * kRowLd<HS>, qs);    // S^T (16 keys x 64 queries)
+            score_tile<HS>(dpt, kSLd, vs + warp * kMmaTile * kRowLd<HS>, dos);  // dP^T
+            __syncwarp(kFullMask);
+            for (int jj = 0; jj < kFlashTile / 2; jj++) {
+                const int c = half + 2 * jj, i = q0 + c;
+                float p = 0.0f, ds = 0.0f;
+                if (i < T_ && i >= j) {
+                    p = expf(st[r * kSLd + c] * scale - lses[c]);
+                    ds = p * (dpt[r * kSLd + c] - deltas[c]);
+                }
+                pt[r * kPLd + c] = __float2bfloat16(p);
+                dst[r * kPLd + c] = __float2bfloat16(ds);
             }
-            pt[r * kPLd + c] = __float2bfloat16(p);
-            dst[r * kPLd + c] = __float2bfloat16(ds);
+            __syncwarp(kFullMask);
+            accumulate_product<HS>(dv, pt, dos);
+            accumulate_product<HS>(dk, dst, qs);
         }
-        __syncwarp(kFullMask);
-        accumulate_product<HS>(dv, pt, dos);
-        accumulate_product<HS>(dk, dst, qs);
+        q0 += kFlashTile;
+        if (q0 < T_) continue;
+        if (!kGroups || ++h == (g + 1) * (NH / NKV)) break;
+        q0 = j0;
     }
     __syncthreads();  // every warp is done with q and dO: they become the staging tiles
     if (!active) return;
     float* stage = reinterpret_cast<float*>(qs) + warp * kMmaTile * kOutLd<HS>;
-    bf16* dk_rows = dqkv + static_cast<size_t>(b) * T_ * stride + C + h * HS;
+    bf16* dk_rows = dqkv + static_cast<size_t>(b) * T_ * stride + C + g * HS;
     write_rows<HS>(dk_rows, stride, dk, scale, stage, jw, T_);
-    write_rows<HS>(dk_rows + C, stride, dv, 1.0f, stage, jw, T_);
+    write_rows<HS>(dk_rows + NKV * HS, stride, dv, 1.0f, stage, jw, T_);
 }
 
 /// Dynamic shared memory bytes of flash_backward_kv_kernel<HS> (+32 for the alignment of flash_smem).
@@ -284,7 +301,7 @@ constexpr size_t flash_backward_kv_smem() {
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads, 1)
     flash_backward_q_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta,
-                            int T_, int C, int NH) {
+                            int T_, int C, int NH, int NKV) {
     EXTERN_SHARED(unsigned char, raw);
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, r = lane / 2, half = lane % 2;
     bf16* qs = reinterpret_cast<bf16*>(flash_smem(raw));
@@ -298,8 +315,10 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     const int b = blockIdx.z, h = blockIdx.y;
     const int i0 = (gridDim.x - 1 - blockIdx.x) * kFlashRows, iw = i0 + warp * kMmaTile, i = iw + r;
     const bool active = iw < T_;  // warp-uniform
-    const size_t stride = 3 * static_cast<size_t>(C), stat = (static_cast<size_t>(b) * NH + h) * T_;
+    const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
+    const size_t stat = (static_cast<size_t>(b) * NH + h) * T_;
     const bf16* src = qkv + static_cast<size_t>(b) * T_ * stride + h * HS;
+    const bf16* ksrc = qkv + static_cast<size_t>(b) * T_ * stride + C + (h / (NH / NKV)) * HS;
     const float scale = 1.0f / sqrtf(static_cast<float>(HS));
     load_rows<HS>(qs, src, stride, i0, T_);
     load_rows<HS>(dos, dout + static_cast<size_t>(b) * T_ * C + h * HS, C, i0, T_);
@@ -308,8 +327,8 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     for (int nt = 0; nt < HS / kMmaTile; nt++) wmma::fill_fragment(dq[nt], 0.0f);
     for (int k0 = 0; k0 <= i0; k0 += kFlashTile) {
         __syncthreads();
-        load_rows<HS>(ks, src + C, stride, k0, T_);
-        load_rows<HS>(vs, src + 2 * C, stride, k0, T_);
+        load_rows<HS>(ks, ksrc, stride, k0, T_);
+        load_rows<HS>(vs, ksrc + NKV * HS, stride, k0, T_);
         __syncthreads();
         if (!active) continue;
         score_tile<HS>(ss, kSLd, qs + warp * kMmaTile * kRowLd<HS>, ks);    // S (16 queries x 64 keys)
@@ -341,10 +360,13 @@ constexpr size_t flash_backward_q_smem() {
 }
 
 /// Throws std::invalid_argument for a shape or pointer the kernels do not take.
-static void check_flash(int C, int NH, std::initializer_list<const void*> ptrs) {
+static void check_flash(int C, int NH, int NKV, std::initializer_list<const void*> ptrs) {
     if (!flash_attention_supported(C, NH))
         throw std::invalid_argument("cuda flash attention: n_embd " + std::to_string(C) + " / n_head " +
                                     std::to_string(NH) + " must be a head size of 64 or 128");
+    if (NKV < 1 || NH % NKV != 0)
+        throw std::invalid_argument("cuda flash attention: n_kv_head " + std::to_string(NKV) +
+                                    " must divide n_head " + std::to_string(NH));
     for (const void* p : ptrs)
         if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
             throw std::invalid_argument("cuda flash attention: tensor pointers must be 16-byte aligned");
@@ -358,34 +380,39 @@ static void launch_flash(void (*kernel)(P...), dim3 grid, size_t smem, cudaStrea
 }
 
 template <int HS>
-static void flash_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, cudaStream_t stream) {
+static void flash_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, int NKV,
+                          cudaStream_t stream) {
     launch_flash(flash_forward_kernel<HS>, dim3(ceil_div(T_, kFlashRows), NH, B), flash_forward_smem<HS>(), stream,
-                 out, lse, qkv, T_, C, NH);
+                 out, lse, qkv, T_, C, NH, NKV);
 }
 
 template <int HS>
 static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta,
-                           int B, int T_, int C, int NH, cudaStream_t stream) {
+                           int B, int T_, int C, int NH, int NKV, cudaStream_t stream) {
     const dim3 grid(ceil_div(T_, kFlashRows), NH, B);
-    launch_flash(flash_backward_kv_kernel<HS>, grid, flash_backward_kv_smem<HS>(), stream, dqkv, dout, qkv, lse,
-                 delta, T_, C, NH);
+    if (NKV == NH)  // multi-head: no group loop (the kernel GPT-2 runs keeps its registers)
+        launch_flash(flash_backward_kv_kernel<HS, false>, grid, flash_backward_kv_smem<HS>(), stream, dqkv, dout, qkv,
+                     lse, delta, T_, C, NH, NKV);
+    else
+        launch_flash(flash_backward_kv_kernel<HS, true>, dim3(grid.x, NKV, B), flash_backward_kv_smem<HS>(), stream,
+                     dqkv, dout, qkv, lse, delta, T_, C, NH, NKV);
     launch_flash(flash_backward_q_kernel<HS>, grid, flash_backward_q_smem<HS>(), stream, dqkv, dout, qkv, lse, delta,
-                 T_, C, NH);
+                 T_, C, NH, NKV);
 }
 
-void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH,
+void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, int NKV,
                              cudaStream_t stream) {
-    check_flash(C, NH, {out, qkv});
-    if (C / NH == 64) flash_forward<64>(out, lse, qkv, B, T_, C, NH, stream);
-    else flash_forward<128>(out, lse, qkv, B, T_, C, NH, stream);
+    check_flash(C, NH, NKV, {out, qkv});
+    if (C / NH == 64) flash_forward<64>(out, lse, qkv, B, T_, C, NH, NKV, stream);
+    else flash_forward<128>(out, lse, qkv, B, T_, C, NH, NKV, stream);
 }
 
 void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
-                              int T_, int C, int NH, float* scratch, cudaStream_t stream) {
-    check_flash(C, NH, {dqkv, dout, qkv, out});
+                              int T_, int C, int NH, int NKV, float* scratch, cudaStream_t stream) {
+    check_flash(C, NH, NKV, {dqkv, dout, qkv, out});
     attention_delta(scratch, dout, out, B, T_, C, NH, stream);
-    if (C / NH == 64) flash_backward<64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, stream);
-    else flash_backward<128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, stream);
+    if (C / NH == 64) flash_backward<64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    else flash_backward<128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
 }
 
 }  // namespace llmtrain::cuda

@@ -10,8 +10,8 @@
 #   1. n_kv_head 2, 3 steps, cuda fp32 vs cpu: every train loss within 1e-4 relative, and the final
 #      checkpoint's weights tensor by tensor (compare_weights.py); model.attention = "auto" in fp32
 #      is cublas (no cuDNN, no fp32 FlashAttention): query heads mapped in its head split;
-#   2. n_kv_head 2, 3 steps, cuda bf16 vs cpu within 5e-3 ("auto": native, FlashAttention-2 on the
-#      expanded key/value heads, the log says so);
+#   2. n_kv_head 2, 3 steps, cuda bf16 vs cpu within 5e-3 ("auto": native, FlashAttention-2 reading
+#      key/value head h / 2 for query head h, the log says so);
 #   3. n_kv_head 1 (multi-query), 3 steps, model.attention = "native" fp32 (attention.cu on the
 #      expanded heads) vs cpu within 1e-4.
 set -euo pipefail

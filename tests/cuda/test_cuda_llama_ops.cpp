@@ -1,7 +1,7 @@
 // tests/cuda/test_cuda_llama_ops.cpp — the CUDA backend's Llama ops (rmsnorm.cu, rope.cu, swiglu.cu,
-// gqa.cu, grouped-query attention on the native and cublas paths, the encoder without positions),
-// run under cuda_emu against the CPU backend on the same inputs, at odd sizes: B 3, T 17, n_embd 48
-// for the row ops; B 2, T 9, n_head 4, head size 8 and n_kv_head 4, 2, 1 for attention. Each test
+// gqa.cu, grouped-query attention on the native, cublas and FlashAttention-2 paths, the encoder
+// without positions), run under cuda_emu against the CPU backend on the same inputs, at odd sizes:
+// B 3, T 17, n_embd 48 for the row ops; B 2, T 9, n_head 4, head size 8 and n_kv_head 4, 2, 1 for attention. Each test
 // runs in fp32 and bf16 and under forward, reverse and random thread orders. Tolerances
 // (cuda_test_util.hpp's relative form |cuda - cpu| <= tol (|cpu| + rms(cpu))): fp32 1e-5, bf16 2^-7
 // per op; attention's dqkv in bf16 2^-6 on the native paths, as the multi-head test (the backward
@@ -181,23 +181,35 @@ TEST_P(LlamaOpsTest, GroupedQueryAttentionNativeAndCublas) {
 
 INSTANTIATE_TEST_SUITE_P(Cuda, LlamaOpsTest, testing::ValuesIn(all_modes()), mode_name);
 
-/// FlashAttention-2 (bf16, head size 64) with n_kv_head 1 of n_head 2: the expanded heads through
-/// the tensor-core kernels, against the CPU. Tolerance: out 2^-7, dqkv 2^-6 (as the multi-head
-/// flash test's observed errors allow; tests/cuda/attention_bound.hpp).
-TEST(CudaLlamaFlash, GroupedQueryAttentionMatchesCpu) {
-    const int Bq = 1, Tq = 20, NH = 2, NKV = 1, HS = 64;
+/// FlashAttention-2 (bf16, head size 64) at n_head 4 with n_kv_head 4, 2 and 1: key/value head
+/// h / (NH/NKV) read in the tile loads, dK/dV summed over the group in the key kernel, against the
+/// CPU under three thread orders. Tolerance: out and lse 2^-7, dqkv 2^-6 (the multi-head flash test's).
+class LlamaFlash : public testing::TestWithParam<std::string> {
+protected:
+    void SetUp() override { set_emu_order(GetParam()); }
+    void TearDown() override { reset_emu_order(); }
+};
+
+TEST_P(LlamaFlash, GroupedQueryAttentionMatchesCpu) {
+    const int Bq = 1, Tq = 20, NH = 4, HS = 64;
     ASSERT_TRUE(cuda::flash_attention_supported(NH * HS, NH));
     auto cpu = make_cpu_backend();
     auto dev = make_cuda_backend("bf16");
-    const size_t W = static_cast<size_t>(NH + 2 * NKV) * HS;
-    const auto qkv = random_vec(static_cast<size_t>(Bq) * Tq * W, 180, true, -2, 2);
-    const auto dout = random_vec(static_cast<size_t>(Bq) * Tq * NH * HS, 181, true, -1, 1);
-    const auto got = run_gqa(*dev, qkv, dout, Bq, Tq, NH, NKV, HS);
-    const auto want = run_gqa(*cpu, qkv, dout, Bq, Tq, NH, NKV, HS);
-    expect_close("flash gqa out", got[0], want[0], kTolBf16);
-    expect_close("flash gqa lse", got[1], want[1], kTolBf16);
-    expect_close("flash gqa dqkv", got[2], want[2], 2 * kTolBf16);
+    for (int NKV : {4, 2, 1}) {
+        SCOPED_TRACE("n_kv_head " + std::to_string(NKV));
+        const size_t W = static_cast<size_t>(NH + 2 * NKV) * HS;
+        const auto qkv = random_vec(static_cast<size_t>(Bq) * Tq * W, 180 + NKV, true, -2, 2);
+        const auto dout = random_vec(static_cast<size_t>(Bq) * Tq * NH * HS, 190 + NKV, true, -1, 1);
+        const auto got = run_gqa(*dev, qkv, dout, Bq, Tq, NH, NKV, HS);
+        const auto want = run_gqa(*cpu, qkv, dout, Bq, Tq, NH, NKV, HS);
+        expect_close("flash gqa out", got[0], want[0], kTolBf16);
+        expect_close("flash gqa lse", got[1], want[1], kTolBf16);
+        expect_close("flash gqa dqkv", got[2], want[2], 2 * kTolBf16);
+    }
 }
+
+INSTANTIATE_TEST_SUITE_P(Cuda, LlamaFlash, testing::Values("forward", "reverse", "random"),
+                         [](const testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
 }  // namespace llmtrain::cudatest
