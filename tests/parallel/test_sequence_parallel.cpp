@@ -146,30 +146,12 @@ TEST(SequenceParallel, LayerRangesAndCheckpointing) {
     Fixture f;
     Ops& ops = *f.ops;
     const GPTConfig cfg = config();
-    const size_t C = size_t(cfg.n_embd), NC = size_t(kN) * C, R = size_t(kN) / size_t(f.group.size());
+    const size_t C = size_t(cfg.n_embd), R = size_t(kN) / size_t(f.group.size());
     const size_t row0 = size_t(f.group.rank()) * R;  // this rank's first row
-    std::mt19937 rng(77);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> act_in_h(NC), dact_out_h(NC);
-    for (float& x : act_in_h) x = nd(rng);
-    for (float& x : dact_out_h) x = 1e-3f * nd(rng);
-    void* act_in = f.alloc.alloc(MemCategory::workspace, NC * 4);
-    void* dact_out = f.alloc.alloc(MemCategory::workspace, NC * 4);
-    void* dact_in = f.alloc.alloc(MemCategory::workspace, NC * 4);
-    void* act_in_r = f.alloc.alloc(MemCategory::workspace, R * C * 4);  // this rank's rows
-    void* dact_out_r = f.alloc.alloc(MemCategory::workspace, R * C * 4);
-    int* tok = static_cast<int*>(f.alloc.alloc(MemCategory::workspace, kN * 4));
-    int* tgt = static_cast<int*>(f.alloc.alloc(MemCategory::workspace, kN * 4));
-    ops.memcpy_h2d(act_in, act_in_h.data(), NC * 4);
-    ops.memcpy_h2d(dact_out, dact_out_h.data(), NC * 4);
-    ops.memcpy_h2d(act_in_r, act_in_h.data() + row0 * C, R * C * 4);
-    ops.memcpy_h2d(dact_out_r, dact_out_h.data() + row0 * C, R * C * 4);
-    {
-        std::vector<int> in(kN), tg(kN);
-        batch(3, in.data(), tg.data());
-        ops.memcpy_h2d(tok, in.data(), kN * 4);
-        ops.memcpy_h2d(tgt, tg.data(), kN * 4);
-    }
+    StageIO io(f.alloc, ops, C, row0, R);
+    void *act_in = io.act_in, *dact_out = io.dact_out, *dact_in = io.dact_in;
+    int *tok = io.tok, *tgt = io.tgt;
+    void *act_in_r = io.act_in_r, *dact_out_r = io.dact_out_r;
     Worst w;
     for (const auto& [l0, l1] : {std::pair{0, 1}, std::pair{1, 2}}) {
         std::vector<float> plain_grads;
@@ -233,8 +215,6 @@ TEST(SequenceParallel, LayerRangesAndCheckpointing) {
             else EXPECT_TRUE(gs == plain_grads) << "checkpointed gradients differ from the plain ones";
         }
     }
-    for (void* p : {act_in, dact_out, dact_in, act_in_r, dact_out_r, static_cast<void*>(tok), static_cast<void*>(tgt)})
-        f.alloc.release(p);
     w.print("sequence parallel, layer ranges");
 }
 

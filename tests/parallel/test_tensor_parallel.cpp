@@ -124,24 +124,9 @@ TEST(TensorParallel, LayerRangesAndCheckpointing) {
     Ops& ops = *f.ops;
     const GPTConfig cfg = config();
     const size_t NC = size_t(kN) * cfg.n_embd;
-    std::mt19937 rng(77);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> act_in_h(NC), dact_out_h(NC);
-    for (float& x : act_in_h) x = nd(rng);
-    for (float& x : dact_out_h) x = 1e-3f * nd(rng);
-    void* act_in = f.alloc.alloc(MemCategory::workspace, NC * 4);
-    void* dact_out = f.alloc.alloc(MemCategory::workspace, NC * 4);
-    void* dact_in = f.alloc.alloc(MemCategory::workspace, NC * 4);
-    int* tok = static_cast<int*>(f.alloc.alloc(MemCategory::workspace, kN * 4));
-    int* tgt = static_cast<int*>(f.alloc.alloc(MemCategory::workspace, kN * 4));
-    ops.memcpy_h2d(act_in, act_in_h.data(), NC * 4);
-    ops.memcpy_h2d(dact_out, dact_out_h.data(), NC * 4);
-    {
-        std::vector<int> in(kN), tg(kN);
-        batch(3, in.data(), tg.data());
-        ops.memcpy_h2d(tok, in.data(), kN * 4);
-        ops.memcpy_h2d(tgt, tg.data(), kN * 4);
-    }
+    StageIO io(f.alloc, ops, size_t(cfg.n_embd));
+    void *act_in = io.act_in, *dact_out = io.dact_out, *dact_in = io.dact_in;
+    int *tok = io.tok, *tgt = io.tgt;
     Worst w;
     for (const auto& [l0, l1] : {std::pair{0, 1}, std::pair{1, 2}}) {
         std::vector<float> plain_grads;  // the tp stage's gradients without checkpointing
@@ -216,7 +201,6 @@ TEST(TensorParallel, LayerRangesAndCheckpointing) {
             else EXPECT_TRUE(gt == plain_grads) << "checkpointed gradients differ from the plain ones";
         }
     }
-    for (void* p : {act_in, dact_out, dact_in, static_cast<void*>(tok), static_cast<void*>(tgt)}) f.alloc.release(p);
     w.print("layer ranges");
 }
 
