@@ -270,20 +270,32 @@ TEST(TokenDatasetErrors, MissingOrMistypedAttributes) {
     expect_data_error([&] { TokenDataset ds(path); }, {path, "'vocab_size' must be a single integer"});
 }
 
-TEST(TokenDatasetErrors, WrongFormatVersion) {
+// Integer attributes overwritten with values the reader must refuse, each with the words its
+// error must hold: a format this build does not read, and a vocab_size the stored dtype cannot hold
+// (uint16 tokens and a 70000 vocab).
+TEST(TokenDatasetErrors, IntegerAttributesOutOfRange) {
+    struct Case {
+        const char* attr;
+        int64_t value;
+        std::vector<std::string> words;
+    };
     TempDir dir;
-    const std::string path = dir.file("v.h5");
-    write_sample(path, 1000, 5, 10);
-    mutate(path, [](hid_t f) {
-        hid_t a = H5Aopen(f, "format_version", H5P_DEFAULT);
-        int64_t v = 3;
-        H5Awrite(a, H5T_NATIVE_INT64, &v);
-        H5Aclose(a);
-    });
-    expect_data_error([&] { TokenDataset ds(path); }, {path, "format_version 3", "expected 1 or 2"});
+    for (const Case& c : {Case{"format_version", 3, {"format_version 3", "expected 1 or 2"}},
+                          Case{"vocab_size", 70000, {"/tokens must be uint32"}}}) {
+        SCOPED_TRACE(c.attr);
+        const std::string path = dir.file(std::string(c.attr) + ".h5");
+        write_sample(path, 1000, 5, 10);
+        mutate(path, [&](hid_t f) {
+            hid_t a = H5Aopen(f, c.attr, H5P_DEFAULT);
+            H5Awrite(a, H5T_NATIVE_INT64, &c.value);
+            H5Aclose(a);
+        });
+        std::vector<std::string> words = c.words;
+        words.insert(words.begin(), path);
+        expect_data_error([&] { TokenDataset ds(path); }, words);
+    }
 }
 
-// Version 1 files have no `tokenizer` attribute and are SentencePiece; version 2 names the kind.
 TEST(TokenDataset, TokenizerKindAndVersion1) {
     TempDir dir;
     const std::string v1 = dir.file("v1.h5");
@@ -380,20 +392,6 @@ TEST(TokenDataset, StreamingAppendEqualsAddDocument) {
     auto ta = read_all_tokens(da, 50257), tb = read_all_tokens(db, 50257);
     tb.resize(ta.size());
     EXPECT_EQ(ta, tb);
-}
-
-// A vocab_size that disagrees with the stored dtype: uint16 tokens cannot hold a 70000 vocab.
-TEST(TokenDatasetErrors, DtypeDisagreesWithVocab) {
-    TempDir dir;
-    const std::string path = dir.file("d.h5");
-    write_sample(path, 1000, 5, 10);
-    mutate(path, [](hid_t f) {
-        hid_t a = H5Aopen(f, "vocab_size", H5P_DEFAULT);
-        int64_t v = 70000;
-        H5Awrite(a, H5T_NATIVE_INT64, &v);
-        H5Aclose(a);
-    });
-    expect_data_error([&] { TokenDataset ds(path); }, {path, "/tokens must be uint32"});
 }
 
 TEST(TokenDatasetErrors, TokenizerHashMismatch) {
