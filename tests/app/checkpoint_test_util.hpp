@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "app/checkpoint/checkpoint.hpp"
@@ -76,6 +78,21 @@ struct Ckpt : ::testing::Test {
     }
     fs::path ck() const { return dir / "checkpoints"; }
 };
+
+/// Reads checkpoint d's weights and whole optimizer state (layout L) back and expects them bit for
+/// bit p, m and v, tensor by tensor (the first differing tensor of each is named).
+inline void expect_reads_back(const std::string& d, const ParamLayout& L, const std::vector<float>& p,
+                              const std::vector<float>& m, const std::vector<float>& v) {
+    std::vector<float> p2(L.total_numel()), m2(L.total_numel()), v2(L.total_numel());
+    read_params(d, L, p2.data());
+    read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
+    for (const auto& [want, got, what] : {std::tuple{&p, &p2, "weights"}, {&m, &m2, "m"}, {&v, &v2, "v"}})
+        for (const auto& t : L.tensors())
+            if (std::memcmp(want->data() + t.offset, got->data() + t.offset, 4 * t.numel) != 0) {
+                ADD_FAILURE() << d << ": " << what << " of " << t.name << " differ";
+                break;
+            }
+}
 
 inline std::string slurp(const fs::path& p) {
     std::ifstream f(p, std::ios::binary);

@@ -32,16 +32,7 @@ TEST_F(Ckpt, RoundTripIsBitwiseAndStateComplete) {
     EXPECT_EQ(find_latest_checkpoint(dir.string(), "run-a").dir, d);
     EXPECT_EQ(checkpoint_problem(d), "");
 
-    std::vector<float> p2(L.total_numel()), m2(L.total_numel()), v2(L.total_numel());
-    read_params(d, L, p2.data());
-    read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
-    for (const auto& t : L.tensors())
-        for (size_t i = 0; i < t.numel; ++i) {
-            const size_t k = t.offset + i;
-            ASSERT_EQ(std::memcmp(&p[k], &p2[k], 4), 0) << t.name << "[" << i << "]";
-            ASSERT_EQ(std::memcmp(&m[k], &m2[k], 4), 0) << t.name;
-            ASSERT_EQ(std::memcmp(&v[k], &v2[k], 4), 0) << t.name;
-        }
+    expect_reads_back(d, L, p, m, v);
     TrainState a = some_state(7), b = read_train_state(d);
     EXPECT_EQ(b.step, a.step);
     EXPECT_EQ(b.tokens_seen, a.tokens_seen);
@@ -256,14 +247,7 @@ TEST_F(Ckpt, EveryRankWritesItsShard) {
         const std::string f = "optim_" + std::to_string(r) + ".h5";
         EXPECT_NE(toml.find("\n'" + f + "' = " + std::to_string(fs::file_size(fs::path(d) / f)) + "\n"), std::string::npos) << toml;
     }
-    std::vector<float> p2(L.total_numel()), m2(L.total_numel()), v2(L.total_numel());
-    read_params(d, L, p2.data());
-    read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
-    for (const auto& t : L.tensors()) {
-        ASSERT_EQ(std::memcmp(&p[t.offset], &p2[t.offset], 4 * t.numel), 0) << t.name;
-        ASSERT_EQ(std::memcmp(&m[t.offset], &m2[t.offset], 4 * t.numel), 0) << t.name;
-        ASSERT_EQ(std::memcmp(&v[t.offset], &v2[t.offset], 4 * t.numel), 0) << t.name;
-    }
+    expect_reads_back(d, L, p, m, v);
 }
 
 // The commit trusts the ranks' reports, never a directory listing, and checks each report against
@@ -454,14 +438,7 @@ TEST_F(Ckpt, LargeTensorsGoInRowBlocks) {
     ASSERT_GT(L.tensors()[0].numel, size_t(1) << 22);
     auto p = random_flat(L, 21), m = random_flat(L, 22), v = random_flat(L, 23);
     const std::string d = save(L, 1, 0, p, m, v);
-    std::vector<float> p2(L.total_numel()), m2(L.total_numel()), v2(L.total_numel());
-    read_params(d, L, p2.data());
-    read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
-    for (const auto& t : L.tensors()) {
-        ASSERT_EQ(std::memcmp(&p[t.offset], &p2[t.offset], 4 * t.numel), 0) << t.name;
-        ASSERT_EQ(std::memcmp(&m[t.offset], &m2[t.offset], 4 * t.numel), 0) << t.name;
-        ASSERT_EQ(std::memcmp(&v[t.offset], &v2[t.offset], 4 * t.numel), 0) << t.name;
-    }
+    expect_reads_back(d, L, p, m, v);
 }
 
 // The writers let HDF5 lay out each file, put the raw data in with pwrite and hash it from memory
@@ -501,14 +478,7 @@ TEST_F(Ckpt, RawWrittenFilesHashAsOnDisk) {
         model_bytes.push_back(slurp(fs::path(tmp) / "model.h5"));
         const std::string d = commit_checkpoint(dir.string(), tmp, some_state(10 + how), L, {part, optim}, 0);
         EXPECT_EQ(checkpoint_problem(d), "");
-        std::vector<float> p2(L.total_numel()), m2(L.total_numel()), v2(L.total_numel());
-        read_params(d, L, p2.data());
-        read_optim(d, L, 0, L.total_numel(), m2.data(), v2.data());
-        for (const auto& t : L.tensors()) {
-            ASSERT_EQ(std::memcmp(&p[t.offset], &p2[t.offset], 4 * t.numel), 0) << t.name;
-            ASSERT_EQ(std::memcmp(&m[t.offset], &m2[t.offset], 4 * t.numel), 0) << t.name;
-            ASSERT_EQ(std::memcmp(&v[t.offset], &v2[t.offset], 4 * t.numel), 0) << t.name;
-        }
+        expect_reads_back(d, L, p, m, v);
     }
     EXPECT_TRUE(model_bytes[0] == model_bytes[1]);
     EXPECT_TRUE(model_bytes[0] == model_bytes[2]);
