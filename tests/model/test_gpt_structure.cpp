@@ -6,27 +6,14 @@
 
 #include "model/backend.hpp"
 #include "model/gpt.hpp"
-#include "tests/model/test_util.hpp"
+#include "tests/model/structure_test_util.hpp"
 
 namespace llmtrain::test {
 namespace {
 
 const GPTConfig kCfg{4, 3, 48, 17, 101};
-constexpr int B = 2, T = 17, N = B * T;
-
-std::vector<int> tokens(uint64_t seed) {
-    std::vector<int> t(N);
-    std::mt19937_64 rng(seed);
-    for (int& x : t) x = static_cast<int>(rng() % kCfg.vocab_size);
-    return t;
-}
-
-std::vector<float> host_copy(Ops& ops, const void* p, size_t n) {
-    std::vector<float> v(n);
-    ops.memcpy_d2h(v.data(), p, n * 4);
-    ops.synchronize();
-    return v;
-}
+/// N token ids of kCfg's vocabulary from seed.
+std::vector<int> tokens(uint64_t seed) { return test::tokens(seed, kCfg.vocab_size); }
 
 struct TrainResult {
     float loss;
@@ -89,52 +76,7 @@ TEST(GptDeterminism, RepeatableBitsForAFixedThreadCount) {
 }
 
 TEST(GptLayerRange, TwoStagesEqualTheWholeModel) {
-    auto ops = make_backend("cpu", "fp32");
-    Allocator alloc(*ops);
-    GPTOptions o;
-    o.B = B;
-    o.T = T;
-    GPT whole(kCfg, o, alloc);
-    o.l0 = 0, o.l1 = 2;
-    GPT s0(kCfg, o, alloc);
-    o.l0 = 2, o.l1 = 4, o.checkpoint_ratio = 0.5f;
-    GPT s1(kCfg, o, alloc);
-    for (GPT* g : {&whole, &s0, &s1}) {
-        g->init_params(11);
-        g->zero_grads();
-    }
-    const auto in = tokens(3), tgt = tokens(4);
-    whole.forward_backward(in.data(), tgt.data(), 1.0f / N);
-    const float loss = static_cast<float>(whole.take_loss_sum());
-
-    int *d_in = static_cast<int*>(alloc.alloc(MemCategory::workspace, N * 4)),
-        *d_tgt = static_cast<int*>(alloc.alloc(MemCategory::workspace, N * 4));
-    void* dact = alloc.alloc(MemCategory::workspace, N * kCfg.n_embd * 4);
-    ops->memcpy_h2d(d_in, in.data(), N * 4);
-    ops->memcpy_h2d(d_tgt, tgt.data(), N * 4);
-    s0.forward(d_in, nullptr, nullptr, 0.0f, true);
-    s1.forward(nullptr, s0.act_out(), d_tgt, 1.0f / N, true);
-    s1.backward(nullptr, dact);
-    s0.backward(dact, nullptr);
-    const auto losses = host_copy(*ops, s1.losses(), N);
-    double sum = 0;
-    for (float l : losses) sum += l;
-    EXPECT_EQ(static_cast<float>(sum / N), loss);
-
-    const size_t n = whole.layout().total_numel();
-    const auto gw = host_copy(*ops, whole.grads(), n), g0 = host_copy(*ops, s0.grads(), n),
-               g1 = host_copy(*ops, s1.grads(), n);
-    for (const ParamTensor& t : whole.layout().tensors()) {
-        std::vector<float> want(gw.begin() + t.offset, gw.begin() + t.offset + t.numel), got(t.numel);
-        for (size_t i = 0; i < t.numel; ++i) got[i] = g0[t.offset + i] + g1[t.offset + i];
-        if (t.name == "wte")  // embedding (stage 0) and LM head (stage 1) sum in another order
-            expect_close(t.name, got, want, 1e-5, 1e-9);
-        else
-            EXPECT_EQ(got, want) << t.name;
-    }
-    alloc.release(d_in);
-    alloc.release(d_tgt);
-    alloc.release(dact);
+    expect_two_stages_equal_whole(kCfg, [](GPTOptions& o) { o.checkpoint_ratio = 0.5f; }, "wte");
 }
 
 TEST(GptContexts, MicroBatchesInFlightTogetherEqualOneAtATime) {
