@@ -14,13 +14,18 @@
 // - cp.async is per thread: cp_async_16 records the copy and fills the 16 destination bytes with
 //   0xFF (NaN as fp32/bf16) at once; cp_async_commit closes the thread's pending copies into a
 //   group; cp_async_wait<N> performs (reads gmem, writes smem) the copies of every committed group
-//   but the N most recent. So a read before the right wait sees NaN. Errors (kernel faults): a
-//   wait when copies were issued but not committed and N = 0 would leave them pending is allowed
-//   (PTX: wait_group waits on committed groups only) but a thread that exits with copies issued
-//   and not retired, a cp_async_16 whose destination overlaps a copy still in flight, and a
-//   misaligned or non-shared destination / misaligned source are reported.
+//   but the N most recent. So a read before the right wait sees NaN; __syncthreads completes
+//   nothing. Copies issued but not committed stay in flight through any wait (PTX: wait_group
+//   waits on committed groups only); a wait on more groups than were committed is a no-op.
+//   Reported as kernel faults: a thread that exits with copies in flight (committed or not); a
+//   cp_async_16 onto a destination with a copy in flight (any thread of the block); an ldmatrix
+//   row with a copy in flight; a destination overwritten by a plain store while its copy was in
+//   flight (seen at the wait: the poison is gone); a destination or ldmatrix address that is
+//   emulated global memory or the thread's own stack, or not 16-byte aligned; a valid source
+//   that is not emulated device memory or not 16-byte aligned.
 // - pack_bf16x2: __float2bfloat16_rn of each (cuda_bf16.h's exact conversion), lo in bits 0-15.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <source_location>
 
@@ -59,3 +64,13 @@ void cp_async_wait(site_t site = site_t::current()) {
 uint32_t pack_bf16x2(float lo, float hi);
 
 }  // namespace llmtrain::cuda::ptx
+
+namespace emu::detail {
+/// Called by the scheduler: ptx_block_start when a worker starts a block (forgets the cp.async
+/// state an abandoned earlier block left); ptx_lane_exit after a CUDA thread's kernel body returns
+/// (lane = linear thread index in the block): throws emu::Error when it leaves copies in flight.
+void ptx_block_start();
+void ptx_lane_exit(unsigned lane);
+/// True when [p, p+n) lies on the running CUDA thread's own fiber stack (local memory).
+bool on_lane_stack(const void* p, size_t n);
+}  // namespace emu::detail

@@ -26,4 +26,5 @@
 #include "tests/cuda_emu/device_atomic.hpp"
 #include "tests/cuda_emu/device_math.hpp"
 #include "tests/cuda_emu/device_wmma.hpp"
+#include "tests/cuda_emu/device_ptx.hpp"
 #include "tests/cuda_emu/kernel_launch.hpp"

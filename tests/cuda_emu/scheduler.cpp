@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/cuda_emu/device.hpp"
+#include "tests/cuda_emu/device_ptx.hpp"
 
 namespace emu::detail {
 
@@ -140,6 +141,12 @@ public:
     uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, std::source_location site);
     unsigned active_mask() const;
     void* dynamic_smem() { return smem_.data(); }
+    /// [p, p+n) inside the running lane's fiber stack.
+    bool on_lane_stack(const void* p, size_t n) const {
+        const StackInfo& st = stacks_[lanes_[cur_].fiber];
+        const auto a = reinterpret_cast<uintptr_t>(p), lo = reinterpret_cast<uintptr_t>(st.bottom);
+        return a < lo + st.size && a + n > lo;
+    }
 
 private:
     void setup(const LaunchSpec& spec, const BlockRun& run);
@@ -222,6 +229,7 @@ void Worker::setup(const LaunchSpec& spec, const BlockRun& run) {
     smem_.assign(spec.smem + 16, 0xFF);
     error_.clear();
     abandon_ = false;
+    ptx_block_start();  // no cp.async of an earlier (possibly abandoned) block is in flight
 }
 
 // The scheduler loop. A lane runs on a fiber until it exits or waits; when it exits and the next
@@ -309,6 +317,7 @@ void Worker::run_lane(unsigned i) {
     if (!abandon_) {
         try {
             spec_->body();
+            ptx_lane_exit(i);  // cp.async copies left in flight are a fault
         } catch (const Abandon&) {
         } catch (const std::exception& e) {
             fail(who(i) + " threw: " + e.what());
@@ -555,6 +564,8 @@ void* dynamic_smem() {
     auto p = reinterpret_cast<uintptr_t>(kernel_worker("dynamic shared memory").dynamic_smem());
     return reinterpret_cast<void*>((p + 15) & ~uintptr_t{15});
 }
+
+bool on_lane_stack(const void* p, size_t n) { return kernel_worker("on_lane_stack").on_lane_stack(p, n); }
 
 std::string run_block(const LaunchSpec& spec, const BlockRun& run) { return worker().run(spec, run); }
 

@@ -1,0 +1,262 @@
+// tests/cuda_emu/ptx.cpp — the emulator's model of model/cuda/ptx.cuh (declared in device_ptx.hpp):
+// mma.sync m16n8k16 bf16, ldmatrix, cp.async and the bf16x2 pack, with PTX ISA's documented
+// fragment layouts. See device_ptx.hpp for the rules and docs/cuda_emu.md, "PTX primitives".
+#include "tests/cuda_emu/device_ptx.hpp"
+
+#include <cuda_bf16.h>
+
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tests/cuda_emu/device.hpp"
+#include "tests/cuda_emu/emu.hpp"
+#include "tests/cuda_emu/memory.hpp"
+
+namespace emu::detail {
+namespace {
+
+constexpr unsigned kMaxThreads = 1024;
+
+/// What one lane passes to a warp collective, published for the other lanes of its warp.
+struct PtxCall {
+    const void* p0 = nullptr;
+    const void* p1 = nullptr;
+    const void* p2 = nullptr;
+};
+thread_local PtxCall t_calls[kMaxThreads];  // one slot per thread of the running block
+
+/// One cp.async: 16 bytes from src (or zeros) to dst.
+struct Copy {
+    unsigned char* dst = nullptr;
+    const unsigned char* src = nullptr;
+    bool valid = false;
+    std::source_location site;
+};
+/// A thread's copies: issued but not committed, and its committed groups, oldest first.
+struct LaneCopies {
+    std::vector<Copy> pending;
+    std::vector<std::vector<Copy>> groups;  // a handful at most: erasing the front is cheap
+};
+thread_local LaneCopies t_copies[kMaxThreads];
+/// Destination address -> issuing thread, for every copy in flight in the worker's block.
+thread_local std::unordered_map<uintptr_t, unsigned> t_in_flight;
+thread_local bool t_used = false;  ///< a cp.async was issued since the worker's block started
+
+unsigned this_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+
+std::string hex(const void* p) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%p", p);
+    return b;
+}
+
+std::string where(std::source_location s) { return std::string(s.file_name()) + ":" + std::to_string(s.line()); }
+
+std::string thread_name(unsigned t) {
+    const dim3 b = blockDim;
+    return "thread (" + std::to_string(t % b.x) + "," + std::to_string((t / b.x) % b.y) + "," +
+           std::to_string(t / (b.x * b.y)) + ")";
+}
+
+/// Shared memory as far as the emulator can tell: 16-byte aligned, not emulated global memory, not
+/// the calling thread's own stack (a local array). (Static __shared__ is thread_local storage and
+/// dynamic shared memory a worker buffer: neither has a range of its own to test against.)
+void check_shared(const char* fn, const char* what, const void* p) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
+        throw Error(std::string(fn) + ": " + what + " " + hex(p) + " is not 16-byte aligned");
+    if (const memory::Allocation* a = memory::find(p))
+        throw Error(std::string(fn) + ": " + what + " " + hex(p) + " is global memory (" + memory::describe(*a) +
+                    "), not shared memory");
+    if (on_lane_stack(p, 16))
+        throw Error(std::string(fn) + ": " + what + " " + hex(p) +
+                    " is on the thread's stack (a local variable), not shared memory");
+}
+
+/// Warp collective entry: publish, meet all 32 lanes at `site`; returns the warp's first thread.
+unsigned enter(const PtxCall& call, std::source_location site) {
+    const unsigned t = this_thread(), base = t - t % 32;
+    if (blockDim.x * blockDim.y * blockDim.z % 32 != 0 && base + 32 > blockDim.x * blockDim.y * blockDim.z)
+        throw Error("a PTX warp collective (mma.sync/ldmatrix) needs all 32 lanes: the block's last warp is partial");
+    t_calls[t] = call;
+    __syncwarp(0xffffffffu, site);
+    return base;
+}
+/// Warp collective exit: every lane is done reading the others' published values.
+void leave(std::source_location site) { __syncwarp(0xffffffffu, site); }
+
+uint16_t half_of(uint32_t r, int hi) { return static_cast<uint16_t>(hi ? r >> 16 : r & 0xFFFF); }
+
+float bf16_to_float(uint16_t h) {
+    const uint32_t u = static_cast<uint32_t>(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+/// ldmatrix .x<num> (.trans): lanes 8j..8j+7 give matrix j's row addresses.
+void ldmatrix(const char* fn, uint32_t* r, int num, bool trans, const void* smem, std::source_location site) {
+    const unsigned t = this_thread(), lane = t % 32;
+    if (static_cast<int>(lane) < 8 * num) {
+        check_shared(fn, "row address", smem);
+        if (auto it = t_in_flight.find(reinterpret_cast<uintptr_t>(smem)); it != t_in_flight.end())
+            throw Error(std::string(fn) + ": lane " + std::to_string(lane) + " reads row " + hex(smem) +
+                        " while a cp.async into it by " + thread_name(it->second) +
+                        " is in flight (not yet retired by that thread's cp.async.wait_group)");
+    }
+    const unsigned base = enter({smem}, site);
+    uint32_t out[4] = {};
+    for (int j = 0; j < num; j++) {
+        // Element (row, col) of matrix j: row `row` is lane 8j+row's 16 bytes.
+        auto elem = [&](unsigned row, unsigned col) {
+            uint16_t v;
+            std::memcpy(&v, static_cast<const unsigned char*>(t_calls[base + 8 * j + row].p0) + 2 * col, 2);
+            return v;
+        };
+        const unsigned g = lane / 4, c = 2 * (lane % 4);
+        const uint16_t lo = trans ? elem(c, g) : elem(g, c);
+        const uint16_t hi = trans ? elem(c + 1, g) : elem(g, c + 1);
+        out[j] = static_cast<uint32_t>(lo) | static_cast<uint32_t>(hi) << 16;
+    }
+    leave(site);
+    for (int j = 0; j < num; j++) r[j] = out[j];
+}
+
+/// Performs one copy (at its group's retirement).
+void perform(const Copy& c, unsigned t) {
+    for (int i = 0; i < 16; i++)
+        if (c.dst[i] != 0xFF)
+            throw Error("cp.async issued at " + where(c.site) + ": destination " + hex(c.dst) +
+                        " was written while the copy was in flight (its poison is gone at the wait; " +
+                        thread_name(t) + ")");
+    if (c.valid)
+        std::memcpy(c.dst, c.src, 16);
+    else
+        std::memset(c.dst, 0, 16);
+    t_in_flight.erase(reinterpret_cast<uintptr_t>(c.dst));
+}
+
+void forget(unsigned t) {
+    LaneCopies& lc = t_copies[t];
+    auto drop = [&](const std::vector<Copy>& v) {
+        for (const Copy& c : v)
+            if (auto it = t_in_flight.find(reinterpret_cast<uintptr_t>(c.dst)); it != t_in_flight.end() && it->second == t)
+                t_in_flight.erase(it);
+    };
+    drop(lc.pending);
+    for (const auto& g : lc.groups) drop(g);
+    lc.pending.clear();
+    lc.groups.clear();
+}
+
+}  // namespace
+
+void ptx_block_start() {
+    if (!t_used) return;
+    for (LaneCopies& lc : t_copies) lc.pending.clear(), lc.groups.clear();
+    t_in_flight.clear();
+    t_used = false;
+}
+
+void ptx_lane_exit(unsigned lane) {
+    if (lane >= kMaxThreads) return;
+    LaneCopies& lc = t_copies[lane];
+    size_t n = lc.pending.size();
+    for (const auto& g : lc.groups) n += g.size();
+    if (n == 0) return;
+    const Copy& first = lc.pending.empty() ? lc.groups.front().front() : lc.pending.front();
+    const std::string msg = "exits with " + std::to_string(n) + " cp.async cop" + (n == 1 ? "y" : "ies") + " in flight (" +
+                            std::to_string(lc.pending.size()) + " not committed; the first issued at " +
+                            where(first.site) + "): wait with cp_async_wait<0>() before exiting";
+    forget(lane);
+    throw Error(msg);
+}
+
+}  // namespace emu::detail
+
+namespace llmtrain::cuda::ptx {
+
+using namespace ::emu::detail;
+using ::emu::Error;
+
+void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], site_t site) {
+    const unsigned lane = this_thread() % 32;
+    const unsigned base = enter({a, b}, site);
+    // A[r][k]: lane 4*(r%8) + (k%8)/2, register (r>=8) + 2*(k>=8), half k%2.
+    auto A = [&](unsigned r, unsigned k) {
+        const auto* regs = static_cast<const uint32_t*>(t_calls[base + 4 * (r % 8) + (k % 8) / 2].p0);
+        return bf16_to_float(half_of(regs[(r >= 8) + 2 * (k >= 8)], k % 2));
+    };
+    // B[k][n]: lane 4*n + (k%8)/2, register (k>=8), half k%2.
+    auto B = [&](unsigned k, unsigned n) {
+        const auto* regs = static_cast<const uint32_t*>(t_calls[base + 4 * n + (k % 8) / 2].p1);
+        return bf16_to_float(half_of(regs[k >= 8], k % 2));
+    };
+    const unsigned g = lane / 4, t = lane % 4;
+    float out[4];
+    for (int j = 0; j < 4; j++) {
+        const unsigned r = g + 8 * (j >= 2), n = 2 * t + (j % 2);
+        float acc = c[j];
+        for (unsigned k = 0; k < 16; k++) acc += A(r, k) * B(k, n);  // exact products, k increasing
+        out[j] = acc;
+    }
+    leave(site);  // the other lanes are done reading this lane's a and b
+    for (int j = 0; j < 4; j++) d[j] = out[j];
+}
+
+void ldmatrix_x1(uint32_t r[1], const void* smem, site_t site) { ldmatrix("ldmatrix_x1", r, 1, false, smem, site); }
+void ldmatrix_x2(uint32_t r[2], const void* smem, site_t site) { ldmatrix("ldmatrix_x2", r, 2, false, smem, site); }
+void ldmatrix_x4(uint32_t r[4], const void* smem, site_t site) { ldmatrix("ldmatrix_x4", r, 4, false, smem, site); }
+void ldmatrix_x2_trans(uint32_t r[2], const void* smem, site_t site) {
+    ldmatrix("ldmatrix_x2_trans", r, 2, true, smem, site);
+}
+void ldmatrix_x4_trans(uint32_t r[4], const void* smem, site_t site) {
+    ldmatrix("ldmatrix_x4_trans", r, 4, true, smem, site);
+}
+
+void cp_async_16(void* smem, const void* gmem, bool valid, site_t site) {
+    const unsigned t = this_thread();
+    check_shared("cp_async_16", "destination", smem);
+    if (valid) {
+        if (reinterpret_cast<uintptr_t>(gmem) % 16 != 0)
+            throw Error("cp_async_16: source " + hex(gmem) + " is not 16-byte aligned");
+        const emu::memory::Allocation* a = emu::memory::find(gmem);
+        if (!a || reinterpret_cast<uintptr_t>(gmem) + 16 > a->base + a->size)
+            throw Error("cp_async_16: source " + hex(gmem) + " is not 16 bytes of emulated device memory: " +
+                        emu::memory::explain_foreign(gmem));
+    }
+    const auto key = reinterpret_cast<uintptr_t>(smem);
+    if (auto [it, fresh] = t_in_flight.emplace(key, t); !fresh)
+        throw Error("cp_async_16 at " + where(site) + ": destination " + hex(smem) + " already has a cp.async in flight (by " +
+                    thread_name(it->second) + "); wait for it before reusing the buffer");
+    t_used = true;
+    std::memset(smem, 0xFF, 16);  // poison: NaN until the wait retires the copy
+    t_copies[t].pending.push_back({static_cast<unsigned char*>(smem), static_cast<const unsigned char*>(gmem), valid, site});
+}
+
+void cp_async_commit(site_t) {
+    LaneCopies& lc = t_copies[this_thread()];
+    lc.groups.push_back(std::move(lc.pending));  // an empty group counts too, as in PTX
+    lc.pending.clear();
+}
+
+void cp_async_wait_group(int n, site_t) {
+    const unsigned t = this_thread();
+    LaneCopies& lc = t_copies[t];
+    while (lc.groups.size() > static_cast<size_t>(n)) {
+        for (const Copy& c : lc.groups.front()) perform(c, t);
+        lc.groups.erase(lc.groups.begin());
+    }
+}
+
+uint32_t pack_bf16x2(float lo, float hi) {
+    const __nv_bfloat16 l = __float2bfloat16_rn(lo), h = __float2bfloat16_rn(hi);
+    uint16_t lb, hb;
+    std::memcpy(&lb, &l, 2);
+    std::memcpy(&hb, &h, 2);
+    return static_cast<uint32_t>(lb) | static_cast<uint32_t>(hb) << 16;
+}
+
+}  // namespace llmtrain::cuda::ptx

@@ -1,0 +1,402 @@
+// tests/cuda_emu/test_ptx.cu — the emulator's model of model/cuda/ptx.cuh (device_ptx.hpp, ptx.cpp)
+// against PTX ISA's documented layouts, and its checks.
+//
+// - mma: fragments are built by hand in the kernel from the PTX ISA layout ("Matrix Fragments for
+//   mma.m16n8k16 with floating point type"; no ldmatrix involved) and D is compared BITWISE with a
+//   plain C++ loop in the model's documented order (fp32, from C, k = 0..15 increasing; bf16
+//   products are exact), and within 1e-5 relative to a double-precision matmul.
+// - ldmatrix x1/x2/x4 (.trans): every 16-bit element is unique, compared exactly with the documented
+//   mapping (lane i: row i/4, elements 2(i%4), 2(i%4)+1 of each matrix; .trans: the transpose).
+// - cp.async -> ldmatrix -> mma: a full 16x16x16 product through shared memory, bitwise.
+// - cp.async: reads before the wait see the poison (0xFF bytes), wait_group 1 retires only the
+//   older of two groups, __syncthreads completes nothing, valid = false writes zeros; misuse faults.
+// Collective tests run under every thread order.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "model/cuda/ptx.cuh"
+#include "tests/cuda_emu/test_util.hpp"
+
+using emu_test::DeviceArray;
+namespace ptx = llmtrain::cuda::ptx;
+
+namespace {
+
+// ---- kernels ----
+
+/// One m16n8k16 per warp w: D_w = A_w * B_w + C_w with A (16x16), B (16x8, [k][n]), C/D (16x8), all
+/// row-major; bf16 as raw bits. Fragments per the PTX ISA layout. Warp 1 passes d aliasing c.
+__global__ void mma_by_hand(float* D, const uint16_t* A, const uint16_t* B, const float* C) {
+    const unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+    A += 256 * w, B += 128 * w, C += 128 * w, D += 128 * w;
+    auto pa = [&](unsigned r, unsigned c) { return uint32_t{A[r * 16 + c]} | uint32_t{A[r * 16 + c + 1]} << 16; };
+    auto pb = [&](unsigned k, unsigned n) { return uint32_t{B[k * 8 + n]} | uint32_t{B[(k + 1) * 8 + n]} << 16; };
+    const uint32_t a[4] = {pa(g, 2 * t), pa(g + 8, 2 * t), pa(g, 2 * t + 8), pa(g + 8, 2 * t + 8)};
+    const uint32_t b[2] = {pb(2 * t, g), pb(2 * t + 8, g)};
+    float c[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1]};
+    float d[4];
+    if (w == 1) {
+        ptx::mma_bf16_16816(c, a, b, c);
+        for (int j = 0; j < 4; j++) d[j] = c[j];
+    } else {
+        ptx::mma_bf16_16816(d, a, b, c);
+    }
+    D[g * 8 + 2 * t] = d[0], D[g * 8 + 2 * t + 1] = d[1];
+    D[(g + 8) * 8 + 2 * t] = d[2], D[(g + 8) * 8 + 2 * t + 1] = d[3];
+}
+
+constexpr int kStride = 24;  // shared row stride in elements (48 bytes: rows are 16-byte aligned, not packed)
+
+/// Four 8x8 b16 matrices in shared memory, matrix j's row r at (perm[j] * 8 + r) * kStride; lane l
+/// addresses matrix l/8's row l%8 (lanes beyond 8*num pass a misaligned pointer: ignored). out[lane
+/// * 4 + j] = r[j]. op: 1, 2, 4 = x1, x2, x4; 12, 14 = x2.trans, x4.trans.
+__global__ void ldmatrix_kernel(uint32_t* out, const uint16_t* src, int op) {
+    __shared__ __align__(16) uint16_t s[32 * kStride];
+    const int perm[4] = {2, 0, 3, 1};
+    const unsigned lane = threadIdx.x;
+    for (int i = lane; i < 32 * 8; i += 32) {
+        const int j = i / 64, r = (i / 8) % 8, c = i % 8;
+        s[(perm[j] * 8 + r) * kStride + c] = src[i];
+    }
+    __syncwarp();
+    const int num = op % 10;
+    const void* p = static_cast<int>(lane) < 8 * num ? static_cast<const void*>(&s[(perm[lane / 8] * 8 + lane % 8) * kStride])
+                                                     : static_cast<const void*>(reinterpret_cast<const char*>(s) + 2);
+    uint32_t r[4] = {0, 0, 0, 0};
+    switch (op) {
+        case 1: ptx::ldmatrix_x1(r, p); break;
+        case 2: ptx::ldmatrix_x2(r, p); break;
+        case 4: ptx::ldmatrix_x4(r, p); break;
+        case 12: ptx::ldmatrix_x2_trans(r, p); break;
+        case 14: ptx::ldmatrix_x4_trans(r, p); break;
+    }
+    for (int j = 0; j < 4; j++) out[lane * 4 + j] = r[j];
+}
+
+/// D (16x16 fp32) = A (16x16) * B (16x16, [k][n]), bf16 row-major in global memory: cp.async into
+/// dynamic shared memory (each lane 2 chunks of A, 2 of B), ldmatrix_x4 for A, ldmatrix_x4_trans for
+/// both n-halves of B, two mma. D's n-half h is stored at D[r * 16 + 8h + c].
+__global__ void composed_kernel(float* D, const uint16_t* A, const uint16_t* B) {
+    EXTERN_SHARED(uint16_t, s);  // A at 0, B at 256 (elements)
+    const unsigned lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    for (unsigned i = lane; i < 64; i += 32) {
+        const unsigned off = (i % 32) * 8 + (i / 32) * 256;
+        ptx::cp_async_16(s + off, (i < 32 ? A : B - 256) + off, true);
+    }
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
+    __syncwarp();
+    uint32_t a[4], b[4];
+    ptx::ldmatrix_x4(a, s + (lane % 16) * 16 + (lane / 16) * 8);
+    ptx::ldmatrix_x4_trans(b, s + 256 + (lane % 16) * 16 + (lane / 16) * 8);
+    for (int h = 0; h < 2; h++) {
+        const float zero[4] = {0, 0, 0, 0};
+        float d[4];
+        ptx::mma_bf16_16816(d, a, b + 2 * h, zero);
+        D[g * 16 + 8 * h + 2 * t] = d[0], D[g * 16 + 8 * h + 2 * t + 1] = d[1];
+        D[(g + 8) * 16 + 8 * h + 2 * t] = d[2], D[(g + 8) * 16 + 8 * h + 2 * t + 1] = d[3];
+    }
+}
+
+/// Per thread (blockDim.x threads, 16 bytes = 4 floats each) the cp.async scenarios:
+///   mode 0: copy, commit, read (out0), wait<0>, read (out1)
+///   mode 1: group 1 -> buffer 0, group 2 -> buffer 1, wait<1>: read both (out0 = buf0, out1 = buf1),
+///           wait<0>: read buffer 1 again (out2)
+///   mode 2: valid = false over nonzero shared bytes, commit, wait<0>: read (out0)
+///   mode 3: copy, then wait<0> with the copy uncommitted: read (out0); commit, wait<0>: read (out1)
+///   mode 4: thread i copies chunk i, commits; __syncthreads; thread i reads chunk i^1 (out0);
+///           __syncthreads; wait<0>; __syncthreads; reads chunk i^1 again (out1)
+__global__ void cp_async_kernel(float* out, const float* src, int mode) {
+    __shared__ __align__(16) float s[2][64 * 4];
+    const unsigned i = threadIdx.x, n = blockDim.x;
+    float* o0 = out + i * 4;
+    float* o1 = out + (n + i) * 4;
+    float* o2 = out + (2 * n + i) * 4;
+    auto read = [](float* dst, const float* from) { std::memcpy(dst, from, 16); };
+    if (mode == 0 || mode == 3) {
+        ptx::cp_async_16(&s[0][i * 4], src + i * 4, true);
+        if (mode == 0) ptx::cp_async_commit();
+        if (mode == 0) read(o0, &s[0][i * 4]);
+        ptx::cp_async_wait<0>();
+        if (mode == 3) read(o0, &s[0][i * 4]), ptx::cp_async_commit(), ptx::cp_async_wait<0>();
+        read(o1, &s[0][i * 4]);
+    } else if (mode == 1) {
+        ptx::cp_async_16(&s[0][i * 4], src + i * 4, true);
+        ptx::cp_async_commit();
+        ptx::cp_async_16(&s[1][i * 4], src + (n + i) * 4, true);
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<1>();
+        read(o0, &s[0][i * 4]);
+        read(o1, &s[1][i * 4]);
+        ptx::cp_async_wait<0>();
+        read(o2, &s[1][i * 4]);
+    } else if (mode == 2) {
+        for (int e = 0; e < 4; e++) s[0][i * 4 + e] = 7.0f;
+        ptx::cp_async_16(&s[0][i * 4], src + i * 4, false);
+        ptx::cp_async_commit();
+        ptx::cp_async_wait<0>();
+        read(o0, &s[0][i * 4]);
+    } else if (mode == 4) {
+        ptx::cp_async_16(&s[0][i * 4], src + i * 4, true);
+        ptx::cp_async_commit();
+        __syncthreads();
+        read(o0, &s[0][(i ^ 1) * 4]);
+        __syncthreads();  // every thread has read before any waits
+        ptx::cp_async_wait<0>();
+        __syncthreads();
+        read(o1, &s[0][(i ^ 1) * 4]);
+    }
+}
+
+/// Misuse, one per mode (32 threads; src is 16+ floats of device memory):
+///   0: exit with a committed copy not waited for       1: exit with an uncommitted copy
+///   2: a second copy onto a destination in flight      3: a plain store into a destination in flight
+///   4: ldmatrix of a row with a copy in flight         5: destination in global memory
+///   6: destination on the thread's stack               7: misaligned ldmatrix row address
+///   8: mma called by lanes 0-15 only                   9: misaligned cp.async source
+__global__ void misuse_kernel(float* src, int mode) {
+    __shared__ __align__(16) float s[32 * 4];
+    const unsigned lane = threadIdx.x;
+    uint32_t r[4];
+    switch (mode) {
+        case 0: ptx::cp_async_16(&s[lane * 4], src, true), ptx::cp_async_commit(); break;
+        case 1: ptx::cp_async_16(&s[lane * 4], src, true); break;
+        case 2:
+            ptx::cp_async_16(&s[lane * 4], src, true), ptx::cp_async_commit();
+            __syncthreads();  // every copy issued, none retired
+            if (lane == 0) ptx::cp_async_16(&s[4], src, true), ptx::cp_async_commit();  // lane 1's destination
+            ptx::cp_async_wait<0>();
+            break;
+        case 3:
+            ptx::cp_async_16(&s[lane * 4], src, true), ptx::cp_async_commit();
+            s[lane * 4 + 1] = 1.0f;
+            ptx::cp_async_wait<0>();
+            break;
+        case 4:
+            ptx::cp_async_16(&s[lane * 4], src, true), ptx::cp_async_commit();
+            ptx::ldmatrix_x1(r, &s[(lane % 8) * 4]);
+            ptx::cp_async_wait<0>();
+            break;
+        case 5: ptx::cp_async_16(src, src, true), ptx::cp_async_wait<0>(); break;
+        case 6: {
+            __align__(16) float local[4];
+            ptx::cp_async_16(local, src, true);
+            ptx::cp_async_commit(), ptx::cp_async_wait<0>();
+            src[lane] = local[0];
+            break;
+        }
+        case 7: ptx::ldmatrix_x4(r, reinterpret_cast<char*>(&s[lane * 4]) + 8); break;
+        case 8:
+            if (lane < 16) {
+                const uint32_t a[4] = {}, b[2] = {};
+                const float c[4] = {};
+                float d[4];
+                ptx::mma_bf16_16816(d, a, b, c);
+            }
+            break;
+        case 9: ptx::cp_async_16(&s[lane * 4], src + 1, true), ptx::cp_async_commit(), ptx::cp_async_wait<0>(); break;
+    }
+}
+
+// ---- helpers ----
+
+std::vector<uint16_t> random_bf16_bits(size_t n, unsigned seed) {
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+    std::vector<uint16_t> v(n);
+    for (auto& x : v) {
+        const __nv_bfloat16 h = __float2bfloat16_rn(u(rng));
+        std::memcpy(&x, &h, 2);
+    }
+    return v;
+}
+
+float bf(uint16_t bits) {
+    const uint32_t u = uint32_t{bits} << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+uint32_t bits_of(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return u;
+}
+
+class Ptx : public ::testing::TestWithParam<const char*> {
+protected:
+    emu_test::ScopedOrder order{GetParam()};
+};
+
+// ---- tests ----
+
+/// D = A*B + C for two warps (warp 1 with d aliasing c): bitwise against the model's order, and
+/// within 1e-5 relative (plus 1e-6 absolute) of a double matmul.
+TEST_P(Ptx, MmaByHandMatchesPlainMatmulBitwise) {
+    const auto A = random_bf16_bits(2 * 256, 1), B = random_bf16_bits(2 * 128, 2);
+    std::vector<float> C(2 * 128);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-4.0f, 4.0f);
+    for (auto& x : C) x = u(rng);
+    DeviceArray<uint16_t> da(A), db(B);
+    DeviceArray<float> dc(C), dd(2 * 128);
+    llmtrain::launch(mma_by_hand, 1, 64, 0, nullptr, dd.p, da.p, db.p, dc.p);
+    const auto D = dd.download();
+    for (int w = 0; w < 2; w++)
+        for (int r = 0; r < 16; r++)
+            for (int n = 0; n < 8; n++) {
+                float acc = C[128 * w + r * 8 + n];
+                double ref = acc;
+                for (int k = 0; k < 16; k++) {
+                    acc += bf(A[256 * w + r * 16 + k]) * bf(B[128 * w + k * 8 + n]);
+                    ref += double(bf(A[256 * w + r * 16 + k])) * bf(B[128 * w + k * 8 + n]);
+                }
+                const float got = D[128 * w + r * 8 + n];
+                ASSERT_EQ(bits_of(got), bits_of(acc)) << "warp " << w << " row " << r << " col " << n;
+                ASSERT_NEAR(got, ref, 1e-5 * std::abs(ref) + 1e-6);
+            }
+}
+
+/// Every ldmatrix form against the documented mapping, exactly (unique 16-bit values).
+TEST_P(Ptx, LdmatrixDeliversTheDocumentedLayout) {
+    std::vector<uint16_t> src(256);  // matrix j, row r, col c = j * 64 + r * 8 + c
+    for (int i = 0; i < 256; i++) src[i] = static_cast<uint16_t>(0x1000 + i);
+    DeviceArray<uint16_t> dsrc(src);
+    DeviceArray<uint32_t> dout(128);
+    for (int op : {1, 2, 4, 12, 14}) {
+        llmtrain::launch(ldmatrix_kernel, 1, 32, 0, nullptr, dout.p, dsrc.p, op);
+        const auto out = dout.download();
+        const int num = op % 10;
+        const bool trans = op > 10;
+        for (int lane = 0; lane < 32; lane++)
+            for (int j = 0; j < 4; j++) {
+                auto M = [&](int r, int c) { return uint32_t{src[j * 64 + r * 8 + c]}; };
+                const int g = lane / 4, c = 2 * (lane % 4);
+                const uint32_t want = j >= num ? 0u
+                                      : trans  ? M(c, g) | M(c + 1, g) << 16
+                                               : M(g, c) | M(g, c + 1) << 16;
+                ASSERT_EQ(out[lane * 4 + j], want) << "op " << op << " lane " << lane << " matrix " << j;
+            }
+    }
+}
+
+/// cp.async -> ldmatrix_x4 (A) / ldmatrix_x4_trans (B) -> mma: the 16x16x16 product, bitwise
+/// against fp32 sums from 0 over k increasing.
+TEST_P(Ptx, CpAsyncLdmatrixMmaComposeToAFullProduct) {
+    const auto A = random_bf16_bits(256, 11), B = random_bf16_bits(256, 12);
+    DeviceArray<uint16_t> da(A), db(B);
+    DeviceArray<float> dd(256);
+    llmtrain::launch(composed_kernel, 1, 32, 1024, nullptr, dd.p, da.p, db.p);
+    const auto D = dd.download();
+    for (int r = 0; r < 16; r++)
+        for (int n = 0; n < 16; n++) {
+            float acc = 0.0f;
+            for (int k = 0; k < 16; k++) acc += bf(A[r * 16 + k]) * bf(B[k * 16 + n]);
+            ASSERT_EQ(bits_of(D[r * 16 + n]), bits_of(acc)) << "row " << r << " col " << n;
+        }
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, Ptx, ::testing::ValuesIn(emu_test::kThreadOrders), [](const auto& info) {
+    std::string s = info.param;
+    for (char& c : s)
+        if (c == ':') c = '_';
+    return s;
+});
+
+/// Runs cp_async_kernel's `mode` on 64 threads; returns the 3 x 64 x 4 floats it read.
+std::vector<float> run_cp_async(int mode, const std::vector<float>& src) {
+    DeviceArray<float> dsrc(src), dout(3 * 64 * 4);
+    llmtrain::launch(cp_async_kernel, 1, 64, 0, nullptr, dout.p, dsrc.p, mode);
+    return dout.download();
+}
+
+std::vector<float> iota_floats(size_t n) {
+    std::vector<float> v(n);
+    for (size_t i = 0; i < n; i++) v[i] = static_cast<float>(i) + 0.5f;
+    return v;
+}
+
+constexpr uint32_t kPoison = 0xFFFFFFFFu;  // what a destination holds while its copy is in flight
+
+/// A read before cp_async_wait sees the poison (every byte 0xFF: NaN), after it the data.
+TEST(PtxCpAsync, ReadBeforeTheWaitSeesPoison) {
+    const auto src = iota_floats(2 * 64 * 4);
+    const auto out = run_cp_async(0, src);
+    for (int i = 0; i < 64 * 4; i++) {
+        ASSERT_EQ(bits_of(out[i]), kPoison) << i;
+        ASSERT_EQ(out[64 * 4 + i], src[i]) << i;
+    }
+}
+
+/// With two committed groups, wait_group 1 retires the older only; wait_group 0 the other.
+TEST(PtxCpAsync, WaitGroupOneRetiresOnlyTheOlderGroup) {
+    const auto src = iota_floats(2 * 64 * 4);
+    const auto out = run_cp_async(1, src);
+    for (int i = 0; i < 64 * 4; i++) {
+        ASSERT_EQ(out[i], src[i]) << i;                          // group 1: done
+        ASSERT_EQ(bits_of(out[64 * 4 + i]), kPoison) << i;       // group 2: still in flight
+        ASSERT_EQ(out[2 * 64 * 4 + i], src[64 * 4 + i]) << i;    // after wait_group 0
+    }
+}
+
+/// valid = false (src-size 0) writes 16 zero bytes.
+TEST(PtxCpAsync, InvalidSourceWritesZeros) {
+    const auto out = run_cp_async(2, iota_floats(2 * 64 * 4));
+    for (int i = 0; i < 64 * 4; i++) ASSERT_EQ(bits_of(out[i]), 0u) << i;
+}
+
+/// A wait retires committed groups only: an uncommitted copy stays in flight through wait<0>.
+TEST(PtxCpAsync, WaitDoesNotRetireUncommittedCopies) {
+    const auto src = iota_floats(2 * 64 * 4);
+    const auto out = run_cp_async(3, src);
+    for (int i = 0; i < 64 * 4; i++) {
+        ASSERT_EQ(bits_of(out[i]), kPoison) << i;
+        ASSERT_EQ(out[64 * 4 + i], src[i]) << i;
+    }
+}
+
+/// __syncthreads completes no copy: another thread's chunk is poison until its writer waited (then
+/// a barrier), under every thread order.
+TEST(PtxCpAsync, SyncthreadsDoesNotCompleteCopies) {
+    const auto src = iota_floats(2 * 64 * 4);
+    for (const char* order : emu_test::kThreadOrders) {
+        emu_test::ScopedOrder scoped(order);
+        const auto out = run_cp_async(4, src);
+        for (int t = 0; t < 64; t++)
+            for (int e = 0; e < 4; e++) {
+                ASSERT_EQ(bits_of(out[t * 4 + e]), kPoison) << order << " thread " << t;
+                ASSERT_EQ(out[64 * 4 + t * 4 + e], src[(t ^ 1) * 4 + e]) << order << " thread " << t;
+            }
+    }
+}
+
+/// Each misuse ends the kernel with a report containing the given text.
+TEST(PtxChecks, MisuseIsReported) {
+    const std::pair<int, const char*> cases[] = {
+        {0, "cp.async copy in flight"},        {1, "1 not committed"},
+        {2, "already has a cp.async in flight"}, {3, "was written while the copy was in flight"},
+        {4, "while a cp.async into it"},        {5, "not shared memory"},
+        {6, "on the thread's stack"},           {7, "not 16-byte aligned"},
+        {8, "__syncwarp"},                      {9, "source"},
+    };
+    for (const auto& [mode, needle] : cases) {
+        SCOPED_TRACE("mode " + std::to_string(mode));
+        DeviceArray<float> src(64);
+        llmtrain::launch(misuse_kernel, 1, 32, 0, nullptr, src.p, mode);
+        emu_test::expect_fault(needle);
+    }
+}
+
+/// pack_bf16x2: round to nearest even, lo in bits 0-15 (ties: 1 + 2^-8 -> 1, 1 + 3*2^-8 -> 1 + 2^-6).
+TEST(PtxPack, RoundsToNearestEvenLoInTheLowHalf) {
+    EXPECT_EQ(ptx::pack_bf16x2(1.0f, -2.0f), 0xC0003F80u);
+    EXPECT_EQ(ptx::pack_bf16x2(1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f), 0x3F823F80u);
+    EXPECT_EQ(ptx::pack_bf16x2(1.0f + 0x1.8p-8f, 0.0f), 0x00003F81u);  // above the tie: up
+}
+
+}  // namespace
