@@ -1,7 +1,7 @@
 // tests/data/gpt2_reference.mjs — the reference GPT-2 encoder: the npm package js-tiktoken's own
 // JavaScript Tiktoken class with its "gpt2" ranks (fetched by tools/fetch_gpt2.sh).
 //
-//   node gpt2_reference.mjs PACKAGE_DIR FILE...          one line of ids per file (like gpt2_encode_tool)
+//   node gpt2_reference.mjs PACKAGE_DIR FILE...          one line of ids per file (like encode_tool gpt2-bpe)
 //   node gpt2_reference.mjs --bench PACKAGE_DIR FILE...  "tokens N bytes B seconds S" of a second pass
 //                                                        (the first warms V8's JIT), reading not timed
 //

@@ -6,7 +6,7 @@ the npm package js-tiktoken's own JavaScript encoder run by node on the same inp
 1. adversarial strings (emoji and ZWJ sequences, combining marks, CJK and other scripts, control
    bytes, every Unicode space on which PCRE2's \\s and JavaScript's differ, long runs of spaces,
    newlines and digits, contractions, "<|endoftext|>" as text, 3,000 rare characters in one piece)
-   and 300 seeded random strings mixing all of them, through gpt2_encode_tool;
+   and 300 seeded random strings mixing all of them, through encode_tool (gpt2-bpe);
 2. the whole Brown corpus through `llmtrain-prep --tokenizer gpt2` (2 threads, 5% val): every
    document of train.h5 and val.h5, read back with h5py, is the reference's ids + [50256]; the
    attributes say tokenizer "gpt2", format_version 2, vocab 50257, eos 50256, bos -1, and
@@ -65,7 +65,7 @@ def write_inputs(dirname, blobs):
 
 
 def encode_ours(paths):
-    r = subprocess.run([tool, ranks, *paths], capture_output=True, check=True)
+    r = subprocess.run([tool, "gpt2-bpe", ranks, *paths], capture_output=True, check=True)
     return r.stdout.decode().split("\n")[: len(paths)]
 
 

@@ -7,7 +7,7 @@ the same inputs (tiktoken_reference.mjs). Ids must be identical, string for stri
 2. for cl100k_base and o200k_base: GPT-2's adversarial strings (adversarial_strings.py) plus pieces
    for these patterns (digit groups, contractions in every case, camel case, letter categories Lt Lm
    Lo M, CJK, emoji, whitespace and newline runs, slashes, the special tokens' texts), through
-   tiktoken_encode_tool; invalid UTF-8 is an error naming the byte offset;
+   encode_tool; invalid UTF-8 is an error naming the byte offset;
 3. the whole Brown corpus through `llmtrain-prep --tokenizer cl100k_base | o200k_base`: every stored
    document is the reference's ids + <|endoftext|>; the attributes name the encoding, tokenizer_sha256
    is tiktoken's published hash of its ranks, the tokens are uint32 and ids above 65,535 occur;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/bench/gpt2_tokenizer_bench.sh — GPT-2 tokenizer throughput: our encoder (data/gpt2_bpe.cpp,
-# via tests/data/gpt2_encode_tool) against the reference, js-tiktoken's JavaScript encoder under
+# via tests/data/encode_tool gpt2-bpe) against the reference, js-tiktoken's JavaScript encoder under
 # node, in the same run on the same text (the Brown corpus, 500 files, 6.2 MB), one core each; then
 # llmtrain-prep --tokenizer gpt2 on every core (reading, encoding and writing the HDF5 files).
 #
@@ -11,10 +11,10 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build}
-TOOL=$BUILD/tests/data/gpt2_encode_tool
+TOOL=$BUILD/tests/data/encode_tool
 PREP=$BUILD/tools/prep/llmtrain-prep
 for f in "$TOOL" "$PREP"; do
-  [ -x "$f" ] || { echo "bench: $f is not built (cmake --build $BUILD --target gpt2_encode_tool llmtrain-prep)" >&2; exit 1; }
+  [ -x "$f" ] || { echo "bench: $f is not built (cmake --build $BUILD --target encode_tool llmtrain-prep)" >&2; exit 1; }
 done
 [ -f "$ROOT/data/gpt2/gpt2.tiktoken" ] || { echo "bench: run tools/fetch_gpt2.sh data/gpt2 first" >&2; exit 1; }
 [ -f "$ROOT/data/brown/text/.complete" ] || { echo "bench: run tools/fetch_brown.sh data/brown first" >&2; exit 1; }
@@ -22,7 +22,7 @@ FILES=("$ROOT"/data/brown/text/*.txt)
 
 # best of 3: the smallest "seconds" among lines "tokens N bytes B seconds S"
 best() { sort -g -k6 | head -n 1; }
-ours=$(for i in 1 2 3; do taskset -c 0 "$TOOL" --bench "$ROOT/data/gpt2/gpt2.tiktoken" "${FILES[@]}"; done | best)
+ours=$(for i in 1 2 3; do taskset -c 0 "$TOOL" --bench gpt2-bpe "$ROOT/data/gpt2/gpt2.tiktoken" "${FILES[@]}"; done | best)
 js=$(for i in 1 2 3; do taskset -c 0 node "$ROOT/tests/data/gpt2_reference.mjs" --bench "$ROOT/data/gpt2" "${FILES[@]}"; done | best)
 read -r _ tok_o _ bytes _ s_o <<<"$ours"
 read -r _ tok_j _ _ _ s_j <<<"$js"

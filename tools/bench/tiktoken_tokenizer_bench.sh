@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # tools/bench/tiktoken_tokenizer_bench.sh — cl100k_base and o200k_base throughput: our encoder
-# (data/tiktoken_bpe.cpp, via tests/data/tiktoken_encode_tool) against the reference, js-tiktoken's
+# (data/tiktoken_bpe.cpp, via tests/data/encode_tool) against the reference, js-tiktoken's
 # JavaScript encoder under node, in the same run on the same text (the Brown corpus, 500 files),
 # one core each; then llmtrain-prep with each encoding on every core (reading, encoding, writing).
 #
@@ -13,10 +13,10 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build}
 RUNS=${2:-3}
-TOOL=$BUILD/tests/data/tiktoken_encode_tool
+TOOL=$BUILD/tests/data/encode_tool
 PREP=$BUILD/tools/prep/llmtrain-prep
 for f in "$TOOL" "$PREP"; do
-  [ -x "$f" ] || { echo "bench: $f is not built (cmake --build $BUILD --target tiktoken_encode_tool llmtrain-prep)" >&2; exit 1; }
+  [ -x "$f" ] || { echo "bench: $f is not built (cmake --build $BUILD --target encode_tool llmtrain-prep)" >&2; exit 1; }
 done
 [ -f "$ROOT/data/gpt2/node_modules/js-tiktoken/package.json" ] || { echo "bench: run tools/fetch_gpt2.sh data/gpt2 first" >&2; exit 1; }
 [ -f "$ROOT/data/tiktoken/o200k_base.tiktoken" ] || { echo "bench: run tools/fetch_tiktoken.sh data/tiktoken first" >&2; exit 1; }
