@@ -26,7 +26,9 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tokenizer_test_lib as tokenizer_lib  # noqa: E402
 from adversarial_strings import adversarial_strings  # noqa: E402
+from tokenizer_test_lib import check, failures, id_lines  # noqa: E402
 
 tool, prep, src, scratch = sys.argv[1:5]
 gpt2_dir = os.path.join(src, "data", "gpt2")
@@ -43,35 +45,18 @@ if not (os.path.isfile(os.path.join(gpt2_dir, "node_modules", "js-tiktoken", "pa
 
 shutil.rmtree(scratch, ignore_errors=True)
 os.makedirs(scratch)
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
 
 
 def write_inputs(dirname, blobs):
-    d = os.path.join(scratch, dirname)
-    os.makedirs(d)
-    paths = []
-    for i, b in enumerate(blobs):
-        p = os.path.join(d, f"{i:05d}.txt")
-        with open(p, "wb") as f:
-            f.write(b)
-        paths.append(p)
-    return paths
+    return tokenizer_lib.write_inputs(scratch, dirname, blobs)
 
 
 def encode_ours(paths):
-    r = subprocess.run([tool, "gpt2-bpe", ranks, *paths], capture_output=True, check=True)
-    return r.stdout.decode().split("\n")[: len(paths)]
+    return id_lines([tool, "gpt2-bpe", ranks], paths)
 
 
 def encode_reference(paths):
-    r = subprocess.run(["node", reference, gpt2_dir, *paths], capture_output=True, check=True)
-    return r.stdout.decode().split("\n")[: len(paths)]
+    return id_lines(["node", reference, gpt2_dir], paths)
 
 
 # ---- 1. adversarial strings ----

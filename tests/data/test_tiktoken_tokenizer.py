@@ -33,7 +33,9 @@ import h5py
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tokenizer_test_lib as tokenizer_lib  # noqa: E402
 from adversarial_strings import adversarial_strings  # noqa: E402
+from tokenizer_test_lib import check, failures, id_lines  # noqa: E402
 
 tool, prep, src, scratch = sys.argv[1:5]
 pkg_dir = os.path.join(src, "data", "gpt2")
@@ -57,26 +59,11 @@ if not all(os.path.isfile(os.path.join(tik_dir, f"{e}.tiktoken")) for e in ENCOD
 
 shutil.rmtree(scratch, ignore_errors=True)
 os.makedirs(scratch)
-failures = []
 t_start = time.time()
 
 
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
-
-
 def write_inputs(dirname, blobs):
-    d = os.path.join(scratch, dirname)
-    os.makedirs(d)
-    paths = []
-    for i, b in enumerate(blobs):
-        p = os.path.join(d, f"{i:05d}.txt")
-        with open(p, "wb") as f:
-            f.write(b)
-        paths.append(p)
-    return paths
+    return tokenizer_lib.write_inputs(scratch, dirname, blobs)
 
 
 def ranks_of(enc):
@@ -84,13 +71,11 @@ def ranks_of(enc):
 
 
 def encode_ours(enc, paths):
-    r = subprocess.run([tool, enc, ranks_of(enc), *paths], capture_output=True, check=True)
-    return r.stdout.decode().split("\n")[: len(paths)]
+    return id_lines([tool, enc, ranks_of(enc)], paths)
 
 
 def encode_reference(enc, paths):
-    r = subprocess.run(["node", reference, pkg_dir, enc, *paths], capture_output=True, check=True)
-    return r.stdout.decode().split("\n")[: len(paths)]
+    return id_lines(["node", reference, pkg_dir, enc], paths)
 
 
 def run_prep(tokenizer, out, inputs, *extra, val="0.05"):
