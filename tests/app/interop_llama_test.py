@@ -32,7 +32,6 @@
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 
@@ -44,20 +43,14 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model"))
 from llama_ref import llama_logits  # noqa: E402  (the independent Llama)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interop_test_lib import check, failures, load_safetensors, read_bytes, write_safetensors  # noqa: E402
+
 LLMTRAIN, EXPORT, DUMP, DATA, WORK = sys.argv[1:6]
 EVAL = sys.argv[6] if len(sys.argv) > 6 else ""  # llmtrain-eval: the same val loss from the checkpoint
 V = int(open(os.path.join(DATA, "vocab_size.txt")).read())
 L, H, KV, C, FF, T, B, THETA, EPS = 2, 4, 2, 32, 48, 16, 2, 500000.0, 1e-5
 torch.set_default_dtype(torch.float64)
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
 def llmtrain(run_dir, *sets, tied=False, llama=True):
     arch = ['model.arch="llama"', f"model.n_kv_head={KV}", f"model.intermediate_size={FF}",
             f"model.rope_theta={THETA}", f"model.norm_eps={EPS}", f"model.tie_embeddings={str(tied).lower()}"]
@@ -76,44 +69,6 @@ def export(ckpt, out, *flags):
     p = subprocess.run([EXPORT, ckpt, "--format", "hf", *flags, out], capture_output=True, text=True)
     if p.returncode != 0:
         sys.exit(f"llmtrain-export {ckpt} {flags} failed: {p.stderr}")
-
-
-def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def load_safetensors(path):
-    """name -> (dtype, float64 array) of a safetensors file, by the published layout."""
-    raw = read_bytes(path)
-    (n,) = struct.unpack("<Q", raw[:8])
-    header, data = json.loads(raw[8:8 + n]), raw[8 + n:]
-    check(header.pop("__metadata__", None) == {"format": "pt"} and (8 + n) % 8 == 0,
-          f"{os.path.basename(path)}: __metadata__ format pt, data 8-byte aligned")
-    out = {}
-    for name, t in header.items():
-        lo, hi = t["data_offsets"]
-        if t["dtype"] == "F32":
-            a = np.frombuffer(data[lo:hi], dtype="<f4").astype(np.float64)
-        else:
-            assert t["dtype"] == "BF16", t["dtype"]
-            a = (np.frombuffer(data[lo:hi], dtype="<u2").astype(np.uint32) << 16).view(np.float32).astype(np.float64)
-        out[name] = (t["dtype"], a.reshape(t["shape"]))
-    return out
-
-
-def write_safetensors(path, tensors):
-    """A hand-made file for part 5: name -> (numpy dtype string, safetensors dtype, array)."""
-    header, blobs, pos = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, (npd, std, a) in tensors.items():
-        b = np.ascontiguousarray(a, dtype=npd).tobytes()
-        header[name] = {"dtype": std, "shape": list(a.shape), "data_offsets": [pos, pos + len(b)]}
-        blobs.append(b)
-        pos += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
 
 
 def hf_names(tied):

@@ -44,6 +44,10 @@ import sys
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interop_test_lib import check, failures, load_safetensors, read_bytes  # noqa: E402
+from interop_test_lib import write_safetensors as lib_write_safetensors  # noqa: E402
+
 LLMTRAIN, EXPORT, DUMP, DATA, WORK, MPIEXEC = sys.argv[1:7]
 V = int(open(os.path.join(DATA, "vocab_size.txt")).read())
 L, H, C, T = 2, 2, 32, 16
@@ -52,15 +56,6 @@ LAYER_ORDER = ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bi
                "attn.c_proj.bias", "ln_2.weight", "ln_2.bias", "mlp.c_fc.weight", "mlp.c_fc.bias",
                "mlp.c_proj.weight", "mlp.c_proj.bias"]
 CONV1D = {"attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"}
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
-
-
 def llmtrain(run_dir, *sets, ranks=1):
     base = [f"model.n_layer={L}", f"model.n_head={H}", f"model.n_embd={C}", f"model.seq_len={T}",
             f"model.vocab_size={V}", f'data.train="{DATA}/train.h5"', f'data.val="{DATA}/val.h5"',
@@ -79,54 +74,9 @@ def export(ckpt, fmt, out, dtype="fp32"):
         sys.exit(f"llmtrain-export {ckpt} --format {fmt} failed: {p.stderr}")
 
 
-def read_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-# ---- safetensors, by its published layout ----
-
-def parse_safetensors(path):
-    """(header dict, data bytes, data start) of a safetensors file."""
-    raw = read_bytes(path)
-    (n,) = struct.unpack("<Q", raw[:8])
-    return json.loads(raw[8:8 + n]), raw[8 + n:], 8 + n
-
-
-def load_safetensors(path):
-    """name -> float64 numpy array (F32 or BF16), with the layout checks the format requires."""
-    header, data, start = parse_safetensors(path)
-    meta = header.pop("__metadata__", None)
-    check(meta == {"format": "pt"}, f"{os.path.basename(path)}: __metadata__ is {{'format': 'pt'}} ({meta})")
-    check(start % 8 == 0, "safetensors data starts 8-byte aligned")
-    spans = sorted(tuple(t["data_offsets"]) for t in header.values())
-    check(spans[0][0] == 0 and spans[-1][1] == len(data) and all(a[1] == b[0] for a, b in zip(spans, spans[1:])),
-          "safetensors byte buffer fully covered by the tensors, without gaps or overlaps")
-    out = {}
-    for name, t in header.items():
-        lo, hi = t["data_offsets"]
-        if t["dtype"] == "F32":
-            a = np.frombuffer(data[lo:hi], dtype="<f4").astype(np.float64)
-        else:
-            assert t["dtype"] == "BF16", t["dtype"]
-            bits = np.frombuffer(data[lo:hi], dtype="<u2").astype(np.uint32) << 16
-            a = bits.view(np.float32).astype(np.float64)
-        out[name] = (t["dtype"], a.reshape(t["shape"]))
-    return out
-
-
 def write_safetensors(path, tensors, dtype="F32"):
-    """Our own writer (F32 or F16, numpy's casts) for the hand-made inputs of parts 3 and 4."""
-    header, blobs, pos = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, a in tensors.items():
-        b = np.ascontiguousarray(a, dtype="<f4" if dtype == "F32" else "<f2").tobytes()
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [pos, pos + len(b)]}
-        blobs.append(b)
-        pos += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    """name -> array as F32 or F16 (numpy's casts), for the hand-made inputs of parts 3 and 4."""
+    lib_write_safetensors(path, {k: ("<f4" if dtype == "F32" else "<f2", dtype, a) for k, a in tensors.items()})
 
 
 # ---- a GPT-2 with HuggingFace's layout ----
