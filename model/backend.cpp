@@ -11,6 +11,7 @@
 
 #include "model/cpu/cpu_ops.hpp"
 #include "model/cuda/cuda_backend.hpp"
+#include "model/cuda/flash_attention.hpp"
 
 namespace llmtrain {
 
@@ -37,16 +38,42 @@ const char* attention_name(Attention a) {
     return "auto";
 }
 
+namespace {
+
+/// FlashAttention-2's shared memory at env.head_size against the device's opt-in limit: "" when it
+/// fits or either is unknown, else "FlashAttention-2 at head size H needs N B of shared memory per
+/// block, this device allows L B".
+std::string flash_smem_shortfall(const AttentionEnv& env) {
+    if (!cuda::flash_attention_supported(env.head_size, 1) || env.smem_optin <= 0) return "";  // attention.cu, or unknown
+    const size_t need = cuda::flash_attention_smem_bytes(env.head_size);
+    if (need <= size_t(env.smem_optin)) return "";
+    return "FlashAttention-2 at head size " + std::to_string(env.head_size) + " needs " + std::to_string(need) +
+           " B of shared memory per block, this device allows " + std::to_string(env.smem_optin) +
+           " B (cudaDevAttrMaxSharedMemoryPerBlockOptin)";
+}
+
+}  // namespace
+
+std::string attention_fit_error(Attention path, const AttentionEnv& env) {
+    if (path != Attention::native || !env.bf16) return "";  // fp32 runs attention.cu (< 48 KiB)
+    const std::string shortfall = flash_smem_shortfall(env);
+    if (shortfall.empty()) return "";
+    return "model.attention = \"native\": " + shortfall + "; use \"auto\" or \"cublas\"";
+}
+
 AttentionChoice resolve_attention(Attention requested, const AttentionEnv& env) {
     if (requested != Attention::automatic) return {requested, "set in the config"};
     // Without cuDNN's fused attention: our FlashAttention-2 on tensor cores where it runs (bf16 wmma
-    // needs sm_80; head sizes 64 and 128, flash_attention.cu), else cuBLAS's GEMMs around our softmax.
-    const bool flash = env.bf16 && env.cc_major >= 8 && (env.head_size == 64 || env.head_size == 128);
+    // needs sm_80; head sizes 64 and 128, flash_attention.cu; its shared memory within the device's
+    // opt-in limit), else cuBLAS's GEMMs around our softmax.
+    const std::string shortfall = env.bf16 && env.cc_major >= 8 ? flash_smem_shortfall(env) : "";
+    const bool flash = env.bf16 && env.cc_major >= 8 && (env.head_size == 64 || env.head_size == 128) &&
+                       shortfall.empty();
     const auto fallback = [&](const std::string& why) {
         if (flash)
             return AttentionChoice{Attention::native, "auto: " + why + "; FlashAttention-2 on tensor cores, bf16, head size " +
                                                           std::to_string(env.head_size)};
-        return AttentionChoice{Attention::cublas, "auto: " + why};
+        return AttentionChoice{Attention::cublas, "auto: " + why + (shortfall.empty() ? "" : "; " + shortfall)};
     };
     if (env.cudnn_version == 0) return fallback("this build has no cuDNN");
     const int v = env.cudnn_version;  // major*10000 + minor*100 + patch since cuDNN 9

@@ -23,6 +23,9 @@ struct AttentionEnv {
     bool bf16 = false;  ///< training.precision = "bf16" (cuDNN's fused attention has no fp32 path)
     int head_size = 0;  ///< n_embd / n_head; 0 when not known (the check is left to cuDNN's graph)
     int cc_major = 0;   ///< the device's compute capability major: 8 Ampere, 9 Hopper, 10 Blackwell
+    /// Bytes of shared memory one block may opt in to (cudaDevAttrMaxSharedMemoryPerBlockOptin:
+    /// 232,448 on sm_90, 166,912 on sm_80, 101,376 on sm_86/89/120); 0 when not known (not checked).
+    int smem_optin = 0;
 };
 
 /// A resolved attention path and, for the start-up log, why it was chosen.
@@ -38,9 +41,17 @@ struct AttentionChoice {
 /// backward there needs engine knobs this backend does not set; cudnn-frontend 1.x) and the head
 /// size suits cuDNN's fused attention (a multiple of 8, at most 256 on sm_90 and 128 elsewhere:
 /// cudnn-frontend's SDPA support checks); else native when its FlashAttention-2 kernels run (bf16,
-/// sm_80 or newer, head size 64 or 128: flash_attention.cu); else cublas (tensor cores, any head
+/// sm_80 or newer, head size 64 or 128: flash_attention.cu, and every one of its kernels' shared
+/// memory, flash_attention_smem_bytes, within env.smem_optin); else cublas (tensor cores, any head
 /// size, fp32 too). The why reads e.g. "auto: cuDNN 9.19.0, bf16, head size 64". Never throws.
 AttentionChoice resolve_attention(Attention requested, const AttentionEnv& env);
+
+/// Why `path` cannot run in env, or "" when it can (as far as env tells): native in bf16 at a head
+/// size the FlashAttention-2 kernels take (64, 128) needs flash_attention_smem_bytes(head_size) of
+/// shared memory per block, at most env.smem_optin (unchecked when 0). The text names
+/// model.attention, the head size, the need and the device's limit. make_cuda_backend throws it as
+/// std::invalid_argument. Never throws.
+std::string attention_fit_error(Attention path, const AttentionEnv& env);
 
 /// Attention path -> its config spelling ("native", "cublas", "cudnn", "auto").
 const char* attention_name(Attention a);
@@ -82,7 +93,8 @@ int cuda_device_count();
 /// choice readable through Ops::attention_name / attention_reason; if cuDNN then rejects the graph at
 /// the first attention call of a shape, the backend falls back to cublas and says so on stderr.
 /// Errors: std::invalid_argument for another precision, cudnn attention without cuDNN in the build
-/// or with fp32, or attention_workspace_mb < 1; std::runtime_error when no device is present or
+/// or with fp32, native attention whose FlashAttention-2 kernels need more shared memory than the
+/// device allows (attention_fit_error), or attention_workspace_mb < 1; std::runtime_error when no device is present or
 /// CUDA/cuBLASLt/cuDNN fails to initialize.
 std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaBackendOptions& options = {});
 

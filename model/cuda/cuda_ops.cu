@@ -826,6 +826,8 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
     env.bf16 = act == DType::bf16;
     env.head_size = options.head_size;
     CUDA_CHECK(cudaDeviceGetAttribute(&env.cc_major, cudaDevAttrComputeCapabilityMajor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&env.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    if (const std::string e = attention_fit_error(options.attention, env); !e.empty()) throw std::invalid_argument(e);
 #ifdef LLMTRAIN_HAVE_CUDNN  // cudnn_version stays 0 otherwise: "this build has no cuDNN"
     env.cudnn_version = cuda::CudnnAttention::version();
 #endif

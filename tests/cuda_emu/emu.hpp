@@ -109,6 +109,15 @@ std::string to_string(const Order& order);
 void set_wmma_layout(uint64_t seed);
 uint64_t wmma_layout();
 
+// ---- device profile ----
+
+/// The emulated device's opt-in shared memory per block in bytes
+/// (cudaDevAttrMaxSharedMemoryPerBlockOptin, cudaDeviceProp::sharedMemPerBlockOptin, and the most
+/// cudaFuncSetAttribute(MaxDynamicSharedMemorySize) accepts): $CUDA_EMU_SMEM_OPTIN, read at each
+/// call, when it is an integer in [49152, 232448] (e.g. 101376, the 99 KiB of sm_86/sm_89/sm_120),
+/// else the H100's 232448.
+int smem_optin();
+
 // ---- errors and launches ----
 
 /// The detailed message of the most recent error on this host thread ("" if none): the emulator's

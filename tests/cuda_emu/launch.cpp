@@ -27,7 +27,6 @@ namespace emu {
 namespace {
 
 constexpr int kDefaultDynamicSmem = 48 * 1024;  // without cudaFuncSetAttribute
-constexpr int kMaxDynamicSmem = 232448;         // H100 opt-in maximum per block (227 KiB)
 
 /// A kernel's attributes (cudaFuncSetAttribute).
 struct KernelInfo {
@@ -169,7 +168,7 @@ cudaError_t launch_kernel(const void* kernel, dim3 grid, dim3 block, size_t smem
                     std::to_string(smem) + " B of dynamic shared memory exceed the kernel's limit of " +
                         std::to_string(limit) +
                         " B (raise it with cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, "
-                        "bytes), at most " + std::to_string(kMaxDynamicSmem) + ")");
+                        "bytes), at most " + std::to_string(smem_optin()) + ")");
     std::lock_guard lock(streams::lock());
     CUstream_st* s = streams::resolve(stream);
     if (!s) return fail(cudaErrorInvalidResourceHandle, "invalid stream handle (never created, or destroyed)");
@@ -186,11 +185,11 @@ cudaError_t cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int v
     EMU_RETURN_IF_STICKY();
     std::lock_guard lock(emu::g_mu);
     if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
-        if (value < 0 || value > emu::kMaxDynamicSmem)
+        if (value < 0 || value > emu::smem_optin())
             return emu::record_error(cudaErrorInvalidValue,
                                      "cudaFuncSetAttribute(" + emu::kernel_name(func) +
                                          ", MaxDynamicSharedMemorySize, " + std::to_string(value) +
-                                         "): must be in [0, " + std::to_string(emu::kMaxDynamicSmem) + "]");
+                                         "): must be in [0, " + std::to_string(emu::smem_optin()) + "]");
         emu::g_kernels[func].max_dynamic_smem = value;
         return cudaSuccess;
     }

@@ -3,7 +3,9 @@
 // The emulated device reports an H100 SXM (sm_90, 132 SMs, 80 GiB, 227 KiB opt-in shared memory
 // per block) so that code sizing launches from device properties picks production-like values.
 // $CUDA_EMU_DEVICE_COUNT devices (default 1) may be selected; they all share one emulated memory
-// and one set of streams. cudaDeviceReset frees everything and clears a sticky error.
+// and one set of streams. $CUDA_EMU_SMEM_OPTIN lowers the opt-in shared memory per block (e.g. to
+// an sm_86's 99 KiB) for tests of code that sizes kernels by it (emu::smem_optin). cudaDeviceReset
+// frees everything and clears a sticky error.
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -37,7 +39,7 @@ cudaDeviceProp h100_profile() {
     size_t used = 0;
     emu::memory::device_usage(&used, &p.totalGlobalMem);
     p.sharedMemPerBlock = 48 * 1024;
-    p.sharedMemPerBlockOptin = 232448;
+    p.sharedMemPerBlockOptin = size_t(emu::smem_optin());
     p.sharedMemPerMultiprocessor = 233472;
     p.reservedSharedMemPerBlock = 1024;
     p.regsPerBlock = p.regsPerMultiprocessor = 65536;
@@ -71,6 +73,19 @@ cudaDeviceProp h100_profile() {
 }
 
 }  // namespace
+
+namespace emu {
+
+int smem_optin() {
+    constexpr long kH100 = 232448;
+    const char* env = std::getenv("CUDA_EMU_SMEM_OPTIN");
+    if (env == nullptr || *env == '\0') return int(kH100);
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    return *end == '\0' && v >= 49152 && v <= kH100 ? int(v) : int(kH100);
+}
+
+}  // namespace emu
 
 extern "C" {
 

@@ -6,6 +6,7 @@
 
 #include "model/allocator.hpp"
 #include "model/backend.hpp"
+#include "model/cuda/flash_attention.hpp"
 #include "model/cpu/peak_flops.hpp"
 #include "tests/model/test_util.hpp"
 
@@ -55,8 +56,8 @@ TEST(Backend, ChoosesCpuAndExplainsErrors) {
 /// size 64 or 128, sm_80+) before cublas; explicit paths pass through. The CPU's "auto" is its
 /// own attention ("native"); parse_attention accepts "auto" and names the key for garbage.
 TEST(Backend, ResolvesAttentionAuto) {
-    const auto choose = [](int cudnn, bool bf16, int head_size, int cc_major) {
-        return resolve_attention(Attention::automatic, AttentionEnv{cudnn, bf16, head_size, cc_major});
+    const auto choose = [](int cudnn, bool bf16, int head_size, int cc_major, int smem_optin = 232448) {
+        return resolve_attention(Attention::automatic, AttentionEnv{cudnn, bf16, head_size, cc_major, smem_optin});
     };
     const auto expect = [](const AttentionChoice& c, Attention path, const std::string& why) {
         EXPECT_EQ(attention_name(c.path), std::string(attention_name(path))) << c.why;
@@ -84,6 +85,40 @@ TEST(Backend, ResolvesAttentionAuto) {
     expect(choose(91900, true, 64, 10), Attention::native, "deterministic");  // sm_10x: ours instead
     expect(choose(91900, true, 48, 10), Attention::cublas, "deterministic");
     expect(choose(91900, true, 64, 12), Attention::cudnn, "head size 64");
+    // The device's opt-in shared memory per block against the FlashAttention-2 kernels' need
+    // (flash_attention_smem_bytes): a byte short of it, without cuDNN (or where cuDNN is out), auto
+    // falls to cublas and says why; exactly enough runs native; cuDNN still comes first where it
+    // runs; 0 = unknown, not checked. A 99 KiB device (sm_86, sm_89, sm_120: 101,376 B) runs native
+    // at the head sizes whose need fits.
+    constexpr int k99KiB = 101376;
+    for (int hs : {64, 128}) {
+        const int need = int(cuda::flash_attention_smem_bytes(hs));
+        ASSERT_GT(need, 48 * 1024) << hs;  // above the default: the kernels opt in
+        const std::string h = "head size " + std::to_string(hs);
+        const std::string short_by_one = "FlashAttention-2 at " + h + " needs " + std::to_string(need) +
+                                         " B of shared memory per block, this device allows " +
+                                         std::to_string(need - 1) + " B";
+        expect(choose(0, true, hs, 8, need), Attention::native, h);
+        expect(choose(0, true, hs, 8, need - 1), Attention::cublas, short_by_one);
+        expect(choose(0, true, hs, 12, need - 1), Attention::cublas, "this build has no cuDNN");
+        expect(choose(91900, true, hs, 8, need - 1), Attention::cudnn, h);
+        expect(choose(91900, true, hs, 10, need - 1), Attention::cublas, "deterministic");  // sm_10x: not native either
+        expect(choose(0, true, hs, 8, 0), Attention::native, h);
+        expect(choose(0, false, hs, 8, need - 1), Attention::cublas, "this build has no cuDNN");
+        EXPECT_EQ(choose(0, false, hs, 8, need - 1).why.find("shared memory"), std::string::npos);  // fp32: not flash
+        expect(choose(0, true, hs, 8, k99KiB), need <= k99KiB ? Attention::native : Attention::cublas, "this build has no cuDNN");
+        // An explicit native that cannot run: the error names the key, the head size, the need and the limit.
+        const std::string err = attention_fit_error(Attention::native, AttentionEnv{0, true, hs, 8, need - 1});
+        for (const std::string& part : {std::string("model.attention = \"native\""), h, std::to_string(need),
+                                        std::to_string(need - 1)})
+            EXPECT_NE(err.find(part), std::string::npos) << "'" << part << "' not in: " << err;
+        EXPECT_EQ(attention_fit_error(Attention::native, AttentionEnv{0, true, hs, 8, need}), "");
+        EXPECT_EQ(attention_fit_error(Attention::native, AttentionEnv{0, false, hs, 8, need - 1}), "");  // attention.cu
+        EXPECT_EQ(attention_fit_error(Attention::cublas, AttentionEnv{0, true, hs, 8, need - 1}), "");
+        EXPECT_EQ(attention_fit_error(Attention::native, AttentionEnv{0, true, hs, 8, 0}), "");
+    }
+    EXPECT_EQ(attention_fit_error(Attention::native, AttentionEnv{0, true, 16, 8, 49152}), "");  // attention.cu
+    EXPECT_EQ(choose(0, true, 16, 8, 49152).why, "auto: this build has no cuDNN");
     for (Attention a : {Attention::native, Attention::cublas, Attention::cudnn}) {
         const AttentionChoice c = resolve_attention(a, AttentionEnv{});
         EXPECT_EQ(c.path, a);
