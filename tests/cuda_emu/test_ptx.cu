@@ -10,7 +10,8 @@
 // - cp.async -> ldmatrix -> mma: a full 16x16x16 product through shared memory, bitwise.
 // - cp.async: reads before the wait see the poison (0xFF bytes), wait_group 1 retires only the
 //   older of two groups, __syncthreads completes nothing, valid = false writes zeros; misuse faults.
-// Collective tests run under every thread order.
+// Collective tests run under every thread order. The kernels are in kernels/ptx_kernels.cuh
+// (shared with ptx_layout_check.cu, which runs them on a real GPU too); the misuse kernel is here.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,138 +20,14 @@
 #include <vector>
 
 #include "model/cuda/ptx.cuh"
+#include "tests/cuda_emu/kernels/ptx_kernels.cuh"
 #include "tests/cuda_emu/test_util.hpp"
 
 using emu_test::DeviceArray;
 namespace ptx = llmtrain::cuda::ptx;
+using namespace ptx_kernels;
 
 namespace {
-
-// ---- kernels ----
-
-/// One m16n8k16 per warp w: D_w = A_w * B_w + C_w with A (16x16), B (16x8, [k][n]), C/D (16x8), all
-/// row-major; bf16 as raw bits. Fragments per the PTX ISA layout. Warp 1 passes d aliasing c.
-__global__ void mma_by_hand(float* D, const uint16_t* A, const uint16_t* B, const float* C) {
-    const unsigned w = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    A += 256 * w, B += 128 * w, C += 128 * w, D += 128 * w;
-    auto pa = [&](unsigned r, unsigned c) { return uint32_t{A[r * 16 + c]} | uint32_t{A[r * 16 + c + 1]} << 16; };
-    auto pb = [&](unsigned k, unsigned n) { return uint32_t{B[k * 8 + n]} | uint32_t{B[(k + 1) * 8 + n]} << 16; };
-    const uint32_t a[4] = {pa(g, 2 * t), pa(g + 8, 2 * t), pa(g, 2 * t + 8), pa(g + 8, 2 * t + 8)};
-    const uint32_t b[2] = {pb(2 * t, g), pb(2 * t + 8, g)};
-    float c[4] = {C[g * 8 + 2 * t], C[g * 8 + 2 * t + 1], C[(g + 8) * 8 + 2 * t], C[(g + 8) * 8 + 2 * t + 1]};
-    float d[4];
-    if (w == 1) {
-        ptx::mma_bf16_16816(c, a, b, c);
-        for (int j = 0; j < 4; j++) d[j] = c[j];
-    } else {
-        ptx::mma_bf16_16816(d, a, b, c);
-    }
-    D[g * 8 + 2 * t] = d[0], D[g * 8 + 2 * t + 1] = d[1];
-    D[(g + 8) * 8 + 2 * t] = d[2], D[(g + 8) * 8 + 2 * t + 1] = d[3];
-}
-
-constexpr int kStride = 24;  // shared row stride in elements (48 bytes: rows are 16-byte aligned, not packed)
-
-/// Four 8x8 b16 matrices in shared memory, matrix j's row r at (perm[j] * 8 + r) * kStride; lane l
-/// addresses matrix l/8's row l%8 (lanes beyond 8*num pass a misaligned pointer: ignored). out[lane
-/// * 4 + j] = r[j]. op: 1, 2, 4 = x1, x2, x4; 12, 14 = x2.trans, x4.trans.
-__global__ void ldmatrix_kernel(uint32_t* out, const uint16_t* src, int op) {
-    __shared__ __align__(16) uint16_t s[32 * kStride];
-    const int perm[4] = {2, 0, 3, 1};
-    const unsigned lane = threadIdx.x;
-    for (int i = lane; i < 32 * 8; i += 32) {
-        const int j = i / 64, r = (i / 8) % 8, c = i % 8;
-        s[(perm[j] * 8 + r) * kStride + c] = src[i];
-    }
-    __syncwarp();
-    const int num = op % 10;
-    const void* p = static_cast<int>(lane) < 8 * num ? static_cast<const void*>(&s[(perm[lane / 8] * 8 + lane % 8) * kStride])
-                                                     : static_cast<const void*>(reinterpret_cast<const char*>(s) + 2);
-    uint32_t r[4] = {0, 0, 0, 0};
-    switch (op) {
-        case 1: ptx::ldmatrix_x1(r, p); break;
-        case 2: ptx::ldmatrix_x2(r, p); break;
-        case 4: ptx::ldmatrix_x4(r, p); break;
-        case 12: ptx::ldmatrix_x2_trans(r, p); break;
-        case 14: ptx::ldmatrix_x4_trans(r, p); break;
-    }
-    for (int j = 0; j < 4; j++) out[lane * 4 + j] = r[j];
-}
-
-/// D (16x16 fp32) = A (16x16) * B (16x16, [k][n]), bf16 row-major in global memory: cp.async into
-/// dynamic shared memory (each lane 2 chunks of A, 2 of B), ldmatrix_x4 for A, ldmatrix_x4_trans for
-/// both n-halves of B, two mma. D's n-half h is stored at D[r * 16 + 8h + c].
-__global__ void composed_kernel(float* D, const uint16_t* A, const uint16_t* B) {
-    EXTERN_SHARED(uint16_t, s);  // A at 0, B at 256 (elements)
-    const unsigned lane = threadIdx.x, g = lane / 4, t = lane % 4;
-    for (unsigned i = lane; i < 64; i += 32) {
-        const unsigned off = (i % 32) * 8 + (i / 32) * 256;
-        ptx::cp_async_16(s + off, (i < 32 ? A : B - 256) + off, true);
-    }
-    ptx::cp_async_commit();
-    ptx::cp_async_wait<0>();
-    __syncwarp();
-    uint32_t a[4], b[4];
-    ptx::ldmatrix_x4(a, s + (lane % 16) * 16 + (lane / 16) * 8);
-    ptx::ldmatrix_x4_trans(b, s + 256 + (lane % 16) * 16 + (lane / 16) * 8);
-    for (int h = 0; h < 2; h++) {
-        const float zero[4] = {0, 0, 0, 0};
-        float d[4];
-        ptx::mma_bf16_16816(d, a, b + 2 * h, zero);
-        D[g * 16 + 8 * h + 2 * t] = d[0], D[g * 16 + 8 * h + 2 * t + 1] = d[1];
-        D[(g + 8) * 16 + 8 * h + 2 * t] = d[2], D[(g + 8) * 16 + 8 * h + 2 * t + 1] = d[3];
-    }
-}
-
-/// Per thread (blockDim.x threads, 16 bytes = 4 floats each) the cp.async scenarios:
-///   mode 0: copy, commit, read (out0), wait<0>, read (out1)
-///   mode 1: group 1 -> buffer 0, group 2 -> buffer 1, wait<1>: read both (out0 = buf0, out1 = buf1),
-///           wait<0>: read buffer 1 again (out2)
-///   mode 2: valid = false over nonzero shared bytes, commit, wait<0>: read (out0)
-///   mode 3: copy, then wait<0> with the copy uncommitted: read (out0); commit, wait<0>: read (out1)
-///   mode 4: thread i copies chunk i, commits; __syncthreads; thread i reads chunk i^1 (out0);
-///           __syncthreads; wait<0>; __syncthreads; reads chunk i^1 again (out1)
-__global__ void cp_async_kernel(float* out, const float* src, int mode) {
-    __shared__ __align__(16) float s[2][64 * 4];
-    const unsigned i = threadIdx.x, n = blockDim.x;
-    float* o0 = out + i * 4;
-    float* o1 = out + (n + i) * 4;
-    float* o2 = out + (2 * n + i) * 4;
-    auto read = [](float* dst, const float* from) { std::memcpy(dst, from, 16); };
-    if (mode == 0 || mode == 3) {
-        ptx::cp_async_16(&s[0][i * 4], src + i * 4, true);
-        if (mode == 0) ptx::cp_async_commit();
-        if (mode == 0) read(o0, &s[0][i * 4]);
-        ptx::cp_async_wait<0>();
-        if (mode == 3) read(o0, &s[0][i * 4]), ptx::cp_async_commit(), ptx::cp_async_wait<0>();
-        read(o1, &s[0][i * 4]);
-    } else if (mode == 1) {
-        ptx::cp_async_16(&s[0][i * 4], src + i * 4, true);
-        ptx::cp_async_commit();
-        ptx::cp_async_16(&s[1][i * 4], src + (n + i) * 4, true);
-        ptx::cp_async_commit();
-        ptx::cp_async_wait<1>();
-        read(o0, &s[0][i * 4]);
-        read(o1, &s[1][i * 4]);
-        ptx::cp_async_wait<0>();
-        read(o2, &s[1][i * 4]);
-    } else if (mode == 2) {
-        for (int e = 0; e < 4; e++) s[0][i * 4 + e] = 7.0f;
-        ptx::cp_async_16(&s[0][i * 4], src + i * 4, false);
-        ptx::cp_async_commit();
-        ptx::cp_async_wait<0>();
-        read(o0, &s[0][i * 4]);
-    } else if (mode == 4) {
-        ptx::cp_async_16(&s[0][i * 4], src + i * 4, true);
-        ptx::cp_async_commit();
-        __syncthreads();
-        read(o0, &s[0][(i ^ 1) * 4]);
-        __syncthreads();  // every thread has read before any waits
-        ptx::cp_async_wait<0>();
-        __syncthreads();
-        read(o1, &s[0][(i ^ 1) * 4]);
-    }
-}
 
 /// Misuse, one per mode (32 threads; src is 16+ floats of device memory):
 ///   0: exit with a committed copy not waited for       1: exit with an uncommitted copy
