@@ -7,9 +7,14 @@
 //    the device, params and state, over 10 steps, in the emulator's three thread orders;
 //  - a partial offload's device part is not waited for by the copies or the host step: under deferred
 //    streams it runs only when the step finally waits for it, after every chunk (the trace order);
+//    and a device part lasting 0.1 s (by the host clock) ends well after the copies' start (by its
+//    events), which a step whose copies waited for it would not (on a GPU too);
 //  - the race DeepSpeed #1219 hit (a staging buffer overwritten before its copy ran), injected by
 //    dropping the one wait that prevents it, changes the result: the tests would catch it.
 #include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
 
 #include "optim/adamw.hpp"
 #include "optim/host_adamw.hpp"
@@ -146,6 +151,10 @@ TEST_F(CudaOffloadOverlap, TheDevicePartRunsWhileTheHostSteps) {
     // an event recorded before the device part is queued, so the host's waits on the copies force
     // none of it: it runs when the step waits for its end, after the last chunk. Had the copies
     // waited for it (the event recorded after it), the first gradient copy would start after it.
+    // Emulator only: on a GPU the device part starts at once and overlaps the copies' spans.
+#ifdef LLMTRAIN_REAL_GPU
+    GTEST_SKIP() << "the span order is the emulator's deferred streams'; the timing test below holds on a GPU";
+#endif
     auto ops = make_cuda_backend("bf16", CudaBackendOptions{});
     Allocator alloc(*ops);
     ParamLayout L(kCfg, 7);
@@ -163,11 +172,69 @@ TEST_F(CudaOffloadOverlap, TheDevicePartRunsWhileTheHostSteps) {
         ASSERT_STREQ(spans[0].phase, "device_adam");
         const OffloadSpan dev = spans[0];
         EXPECT_GT(dev.end, dev.start);
-        // Each is a difference of event times in float ms (24-bit mantissa over ~1 s): 1e-6 s.
-        EXPECT_NEAR(off.last_times().device_adam, dev.end - dev.start, 1e-6);
         for (size_t i = 1; i < spans.size(); ++i)
             EXPECT_LE(spans[i].end, dev.start) << spans[i].phase << " " << spans[i].chunk << " ended after the device part began";
     }
+}
+
+/// Seconds of `work` (queued on ops' default stream, then waited for), by the host's steady clock.
+double seconds_of(Ops& ops, const std::function<void()>& work) {
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    ops.synchronize();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+TEST_F(CudaOffloadOverlap, TheCopiesStartBeforeTheDevicePartEnds) {
+    // The device part D (device work made to last >= 0.1 s, timed alone by this test's host clock:
+    // t_dev) is queued after the copy streams' starting event, so the step's time origin t0 (an
+    // event on the gradient copies' stream after that start, which the host waits for before its
+    // first chunk) does not wait for it: D ends after t0, by about t_dev on a GPU (D starts at once,
+    // beside the copies) and by more under the emulator (D runs at the step's final wait). Had the
+    // copies been ordered after D (the starting event recorded after it: the bug this guards), t0
+    // would come after D's end on either, and the host steps would wait for D. So require D's end,
+    // read from its event against t0 (OffloadSpan), to lie more than t_dev / 2 after t0: an event
+    // time against an independent host-clock duration, not two numbers from the same two events. On
+    // a GPU also D's start before the host steps end (it ran while the host stepped; host clock
+    // against the device's, both from t0). Injecting the bug (ready_ recorded after device_part in
+    // optim/offload.cpp) fails it under the emulator: D ended -1.3e-6 s after t0.
+    auto ops = make_cuda_backend("bf16", CudaBackendOptions{});
+    Allocator alloc(*ops);
+    const size_t n = 5 * 97;
+    HostOffload off(alloc, n, {{0, 0, n, true}}, offload(1.0, 97));
+    ASSERT_EQ(off.chunks(), 5);
+    const std::vector<float> w = random_vec(n, 3, true);
+    std::copy(w.begin(), w.end(), off.w());
+    std::fill(off.m(), off.m() + n, 0.0f);
+    std::fill(off.v(), off.v() + n, 0.0f);
+    DevBuf p = upload(*ops, w, DType::bf16), g = upload(*ops, random_vec(n, 4, true), DType::bf16);
+    // D: `reps` casts of a 256K-element buffer, doubled until it lasts 0.1 s alone.
+    const size_t big = size_t(1) << 18;
+    DevBuf src = upload(*ops, random_vec(big, 5, false), DType::f32), dst(*ops, big * 2);
+    int reps = 1;
+    auto device_part = [&] {
+        for (int r = 0; r < reps; ++r) ops->cast(dst.ptr, DType::bf16, src.ptr, DType::f32, big);
+    };
+    double t_dev = seconds_of(*ops, device_part);
+    while (t_dev < 0.1 && reps < (1 << 20)) {
+        reps *= 2;
+        t_dev = seconds_of(*ops, device_part);
+    }
+    ASSERT_GE(t_dev, 0.1) << reps << " casts";
+    const HostAdamWStep st{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
+    off.step(p.ptr, g.ptr, st, device_part);
+    const auto& spans = off.last_spans();
+    ASSERT_EQ(spans.size(), size_t(3 * off.chunks() + 1));
+    ASSERT_STREQ(spans[0].phase, "device_adam");
+    const OffloadSpan dev = spans[0];
+    EXPECT_GT(dev.end, t_dev / 2) << "the device part (" << t_dev << " s alone) ended " << dev.end
+                                  << " s after the copies' start: they waited for it";
+#ifdef LLMTRAIN_REAL_GPU
+    double host_end = 0;
+    for (const OffloadSpan& sp : spans)
+        if (std::string(sp.phase) == "host_adam") host_end = std::max(host_end, sp.end);
+    EXPECT_LT(dev.start, host_end) << "the device part began after the host's last chunk step";
+#endif
 }
 
 std::vector<Case> cases() {
