@@ -107,7 +107,7 @@ EvalWeights load_eval_weights(const std::string& path) {
         if (const std::string why = checkpoint_problem(ckpt); !why.empty())
             throw CheckpointError("checkpoint '" + ckpt + "': " + why);
         const TrainState st = read_train_state(ckpt);
-        w.model = checkpoint_model_config(ckpt, st);  // state.toml holds GPT-2's shape keys only
+        w.model = checkpoint_model_config(ckpt, st);
         w.params.resize(ParamLayout(w.model).total_numel());
         read_params(ckpt, ParamLayout(w.model), w.params.data());
         w.source = "checkpoint " + ckpt + " (step " + std::to_string(st.step) + ")";

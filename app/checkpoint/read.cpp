@@ -11,6 +11,7 @@
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/checkpoint/format.hpp"
 #include "data/h5.hpp"
+#include "model/arch.hpp"
 
 namespace llmtrain {
 
@@ -93,6 +94,25 @@ StateFile read_state_file(const std::string& dir) {
     st.model.n_embd = int(need_int("model.n_embd"));
     st.model.seq_len = int(need_int("model.seq_len"));
     st.model.vocab_size = int(need_int("model.vocab_size"));
+    if (t.at_path("model.arch")) {  // a non-GPT-2 architecture's resolved keys (state_to_toml)
+        auto need_num = [&](const char* key) -> double {
+            auto v = t.at_path(key).value<double>();  // an integer-valued float may be written as one
+            if (!v) throw CheckpointError(file + ": " + key + ": missing or not a number");
+            return *v;
+        };
+        auto tied = t.at_path("model.tie_embeddings").value_exact<bool>();
+        if (!tied) throw CheckpointError(file + ": model.tie_embeddings: missing or not a boolean");
+        try {
+            st.model.arch = parse_arch(need_str("model.arch"));
+        } catch (const std::invalid_argument& e) {
+            throw CheckpointError(file + ": " + e.what());
+        }
+        st.model.n_kv_head = int(need_int("model.n_kv_head"));
+        st.model.intermediate_size = int(need_int("model.intermediate_size"));
+        st.model.tie_embeddings = *tied;
+        st.model.rope_theta = float(need_num("model.rope_theta"));
+        st.model.norm_eps = float(need_num("model.norm_eps"));
+    }
     st.dp = int(need_int("world.dp"));
     st.world_size = int(need_int("world.world_size"));
     st.backend = need_str("backend.name");

@@ -20,6 +20,7 @@
 #include "app/checkpoint/format.hpp"
 #include "app/checkpoint/raw_h5.hpp"
 #include "data/h5.hpp"
+#include "model/arch.hpp"
 
 namespace llmtrain {
 
@@ -98,6 +99,21 @@ std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& fil
         sums.insert(f.name, f.sha256);
         sizes.insert(f.name, int64_t(f.bytes));
     }
+    toml::table model{{"config_hash", st.model_config_hash},
+                      {"n_layer", st.model.n_layer},
+                      {"n_head", st.model.n_head},
+                      {"n_embd", st.model.n_embd},
+                      {"seq_len", st.model.seq_len},
+                      {"vocab_size", st.model.vocab_size}};
+    if (st.model.arch != Arch::gpt2) {  // the rest of the architecture, resolved (GPT-2's keys say it all)
+        const ArchSpec spec(st.model);
+        model.insert("arch", std::string(arch_name(st.model.arch)));
+        model.insert("n_kv_head", spec.NKV);
+        model.insert("intermediate_size", spec.F);
+        model.insert("tie_embeddings", spec.tied);
+        model.insert("rope_theta", double(spec.rope_theta));
+        model.insert("norm_eps", double(spec.norm_eps));
+    }
     toml::table t{
         {"format_version", kFormatVersion},
         {"run_id", st.run_id},
@@ -106,12 +122,7 @@ std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& fil
         {"adam_t", st.adam_t},
         {"loader", toml::table{{"sample", int64_t(st.loader.sample)}, {"seed", int64_t(st.loader.seed)}}},
         {"sampler_rng", st.sampler_rng},
-        {"model", toml::table{{"config_hash", st.model_config_hash},
-                              {"n_layer", st.model.n_layer},
-                              {"n_head", st.model.n_head},
-                              {"n_embd", st.model.n_embd},
-                              {"seq_len", st.model.seq_len},
-                              {"vocab_size", st.model.vocab_size}}},
+        {"model", std::move(model)},
         {"world", toml::table{{"dp", st.dp}, {"world_size", st.world_size}}},
         {"backend", toml::table{{"name", st.backend}, {"precision", st.precision}}},
         {"files", std::move(sums)},

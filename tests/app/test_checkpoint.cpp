@@ -21,6 +21,9 @@
 #include <thread>
 
 #include "app/checkpoint/checkpoint.hpp"
+#include "app/config.hpp"
+#include "app/interop/checkpoint_model.hpp"
+#include "app/model_state.hpp"
 #include "data/token_dataset.hpp"
 #include "tests/app/checkpoint_test_util.hpp"
 
@@ -493,4 +496,46 @@ TEST_F(Ckpt, RawWrittenFilesHashAsOnDisk) {
         EXPECT_NE(std::string(e.what()).find("tensor " + t1.name + " is not whole"), std::string::npos) << e.what();
     }
     EXPECT_FALSE(fs::exists(fs::path(tmp) / "model.h5"));
+}
+
+// A Llama checkpoint records its architecture in state.toml ([model] arch, n_kv_head and
+// intermediate_size resolved, tie_embeddings, rope_theta, norm_eps): read_train_state returns it and
+// checkpoint_model_config takes it with no run directory beside the checkpoint; the same keys edited
+// by hand (and resealed) no longer hash to model.config_hash and are refused. GPT-2's state.toml
+// keeps its five shape keys only (its hash text is unchanged).
+TEST_F(Ckpt, LlamaStateRecordsItsArchitecture) {
+    Config c;
+    c.model.n_layer = 2, c.model.n_head = 4, c.model.n_embd = 16, c.model.seq_len = 8, c.model.vocab_size = 50;
+    c.model.arch = "llama", c.model.n_kv_head = 2, c.model.multiple_of = 8;  // F = 42 rounded up to 48
+    c.model.rope_theta = 500000.0f, c.model.norm_eps = 1e-6f, c.model.tie_embeddings = false;
+    TrainState st = some_state(3);
+    st.model = gpt_config_of(c);
+    st.model_config_hash = model_config_hash(c);
+    ParamLayout L(st.model);
+    auto p = random_flat(L, 1), m = random_flat(L, 2), v = random_flat(L, 3);
+    const std::string d = save_checkpoint(dir.string(), st, L, p.data(),
+                                          {OptimShardView{0, L.total_numel(), m.data(), v.data()}}, 0);
+    const TrainState back = read_train_state(d);
+    EXPECT_EQ(back.model.arch, Arch::llama);
+    EXPECT_EQ(back.model.n_kv_head, 2);
+    EXPECT_EQ(back.model.intermediate_size, 48);
+    EXPECT_FALSE(back.model.tie_embeddings);
+    EXPECT_EQ(back.model.rope_theta, 500000.0f);
+    EXPECT_EQ(back.model.norm_eps, 1e-6f);
+    ASSERT_FALSE(fs::exists(dir / "config.toml"));
+    const GPTConfig got = checkpoint_model_config(d, back);
+    EXPECT_EQ(ParamLayout(got).total_numel(), L.total_numel());
+    expect_reads_back(d, ParamLayout(got), p, m, v);
+
+    const fs::path state = fs::path(d) / "state.toml";
+    std::string text = slurp(state);
+    const size_t at = text.find("n_kv_head = 2");
+    ASSERT_NE(at, std::string::npos) << text;
+    spit(state, reseal(text.replace(at, 13, "n_kv_head = 1")));
+    const TrainState edited = read_train_state(d);
+    EXPECT_THROW(checkpoint_model_config(d, edited), InteropError);
+
+    const std::string gpt2 = save(ParamLayout(tiny()), 4, 0, random_flat(ParamLayout(tiny()), 4),
+                                  random_flat(ParamLayout(tiny()), 5), random_flat(ParamLayout(tiny()), 6));
+    EXPECT_EQ(slurp(fs::path(gpt2) / "state.toml").find("arch"), std::string::npos);
 }
