@@ -328,10 +328,10 @@ public:
                                                 C, NH, NH, plan, ws, stream_);
             });
         }
-        float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
         if (act_ == DType::bf16 && cuda::flash_attention_supported(C, NH))
             return cuda::flash_attention_backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B,
-                                                  T, C, NH, NH, scratch, stream_);
+                                                  T, C, NH, NH, flash_scratch(B, T, C, NH), stream_);
+        float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
         dispatch([&](auto t) {
             using X = decltype(t);
             cuda::attention_backward(as<X>(dqkv), as<X>(dout), as<X>(qkv), as<X>(out), lse, B, T, C, NH, scratch,
@@ -428,9 +428,8 @@ public:
             });
         }
         if (flash_path(C, NH)) {
-            float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
             return cuda::flash_attention_backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B,
-                                                  T, C, NH, NKV, scratch, stream_);
+                                                  T, C, NH, NKV, flash_scratch(B, T, C, NH), stream_);
         }
         const size_t n3 = static_cast<size_t>(B) * T * 3 * C, es = dtype_size(act_);
         char* buf = static_cast<char*>(gqa_for(2 * n3 * es));
@@ -683,6 +682,10 @@ private:
     /// The current stream's scratch, at least `bytes` long. Growing it waits for the stream's
     /// queued work (which may still read the old buffer), so it happens only when shapes grow.
     float* scratch_for(size_t bytes) { return static_cast<float*>(grow(scratch_[stream_], bytes)); }
+    /// The scratch of FlashAttention-2's backward: D and the dQ partials (flash_attention.hpp).
+    float* flash_scratch(int B, int T, int C, int NH) {
+        return scratch_for(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH));
+    }
     /// The current stream's buffer for grouped-query attention's expanded heads, as scratch_for.
     void* gqa_for(size_t bytes) { return grow(gqa_[stream_], bytes); }
     /// buf, grown to at least `bytes` (after the current stream's queued work).

@@ -1,362 +1,433 @@
-// model/cuda/flash_attention.cu — causal multi-head attention in bf16 on tensor cores:
-// FlashAttention-2 (Tri Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work
-// Partitioning", 2023; forward Algorithm 1, backward Algorithm 2), with the warp-level matrix
-// multiply of model/cuda/mma.cuh (wmma 16x16x16, bf16 inputs, fp32 accumulators). The path of
-// model.attention = "native" in bf16 at head sizes 64 and 128 (attention.cu, on CUDA cores, is the
-// fp32 path and the reference).
+// model/cuda/flash_attention.cu — causal multi-head and grouped-query attention in bf16 on tensor
+// cores: FlashAttention-2 as Tri Dao's paper builds it ("FlashAttention-2: Faster Attention with
+// Better Parallelism and Work Partitioning", 2023; forward Algorithm 1, backward Algorithm 2), on
+// the PTX primitives of model/cuda/ptx.cuh: mma.sync m16n8k16 (bf16 in, fp32 accumulate) with
+// operands from ldmatrix, K/V (forward) and Q/dO (backward) tiles double-buffered with cp.async.
+// The path of model.attention = "native" in bf16 at head sizes 64 and 128 (attention.cu, on CUDA
+// cores, is the fp32 path and the reference). Our own code from the paper and the PTX ISA.
 //
-// Layout as attention.cu: qkv (B,T,3C) holds q | k | v, each (NH,HS) per position; out (B,T,C);
-// lse (B,NH,T) the log-sum-exp of each row of scaled scores s_ij = q_i.k_j / sqrt(HS), j <= i.
-// Grouped-query attention (Ainslie et al. 2023): qkv (B,T,(NH + 2 NKV)*HS) with NKV key/value heads
-// (C = NH*HS still the query width); query head h reads key/value head g = h / (NH/NKV) straight
-// from qkv (the forward and dQ blocks of head h load g's K and V tiles), and the dK/dV kernel runs
-// one block per key tile of key/value head g that walks the NH/NKV query heads of its group in
-// order, accumulating in the same fp32 fragments: no expanded copy, no atomics. NKV = NH is MHA.
-// Every kernel: a block of 4 warps owns 64 rows of one (b, h), 16 per warp (one wmma tile high),
-// and walks the other side in tiles of 64 staged in shared memory as bf16 (rows past T as zeros).
-// wmma's fragment layout is unspecified, so fragments are only loaded, multiplied, scaled
-// uniformly and stored: scores go through a per-warp fp32 tile in shared memory, where lane
-// 2r + half owns row r and the columns of parity `half` (row statistics then need one shuffle).
-//   Forward (Algorithm 1): S = Q_w K^T; the online softmax (m, l, O in fp32 registers) rescales O;
-//     P is rounded to bf16 and O += P V (its own mma, added in fp32); out = O / l, lse = m + log l.
-//   Backward (Algorithm 2, split in two kernels so that nothing is accumulated across blocks:
-//   no atomics, every sum in a fixed order, the same bits every run):
-//     D_i = dO_i . O_i (attention.cu's delta kernel), P = exp(S - lse), dS = P o (dP - D), dP = dO V^T;
-//     key kernel:   per 16 keys of a warp, over query tiles i >= j: dV += P^T dO, dK += dS^T Q
-//                   (fp32 accumulator fragments held across the loop), dK scaled by 1/sqrt(HS);
-//     query kernel: per 16 queries of a warp, over key tiles j <= i: dQ += dS K, scaled likewise.
+// Layout as attention.cu: qkv (B,T,(NH + 2 NKV)*HS) holds q | k | v per position (NKV = NH: (B,T,3C));
+// out (B,T,C), C = NH*HS; lse (B,NH,T) the log-sum-exp of each row of scaled scores
+// s_ij = q_i.k_j / sqrt(HS), j <= i. Query head h reads key/value head h / (NH/NKV) straight from
+// qkv (Ainslie et al. 2023); NKV = NH is multi-head attention.
+//
+// Fragments (PTX ISA "Matrix Fragments for mma.m16n8k16"; g = lane / 4, t = lane % 4): an fp32
+// accumulator tile 16x8 holds rows g and g + 8, columns 2t and 2t + 1 in each lane; so do the
+// bf16 A fragments of a 16x16 tile (columns 2t, 2t + 1 and 2t + 8, 2t + 9). Two neighbouring
+// accumulator tiles of S (16 x 16 keys) are therefore, rounded to bf16 and packed in pairs, the
+// A fragment of P for P V: S, P and O never leave registers (the FA2 register trick). Row
+// statistics are per lane (two rows) and reduced over the four lanes of a quad by shuffles.
+//
+// Forward (Algorithm 1): a block of 4 warps owns kRows query rows of one (b, h) — 128 at HS 64
+//   (32 per warp: two m16 tiles), 64 at HS 128 (16 per warp) — loads Q once (cp.async, then
+//   ldmatrix into registers kept for the whole loop), and walks the key blocks of 64 up to its
+//   diagonal, K and V double-buffered (block kb + 1 is copied while block kb is used). Per block:
+//   S = Q K^T (mma), the online softmax in the log2 domain (m, l per row; O rescaled by
+//   exp2(m_old - m_new)), P = exp2(S log2e/sqrt(HS) - m) rounded to bf16 into A fragments, O += P V
+//   with V's B fragments from ldmatrix.trans. The causal mask is applied only where the key block
+//   crosses a warp's rows; blocks entirely past a warp's rows are skipped by that warp; key blocks
+//   past the block's last row are never loaded. out = O / l, lse = m ln 2 + log l.
+// Backward (Algorithm 2, fused): D = rowsum(dO o O) first (attention.cu's delta kernel). One block
+//   per 64 keys of key/value head g (4 warps x 16 keys) holds K and V in shared memory and dK, dV
+//   in registers, and walks its group's query heads in order and, per head, the query blocks
+//   (64 rows at HS 64, 32 at HS 128) from its diagonal to T, Q, dO, lse and D double-buffered.
+//   Per query block each warp computes S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x the block's
+//   queries), P^T = exp2(S^T log2e/sqrt(HS) - lse log2e), dS^T = P^T o (dP^T - D), then
+//   dV += P^T dO and dK += dS^T Q with P^T, dS^T as A fragments straight from the accumulators.
+//   dS^T goes to shared memory (bf16); after a barrier the warps compute this key block's dQ
+//   partial, dS K (A fragments of dS by ldmatrix.trans of dS^T), and store it in fp32 to the
+//   workspace: (b, h, key block kb, query row i >= 64 kb). A second kernel sums each dQ row's
+//   partials in key-block order, scales by 1/sqrt(HS) and writes bf16: no atomics, every sum in a
+//   fixed order, the same bits every run. dK (scaled) and dV are written once at the end.
 //   P and dS enter the mma rounded to bf16, as in FlashAttention-2 and cuDNN (the error bound of
 //   tests/cuda/attention_bound.hpp).
+// Rows past T are zero-filled by cp.async (src-size 0) and masked where they would contribute.
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
 #include "model/cuda/kernels.cuh"
-#include "model/cuda/mma.cuh"
+#include "model/cuda/ptx.cuh"
 
 namespace llmtrain::cuda {
 
 using bf16 = __nv_bfloat16;
-constexpr int kFlashRows = 64;                          ///< rows a block owns: 16 per warp
-constexpr int kFlashTile = 64;                          ///< rows of the other side per inner step
-constexpr int kFlashWarps = kFlashRows / kMmaTile;      ///< 4
+constexpr int kFlashWarps = 4;
 constexpr int kFlashThreads = kFlashWarps * kWarpSize;  ///< 128 (__launch_bounds__(128, 1): up to 255
                                                         ///< registers, no spills; docs/cuda.md)
-constexpr int kPLd = kFlashTile + 8;                    ///< row stride of a warp's bf16 P / dS tile
-constexpr int kSLd = kFlashTile + 4;                    ///< row stride of a warp's fp32 score tile
+constexpr int kKeys = flash_key_rows();                 ///< 64 keys per forward step / backward block
 template <int HS>
-constexpr int kRowLd = HS + 8;  ///< row stride of a bf16 (64, HS) tile (+16 bytes against bank conflicts)
+constexpr int kTileLd = flash_tile_ld(HS);  ///< namespace-scope constants: usable in device code
 template <int HS>
-constexpr int kOutLd = HS + 4;  ///< row stride of a warp's fp32 (16, HS) staging tile
+constexpr int kFwdRows = flash_forward_rows(HS);
 template <int HS>
-constexpr size_t kRowTileBytes = sizeof(bf16) * kFlashRows * kRowLd<HS>;
+constexpr int kBwdRows = flash_backward_rows(HS);
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
 
-using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
-using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
-using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
-using FragAcc = wmma::fragment<wmma::accumulator, 16, 16, 16, float>;
-
-/// The dynamic shared memory rounded up to 32 bytes (wmma's 256-bit pointer alignment; every
-/// buffer below is a multiple of 32 bytes long, so all tiles stay aligned).
+/// The dynamic shared memory rounded up to 128 bytes (cp.async and ldmatrix want 16).
 __device__ inline unsigned char* flash_smem(unsigned char* raw) {
-    return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 31) & ~uintptr_t{31});
+    return reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(raw) + 127) & ~uintptr_t{127});
 }
 
-/// Copies rows [r0, r0 + 64) of src (row r at src + r * stride, HS bf16 each) into tile (64 x
-/// kRowLd), rows >= T as zeros: masked probabilities then multiply zeros, never garbage.
-template <int HS>
-__device__ inline void load_rows(bf16* tile, const bf16* src, size_t stride, int r0, int T_) {
-    constexpr int kPacks = HS / kPackElems;
-    for (int x = threadIdx.x; x < kFlashRows * kPacks; x += kFlashThreads) {
-        const int r = x / kPacks, c = (x % kPacks) * kPackElems;
-        Pack<bf16> p;
-        if (r0 + r < T_) p = load_pack(src + static_cast<size_t>(r0 + r) * stride + c);
-        else
-            for (auto& e : p.v) e = __float2bfloat16(0.0f);
-        store_pack(tile + r * kRowLd<HS> + c, p);
+/// Starts the copy of rows [r0, r0 + kRows) of src (row r at src + r * stride, HS bf16 each) into
+/// tile (kRows x flash_tile_ld(HS)), rows >= T as zeros; the caller commits and waits.
+template <int HS, int kRows>
+__device__ inline void copy_rows(bf16* tile, const bf16* src, size_t stride, int r0, int T_) {
+    constexpr int kChunks = HS / 8, kLd = kTileLd<HS>;
+    for (int x = threadIdx.x; x < kRows * kChunks; x += kFlashThreads) {
+        const int r = x / kChunks, c = (x % kChunks) * 8;
+        const bool valid = r0 + r < T_;
+        ptx::cp_async_16(tile + r * kLd + c, valid ? src + static_cast<size_t>(r0 + r) * stride + c : src, valid);
     }
 }
 
-/// s (16 x 64 fp32, row stride ld) = a (16 x HS) b^T for b (64 x HS): both bf16 row tiles.
-template <int HS>
-__device__ inline void score_tile(float* s, int ld, const bf16* a, const bf16* b) {
-    for (int nt = 0; nt < kFlashTile / kMmaTile; nt++) {
-        FragAcc acc;
-        wmma::fill_fragment(acc, 0.0f);
-        for (int kt = 0; kt < HS / kMmaTile; kt++) {
-            FragA fa;
-            FragBCol fb;  // b^T's column n is b's row n
-            wmma::load_matrix_sync(fa, a + kt * kMmaTile, kRowLd<HS>);
-            wmma::load_matrix_sync(fb, b + nt * kMmaTile * kRowLd<HS> + kt * kMmaTile, kRowLd<HS>);
-            wmma::mma_sync(acc, fa, fb, acc);
-        }
-        wmma::store_matrix_sync(s + nt * kMmaTile, acc, ld, wmma::mem_row_major);
-    }
-}
+// ---- fragment loads (ldmatrix.x4; `base` is the top-left element of the 16x16 block, ld in elements) ----
 
-/// acc[n] += p (16 x 64 bf16, row stride kPLd) times columns [16n, 16n + 16) of rows (64 x HS).
-template <int HS>
-__device__ inline void accumulate_product(FragAcc* acc, const bf16* p, const bf16* rows) {
-    for (int nt = 0; nt < HS / kMmaTile; nt++)
-        for (int kt = 0; kt < kFlashTile / kMmaTile; kt++) {
-            FragA fa;
-            FragBRow fb;
-            wmma::load_matrix_sync(fa, p + kt * kMmaTile, kPLd);
-            wmma::load_matrix_sync(fb, rows + kt * kMmaTile * kRowLd<HS> + nt * kMmaTile, kRowLd<HS>);
-            wmma::mma_sync(acc[nt], fa, fb, acc[nt]);
-        }
+/// A fragment of a row-major 16x16 block: A[m][k] = base[m * ld + k].
+__device__ inline void load_a(uint32_t a[4], const bf16* base, int ld) {
+    const int lane = threadIdx.x % kWarpSize;
+    ptx::ldmatrix_x4(a, base + (lane % 8 + 8 * ((lane / 8) % 2)) * ld + 8 * (lane / 16));
 }
-
-/// Writes factor * acc (a warp's 16 x HS rows) as bf16 to dst (row r at dst + r * stride) for the
-/// rows r0 + r < T, through the warp's fp32 staging tile `stage` (16 x kOutLd).
-template <int HS>
-__device__ inline void write_rows(bf16* dst, size_t stride, FragAcc* acc, float factor, float* stage, int r0,
-                                  int T_) {
-    const int lane = threadIdx.x % kWarpSize, r = lane / 2, half = lane % 2;
-    for (int nt = 0; nt < HS / kMmaTile; nt++) {
-        for (int e = 0; e < acc[nt].num_elements; e++) acc[nt].x[e] *= factor;  // uniform: layout-free
-        wmma::store_matrix_sync(stage + nt * kMmaTile, acc[nt], kOutLd<HS>, wmma::mem_row_major);
-    }
-    __syncwarp(kFullMask);
-    if (r0 + r < T_)
-        for (int d = half; d < HS; d += 2)
-            dst[static_cast<size_t>(r0 + r) * stride + d] = __float2bfloat16(stage[r * kOutLd<HS> + d]);
-    __syncwarp(kFullMask);  // the stage is read before it is written again
+/// A fragment of the transpose of a row-major 16x16 block: A[m][k] = base[k * ld + m].
+__device__ inline void load_a_trans(uint32_t a[4], const bf16* base, int ld) {
+    const int lane = threadIdx.x % kWarpSize, mat = lane / 8;
+    ptx::ldmatrix_x4_trans(a, base + (lane % 8 + 8 * (mat / 2)) * ld + 8 * (mat % 2));
 }
+/// B fragments of two n8 tiles (b[0..1]: n 0-7, b[2..3]: n 8-15) where B[k][n] = base[n * ld + k]
+/// (the rows of a row-major tile are B's columns: K in Q K^T).
+__device__ inline void load_b_rows(uint32_t b[4], const bf16* base, int ld) {
+    const int lane = threadIdx.x % kWarpSize;
+    ptx::ldmatrix_x4(b, base + (lane % 8 + 8 * (lane / 16)) * ld + 8 * ((lane / 8) % 2));
+}
+/// B fragments of two n8 tiles where B[k][n] = base[k * ld + n] (a row-major [k][n] tile: V in P V).
+__device__ inline void load_b_cols(uint32_t b[4], const bf16* base, int ld) {
+    const int lane = threadIdx.x % kWarpSize;
+    ptx::ldmatrix_x4_trans(b, base + (lane % 8 + 8 * ((lane / 8) % 2)) * ld + 8 * (lane / 16));
+}
+/// The A fragment (16 x 16, k = the accumulator's columns 16kk .. 16kk + 15) of accumulator tiles
+/// acc[2kk] and acc[2kk + 1], rounded to bf16: the register trick.
+__device__ inline void acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
+    a[0] = ptx::pack_bf16x2(lo[0], lo[1]);
+    a[1] = ptx::pack_bf16x2(lo[2], lo[3]);
+    a[2] = ptx::pack_bf16x2(hi[0], hi[1]);
+    a[3] = ptx::pack_bf16x2(hi[2], hi[3]);
+}
+/// flash_dq_partial_rows(T) on the device: the dQ partial rows of one (b, h).
+__device__ inline size_t dq_partial_rows(int T_) {
+    const size_t nkb = ceil_div(T_, kKeys);
+    return nkb * static_cast<size_t>(T_) - static_cast<size_t>(kKeys) * nkb * (nkb - 1) / 2;
+}
+__device__ inline void mma(float d[4], const uint32_t a[4], const uint32_t* b) { ptx::mma_bf16_16816(d, a, b, d); }
 
-/// Forward, Algorithm 1. grid (ceil(T/64), NH, B), block 128, smem flash_forward_smem<HS>():
-/// q, k, v tiles (64 x kRowLd bf16 each), per warp an fp32 tile (16 x max(64, HS) + 4) for S and
-/// then P V, and a bf16 P tile (16 x kPLd).
+/// Forward, Algorithm 1. grid (ceil(T / kRows), NH, B), block 128, smem flash_forward_smem_bytes(HS).
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads, 1)
     flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, int NKV) {
-    constexpr int kWideLd = (HS > kFlashTile ? HS : kFlashTile) + 4;
+    constexpr int kMT = HS == 64 ? 2 : 1;            // m16 tiles per warp
+    constexpr int kRows = kFwdRows<HS>;  // 4 warps x 16 kMT
+    constexpr int kLd = kTileLd<HS>;
+    constexpr int kKS = HS / 16, kNS = kKeys / 8, kNO = HS / 8;
+    static_assert(kRows == kFlashWarps * 16 * kMT);
     EXTERN_SHARED(unsigned char, raw);
-    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, r = lane / 2, half = lane % 2;
     bf16* qs = reinterpret_cast<bf16*>(flash_smem(raw));
-    bf16* ks = qs + kFlashRows * kRowLd<HS>;
-    bf16* vs = ks + kFlashRows * kRowLd<HS>;
-    float* ss = reinterpret_cast<float*>(vs + kFlashRows * kRowLd<HS>) + warp * kMmaTile * kWideLd;
-    bf16* ps = reinterpret_cast<bf16*>(reinterpret_cast<float*>(vs + kFlashRows * kRowLd<HS>) +
-                                       kFlashWarps * kMmaTile * kWideLd) + warp * kMmaTile * kPLd;
+    bf16* kv = qs + kRows * kLd;  // stage s: K at kv + s * 2 * kKeys * kLd, V after it
+    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t4 = lane % 4;
     const int b = blockIdx.z, h = blockIdx.y;
-    const int i0 = (gridDim.x - 1 - blockIdx.x) * kFlashRows;  // the longest rows start first
-    const int i = i0 + warp * kMmaTile + r;
-    const bool active = i0 + warp * kMmaTile < T_;  // warp-uniform: the warp has a row < T
+    const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows;  // the longest rows start first
+    const int iw = i0 + warp * 16 * kMT;                  // the warp's first row
     const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
-    const bf16* src = qkv + static_cast<size_t>(b) * T_ * stride + h * HS;
+    const bf16* qsrc = qkv + static_cast<size_t>(b) * T_ * stride + h * HS;
     const bf16* ksrc = qkv + static_cast<size_t>(b) * T_ * stride + C + (h / (NH / NKV)) * HS;
-    const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-    load_rows<HS>(qs, src, stride, i0, T_);
-    float m = -INFINITY, l = 0.0f, o[HS / 2] = {};
-    for (int k0 = 0; k0 <= i0; k0 += kFlashTile) {  // tiles with a key j <= i of some row
-        __syncthreads();  // the previous k, v tiles are no longer read (q is loaded)
-        load_rows<HS>(ks, ksrc, stride, k0, T_);
-        load_rows<HS>(vs, ksrc + NKV * HS, stride, k0, T_);
-        __syncthreads();
-        if (!active) continue;
-        score_tile<HS>(ss, kWideLd, qs + warp * kMmaTile * kRowLd<HS>, ks);
-        __syncwarp(kFullMask);
-        // Online softmax of row i over this lane's 32 keys: key k0 <= i is visible to every row
-        // (also rows past T, which see keys < T and are never written), so m_new is finite.
-        float s[kFlashTile / 2], mx = -INFINITY;
-        for (int jj = 0; jj < kFlashTile / 2; jj++) {
-            const int c = half + 2 * jj, j = k0 + c;
-            s[jj] = j <= i && j < T_ ? ss[r * kWideLd + c] * scale : -INFINITY;
-            mx = fmaxf(mx, s[jj]);
+    const bf16* vsrc = ksrc + static_cast<size_t>(NKV) * HS;
+    const int n_kb = ceil_div(min(i0 + kRows, T_), kKeys);  // key blocks with a key <= the last row
+    copy_rows<HS, kRows>(qs, qsrc, stride, i0, T_);
+    copy_rows<HS, kKeys>(kv, ksrc, stride, 0, T_);
+    copy_rows<HS, kKeys>(kv + kKeys * kLd, vsrc, stride, 0, T_);
+    ptx::cp_async_commit();
+    ptx::cp_async_wait<0>();
+    __syncthreads();
+    uint32_t qf[kMT][kKS][4];  // Q's A fragments, loaded once
+    for (int mt = 0; mt < kMT; mt++)
+        for (int kk = 0; kk < kKS; kk++) load_a(qf[mt][kk], qs + (warp * kMT + mt) * 16 * kLd + kk * 16, kLd);
+    const float sl2 = kLog2e / sqrtf(static_cast<float>(HS));
+    float o[kMT][kNO][4], m[kMT][2], l[kMT][2];
+    for (int mt = 0; mt < kMT; mt++) {
+        for (int n = 0; n < kNO; n++)
+            for (int e = 0; e < 4; e++) o[mt][n][e] = 0.0f;
+        for (int r = 0; r < 2; r++) {
+            m[mt][r] = -INFINITY;
+            l[mt][r] = 0.0f;
         }
-        const float m_new = fmaxf(m, fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1)));
-        float sum = 0.0f;
-        for (int jj = 0; jj < kFlashTile / 2; jj++) {
-            const float p = expf(s[jj] - m_new);  // 0 for masked keys
-            sum += p;
-            ps[r * kPLd + half + 2 * jj] = __float2bfloat16(p);
-        }
-        const float corr = expf(m - m_new);  // 0 on the first tile (m = -inf)
-        l = l * corr + (sum + __shfl_xor_sync(kFullMask, sum, 1));
-        m = m_new;
-        for (int jj = 0; jj < HS / 2; jj++) o[jj] *= corr;
-        __syncwarp(kFullMask);  // P is complete and S is read: ss takes P V
-        for (int nt = 0; nt < HS / kMmaTile; nt++) {
-            FragAcc acc;
-            wmma::fill_fragment(acc, 0.0f);
-            for (int kt = 0; kt < kFlashTile / kMmaTile; kt++) {
-                FragA fa;
-                FragBRow fb;
-                wmma::load_matrix_sync(fa, ps + kt * kMmaTile, kPLd);
-                wmma::load_matrix_sync(fb, vs + kt * kMmaTile * kRowLd<HS> + nt * kMmaTile, kRowLd<HS>);
-                wmma::mma_sync(acc, fa, fb, acc);
-            }
-            wmma::store_matrix_sync(ss + nt * kMmaTile, acc, kWideLd, wmma::mem_row_major);
-        }
-        __syncwarp(kFullMask);
-        for (int jj = 0; jj < HS / 2; jj++) o[jj] += ss[r * kWideLd + half + 2 * jj];
     }
-    if (!active || i >= T_) return;
-    bf16* out_row = out + (static_cast<size_t>(b) * T_ + i) * C + h * HS;
-    for (int jj = 0; jj < HS / 2; jj++) out_row[half + 2 * jj] = __float2bfloat16(o[jj] / l);
-    if (half == 0) lse[(static_cast<size_t>(b) * NH + h) * T_ + i] = m + logf(l);
-}
-
-/// Dynamic shared memory bytes of flash_forward_kernel<HS> (+32 for the alignment of flash_smem).
-template <int HS>
-constexpr size_t flash_forward_smem() {
-    constexpr int kWideLd = (HS > kFlashTile ? HS : kFlashTile) + 4;
-    return 32 + 3 * kRowTileBytes<HS> + kFlashWarps * kMmaTile * (sizeof(float) * kWideLd + sizeof(bf16) * kPLd);
-}
-
-/// Backward, dK and dV (Algorithm 2's outer loop over key tiles) of key/value head g = blockIdx.y,
-/// summed over its query heads g*group .. (g+1)*group - 1 in order. grid (ceil(T/64), NKV, B), block
-/// 128, smem flash_backward_kv_smem<HS>(): k, v, q, dO tiles (64 x kRowLd bf16 each), the query
-/// tile's lse and D (64 fp32 each), per warp fp32 S^T and dP^T tiles (16 x kSLd) and bf16 P^T and
-/// dS^T tiles (16 x kPLd). The q and dO tiles stage the results at the end.
-template <int HS, bool kGroups>
-__global__ void __launch_bounds__(kFlashThreads, 1)
-    flash_backward_kv_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta,
-                             int T_, int C, int NH, int NKV) {
-    EXTERN_SHARED(unsigned char, raw);
-    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, r = lane / 2, half = lane % 2;
-    bf16* ks = reinterpret_cast<bf16*>(flash_smem(raw));
-    bf16* vs = ks + kFlashRows * kRowLd<HS>;
-    bf16* qs = vs + kFlashRows * kRowLd<HS>;
-    bf16* dos = qs + kFlashRows * kRowLd<HS>;
-    float* lses = reinterpret_cast<float*>(dos + kFlashRows * kRowLd<HS>);
-    float* deltas = lses + kFlashTile;
-    float* st = deltas + kFlashTile + warp * 2 * kMmaTile * kSLd;
-    float* dpt = st + kMmaTile * kSLd;
-    bf16* pt = reinterpret_cast<bf16*>(deltas + kFlashTile + kFlashWarps * 2 * kMmaTile * kSLd) +
-               warp * 2 * kMmaTile * kPLd;
-    bf16* dst = pt + kMmaTile * kPLd;
-    const int b = blockIdx.z, g = blockIdx.y, j0 = blockIdx.x * kFlashRows;
-    const int jw = j0 + warp * kMmaTile, j = jw + r;
-    const bool active = jw < T_;  // warp-uniform
-    const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
-    const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-    load_rows<HS>(ks, qkv + static_cast<size_t>(b) * T_ * stride + C + g * HS, stride, j0, T_);
-    load_rows<HS>(vs, qkv + static_cast<size_t>(b) * T_ * stride + C + (NKV + g) * HS, stride, j0, T_);
-    FragAcc dk[HS / kMmaTile], dv[HS / kMmaTile];
-    for (int nt = 0; nt < HS / kMmaTile; nt++) {
-        wmma::fill_fragment(dk[nt], 0.0f);
-        wmma::fill_fragment(dv[nt], 0.0f);
-    }
-    // The group's query heads in order (kGroups; else head g alone), each over the query tiles with
-    // an i >= j of some key (j0 < T: the grid's tiles). The loop steps (h, q0) in one counter pair:
-    // nested loops cost the HS-128 kernel a spill at 255 registers.
-    int h = kGroups ? g * (NH / NKV) : g;
-    for (int q0 = j0;;) {
-        const size_t stat = (static_cast<size_t>(b) * NH + h) * T_;
-        const bf16* src = qkv + static_cast<size_t>(b) * T_ * stride + h * HS;  // from the kernel's
-        const bf16* dsrc = dout + static_cast<size_t>(b) * T_ * C + h * HS;      // parameters, not kept
-        __syncthreads();
-        load_rows<HS>(qs, src, stride, q0, T_);
-        load_rows<HS>(dos, dsrc, C, q0, T_);
-        for (int x = threadIdx.x; x < kFlashTile; x += kFlashThreads) {
-            lses[x] = q0 + x < T_ ? lse[stat + q0 + x] : 0.0f;
-            deltas[x] = q0 + x < T_ ? delta[stat + q0 + x] : 0.0f;
+    const bool active = iw < T_;  // warp-uniform: the warp has a row < T
+    for (int kb = 0; kb < n_kb; kb++) {
+        const int stage = kb % 2, k0 = kb * kKeys;
+        if (kb + 1 < n_kb) {  // block kb + 1 into the other stage (its last reader passed the barrier below)
+            bf16* next = kv + (stage ^ 1) * 2 * kKeys * kLd;
+            copy_rows<HS, kKeys>(next, ksrc, stride, k0 + kKeys, T_);
+            copy_rows<HS, kKeys>(next + kKeys * kLd, vsrc, stride, k0 + kKeys, T_);
+            ptx::cp_async_commit();
+            ptx::cp_async_wait<1>();
+        } else {
+            ptx::cp_async_wait<0>();
         }
-        __syncthreads();
-        if (active) {
-            score_tile<HS>(st, kSLd, ks + warp * kMmaTile * kRowLd<HS>, qs);    // S^T (16 keys x 64 queries)
-            score_tile<HS>(dpt, kSLd, vs + warp * kMmaTile * kRowLd<HS>, dos);  // dP^T
-            __syncwarp(kFullMask);
-            for (int jj = 0; jj < kFlashTile / 2; jj++) {
-                const int c = half + 2 * jj, i = q0 + c;
-                float p = 0.0f, ds = 0.0f;
-                if (i < T_ && i >= j) {
-                    p = expf(st[r * kSLd + c] * scale - lses[c]);
-                    ds = p * (dpt[r * kSLd + c] - deltas[c]);
+        __syncthreads();  // block kb is in shared memory for every warp
+        const bf16* ks = kv + stage * 2 * kKeys * kLd;
+        const bf16* vs = ks + kKeys * kLd;
+        if (active && k0 <= iw + 16 * kMT - 1) {  // else every key of the block is past the warp's rows
+            float s[kMT][kNS][4];
+            for (int mt = 0; mt < kMT; mt++)
+                for (int n = 0; n < kNS; n++)
+                    for (int e = 0; e < 4; e++) s[mt][n][e] = 0.0f;
+            for (int kk = 0; kk < kKS; kk++)
+                for (int np = 0; np < kNS / 2; np++) {
+                    uint32_t bb[4];
+                    load_b_rows(bb, ks + np * 16 * kLd + kk * 16, kLd);
+                    for (int mt = 0; mt < kMT; mt++) {
+                        mma(s[mt][2 * np], qf[mt][kk], bb);
+                        mma(s[mt][2 * np + 1], qf[mt][kk], bb + 2);
+                    }
                 }
-                pt[r * kPLd + c] = __float2bfloat16(p);
-                dst[r * kPLd + c] = __float2bfloat16(ds);
+            const bool diag = k0 + kKeys - 1 > iw;  // some key of the block lies past some row of the warp
+            for (int mt = 0; mt < kMT; mt++)
+                for (int r = 0; r < 2; r++) {
+                    const int i = iw + mt * 16 + g + 8 * r;
+                    float mx = -INFINITY;
+                    for (int n = 0; n < kNS; n++)
+                        for (int c = 0; c < 2; c++) {
+                            float v = s[mt][n][2 * r + c] * sl2;
+                            if (diag && k0 + n * 8 + 2 * t4 + c > i) v = -INFINITY;
+                            s[mt][n][2 * r + c] = v;
+                            mx = fmaxf(mx, v);
+                        }
+                    mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
+                    mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
+                    // Finite: key 0 is visible to every row in block 0, and m is finite after it.
+                    const float m_new = fmaxf(m[mt][r], mx);
+                    const float corr = exp2f(m[mt][r] - m_new);  // 0 on the first block (m = -inf)
+                    m[mt][r] = m_new;
+                    float sum = 0.0f;
+                    for (int n = 0; n < kNS; n++)
+                        for (int c = 0; c < 2; c++) {
+                            const float p = exp2f(s[mt][n][2 * r + c] - m_new);  // 0 where masked
+                            s[mt][n][2 * r + c] = p;
+                            sum += p;
+                        }
+                    l[mt][r] = l[mt][r] * corr + sum;  // this lane's columns; the quad is summed at the end
+                    for (int n = 0; n < kNO; n++) {
+                        o[mt][n][2 * r] *= corr;
+                        o[mt][n][2 * r + 1] *= corr;
+                    }
+                }
+            for (int kk = 0; kk < kKeys / 16; kk++) {
+                uint32_t pa[kMT][4];
+                for (int mt = 0; mt < kMT; mt++) acc_to_a(pa[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+                for (int np = 0; np < kNO / 2; np++) {
+                    uint32_t bb[4];
+                    load_b_cols(bb, vs + kk * 16 * kLd + np * 16, kLd);
+                    for (int mt = 0; mt < kMT; mt++) {
+                        mma(o[mt][2 * np], pa[mt], bb);
+                        mma(o[mt][2 * np + 1], pa[mt], bb + 2);
+                    }
+                }
             }
-            __syncwarp(kFullMask);
-            accumulate_product<HS>(dv, pt, dos);
-            accumulate_product<HS>(dk, dst, qs);
         }
-        q0 += kFlashTile;
-        if (q0 < T_) continue;
-        if (!kGroups || ++h == (g + 1) * (NH / NKV)) break;
-        q0 = j0;
+        __syncthreads();  // block kb's stage is no longer read: the next step's copy may overwrite it
     }
-    __syncthreads();  // every warp is done with q and dO: they become the staging tiles
     if (!active) return;
-    float* stage = reinterpret_cast<float*>(qs) + warp * kMmaTile * kOutLd<HS>;
-    bf16* dk_rows = dqkv + static_cast<size_t>(b) * T_ * stride + C + g * HS;
-    write_rows<HS>(dk_rows, stride, dk, scale, stage, jw, T_);
-    write_rows<HS>(dk_rows + NKV * HS, stride, dv, 1.0f, stage, jw, T_);
+    for (int mt = 0; mt < kMT; mt++)
+        for (int r = 0; r < 2; r++) {
+            float lr = l[mt][r];
+            lr += __shfl_xor_sync(kFullMask, lr, 1);
+            lr += __shfl_xor_sync(kFullMask, lr, 2);
+            const int i = iw + mt * 16 + g + 8 * r;
+            if (i >= T_) continue;
+            const float inv = 1.0f / lr;
+            bf16* row = out + (static_cast<size_t>(b) * T_ + i) * C + h * HS + 2 * t4;
+            for (int n = 0; n < kNO; n++)
+                *reinterpret_cast<uint32_t*>(row + n * 8) =
+                    ptx::pack_bf16x2(o[mt][n][2 * r] * inv, o[mt][n][2 * r + 1] * inv);
+            if (t4 == 0) lse[(static_cast<size_t>(b) * NH + h) * T_ + i] = m[mt][r] * kLn2 + logf(lr);
+        }
 }
 
-/// Dynamic shared memory bytes of flash_backward_kv_kernel<HS> (+32 for the alignment of flash_smem).
-template <int HS>
-constexpr size_t flash_backward_kv_smem() {
-    static_assert(kFlashWarps * kMmaTile * kOutLd<HS> * sizeof(float) <= 2 * kRowTileBytes<HS>);
-    return 32 + 4 * kRowTileBytes<HS> + 2 * kFlashTile * sizeof(float) +
-           kFlashWarps * 2 * kMmaTile * (sizeof(float) * kSLd + sizeof(bf16) * kPLd);
-}
-
-/// Backward, dQ (Algorithm 2's dQ_i, one block per query tile so no block adds into another's).
-/// grid (ceil(T/64), NH, B), block 128, smem flash_backward_q_smem<HS>(): q, dO, k, v tiles (64 x
-/// kRowLd bf16 each), per warp fp32 S and dP tiles (16 x kSLd) and a bf16 dS tile (16 x kPLd). The
-/// k and v tiles stage the result at the end.
+/// Backward, Algorithm 2, fused: dK and dV of key block blockIdx.x of key/value head g = blockIdx.y
+/// (summed over its query heads g*NH/NKV .. in order), and that key block's dQ partials.
+/// grid (ceil(T/64), NKV, B), block 128, smem flash_backward_smem_bytes(HS). delta: D (B,NH,T);
+/// dq_part: the partials, flash_dq_partial_rows(T) rows of HS floats per (b, h).
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads, 1)
-    flash_backward_q_kernel(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta,
-                            int T_, int C, int NH, int NKV) {
+    flash_backward_kernel(bf16* dqkv, float* dq_part, const bf16* dout, const bf16* qkv, const float* lse,
+                          const float* delta, int T_, int C, int NH, int NKV) {
+    constexpr int kRows = kBwdRows<HS>;  // queries per step
+    constexpr int kLd = kTileLd<HS>, kLdS = kRows + 8;
+    constexpr int kKS = HS / 16, kNS = kRows / 8, kND = HS / 8;
+    constexpr int kQT = kRows / 16;              // m16 tiles of a query block (dQ: one per warp) ...
+    constexpr int kDq = HS / (kFlashWarps / kQT);  // ... and the dQ columns of a warp
+    static_assert(kFlashWarps % kQT == 0 && kDq % 16 == 0);
     EXTERN_SHARED(unsigned char, raw);
-    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, r = lane / 2, half = lane % 2;
-    bf16* qs = reinterpret_cast<bf16*>(flash_smem(raw));
-    bf16* dos = qs + kFlashRows * kRowLd<HS>;
-    bf16* ks = dos + kFlashRows * kRowLd<HS>;
-    bf16* vs = ks + kFlashRows * kRowLd<HS>;
-    float* ss = reinterpret_cast<float*>(vs + kFlashRows * kRowLd<HS>) + warp * 2 * kMmaTile * kSLd;
-    float* dps = ss + kMmaTile * kSLd;
-    bf16* dss = reinterpret_cast<bf16*>(reinterpret_cast<float*>(vs + kFlashRows * kRowLd<HS>) +
-                                        kFlashWarps * 2 * kMmaTile * kSLd) + warp * kMmaTile * kPLd;
-    const int b = blockIdx.z, h = blockIdx.y;
-    const int i0 = (gridDim.x - 1 - blockIdx.x) * kFlashRows, iw = i0 + warp * kMmaTile, i = iw + r;
-    const bool active = iw < T_;  // warp-uniform
+    bf16* ks = reinterpret_cast<bf16*>(flash_smem(raw));
+    bf16* vs = ks + kKeys * kLd;
+    bf16* qs = vs + kKeys * kLd;        // stage s at qs + s * kRows * kLd
+    bf16* dos = qs + 2 * kRows * kLd;   // likewise
+    bf16* dss = dos + 2 * kRows * kLd;  // dS^T (kKeys x kLdS)
+    float* lses = reinterpret_cast<float*>(dss + kKeys * kLdS);  // stage s: lse * log2e at lses + s * kRows
+    float* dels = lses + 2 * kRows;                               // stage s: D
+    const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t4 = lane % 4;
+    const int b = blockIdx.z, gkv = blockIdx.y, kb = blockIdx.x, j0 = kb * kKeys, jw = j0 + warp * 16;
+    const int group = NH / NKV, h0 = gkv * group;
     const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
-    const size_t stat = (static_cast<size_t>(b) * NH + h) * T_;
-    const bf16* src = qkv + static_cast<size_t>(b) * T_ * stride + h * HS;
-    const bf16* ksrc = qkv + static_cast<size_t>(b) * T_ * stride + C + (h / (NH / NKV)) * HS;
-    const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-    load_rows<HS>(qs, src, stride, i0, T_);
-    load_rows<HS>(dos, dout + static_cast<size_t>(b) * T_ * C + h * HS, C, i0, T_);
-    const float lse_i = i < T_ ? lse[stat + i] : 0.0f, delta_i = i < T_ ? delta[stat + i] : 0.0f;
-    FragAcc dq[HS / kMmaTile];
-    for (int nt = 0; nt < HS / kMmaTile; nt++) wmma::fill_fragment(dq[nt], 0.0f);
-    for (int k0 = 0; k0 <= i0; k0 += kFlashTile) {
-        __syncthreads();
-        load_rows<HS>(ks, ksrc, stride, k0, T_);
-        load_rows<HS>(vs, ksrc + NKV * HS, stride, k0, T_);
-        __syncthreads();
-        if (!active) continue;
-        score_tile<HS>(ss, kSLd, qs + warp * kMmaTile * kRowLd<HS>, ks);    // S (16 queries x 64 keys)
-        score_tile<HS>(dps, kSLd, dos + warp * kMmaTile * kRowLd<HS>, vs);  // dP
-        __syncwarp(kFullMask);
-        for (int jj = 0; jj < kFlashTile / 2; jj++) {
-            const int c = half + 2 * jj, j = k0 + c;
-            float ds = 0.0f;
-            if (i < T_ && j <= i) {
-                const float p = expf(ss[r * kSLd + c] * scale - lse_i);
-                ds = p * (dps[r * kSLd + c] - delta_i);
-            }
-            dss[r * kPLd + c] = __float2bfloat16(ds);
+    const bf16* xb = qkv + static_cast<size_t>(b) * T_ * stride;
+    const int nqb = ceil_div(T_ - j0, kRows);  // query blocks from the diagonal (q0 = j0, j0 + kRows, ..)
+    const int n_it = group * nqb;
+    // Queues step it's Q and dO (cp.async) and lse, D (plain loads) into stage st.
+    auto issue = [&](int it, int st) {
+        const int h = h0 + it / nqb, q0 = j0 + (it % nqb) * kRows;
+        copy_rows<HS, kRows>(qs + st * kRows * kLd, xb + h * HS, stride, q0, T_);
+        copy_rows<HS, kRows>(dos + st * kRows * kLd, dout + static_cast<size_t>(b) * T_ * C + h * HS, C, q0, T_);
+        const size_t stat = (static_cast<size_t>(b) * NH + h) * T_;
+        for (int x = threadIdx.x; x < kRows; x += kFlashThreads) {
+            const bool ok = q0 + x < T_;
+            lses[st * kRows + x] = ok ? lse[stat + q0 + x] * kLog2e : 0.0f;
+            dels[st * kRows + x] = ok ? delta[stat + q0 + x] : 0.0f;
         }
-        __syncwarp(kFullMask);
-        accumulate_product<HS>(dq, dss, ks);
+    };
+    copy_rows<HS, kKeys>(ks, xb + C + gkv * HS, stride, j0, T_);
+    copy_rows<HS, kKeys>(vs, xb + C + (NKV + gkv) * HS, stride, j0, T_);
+    issue(0, 0);
+    ptx::cp_async_commit();
+    const float sl2 = kLog2e / sqrtf(static_cast<float>(HS));
+    float dk[kND][4], dv[kND][4];
+    for (int n = 0; n < kND; n++)
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+    for (int it = 0; it < n_it; it++) {
+        const int st = it % 2, h = h0 + it / nqb, q0 = j0 + (it % nqb) * kRows;
+        if (it + 1 < n_it) {  // the other stage's last readers passed the previous step's middle barrier
+            issue(it + 1, st ^ 1);
+            ptx::cp_async_commit();
+            ptx::cp_async_wait<1>();
+        } else {
+            ptx::cp_async_wait<0>();
+        }
+        __syncthreads();  // step it's stage (and, at it = 0, K and V) visible to every warp
+        const bf16* q = qs + st * kRows * kLd;
+        const bf16* d_o = dos + st * kRows * kLd;
+        const float* ls = lses + st * kRows;
+        const float* ds_ = dels + st * kRows;
+        float s[kNS][4], dp[kNS][4];  // S^T and dP^T: 16 keys (rows g, g + 8) x kRows queries
+        for (int n = 0; n < kNS; n++)
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+        for (int kk = 0; kk < kKS; kk++) {
+            uint32_t ka[4], va[4];
+            load_a(ka, ks + warp * 16 * kLd + kk * 16, kLd);
+            load_a(va, vs + warp * 16 * kLd + kk * 16, kLd);
+            for (int np = 0; np < kNS / 2; np++) {
+                uint32_t bb[4];
+                load_b_rows(bb, q + np * 16 * kLd + kk * 16, kLd);
+                mma(s[2 * np], ka, bb);
+                mma(s[2 * np + 1], ka, bb + 2);
+                load_b_rows(bb, d_o + np * 16 * kLd + kk * 16, kLd);
+                mma(dp[2 * np], va, bb);
+                mma(dp[2 * np + 1], va, bb + 2);
+            }
+        }
+        // Masked: queries i < j (only where the block crosses the warp's keys) and i >= T.
+        const bool need_mask = q0 < jw + 15 || q0 + kRows > T_;
+        for (int n = 0; n < kNS; n++)
+            for (int e = 0; e < 4; e++) {
+                const int qi = n * 8 + 2 * t4 + (e % 2), i = q0 + qi, j = jw + g + 8 * (e / 2);
+                float p = 0.0f, ds = 0.0f;
+                if (!need_mask || (i < T_ && i >= j)) {
+                    p = exp2f(s[n][e] * sl2 - ls[qi]);
+                    ds = p * (dp[n][e] - ds_[qi]);
+                }
+                s[n][e] = p;
+                dp[n][e] = ds;
+            }
+        for (int n = 0; n < kNS; n++)  // dS^T rows of the warp's keys, bf16 pairs
+            for (int r = 0; r < 2; r++)
+                *reinterpret_cast<uint32_t*>(dss + (warp * 16 + g + 8 * r) * kLdS + n * 8 + 2 * t4) =
+                    ptx::pack_bf16x2(dp[n][2 * r], dp[n][2 * r + 1]);
+        for (int kk = 0; kk < kRows / 16; kk++) {
+            uint32_t pa[4], da[4];
+            acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+            acc_to_a(da, dp[2 * kk], dp[2 * kk + 1]);
+            for (int np = 0; np < kND / 2; np++) {
+                uint32_t bb[4];
+                load_b_cols(bb, d_o + kk * 16 * kLd + np * 16, kLd);
+                mma(dv[2 * np], pa, bb);
+                mma(dv[2 * np + 1], pa, bb + 2);
+                load_b_cols(bb, q + kk * 16 * kLd + np * 16, kLd);
+                mma(dk[2 * np], da, bb);
+                mma(dk[2 * np + 1], da, bb + 2);
+            }
+        }
+        __syncthreads();  // dS^T complete; this stage's Q and dO no longer read
+        {  // dQ partial of this key block: dS (kRows x 64 keys) K; warp: m16 tile qt, columns d0 ..
+            const int qt = warp % kQT, d0 = (warp / kQT) * kDq;
+            float dq[kDq / 8][4];
+            for (int n = 0; n < kDq / 8; n++)
+                for (int e = 0; e < 4; e++) dq[n][e] = 0.0f;
+            for (int kk = 0; kk < kKeys / 16; kk++) {
+                uint32_t a[4];
+                load_a_trans(a, dss + kk * 16 * kLdS + qt * 16, kLdS);
+                for (int np = 0; np < kDq / 16; np++) {
+                    uint32_t bb[4];
+                    load_b_cols(bb, ks + kk * 16 * kLd + d0 + np * 16, kLd);
+                    mma(dq[2 * np], a, bb);
+                    mma(dq[2 * np + 1], a, bb + 2);
+                }
+            }
+            // Rows [j0, T) of key block kb start after the rows of blocks 0 .. kb-1: sum of T - 64 k.
+            const size_t first = static_cast<size_t>(kb) * T_ - static_cast<size_t>(kKeys) * kb * (kb - 1) / 2;
+            float* part = dq_part + ((static_cast<size_t>(b) * NH + h) * dq_partial_rows(T_) + first) * HS;
+            for (int r = 0; r < 2; r++) {
+                const int i = q0 + qt * 16 + g + 8 * r;
+                if (i >= T_) continue;
+                float* row = part + static_cast<size_t>(i - j0) * HS + d0 + 2 * t4;
+                for (int n = 0; n < kDq / 8; n++)
+                    *reinterpret_cast<float2*>(row + n * 8) = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+            }
+        }
     }
-    __syncthreads();  // every warp is done with k and v: they become the staging tiles
-    if (!active) return;
-    float* stage = reinterpret_cast<float*>(ks) + warp * kMmaTile * kOutLd<HS>;
-    write_rows<HS>(dqkv + static_cast<size_t>(b) * T_ * stride + h * HS, stride, dq, scale, stage, iw, T_);
+    const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+    for (int r = 0; r < 2; r++) {
+        const int j = jw + g + 8 * r;
+        if (j >= T_) continue;
+        bf16* krow = dqkv + (static_cast<size_t>(b) * T_ + j) * stride + C + gkv * HS + 2 * t4;
+        bf16* vrow = krow + static_cast<size_t>(NKV) * HS;
+        for (int n = 0; n < kND; n++) {
+            *reinterpret_cast<uint32_t*>(krow + n * 8) = ptx::pack_bf16x2(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
+            *reinterpret_cast<uint32_t*>(vrow + n * 8) = ptx::pack_bf16x2(dv[n][2 * r], dv[n][2 * r + 1]);
+        }
+    }
 }
 
-/// Dynamic shared memory bytes of flash_backward_q_kernel<HS> (+32 for the alignment of flash_smem).
+/// dQ row i of (b, h) = (1/sqrt(HS)) x the sum of its key blocks' partials, kb = 0 .. i/64 in
+/// that order (deterministic), as bf16 into dqkv. One thread per 8 columns of a row.
+/// grid (ceil(T*HS/8 / 256), NH, B), block 256.
 template <int HS>
-constexpr size_t flash_backward_q_smem() {
-    static_assert(kFlashWarps * kMmaTile * kOutLd<HS> * sizeof(float) <= 2 * kRowTileBytes<HS>);
-    return 32 + 4 * kRowTileBytes<HS> + kFlashWarps * kMmaTile * (2 * sizeof(float) * kSLd + sizeof(bf16) * kPLd);
+__global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_, int C, int NH, int NKV) {
+    constexpr int kChunks = HS / 8;
+    const int x = blockIdx.x * blockDim.x + threadIdx.x;
+    if (x >= T_ * kChunks) return;
+    const int b = blockIdx.z, h = blockIdx.y, i = x / kChunks, d = (x % kChunks) * 8;
+    const float* part = dq_part + (static_cast<size_t>(b) * NH + h) * dq_partial_rows(T_) * HS + d;
+    float acc[8] = {};
+    size_t first = 0;  // the first row of key block kb
+    for (int kb = 0; kb <= i / kKeys; kb++) {
+        const float* p = part + (first + i - kb * kKeys) * HS;
+        const float4 lo = *reinterpret_cast<const float4*>(p), hi = *reinterpret_cast<const float4*>(p + 4);
+        acc[0] += lo.x, acc[1] += lo.y, acc[2] += lo.z, acc[3] += lo.w;
+        acc[4] += hi.x, acc[5] += hi.y, acc[6] += hi.z, acc[7] += hi.w;
+        first += T_ - kb * kKeys;
+    }
+    const float scale = 1.0f / sqrtf(static_cast<float>(HS));
+    Pack<bf16> res;
+    for (int e = 0; e < 8; e++) res.v[e] = __float2bfloat16(acc[e] * scale);
+    const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
+    store_pack(dqkv + (static_cast<size_t>(b) * T_ + i) * stride + h * HS + d, res);
 }
 
 /// Throws std::invalid_argument for a shape or pointer the kernels do not take.
@@ -382,22 +453,21 @@ static void launch_flash(void (*kernel)(P...), dim3 grid, size_t smem, cudaStrea
 template <int HS>
 static void flash_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, int NKV,
                           cudaStream_t stream) {
-    launch_flash(flash_forward_kernel<HS>, dim3(ceil_div(T_, kFlashRows), NH, B), flash_forward_smem<HS>(), stream,
-                 out, lse, qkv, T_, C, NH, NKV);
+    launch_flash(flash_forward_kernel<HS>, dim3(ceil_div(T_, flash_forward_rows(HS)), NH, B),
+                 flash_forward_smem_bytes(HS), stream, out, lse, qkv, T_, C, NH, NKV);
 }
 
 template <int HS>
-static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta,
-                           int B, int T_, int C, int NH, int NKV, cudaStream_t stream) {
-    const dim3 grid(ceil_div(T_, kFlashRows), NH, B);
-    if (NKV == NH)  // multi-head: no group loop (the kernel GPT-2 runs keeps its registers)
-        launch_flash(flash_backward_kv_kernel<HS, false>, grid, flash_backward_kv_smem<HS>(), stream, dqkv, dout, qkv,
-                     lse, delta, T_, C, NH, NKV);
-    else
-        launch_flash(flash_backward_kv_kernel<HS, true>, dim3(grid.x, NKV, B), flash_backward_kv_smem<HS>(), stream,
-                     dqkv, dout, qkv, lse, delta, T_, C, NH, NKV);
-    launch_flash(flash_backward_q_kernel<HS>, grid, flash_backward_q_smem<HS>(), stream, dqkv, dout, qkv, lse, delta,
-                 T_, C, NH, NKV);
+static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, float* scratch, int B,
+                           int T_, int C, int NH, int NKV, cudaStream_t stream) {
+    const size_t delta_floats = (static_cast<size_t>(B) * NH * T_ * sizeof(float) + 255) / 256 * 256 / sizeof(float);
+    float* dq_part = scratch + delta_floats;
+    launch_flash(flash_backward_kernel<HS>, dim3(ceil_div(T_, kKeys), NKV, B), flash_backward_smem_bytes(HS), stream,
+                 dqkv, dq_part, dout, qkv, static_cast<const float*>(lse), static_cast<const float*>(scratch), T_, C,
+                 NH, NKV);
+    constexpr int kBlock = 256;
+    launch(flash_dq_reduce_kernel<HS>, dim3(ceil_div(T_ * (HS / 8), kBlock), NH, B), dim3(kBlock), 0, stream, dqkv,
+           static_cast<const float*>(dq_part), T_, C, NH, NKV);
 }
 
 void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, int NKV,
@@ -409,7 +479,7 @@ void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int 
 
 void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
                               int T_, int C, int NH, int NKV, float* scratch, cudaStream_t stream) {
-    check_flash(C, NH, NKV, {dqkv, dout, qkv, out});
+    check_flash(C, NH, NKV, {dqkv, dout, qkv, out, scratch});
     attention_delta(scratch, dout, out, B, T_, C, NH, stream);
     if (C / NH == 64) flash_backward<64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
     else flash_backward<128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);

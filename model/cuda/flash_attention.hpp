@@ -1,7 +1,7 @@
 // model/cuda/flash_attention.hpp — which shapes the tensor-core FlashAttention-2 kernels
-// (flash_attention.cu, model.attention = "native" in bf16) take and the shared memory they need
-// (plain C++: CudaOps, resolve_attention and the tests read it; other shapes stay on attention.cu's
-// CUDA-core kernels).
+// (flash_attention.cu, model.attention = "native" in bf16) take, their tiles, the dynamic shared
+// memory they need and the backward's workspace (plain C++: CudaOps, the dry run and the tests read
+// it; other shapes stay on attention.cu's CUDA-core kernels).
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -13,24 +13,53 @@ inline bool flash_attention_supported(int C, int NH) {
     return NH > 0 && C % NH == 0 && (C / NH == 64 || C / NH == 128);
 }
 
-/// Bytes of dynamic shared memory per block the most demanding FlashAttention-2 kernel needs at
-/// `head_size` (64 or 128; the forward, the dK/dV and the dQ kernel all run in a training step). A
-/// device runs them only if this is at most its opt-in limit (cudaDevAttrMaxSharedMemoryPerBlockOptin:
-/// 227 KiB on sm_90, 163 KiB on sm_80, 99 KiB on sm_86, sm_89 and sm_120). Source: flash_attention.cu's
-/// flash_forward_smem / flash_backward_kv_smem / flash_backward_q_smem with its constants (64-row
-/// blocks of 4 warps of 16 rows, 64-row tiles, bf16 tiles of row stride HS + 8, per-warp fp32 score
-/// tiles of stride 68, bf16 P tiles of stride 72, +32 bytes of alignment): HS 64: 54,304 / 90,656 /
-/// 80,928 B; HS 128: 95,264 / 123,424 / 113,696 B (docs/cuda.md). Keep in step with
-/// flash_attention.cu: the emulated test FlashSmem.NeedIsExactlyTheKernelsLimit fails otherwise.
+/// Query rows of one forward block (4 warps): 128 at head size 64 (32 per warp, two m16 tiles),
+/// 64 at head size 128 (16 per warp; the O accumulator is twice as wide).
+constexpr int flash_forward_rows(int head_size) { return head_size == 64 ? 128 : 64; }
+/// Keys per step of the forward and per block of the backward (16 per warp in the backward).
+constexpr int flash_key_rows() { return 64; }
+/// Query rows per step of the fused backward: 64 at head size 64, 32 at head size 128 (so that
+/// dK and dV, 16 x 128 fp32 each per warp, stay in registers next to S^T and dP^T).
+constexpr int flash_backward_rows(int head_size) { return head_size == 64 ? 64 : 32; }
+/// Row stride (elements) of a bf16 tile in shared memory: 16 bytes of padding keep ldmatrix's
+/// eight row reads of one 8x8 matrix on distinct banks.
+constexpr int flash_tile_ld(int head_size) { return head_size + 8; }
+
+/// Dynamic shared memory of the forward kernel: the Q tile and two stages of K and V tiles
+/// (cp.async double buffering), + 128 bytes for aligning the base.
+constexpr size_t flash_forward_smem_bytes(int head_size) {
+    return 128 + 2 * static_cast<size_t>(flash_tile_ld(head_size)) *
+                     (flash_forward_rows(head_size) + 2 * 2 * flash_key_rows());
+}
+/// Dynamic shared memory of the fused backward kernel: the block's K and V tiles, two stages of Q
+/// and dO tiles and of lse and D (fp32), and the dS^T tile (bf16, keys x queries), + 128.
+constexpr size_t flash_backward_smem_bytes(int head_size) {
+    const size_t ld = flash_tile_ld(head_size), br = flash_backward_rows(head_size), bc = flash_key_rows();
+    return 128 + 2 * ld * (2 * bc + 2 * 2 * br) + 2 * bc * (br + 8) + 4 * 2 * 2 * br;
+}
+/// The largest dynamic shared memory any flash kernel needs at this head size (64 or 128): what a
+/// device must allow per block (cudaDevAttrMaxSharedMemoryPerBlockOptin) to run this path.
+/// 65,664 bytes at head size 64, 87,168 at 128 (both under the 99 KiB of sm_86/89/120); 0 at the
+/// head sizes the kernels do not take.
 inline size_t flash_attention_smem_bytes(int head_size) {
-    const size_t bf16 = 2, f32 = 4, rows = 64, tile = 64, warps = 4, mma = 16;
-    const size_t row_tile = bf16 * rows * size_t(head_size + 8);  // a (64, HS) bf16 tile
-    const size_t s_ld = tile + 4, p_ld = tile + 8;                 // fp32 score / bf16 P strides
-    const size_t wide_ld = std::max<size_t>(size_t(head_size), tile) + 4;
-    const size_t forward = 32 + 3 * row_tile + warps * mma * (f32 * wide_ld + bf16 * p_ld);
-    const size_t key = 32 + 4 * row_tile + 2 * tile * f32 + warps * 2 * mma * (f32 * s_ld + bf16 * p_ld);
-    const size_t query = 32 + 4 * row_tile + warps * mma * (2 * f32 * s_ld + bf16 * p_ld);
-    return std::max({forward, key, query});
+    if (head_size != 64 && head_size != 128) return 0;
+    return std::max(flash_forward_smem_bytes(head_size), flash_backward_smem_bytes(head_size));
+}
+
+/// Rows of dQ partials one (b, h) holds: key block kb (flash_key_rows() keys from kb*64) writes the
+/// rows i in [kb*64, T) it contributes to, so sum over kb of T - 64 kb (about T^2/128 + T/2).
+inline size_t flash_dq_partial_rows(int T) {
+    const size_t bc = flash_key_rows(), nkb = (static_cast<size_t>(T) + bc - 1) / bc;
+    return nkb * static_cast<size_t>(T) - bc * nkb * (nkb - 1) / 2;
+}
+/// Bytes of the fp32 scratch flash_attention_backward needs: D = rowsum(dO o O) (B*NH*T floats,
+/// rounded up to 256 bytes), then the dQ partials of every key block (B*NH*flash_dq_partial_rows(T)
+/// rows of head_size floats), which a second kernel sums in key-block order (deterministic, no
+/// atomics). GPT-2 124M at micro-batch 32 (T 1024, 12 heads of 64): 818 MiB.
+inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
+    const size_t heads = static_cast<size_t>(B) * NH, hs = static_cast<size_t>(C / NH);
+    const size_t delta = (heads * T * sizeof(float) + 255) / 256 * 256;
+    return delta + heads * flash_dq_partial_rows(T) * hs * sizeof(float);
 }
 
 }  // namespace llmtrain::cuda

@@ -1,19 +1,25 @@
 // tests/cuda/test_flash_attention.cpp — model.attention = "native" in bf16 at head sizes 64 and 128:
-// the FlashAttention-2 kernels on tensor cores (model/cuda/flash_attention.cu, wmma) against the CPU
-// backend's fp32 attention on the same bf16-exact inputs, forward (out, lse) and backward (dqkv),
-// under the emulator's three thread orders, with T not a multiple of the 64-row tiles; and bitwise
-// repeatable: the same bits under every thread order and every made-up wmma fragment layout.
+// the FlashAttention-2 kernels on tensor cores (model/cuda/flash_attention.cu: mma.sync m16n8k16,
+// ldmatrix, cp.async through model/cuda/ptx.cuh, a fused backward with dQ partials summed in a fixed
+// order) against the CPU backend's fp32 attention on the same bf16-exact inputs, forward (out, lse)
+// and backward (dqkv), under the emulator's three thread orders, with T not a multiple of the blocks
+// (forward 128 query rows at HS 64 and 64 at HS 128, 64 keys; backward 64 keys x 64 / 32 queries):
+// T 100, 129, 150, 300; grouped-query attention at T 150; causal skipping (keys past a block's or a
+// warp's rows never read, query blocks before a key block's diagonal never read: NaN planted there
+// changes no bit of the rows that must not see it); and bitwise repeatable: the same bits under
+// every thread order, block order and made-up wmma layout (the fused backward's dQ included).
 // Tolerances: out and dqkv within attention_bound.hpp's derived per-element bound (the roundings
 // this path makes: P and dS to bf16 where they enter the mma, the bf16 outputs, D from the rounded
 // out — the bound test_cublas_attention.cpp and test_cudnn_attention.cpp use); lse 2^-7 of
-// (|x| + rms) (fp32 from fp32 scores of bf16-exact inputs, as the other paths). Seen: out 0.43 and
-// dqkv 0.87 of the bound at HS 64, 0.34 and 0.70 at HS 128. Mutations: no rescaling of O (corr = 1)
-// fails out at 72x the bound, the dS mask i > j instead of i >= j dqkv at 128x, dK without its
-// 1/sqrt(HS) at 203x; a fragment element scaled by position (x[0] only) passes the bound but fails
-// the bitwise test across wmma layouts.
+// (|x| + rms) (fp32 from fp32 scores of bf16-exact inputs, as the other paths). Each case prints the
+// worst fraction of the bound it used. Grouped-query: the bound of the expanded heads (dK, dV: summed
+// over the group).
 #include <cuda_runtime.h>
 
 #include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
 
 #include "model/cuda/flash_attention.hpp"
 #include "tests/cuda/attention_bound.hpp"
@@ -25,8 +31,13 @@ namespace {
 struct Shape {
     int B, T, C, NH;
 };
-constexpr Shape kHs64{2, 150, 128, 2};   // three query tiles, the last of 22 rows
-constexpr Shape kHs128{1, 100, 256, 2};  // two tiles, the last of 36 rows
+constexpr Shape kHs64{2, 150, 128, 2};      // forward blocks of 128 + 22 rows, key blocks 64, 64, 22
+constexpr Shape kHs128{1, 100, 256, 2};     // forward blocks of 64 + 36 rows
+constexpr Shape kHs64T100{2, 100, 128, 2};  // one partial forward block; key blocks 64 + 36
+constexpr Shape kHs64T129{1, 129, 128, 2};  // a forward block of one row; a key block of one key
+constexpr Shape kHs64T300{1, 300, 128, 2};  // 3 forward blocks, 5 key blocks (causal skipping)
+constexpr Shape kHs128T150{2, 150, 256, 2};  // 3 forward blocks (the last 22 rows); backward steps of 32
+constexpr Shape kHs128T129{1, 129, 256, 2};  // a forward block of one row
 
 std::unique_ptr<Ops> make_native_bf16() {
     CudaBackendOptions opt;
@@ -53,6 +64,14 @@ std::pair<std::vector<float>, std::vector<float>> inputs(const Shape& s, uint64_
     return {random_vec(N * 3 * s.C, seed, true, -2, 2), random_vec(N * s.C, seed + 1, true)};
 }
 
+/// The worst |got - want| / bound over the elements (printed beside each case).
+double bound_fraction(const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& bound) {
+    double worst = 0;
+    for (size_t i = 0; i < got.size() && i < want.size() && i < bound.size(); i++)
+        worst = std::fmax(worst, std::fabs(double(got[i]) - want[i]) / (bound[i] + 1e-30));
+    return worst;
+}
+
 class FlashAttention : public testing::TestWithParam<std::string> {
 protected:
     void SetUp() override { set_emu_order(GetParam()); }
@@ -66,18 +85,86 @@ protected:
         expect_within_bound("flash out", got[0], want[0], bound.out);
         expect_close("flash lse", got[1], want[1], kTolBf16);
         expect_within_bound("flash dqkv", got[2], want[2], bound.dqkv);
+        std::printf("HS %d T %d B %d: out %.2f, dqkv %.2f of the bound\n", s.C / s.NH, s.T, s.B,
+                    bound_fraction(got[0], want[0], bound.out), bound_fraction(got[2], want[2], bound.dqkv));
     }
 };
 
 TEST_P(FlashAttention, HeadSize64MatchesCpu) { matches_cpu(kHs64, 70); }
 TEST_P(FlashAttention, HeadSize128MatchesCpu) { matches_cpu(kHs128, 80); }
+TEST_P(FlashAttention, HeadSize64PartialBlocksMatchCpu) {
+    matches_cpu(kHs64T100, 71);
+    matches_cpu(kHs64T129, 72);
+}
+TEST_P(FlashAttention, HeadSize64ManyBlocksMatchesCpu) { matches_cpu(kHs64T300, 73); }
+TEST_P(FlashAttention, HeadSize128PartialBlocksMatchCpu) {
+    matches_cpu(kHs128T150, 81);
+    matches_cpu(kHs128T129, 82);
+}
+
+/// out, lse and dqkv of the grouped-query op (qkv (B,T,(NH + 2 NKV)*HS)).
+std::array<std::vector<float>, 3> run_gqa(Ops& o, const std::vector<float>& qkv, const std::vector<float>& dout, int B,
+                                          int T, int NH, int NKV, int HS) {
+    const DType dt = o.act_dtype();
+    const size_t es = dtype_size(dt), n_out = static_cast<size_t>(B) * T * NH * HS;
+    DevBuf dq = upload(o, qkv, dt), dgo = upload(o, dout, dt);
+    DevBuf out(o, n_out * es), lse(o, static_cast<size_t>(B) * NH * T * 4), dqkv(o, qkv.size() * es);
+    o.attention_forward_gqa(out.ptr, lse.as<float>(), dq.ptr, B, T, NH, NKV, HS);
+    o.attention_backward_gqa(dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>(), B, T, NH, NKV, HS);
+    return {download(o, out.ptr, n_out, dt), download(o, lse.ptr, static_cast<size_t>(B) * NH * T, DType::f32),
+            download(o, dqkv.ptr, qkv.size(), dt)};
+}
+
+/// Grouped-query attention over several blocks: n_head 4 with n_kv_head 2 and 1 at head size 64, T
+/// 150 (the backward's key blocks walk two or four query heads, each from its diagonal), against
+/// the CPU within the bound of the expanded multi-head problem (key/value head h / (NH/NKV) copied
+/// into query head h): out and dQ as for head h, dK and dV of key/value head g within the sum of
+/// its query heads' bounds (the CPU sums the same per-head gradients).
+TEST_P(FlashAttention, GroupedQueryManyBlocksMatchesCpu) {
+    const int B = 1, T = 150, NH = 4, HS = 64, C = NH * HS;
+    auto cpu = make_cpu_backend();
+    auto dev = make_native_bf16();
+    for (int NKV : {2, 1}) {
+        SCOPED_TRACE("n_kv_head " + std::to_string(NKV));
+        const size_t W = static_cast<size_t>(NH + 2 * NKV) * HS, W3 = 3 * static_cast<size_t>(C);
+        const auto qkv = random_vec(static_cast<size_t>(B) * T * W, 280 + NKV, true, -2, 2);
+        const auto dout = random_vec(static_cast<size_t>(B) * T * C, 290 + NKV, true, -1, 1);
+        const auto got = run_gqa(*dev, qkv, dout, B, T, NH, NKV, HS);
+        const auto want = run_gqa(*cpu, qkv, dout, B, T, NH, NKV, HS);
+        std::vector<float> q3(static_cast<size_t>(B) * T * W3);
+        for (int t = 0; t < B * T; t++)
+            for (int h = 0; h < NH; h++)
+                for (int d = 0; d < HS; d++) {
+                    const int g = h / (NH / NKV);
+                    q3[t * W3 + h * HS + d] = qkv[t * W + h * HS + d];
+                    q3[t * W3 + C + h * HS + d] = qkv[t * W + C + g * HS + d];
+                    q3[t * W3 + 2 * C + h * HS + d] = qkv[t * W + C + (NKV + g) * HS + d];
+                }
+        const AttentionBound b3 = attention_bound(q3, dout, B, T, C, NH);
+        std::vector<double> bound(got[2].size(), 0.0);
+        for (int t = 0; t < B * T; t++)
+            for (int h = 0; h < NH; h++)
+                for (int d = 0; d < HS; d++) {
+                    const int g = h / (NH / NKV);
+                    bound[t * W + h * HS + d] = b3.dqkv[t * W3 + h * HS + d];
+                    bound[t * W + C + g * HS + d] += b3.dqkv[t * W3 + C + h * HS + d];
+                    bound[t * W + C + (NKV + g) * HS + d] += b3.dqkv[t * W3 + 2 * C + h * HS + d];
+                }
+        expect_within_bound("flash gqa out", got[0], want[0], b3.out);
+        expect_close("flash gqa lse", got[1], want[1], kTolBf16);
+        expect_within_bound("flash gqa dqkv", got[2], want[2], bound);
+        std::printf("GQA NH %d NKV %d T %d: out %.2f, dqkv %.2f of the bound\n", NH, NKV, T,
+                    bound_fraction(got[0], want[0], b3.out), bound_fraction(got[2], want[2], bound));
+    }
+}
 
 INSTANTIATE_TEST_SUITE_P(Cuda, FlashAttention, testing::Values("forward", "reverse", "random"),
                          [](const auto& info) { return info.param; });
 
-/// Same inputs, same bits: across runs, and (emulator) across thread orders and wmma fragment
-/// layouts, which a kernel reading fragment elements by position or racing in shared memory
-/// would not survive. No atomics and fixed reduction orders make this hold on a GPU too.
+/// Same inputs, same bits: across runs, and (emulator) across thread orders, which a kernel racing
+/// in shared memory would not survive, and made-up wmma layouts (which the mma.sync kernels, on
+/// PTX's documented layout, must not notice). No atomics and fixed reduction orders make this hold
+/// on a GPU too.
 TEST(FlashAttentionRepeat, BitwiseAcrossRunsOrdersAndLayouts) {
     const auto [qkv, dout] = inputs(kHs64, 90);
     const auto first = run_attention(*make_native_bf16(), qkv, dout, kHs64);
@@ -98,6 +185,73 @@ TEST(FlashAttentionRepeat, BitwiseAcrossRunsOrdersAndLayouts) {
 #ifndef LLMTRAIN_REAL_GPU
     emu::set_wmma_layout(layout);
 #endif
+}
+
+/// Bitwise: the same inputs at both head sizes and with grouped-query heads give the same bits under
+/// other thread orders and shuffled block orders (the fused backward writes each dQ partial once
+/// and sums them in key-block order; dK/dV are owned by one block each).
+TEST(FlashAttentionRepeat, FusedBackwardIsBitwiseRepeatable) {
+    auto dev = make_native_bf16();
+    for (const Shape& s : {kHs128T150, kHs64T300}) {
+        const auto [qkv, dout] = inputs(s, 95);
+        const auto first = run_attention(*dev, qkv, dout, s);
+        for (const char* order : {"reverse", "random"}) {
+            set_emu_order(order);
+            const auto again = run_attention(*make_native_bf16(), qkv, dout, s);
+            for (int k = 0; k < 3; k++) EXPECT_EQ(again[k], first[k]) << "output " << k << " under " << order;
+            reset_emu_order();
+        }
+    }
+    const int B = 1, T = 150, NH = 4, NKV = 2, HS = 64;
+    const auto qkv = random_vec(static_cast<size_t>(B) * T * (NH + 2 * NKV) * HS, 96, true, -2, 2);
+    const auto dout = random_vec(static_cast<size_t>(B) * T * NH * HS, 97, true, -1, 1);
+    const auto first = run_gqa(*dev, qkv, dout, B, T, NH, NKV, HS);
+    set_emu_order("random");
+    const auto again = run_gqa(*make_native_bf16(), qkv, dout, B, T, NH, NKV, HS);
+    reset_emu_order();
+    for (int k = 0; k < 3; k++) EXPECT_EQ(again[k], first[k]) << "grouped-query output " << k;
+}
+
+/// Causal skipping, observed through NaN (which any product with it would spread): T 300 at head
+/// size 64 (forward blocks of 128 rows, 32 per warp; key blocks of 64). Keys and values from 128 on
+/// set to NaN leave rows 0-127 (forward block 0 never loads key blocks 2-4) bitwise unchanged, and
+/// from 64 on rows 0-63 (warps 0 and 1 skip key block 1, past their rows); queries and dO of rows
+/// 0-127 set to NaN leave out, lse and dqkv of rows 128 on unchanged (the backward's key blocks 2-4
+/// start at their diagonal, and dQ of a row sums only its own partials).
+TEST(FlashAttentionCausal, BlocksPastTheDiagonalAreNeverRead) {
+    const Shape s = kHs64T300;
+    const auto [qkv, dout] = inputs(s, 77);
+    auto dev = make_native_bf16();
+    const auto clean = run_attention(*dev, qkv, dout, s);
+    const size_t W = 3 * static_cast<size_t>(s.C);
+    auto rows_equal = [&](const std::vector<float>& a, const std::vector<float>& b, size_t width, int r0, int r1,
+                          const char* what) {
+        for (int r = r0; r < r1; r++)
+            for (size_t c = 0; c < width; c++)
+                if (std::memcmp(&a[r * width + c], &b[r * width + c], sizeof(float)) != 0) {
+                    ADD_FAILURE() << what << ": row " << r << " column " << c << ": " << a[r * width + c] << " vs "
+                                  << b[r * width + c];
+                    return;
+                }
+    };
+    for (int from : {128, 64}) {
+        SCOPED_TRACE("keys and values NaN from " + std::to_string(from));
+        auto poisoned = qkv;
+        for (int t = from; t < s.T; t++)
+            for (size_t c = s.C; c < W; c++) poisoned[t * W + c] = NAN;
+        const auto got = run_attention(*dev, poisoned, dout, s);
+        rows_equal(got[0], clean[0], s.C, 0, from, "out");
+        for (int h = 0; h < s.NH; h++)  // lse (B = 1, NH, T)
+            rows_equal(got[1], clean[1], 1, h * s.T, h * s.T + from, "lse");
+    }
+    auto poisoned_q = qkv, poisoned_dout = dout;
+    for (int t = 0; t < 128; t++) {
+        for (int c = 0; c < s.C; c++) poisoned_q[t * W + c] = NAN;
+        for (int c = 0; c < s.C; c++) poisoned_dout[t * s.C + c] = NAN;
+    }
+    const auto got = run_attention(*dev, poisoned_q, poisoned_dout, s);
+    rows_equal(got[0], clean[0], s.C, 128, s.T, "out after NaN queries");
+    rows_equal(got[2], clean[2], W, 128, s.T, "dqkv after NaN queries and dO");
 }
 
 /// Head sizes the tensor-core kernels do not take stay on attention.cu's CUDA-core kernels.
