@@ -6,7 +6,7 @@
 //   common: [--backend cpu|cuda] [--precision fp32|bf16]
 //
 // MODEL: a checkpoint directory, a run directory (its newest checkpoint that verifies), or weights as
-// model.init_from takes them (an llm.c model file, a HuggingFace GPT-2). val: the mean loss and
+// model.init_from takes them (an llm.c model file, a HuggingFace GPT-2 or Llama). val: the mean loss and
 // perplexity over the non-overlapping windows of a token dataset (default: the run's data.val), in
 // micro-batches of the run's micro_batch_size, as the trainer's val eval with eval_steps = 0 (the
 // same number). hellaswag: accuracy over the items (default: the project's copy of the validation
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     Args a;
     CLI::App app{"llmtrain-eval: score a checkpoint or GPT-2 weights on the val loss of a token dataset or on "
                  "HellaSwag", "llmtrain-eval"};
-    app.add_option("MODEL", a.model, "checkpoint directory, run directory, llm.c model file or HuggingFace GPT-2")
+    app.add_option("MODEL", a.model, "checkpoint directory, run directory, llm.c model file or HuggingFace GPT-2 / Llama")
         ->required();
     app.add_option("--task", a.task, "val | hellaswag")->required()->check(CLI::IsMember({"val", "hellaswag"}));
     app.add_option("--data", a.data, "token dataset (.h5): val's windows; hellaswag: its tokenizer");

@@ -8,6 +8,7 @@
 
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/interop/checkpoint_model.hpp"
+#include "app/interop/hf_llama.hpp"
 #include "app/interop/llmc_model.hpp"
 #include "app/interop/pretrained.hpp"
 #include "app/interop/safetensors.hpp"
@@ -119,10 +120,12 @@ EvalWeights load_eval_weights(const std::string& path) {
         return w;
     }
     const bool llmc = is_llmc_model(path);
-    w.model = llmc ? llmc_shape(path) : hf_shape(path);
+    const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
+    const bool llama = !llmc && hf_model_type(dir.string()) == "llama";
+    w.model = llmc ? llmc_shape(path) : llama ? hf_llama_config(path) : hf_shape(path);
     w.params.resize(ParamLayout(w.model).total_numel());
     load_pretrained(path, ParamLayout(w.model), w.params.data());  // checks the rest of the format
-    w.source = (llmc ? "llm.c model file " : "HuggingFace GPT-2 ") + path;
+    w.source = (llmc ? "llm.c model file " : llama ? "HuggingFace Llama " : "HuggingFace GPT-2 ") + path;
     return w;
 }
 

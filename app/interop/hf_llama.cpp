@@ -7,6 +7,7 @@
 #include <charconv>
 #include <filesystem>
 #include <fstream>
+#include <climits>
 #include <optional>
 #include <set>
 
@@ -202,6 +203,36 @@ void read_hf_llama(const std::string& path, const ParamLayout& layout, float* pa
             throw InteropError(w.file_of(head) + ": tensor lm_head.weight differs from model.embed_tokens.weight, "
                                "but the config ties them (model.tie_embeddings = true)");
     }
+}
+
+GPTConfig hf_llama_config(const std::string& path) {
+    const std::string file = (fs::path(HfWeights(path).dir()) / "config.json").string();
+    const json c = read_json(file);
+    auto get = [&](const char* key, std::optional<int> dflt = std::nullopt) -> int {
+        if ((!c.contains(key) || c[key].is_null()) && dflt) return *dflt;
+        if (!c.contains(key) || !c[key].is_number_integer() || c[key].get<int64_t>() <= 0 ||
+            c[key].get<int64_t>() > INT32_MAX)
+            throw InteropError(file + ": " + key + ": missing or not a positive integer");
+        return c[key].get<int>();
+    };
+    GPTConfig g;
+    g.arch = Arch::llama;
+    g.n_layer = get("num_hidden_layers");
+    g.n_head = get("num_attention_heads");
+    g.n_embd = get("hidden_size");
+    g.vocab_size = get("vocab_size");
+    g.intermediate_size = get("intermediate_size");
+    g.n_kv_head = get("num_key_value_heads", g.n_head);
+    g.seq_len = get("max_position_embeddings", 2048);  // LlamaConfig's defaults where a key is absent
+    g.norm_eps = float(c.value("rms_norm_eps", 1e-6));
+    g.rope_theta = float(c.value("rope_theta", 10000.0));
+    g.tie_embeddings = c.value("tie_word_embeddings", false);
+    try {
+        check_config(file, ArchSpec(g));  // head_dim, hidden_act, biases, rope_scaling: what we cannot run
+    } catch (const std::invalid_argument& e) {
+        throw InteropError(file + ": " + e.what());
+    }
+    return g;
 }
 
 std::string hf_model_type(const std::string& dir) {

@@ -46,6 +46,14 @@ void write_hf_llama(const std::string& dir, const ParamLayout& layout, const flo
 /// another shape (both shapes) or dtype (F32, BF16, F16 are read).
 void read_hf_llama(const std::string& path, const ParamLayout& layout, float* params);
 
+/// The GPTConfig of a HuggingFace Llama (`path` as read_hf_llama's) from its config.json: the
+/// shape keys, num_key_value_heads (default num_attention_heads), max_position_embeddings as seq_len
+/// (default 2048), rms_norm_eps, rope_theta and tie_word_embeddings (LlamaConfig's defaults where
+/// absent). Errors: InteropError naming config.json and the key: a shape key missing or not a
+/// positive integer, or what read_hf_llama's config check refuses (model_type, head_dim, hidden_act,
+/// biases, rope_scaling), or a shape ArchSpec rejects.
+GPTConfig hf_llama_config(const std::string& path);
+
 /// config.json's model_type in `dir` ("gpt2", "llama", ...), else derived from "architectures"
 /// (GPT2LMHeadModel -> gpt2, LlamaForCausalLM -> llama), else "" (no file, no such keys).
 /// Errors: InteropError naming the file when it exists but is not a JSON object.

@@ -155,13 +155,19 @@ for tied in (False, True):
     check(abs(ours_loss - ref_loss) <= 1e-4 * abs(ref_loss),
           f"{tag}: val loss over {n_win} windows: the trainer's {ours_loss:.7f}, reference {ref_loss:.7f} "
           f"(rel. diff {abs(ours_loss - ref_loss) / ref_loss:.2e} <= 1e-4)")
-    if EVAL:  # llmtrain-eval reads the llama checkpoint (its arch from the run's config.toml) alike
-        ev = subprocess.run([EVAL, run, "--task", "val"], capture_output=True, text=True,
-                            env=dict(os.environ, OMP_NUM_THREADS="1"))
-        got = [l.split()[2] for l in ev.stdout.splitlines() if l.startswith("val loss ")]
-        check(ev.returncode == 0 and len(got) == 1 and float(got[0]) == ours_loss,
-              f"{tag}: llmtrain-eval --task val on the checkpoint: {got or ev.stderr.strip()[-200:]}, the trainer's "
-              f"{ours_loss:.8f} (bitwise: the same forward over the same windows)")
+    if EVAL:  # llmtrain-eval reads the llama checkpoint, a copy of it alone and the HF export alike
+        alone = f"{WORK}/alone_{tag}/step_12"  # no run config.toml above: the architecture from state.toml
+        shutil.rmtree(os.path.dirname(alone), ignore_errors=True)
+        shutil.copytree(ckpt, alone)
+        explicit = ["--data", f"{DATA}/val.h5", "--micro-batch", str(B), "--seq-len", str(T)]
+        for what, argv in [("the run directory", [run]), ("the checkpoint alone", [alone, *explicit]),
+                           ("the HF export", [hf, *explicit])]:
+            ev = subprocess.run([EVAL, *argv, "--task", "val"], capture_output=True, text=True,
+                                env=dict(os.environ, OMP_NUM_THREADS="1"))
+            got = [l.split()[2] for l in ev.stdout.splitlines() if l.startswith("val loss ")]
+            check(ev.returncode == 0 and len(got) == 1 and float(got[0]) == ours_loss,
+                  f"{tag}: llmtrain-eval --task val on {what}: {got or ev.stderr.strip()[-200:]}, the trainer's "
+                  f"{ours_loss:.8f} (bitwise: the same fp32 weights, forward and windows)")
 
     # ---- 4. round trips, bitwise ----
     def roundtrip(src, name, expected_dir):
