@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "app/interop/pretrained.hpp"
+#include "model/cuda/flash_attention.hpp"
 #include "model/dry_ops.hpp"
 
 namespace llmtrain {
@@ -163,8 +164,23 @@ MemBytes estimate_memory(const Config& cfg_in, int world, int stage, int pp_stag
         };
         ModelState s = make_model_state(cfg, alloc, topo, dry);
         for (int k = 0; k < int(MemCategory::count); ++k) out[k] = alloc.current(MemCategory(k));
+        out[size_t(MemCategory::host)] += 3 * sizeof(float) * checkpoint_snapshot_elems(cfg, topo, *s.engine, *s.adam);
     }
     return out;
+}
+
+bool checkpoints_on(const Config& cfg) { return cfg.checkpoint.interval > 0 || cfg.checkpoint.at_end; }
+
+size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const ZeroEngine& engine, const AdamW& adam) {
+    if (!checkpoints_on(cfg)) return 0;
+    if (topo.tp() == 1) return topo.replica() == 0 ? adam.numel() : 0;
+    if (topo.world_rank() != topo.rank_of(topo.stage(), 0, 0, 0)) return 0;  // save_tp's gathering rank only
+    const ParamLayout full(gpt_config_of(cfg));  // the whole tensors (tp = 1), units numbered alike
+    const bool last_with_pipe = topo.pp() > 1 && topo.stage() == topo.pp() - 1;
+    size_t n = 0;
+    for (int u = 0; u < int(full.units().size()); ++u)
+        if (engine.holds(u) && !(last_with_pipe && u == 0)) n += full.units()[size_t(u)].numel;
+    return n;
 }
 
 size_t device_bytes(const MemBytes& b) {
@@ -280,6 +296,15 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
                   "(GPT-2 124M at micro-batch 32: 768 MiB), cublas up to model.attention_workspace_mb plus per-head "
                   "copies, and with n_kv_head < n_head on attention.cu or cudnn the expanded heads, 6 B*T*n_embd act "
                   "elements; docs/cuda.md.)");
+    if (bf16 && cuda::flash_attention_supported(cfg.model.n_embd, cfg.model.n_head)) {
+        const int heads = cfg.model.n_head / tp, hs = cfg.model.n_embd / cfg.model.n_head;
+        const size_t bytes = cuda::flash_attention_backward_scratch_bytes(cfg.training.micro_batch_size,
+                                                                          cfg.model.seq_len, heads * hs, heads);
+        std::snprintf(buf, sizeof buf, "(CUDA, model.attention = \"native\" or \"auto\" without cuDNN: "
+                      "FlashAttention-2's backward scratch, D and the dQ partials of every 64-key block, is %.1f MiB "
+                      "per rank, counted as workspace.)", bytes / 1048576.0);
+        out.push_back(buf);
+    }
     return out;
 }
 
