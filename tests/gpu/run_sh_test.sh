@@ -15,10 +15,19 @@
 #   3. a step that hangs is cut at its time box and reported as timed out;
 #   1b. the multirank stage (a stand-in mpirun) rows: PASS within 1e-5, FAIL for a layout the
 #      stand-in moves by 1e-4, offload SAME as ZeRO-1, the resume PASS.
+# With `quick` (ctest gpu_run_sh_quick, ~30 s): run.sh quick at BOX_SCALE 20 (a fifth of each box)
+# with a stand-in attention_bench that hangs at GPT-2 124M's shape:
+#   Q1. exit 0; every step ran within its box (seconds <= box + 2), the hung one killed at its box
+#       and reported as timed out, the other steps going on after it; the table lists every step
+#       (the checkpoint too, with time left); test_cuda_gpu's two parts ran with their gtest filters
+#       (GPU-only first); attention rows with errors against cuDNN; determinism, native vs cudnn at
+#       step 1, resume, training, multirank (tp 2 within 1e-4) rows; <= 8 files in OUT; STATE removed;
+#   Q2. a quick call whose budget (19 s) is below a step's 20 s minimum: the steps are
+#       reported as skipped, the checkpoint as not run (optional), STATE removed.
 #
-# Usage: run_sh_test.sh <repo root> <python3> <work dir>
+# Usage: run_sh_test.sh <repo root> <python3> <work dir> [quick]
 set -euo pipefail
-SRC=$1 PY=$2 W=$3
+SRC=$1 PY=$2 W=$3 MODE=${4:-all}
 rm -rf "$W" && mkdir -p "$W/bin" "$W/b/llmtrain-gpu/app" "$W/b/llmtrain-gpu/tests/cuda" "$W/b/llmtrain-gpu/tests/app" \
     "$W/b/llmtrain-gpu/tools/bench" "$W/b/llmtrain-gpu/lib" "$W/b/llmtrain-gpu/openmpi/bin"
 B=$W/b/llmtrain-gpu
@@ -93,7 +102,9 @@ EOF
 cat >"$B/tests/cuda/test_cuda_gpu" <<'EOF'
 #!/usr/bin/env bash
 [ "${FAKE_HANG:-0}" = 1 ] && sleep 300
-printf '%s\n' "[==========] 80 tests from 9 test suites ran. (1000 ms total)" "[  PASSED  ] 80 tests."
+n=80  # the whole binary; 9 for a filter that selects (run.sh quick's GPU-only part), 71 for the rest
+case ${1:-} in --gtest_filter=-*) n=71 ;; --gtest_filter=*) n=9 ;; esac
+printf '%s\n' "[==========] $n tests from 9 test suites ran. (1000 ms total)" "[  PASSED  ] $n tests."
 EOF
 cat >"$B/tests/app/make_tiny_dataset" <<'EOF'
 #!/usr/bin/env bash
@@ -101,7 +112,16 @@ mkdir -p "$1" && touch "$1/train.h5" "$1/val.h5" && echo 320 >"$1/vocab_size.txt
 EOF
 cat >"$B/tools/bench/attention_bench" <<'EOF'
 #!/usr/bin/env bash
-echo "$1 B=$2 T=$3 C=$4 NH=$5: forward 0.165 ms (311.0 TFLOP/s), backward 0.610 ms (211.0 TFLOP/s)"
+[ "${FAKE_HANG:-0}" = attention-124m ] && [ "$2" = 32 ] && sleep 300
+IFS=, read -ra paths <<<"$1"
+for p in "${paths[@]}"; do
+    if [ "$p" = cudnn ]; then
+        echo "cudnn   B=$2 T=$3 C=$4 NH=$5: forward    0.165 ms ( 311.0 TFLOP/s), backward    0.610 ms ( 211.0 TFLOP/s); the reference"
+    else
+        printf '%-7s B=%s T=%s C=%s NH=%s: forward    0.300 ms ( 171.0 TFLOP/s), backward    1.200 ms ( 107.0 TFLOP/s); %s\n' \
+            "$p" "$2" "$3" "$4" "$5" "vs cudnn: out max abs 1.953e-03 = 0.0412 rms, dqkv max abs 2.441e-04 = 0.0187 rms"
+    fi
+done
 EOF
 cat >"$B/tools/bench/offload_bench" <<'EOF'
 #!/usr/bin/env bash
@@ -124,6 +144,55 @@ tar -C "$W/b" -czf "$W/bundle.tar.gz" llmtrain-gpu
 export TORCH=0 PATH=$W/bin:$PATH PYTHON=$PY STEPS=5 BROWN=$W/no-brown BUNDLE=$W/bundle.tar.gz STATE=$W/state
 fail() { echo "FAILED: $*"; exit 1; }
 row() { grep -F "| $1 |" "$2" || fail "no row '$1' in $2"; }
+
+if [ "$MODE" = quick ]; then
+    # Q1. quick, a fifth of each box, the attention step at 124M's shape hanging
+    OUT=$W/outq BOX_SCALE=20 FAKE_HANG=attention-124m bash "$SRC/tools/gpu/run.sh" quick >"$W/quick.log" 2>&1 ||
+        { cat "$W/quick.log"; fail "run.sh quick exited $?"; }
+    S=$W/outq/summary.md
+    cat "$S"
+    [ "$(find "$W/outq" -type f | wc -l)" -le 8 ] || fail "more than 8 files in OUT"
+    for f in summary.md env.txt logs.tar.gz; do [ -f "$W/outq/$f" ] || fail "no $f in OUT"; done
+    [ ! -e "$W/state" ] || fail "quick left STATE ($W/state) behind"
+    tar -xzOf "$W/outq/logs.tar.gz" logs/steps.tsv >"$W/steps.tsv" || fail "no steps.tsv in logs.tar.gz"
+    cat "$W/steps.tsv"
+    # every step within its box (whole seconds: the box plus the rounding of both ends and a start)
+    awk -F'\t' '$3 != "skipped" && $3 != "not-run" && $4 > $5 + 2 { print "over its box: " $0; bad = 1 } END { exit bad }' \
+        "$W/steps.tsv" || fail "a step ran past its box"
+    [ "$(awk -F'\t' '$2 == "attention-124m" { print $3 }' "$W/steps.tsv")" = 124 ] || fail "the hung step was not killed at its box"
+    expect=(test_cuda_gpu-gpu test_cuda_gpu-rest attention-124m attention-hs128 determinism-native determinism-cudnn
+            paths-native-cudnn resume-nearest train-124m torch-124m multirank-ref zero1-np2 pp2-np2 tp2-np2 checkpoint-1.5b)
+    [ "$(cut -f2 "$W/steps.tsv" | tr '\n' ' ')" = "${expect[*]} " ] || fail "quick's steps, in order: ${expect[*]}"
+    for st in "${expect[@]}"; do grep -q "^| quick/$st | [0-9]* | [0-9]* | " "$S" || fail "no steps-table row for $st"; done
+    grep -q "^| quick/checkpoint-1.5b | [0-9]* | [0-9]* | ran to its end |" "$S" || fail "checkpoint did not run with time left"
+    row "step quick/attention-124m" "$S" | grep -q "timed out" || fail "no timed-out row for the hung step"
+    row "test_cuda_gpu (gpu)" "$S" | grep -q "9 passed, 0 failed .* PASS |" || fail "test_cuda_gpu's GPU-only part"
+    row "test_cuda_gpu (rest)" "$S" | grep -q "71 passed, 0 failed .* PASS |" || fail "test_cuda_gpu's rest"
+    row "attention native (B 8, T 2048, HS 128)" "$S" | grep -q "0.55x / 0.51x cuDNN | PASS |" || fail "attention at HS 128"
+    row "attention native vs cudnn (B 8, T 2048, HS 128)" "$S" | grep -q "0.0187 rms .* PASS |" || fail "attention error"
+    ! grep -q "B 32, T 1024" "$S" || fail "the hung attention step left rows"
+    row "determinism native" "$S" | grep -q "| SAME (steps 1-3" || fail "determinism native"
+    row "determinism cudnn" "$S" | grep -q "| DIFFERENT from step 1 " || fail "determinism cudnn"
+    row "paths native vs cudnn at step 1" "$S" | grep -q "| PASS (steps 1-1: loss and grad norm within relative 0.01" ||
+        fail "native vs cudnn at step 1"
+    row "resume tiny bf16 nearest" "$S" | grep -q "| SAME (steps 11-20" || fail "resume nearest"
+    row "GPT-2 124M native" "$S" | grep -qv "checkpoint" || fail "training native"
+    row "GPT-2 124M cudnn" "$S" | grep -qv "checkpoint" || fail "quick's cudnn run wrote its checkpoint"
+    for l in zero1 pp2; do
+        row "multirank $l np2" "$S" | grep -q "| PASS (steps 1-10: loss and grad norm within relative 1e-05" || fail "multirank $l"
+    done
+    row "multirank tp2 np2" "$S" | grep -q "| PASS (steps 1-10: loss and grad norm within relative 0.0001" || fail "multirank tp2"
+    row "checkpoint_bench (1.5B)" "$S" | grep -q "PASS |" || fail "checkpoint"
+    # Q2. the budget spent at once: the steps skipped, the checkpoint not run
+    OUT=$W/outq2 BUDGET=19 bash "$SRC/tools/gpu/run.sh" quick >"$W/quick2.log" 2>&1 || fail "run.sh quick (budget) exited $?"
+    for st in tp2-np2 attention-hs128; do
+        row "step quick/$st" "$W/outq2/summary.md" | grep -q "skipped" || { cat "$W/quick2.log"; fail "$st not skipped"; }
+    done
+    row "step quick/checkpoint-1.5b" "$W/outq2/summary.md" | grep -q "not run: .* info |" || fail "checkpoint not 'not run'"
+    [ ! -e "$W/state" ] || fail "quick (budget) left STATE behind"
+    echo "run_sh_test: run.sh quick keeps its boxes, goes on past a hung step, lists every step and leaves nothing behind"
+    exit 0
+fi
 
 # 1. every stage
 OUT=$W/out bash "$SRC/tools/gpu/run.sh" tests checks bench124m bench1.5b checkpoint >"$W/all.log" 2>&1 ||

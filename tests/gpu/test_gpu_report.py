@@ -191,7 +191,10 @@ class Summary(unittest.TestCase):
         self.assertEqual(t["step checks/determinism-auto"][1], "timed out after 150 s")
         self.assertEqual(t["step bench1.5b/plan"][4], "FAIL")
         self.assertNotIn("step tests/test_cuda_gpu", t)  # ran to its end (exit 0)
-        self.assertEqual(out[-1], "6 passed, 11 failed, 0 missing (info rows have no target)")
+        self.assertIn("6 passed, 11 failed, 0 missing (info rows have no target)", out)
+        # Every step listed below the table, with its seconds (no box recorded in this older steps.tsv).
+        self.assertIn("| checks/determinism-auto | - | 150 | timed out |", out)
+        self.assertEqual(out[-1], "5 steps, 697 s in all")
 
     def test_targets_met(self):
         with tempfile.TemporaryDirectory() as d:
@@ -212,6 +215,59 @@ class Summary(unittest.TestCase):
         self.assertEqual(t["GPT-2 124M first step / steady (auto)"][4], "PASS")
         self.assertEqual(t["llmtrain-plan --profile (1.5B)"][4], "FAIL")  # the 58d410c failure
         self.assertEqual(out[-1], "4 passed, 1 failed, 0 missing (info rows have no target)")
+
+    def test_quick_call(self):
+        """run.sh quick's logs: test_cuda_gpu in two parts, attention_bench with errors against cuDNN,
+        the paths' step-1 agreement, and every step with its box (an optional one not run: info)."""
+        with tempfile.TemporaryDirectory() as d:
+            def write(name, text):
+                with open(os.path.join(d, name), "w") as f:
+                    f.write(text)
+            write("test_cuda_gpu-gpu.log", "[==========] 9 tests from 3 test suites ran. (1 ms total)\n"
+                  "[  PASSED  ] 8 tests.\n[  FAILED  ] 1 test, listed below:\n"
+                  "[  FAILED  ] Gpu/FlashGptShapes.MatchesCpuAndCudnn/HS128_T2048, where GetParam() = x\n")
+            write("test_cuda_gpu-rest.log", "[==========] 70 tests from 9 test suites ran. (1 ms total)\n"
+                  "[  PASSED  ] 70 tests.\n")
+            write("test_cuda_gpu.log", "[ RUN      ] A.b\n[       OK ] A.b (5 ms)\n[ RUN      ] A.c\n"
+                  "[  FAILED  ] A.c (7 ms)\n[ RUN      ] Gpu/D.e/f\n")  # killed at its box
+            write("attention-124m.txt",
+                  "native  B=32 T=1024 C=768 NH=12: forward    0.300 ms ( 171.0 TFLOP/s), backward    1.200 ms ( 107.0 TFLOP/s); "
+                  "vs cudnn: out max abs 1.953e-03 = 0.0412 rms, dqkv max abs 2.441e-04 = 0.0187 rms\n"
+                  "cublas  B=32 T=1024 C=768 NH=12: forward    2.100 ms (  24.0 TFLOP/s), backward   10.400 ms (  12.0 TFLOP/s); "
+                  "vs cudnn: out max abs nan = nan rms, dqkv max abs 1.000e-02 = 0.7000 rms\n"
+                  "cudnn   B=32 T=1024 C=768 NH=12: forward    0.165 ms ( 311.0 TFLOP/s), backward    0.610 ms ( 211.0 TFLOP/s); "
+                  "the reference\n"
+                  "native / cudnn: forward 0.55, backward 0.51 of cuDNN's TFLOP/s\n")
+            write("attention-hs128.txt",
+                  "native  B=8 T=2048 C=1536 NH=12: forward    1.000 ms ( 100.0 TFLOP/s), backward    2.000 ms ( 50.0 TFLOP/s)\n"
+                  "cudnn   B=8 T=2048 C=1536 NH=12: unavailable: this build has no cuDNN\n")
+            write("check-paths-native-cudnn.txt", "paths native vs cudnn at step 1: PASS (steps 1-1: loss and grad "
+                  "norm within relative 0.01; largest 1.20e-04 at step 1)\n")
+            write("steps.tsv", "quick\ttest_cuda_gpu-gpu\t0\t31\t50\nquick\tattention-124m\t124\t45\t45\n"
+                  "quick\ttp2-np2\tskipped\t0\t0\nquick\tcheckpoint-1.5b\tnot-run\t0\t0\n")
+            out, t = self.rows(d)
+        self.assertEqual(t["test_cuda_gpu (gpu)"][4], "FAIL")
+        self.assertIn("Gpu/FlashGptShapes.MatchesCpuAndCudnn/HS128_T2048", t["test_cuda_gpu (gpu)"][1])
+        self.assertEqual(t["test_cuda_gpu (rest)"][1:], ["70 passed, 0 failed", "all pass", "", "PASS"])
+        self.assertEqual(t["test_cuda_gpu"][1:], ["cut short (no gtest summary: timed out or crashed) after 1 passed, "
+                                                  "1 failed: A.c; last started: Gpu/D.e/f", "all pass", "", "FAIL"])
+        self.assertEqual(t["attention native (B 32, T 1024, HS 64)"][1:],
+                         ["forward 171.0, backward 107.0 TFLOP/s", "cuDNN 311.0 / 211.0; target >= 0.5 of cuDNN",
+                          "0.55x / 0.51x cuDNN", "PASS"])
+        self.assertEqual(t["attention native vs cudnn (B 32, T 1024, HS 64)"][4], "PASS")
+        self.assertIn("dqkv max abs 2.44e-04 = 0.0187 rms", t["attention native vs cudnn (B 32, T 1024, HS 64)"][1])
+        self.assertEqual(t["attention cublas (B 32, T 1024, HS 64)"][4], "info")
+        self.assertEqual(t["attention cublas vs cudnn (B 32, T 1024, HS 64)"][4], "FAIL")  # NaN, and 0.7 > 0.5
+        self.assertEqual(t["attention cudnn (B 32, T 1024, HS 64)"][4], "info")
+        self.assertEqual(t["attention native (B 8, T 2048, HS 128)"][4], "info")  # no cuDNN to hold it to
+        self.assertEqual(t["attention cudnn (B 8, T 2048, HS 128)"][1], "unavailable: this build has no cuDNN")
+        self.assertEqual(t["paths native vs cudnn at step 1"][2:], ["the other path's", "", "PASS"])
+        self.assertEqual(t["step quick/attention-124m"][1], "timed out after 45 s")
+        self.assertEqual(t["step quick/tp2-np2"][4], "FAIL")
+        self.assertEqual(t["step quick/checkpoint-1.5b"][4], "info")
+        self.assertIn("| quick/test_cuda_gpu-gpu | 50 | 31 | ran to its end |", out)
+        self.assertIn("| quick/checkpoint-1.5b | 0 | 0 | not run (optional) |", out)
+        self.assertIn("4 passed, 5 failed, 0 missing (info rows have no target)", out)
 
     def test_empty_logdir(self):
         with tempfile.TemporaryDirectory() as d:

@@ -1,20 +1,33 @@
 // tools/bench/attention_bench.cpp — forward and backward time of model.attention paths of the CUDA
-// backend (native, cublas, cudnn) at one shape, bf16, side by side in one process, for
-// tools/bench/gpu_bench.sh.
+// backend (native, cublas, cudnn) at one shape, bf16, side by side in one process, and each path's
+// outputs against a reference path's, for tools/bench/gpu_bench.sh and tools/gpu/run.sh quick.
 //
 // Usage: attention_bench <path>[,<path>...] B T C NH [iterations (default 20)]
 //        [attention_workspace_mb (default model.attention_workspace_mb's)]
 // Prints one line per path: shape, mean forward and backward milliseconds over the iterations
 // (after 3 warm-up calls; the device is synchronized around each timed loop) and the rate of the
 // causal attention FLOPs: forward 2 GEMMs of 2*B*NH*T*T*HS, halved by the causal mask; backward
-// counted as 2.5x the forward (FlashAttention-2's convention), whatever each path recomputes. When
-// cudnn and another path were both measured, one more line per other path gives its TFLOP/s over
-// cuDNN's, forward and backward (issue 22's target for native: >= 0.5 each). A path that is
+// counted as 2.5x the forward (FlashAttention-2's convention), whatever each path recomputes.
+// Then, on the same line, the path's error against the reference path (cudnn when it was asked
+// for and runs, else cublas when asked for): every path computes one forward (out) and one backward
+// (dqkv, with the same fixed dout) on the same seeded bf16 inputs (qkv uniform in [-1, 1), dout in
+// [-1, 1)), and the line gives the largest |path - reference| element of out and of dqkv, and that
+// maximum over the reference tensor's RMS:
+//   native  B=.. T=.. C=.. NH=..: forward .. ms (.. TFLOP/s), backward .. ms (.. TFLOP/s); vs cudnn:
+//       out max abs 1.95e-03 = 0.0412 rms, dqkv max abs 2.44e-04 = 0.0187 rms
+// (one line; the reference's own line ends "; the reference"; a NaN anywhere prints nan). Both
+// sides are bf16 results, so two correct paths differ by their roundings (docs/cuda.md "GPU
+// acceptance" names the screen run.sh applies; tests/cuda's derived bound is the fine check).
+// When cudnn and another path were both measured, one more line per other path gives its TFLOP/s
+// over cuDNN's, forward and backward (issue 22's target for native: >= 0.5 each). A path that is
 // unavailable (e.g. cudnn in a build without cuDNN) prints why and is left out; exit 2 on bad
 // arguments or when no path ran.
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -40,6 +53,14 @@ void* bf16_buffer(Ops& ops, size_t n, int seed) {
     return p;
 }
 
+/// n bf16 values of device memory, as bf16 bits (synchronizes).
+std::vector<uint16_t> download(Ops& ops, const void* p, size_t n) {
+    std::vector<uint16_t> h(n);
+    ops.memcpy_d2h(h.data(), p, n * 2);
+    ops.synchronize();
+    return h;
+}
+
 /// Mean seconds of f() over `iters` calls, the device synchronized before and after.
 template <class F>
 double time_per_call(Ops& ops, int iters, F&& f) {
@@ -50,12 +71,14 @@ double time_per_call(Ops& ops, int iters, F&& f) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
 }
 
-/// Forward and backward seconds per call of one path.
-struct Timing {
+/// One path's forward and backward seconds per call, and its out and dqkv (bf16 bits) of one
+/// forward + backward on the seeded inputs.
+struct Run {
     double fwd = 0, bwd = 0;
+    std::vector<uint16_t> out, dqkv;
 };
 
-Timing time_path(const std::string& path, int B, int T, int C, int NH, int iters, int workspace_mb) {
+Run run_path(const std::string& path, int B, int T, int C, int NH, int iters, int workspace_mb) {
     llmtrain::CudaBackendOptions opt;
     opt.attention = llmtrain::parse_attention(path);
     if (workspace_mb > 0) opt.attention_workspace_mb = workspace_mb;
@@ -69,12 +92,44 @@ Timing time_path(const std::string& path, int B, int T, int C, int NH, int iters
     auto fwd = [&] { ops->attention_forward(out, lse, qkv, B, T, C, NH); };
     auto bwd = [&] { ops->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); };
     for (int i = 0; i < 3; i++) fwd(), bwd();  // workspaces, plans and cuBLAS heuristics
-    Timing t;
-    t.fwd = time_per_call(*ops, iters, fwd);
-    t.bwd = time_per_call(*ops, iters, bwd);
+    Run r;
+    r.fwd = time_per_call(*ops, iters, fwd);
+    r.bwd = time_per_call(*ops, iters, bwd);
+    // The outputs compared: NaN-filled first (0xffff), so an element a path leaves unwritten shows.
+    ops->memset(out, 0xff, N * C * 2);
+    ops->memset(dqkv, 0xff, N * 3 * C * 2);
+    fwd();
+    bwd();
+    r.out = download(*ops, out, N * C);
+    r.dqkv = download(*ops, dqkv, N * 3 * C);
     for (void* p : {qkv, dout, out, dqkv, static_cast<void*>(lse)}) ops->free(p);
-    return t;
+    return r;
 }
+
+/// The largest |got - want| over the elements (NaN when any difference is NaN), and that over
+/// want's RMS.
+struct Error {
+    double max_abs = 0, of_rms = 0;
+};
+
+Error error_against(const std::vector<uint16_t>& got, const std::vector<uint16_t>& want) {
+    double worst = 0, ss = 0;
+    for (size_t i = 0; i < got.size() && i < want.size(); i++) {
+        const double w = llmtrain::bf16_to_f32(want[i]), d = std::fabs(double(llmtrain::bf16_to_f32(got[i])) - w);
+        ss += w * w;
+        if (std::isnan(d) || d > worst) worst = std::isnan(d) || std::isnan(worst) ? NAN : d;
+    }
+    const double rms = want.empty() ? 0.0 : std::sqrt(ss / double(want.size()));
+    return {worst, rms > 0 ? worst / rms : (worst == 0 ? 0.0 : INFINITY)};
+}
+
+/// One path's line: its timing, or why it did not run; its errors against the reference.
+struct Result {
+    std::string path, unavailable;
+    double fwd = 0, bwd = 0;
+    std::optional<std::pair<Error, Error>> err;  // out, dqkv against the reference
+    bool is_reference = false;
+};
 
 }  // namespace
 
@@ -90,27 +145,64 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "attention_bench: need B, T, C, NH >= 1 with NH dividing C, iterations >= 1\n");
         return 2;
     }
-    std::vector<std::pair<std::string, Timing>> done;
-    const double flops_fwd = 2.0 * 2.0 * B * NH * static_cast<double>(T) * T * (C / NH) / 2.0;
+    std::vector<Result> results;
     for (std::string rest = argv[1]; !rest.empty();) {
         const size_t comma = rest.find(',');
-        const std::string path = rest.substr(0, comma);
+        Result r;
+        r.path = rest.substr(0, comma);
+        results.push_back(r);
         rest = comma == std::string::npos ? "" : rest.substr(comma + 1);
+    }
+    // The reference runs first (cudnn, else cublas), its outputs kept; every other path is compared
+    // as soon as it has run, so at most two paths' outputs are held at once.
+    std::vector<size_t> order;
+    for (const char* ref : {"cudnn", "cublas"})
+        for (size_t i = 0; i < results.size(); i++)
+            if (results[i].path == ref) order.push_back(i);
+    for (size_t i = 0; i < results.size(); i++)
+        if (std::find(order.begin(), order.end(), i) == order.end()) order.push_back(i);
+    std::optional<Run> ref;
+    std::string ref_name;
+    for (size_t i : order) {
+        Result& res = results[i];
         try {
-            const Timing t = time_path(path, B, T, C, NH, iters, workspace_mb);
-            std::printf("%-7s B=%d T=%d C=%d NH=%d: forward %8.3f ms (%6.1f TFLOP/s), backward %8.3f ms (%6.1f TFLOP/s)\n",
-                        path.c_str(), B, T, C, NH, t.fwd * 1e3, flops_fwd / t.fwd / 1e12, t.bwd * 1e3,
-                        2.5 * flops_fwd / t.bwd / 1e12);
-            done.emplace_back(path, t);
+            Run r = run_path(res.path, B, T, C, NH, iters, workspace_mb);
+            res.fwd = r.fwd, res.bwd = r.bwd;
+            if (!ref && (res.path == "cudnn" || res.path == "cublas")) {
+                res.is_reference = true;
+                ref_name = res.path;
+                ref = std::move(r);
+            } else if (ref) {
+                res.err = std::pair{error_against(r.out, ref->out), error_against(r.dqkv, ref->dqkv)};
+            }
         } catch (const std::exception& e) {
-            std::printf("%-7s B=%d T=%d C=%d NH=%d: unavailable: %s\n", path.c_str(), B, T, C, NH, e.what());
+            res.unavailable = e.what();
         }
     }
-    for (const auto& [ref, r] : done)
-        if (ref == "cudnn")
-            for (const auto& [path, t] : done)
-                if (path != ref)  // rates over cuDNN's: the time ratio inverted
-                    std::printf("%s / cudnn: forward %.2f, backward %.2f of cuDNN's TFLOP/s\n", path.c_str(),
-                                r.fwd / t.fwd, r.bwd / t.bwd);
-    return done.empty() ? 2 : 0;
+    const double flops_fwd = 2.0 * 2.0 * B * NH * static_cast<double>(T) * T * (C / NH) / 2.0;
+    const Result* cudnn = nullptr;
+    int ran = 0;
+    for (const Result& r : results) {
+        if (!r.unavailable.empty()) {
+            std::printf("%-7s B=%d T=%d C=%d NH=%d: unavailable: %s\n", r.path.c_str(), B, T, C, NH,
+                        r.unavailable.c_str());
+            continue;
+        }
+        ran++;
+        if (r.path == "cudnn") cudnn = &r;
+        std::printf("%-7s B=%d T=%d C=%d NH=%d: forward %8.3f ms (%6.1f TFLOP/s), backward %8.3f ms (%6.1f TFLOP/s)",
+                    r.path.c_str(), B, T, C, NH, r.fwd * 1e3, flops_fwd / r.fwd / 1e12, r.bwd * 1e3,
+                    2.5 * flops_fwd / r.bwd / 1e12);
+        if (r.is_reference) std::printf("; the reference");
+        if (r.err)
+            std::printf("; vs %s: out max abs %.3e = %.4f rms, dqkv max abs %.3e = %.4f rms", ref_name.c_str(),
+                        r.err->first.max_abs, r.err->first.of_rms, r.err->second.max_abs, r.err->second.of_rms);
+        std::printf("\n");
+    }
+    if (cudnn)
+        for (const Result& r : results)
+            if (&r != cudnn && r.unavailable.empty())  // rates over cuDNN's: the time ratio inverted
+                std::printf("%s / cudnn: forward %.2f, backward %.2f of cuDNN's TFLOP/s\n", r.path.c_str(),
+                            cudnn->fwd / r.fwd, cudnn->bwd / r.bwd);
+    return ran == 0 ? 2 : 0;
 }

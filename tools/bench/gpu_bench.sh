@@ -12,14 +12,16 @@
 #   MODELS      (gpt2-124m gpt2-1.5b)
 #   ATTENTIONS  (native cublas cudnn, then auto where this llmtrain accepts model.attention = "auto")
 #               model.attention paths; choose them here, not with --set (a later --set would
-#               relabel every run)
+#               relabel every run); "none": no llmtrain run (e.g. PyTorch alone)
 #   SKIP        (gpt2-1.5b-native) labels not run: native attention costs ~10 s a step at 1.5B
 #   CHECKPOINT  (cudnn) the path whose runs write their end-of-run checkpoint and report its time;
 #               the others stop after their last step (a 1.5B checkpoint is 19 GB and ~60 s)
 #   PYTHON      (python3) runs the PyTorch baseline where it imports torch and sees a GPU; TORCH=0 skips
 #   LOGDIR      ($BUILD/gpu_bench) each run's log (<label>.log); run directories are deleted after each run
 #   RUN_TIMEOUT (300) seconds allowed per llmtrain run; PyTorch's gets 120 more (torch.compile: ~45 s
-#               at 124M, ~120 s at 1.5B on an H100)
+#               at 124M, ~120 s at 1.5B on an H100) unless TORCH_TIMEOUT says otherwise
+#   ATTENTION_BENCH (1) 0: no attention_bench before each model's runs (tools/gpu/run.sh quick runs it
+#               as a step of its own)
 # Data: tests/app/make_tiny_dataset's synthetic tokens (ids < 320) for llmtrain and PyTorch; the
 # models keep GPT-2's 50,257-token vocabulary, so the compute per token is GPT-2's (throughput does
 # not depend on the token values). Each step is 8 micro-batches of the config's micro_batch_size
@@ -45,6 +47,8 @@ MODELS=${MODELS:-gpt2-124m gpt2-1.5b}
 SKIP=${SKIP:-gpt2-1.5b-native}
 CHECKPOINT=${CHECKPOINT:-cudnn}
 RUN_TIMEOUT=${RUN_TIMEOUT:-300}
+TORCH_TIMEOUT=${TORCH_TIMEOUT:-$((RUN_TIMEOUT + 120))}
+ATTENTION_BENCH=${ATTENTION_BENCH:-1}
 PYTHON=${PYTHON:-python3}
 source tools/gpu/llmtrain_run.sh
 [ -x "$BIN" ] || { echo "gpu_bench: $BIN not found: build with CUDA first (cmake --build $BUILD)"; exit 2; }
@@ -102,7 +106,7 @@ torch_bench() {
         { result "bench: label=$model-torch error=\"cannot resolve configs/$model.toml\""; return 0; }
     key() { awk -v k="$1" '$1 == k && $2 == "=" { print $3; exit }' <<<"$cfg"; }
     local log=$LOGDIR/$model-torch.log rc=0
-    timeout -k 10 $((RUN_TIMEOUT + 120)) "$PYTHON" tools/bench/torch_gpt_gpu.py --label "$model-torch" \
+    timeout -k 10 "$TORCH_TIMEOUT" "$PYTHON" tools/bench/torch_gpt_gpu.py --label "$model-torch" \
         --n-layer "$(key n_layer)" --n-head "$(key n_head)" --n-embd "$(key n_embd)" --seq-len "$(key seq_len)" \
         --vocab "$(key vocab_size)" --data-vocab "$(cat "$DATA/vocab_size.txt")" --batch "$(key micro_batch_size)" \
         --grad-accum "$(key grad_accum_steps)" --steps "$STEPS" >"$log" 2>&1 || rc=$?
@@ -122,11 +126,12 @@ for model in $MODELS; do
         *) shape=() ;;
     esac
     echo "== $model"
-    if [ -x "$AB" ] && [ ${#shape[@]} -gt 0 ]; then  # every path side by side in one process, ratios to cudnn
+    if [ "$ATTENTION_BENCH" != 0 ] && [ -x "$AB" ] && [ ${#shape[@]} -gt 0 ]; then  # every path side by side in one process, ratios to cudnn
         paths=${ATTENTIONS// /,}
         timeout -k 5 300 "$AB" "$paths" "${shape[@]}" 20 || echo "attention_bench failed at $model's shape"
     fi
     for attention in $ATTENTIONS; do
+        [ "$attention" = none ] && continue
         [[ " $SKIP " == *" $model-$attention "* ]] && { echo "$model-$attention: skipped (SKIP)"; continue; }
         stop=$STEPS
         [ "$attention" = "$CHECKPOINT" ] && stop=0

@@ -3,8 +3,19 @@
 # GPU and tools/gpu/bundle.sh's bundle: every step time-boxed, the suite going on past a failure,
 # every step's log kept, and one markdown table last (tools/gpu/gpu_report.py summary).
 #
-# Usage: tools/gpu/run.sh [STAGE...]      STAGE: tests, checks, bench124m, bench1.5b, multirank, checkpoint
-#                                         or all (default: all = the first four)
+# Usage: tools/gpu/run.sh [STAGE...]      STAGE: quick, tests, checks, bench124m, bench1.5b, multirank,
+#                                         checkpoint or all (default: all = tests checks bench124m bench1.5b)
+#   quick      one call that decides (the 15-minute rule below): in value order, each step boxed,
+#              BUDGET 400 s (under 7 minutes of wall time on an H100 with the unpacking and the table):
+#                test_cuda_gpu's GPU-only suites (cuDNN, FlashAttention at GPT-2 shapes) 50 s, then the
+#                rest 60 s; attention_bench (native, cublas, cudnn: TFLOP/s and each path's max error
+#                against cuDNN's out and dqkv) at GPT-2 124M's shape 45 s and at head size 128 45 s;
+#                determinism native 60 s and cudnn 60 s (3 steps, twice each), native against cudnn
+#                at step 1, resume with round-to-nearest 60 s; GPT-2 124M training native and cudnn
+#                100 s, PyTorch compiled 120 s; multirank over MpiCudaComm: the 1-rank run, ZeRO-1,
+#                pp 2 and tp 2 on 2 ranks, 40 s each; then, only if >= 90 s are left, checkpoint_bench
+#                at 1.5B. Expected about 6 minutes (estimates in docs/cuda.md "GPU acceptance"). STATE
+#                is removed at its end (nothing stays on the lent disk); OUT gets 3 files.
 #   tests      test_cuda_gpu on the device
 #   checks     determinism: the same short GPT-2 124M run twice with each attention path (native,
 #              cublas, cudnn, and auto where llmtrain accepts it), train losses and gradient norms
@@ -20,18 +31,21 @@
 #              ZeRO-1 + offload against ZeRO-1 bitwise; a resume from ZeRO-3 on 2 ranks into pp 2 x dp 2
 #   checkpoint tools/bench/checkpoint_bench at GPT-2 1.5B: the time an asynchronous checkpoint
 #              blocks training against the snapshot copy, the writer against dd (needs ~45 GB of disk)
-# One lent machine gives 30 minutes in calls of at most 10: run it as three calls of < 9 minutes,
-#   run.sh tests checks;  run.sh bench124m;  run.sh bench1.5b
-# Each call's table covers every stage run on this machine so far (STATE survives between the calls
-# while the machine stays warm; a fresh machine starts an empty table).
+# The 15-minute rule: a lent machine gives 15 minutes of device time in all, its start-up (minutes)
+# included, at most 10 minutes a command. So one call decides: `run.sh quick`, with a time box
+# (timeout_s) of 480-540 s, which leaves the start-up and a margin. The other stages are for a
+# machine lent longer (each call < 9 minutes); their table covers every stage run on this machine
+# so far (STATE survives between calls while the machine stays warm, except after quick).
 #
 # Environment (defaults in parentheses):
 #   BUNDLE  (.gpu/bundle.tar.gz) the bundle, carried from the build machine
 #   STATE   (/tmp/llmtrain-gpu) the unpacked bundle, logs/ (every step's log and result: the
 #           table's input) and runs/ (run directories, each deleted once compared)
 #   OUT     (gpu-logs) receives 3 files: summary.md, env.txt, logs.tar.gz (STATE's logs/)
-#   BUDGET  (520) seconds this call may use: a step that cannot start with 20 s left is skipped
-#           (reported as such), and each step's time box is cut to what is left
+#   BUDGET  (400 with quick, else 520) seconds this call may use: a step that cannot start with
+#           20 s left is skipped (reported as such), and each step's time box is cut to what is left
+#   BOX_SCALE (100) percent applied to quick's time boxes and its 90 s checkpoint threshold (the
+#           CPU test of tests/gpu runs quick against stand-ins at 20)
 #   STEPS   (10) steps of each throughput run; the means are over steps 4+
 #   BROWN   (data/brown) the quick start's Brown split (train.h5, val.h5 from tools/fetch_brown.sh;
 #           carry it to the machine): tiny.toml then runs its 1,000 steps on both backends and is
@@ -61,27 +75,60 @@ synthetic=(--set "data.train=\"$DATA/train.h5\"" --set "data.val=\"$DATA/val.h5\
 
 # A step's exit status says whether it ran to its end; what it found is in its log and check-*.txt
 # (the table's rows). test_cuda_gpu: 0 when gtest printed its summary, failures or not.
+# step_test_cuda_gpu [part] [gtest filter]: the whole binary into test_cuda_gpu.log, or the tests the
+# filter selects into test_cuda_gpu-<part>.log (a row of its own in the table).
 step_test_cuda_gpu() {
-    "$DIR/tests/cuda/test_cuda_gpu" >"$LOGS/test_cuda_gpu.log" 2>&1
+    local log=$LOGS/test_cuda_gpu${1:+-$1}.log filter=()
+    [ -n "${2:-}" ] && filter=("--gtest_filter=$2")
+    "$DIR/tests/cuda/test_cuda_gpu" "${filter[@]}" >"$log" 2>&1
     local rc=$?
-    grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran" "$LOGS/test_cuda_gpu.log"
-    grep -q "^\[==========\] .* ran\." "$LOGS/test_cuda_gpu.log" && return 0
+    grep -E "^\[  (PASSED|FAILED|SKIPPED) |tests? ran" "$log"
+    grep -q "^\[==========\] .* ran\." "$log" && return 0
     return $rc
 }
 
-# The same 4-step GPT-2 124M run (2 micro-batches of 32 x 1024 a step) twice with one attention path.
+# The same short GPT-2 124M run (2 micro-batches of 32 x 1024 a step; 4 steps, or the second
+# argument's) twice with one attention path. Run 1's losses.tsv is kept as det-<path>.losses.tsv for
+# step_paths_agree (deleted there).
 step_determinism() {
-    local path=$1 rc=0
-    local args=(--config configs/gpt2-124m.toml "${synthetic[@]}" --set "model.attention=\"$path\"" --set run.max_steps=4
+    local path=$1 steps=${2:-4} rc=0
+    local args=(--config configs/gpt2-124m.toml "${synthetic[@]}" --set "model.attention=\"$path\"" --set "run.max_steps=$steps"
                 --set run.eval_interval=0 --set training.global_batch_size=0 --set training.grad_accum_steps=2)
     for i in 1 2; do
         rm -rf "$RUNS/det-$path-$i"
-        train "$RUNS/det-$path-$i.log" "$RUNS/det-$path-$i" 150 4 "${args[@]}" || { echo "run $i failed, see $RUNS/det-$path-$i.log"; rc=1; }
+        train "$RUNS/det-$path-$i.log" "$RUNS/det-$path-$i" 150 "$steps" "${args[@]}" || { echo "run $i failed, see $RUNS/det-$path-$i.log"; rc=1; }
     done
     report compare-train "$RUNS/det-$path-1" "$RUNS/det-$path-2" --name "determinism $path" | tee "$LOGS/check-determinism-$path.txt"
     cat "$RUNS/det-$path-1.log" "$RUNS/det-$path-2.log" >"$LOGS/determinism-$path.log"
+    cp "$RUNS/det-$path-1/losses.tsv" "$RUNS/det-$path.losses.tsv" 2>/dev/null
     rm -rf "$RUNS/det-$path-"[12]
     return $rc
+}
+
+# step_paths_agree <path> <reference path>: the first step of the two determinism runs, which start
+# from the same weights and data, so their loss and gradient norm differ only by where each path
+# rounds to bf16 (P and dS where they enter a GEMM, the outputs: 2^-8 relative each,
+# tests/cuda/attention_bound.hpp), carried through 12 layers. Relative 1e-2 (2.5 bf16 units of 2^-8):
+# a gradient element moves by a few bf16 units at most, and the norm, a sum of 124M squares whose
+# rounding errors do not share one sign, far less (cudnn against itself at 58d410c: 1.2e-5; the loss
+# at step 1, ~ln(50257) at init, hardly depends on attention at all). What it is there to catch moves
+# them by much more: dK without its 1/sqrt(64) scales that gradient 8x, a wrong causal mask or a
+# head left out changes every layer's attention gradients by O(1) of their size.
+step_paths_agree() {
+    local path=$1 ref=$2
+    report compare-train "$RUNS/det-$ref.losses.tsv" "$RUNS/det-$path.losses.tsv" --from 1 --to 1 --tol 1e-2 \
+        --name "paths $path vs $ref at step 1" | tee "$LOGS/check-paths-$path-$ref.txt"
+    rm -f "$RUNS/det-$path.losses.tsv" "$RUNS/det-$ref.losses.tsv"
+    return 0  # what it found is in the check file
+}
+
+# step_attention <label> B T C NH: attention_bench, every path side by side (TFLOP/s, ratios to cuDNN,
+# each path's max error against cuDNN's out and dqkv, or cuBLAS's where cuDNN is absent).
+step_attention() {
+    local label=$1
+    shift
+    "$DIR/tools/bench/attention_bench" native,cublas,cudnn "$@" 20 2>&1 | tee "$LOGS/attention-$label.txt"
+    return "${PIPESTATUS[0]}"
 }
 
 # tiny.toml in bf16 (native attention: the resume alone, not an attention path's repeatability), a
@@ -167,13 +214,15 @@ mr_train() {
 }
 step_multirank_ref() { rm -rf "$RUNS"/mr-*; mr_train 1 ref; }
 # step_multirank <np> <name> [args]: the layout against the 1-rank run (and, for offload, ZeRO-1 bitwise)
-step_multirank() {
-    local np=$1 name=$2
-    shift 2
+step_multirank() { step_multirank_tol 1e-5 "$@"; }
+# step_multirank_tol <relative tolerance> <np> <name> [args]: the same within another tolerance
+step_multirank_tol() {
+    local tol=$1 np=$2 name=$3
+    shift 3
     mr_train "$np" "$name-np$np" "$@" || { echo "multirank $name np$np: MISSING (the run failed: see multirank-$name-np$np.log)" |
         tee "$LOGS/check-multirank-$name-np$np.txt"; return 1; }
     {
-        report compare-train "$RUNS/mr-ref" "$RUNS/mr-$name-np$np" --tol 1e-5 --name "multirank $name np$np"
+        report compare-train "$RUNS/mr-ref" "$RUNS/mr-$name-np$np" --tol "$tol" --name "multirank $name np$np"
         if [ "$name" = offload ]; then
             report compare-train "$RUNS/mr-zero1-np$np" "$RUNS/mr-$name-np$np" --name "multirank offload vs zero1 np$np"
         fi
@@ -198,6 +247,19 @@ step_multirank_resume() {
 step_bench() {
     MODELS=$1 BUILD=$DIR LOGDIR=$LOGS/bench-$1 RUN_TIMEOUT=${2:-300} bash tools/bench/gpu_bench.sh "$STEPS" |
         tee "$LOGS/bench-$1.txt"
+}
+
+# step_bench_paths <model> <paths> <steps> <s per run>: llmtrain's training runs alone (no attention_bench,
+# no PyTorch), each stopped after its last step (no end-of-run checkpoint).
+step_bench_paths() {
+    MODELS=$1 ATTENTIONS=$2 TORCH=0 ATTENTION_BENCH=0 CHECKPOINT=none BUILD=$DIR LOGDIR=$LOGS/bench-$1 RUN_TIMEOUT=$4 \
+        bash tools/bench/gpu_bench.sh "$3" | tee "$LOGS/bench-$1-train.txt"
+}
+
+# step_bench_torch <model> <steps> <s>: PyTorch compiled alone at the model's shape (torch.compile included).
+step_bench_torch() {
+    MODELS=$1 ATTENTIONS=none ATTENTION_BENCH=0 BUILD=$DIR LOGDIR=$LOGS/bench-$1 TORCH_TIMEOUT=$3 \
+        bash tools/bench/gpu_bench.sh "$2" | tee "$LOGS/bench-$1-torch.txt"
 }
 
 step_offload() {
@@ -228,16 +290,18 @@ fi
 # ---------------------------------------------------------------- the stages
 
 CALL_START=$SECONDS
+[[ " $* " == *" quick "* ]] && BUDGET=${BUDGET:-400}
 BUDGET=${BUDGET:-520}
 # step <stage> <name> <limit s> <function> [args]: runs `run.sh _step function args` time-boxed,
-# its output in logs/<name>.out, and records stage, name, exit status and seconds in logs/steps.tsv.
+# its output in logs/<name>.out, and records stage, name, exit status, seconds and the box it had in
+# logs/steps.tsv (the table lists every step).
 step() {
     local stage=$1 name=$2 limit=$3
     shift 3
     local left=$((BUDGET - (SECONDS - CALL_START))) t0=$SECONDS rc
     if [ $left -lt 20 ]; then
         echo "== $stage/$name: skipped (the call's budget of ${BUDGET} s is spent)"
-        printf '%s\t%s\tskipped\t0\n' "$stage" "$name" >>"$LOGS/steps.tsv"
+        printf '%s\t%s\tskipped\t0\t0\n' "$stage" "$name" >>"$LOGS/steps.tsv"
         return
     fi
     [ "$limit" -gt "$left" ] && limit=$left
@@ -245,7 +309,48 @@ step() {
     timeout -k 10 "$limit" bash tools/gpu/run.sh _step "$@" 2>&1 | tee "$LOGS/$name.out"
     rc=${PIPESTATUS[0]}
     echo "== $stage/$name: exit $rc after $((SECONDS - t0)) s"
-    printf '%s\t%s\t%s\t%s\n' "$stage" "$name" "$rc" "$((SECONDS - t0))" >>"$LOGS/steps.tsv"
+    printf '%s\t%s\t%s\t%s\t%s\n' "$stage" "$name" "$rc" "$((SECONDS - t0))" "$limit" >>"$LOGS/steps.tsv"
+}
+
+# quick's time boxes: the figure for an H100 (seconds), times BOX_SCALE percent, at least 1 s.
+box() { local b=$(($1 * ${BOX_SCALE:-100} / 100)); echo $((b > 0 ? b : 1)); }
+
+# The suites that only a GPU runs (cuDNN; FlashAttention-2 at GPT-2's shapes, test_flash_gpt_shapes.cpp)
+# and the tensor-core native path's own tests: the first part of quick's test_cuda_gpu.
+GPU_FIRST='Gpu/*:CudnnAttentionBackward.*:*FlashAttention*'
+
+# One call that decides (the 15-minute rule, header): value order, each step boxed (a box is the most
+# it may take; the expected times, from the 58d410c timings, are in docs/cuda.md "GPU acceptance"),
+# the call going on past failures; the boxes add up to more than BUDGET, so whatever runs late pushes
+# the last steps out (reported as skipped), never the first.
+stage_quick() {
+    step quick test_cuda_gpu-gpu "$(box 50)" test_cuda_gpu gpu "$GPU_FIRST"
+    step quick test_cuda_gpu-rest "$(box 60)" test_cuda_gpu rest "-$GPU_FIRST"
+    step quick attention-124m "$(box 45)" attention 124m 32 1024 768 12
+    step quick attention-hs128 "$(box 45)" attention hs128 8 2048 1536 12
+    step quick determinism-native "$(box 60)" determinism native 3
+    step quick determinism-cudnn "$(box 60)" determinism cudnn 3
+    step quick paths-native-cudnn "$(box 15)" paths_agree native cudnn
+    step quick resume-nearest "$(box 60)" resume nearest false
+    step quick train-124m "$(box 100)" bench_paths gpt2-124m "native cudnn" 8 "$(box 45)"
+    step quick torch-124m "$(box 120)" bench_torch gpt2-124m 8 "$(box 110)"
+    step quick multirank-ref "$(box 40)" multirank_ref
+    step quick zero1-np2 "$(box 40)" multirank 2 zero1 --set parallel.zero_stage=1
+    step quick pp2-np2 "$(box 40)" multirank 2 pp2 --set parallel.pp=2
+    # tp splits every row-parallel GEMM's inner sum (attention and MLP output projections) into 2
+    # partial sums added by the all-reduce, and the vocab-parallel cross-entropy combines per-rank
+    # maxima and sums: fp32 reassociations inside each layer's forward and backward, not only in the
+    # gradient sum as dp's; tests/cuda/emu_tp.sh holds tp 2 to 1e-4 against the CPU, as here.
+    step quick tp2-np2 "$(box 40)" multirank_tol 1e-4 2 tp2 --set parallel.tp=2
+    rm -rf "$RUNS"/mr-*
+    local left=$((BUDGET - (SECONDS - CALL_START)))
+    if [ "$left" -ge "$(box 90)" ]; then
+        step quick checkpoint-1.5b "$left" checkpoint
+    else
+        echo "== quick/checkpoint-1.5b: not run (${left} s left, it needs $(box 90))"
+        printf '%s\t%s\tnot-run\t0\t0\n' quick checkpoint-1.5b >>"$LOGS/steps.tsv"
+    fi
+    rm -rf "$RUNS/checkpoint-bench"
 }
 
 stage_tests() {
@@ -308,8 +413,8 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(all)
 for s in "${stages[@]}"; do
     case $s in
-        tests | checks | bench124m | bench1.5b | multirank | checkpoint | all) ;;
-        *) echo "run.sh: unknown stage '$s' (expected tests, checks, bench124m, bench1.5b, multirank, checkpoint or all)"; exit 2 ;;
+        quick | tests | checks | bench124m | bench1.5b | multirank | checkpoint | all) ;;
+        *) echo "run.sh: unknown stage '$s' (expected quick, tests, checks, bench124m, bench1.5b, multirank, checkpoint or all)"; exit 2 ;;
     esac
 done
 BUNDLE=${BUNDLE:-.gpu/bundle.tar.gz}
@@ -351,6 +456,7 @@ bundle_env "$DIR" "$cuda_libdirs"
 
 for s in "${stages[@]}"; do
     case $s in
+        quick) stage_quick ;;
         tests) stage_tests ;;
         checks) stage_checks ;;
         bench124m) stage_bench124m ;;
@@ -371,3 +477,8 @@ tar -C "$STATE" -czf "$OUT/logs.tar.gz" logs
 echo
 echo "== summary (also $OUT/summary.md; every log in $OUT/logs.tar.gz)"
 cat "$OUT/summary.md"
+# quick leaves nothing on the lent machine's disk: the bundle, the data, the logs (now in OUT), any run.
+if [[ " ${stages[*]} " == *" quick "* ]]; then
+    rm -rf "${STATE:?}"
+    echo "(quick: $STATE removed after $((SECONDS - CALL_START)) s)"
+fi
