@@ -153,6 +153,11 @@ check(docs2 == [sp.encode(t) + [eos] for t in want2], f"separator documents diff
 check("1 blank skipped" in out, "separator mode: the empty document between separators not reported")
 check(not os.path.exists(os.path.join(out2, "val.h5")), "val.h5 written with --val-fraction 0")
 check(open(os.path.join(out2, "tokenizer.model"), "rb").read() == model_bytes, "tokenizer.model not copied")
+out2b = os.path.join(scratch, "out2_bos")  # --add-bos: SentencePiece's <s> (id 1) starts every document
+rc, out, err = run("--tokenizer", os.path.join(out1, "tokenizer.model"), "--separator", "<|doc|>", "--add-bos",
+                   "--val-fraction", "0", "--out-dir", out2b, sep_file, tail_file)
+docs2b, _ = read_split(os.path.join(out2b, "train.h5")) if rc == 0 else ([], None)
+check(rc == 0 and docs2b == [[sp.bos_id()] + sp.encode(t) + [eos] for t in want2], f"--add-bos documents: {rc} {err}")
 
 # ---- 3. bad inputs: exit 2, a clear message, previous outputs untouched ----
 def snapshot(d):

@@ -211,6 +211,11 @@ a, _, _, docs = read_dataset(os.path.join(scratch, "default"))
 check(r.returncode == 0 and "Llama 3" in r.stdout and (int(a["vocab_size"]), int(a["eos_id"]), int(a["bos_id"])) ==
       (n + 256, n + 1, n), f"the default special set: {r.returncode} {a}")
 check(sorted(docs) == sorted(d + [n + 1] for d in reference_ids["cl100k_base"][:2]), "default set: ids + eos")
+# --add-bos: Llama 3's document framing, <|begin_of_text|> ids <|end_of_text|>.
+r = run_prep(f"tiktoken:{model}", os.path.join(scratch, "add_bos"), small, "--add-bos", val="0")
+_, _, _, docs = read_dataset(os.path.join(scratch, "add_bos"))
+check(r.returncode == 0 and sorted(docs) == sorted([n] + d + [n + 1] for d in reference_ids["cl100k_base"][:2]),
+      f"--add-bos: <|begin_of_text|> + ids + <|end_of_text|> ({r.returncode} {r.stderr.strip()[-200:]})")
 # --eos by id, --bos none.
 r = run_prep(f"tiktoken:{model}", os.path.join(scratch, "eos_id"), small, "--eos", str(n + 9), "--bos", "none", val="0")
 a, _, _, _ = read_dataset(os.path.join(scratch, "eos_id"))
@@ -239,6 +244,8 @@ cases = [
     ([f"tiktoken:{os.path.join(scratch, 'none.model')}"], ["none.model"]),
     (["cl100k_base", "--tiktoken-dir", bad_ranks], ["cl100k_base.tiktoken", "SHA-256", "tiktoken:PATH"]),
     ([f"tiktoken:{model}", "--special-tokens", os.path.join(scratch, "missing.json")], ["missing.json"]),
+    ([f"tiktoken:{model}", "--bos", "none", "--add-bos"], ["--add-bos", "bos_id = -1", "--bos"]),
+    (["cl100k_base", "--tiktoken-dir", tik_dir, "--add-bos"], ["--add-bos", "cl100k_base", "no BOS"]),
 ]
 for args, words in cases:
     r = subprocess.run([prep, "--tokenizer", *args, "--val-fraction", "0", "--out-dir", os.path.join(scratch, "bad_out"),

@@ -7,7 +7,8 @@
 // Three passes over the corpus, so memory does not grow with it: count the documents, train a
 // SentencePiece BPE tokenizer on their lines (skipped with --tokenizer FILE.model or a tokenizer of
 // the tiktoken family: gpt2, cl100k_base, o200k_base, tiktoken:PATH), then encode each document on
-// every core (blocks of documents, results kept in corpus order), append EOS and write it to train.h5 or val.h5. The validation split is a seeded random
+// every core (blocks of documents, results kept in corpus order), append EOS (and prepend BOS with --add-bos)
+// and write it to train.h5 or val.h5. The validation split is a seeded random
 // subset of whole documents. Outputs are written into a staging directory inside DIR and renamed
 // into place only after all succeeded: a failed run leaves DIR's previous files as they were.
 // Exit codes: 0 success, 2 bad input (usage, missing/unreadable input or tokenizer, no documents,
@@ -55,6 +56,7 @@ struct Args {
     std::string tiktoken_dir = "data/tiktoken";
     SpecialTokenOptions special;
     std::vector<std::string> llmc_train, llmc_val;
+    bool add_bos = false;  ///< --add-bos: each document starts with the tokenizer's bos id
     double val_fraction = 0.05;
     uint64_t seed = 1337;
     std::string out_dir;
@@ -239,6 +241,9 @@ int run(const Args& a) {
     }
     const int vocab = tok->vocab_size(), eos = tok->eos_id();
     if (eos < 0) throw PrepError("tokenizer " + a.tokenizer + " defines no EOS piece (eos_id = -1)");
+    if (a.add_bos && tok->bos_id() < 0)
+        throw PrepError("--add-bos: tokenizer " + (a.tokenizer.empty() ? std::string("(trained)") : a.tokenizer) +
+                        " defines no BOS token (bos_id = -1; for tiktoken:PATH name one with --bos)");
 
     // Validation documents: the first n_val entries of a seeded permutation of document indices
     // (8 bytes per document while it is drawn, then 1 bit per document).
@@ -278,6 +283,7 @@ int run(const Args& a) {
         encode_s += seconds_since(t0);
         for (auto& ids : encoded) {
             if (index == n_docs) throw std::runtime_error("the input files changed while llmtrain-prep read them");
+            if (a.add_bos) ids.insert(ids.begin(), tok->bos_id());  // Llama 3's <|begin_of_text|> doc ... <|end_of_text|>
             ids.push_back(eos);
             if (is_val[index++]) {
                 val->add_document(ids);
@@ -359,6 +365,9 @@ int main(int argc, char** argv) {
     app.add_option("--tiktoken-dir", a.tiktoken_dir,
                    "holds cl100k_base.tiktoken and o200k_base.tiktoken (tools/fetch_tiktoken.sh data/tiktoken)")
         ->capture_default_str();
+    app.add_flag("--add-bos", a.add_bos,
+                 "start every document with the tokenizer's bos token (Llama 3's <|begin_of_text|>; SentencePiece's "
+                 "<s>); the eos token ends it either way");
     app.add_option("--special", a.special.specials,
                    "tiktoken:PATH: a special token TEXT=ID (repeatable; e.g. '<|end_of_text|>=128001'); default: "
                    "tokenizer_config.json beside PATH, else Llama 3's 256 after the last rank")
