@@ -283,7 +283,10 @@ public:
         });
     }
     const char* attention_name() const override { return llmtrain::attention_name(attention_.path); }
-    std::string attention_reason() const override { return attention_.why; }
+    /// The path's reason; on cuDNN, once a grouped-query call ran, also which route it took.
+    std::string attention_reason() const override {
+        return cudnn_active() ? attention_.why + gqa_note_ : attention_.why;
+    }
     void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) override {
 #ifdef LLMTRAIN_HAVE_CUDNN
         if (cudnn_ && cudnn_plans_or_fallback(B, T, C, NH)) {
@@ -387,15 +390,21 @@ public:
         });
     }
     /// Grouped-query attention: NKV = NH is attention_forward; the cublas path maps query head h to
-    /// key/value head h / (NH/NKV) in its head split, FlashAttention-2 in its tile loads; the others
-    /// (native attention.cu, cuDNN) run multi-head on a copy of qkv with the key/value heads expanded
-    /// (gqa.cu), in a per-stream backend buffer of 3 B*T*NH*HS elements (6 for the backward)
-    /// counted as workspace.
+    /// key/value head h / (NH/NKV) in its head split, FlashAttention-2 in its tile loads, cuDNN in its
+    /// graph (K/V with NKV heads, cudnn_gqa_native); native attention.cu, and cuDNN where it refuses
+    /// that graph, run multi-head on a copy of qkv with the key/value heads expanded (gqa.cu), in a
+    /// per-stream backend buffer of 3 B*T*NH*HS elements (6 for the backward) counted as workspace.
     void attention_forward_gqa(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV,
                                int HS) override {
         require_gqa(NH, NKV);
         const int C = NH * HS;
         if (NKV == NH) return attention_forward(out, lse, qkv, B, T, C, NH);
+#ifdef LLMTRAIN_HAVE_CUDNN
+        if (cudnn_ && cudnn_gqa_native(B, T, C, NH, NKV)) {
+            void* ws = scratch_for(cudnn_->workspace_bytes(false, B, T, C, NH, NKV));
+            return cudnn_->forward(as<bf16>(out), lse, as<bf16>(qkv), B, T, C, NH, NKV, ws, stream_);
+        }
+#endif
         if (blas_ != nullptr && !cudnn_active()) {
             const auto plan = cuda::cublas_attention_plan(false, B, T, C, NH, dtype_size(act_), opt_.attention_workspace_mb);
             void* ws = scratch_for(plan.workspace_bytes);
@@ -417,6 +426,13 @@ public:
         require_gqa(NH, NKV);
         const int C = NH * HS;
         if (NKV == NH) return attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+#ifdef LLMTRAIN_HAVE_CUDNN
+        if (cudnn_ && cudnn_gqa_native(B, T, C, NH, NKV)) {
+            void* ws = scratch_for(cudnn_->workspace_bytes(true, B, T, C, NH, NKV));
+            return cudnn_->backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B, T, C, NH,
+                                    NKV, ws, stream_);
+        }
+#endif
         if (blas_ != nullptr && !cudnn_active()) {
             const auto plan = cuda::cublas_attention_plan(true, B, T, C, NH, dtype_size(act_), opt_.attention_workspace_mb);
             void* ws = scratch_for(plan.workspace_bytes);
@@ -656,6 +672,26 @@ private:
             return false;
         }
     }
+    /// True when cuDNN has forward and backward plans for grouped-query attention with NKV key/value
+    /// heads (the graph without the expanded copy). When cuDNN refuses that graph, says so once on
+    /// stderr and in attention_reason(), and returns false for good: grouped-query calls then run
+    /// the multi-head cuDNN graph on the expanded copy (gqa.cu), the former route.
+    bool cudnn_gqa_native(int B, int T, int C, int NH, int NKV) {
+        if (cudnn_gqa_refused_) return false;
+        try {
+            cudnn_->workspace_bytes(false, B, T, C, NH, NKV);
+            cudnn_->workspace_bytes(true, B, T, C, NH, NKV);
+            gqa_note_ = "; grouped-query: cuDNN graph with n_kv_head K/V heads";
+            return true;
+        } catch (const CudaError& e) {
+            cudnn_gqa_refused_ = true;
+            gqa_note_ = "; grouped-query: expanded K/V copy (cuDNN refused its graph with n_kv_head " +
+                        std::to_string(NKV) + " of n_head " + std::to_string(NH) + " at B " + std::to_string(B) +
+                        ", T " + std::to_string(T) + ", C " + std::to_string(C) + ": " + e.what() + ")";
+            std::fprintf(stderr, "llmtrain: attention: cudnn%s\n", gqa_note_.c_str());
+            return false;
+        }
+    }
 #endif
 
     /// Points the cuBLAS handle at the current stream and at the cuBLASLt workspace (cublasSetStream
@@ -767,6 +803,8 @@ private:
     CudaBackendOptions opt_;            ///< opt_.attention: the path in use (never automatic)
     AttentionChoice attention_;         ///< that path and why, for Ops::attention_name / attention_reason
     bool attention_automatic_ = false;  ///< model.attention = "auto": cuDNN may fall back to cublas
+    bool cudnn_gqa_refused_ = false;    ///< cuDNN refused its grouped-query graph: the expanded copy instead
+    std::string gqa_note_;              ///< which grouped-query route cuDNN took, for attention_reason()
     cudaStream_t stream_ = nullptr;
     LtContext lt_;
     cublasHandle_t blas_ = nullptr;  ///< set when the attention path is cublas

@@ -27,8 +27,23 @@
 // llm.c asks for it since its PR #652, after finding the default backward non-deterministic at large
 // batch sizes. As a second guard, engine configurations that declare CUDNN_NUMERICAL_NOTE_
 // NONDETERMINISTIC are never used for the backward.
-// Q, K, V are strided views into qkv (B,T,3C): dims (b, h, t, d) with strides (3CT, HS, 3C, 1);
-// K^T and V^T swap the last two. Plans are cached per (direction, B, T, C, NH).
+// Q, K, V are strided views into qkv (B,T,W), W = (NH + 2 NKV)*HS (3C when NKV = NH): Q dims
+// (b, NH, t, d), K and V (b, NKV, t, d), all with strides (WT, HS, W, 1); K^T and V^T swap the last
+// two. Plans are cached per (direction, B, T, C, NH, NKV).
+//
+// Grouped-query attention (NKV < NH; docs/cuda.md "Llama kernels"). The graph is the one cudnn-
+// frontend's composite SDPA nodes emit when K/V have h_k < h_q heads (scaled_dot_product_flash_
+// attention.h): the matmuls Q K^T, P V, dO V^T and dS K take K/V with NKV heads and broadcast them
+// over the batch dimension, query head h meeting key/value head h / (NH/NKV) ("b (hk g) ..."); in the
+// backward dV = P^T dO and dK = dS^T Q become virtual full-head tensors (b, NH, T, HS) in bf16 (the
+// frontend's dV_fullhead / dK_fullhead), each followed by a reduction ADD into dV / dK (b, NKV, T,
+// HS) — the engine's extra dK/dV reduction kernel (cuDNN 8.9.7's release notes: GQA for fused flash
+// attention on Ampere and Hopper). dQ and the deterministic dP-workspace choice are unchanged (the
+// frontend picks use_dp_workspace independently of the head counts); the engine-configuration guard
+// against CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC applies as well. How the engine orders the group's sum
+// is not documented: test_cuda_gpu checks the backward bit for bit (CudnnGqa*). With NKV = NH the
+// graph is exactly the multi-head one (W = 3C, no reductions). Where cuDNN refuses the grouped-query
+// graph, cuda_ops.cu falls back to the multi-head graph on gqa.cu's expanded copy.
 #include "model/cuda/cudnn_attention.hpp"
 
 #include <cudnn.h>
@@ -135,7 +150,8 @@ public:
         check(cudnnBackendFinalize(op), "matmul operation");
         ops_.push_back(op);
     }
-    /// y = reduce(x) over the dims where y has extent 1, fp32.
+    /// y = reduce(x) over the dims where y has extent 1 (or, for the key/value heads, groups of x's
+    /// heads: y's extent divides x's), fp32.
     void reduce(cudnnReduceTensorOp_t how, Desc x, Desc y) {
         Desc r = make(CUDNN_BACKEND_REDUCTION_DESCRIPTOR);
         const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
@@ -292,8 +308,8 @@ CudnnAttention::~CudnnAttention() {
     cudnnDestroy(static_cast<cudnnHandle_t>(handle_));
 }
 
-CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int C, int NH) {
-    const auto key = std::make_tuple(backward, B, T, C, NH);
+CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int C, int NH, int NKV) {
+    const auto key = std::make_tuple(backward, B, T, C, NH, NKV);
     auto it = plans_.find(key);
     if (it != plans_.end()) return it->second;
     if (backward && cc_major_ == 10)
@@ -307,9 +323,13 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
         }
     } cleanup{&plan.keep};
     GraphBuilder g(plan.keep);
-    const int64_t b = B, h = NH, t = T, c = C, d = C / NH;
-    const int64_t qkv_dims[4] = {b, h, t, d}, qkv_strides[4] = {3 * c * t, d, 3 * c, 1};
-    const int64_t tr_dims[4] = {b, h, d, t}, tr_strides[4] = {3 * c * t, d, 1, 3 * c};  // K^T, V^T views
+    if (NKV < 1 || NH % NKV != 0)
+        throw CudaError("cuDNN attention: n_kv_head " + std::to_string(NKV) + " must divide n_head " +
+                        std::to_string(NH));
+    const int64_t b = B, h = NH, hk = NKV, t = T, c = C, d = C / NH, w = (h + 2 * hk) * d;  // w: a row of qkv
+    const int64_t qkv_dims[4] = {b, h, t, d}, qkv_strides[4] = {w * t, d, w, 1};
+    const int64_t kv_dims[4] = {b, hk, t, d};                                        // K, V: NKV heads
+    const int64_t tr_dims[4] = {b, hk, d, t}, tr_strides[4] = {w * t, d, 1, w};  // K^T, V^T views
     const int64_t out_dims[4] = {b, h, t, d}, out_strides[4] = {c * t, d, c, 1};
     const int64_t s_dims[4] = {b, h, t, t}, row_dims[4] = {b, h, t, 1};
     const int64_t row_strides[4] = {h * t, t, 1, 1};
@@ -325,7 +345,7 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
     g.pointwise(CUDNN_POINTWISE_MUL, s, scale, ss);
     if (!backward) {
         Desc sm = g.causal_mask(ss, s_dims, neg_inf);
-        Desc v = g.tensor(kV, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
+        Desc v = g.tensor(kV, CUDNN_DATA_BFLOAT16, kv_dims, qkv_strides);
         Desc mx = g.virt(CUDNN_DATA_FLOAT, row_dims), sub = g.virt(CUDNN_DATA_FLOAT, s_dims);
         Desc e = g.virt(CUDNN_DATA_FLOAT, s_dims), z = g.virt(CUDNN_DATA_FLOAT, row_dims);
         Desc lz = g.virt(CUDNN_DATA_FLOAT, row_dims), p = g.virt(CUDNN_DATA_BFLOAT16, s_dims);
@@ -341,8 +361,16 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
         Desc vt = g.tensor(kVT, CUDNN_DATA_BFLOAT16, tr_dims, tr_strides);
         Desc dout = g.tensor(kDO, CUDNN_DATA_BFLOAT16, out_dims, out_strides);
         Desc dq = g.tensor(kDQ, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
-        Desc dk = g.tensor(kDK, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
-        Desc dv = g.tensor(kDV, CUDNN_DATA_BFLOAT16, qkv_dims, qkv_strides);
+        Desc dk = g.tensor(kDK, CUDNN_DATA_BFLOAT16, kv_dims, qkv_strides);
+        Desc dv = g.tensor(kDV, CUDNN_DATA_BFLOAT16, kv_dims, qkv_strides);
+        // grouped-query: per-query-head dK / dV (virtual, bf16, packed), then summed over each group
+        const int64_t full_dims[4] = {b, h, t, d};
+        const auto per_head_then_sum = [&](Desc a, Desc bm, Desc y) {
+            if (hk == h) return g.matmul(a, bm, y);
+            Desc full = g.virt(CUDNN_DATA_BFLOAT16, full_dims);
+            g.matmul(a, bm, full);
+            g.reduce(CUDNN_REDUCE_TENSOR_ADD, full, y);
+        };
         Desc one = g.scalar(kOne);
         // D = rowsum(dO * O) * 1, a non-virtual fp32 tensor in the workspace (the engine's "softmax sum")
         Desc dodo = g.virt(CUDNN_DATA_FLOAT, out_dims), dsum = g.virt(CUDNN_DATA_FLOAT, row_dims);
@@ -357,7 +385,7 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
         g.pointwise(CUDNN_POINTWISE_EXP, subm, nullptr, p);
         Desc pt = g.tensor(-1, CUDNN_DATA_BFLOAT16, s_dims, s_tr_strides);
         g.reshape(p, pt);
-        g.matmul(pt, dout, dv);
+        per_head_then_sum(pt, dout, dv);
         // dS = P * (dO V^T - D) * scale, fp32
         Desc dp = g.virt(CUDNN_DATA_FLOAT, s_dims), dpd = g.virt(CUDNN_DATA_FLOAT, s_dims);
         Desc dpp = g.virt(CUDNN_DATA_FLOAT, s_dims), ds = g.virt(CUDNN_DATA_FLOAT, s_dims);
@@ -368,10 +396,10 @@ CudnnAttention::Plan& CudnnAttention::plan_for(bool backward, int B, int T, int 
         // dK = dS^T Q, with dS^T in bf16 (the reshape is also the cast)
         Desc dst = g.tensor(-1, CUDNN_DATA_BFLOAT16, s_dims, s_tr_strides);
         g.reshape(ds, dst);
-        g.matmul(dst, q, dk);
+        per_head_then_sum(dst, q, dk);
         // dQ = dS K (K as a virtual fp32 view) straight into dQ: no fp32 accumulator, so the engine
         // takes its deterministic dP-workspace algorithm (the file's header)
-        Desc k = g.tensor(-1, CUDNN_DATA_FLOAT, qkv_dims, qkv_strides);
+        Desc k = g.tensor(-1, CUDNN_DATA_FLOAT, kv_dims, qkv_strides);
         g.reshape(kt, k);
         g.matmul(ds, k, dq);
     }
@@ -394,27 +422,29 @@ struct BackwardWorkspace {
 };
 }  // namespace
 
-size_t CudnnAttention::workspace_bytes(bool backward, int B, int T, int C, int NH) {
-    const Plan& plan = plan_for(backward, B, T, C, NH);
+size_t CudnnAttention::workspace_bytes(bool backward, int B, int T, int C, int NH, int NKV) {
+    const Plan& plan = plan_for(backward, B, T, C, NH, NKV);
     if (!backward) return round_up_256(static_cast<size_t>(plan.workspace));
     return BackwardWorkspace(plan.workspace, B, T, NH).total;
 }
 
 void CudnnAttention::forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T, int C, int NH,
-                             void* workspace, cudaStream_t stream) {
-    Plan& plan = plan_for(false, B, T, C, NH);
+                             int NKV, void* workspace, cudaStream_t stream) {
+    Plan& plan = plan_for(false, B, T, C, NH, NKV);
+    const size_t kv = static_cast<size_t>(C / NH) * NKV;  // K starts at C, V at C + kv
     check(cudnnSetStream(static_cast<cudnnHandle_t>(handle_), stream), "cudnnSetStream");
     float scale = 1.0f / std::sqrt(static_cast<float>(C / NH)), neg_inf = std::numeric_limits<float>::lowest();
     auto* base = const_cast<__nv_bfloat16*>(qkv);
     const std::vector<int64_t> uids = {kQ, kKT, kV, kO, kStats, kScale, kNegInf};
-    const std::vector<void*> ptrs = {base, base + C, base + 2 * C, out, lse, &scale, &neg_inf};
+    const std::vector<void*> ptrs = {base, base + C, base + C + kv, out, lse, &scale, &neg_inf};
     execute(static_cast<cudnnHandle_t>(handle_), plan.plan, uids, ptrs, workspace);
 }
 
 void CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                              const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH,
+                              const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH, int NKV,
                               void* workspace, cudaStream_t stream) {
-    Plan& plan = plan_for(true, B, T, C, NH);
+    Plan& plan = plan_for(true, B, T, C, NH, NKV);
+    const size_t kv = static_cast<size_t>(C / NH) * NKV;  // K starts at C, V at C + kv
     check(cudnnSetStream(static_cast<cudnnHandle_t>(handle_), stream), "cudnnSetStream");
     const BackwardWorkspace layout(plan.workspace, B, T, NH);
     char* ws = static_cast<char*>(workspace);
@@ -425,7 +455,7 @@ void CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
                                        kDO, kDQ, kDK, kDV, kOne,   kSoftmaxSum};
     const std::vector<void*> ptrs = {base,
                                      base + C,
-                                     base + 2 * C,
+                                     base + C + kv,
                                      const_cast<__nv_bfloat16*>(out),
                                      const_cast<float*>(lse),
                                      &scale,
@@ -433,7 +463,7 @@ void CudnnAttention::backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
                                      const_cast<__nv_bfloat16*>(dout),
                                      dqkv,
                                      dqkv + C,
-                                     dqkv + 2 * C,
+                                     dqkv + C + kv,
                                      &one,
                                      ws + layout.sum_offset};
     execute(static_cast<cudnnHandle_t>(handle_), plan.plan, uids, ptrs, ws);

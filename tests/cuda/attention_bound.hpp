@@ -37,12 +37,14 @@ struct AttentionBound {
     std::vector<double> out, dqkv;
 };
 
-/// The bound for attention forward + backward on qkv (B,T,3C) and dout (B,T,C), heads of HS = C/NH.
+/// The bound for attention forward + backward on qkv (B,T,3C) and dout (B,T,C), heads of HS = C/NH;
+/// `dqkv_exact`, when given, receives the exact (float64) dqkv the bound was derived from.
 inline AttentionBound attention_bound(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T,
-                                      int C, int NH) {
+                                      int C, int NH, std::vector<double>* dqkv_exact = nullptr) {
     const int HS = C / NH;
     const double c = 1.0 / 256 + 2.0 * (T + HS) / (1 << 24), scale = 1.0 / std::sqrt(double(HS));
     AttentionBound r{std::vector<double>(size_t(B) * T * C), std::vector<double>(size_t(B) * T * 3 * C)};
+    if (dqkv_exact != nullptr) dqkv_exact->assign(r.dqkv.size(), 0.0);
     std::vector<double> p(size_t(T) * T), ds(size_t(T) * T), eds(size_t(T) * T);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
@@ -83,6 +85,7 @@ inline AttentionBound attention_bound(const std::vector<float>& qkv, const std::
                     for (int j = 0; j <= i; j++)
                         s += ds[size_t(i) * T + j] * k(j, d), e += eds[size_t(i) * T + j] * std::fabs(k(j, d));
                     r.dqkv[at(3 * C, i, d)] = scale * e + c * scale * std::fabs(s);
+                    if (dqkv_exact != nullptr) (*dqkv_exact)[at(3 * C, i, d)] = scale * s;
                 }
             for (int j = 0; j < T; j++)
                 for (int d = 0; d < HS; d++) {  // dk, dv
@@ -94,8 +97,58 @@ inline AttentionBound attention_bound(const std::vector<float>& qkv, const std::
                     }
                     r.dqkv[at(3 * C, j, d) + C] = scale * ek + c * scale * std::fabs(sk);
                     r.dqkv[at(3 * C, j, d) + 2 * C] = c * ev + c * std::fabs(sv);
+                    if (dqkv_exact != nullptr) {
+                        (*dqkv_exact)[at(3 * C, j, d) + C] = scale * sk;
+                        (*dqkv_exact)[at(3 * C, j, d) + 2 * C] = sv;
+                    }
                 }
         }
+    return r;
+}
+
+/// The bound for grouped-query attention on qkv (B,T,(NH + 2 NKV)*HS) = q | k | v, query head h
+/// reading key/value head h / (NH/NKV), dout (B,T,NH*HS); dqkv in the same layout as qkv. Derived
+/// from the multi-head problem with the key/value heads repeated (attention_bound above, on that
+/// copy): out and dq as there; dK and dV of key/value head g are sums over its NH/NKV query heads, as
+/// cuDNN's grouped-query graph computes them (cudnn_attention.cu: each head's dK, dV rounded to bf16,
+/// as the multi-head bound already counts, then summed and rounded once more), so their bound is the
+/// sum of the query heads' bounds, plus u_b |dk_g| for the last rounding and (group - 1) u_f sum|dk_h|
+/// for the fp32 sum. An engine that sums in fp32 before one rounding stays inside it.
+inline AttentionBound attention_bound_gqa(const std::vector<float>& qkv, const std::vector<float>& dout, int B, int T,
+                                          int NH, int NKV, int HS) {
+    const int C = NH * HS, group = NH / NKV;
+    const size_t W = size_t(NH + 2 * NKV) * HS, W3 = 3 * size_t(C), N = size_t(B) * T;
+    std::vector<float> q3(N * W3);
+    for (size_t n = 0; n < N; n++)
+        for (int h = 0; h < NH; h++)
+            for (int d = 0; d < HS; d++) {
+                const int g = h / group;
+                q3[n * W3 + h * HS + d] = qkv[n * W + h * HS + d];
+                q3[n * W3 + C + h * HS + d] = qkv[n * W + C + g * HS + d];
+                q3[n * W3 + 2 * C + h * HS + d] = qkv[n * W + C + (NKV + g) * HS + d];
+            }
+    std::vector<double> exact3;
+    const AttentionBound b3 = attention_bound(q3, dout, B, T, C, NH, &exact3);
+    AttentionBound r{b3.out, std::vector<double>(N * W, 0.0)};
+    std::vector<double> exact(N * W, 0.0), abs_sum(N * W, 0.0);
+    for (size_t n = 0; n < N; n++)
+        for (int h = 0; h < NH; h++)
+            for (int d = 0; d < HS; d++) {
+                const int g = h / group;
+                r.dqkv[n * W + h * HS + d] = b3.dqkv[n * W3 + h * HS + d];
+                for (int part = 1; part <= 2; part++) {  // k, then v
+                    const size_t to = n * W + C + size_t((part - 1) * NKV + g) * HS + d;
+                    const size_t from = n * W3 + size_t(part) * C + size_t(h) * HS + d;
+                    r.dqkv[to] += b3.dqkv[from];
+                    exact[to] += exact3[from];
+                    abs_sum[to] += std::fabs(exact3[from]);
+                }
+            }
+    if (group > 1)
+        for (size_t n = 0; n < N; n++)
+            for (size_t x = C; x < W; x++)
+                r.dqkv[n * W + x] += std::fabs(exact[n * W + x]) / 256 +
+                                     (group - 1) * abs_sum[n * W + x] / (1 << 24);
     return r;
 }
 

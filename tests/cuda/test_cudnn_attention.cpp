@@ -7,9 +7,17 @@
 //     2^-7 of (|x| + rms) (fp32 from fp32 scores, as every path: cuda_test_util.hpp's measure);
 //  2. its backward is deterministic: three backward calls on the same inputs give bitwise the same
 //     dqkv, at a shape where the dQ of a query row gathers many key blocks (T 1024, B 8), where the
-//     atomic dQ accumulation it used to select differed from run to run (cudnn_attention.cu).
+//     atomic dQ accumulation it used to select differed from run to run (cudnn_attention.cu);
+//  3. grouped-query attention (n_kv_head 4, 2, 1 of n_head 8 or 12, head size 64 and 128, T 256 and
+//     1024: each n_kv_head with both T, both head sizes and both n_head) through
+//     attention_forward_gqa / attention_backward_gqa: the cuDNN graph that takes K/V with n_kv_head
+//     heads ran (attention_reason() says which route: not the expanded copy of gqa.cu), out and dqkv
+//     within attention_bound_gqa's bound of the CPU, lse within 2^-7, and the backward bitwise
+//     repeatable (also at B 8, T 1024).
 // The same bound holds for the cublas path under the emulator (test_cublas_attention.cpp), where
 // a mutation check shows it catches real errors.
+#include <array>
+#include <cstdio>
 #include <cstring>
 
 #include "tests/cuda/attention_bound.hpp"
@@ -104,6 +112,121 @@ TEST(CudnnAttentionBackward, IsBitwiseRepeatable) {
         EXPECT_EQ(differing, 0u) << "backward " << run + 1
                                  << ": dqkv elements differing in their bits from the first, of " << again.size();
     }
+}
+
+// ---- grouped-query attention on cuDNN's graph with NKV key/value heads ----
+
+struct GqaShape {
+    int B, T, NH, NKV, HS;
+};
+void PrintTo(const GqaShape& s, std::ostream* os) {
+    *os << "B " << s.B << ", T " << s.T << ", NH " << s.NH << ", NKV " << s.NKV << ", HS " << s.HS;
+}
+
+/// What attention_reason() carries once cuDNN ran a grouped-query call on its graph with NKV heads
+/// (cuda_ops.cu's cudnn_gqa_native; the fallback says "grouped-query: expanded K/V copy (...)").
+constexpr const char* kNativeGqaRoute = "grouped-query: cuDNN graph with n_kv_head K/V heads";
+
+/// out, lse and dqkv of the grouped-query op on `o` (qkv (B,T,(NH + 2 NKV)*HS)).
+std::array<std::vector<float>, 3> run_gqa(Ops& o, const std::vector<float>& qkv, const std::vector<float>& dout,
+                                          const GqaShape& s) {
+    const DType dt = o.act_dtype();
+    const size_t es = dtype_size(dt), N = static_cast<size_t>(s.B) * s.T, C = static_cast<size_t>(s.NH) * s.HS;
+    DevBuf dq = upload(o, qkv, dt), dgo = upload(o, dout, dt);
+    DevBuf out(o, N * C * es), lse(o, N * s.NH * 4), dqkv(o, qkv.size() * es);
+    o.attention_forward_gqa(out.ptr, lse.as<float>(), dq.ptr, s.B, s.T, s.NH, s.NKV, s.HS);
+    o.attention_backward_gqa(dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>(), s.B, s.T, s.NH, s.NKV, s.HS);
+    return {download(o, out.ptr, N * C, dt), download(o, lse.ptr, N * s.NH, DType::f32),
+            download(o, dqkv.ptr, qkv.size(), dt)};
+}
+
+/// The worst |got - want| / bound (printed beside each case, as test_flash_attention's).
+double worst_of_bound(const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& b) {
+    double worst = 0;
+    for (size_t i = 0; i < got.size() && i < want.size() && i < b.size(); i++)
+        worst = std::fmax(worst, std::fabs(double(got[i]) - want[i]) / (b[i] + 1e-30));
+    return worst;
+}
+
+/// Three grouped-query backward calls give bitwise the same dqkv (every element written each time).
+void expect_gqa_backward_repeatable(Ops& o, const GqaShape& s, uint64_t seed) {
+    const size_t N = static_cast<size_t>(s.B) * s.T, C = static_cast<size_t>(s.NH) * s.HS;
+    const size_t W = static_cast<size_t>(s.NH + 2 * s.NKV) * s.HS;
+    DevBuf dq = upload(o, random_vec(N * W, seed, true, -2, 2), DType::bf16);
+    DevBuf dgo = upload(o, random_vec(N * C, seed + 1, true), DType::bf16);
+    DevBuf out(o, N * C * 2), lse(o, N * s.NH * 4), dqkv(o, N * W * 2);
+    o.attention_forward_gqa(out.ptr, lse.as<float>(), dq.ptr, s.B, s.T, s.NH, s.NKV, s.HS);
+    std::vector<uint16_t> first, again(N * W);
+    for (int run = 0; run < 3; run++) {
+        o.memset(dqkv.ptr, 0xff, N * W * 2);  // NaNs: a run that leaves any element unwritten shows
+        o.attention_backward_gqa(dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>(), s.B, s.T, s.NH, s.NKV, s.HS);
+        o.memcpy_d2h(again.data(), dqkv.ptr, again.size() * 2);
+        o.synchronize();
+        if (run == 0) {
+            first = again;
+            continue;
+        }
+        size_t differing = 0;
+        for (size_t i = 0; i < again.size(); i++) differing += again[i] != first[i];
+        EXPECT_EQ(differing, 0u) << "grouped-query backward " << run + 1
+                                 << ": dqkv elements differing in their bits from the first, of " << again.size();
+    }
+}
+
+class CudnnGqa : public testing::TestWithParam<GqaShape> {};
+
+TEST_P(CudnnGqa, MatchesCpuWithinTheDerivedBoundAndRepeats) {
+    const GqaShape s = GetParam();
+    auto cudnn = cudnn_backend();
+    if (!cudnn) GTEST_SKIP() << "this build has no cuDNN";
+    auto cpu = make_cpu_backend();
+    const size_t N = static_cast<size_t>(s.B) * s.T, W = static_cast<size_t>(s.NH + 2 * s.NKV) * s.HS;
+    const auto qkv = random_vec(N * W, 300 + s.NKV, true, -2, 2);
+    const auto dout = random_vec(N * s.NH * s.HS, 310 + s.NKV, true);
+    const auto got = run_gqa(*cudnn, qkv, dout, s);
+    const std::string route = cudnn->attention_reason();
+    const auto want = run_gqa(*cpu, qkv, dout, s);
+    const AttentionBound bound = attention_bound_gqa(qkv, dout, s.B, s.T, s.NH, s.NKV, s.HS);
+    std::printf("cuDNN GQA NH %d NKV %d HS %d T %d B %d: out %.2f, dqkv %.2f of the bound (%s)\n", s.NH, s.NKV, s.HS,
+                s.T, s.B, worst_of_bound(got[0], want[0], bound.out), worst_of_bound(got[2], want[2], bound.dqkv),
+                route.c_str());
+    // the numbers above are the graph with NKV heads, not the expanded copy's (which stays the fallback)
+    EXPECT_NE(route.find(kNativeGqaRoute), std::string::npos) << route;
+    expect_within_bound("cudnn gqa out", got[0], want[0], bound.out);
+    expect_close("cudnn gqa lse", got[1], want[1], kTolBf16);
+    expect_within_bound("cudnn gqa dqkv", got[2], want[2], bound.dqkv);
+    expect_gqa_backward_repeatable(*cudnn, s, 320 + s.NKV);
+}
+
+INSTANTIATE_TEST_SUITE_P(Gpu, CudnnGqa,
+                         testing::Values(GqaShape{2, 256, 8, 4, 64},     // Llama-style groups of 2
+                                         GqaShape{1, 1024, 12, 4, 64},   // groups of 3
+                                         GqaShape{2, 256, 12, 2, 128},   // groups of 6, head size 128
+                                         GqaShape{1, 1024, 8, 2, 128},   // groups of 4
+                                         GqaShape{2, 256, 8, 1, 128},    // multi-query
+                                         GqaShape{1, 1024, 12, 1, 64}),  // multi-query, full context
+                         [](const testing::TestParamInfo<GqaShape>& i) {
+                             std::string name = "NH";  // appended step by step (GCC 12 -Wrestrict false positive)
+                             name += std::to_string(i.param.NH);
+                             name += "_KV";
+                             name += std::to_string(i.param.NKV);
+                             name += "_HS";
+                             name += std::to_string(i.param.HS);
+                             name += "_T";
+                             name += std::to_string(i.param.T);
+                             return name;
+                         });
+
+/// The grouped-query backward at a training-sized shape (many key blocks per dQ row, as
+/// CudnnAttentionBackward.IsBitwiseRepeatable): bitwise the same dqkv three times, on the NKV graph.
+TEST(CudnnGqaBackward, IsBitwiseRepeatable) {
+    auto cudnn = cudnn_backend();
+    if (!cudnn) GTEST_SKIP() << "this build has no cuDNN";
+    for (const GqaShape s : {GqaShape{8, 1024, 12, 4, 64}, GqaShape{8, 1024, 8, 1, 128}}) {
+        SCOPED_TRACE(testing::PrintToString(s));
+        expect_gqa_backward_repeatable(*cudnn, s, 330 + s.NKV);
+    }
+    EXPECT_NE(cudnn->attention_reason().find(kNativeGqaRoute), std::string::npos) << cudnn->attention_reason();
 }
 
 }  // namespace
