@@ -38,10 +38,13 @@
 //   partial, dS K (A fragments of dS by ldmatrix.trans of dS^T), and store it in fp32 to the
 //   workspace: (b, h, key block kb, query row i >= 64 kb). A second kernel sums each dQ row's
 //   partials in key-block order, scales by 1/sqrt(HS) and writes bf16: no atomics, every sum in a
-//   fixed order, the same bits every run. dK (scaled) and dV are written once at the end.
+//   fixed order, the same bits every run. dK (scaled) and dV are written once at the end. The
+//   workspace holds the partials of as many batch rows as fit flash_dq_workspace_cap (256 MiB);
+//   larger batches run as several (fused kernel, sum) pairs in stream order on the same workspace.
 //   P and dS enter the mma rounded to bf16, as in FlashAttention-2 and cuDNN (the error bound of
 //   tests/cuda/attention_bound.hpp).
 // Rows past T are zero-filled by cp.async (src-size 0) and masked where they would contribute.
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -254,12 +257,13 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
 
 /// Backward, Algorithm 2, fused: dK and dV of key block blockIdx.x of key/value head g = blockIdx.y
 /// (summed over its query heads g*NH/NKV .. in order), and that key block's dQ partials.
-/// grid (ceil(T/64), NKV, B), block 128, smem flash_backward_smem_bytes(HS). delta: D (B,NH,T);
-/// dq_part: the partials, flash_dq_partial_rows(T) rows of HS floats per (b, h).
+/// grid (ceil(T/64), NKV, batch rows of the chunk), block 128, smem flash_backward_smem_bytes(HS);
+/// batch row b = b0 + blockIdx.z. delta: D (B,NH,T); dq_part: the chunk's partials,
+/// flash_dq_partial_rows(T) rows of HS floats per (blockIdx.z, h).
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads, 1)
     flash_backward_kernel(bf16* dqkv, float* dq_part, const bf16* dout, const bf16* qkv, const float* lse,
-                          const float* delta, int T_, int C, int NH, int NKV) {
+                          const float* delta, int T_, int C, int NH, int NKV, int b0) {
     constexpr int kRows = kBwdRows<HS>;  // queries per step
     constexpr int kLd = kTileLd<HS>, kLdS = kRows + 8;
     constexpr int kKS = HS / 16, kNS = kRows / 8, kND = HS / 8;
@@ -275,7 +279,7 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     float* lses = reinterpret_cast<float*>(dss + kKeys * kLdS);  // stage s: lse * log2e at lses + s * kRows
     float* dels = lses + 2 * kRows;                               // stage s: D
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t4 = lane % 4;
-    const int b = blockIdx.z, gkv = blockIdx.y, kb = blockIdx.x, j0 = kb * kKeys, jw = j0 + warp * 16;
+    const int b = b0 + blockIdx.z, gkv = blockIdx.y, kb = blockIdx.x, j0 = kb * kKeys, jw = j0 + warp * 16;
     const int group = NH / NKV, h0 = gkv * group;
     const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
     const bf16* xb = qkv + static_cast<size_t>(b) * T_ * stride;
@@ -381,7 +385,7 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
             }
             // Rows [j0, T) of key block kb start after the rows of blocks 0 .. kb-1: sum of T - 64 k.
             const size_t first = static_cast<size_t>(kb) * T_ - static_cast<size_t>(kKeys) * kb * (kb - 1) / 2;
-            float* part = dq_part + ((static_cast<size_t>(b) * NH + h) * dq_partial_rows(T_) + first) * HS;
+            float* part = dq_part + ((static_cast<size_t>(blockIdx.z) * NH + h) * dq_partial_rows(T_) + first) * HS;
             for (int r = 0; r < 2; r++) {
                 const int i = q0 + qt * 16 + g + 8 * r;
                 if (i >= T_) continue;
@@ -406,14 +410,14 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
 
 /// dQ row i of (b, h) = (1/sqrt(HS)) x the sum of its key blocks' partials, kb = 0 .. i/64 in
 /// that order (deterministic), as bf16 into dqkv. One thread per 8 columns of a row.
-/// grid (ceil(T*HS/8 / 256), NH, B), block 256.
+/// grid (ceil(T*HS/8 / 256), NH, batch rows of the chunk), block 256; batch row b0 + blockIdx.z.
 template <int HS>
-__global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_, int C, int NH, int NKV) {
+__global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_, int C, int NH, int NKV, int b0) {
     constexpr int kChunks = HS / 8;
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     if (x >= T_ * kChunks) return;
-    const int b = blockIdx.z, h = blockIdx.y, i = x / kChunks, d = (x % kChunks) * 8;
-    const float* part = dq_part + (static_cast<size_t>(b) * NH + h) * dq_partial_rows(T_) * HS + d;
+    const int b = b0 + blockIdx.z, h = blockIdx.y, i = x / kChunks, d = (x % kChunks) * 8;
+    const float* part = dq_part + (static_cast<size_t>(blockIdx.z) * NH + h) * dq_partial_rows(T_) * HS + d;
     float acc[8] = {};
     size_t first = 0;  // the first row of key block kb
     for (int kb = 0; kb <= i / kKeys; kb++) {
@@ -462,12 +466,16 @@ static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
                            int T_, int C, int NH, int NKV, cudaStream_t stream) {
     const size_t delta_floats = (static_cast<size_t>(B) * NH * T_ * sizeof(float) + 255) / 256 * 256 / sizeof(float);
     float* dq_part = scratch + delta_floats;
-    launch_flash(flash_backward_kernel<HS>, dim3(ceil_div(T_, kKeys), NKV, B), flash_backward_smem_bytes(HS), stream,
-                 dqkv, dq_part, dout, qkv, static_cast<const float*>(lse), static_cast<const float*>(scratch), T_, C,
-                 NH, NKV);
+    const int chunk = flash_backward_batch_chunk(B, T_, C, NH);  // batch rows whose partials fit the workspace
     constexpr int kBlock = 256;
-    launch(flash_dq_reduce_kernel<HS>, dim3(ceil_div(T_ * (HS / 8), kBlock), NH, B), dim3(kBlock), 0, stream, dqkv,
-           static_cast<const float*>(dq_part), T_, C, NH, NKV);
+    for (int b0 = 0; b0 < B; b0 += chunk) {  // each chunk's sum reads its partials before the next overwrites them
+        const int nb = std::min(chunk, B - b0);
+        launch_flash(flash_backward_kernel<HS>, dim3(ceil_div(T_, kKeys), NKV, nb), flash_backward_smem_bytes(HS),
+                     stream, dqkv, dq_part, dout, qkv, static_cast<const float*>(lse),
+                     static_cast<const float*>(scratch), T_, C, NH, NKV, b0);
+        launch(flash_dq_reduce_kernel<HS>, dim3(ceil_div(T_ * (HS / 8), kBlock), NH, nb), dim3(kBlock), 0, stream,
+               dqkv, static_cast<const float*>(dq_part), T_, C, NH, NKV, b0);
+    }
 }
 
 void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, int NKV,

@@ -52,14 +52,32 @@ inline size_t flash_dq_partial_rows(int T) {
     const size_t bc = flash_key_rows(), nkb = (static_cast<size_t>(T) + bc - 1) / bc;
     return nkb * static_cast<size_t>(T) - bc * nkb * (nkb - 1) / 2;
 }
+/// The most bytes of dQ partials one backward launch may use (256 MiB): the backward runs over the
+/// batch in chunks of flash_backward_batch_chunk rows, each chunk's fused kernel and dQ sum in turn
+/// on the same workspace. A variable so that tests can lower it (every reader sees the same value:
+/// the scratch size and the launcher agree).
+inline size_t flash_dq_workspace_cap = size_t{256} << 20;
+/// dQ partial bytes of one batch row (all NH heads).
+inline size_t flash_dq_partial_bytes_per_batch(int T, int C, int NH) {
+    return static_cast<size_t>(NH) * flash_dq_partial_rows(T) * static_cast<size_t>(C / NH) * sizeof(float);
+}
+/// Batch rows per backward launch: as many as fit flash_dq_workspace_cap, at least 1, at most B.
+inline int flash_backward_batch_chunk(int B, int T, int C, int NH) {
+    const size_t per = flash_dq_partial_bytes_per_batch(T, C, NH);
+    const size_t fit = per == 0 ? size_t(B) : flash_dq_workspace_cap / per;
+    return static_cast<int>(std::max<size_t>(1, std::min<size_t>(fit, size_t(B))));
+}
 /// Bytes of the fp32 scratch flash_attention_backward needs: D = rowsum(dO o O) (B*NH*T floats,
-/// rounded up to 256 bytes), then the dQ partials of every key block (B*NH*flash_dq_partial_rows(T)
-/// rows of head_size floats), which a second kernel sums in key-block order (deterministic, no
-/// atomics). GPT-2 124M at micro-batch 32 (T 1024, 12 heads of 64): 818 MiB.
+/// rounded up to 256 bytes), then the dQ partials of every key block for one batch chunk
+/// (flash_backward_batch_chunk rows x NH heads x flash_dq_partial_rows(T) rows of head_size
+/// floats), which a second kernel sums in key-block order (deterministic, no atomics). GPT-2 124M
+/// at micro-batch 32 (T 1024, 12 heads of 64): 25.5 MiB of partials per batch row, 10 rows per
+/// chunk, 256.5 MiB in all with D (all 32 rows at once would be 818 MiB).
 inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
-    const size_t heads = static_cast<size_t>(B) * NH, hs = static_cast<size_t>(C / NH);
+    const size_t heads = static_cast<size_t>(B) * NH;
     const size_t delta = (heads * T * sizeof(float) + 255) / 256 * 256;
-    return delta + heads * flash_dq_partial_rows(T) * hs * sizeof(float);
+    return delta + static_cast<size_t>(flash_backward_batch_chunk(B, T, C, NH)) *
+                       flash_dq_partial_bytes_per_batch(T, C, NH);
 }
 
 }  // namespace llmtrain::cuda

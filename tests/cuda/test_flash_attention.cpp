@@ -212,6 +212,24 @@ TEST(FlashAttentionRepeat, FusedBackwardIsBitwiseRepeatable) {
     for (int k = 0; k < 3; k++) EXPECT_EQ(again[k], first[k]) << "grouped-query output " << k;
 }
 
+/// The backward in batch chunks (the dQ partials of as many batch rows as fit
+/// flash_dq_workspace_cap, several fused-kernel and sum launches on one workspace) gives the same
+/// bits as in one launch: B 3 at a cap of one row's partials, and of two rows (chunks 2 + 1).
+TEST(FlashAttentionChunks, BatchChunksGiveTheSameBits) {
+    const Shape s{3, 150, 128, 2};
+    const auto [qkv, dout] = inputs(s, 98);
+    const auto whole = run_attention(*make_native_bf16(), qkv, dout, s);
+    ASSERT_EQ(cuda::flash_backward_batch_chunk(s.B, s.T, s.C, s.NH), s.B);
+    const size_t saved = cuda::flash_dq_workspace_cap, per = cuda::flash_dq_partial_bytes_per_batch(s.T, s.C, s.NH);
+    for (size_t rows : {1, 2}) {
+        cuda::flash_dq_workspace_cap = rows * per + per / 2;
+        EXPECT_EQ(cuda::flash_backward_batch_chunk(s.B, s.T, s.C, s.NH), static_cast<int>(rows));
+        const auto chunked = run_attention(*make_native_bf16(), qkv, dout, s);
+        for (int k = 0; k < 3; k++) EXPECT_EQ(chunked[k], whole[k]) << "output " << k << ", chunks of " << rows;
+    }
+    cuda::flash_dq_workspace_cap = saved;
+}
+
 /// Causal skipping, observed through NaN (which any product with it would spread): T 300 at head
 /// size 64 (forward blocks of 128 rows, 32 per warp; key blocks of 64). Keys and values from 128 on
 /// set to NaN leave rows 0-127 (forward block 0 never loads key blocks 2-4) bitwise unchanged, and
