@@ -1,6 +1,7 @@
 // model/cuda/gqa.cu — grouped-query attention (Ainslie et al. 2023) on the attention paths whose
-// kernels take one head count (attention.cu, flash_attention.cu, cuDNN's graph as this backend
-// builds it): the key/value heads are expanded to one per query head around the multi-head op.
+// kernels take one head count (attention.cu; cuDNN only where it refuses its grouped-query graph,
+// cuda_ops.cu's fallback): the key/value heads are expanded to one per query head around the
+// multi-head op.
 //
 // qkv (B,T,(NH + 2 NKV)*HS) = [q (NH,HS) | k (NKV,HS) | v (NKV,HS)] per position; query head h reads
 // key/value head h / (NH/NKV). gqa_expand writes the multi-head qkv (B,T,3C), C = NH*HS, with k and
