@@ -349,6 +349,7 @@ const std::vector<Field>& fields() {
                    &ActivationCheckpointConfig::layers_per_stage, at_least(0)),
 
         field("checkpoint", "interval", &C::checkpoint, &CheckpointConfig::interval, at_least(0)),
+        field("checkpoint", "at_end", &C::checkpoint, &CheckpointConfig::at_end),
         field("checkpoint", "keep_last", &C::checkpoint, &CheckpointConfig::keep_last, at_least(0)),
         field("checkpoint", "resume", &C::checkpoint, &CheckpointConfig::resume, non_empty()),
         field("checkpoint", "overwrite", &C::checkpoint, &CheckpointConfig::overwrite),

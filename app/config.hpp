@@ -120,6 +120,7 @@ struct ActivationCheckpointConfig {
 
 struct CheckpointConfig {
     int interval = 500;                 ///< steps; 0 = only at the end and on SIGTERM/SIGINT
+    bool at_end = true;                 ///< also at run.max_steps and on SIGTERM/SIGINT (checkpoints_on)
     int keep_last = 3;                  ///< complete checkpoints kept; 0 = keep all
     std::string resume = "auto";        ///< "auto" | "none" | a checkpoint directory path
     bool overwrite = false;             ///< allow resume = "none" in a run dir that has checkpoints

@@ -79,9 +79,21 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
 /// Errors: InteropError naming the file, tensor or key (app/interop/safetensors.hpp).
 void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_shard);
 
+/// Whether the run can write checkpoints: checkpoint.interval > 0 or checkpoint.at_end (the end of
+/// the run and a stop signal). Off, the trainer allocates no checkpoint snapshot.
+bool checkpoints_on(const Config& cfg);
+
+/// Elements of the host snapshot this rank's CheckpointSaver reserves at start (w, m and v of each:
+/// 3 x 4 bytes per element, pinned, MemCategory::host), 0 when checkpoints are off or the rank
+/// writes no part: with tp = 1 the ranks of replica 0, adam's shard (adam.numel()); with tp > 1 each
+/// stage's first rank (TP index 0 of replica 0, which gathers the stage for save_tp), the whole
+/// tensors of the units `engine` holds, without the last stage's copy of the tied wte when pp > 1.
+size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const ZeroEngine& engine, const AdamW& adam);
+
 /// Bytes per MemCategory of the first rank (TP index 0) of pipeline stage `pp_stage` of a `world`-rank run of cfg
 /// at zero stage `stage`, counted by building it over the dry-run backend (model/dry_ops.hpp):
-/// nothing is allocated. The backend's own workspaces (cuBLASLt's 32 MiB, the attention path's:
+/// nothing is allocated. host includes the checkpoint snapshot (12 bytes x
+/// checkpoint_snapshot_elems) when checkpoints are on. The backend's own workspaces (cuBLASLt's 32 MiB, the attention path's:
 /// cuDNN's dP of B*NH*T^2*2 bytes, cublas' score tiles; docs/cuda.md) are not
 /// included. Errors: std::invalid_argument for a world or group size that does not fit.
 MemBytes estimate_memory(const Config& cfg, int world, int stage, int pp_stage = 0);

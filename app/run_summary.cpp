@@ -91,6 +91,16 @@ std::vector<std::string> Trainer::summary() const {
                   c.run.max_steps, c.optimizer.lr, c.lr_schedule.min_lr, c.lr_schedule.decay.c_str(),
                   c.lr_schedule.warmup_steps, c.training.grad_clip);
     out.push_back(sched);
+    const CheckpointConfig& ck = c.checkpoint;
+    if (!checkpoints_on(c)) {
+        out.push_back("checkpoints: off (checkpoint.interval = 0, checkpoint.at_end = false): none written, no host "
+                      "snapshot");
+    } else {
+        std::string when = ck.interval > 0 ? "every " + std::to_string(ck.interval) + " steps" : std::string();
+        if (ck.at_end) when += std::string(when.empty() ? "" : ", ") + "at the end and on SIGTERM/SIGINT";
+        out.push_back("checkpoints: " + when + "; host snapshot " + mib(3 * sizeof(float) * I.saver->reserved()) +
+                      " (pinned) on this rank");
+    }
     if (!I.saver->async_note().empty()) out.push_back(I.saver->async_note());  // HDF5 not thread-safe
     return out;
 }

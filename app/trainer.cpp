@@ -223,7 +223,8 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
         I.saver->poll(flags[1], log, metrics);
         const float stop = flags[0];
         const int interval = I.cfg.checkpoint.interval;
-        if ((interval > 0 && s % interval == 0) || s == max_steps || stop > 0) I.save(log, metrics);
+        const bool at_end = I.cfg.checkpoint.at_end && (s == max_steps || stop > 0);
+        if ((interval > 0 && s % interval == 0) || at_end) I.save(log, metrics);
         if (stop > 0 || s == max_steps) I.saver->complete(log, metrics);  // the last one is written before the end
         if (stop > 0) {
             log.line(std::string("stopping after step ") + std::to_string(s) + " on " +

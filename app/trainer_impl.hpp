@@ -153,13 +153,9 @@ struct Trainer::Impl {
         saver = std::make_unique<CheckpointSaver>(comm, *alloc, full_layout ? *full_layout : *layout, cfg.run.run_dir,
                                                   topo.pp() * (full_layout ? 1 : topo.zero_group_size()),
                                                   cfg.checkpoint.keep_last, cfg.checkpoint.async);
-        // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy.
-        if (topo.replica() == 0 && !full_layout) saver->reserve(adam->numel());
-        if (full_layout && topo.world_rank() == topo.rank_of(topo.stage(), 0, 0, 0)) {  // save_tp's gathering rank
-            size_t n = 0;
-            for (int u : tp_units(true)) n += full_layout->units()[size_t(u)].numel;
-            saver->reserve(n);
-        }
+        // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy; none
+        // when checkpoints are off (checkpoint.interval = 0, checkpoint.at_end = false).
+        if (const size_t n = checkpoint_snapshot_elems(cfg, topo, *engine, *adam)) saver->reserve(n);
 
         inputs.resize(size_t(B) * T);
         targets.resize(size_t(B) * T);

@@ -93,6 +93,8 @@ public:
     /// faults; pinned CUDA memory is resident already). The trainer calls it at start.
     /// Errors: std::runtime_error when the memory cannot be had.
     void reserve(size_t n);
+    /// Elements the snapshot buffers hold now (reserve(), snapshot()): 0 until a checkpoint needs them.
+    size_t reserved() const { return snap_n_; }
     /// Host fp32 buffers for this rank's snapshot: w, m, v of n elements each, back to back (3n),
     /// pinned (Allocator::alloc_host, counted as host memory), kept for the next checkpoints
     /// (reserve(n)). Valid until the next begin(). Errors: std::runtime_error when the memory

@@ -3,11 +3,15 @@
 //  - non-finite steps: the weights and moments of a run stopped before the blow-up, bit for bit;
 //  - a hung rank (SIGSTOP): the job ends within parallel.timeout_s + 10 s, its checkpoint resumes;
 //  - --dry-run --world-size: the ZeRO paper's 16 bytes of bf16 model states per parameter, 1%;
+//  - --dry-run: the checkpoint snapshot's 12 bytes per shard element in host memory when checkpoints
+//    are on, none when off (closed form, 1%);
 //  - ZeRO-3 resume: an uninterrupted 2-rank ZeRO-3 run, bit for bit;
 //  - offload: checkpoints with and without it resume into each other, against a run without, bit
 //    for bit; its config errors name the key (exit 2, nothing written);
 //  - a rank killed inside the checkpoint writer: the uninterrupted 2-rank job, bit for bit.
 #include <hdf5.h>
+
+#include <regex>
 
 #include "tests/app/e2e_util.hpp"
 
@@ -281,7 +285,8 @@ TEST_F(E2E, DryRunWithOffload) {
     // GPT-2 1.5B on 8 ranks with the optimizer offloaded (Ren et al. 2021): the device keeps the bf16
     // params and grads, 4 bytes per parameter at stage 0; the host holds the fp32 master weights, m
     // and v of the rank's shard, 12 Psi / 8 at stages 1-3 (12 Psi at stage 0), plus 4 staging buffers
-    // of 8 MiB (16 MiB chunks of fp32, bf16 copies). Within 1% (unit padding).
+    // of 8 MiB (16 MiB chunks of fp32, bf16 copies), plus the checkpoint snapshot (interval 1000:
+    // on) of the same 12 bytes per shard element. Within 1% (unit padding).
     const fs::path config = fs::path(__FILE__).parent_path().parent_path().parent_path() / "configs" / "gpt2-1.5b.toml";
     Proc p = run({LLMTRAIN_BIN, "--config", config.string(), "--dry-run", "--world-size", "8", "--set",
                   "optimizer.offload=\"cpu\""});
@@ -291,9 +296,74 @@ TEST_F(E2E, DryRunWithOffload) {
     auto rows = dry_run_rows(p.out);
     ASSERT_EQ(rows.size(), 4u) << p.out;
     EXPECT_NEAR(rows[0][kStatesColumn], 4 * psi / mib, 0.01 * 4 * psi / mib) << p.out;
-    EXPECT_NEAR(rows[0][kHostColumn], 12 * psi / mib + 32, 0.01 * 12 * psi / mib) << p.out;
+    EXPECT_NEAR(rows[0][kHostColumn], 2 * 12 * psi / mib + 32, 0.01 * 24 * psi / mib) << p.out;
     for (int stage = 1; stage <= 3; ++stage)
-        EXPECT_NEAR(rows[stage][kHostColumn], 12 * psi / 8 / mib + 32, 0.01 * 12 * psi / 8 / mib) << p.out;
+        EXPECT_NEAR(rows[stage][kHostColumn], 2 * 12 * psi / 8 / mib + 32, 0.01 * 24 * psi / 8 / mib) << p.out;
+}
+
+/// The "<what> X MiB" figure in text (the first after `after`), or -1 when absent.
+double mib_after(const std::string& text, const std::string& what, const std::string& after = "") {
+    const size_t from = text.find(after);
+    std::smatch m;
+    const std::string tail = from == std::string::npos ? "" : text.substr(from);
+    return std::regex_search(tail, m, std::regex(what + " ([0-9.]+) MiB")) ? std::stod(m[1]) : -1.0;
+}
+
+TEST_F(E2E, DryRunCountsTheCheckpointSnapshotOnlyWhenCheckpointsAreOn) {
+    // The checkpoint snapshot is pinned host memory of 3 x 4 bytes (w, m, v) per element of the
+    // rank's optimizer shard (CheckpointSaver::reserve), taken at start only when checkpoints can be
+    // written (checkpoint.interval > 0 or checkpoint.at_end). GPT-2 1.5B on 8 ranks (interval 1000):
+    // 12 Psi at ZeRO stage 0 (the counted rank holds the whole optimizer state), 12 Psi / 8 at stages
+    // 1-3, within 1% (unit padding); off (interval 0, at_end false): 0.0 at every stage. Then a real
+    // start (--dry-run alone builds the Trainer, CPU backend, tiny model): the summary's host memory
+    // and its snapshot line are 12 n bytes (n: the closed-form parameter count) when on (interval 0,
+    // at_end true: the end-of-run checkpoint needs it), and 0.0 MiB with "checkpoints: off" when off.
+    const fs::path config = fs::path(__FILE__).parent_path().parent_path().parent_path() / "configs" / "gpt2-1.5b.toml";
+    const auto dry = [&](std::vector<std::string> sets) {
+        std::vector<std::string> a = {LLMTRAIN_BIN, "--config", config.string(), "--dry-run", "--world-size", "8"};
+        for (const auto& x : sets) a.insert(a.end(), {"--set", x});
+        return run(a);
+    };
+    Proc on = dry({}), off = dry({"checkpoint.interval=0", "checkpoint.at_end=false"});
+    ASSERT_EQ(on.code, 0) << on.err;
+    ASSERT_EQ(off.code, 0) << off.err;
+    const double Vp = 50304, C = 1600, T = 1024, Lyr = 48, mib = 1024.0 * 1024.0;
+    const double psi = Vp * C + T * C + Lyr * (12 * C * C + 13 * C) + 2 * C;
+    auto rows_on = dry_run_rows(on.out), rows_off = dry_run_rows(off.out);
+    ASSERT_EQ(rows_on.size(), 4u) << on.out;
+    ASSERT_EQ(rows_off.size(), 4u) << off.out;
+    for (int stage = 0; stage <= 3; ++stage) {
+        const double want = 12 * psi / (stage == 0 ? 1 : 8) / mib;
+        EXPECT_NEAR(rows_on[stage][kHostColumn], want, 0.01 * want) << "stage " << stage << "\n" << on.out;
+        EXPECT_EQ(rows_off[stage][kHostColumn], 0.0) << "stage " << stage << "\n" << off.out;
+        EXPECT_EQ(rows_on[stage][kStatesColumn], rows_off[stage][kStatesColumn]) << "stage " << stage;  // device alike
+    }
+
+    const long long V = (tiny_vocab() + 127) / 128 * 128, c = 32, t = 16, l = 2;
+    const double n = double(V * c + t * c + l * (12 * c * c + 13 * c) + 2 * c), want = 12 * n / mib;
+    const auto start = [&](const std::string& name, std::vector<std::string> sets) {
+        auto a = llmtrain_args(case_dir() / name, sets);
+        a.push_back("--dry-run");
+        return run(a);
+    };
+    Proc real_on = start("on", {}), real_off = start("off", {"checkpoint.at_end=false"});
+    ASSERT_EQ(real_on.code, 0) << real_on.err;
+    ASSERT_EQ(real_off.code, 0) << real_off.err;
+    // Printed to 0.1 MiB: 0.05 of rounding plus 1% of padding.
+    EXPECT_NEAR(mib_after(real_on.out, "host", "memory (this rank)"), want, 0.05 + 0.01 * want) << real_on.out;
+    EXPECT_NEAR(mib_after(real_on.out, "host snapshot"), want, 0.05 + 0.01 * want) << real_on.out;
+    EXPECT_NE(real_on.out.find("checkpoints: at the end and on SIGTERM/SIGINT"), std::string::npos) << real_on.out;
+    EXPECT_EQ(mib_after(real_off.out, "host", "memory (this rank)"), 0.0) << real_off.out;
+    EXPECT_NE(real_off.out.find("checkpoints: off (checkpoint.interval = 0, checkpoint.at_end = false)"),
+              std::string::npos) << real_off.out;
+    EXPECT_GT(want, 0.3);  // the check above can tell 0.0 from the snapshot at this size
+    // Off, a run writes no checkpoint at its end either (on, the same run writes step_2).
+    Proc ran_off = run(llmtrain_args(case_dir() / "ran_off", {"run.max_steps=2", "checkpoint.at_end=false"}));
+    Proc ran_on = run(llmtrain_args(case_dir() / "ran_on", {"run.max_steps=2"}));
+    ASSERT_EQ(ran_off.code, 0) << ran_off.err;
+    ASSERT_EQ(ran_on.code, 0) << ran_on.err;
+    EXPECT_FALSE(fs::exists(case_dir() / "ran_off" / "checkpoints" / "step_2"));
+    EXPECT_TRUE(fs::exists(case_dir() / "ran_on" / "checkpoints" / "step_2"));
 }
 
 TEST_F(E2E, ZeroStage3ResumeIsBitwiseExact) {

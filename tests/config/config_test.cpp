@@ -323,7 +323,7 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
             actual[section + "." + m[1].str()] = m[2];
         }
     }
-    EXPECT_EQ(actual.size(), 78u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(actual.size(), 79u);  // keep in step with the key table in config.cpp
     EXPECT_EQ(documented, actual);
     // An empty file and empty sections are the defaults too.
     EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});
@@ -362,7 +362,7 @@ TEST(Config, RoundTripOfEveryKey) {
         "parallel.grad_reduce_dtype=\"bf16\"", "parallel.timeout_s=30", "pipeline.layers_per_stage=[12]",
         "pipeline.schedule=\"gpipe\"", "pipeline.plan_memory_gib=1.5", "activation_checkpoint.ratio=1", "activation_checkpoint.ratio_per_stage=[0.3]",
         "activation_checkpoint.layers_per_stage=[5]",
-        "checkpoint.interval=0", "checkpoint.keep_last=0", "checkpoint.resume=\"runs/x/checkpoints/step_5\"", "checkpoint.overwrite=true",
+        "checkpoint.interval=0", "checkpoint.at_end=false", "checkpoint.keep_last=0", "checkpoint.resume=\"runs/x/checkpoints/step_5\"", "checkpoint.overwrite=true",
         "metrics.enabled=false", "metrics.listen=\"localhost:0\""};
     const Config c = load_config("", all);
     // Each override changed exactly its own line of the printout.
