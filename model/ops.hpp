@@ -17,6 +17,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -105,6 +106,14 @@ public:
         synchronize_event(e);
         return true;
     }
+    /// How the backend's own host waits poll (the encoder backward's waits for its pinned buffers):
+    /// waiter(done, what) must return once done() (non-blocking) is true, or throw; `what` names the
+    /// wait. A pipeline stage sets parallel/host_wait.hpp's poll_with_watchdog over its links, so a
+    /// wait behind a receive that never lands ends with parallel.timeout_s's CommError instead of
+    /// hanging; empty (the default): synchronize_event. Whoever sets it clears it (set_host_waiter({}))
+    /// before what it captures dies.
+    using HostWaiter = std::function<void(const std::function<bool()>& done, const std::string& what)>;
+    void set_host_waiter(HostWaiter waiter) { host_waiter_ = std::move(waiter); }
     /// An event that elapsed_seconds() can read (CUDA events are otherwise made without timing).
     virtual Event create_timed_event() = 0;
     /// Seconds from `start` to `end`, two timed events both recorded and completed (on the CPU,
@@ -299,6 +308,12 @@ protected:
     [[noreturn]] void missing(const char* op) const {
         throw std::logic_error(std::string(name()) + " backend: " + op + " is not implemented");
     }
+    /// The host waits for e through the waiter set with set_host_waiter (polling query_event), else
+    /// synchronize_event(e). Errors: the waiter's (CommError on its deadline), the backend's.
+    void host_wait_event(Event e, const std::string& what) {
+        if (host_waiter_) host_waiter_([this, e] { return query_event(e); }, what);
+        else synchronize_event(e);
+    }
     /// Backends call this after allocating (+bytes) or freeing (-bytes) device memory of their own.
     void note_internal_memory(std::ptrdiff_t delta_bytes) {
         internal_bytes_ = static_cast<size_t>(static_cast<std::ptrdiff_t>(internal_bytes_) + delta_bytes);
@@ -308,6 +323,7 @@ protected:
 private:
     InternalMemoryListener* listener_ = nullptr;
     size_t internal_bytes_ = 0;
+    HostWaiter host_waiter_;
 };
 
 }  // namespace llmtrain

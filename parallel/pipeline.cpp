@@ -9,7 +9,7 @@ namespace llmtrain {
 
 PipelineStage::PipelineStage(GPT& gpt, int stage, int stages, PipelineSchedule schedule, const PipelineLinks& links)
     : gpt_(gpt), ops_(gpt.ops()), stage_(stage), stages_(stages), schedule_(schedule), links_(links),
-      host_wait_(gpt.ops()) {
+      links_done_(gpt.ops().create_event()) {
     if (stages < 1 || stage < 0 || stage >= stages)
         throw std::invalid_argument("PipelineStage: stage " + std::to_string(stage) + " outside [0, " +
                                     std::to_string(stages) + ")");
@@ -31,14 +31,21 @@ PipelineStage::PipelineStage(GPT& gpt, int stage, int stages, PipelineSchedule s
     inputs_.resize(n_tokens_);
     targets_.resize(n_tokens_);
     if (last()) reserve_losses(1);
+    // The backend's own host waits (the encoder backward's, for its pinned buffers: on the first
+    // stage behind the gradient receives queued before them) poll under the links' watchdog too.
+    ops_.set_host_waiter([this](const std::function<bool()>& done, const std::string& what) {
+        poll_links(done, "pipeline stage " + std::to_string(stage_) + ": " + what);
+    });
 }
 
 PipelineStage::~PipelineStage() {
+    ops_.set_host_waiter({});
     Allocator& a = gpt_.allocator();
     for (void* p : {static_cast<void*>(tok_), static_cast<void*>(tgt_), act_in_[0], act_in_[1], grad_in_[0],
                     grad_in_[1], grad_out_[0], grad_out_[1], static_cast<void*>(logit_row_)})
         a.release(p);
     if (loss_host_) ops_.free_host(loss_host_);
+    ops_.destroy_event(links_done_);
 }
 
 void PipelineStage::reserve_losses(int m) {
@@ -48,16 +55,23 @@ void PipelineStage::reserve_losses(int m) {
     loss_cap_ = m;
 }
 
-void PipelineStage::wait_links(const std::string& what) {
+void PipelineStage::poll_links(const std::function<bool()>& done, const std::string& what) {
     const std::string s = std::to_string(stage_), prev = std::to_string(stage_ - 1), next = std::to_string(stage_ + 1);
     const std::string ap = "pipeline stage " + prev + "->" + s + " activations",
                       gp = "pipeline stage " + s + "->" + prev + " gradients",
                       an = "pipeline stage " + s + "->" + next + " activations",
                       gn = "pipeline stage " + next + "->" + s + " gradients";
-    host_wait_(what, {{links_.act_prev, ap.c_str()},
-                      {links_.grad_prev, gp.c_str()},
-                      {links_.act_next, an.c_str()},
-                      {links_.grad_next, gn.c_str()}});
+    poll_with_watchdog(done,
+                       {{links_.act_prev, ap.c_str()},
+                        {links_.grad_prev, gp.c_str()},
+                        {links_.act_next, an.c_str()},
+                        {links_.grad_next, gn.c_str()}},
+                       what);
+}
+
+void PipelineStage::wait_links(const std::string& what) {
+    ops_.record_event(links_done_);
+    poll_links([this] { return ops_.query_event(links_done_); }, what);
 }
 
 double PipelineStage::train(int m, const Batches& next, float dloss) {
@@ -99,8 +113,10 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
                 if (i + 1 < m) post_act_recv(i + 1);  // lands while this micro-batch computes
                 start = now();
             }
+            // The first stage hands the backend its ids (Ops::encoder_host_tokens): its encoder
+            // backward then buckets them without waiting for a device copy behind the receives.
             gpt_.forward(first() ? tok_ : nullptr, first() ? nullptr : act_in_[buf], last() ? tgt_ : nullptr, dloss,
-                         true, ctx);
+                         true, ctx, first() ? inputs_.data() : nullptr);
             if (last())  // (B*T) per-position losses, queued: read after the step's one wait
                 ops_.memcpy_d2h(loss_host_ + size_t(i) * n_tokens_, gpt_.losses(ctx), n_tokens_ * sizeof(float));
             else  // the compute that follows waits for the send (see the header)

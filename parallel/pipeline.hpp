@@ -27,7 +27,11 @@
 // Host waits. The last stage copies each micro-batch's per-position losses into pinned memory (a
 // copy to pageable memory would block the host behind the stream) and reads them once per step
 // after one timed wait (parallel/host_wait.hpp) that names its links: a neighbour that never sends
-// ends in CommError after parallel.timeout_s. The other stages do not wait on the host in train().
+// ends in CommError after parallel.timeout_s. The other stages' only host waits in train() are the
+// backend's own (the encoder backward's pinned bucket buffers on the first stage, behind the
+// gradient receives queued before them): the stage sets them to poll under the same watchdog
+// (Ops::set_host_waiter), so they end in the same CommError. The first stage passes its host ids
+// to the forward (Ops::encoder_host_tokens), so no wait for a device copy of them is needed.
 #pragma once
 #include <chrono>
 #include <functional>
@@ -98,8 +102,11 @@ private:
     bool first() const { return stage_ == 0; }
     bool last() const { return stage_ == stages_ - 1; }
     void forward_only(const int* inputs, const int* targets);
-    /// The timed host wait on this stage's links; `what` names the operation.
+    /// The timed host wait on this stage's links for the work queued so far on the current stream;
+    /// `what` names the operation. Errors: CommError (parallel/host_wait.hpp).
     void wait_links(const std::string& what);
+    /// Polls done() under the watchdog of this stage's links (poll_with_watchdog); errors as it.
+    void poll_links(const std::function<bool()>& done, const std::string& what);
     /// loss_host_ holds m micro-batches (grows once; pinned frees and allocations sync the device).
     void reserve_losses(int m);
 
@@ -116,7 +123,7 @@ private:
     float* logit_row_ = nullptr;              // (Vp) fp32, last stage
     float* loss_host_ = nullptr;              // (loss_cap_, B*T) pinned: the last stage's losses
     int loss_cap_ = 0;                        // micro-batches loss_host_ holds
-    HostWait host_wait_;
+    Event links_done_;                        // wait_links' event
     std::vector<int> inputs_, targets_;       // (B,T) host
     std::vector<PipeEvent> events_;
     std::chrono::steady_clock::time_point t0_{};

@@ -604,7 +604,7 @@ private:
                 CUDA_CHECK(cudaMemcpyAsync(c.host, inp, sizeof(int) * N, cudaMemcpyDeviceToHost, stream_));
                 CUDA_CHECK(cudaStreamSynchronize(stream_));
             } else {
-                CUDA_CHECK(cudaEventSynchronize(c.ready));
+                host_wait_event(c.ready, "the encoder backward's copy of its token ids");  // timed in a pipeline
             }
             c.nb = cuda::build_encoder_buckets(c.host, N, c.packed);
             c.have_buckets = true;
@@ -614,7 +614,7 @@ private:
         ensure_buckets(3 * size_t(N) + 1);  // the most any N ids need: never regrown (no cudaFree mid-step)
         BucketBuffer& b = buckets_[next_bucket_];
         next_bucket_ = (next_bucket_ + 1) % kBucketBuffers;
-        CUDA_CHECK(cudaEventSynchronize(b.done));  // the pair's previous upload has left the pinned buffer
+        host_wait_event(b.done, "the encoder backward's bucket buffer");  // the pair's previous upload has left it
         std::copy(c.packed.begin(), c.packed.end(), b.host);
         CUDA_CHECK(cudaStreamWaitEvent(stream_, b.done, 0));  // ... and its kernels the device buffer
         CUDA_CHECK(cudaMemcpyAsync(b.dev, b.host, sizeof(int) * c.packed.size(), cudaMemcpyHostToDevice, stream_));

@@ -5,16 +5,20 @@
 # docs/cuda_emu.md). Rank 0's first host wait, the gradient-norm read, must fail within the
 # timeout plus start-up, naming the operation and the group, and the job must exit non-zero.
 # Cases: ZeRO-1 (the zero group [0, 1] hangs in its reduce-scatters) and plain DP (the replica
-# group's all-reduce). A wait without a deadline hangs instead: ctest's TIMEOUT then fails the test.
+# group's all-reduce). And a pipeline (pp 2, 3 micro-batches a step): stage 0's first host wait is
+# the backend's own, its encoder backward's wait for a bucket buffer whose previous kernels sit behind
+# the gradient receive from the muted stage 1; it polls under the links' watchdog
+# (Ops::set_host_waiter) and must name the wait and the link. A wait without a deadline hangs
+# instead: ctest's TIMEOUT then fails the test.
 # Usage: emu_hung.sh <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
 set -uo pipefail
 EMU=$1 MPI=$2 DATA=$3 WORK=$4
 VOCAB=$(cat "$DATA/vocab_size.txt")
 rm -rf "$WORK" && mkdir -p "$WORK"
 
-hung() {  # hung <name> <expected text> [--set ...]
-    local name=$1 want=$2
-    shift 2
+hung() {  # hung <name> <the timed-out wait> <expected text> [--set ...]
+    local name=$1 wait=$2 want=$3
+    shift 3
     local t0=$SECONDS
     CUDA_EMU_NCCL_MUTE=1 "$MPI" --oversubscribe -np 2 "$EMU" --set 'run.backend="cuda"' --set model.n_layer=2 \
         --set model.n_head=2 --set model.n_embd=32 --set model.seq_len=16 --set "model.vocab_size=$VOCAB" \
@@ -24,12 +28,14 @@ hung() {  # hung <name> <expected text> [--set ...]
         --set parallel.timeout_s=1 "$@" >"$WORK/$name.log" 2>&1
     local rc=$? took=$((SECONDS - t0))
     if [ "$rc" -eq 0 ]; then echo "FAILED: $name exited 0 although rank 1 never posted"; cat "$WORK/$name.log"; exit 1; fi
-    for text in "reading the gradient norm: timed out after 1 s" "$want" "ncclCommAbort"; do
+    for text in "$wait: timed out after 1 s" "$want" "ncclCommAbort"; do
         grep -qF "$text" "$WORK/$name.log" || { echo "FAILED: $name: no \"$text\" in the log"; cat "$WORK/$name.log"; exit 1; }
     done
     echo "$name: exit $rc after ${took} s: $(grep -m1 -F 'timed out' "$WORK/$name.log")"
 }
 
-hung zero1 "zero group (NcclComm on world ranks [0, 1], newest operation all_reduce" --set parallel.zero_stage=1
-hung dp "replica group (NcclComm on world ranks [0, 1], newest operation all_reduce" --set parallel.zero_stage=0
+hung zero1 "reading the gradient norm" "zero group (NcclComm on world ranks [0, 1], newest operation all_reduce" --set parallel.zero_stage=1
+hung dp "reading the gradient norm" "replica group (NcclComm on world ranks [0, 1], newest operation all_reduce" --set parallel.zero_stage=0
+hung pp "pipeline stage 0: the encoder backward's bucket buffer" "pipeline stage 1->0 gradients (NcclComm on world ranks [0, 1]" \
+    --set parallel.pp=2 --set training.global_batch_size=6
 echo "emu_hung: passed"
