@@ -2,12 +2,13 @@
 // the FlashAttention-2 kernels on tensor cores (model/cuda/flash_attention.cu: mma.sync m16n8k16,
 // ldmatrix, cp.async through model/cuda/ptx.cuh, a fused backward with dQ partials summed in a fixed
 // order) against the CPU backend's fp32 attention on the same bf16-exact inputs, forward (out, lse)
-// and backward (dqkv), under the emulator's three thread orders, with T not a multiple of the blocks
-// (forward 128 query rows at HS 64 and 64 at HS 128, 64 keys; backward 64 keys x 64 / 32 queries):
-// T 100, 129, 150, 300; grouped-query attention at T 150; causal skipping (keys past a block's or a
-// warp's rows never read, query blocks before a key block's diagonal never read: NaN planted there
-// changes no bit of the rows that must not see it); and bitwise repeatable: the same bits under
-// every thread order, block order and made-up wmma layout (the fused backward's dQ included).
+// and backward (dqkv), under the emulator's three thread orders, with T a multiple of the blocks
+// or not (forward 128 query rows at HS 64 and 64 at HS 128, 64 keys; backward 64 keys x 64 / 32
+// queries): T 1, 64, 65, 100, 128, 129, 150, 300; grouped-query attention at T 150; causal
+// skipping (keys past a block's or a warp's rows never read, query blocks before a key block's
+// diagonal never read: NaN planted there changes no bit of the rows that must not see it); the
+// backward in batch chunks; and bitwise repeatable: the same bits under every thread order, block
+// order and made-up wmma layout (the fused backward's dQ included).
 // Tolerances: out and dqkv within attention_bound.hpp's derived per-element bound (the roundings
 // this path makes: P and dS to bf16 where they enter the mma, the bf16 outputs, D from the rounded
 // out — the bound test_cublas_attention.cpp and test_cudnn_attention.cpp use); lse 2^-7 of
@@ -97,6 +98,10 @@ TEST_P(FlashAttention, HeadSize64PartialBlocksMatchCpu) {
     matches_cpu(kHs64T129, 72);
 }
 TEST_P(FlashAttention, HeadSize64ManyBlocksMatchesCpu) { matches_cpu(kHs64T300, 73); }
+TEST_P(FlashAttention, EdgeLengthsMatchCpu) {  // one row; exact multiples of the key and query blocks
+    for (int T : {1, 64, 128}) matches_cpu(Shape{1, T, 128, 2}, 74 + T);
+    for (int T : {1, 65}) matches_cpu(Shape{1, T, 256, 2}, 84 + T);
+}
 TEST_P(FlashAttention, HeadSize128PartialBlocksMatchCpu) {
     matches_cpu(kHs128T150, 81);
     matches_cpu(kHs128T129, 82);
