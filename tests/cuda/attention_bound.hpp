@@ -24,6 +24,7 @@
 // (errors of the lse, fp32 from fp32 scores, move P by ~T u_f: inside the fp32 budget). The exact
 // values come from float64 loops here, independent of both backends.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -45,63 +46,83 @@ inline AttentionBound attention_bound(const std::vector<float>& qkv, const std::
     const double c = 1.0 / 256 + 2.0 * (T + HS) / (1 << 24), scale = 1.0 / std::sqrt(double(HS));
     AttentionBound r{std::vector<double>(size_t(B) * T * C), std::vector<double>(size_t(B) * T * 3 * C)};
     if (dqkv_exact != nullptr) dqkv_exact->assign(r.dqkv.size(), 0.0);
-    std::vector<double> p(size_t(T) * T), ds(size_t(T) * T), eds(size_t(T) * T);
+    // one (b, h) per iteration, in parallel (OpenMP; each writes only its own head's elements), the
+    // head's rows copied to contiguous float64 arrays and every inner loop over d: at T 1024 a head
+    // is ~10^9 float64 operations, and test_cuda_gpu's GPU-first part is time-boxed (tools/gpu/run.sh)
+#pragma omp parallel for collapse(2) schedule(dynamic)
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const auto q = [&](int t, int d) { return double(qkv[(size_t(b) * T + t) * 3 * C + h * HS + d]); };
-            const auto k = [&](int t, int d) { return q(t, d + C); };
-            const auto v = [&](int t, int d) { return q(t, d + 2 * C); };
-            const auto go = [&](int t, int d) { return double(dout[(size_t(b) * T + t) * C + h * HS + d]); };
+            std::vector<double> p(size_t(T) * T), ds(size_t(T) * T), eds(size_t(T) * T);
+            std::vector<double> q(size_t(T) * HS), k(q.size()), v(q.size()), go(q.size());
+            std::vector<double> s1(HS), s2(HS), s3(HS), s4(HS);
             const auto at = [&](size_t row, int t, int d) { return (size_t(b) * T + t) * row + h * HS + d; };
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < HS; d++) {
+                    q[size_t(t) * HS + d] = qkv[at(3 * C, t, d)];
+                    k[size_t(t) * HS + d] = qkv[at(3 * C, t, d) + C];
+                    v[size_t(t) * HS + d] = qkv[at(3 * C, t, d) + 2 * C];
+                    go[size_t(t) * HS + d] = dout[at(C, t, d)];
+                }
             for (int i = 0; i < T; i++) {  // p, out and its bound, D's error
+                const double* qi = &q[size_t(i) * HS];
+                const double* goi = &go[size_t(i) * HS];
+                double* pi = &p[size_t(i) * T];
                 double mx = -INFINITY, z = 0, D = 0, dDi = 0;
                 for (int j = 0; j <= i; j++) {
-                    double s = 0;
-                    for (int d = 0; d < HS; d++) s += q(i, d) * k(j, d);
-                    p[size_t(i) * T + j] = s * scale;
-                    mx = std::max(mx, s * scale);
+                    double sc = 0;
+                    for (int d = 0; d < HS; d++) sc += qi[d] * k[size_t(j) * HS + d];
+                    pi[j] = sc * scale;
+                    mx = std::max(mx, sc * scale);
                 }
-                for (int j = 0; j <= i; j++) z += p[size_t(i) * T + j] = std::exp(p[size_t(i) * T + j] - mx);
-                for (int j = 0; j <= i; j++) p[size_t(i) * T + j] /= z;
+                for (int j = 0; j <= i; j++) z += pi[j] = std::exp(pi[j] - mx);
+                for (int j = 0; j <= i; j++) pi[j] /= z;
+                std::fill(s1.begin(), s1.end(), 0.0), std::fill(s2.begin(), s2.end(), 0.0);
+                for (int j = 0; j <= i; j++)
+                    for (int d = 0; d < HS; d++)
+                        s1[d] += pi[j] * v[size_t(j) * HS + d], s2[d] += pi[j] * std::fabs(v[size_t(j) * HS + d]);
                 for (int d = 0; d < HS; d++) {
-                    double s = 0, sa = 0;
-                    for (int j = 0; j <= i; j++)
-                        s += p[size_t(i) * T + j] * v(j, d), sa += p[size_t(i) * T + j] * std::fabs(v(j, d));
-                    const double e = r.out[at(C, i, d)] = c * (2 * sa + std::fabs(s));
-                    D += go(i, d) * s;
-                    dDi += std::fabs(go(i, d)) * e;
+                    const double e = r.out[at(C, i, d)] = c * (2 * s2[d] + std::fabs(s1[d]));
+                    D += goi[d] * s1[d];
+                    dDi += std::fabs(goi[d]) * e;
                 }
                 for (int j = 0; j <= i; j++) {  // dS and its error
                     double dp = 0;
-                    for (int d = 0; d < HS; d++) dp += go(i, d) * v(j, d);
-                    const double pij = p[size_t(i) * T + j];
+                    for (int d = 0; d < HS; d++) dp += goi[d] * v[size_t(j) * HS + d];
+                    const double pij = pi[j];
                     ds[size_t(i) * T + j] = pij * (dp - D);
                     eds[size_t(i) * T + j] = pij * dDi + c * std::fabs(pij * (dp - D)) + c * pij * std::fabs(dp);
                 }
             }
-            for (int i = 0; i < T; i++)
-                for (int d = 0; d < HS; d++) {  // dq
-                    double s = 0, e = 0;
-                    for (int j = 0; j <= i; j++)
-                        s += ds[size_t(i) * T + j] * k(j, d), e += eds[size_t(i) * T + j] * std::fabs(k(j, d));
-                    r.dqkv[at(3 * C, i, d)] = scale * e + c * scale * std::fabs(s);
-                    if (dqkv_exact != nullptr) (*dqkv_exact)[at(3 * C, i, d)] = scale * s;
+            for (int i = 0; i < T; i++) {  // dq
+                std::fill(s1.begin(), s1.end(), 0.0), std::fill(s2.begin(), s2.end(), 0.0);
+                for (int j = 0; j <= i; j++)
+                    for (int d = 0; d < HS; d++)
+                        s1[d] += ds[size_t(i) * T + j] * k[size_t(j) * HS + d],
+                            s2[d] += eds[size_t(i) * T + j] * std::fabs(k[size_t(j) * HS + d]);
+                for (int d = 0; d < HS; d++) {
+                    r.dqkv[at(3 * C, i, d)] = scale * s2[d] + c * scale * std::fabs(s1[d]);
+                    if (dqkv_exact != nullptr) (*dqkv_exact)[at(3 * C, i, d)] = scale * s1[d];
                 }
-            for (int j = 0; j < T; j++)
-                for (int d = 0; d < HS; d++) {  // dk, dv
-                    double sk = 0, ek = 0, sv = 0, ev = 0;
-                    for (int i = j; i < T; i++) {
-                        const double pij = p[size_t(i) * T + j];
-                        sk += ds[size_t(i) * T + j] * q(i, d), ek += eds[size_t(i) * T + j] * std::fabs(q(i, d));
-                        sv += pij * go(i, d), ev += pij * std::fabs(go(i, d));
+            }
+            for (int j = 0; j < T; j++) {  // dk, dv
+                for (auto* a : {&s1, &s2, &s3, &s4}) std::fill(a->begin(), a->end(), 0.0);
+                for (int i = j; i < T; i++) {
+                    const double pij = p[size_t(i) * T + j], dsij = ds[size_t(i) * T + j], edsij = eds[size_t(i) * T + j];
+                    for (int d = 0; d < HS; d++) {
+                        const double qd = q[size_t(i) * HS + d], god = go[size_t(i) * HS + d];
+                        s1[d] += dsij * qd, s2[d] += edsij * std::fabs(qd);
+                        s3[d] += pij * god, s4[d] += pij * std::fabs(god);
                     }
-                    r.dqkv[at(3 * C, j, d) + C] = scale * ek + c * scale * std::fabs(sk);
-                    r.dqkv[at(3 * C, j, d) + 2 * C] = c * ev + c * std::fabs(sv);
+                }
+                for (int d = 0; d < HS; d++) {
+                    r.dqkv[at(3 * C, j, d) + C] = scale * s2[d] + c * scale * std::fabs(s1[d]);
+                    r.dqkv[at(3 * C, j, d) + 2 * C] = c * s4[d] + c * std::fabs(s3[d]);
                     if (dqkv_exact != nullptr) {
-                        (*dqkv_exact)[at(3 * C, j, d) + C] = scale * sk;
-                        (*dqkv_exact)[at(3 * C, j, d) + 2 * C] = sv;
+                        (*dqkv_exact)[at(3 * C, j, d) + C] = scale * s1[d];
+                        (*dqkv_exact)[at(3 * C, j, d) + 2 * C] = s3[d];
                     }
                 }
+            }
         }
     return r;
 }
