@@ -219,7 +219,7 @@ INSTANTIATE_TEST_SUITE_P(Gpu, CudnnGqa,
 
 /// The grouped-query backward at a training-sized shape (many key blocks per dQ row, as
 /// CudnnAttentionBackward.IsBitwiseRepeatable): bitwise the same dqkv three times, on the NKV graph.
-TEST(CudnnGqaBackward, IsBitwiseRepeatable) {
+TEST(CudnnAttentionBackward, GroupedQueryIsBitwiseRepeatable) {
     auto cudnn = cudnn_backend();
     if (!cudnn) GTEST_SKIP() << "this build has no cuDNN";
     for (const GqaShape s : {GqaShape{8, 1024, 12, 4, 64}, GqaShape{8, 1024, 8, 1, 128}}) {
