@@ -681,7 +681,7 @@ private:
         try {
             cudnn_->workspace_bytes(false, B, T, C, NH, NKV);
             cudnn_->workspace_bytes(true, B, T, C, NH, NKV);
-            gqa_note_ = "; grouped-query: cuDNN graph with n_kv_head K/V heads";
+            if (gqa_note_.empty()) gqa_note_ = "; grouped-query: cuDNN graph with n_kv_head K/V heads";
             return true;
         } catch (const CudaError& e) {
             cudnn_gqa_refused_ = true;
