@@ -161,7 +161,8 @@ if [ "$MODE" = quick ]; then
         "$W/steps.tsv" || fail "a step ran past its box"
     [ "$(awk -F'\t' '$2 == "attention-124m" { print $3 }' "$W/steps.tsv")" = 124 ] || fail "the hung step was not killed at its box"
     expect=(test_cuda_gpu-gpu test_cuda_gpu-rest attention-124m attention-hs128 determinism-native determinism-cudnn
-            paths-native-cudnn resume-nearest train-124m torch-124m multirank-ref zero1-np2 pp2-np2 tp2-np2 checkpoint-1.5b)
+            paths-native-cudnn resume-nearest train-124m torch-124m multirank-ref zero1-np2 pp2-np2 tp2-np2 llama-tiny
+            checkpoint-1.5b)
     [ "$(cut -f2 "$W/steps.tsv" | tr '\n' ' ')" = "${expect[*]} " ] || fail "quick's steps, in order: ${expect[*]}"
     for st in "${expect[@]}"; do grep -q "^| quick/$st | [0-9]* | [0-9]* | " "$S" || fail "no steps-table row for $st"; done
     grep -q "^| quick/checkpoint-1.5b | [0-9]* | [0-9]* | ran to its end |" "$S" || fail "checkpoint did not run with time left"
@@ -182,6 +183,9 @@ if [ "$MODE" = quick ]; then
         row "multirank $l np2" "$S" | grep -q "| PASS (steps 1-10: loss and grad norm within relative 1e-05" || fail "multirank $l"
     done
     row "multirank tp2 np2" "$S" | grep -q "| PASS (steps 1-10: loss and grad norm within relative 0.0001" || fail "multirank tp2"
+    row "llama-tiny fp32 GPU vs CPU" "$S" | grep -q "| PASS (steps 1-10: loss and grad norm within relative 0.0001" ||
+        fail "llama-tiny fp32"
+    row "llama-tiny bf16 native (GQA FlashAttention-2) vs CPU" "$S" | grep -q "| PASS (steps 1-3: " || fail "llama-tiny bf16"
     row "checkpoint_bench (1.5B)" "$S" | grep -q "PASS |" || fail "checkpoint"
     # Q2. the budget spent at once: the steps skipped, the checkpoint not run
     OUT=$W/outq2 BUDGET=19 bash "$SRC/tools/gpu/run.sh" quick >"$W/quick2.log" 2>&1 || fail "run.sh quick (budget) exited $?"

@@ -134,8 +134,10 @@ for model in $MODELS; do
         [ "$attention" = none ] && continue
         [[ " $SKIP " == *" $model-$attention "* ]] && { echo "$model-$attention: skipped (SKIP)"; continue; }
         stop=$STEPS
-        [ "$attention" = "$CHECKPOINT" ] && stop=0
-        bench "$model-$attention" "$model" "$stop" -- --set "model.attention=\"$attention\"" "$@"
+        at_end=false  # the runs stopped after their last step allocate no host snapshot (checkpoint.at_end)
+        [ "$attention" = "$CHECKPOINT" ] && stop=0 at_end=true
+        bench "$model-$attention" "$model" "$stop" -- --set "model.attention=\"$attention\"" \
+            --set "checkpoint.at_end=$at_end" "$@"
     done
     [ "$TORCH_OK" = 1 ] && torch_bench "$model" "$@"
 done

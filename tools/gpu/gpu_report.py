@@ -270,7 +270,7 @@ def gtest_row(text):
 def check_rows(text):
     """Rows of a check-*.txt's "name: VERDICT (detail)" lines (compare-train / compare-val output)."""
     rows = []
-    for m in re.finditer(r"^(determinism [^:]+|resume [^:]+|tiny [^:]+|multirank [^:]+|paths [^:]+): "
+    for m in re.finditer(r"^(determinism [^:]+|resume [^:]+|tiny [^:]+|llama-tiny [^:]+|multirank [^:]+|paths [^:]+): "
                          r"(SAME|DIFFERENT|MISSING|PASS|FAIL)\b(.*)$", text or "", re.M):
         name, verdict, detail = m.group(1), m.group(2), m.group(3).strip()
         expected = ("bitwise" if name.startswith(("determinism", "resume")) or verdict in ("SAME", "DIFFERENT")
