@@ -301,8 +301,8 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
         const size_t bytes = cuda::flash_attention_backward_scratch_bytes(cfg.training.micro_batch_size,
                                                                           cfg.model.seq_len, heads * hs, heads);
         std::snprintf(buf, sizeof buf, "(CUDA, model.attention = \"native\" or \"auto\" without cuDNN: "
-                      "FlashAttention-2's backward scratch, D and the dQ partials of every 64-key block for as many "
-                      "batch rows as fit 256 MiB, is %.1f MiB per rank, counted as workspace.)", bytes / 1048576.0);
+                      "FlashAttention-2's backward scratch, D and the dQ partials of every key block (128 keys at head size 64, 64 at 128) for "
+                      "as many batch rows as fit 256 MiB, is %.1f MiB per rank, counted as workspace.)", bytes / 1048576.0);
         out.push_back(buf);
     }
     return out;

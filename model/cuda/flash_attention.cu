@@ -58,13 +58,17 @@ using bf16 = __nv_bfloat16;
 constexpr int kFlashWarps = 4;
 constexpr int kFlashThreads = kFlashWarps * kWarpSize;  ///< 128 (__launch_bounds__(128, 1): up to 255
                                                         ///< registers, no spills; docs/cuda.md)
-constexpr int kKeys = flash_key_rows();                 ///< 64 keys per forward step / backward block
+constexpr int kKeys = flash_key_rows();                 ///< 64 keys per forward step
 template <int HS>
 constexpr int kTileLd = flash_tile_ld(HS);  ///< namespace-scope constants: usable in device code
 template <int HS>
 constexpr int kFwdRows = flash_forward_rows(HS);
 template <int HS>
 constexpr int kBwdRows = flash_backward_rows(HS);
+template <int HS>
+constexpr int kBwdKeys = flash_backward_keys(HS);  ///< keys per backward block: 128 at HS 64, 64 at 128
+template <int HS>
+constexpr int kBwdThreads = flash_backward_warps(HS) * kWarpSize;  ///< 256 at HS 64, 128 at 128
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -74,11 +78,11 @@ __device__ inline unsigned char* flash_smem(unsigned char* raw) {
 }
 
 /// Starts the copy of rows [r0, r0 + kRows) of src (row r at src + r * stride, HS bf16 each) into
-/// tile (kRows x flash_tile_ld(HS)), rows >= T as zeros; the caller commits and waits.
-template <int HS, int kRows>
+/// tile (kRows x flash_tile_ld(HS)), rows >= T as zeros, by kThreads threads; the caller commits and waits.
+template <int HS, int kRows, int kThreads = kFlashThreads>
 __device__ inline void copy_rows(bf16* tile, const bf16* src, size_t stride, int r0, int T_) {
     constexpr int kChunks = HS / 8, kLd = kTileLd<HS>;
-    for (int x = threadIdx.x; x < kRows * kChunks; x += kFlashThreads) {
+    for (int x = threadIdx.x; x < kRows * kChunks; x += kThreads) {
         const int r = x / kChunks, c = (x % kChunks) * 8;
         const bool valid = r0 + r < T_;
         ptx::cp_async_16(tile + r * kLd + c, valid ? src + static_cast<size_t>(r0 + r) * stride + c : src, valid);
@@ -116,10 +120,12 @@ __device__ inline void acc_to_a(uint32_t a[4], const float lo[4], const float hi
     a[2] = ptx::pack_bf16x2(hi[0], hi[1]);
     a[3] = ptx::pack_bf16x2(hi[2], hi[3]);
 }
-/// flash_dq_partial_rows(T) on the device: the dQ partial rows of one (b, h).
+/// flash_dq_partial_rows(T, HS) on the device: the dQ partial rows of one (b, h).
+template <int HS>
 __device__ inline size_t dq_partial_rows(int T_) {
-    const size_t nkb = ceil_div(T_, kKeys);
-    return nkb * static_cast<size_t>(T_) - static_cast<size_t>(kKeys) * nkb * (nkb - 1) / 2;
+    constexpr int kBK = kBwdKeys<HS>;
+    const size_t nkb = ceil_div(T_, kBK);
+    return nkb * static_cast<size_t>(T_) - static_cast<size_t>(kBK) * nkb * (nkb - 1) / 2;
 }
 __device__ inline void mma(float d[4], const uint32_t a[4], const uint32_t* b) { ptx::mma_bf16_16816(d, a, b, d); }
 
@@ -255,21 +261,23 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
         }
 }
 
-/// Backward, Algorithm 2, fused: dK and dV of key block blockIdx.x of key/value head g = blockIdx.y
-/// (summed over its query heads g*NH/NKV .. in order), and that key block's dQ partials.
-/// grid (ceil(T/64), NKV, batch rows of the chunk), block 128, smem flash_backward_smem_bytes(HS);
-/// batch row b = b0 + blockIdx.z. delta: D (B,NH,T); dq_part: the chunk's partials,
-/// flash_dq_partial_rows(T) rows of HS floats per (blockIdx.z, h).
+/// Backward, Algorithm 2, fused: dK and dV of key block blockIdx.x (kBwdKeys<HS> keys: 128 at HS 64,
+/// 64 at 128; 16 per warp) of key/value head g = blockIdx.y (summed over its query heads
+/// g*NH/NKV .. in order), and that key block's dQ partials.
+/// grid (ceil(T/kBwdKeys), NKV, batch rows of the chunk), block kBwdThreads<HS> (256 at HS 64, 128
+/// at 128), smem flash_backward_smem_bytes(HS); batch row b = b0 + blockIdx.z. delta: D (B,NH,T);
+/// dq_part: the chunk's partials, flash_dq_partial_rows(T, HS) rows of HS floats per (blockIdx.z, h).
 template <int HS>
-__global__ void __launch_bounds__(kFlashThreads, 1)
+__global__ void __launch_bounds__(kBwdThreads<HS>, 1)
     flash_backward_kernel(bf16* dqkv, float* dq_part, const bf16* dout, const bf16* qkv, const float* lse,
                           const float* delta, int T_, int C, int NH, int NKV, int b0) {
     constexpr int kRows = kBwdRows<HS>;  // queries per step
+    constexpr int kKeys = kBwdKeys<HS>, kThreads = kBwdThreads<HS>, kWarps = kThreads / kWarpSize;
     constexpr int kLd = kTileLd<HS>, kLdS = kRows + 8;
     constexpr int kKS = HS / 16, kNS = kRows / 8, kND = HS / 8;
-    constexpr int kQT = kRows / 16;              // m16 tiles of a query block (dQ: one per warp) ...
-    constexpr int kDq = HS / (kFlashWarps / kQT);  // ... and the dQ columns of a warp
-    static_assert(kFlashWarps % kQT == 0 && kDq % 16 == 0);
+    constexpr int kQT = kRows / 16;         // m16 tiles of a query block (dQ: one per warp) ...
+    constexpr int kDq = HS / (kWarps / kQT);  // ... and the dQ columns of a warp
+    static_assert(kWarps % kQT == 0 && kDq % 16 == 0 && kKeys == 16 * kWarps);
     EXTERN_SHARED(unsigned char, raw);
     bf16* ks = reinterpret_cast<bf16*>(flash_smem(raw));
     bf16* vs = ks + kKeys * kLd;
@@ -285,22 +293,39 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     const bf16* xb = qkv + static_cast<size_t>(b) * T_ * stride;
     const int nqb = ceil_div(T_ - j0, kRows);  // query blocks from the diagonal (q0 = j0, j0 + kRows, ..)
     const int n_it = group * nqb;
-    // Queues step it's Q and dO (cp.async) and lse, D (plain loads) into stage st.
+    static_assert(kRows <= kThreads);
+    // Queues step it's Q and dO (cp.async) into stage st.
     auto issue = [&](int it, int st) {
         const int h = h0 + it / nqb, q0 = j0 + (it % nqb) * kRows;
-        copy_rows<HS, kRows>(qs + st * kRows * kLd, xb + h * HS, stride, q0, T_);
-        copy_rows<HS, kRows>(dos + st * kRows * kLd, dout + static_cast<size_t>(b) * T_ * C + h * HS, C, q0, T_);
-        const size_t stat = (static_cast<size_t>(b) * NH + h) * T_;
-        for (int x = threadIdx.x; x < kRows; x += kFlashThreads) {
-            const bool ok = q0 + x < T_;
-            lses[st * kRows + x] = ok ? lse[stat + q0 + x] * kLog2e : 0.0f;
-            dels[st * kRows + x] = ok ? delta[stat + q0 + x] : 0.0f;
+        copy_rows<HS, kRows, kThreads>(qs + st * kRows * kLd, xb + h * HS, stride, q0, T_);
+        copy_rows<HS, kRows, kThreads>(dos + st * kRows * kLd, dout + static_cast<size_t>(b) * T_ * C + h * HS, C, q0,
+                                       T_);
+    };
+    // Step it's lse and D of query row q0 + threadIdx.x (thread < kRows), read into registers one
+    // step before they go to shared memory, so no step waits on these global loads (0 past T / n_it).
+    auto load_stats = [&](int it, float& l_, float& d_) {
+        l_ = d_ = 0.0f;
+        if (threadIdx.x >= kRows || it >= n_it) return;
+        const int h = h0 + it / nqb, i = j0 + (it % nqb) * kRows + static_cast<int>(threadIdx.x);
+        if (i >= T_) return;
+        const size_t stat = (static_cast<size_t>(b) * NH + h) * T_ + i;
+        l_ = lse[stat];
+        d_ = delta[stat];
+    };
+    auto put_stats = [&](int st, float l_, float d_) {
+        if (threadIdx.x < kRows) {
+            lses[st * kRows + threadIdx.x] = l_ * kLog2e;
+            dels[st * kRows + threadIdx.x] = d_;
         }
     };
-    copy_rows<HS, kKeys>(ks, xb + C + gkv * HS, stride, j0, T_);
-    copy_rows<HS, kKeys>(vs, xb + C + (NKV + gkv) * HS, stride, j0, T_);
+    copy_rows<HS, kKeys, kThreads>(ks, xb + C + gkv * HS, stride, j0, T_);
+    copy_rows<HS, kKeys, kThreads>(vs, xb + C + (NKV + gkv) * HS, stride, j0, T_);
     issue(0, 0);
     ptx::cp_async_commit();
+    float pre_l, pre_d;  // the stats of the next step, in flight
+    load_stats(0, pre_l, pre_d);
+    put_stats(0, pre_l, pre_d);
+    load_stats(1, pre_l, pre_d);
     const float sl2 = kLog2e / sqrtf(static_cast<float>(HS));
     float dk[kND][4], dv[kND][4];
     for (int n = 0; n < kND; n++)
@@ -310,6 +335,8 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
         if (it + 1 < n_it) {  // the other stage's last readers passed the previous step's middle barrier
             issue(it + 1, st ^ 1);
             ptx::cp_async_commit();
+            put_stats(st ^ 1, pre_l, pre_d);  // loaded during step it - 1
+            load_stats(it + 2, pre_l, pre_d);
             ptx::cp_async_wait<1>();
         } else {
             ptx::cp_async_wait<0>();
@@ -322,6 +349,11 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
         float s[kNS][4], dp[kNS][4];  // S^T and dP^T: 16 keys (rows g, g + 8) x kRows queries
         for (int n = 0; n < kNS; n++)
             for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+        // Warp-uniform: some key of the warp is < T and <= the step's last query. Else P^T = dS^T = 0
+        // (the mask below) and the warp only writes its zero rows of dS^T (a diagonal step of a
+        // 128-key block: warps 4-7 against queries j0 .. j0 + 63).
+        const bool live = jw < T_ && jw <= q0 + kRows - 1;
+        if (live)
         for (int kk = 0; kk < kKS; kk++) {
             uint32_t ka[4], va[4];
             load_a(ka, ks + warp * 16 * kLd + kk * 16, kLd);
@@ -353,6 +385,7 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
             for (int r = 0; r < 2; r++)
                 *reinterpret_cast<uint32_t*>(dss + (warp * 16 + g + 8 * r) * kLdS + n * 8 + 2 * t4) =
                     ptx::pack_bf16x2(dp[n][2 * r], dp[n][2 * r + 1]);
+        if (live)
         for (int kk = 0; kk < kRows / 16; kk++) {
             uint32_t pa[4], da[4];
             acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
@@ -385,7 +418,7 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
             }
             // Rows [j0, T) of key block kb start after the rows of blocks 0 .. kb-1: sum of T - 64 k.
             const size_t first = static_cast<size_t>(kb) * T_ - static_cast<size_t>(kKeys) * kb * (kb - 1) / 2;
-            float* part = dq_part + ((static_cast<size_t>(blockIdx.z) * NH + h) * dq_partial_rows(T_) + first) * HS;
+            float* part = dq_part + ((static_cast<size_t>(blockIdx.z) * NH + h) * dq_partial_rows<HS>(T_) + first) * HS;
             for (int r = 0; r < 2; r++) {
                 const int i = q0 + qt * 16 + g + 8 * r;
                 if (i >= T_) continue;
@@ -408,8 +441,8 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     }
 }
 
-/// dQ row i of (b, h) = (1/sqrt(HS)) x the sum of its key blocks' partials, kb = 0 .. i/64 in
-/// that order (deterministic), as bf16 into dqkv. One thread per 8 columns of a row.
+/// dQ row i of (b, h) = (1/sqrt(HS)) x the sum of its key blocks' partials, kb = 0 .. i/kBwdKeys
+/// in that order (deterministic), as bf16 into dqkv. One thread per 8 columns of a row.
 /// grid (ceil(T*HS/8 / 256), NH, batch rows of the chunk), block 256; batch row b0 + blockIdx.z.
 template <int HS>
 __global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_, int C, int NH, int NKV, int b0) {
@@ -417,7 +450,8 @@ __global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_,
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     if (x >= T_ * kChunks) return;
     const int b = b0 + blockIdx.z, h = blockIdx.y, i = x / kChunks, d = (x % kChunks) * 8;
-    const float* part = dq_part + (static_cast<size_t>(blockIdx.z) * NH + h) * dq_partial_rows(T_) * HS + d;
+    constexpr int kKeys = kBwdKeys<HS>;
+    const float* part = dq_part + (static_cast<size_t>(blockIdx.z) * NH + h) * dq_partial_rows<HS>(T_) * HS + d;
     float acc[8] = {};
     size_t first = 0;  // the first row of key block kb
     for (int kb = 0; kb <= i / kKeys; kb++) {
@@ -447,11 +481,12 @@ static void check_flash(int C, int NH, int NKV, std::initializer_list<const void
             throw std::invalid_argument("cuda flash attention: tensor pointers must be 16-byte aligned");
 }
 
-/// Launches kernel with smem bytes of dynamic shared memory (above the default 48 KiB: opted in).
-template <typename... P, typename... A>
+/// Launches kernel (kThreads threads a block) with smem bytes of dynamic shared memory (above the
+/// default 48 KiB: opted in).
+template <int kThreads = kFlashThreads, typename... P, typename... A>
 static void launch_flash(void (*kernel)(P...), dim3 grid, size_t smem, cudaStream_t stream, A... args) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    launch(kernel, grid, dim3(kFlashThreads), smem, stream, args...);
+    launch(kernel, grid, dim3(kThreads), smem, stream, args...);
 }
 
 template <int HS>
@@ -470,8 +505,8 @@ static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
     constexpr int kBlock = 256;
     for (int b0 = 0; b0 < B; b0 += chunk) {  // each chunk's sum reads its partials before the next overwrites them
         const int nb = std::min(chunk, B - b0);
-        launch_flash(flash_backward_kernel<HS>, dim3(ceil_div(T_, kKeys), NKV, nb), flash_backward_smem_bytes(HS),
-                     stream, dqkv, dq_part, dout, qkv, static_cast<const float*>(lse),
+        launch_flash<kBwdThreads<HS>>(flash_backward_kernel<HS>, dim3(ceil_div(T_, kBwdKeys<HS>), NKV, nb),
+                                      flash_backward_smem_bytes(HS), stream, dqkv, dq_part, dout, qkv, static_cast<const float*>(lse),
                      static_cast<const float*>(scratch), T_, C, NH, NKV, b0);
         launch(flash_dq_reduce_kernel<HS>, dim3(ceil_div(T_ * (HS / 8), kBlock), NH, nb), dim3(kBlock), 0, stream,
                dqkv, static_cast<const float*>(dq_part), T_, C, NH, NKV, b0);

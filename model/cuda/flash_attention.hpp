@@ -16,8 +16,14 @@ inline bool flash_attention_supported(int C, int NH) {
 /// Query rows of one forward block (4 warps): 128 at head size 64 (32 per warp, two m16 tiles),
 /// 64 at head size 128 (16 per warp; the O accumulator is twice as wide).
 constexpr int flash_forward_rows(int head_size) { return head_size == 64 ? 128 : 64; }
-/// Keys per step of the forward and per block of the backward (16 per warp in the backward).
+/// Keys per step of the forward.
 constexpr int flash_key_rows() { return 64; }
+/// Keys per block of the fused backward, 16 per warp: 128 at head size 64 (8 warps; half the dQ
+/// partials and twice the reuse of each Q/dO tile of 64 keys), 64 at head size 128 (4 warps: 128
+/// keys would need 114 KiB of shared memory, over the 99 KiB of sm_86/89/120).
+constexpr int flash_backward_keys(int head_size) { return head_size == 64 ? 128 : 64; }
+/// Warps of a fused backward block (16 keys each).
+constexpr int flash_backward_warps(int head_size) { return flash_backward_keys(head_size) / 16; }
 /// Query rows per step of the fused backward: 64 at head size 64, 32 at head size 128 (so that
 /// dK and dV, 16 x 128 fp32 each per warp, stay in registers next to S^T and dP^T).
 constexpr int flash_backward_rows(int head_size) { return head_size == 64 ? 64 : 32; }
@@ -34,22 +40,24 @@ constexpr size_t flash_forward_smem_bytes(int head_size) {
 /// Dynamic shared memory of the fused backward kernel: the block's K and V tiles, two stages of Q
 /// and dO tiles and of lse and D (fp32), and the dS^T tile (bf16, keys x queries), + 128.
 constexpr size_t flash_backward_smem_bytes(int head_size) {
-    const size_t ld = flash_tile_ld(head_size), br = flash_backward_rows(head_size), bc = flash_key_rows();
+    const size_t ld = flash_tile_ld(head_size), br = flash_backward_rows(head_size),
+                 bc = flash_backward_keys(head_size);
     return 128 + 2 * ld * (2 * bc + 2 * 2 * br) + 2 * bc * (br + 8) + 4 * 2 * 2 * br;
 }
 /// The largest dynamic shared memory any flash kernel needs at this head size (64 or 128): what a
 /// device must allow per block (cudaDevAttrMaxSharedMemoryPerBlockOptin) to run this path.
-/// 65,664 bytes at head size 64, 87,168 at 128 (both under the 99 KiB of sm_86/89/120); 0 at the
+/// 93,312 bytes at head size 64 (the backward), 87,168 at 128 (the forward) (both under the 99 KiB of sm_86/89/120); 0 at the
 /// head sizes the kernels do not take.
 inline size_t flash_attention_smem_bytes(int head_size) {
     if (head_size != 64 && head_size != 128) return 0;
     return std::max(flash_forward_smem_bytes(head_size), flash_backward_smem_bytes(head_size));
 }
 
-/// Rows of dQ partials one (b, h) holds: key block kb (flash_key_rows() keys from kb*64) writes the
-/// rows i in [kb*64, T) it contributes to, so sum over kb of T - 64 kb (about T^2/128 + T/2).
-inline size_t flash_dq_partial_rows(int T) {
-    const size_t bc = flash_key_rows(), nkb = (static_cast<size_t>(T) + bc - 1) / bc;
+/// Rows of dQ partials one (b, h) holds: backward key block kb (bc = flash_backward_keys(head_size)
+/// keys from kb*bc) writes the rows i in [kb*bc, T) it contributes to, so sum over kb of T - bc kb
+/// (about T^2/(2 bc) + T/2: T^2/256 at head size 64, T^2/128 at 128).
+inline size_t flash_dq_partial_rows(int T, int head_size) {
+    const size_t bc = flash_backward_keys(head_size), nkb = (static_cast<size_t>(T) + bc - 1) / bc;
     return nkb * static_cast<size_t>(T) - bc * nkb * (nkb - 1) / 2;
 }
 /// The most bytes of dQ partials one backward launch may use (256 MiB): the backward runs over the
@@ -59,7 +67,7 @@ inline size_t flash_dq_partial_rows(int T) {
 inline size_t flash_dq_workspace_cap = size_t{256} << 20;
 /// dQ partial bytes of one batch row (all NH heads).
 inline size_t flash_dq_partial_bytes_per_batch(int T, int C, int NH) {
-    return static_cast<size_t>(NH) * flash_dq_partial_rows(T) * static_cast<size_t>(C / NH) * sizeof(float);
+    return static_cast<size_t>(NH) * flash_dq_partial_rows(T, C / NH) * static_cast<size_t>(C / NH) * sizeof(float);
 }
 /// Batch rows per backward launch: as many as fit flash_dq_workspace_cap, at least 1, at most B.
 inline int flash_backward_batch_chunk(int B, int T, int C, int NH) {
@@ -69,7 +77,7 @@ inline int flash_backward_batch_chunk(int B, int T, int C, int NH) {
 }
 /// Bytes of the fp32 scratch flash_attention_backward needs: D = rowsum(dO o O) (B*NH*T floats,
 /// rounded up to 256 bytes), then the dQ partials of every key block for one batch chunk
-/// (flash_backward_batch_chunk rows x NH heads x flash_dq_partial_rows(T) rows of head_size
+/// (flash_backward_batch_chunk rows x NH heads x flash_dq_partial_rows(T, head_size) rows of head_size
 /// floats), which a second kernel sums in key-block order (deterministic, no atomics). GPT-2 124M
 /// at micro-batch 32 (T 1024, 12 heads of 64): 25.5 MiB of partials per batch row, 10 rows per
 /// chunk, 256.5 MiB in all with D (all 32 rows at once would be 818 MiB).
