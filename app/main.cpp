@@ -2,7 +2,7 @@
 // prepare the run directory, train. Launch with `mpirun -np N llmtrain --config X` for N
 // data-parallel ranks; a plain `llmtrain` is one rank.
 //
-// Exit codes (app/cli.hpp): 0 success, also after a SIGTERM/SIGINT stop with its checkpoint saved;
+// Exit codes (app/config/cli.hpp): 0 success, also after a SIGTERM/SIGINT stop with its checkpoint saved;
 // 2 a bad command line or config (nothing is written); 1 any runtime error (data files, run dir,
 // metrics port, checkpoint mismatch), reported as "llmtrain: error: ..." on stderr. Every check that
 // can fail runs before the run directory is touched, and existing files are only appended to or
@@ -14,14 +14,14 @@
 #include <string>
 
 #include "app/checkpoint/checkpoint.hpp"
-#include "app/cli.hpp"
-#include "app/config.hpp"
+#include "app/config/cli.hpp"
+#include "app/config/config.hpp"
 #include "app/metrics.hpp"
 #include "app/model_state.hpp"
-#include "app/plan.hpp"
+#include "app/plan/plan.hpp"
 #include "app/run_log.hpp"
 #include "app/shared_storage.hpp"
-#include "app/traffic.hpp"
+#include "app/plan/traffic.hpp"
 #include "app/trainer.hpp"
 #include "parallel/comm.hpp"
 #include "parallel/node_report.hpp"
@@ -83,7 +83,7 @@ void check_zero_config(const Config& cfg, int rank) {
                      "nothing\n", p.zero_stage);
 }
 
-/// pipeline.plan = "auto": rank 0 plans (app/plan.hpp auto_plan) and broadcasts the per-stage lists,
+/// pipeline.plan = "auto": rank 0 plans (app/plan/plan.hpp auto_plan) and broadcasts the per-stage lists,
 /// or its error, which every rank then throws (a ConfigError, exit 2, when nothing fits; else exit 1).
 /// The report goes to the log.
 void plan_on_rank0(Config& cfg, Comm& comm, RunLog& log) {

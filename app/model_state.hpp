@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "model/allocator.hpp"
 #include "model/cuda/cuda_backend.hpp"
 #include "model/gpt.hpp"

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <vector>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "parallel/nodes.hpp"
 
 namespace llmtrain {

@@ -190,7 +190,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
             log.line("step " + std::to_string(s) + "/" + std::to_string(max_steps) + " | " + buf);
             if (metrics) metrics->set_val_loss(vl);
         }
-        if (I.hellaswag && (s % rc.eval_hellaswag_interval == 0 || s == max_steps))  // app/hellaswag_eval.hpp
+        if (I.hellaswag && (s % rc.eval_hellaswag_interval == 0 || s == max_steps))  // app/eval/hellaswag_eval.hpp
             HellaSwagInLoop::report(s, max_steps, I.hellaswag->evaluate(*I.gpt, I.pipe.get(), I.last_stage(),
                                                                         I.topo.tp_index() == 0, I.comm), log, metrics);
         // ZeRO-3 gathers the weights for every forward, so its whole group samples in step (every

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "app/metrics.hpp"
 #include "app/run_log.hpp"
 #include "parallel/comm.hpp"

@@ -15,7 +15,7 @@
 
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/checkpoint/saver.hpp"
-#include "app/hellaswag_eval.hpp"
+#include "app/eval/hellaswag_eval.hpp"
 #include "app/model_state.hpp"
 #include "app/sampler.hpp"
 #include "app/step_trace.hpp"

@@ -3,7 +3,7 @@
 // memory cap and the 1F1B step is shortest (docs/design.md "Planner").
 //
 // Pure: a PlanProblem holds, per stage, memory and time as affine functions of the stage's layer
-// count n and recomputed count c (app/plan.cpp derives them from the --dry-run counting code and
+// count n and recomputed count c (app/plan/plan.cpp derives them from the --dry-run counting code and
 // from measured or FLOP-derived layer times). solve_plan() hands the program to GLPK's branch and
 // cut; solve_plan_exhaustive() enumerates every split and count, for tests and tiny instances.
 #pragma once
@@ -50,7 +50,7 @@ struct PlanChoice {
 /// forward + backward of stage s, every micro-batch passes each stage once and the slowest stage
 /// sets the pace of the other m − 1:
 ///     Σ_s t_s + (m − 1)·max_s t_s + max_s tail_s       (seconds)
-/// It equals simulate()'s makespan (+ tail) for equal stages; app/plan.cpp reports the simulated step.
+/// It equals simulate()'s makespan (+ tail) for equal stages; app/plan/plan.cpp reports the simulated step.
 /// Errors: std::invalid_argument when the lists are not one entry per stage.
 double plan_objective(const PlanProblem& p, const std::vector<int>& layers, const std::vector<int>& ckpt);
 

@@ -3,7 +3,7 @@
 
 #include <filesystem>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "app/interop/safetensors.hpp"
 #include "app/model_state.hpp"
 

@@ -129,7 +129,7 @@ __device__ inline size_t dq_partial_rows(int T_) {
 }
 __device__ inline void mma(float d[4], const uint32_t a[4], const uint32_t* b) { ptx::mma_bf16_16816(d, a, b, d); }
 
-/// Forward, Algorithm 1. grid (ceil(T / kRows), NH, B), block 128, smem flash_forward_smem_bytes(HS).
+/// Forward, Algorithm 1. grid (NH, ceil(T / kRows), B), block 128, smem flash_forward_smem_bytes(HS).
 template <int HS>
 __global__ void __launch_bounds__(kFlashThreads, 1)
     flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, int NKV) {
@@ -142,8 +142,10 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     bf16* qs = reinterpret_cast<bf16*>(flash_smem(raw));
     bf16* kv = qs + kRows * kLd;  // stage s: K at kv + s * 2 * kKeys * kLd, V after it
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t4 = lane % 4;
-    const int b = blockIdx.z, h = blockIdx.y;
-    const int i0 = (gridDim.x - 1 - blockIdx.x) * kRows;  // the longest rows start first
+    // blockIdx.x = h varies fastest, so within a batch row every head's block of the last rows (the
+    // most key blocks) starts before any shorter one: the grid ends on short blocks, a short tail.
+    const int b = blockIdx.z, h = blockIdx.x;
+    const int i0 = (gridDim.y - 1 - blockIdx.y) * kRows;
     const int iw = i0 + warp * 16 * kMT;                  // the warp's first row
     const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
     const bf16* qsrc = qkv + static_cast<size_t>(b) * T_ * stride + h * HS;
@@ -261,12 +263,14 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
         }
 }
 
-/// Backward, Algorithm 2, fused: dK and dV of key block blockIdx.x (kBwdKeys<HS> keys: 128 at HS 64,
-/// 64 at 128; 16 per warp) of key/value head g = blockIdx.y (summed over its query heads
-/// g*NH/NKV .. in order), and that key block's dQ partials.
-/// grid (ceil(T/kBwdKeys), NKV, batch rows of the chunk), block kBwdThreads<HS> (256 at HS 64, 128
-/// at 128), smem flash_backward_smem_bytes(HS); batch row b = b0 + blockIdx.z. delta: D (B,NH,T);
-/// dq_part: the chunk's partials, flash_dq_partial_rows(T, HS) rows of HS floats per (blockIdx.z, h).
+/// Backward, Algorithm 2, fused: dK and dV of key block kb = blockIdx.y (kBwdKeys<HS> keys: 128 at
+/// HS 64, 64 at 128; 16 per warp) of key/value head g = blockIdx.x % NKV (summed over its query
+/// heads g*NH/NKV .. in order) of the chunk's batch row z = blockIdx.x / NKV, and that key block's
+/// dQ partials. grid (NKV x batch rows of the chunk, ceil(T/kBwdKeys)): x varies fastest, so every
+/// head's key block 0 (the most query blocks) starts first, longest first over the whole grid.
+/// Block kBwdThreads<HS> (256 at HS 64, 128 at 128), smem flash_backward_smem_bytes(HS); batch row
+/// b = b0 + z. delta: D (B,NH,T); dq_part: the chunk's partials, flash_dq_partial_rows(T, HS) rows
+/// of HS floats per (z, h).
 template <int HS>
 __global__ void __launch_bounds__(kBwdThreads<HS>, 1)
     flash_backward_kernel(bf16* dqkv, float* dq_part, const bf16* dout, const bf16* qkv, const float* lse,
@@ -287,7 +291,8 @@ __global__ void __launch_bounds__(kBwdThreads<HS>, 1)
     float* lses = reinterpret_cast<float*>(dss + kKeys * kLdS);  // stage s: lse * log2e at lses + s * kRows
     float* dels = lses + 2 * kRows;                               // stage s: D
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t4 = lane % 4;
-    const int b = b0 + blockIdx.z, gkv = blockIdx.y, kb = blockIdx.x, j0 = kb * kKeys, jw = j0 + warp * 16;
+    const int z = blockIdx.x / NKV, b = b0 + z, gkv = blockIdx.x % NKV, kb = blockIdx.y;
+    const int j0 = kb * kKeys, jw = j0 + warp * 16;
     const int group = NH / NKV, h0 = gkv * group;
     const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
     const bf16* xb = qkv + static_cast<size_t>(b) * T_ * stride;
@@ -418,7 +423,7 @@ __global__ void __launch_bounds__(kBwdThreads<HS>, 1)
             }
             // Rows [j0, T) of key block kb start after the rows of blocks 0 .. kb-1: sum of T - 64 k.
             const size_t first = static_cast<size_t>(kb) * T_ - static_cast<size_t>(kKeys) * kb * (kb - 1) / 2;
-            float* part = dq_part + ((static_cast<size_t>(blockIdx.z) * NH + h) * dq_partial_rows<HS>(T_) + first) * HS;
+            float* part = dq_part + ((static_cast<size_t>(z) * NH + h) * dq_partial_rows<HS>(T_) + first) * HS;
             for (int r = 0; r < 2; r++) {
                 const int i = q0 + qt * 16 + g + 8 * r;
                 if (i >= T_) continue;
@@ -492,7 +497,7 @@ static void launch_flash(void (*kernel)(P...), dim3 grid, size_t smem, cudaStrea
 template <int HS>
 static void flash_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, int NKV,
                           cudaStream_t stream) {
-    launch_flash(flash_forward_kernel<HS>, dim3(ceil_div(T_, flash_forward_rows(HS)), NH, B),
+    launch_flash(flash_forward_kernel<HS>, dim3(NH, ceil_div(T_, flash_forward_rows(HS)), B),
                  flash_forward_smem_bytes(HS), stream, out, lse, qkv, T_, C, NH, NKV);
 }
 
@@ -505,7 +510,7 @@ static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
     constexpr int kBlock = 256;
     for (int b0 = 0; b0 < B; b0 += chunk) {  // each chunk's sum reads its partials before the next overwrites them
         const int nb = std::min(chunk, B - b0);
-        launch_flash<kBwdThreads<HS>>(flash_backward_kernel<HS>, dim3(ceil_div(T_, kBwdKeys<HS>), NKV, nb),
+        launch_flash<kBwdThreads<HS>>(flash_backward_kernel<HS>, dim3(NKV * nb, ceil_div(T_, kBwdKeys<HS>)),
                                       flash_backward_smem_bytes(HS), stream, dqkv, dq_part, dout, qkv, static_cast<const float*>(lse),
                      static_cast<const float*>(scratch), T_, C, NH, NKV, b0);
         launch(flash_dq_reduce_kernel<HS>, dim3(ceil_div(T_ * (HS / 8), kBlock), NH, nb), dim3(kBlock), 0, stream,

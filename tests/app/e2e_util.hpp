@@ -20,7 +20,7 @@
 #include <thread>
 
 #include "app/checkpoint/checkpoint.hpp"
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "data/loader.hpp"
 #include "model/backend.hpp"
 #include "model/gpt.hpp"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # tests/app/hellaswag_test.py — HellaSwag end to end: in the training loop, llmtrain-eval, and an
-# independent scorer (app/hellaswag.hpp, docs/evaluation.md "HellaSwag").
+# independent scorer (app/eval/hellaswag.hpp, docs/evaluation.md "HellaSwag").
 #
 # A small trained model: llmtrain-prep trains a 1,024-piece SentencePiece BPE on the contexts and
 # correct endings of HellaSwag items 100..2099 (never scored here) and tokenizes them; llmtrain

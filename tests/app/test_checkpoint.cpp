@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "app/checkpoint/checkpoint.hpp"
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "app/interop/checkpoint_model.hpp"
 #include "app/model_state.hpp"
 #include "data/token_dataset.hpp"

@@ -1,4 +1,4 @@
-// tests/app/test_hellaswag.cpp — app/hellaswag.hpp: the stored validation split, the file checks,
+// tests/app/test_hellaswag.cpp — app/eval/hellaswag.hpp: the stored validation split, the file checks,
 // rows and the scoring rule.
 //
 // References, independent of the code under test: the stored copy's first and last items as the
@@ -14,7 +14,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "app/hellaswag.hpp"
+#include "app/eval/hellaswag.hpp"
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
 

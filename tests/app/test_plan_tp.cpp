@@ -1,4 +1,4 @@
-// tests/app/test_plan_tp.cpp — the planner's tensor-parallel axis (app/plan.hpp make_plan, plan_problem;
+// tests/app/test_plan_tp.cpp — the planner's tensor-parallel axis (app/plan/plan.hpp make_plan, plan_problem;
 // parallel/planner.hpp ring_allreduce_seconds), each against an independent reference:
 //  - the ring all-reduce time against the step-by-step ring (2(n − 1) steps of bytes/n each);
 //  - a layer's and the end stages' seconds at tp 2 against the tp = 1 times over 2 plus the
@@ -15,9 +15,9 @@
 #include <algorithm>
 #include <string>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "app/model_state.hpp"
-#include "app/plan.hpp"
+#include "app/plan/plan.hpp"
 
 using namespace llmtrain;
 

@@ -1,4 +1,4 @@
-// tests/app/test_traffic.cpp — step traffic and the bytes crossing nodes (app/traffic.hpp), and the
+// tests/app/test_traffic.cpp — step traffic and the bytes crossing nodes (app/plan/traffic.hpp), and the
 // planner's inter-node term (llmtrain-plan --inter-node-gbps), each against an independent reference:
 //  - closed forms written out here for hand-picked layouts (flat DP and ZeRO over two nodes, ZeRO-3
 //    in node-local groups, ZeRO-1 over four nodes, a pipeline with a stage per node, TP across nodes,
@@ -19,10 +19,10 @@
 #include <regex>
 #include <string>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "app/model_state.hpp"
-#include "app/plan.hpp"
-#include "app/traffic.hpp"
+#include "app/plan/plan.hpp"
+#include "app/plan/traffic.hpp"
 #include "parallel/topology.hpp"
 
 using namespace llmtrain;

@@ -13,8 +13,8 @@
 #include <regex>
 #include <sstream>
 
-#include "app/cli.hpp"
-#include "app/config.hpp"
+#include "app/config/cli.hpp"
+#include "app/config/config.hpp"
 #include "app/model_state.hpp"
 #include "parallel/partition.hpp"
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "app/trainer.hpp"
 
 using namespace llmtrain;

@@ -27,7 +27,7 @@
 #include <optional>
 #include <thread>
 
-#include "app/cli_positive.hpp"
+#include "app/config/cli_positive.hpp"
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
 #include "data/tokenizer_trainer.hpp"

@@ -1,9 +1,9 @@
-// app/plan_report.cpp — the planner's report: the candidates side by side, the best plan's
+// app/plan/plan_report.cpp — the planner's report: the candidates side by side, the best plan's
 // per-stage table and TOML lines, and the baselines' comparison (see plan.hpp).
 #include <cstdio>
 
-#include "app/plan.hpp"
-#include "app/plan_util.hpp"
+#include "app/plan/plan.hpp"
+#include "app/plan/plan_util.hpp"
 
 namespace llmtrain {
 

@@ -1,11 +1,11 @@
-// app/config_checks.hpp — the config checks that span several keys (a divisor of another key, a
+// app/config/config_checks.hpp — the config checks that span several keys (a divisor of another key, a
 // feature that needs another, the architecture's own rules): each error names the key at fault where
 // the user set it ("file:line:col" or "--set ..."), so the message points at what to change.
 #pragma once
 #include <map>
 #include <string>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 
 namespace llmtrain {
 

@@ -1,4 +1,4 @@
-// app/eval_model.hpp — what llmtrain-eval scores (app/eval_main.cpp): a model's weights from a
+// app/eval/eval_model.hpp — what llmtrain-eval scores (app/eval/eval_main.cpp): a model's weights from a
 // checkpoint or from model.init_from's formats, the run config that trained it when there is one,
 // and the tokenizer, checked against the one the model trained with (docs/evaluation.md "llmtrain-eval").
 #pragma once
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "data/tokenizer.hpp"
 #include "model/param_layout.hpp"
 

@@ -1,6 +1,6 @@
-// app/toml_text.hpp — values printed in TOML syntax, so that a printed config (to_toml, `--print-config`)
+// app/config/toml_text.hpp — values printed in TOML syntax, so that a printed config (to_toml, `--print-config`)
 // reads back to the same values: strings quoted and escaped, floats as their shortest round-trip
-// decimal, arrays in brackets. Used by app/config.cpp's key table and messages.
+// decimal, arrays in brackets. Used by app/config/config.cpp's key table and messages.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-// app/cli.hpp — the llmtrain command line (CLI11): which config to load, overrides, and what to do.
+// app/config/cli.hpp — the llmtrain command line (CLI11): which config to load, overrides, and what to do.
 //
 // llmtrain [--config PATH] [--set section.key=value]... [--print-config]
 //          [--dry-run [--world-size N [--ranks-per-node R]]]
@@ -24,7 +24,7 @@ struct CliArgs {
     bool print_config = false;           ///< --print-config: print the resolved config as TOML, exit 0
     bool dry_run = false;                ///< --dry-run: print the start-up summary, exit 0
     int world_size = 0;                  ///< --world-size N (with --dry-run): estimate an N-rank run's memory
-    /// --ranks-per-node R (with --world-size): ranks per node for the step-traffic table (app/traffic.hpp);
+    /// --ranks-per-node R (with --world-size): ranks per node for the step-traffic table (app/plan/traffic.hpp);
     /// 0 when not given: one node of world_size ranks. Checked to divide world_size.
     int ranks_per_node = 0;
     bool exit_now = false;               ///< --help/--version handled or a usage error: exit with exit_code

@@ -1,5 +1,5 @@
-// app/toml_text.cpp — values printed in TOML syntax (see toml_text.hpp).
-#include "app/toml_text.hpp"
+// app/config/toml_text.cpp — values printed in TOML syntax (see toml_text.hpp).
+#include "app/config/toml_text.hpp"
 
 #include <charconv>
 #include <cstdio>

@@ -1,12 +1,12 @@
-// app/config_checks.cpp — the checks across config keys (see config_checks.hpp), out of
-// app/config.cpp, which reads and prints the keys one by one.
-#include "app/config_checks.hpp"
+// app/config/config_checks.cpp — the checks across config keys (see config_checks.hpp), out of
+// app/config/config.cpp, which reads and prints the keys one by one.
+#include "app/config/config_checks.hpp"
 
 #include <cstdint>
 #include <stdexcept>
 
 #include "app/model_state.hpp"
-#include "app/toml_text.hpp"
+#include "app/config/toml_text.hpp"
 #include "model/arch.hpp"
 #include "parallel/partition.hpp"
 #include "parallel/schedule.hpp"

@@ -1,4 +1,4 @@
-// app/export_main.cpp — llmtrain-export: a checkpoint's weights in another tool's format
+// app/interop/export_main.cpp — llmtrain-export: a checkpoint's weights in another tool's format
 // (docs/training.md "Weight formats").
 //
 //   llmtrain-export CHECKPOINT --format hf|llmc [--dtype fp32|bf16] [--shard-mb MB] [--bos-id N]
@@ -9,15 +9,15 @@
 // GPT2LMHeadModel, or LlamaForCausalLM for model.arch = "llama", whose weights above --shard-mb
 // become model-0000k-of-0000n.safetensors + model.safetensors.index.json); llmc writes the file OUT
 // in llm.c's model format (version 3 fp32, 5 bf16; GPT-2 only).
-// Exit codes as llmtrain's (app/cli.hpp): 0 written, 1 a bad checkpoint or an I/O failure, 2 bad flags.
+// Exit codes as llmtrain's (app/config/cli.hpp): 0 written, 1 a bad checkpoint or an I/O failure, 2 bad flags.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
 #include "app/checkpoint/checkpoint.hpp"
-#include "app/cli.hpp"
-#include "app/config.hpp"
+#include "app/config/cli.hpp"
+#include "app/config/config.hpp"
 #include "app/interop/checkpoint_model.hpp"
 #include "app/interop/hf_gpt2.hpp"
 #include "app/interop/hf_llama.hpp"

@@ -1,5 +1,5 @@
-// app/eval_model.cpp — llmtrain-eval's weights and tokenizer (see eval_model.hpp).
-#include "app/eval_model.hpp"
+// app/eval/eval_model.cpp — llmtrain-eval's weights and tokenizer (see eval_model.hpp).
+#include "app/eval/eval_model.hpp"
 
 #include <cstdint>
 #include <filesystem>

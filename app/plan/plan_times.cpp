@@ -1,5 +1,5 @@
-// app/plan_times.cpp — measured and FLOP-derived layer times for the planner (see plan_times.hpp).
-#include "app/plan_times.hpp"
+// app/plan/plan_times.cpp — measured and FLOP-derived layer times for the planner (see plan_times.hpp).
+#include "app/plan/plan_times.hpp"
 
 #include <algorithm>
 #include <chrono>

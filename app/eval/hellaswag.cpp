@@ -1,5 +1,5 @@
-// app/hellaswag.cpp — HellaSwag items, rows and scoring (see hellaswag.hpp).
-#include "app/hellaswag.hpp"
+// app/eval/hellaswag.cpp — HellaSwag items, rows and scoring (see hellaswag.hpp).
+#include "app/eval/hellaswag.hpp"
 
 #include <zlib.h>
 

@@ -1,10 +1,10 @@
-// app/cli.cpp — argv parsing for llmtrain with CLI11 (header-only, /usr/include/CLI).
-#include "app/cli.hpp"
+// app/config/cli.cpp — argv parsing for llmtrain with CLI11 (header-only, /usr/include/CLI).
+#include "app/config/cli.hpp"
 
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "app/cli_positive.hpp"
+#include "app/config/cli_positive.hpp"
 
 namespace llmtrain {
 

@@ -1,4 +1,4 @@
-// app/cli_positive.hpp — the CLI11 check "a number > 0" for llmtrain, llmtrain-plan and llmtrain-prep.
+// app/config/cli_positive.hpp — the CLI11 check "a number > 0" for llmtrain, llmtrain-plan and llmtrain-prep.
 // CLI11's own PositiveNumber names its range in the error ("not in range 0.000000 to 1.797...e308");
 // this one says what was expected and what came.
 #pragma once

@@ -1,5 +1,5 @@
-// app/hellaswag_eval.cpp — HellaSwag during training (see hellaswag_eval.hpp).
-#include "app/hellaswag_eval.hpp"
+// app/eval/hellaswag_eval.cpp — HellaSwag during training (see hellaswag_eval.hpp).
+#include "app/eval/hellaswag_eval.hpp"
 
 #include <cstdio>
 

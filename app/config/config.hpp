@@ -1,4 +1,4 @@
-// app/config.hpp — the resolved llmtrain configuration and its TOML loader.
+// app/config/config.hpp — the resolved llmtrain configuration and its TOML loader.
 //
 // Sections and keys follow the field's names (docs/configuration.md lists every key, its default,
 // range and meaning). Loading is strict: unknown keys, wrong types (TOML++ value_exact, no silent
@@ -25,7 +25,7 @@ struct RunConfig {
     int log_interval = 10;
     int eval_interval = 100;            ///< 0 disables; eval also runs at the last step
     int eval_steps = 20;                ///< val micro-batches per eval; 0 = the whole val file
-    int eval_hellaswag_interval = 0;    ///< steps between HellaSwag evaluations (app/hellaswag_eval.hpp); 0 disables
+    int eval_hellaswag_interval = 0;    ///< steps between HellaSwag evaluations (app/eval/hellaswag_eval.hpp); 0 disables
     int eval_hellaswag_items = 0;       ///< the first N items of data.hellaswag; 0 = all
     int sample_interval = 200;          ///< 0 disables
     int sample_tokens = 64;
@@ -106,7 +106,7 @@ struct ParallelConfig {
 struct PipelineConfig {
     std::vector<int> layers_per_stage;  ///< layers of each stage (pp entries, sum n_layer); empty = balanced by FLOPs
     std::string schedule = "1f1b";      ///< "1f1b" | "gpipe"
-    std::string plan = "none";          ///< "none" | "auto": rank 0 plans the two lists at start-up (app/plan.hpp)
+    std::string plan = "none";          ///< "none" | "auto": rank 0 plans the two lists at start-up (app/plan/plan.hpp)
     double plan_memory_gib = 0;         ///< with plan = "auto": device memory the plan must fit; 0 = the device's total
     friend bool operator==(const PipelineConfig&, const PipelineConfig&) = default;
 };

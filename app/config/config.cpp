@@ -1,4 +1,4 @@
-// app/config.cpp — loading, checking, overriding and printing the llmtrain Config (TOML++ 3.3).
+// app/config/config.cpp — loading, checking, overriding and printing the llmtrain Config (TOML++ 3.3).
 //
 // One table, fields(), lists every key: its section, its member of Config and its range check.
 // TOML++ has no strict mode, so loading walks the document and looks every key up in that table:
@@ -9,8 +9,8 @@
 // ("file:line:col" or "--set ...") is remembered so that checks across keys point at the key the
 // user wrote.
 // TOML++ is heavy to compile: it is included here only.
-#include "app/config.hpp"
-#include "app/config_checks.hpp"
+#include "app/config/config.hpp"
+#include "app/config/config_checks.hpp"
 
 #include <toml++/toml.h>
 
@@ -27,7 +27,7 @@
 #include <sstream>
 
 #include "app/metrics.hpp"
-#include "app/toml_text.hpp"
+#include "app/config/toml_text.hpp"
 #include "app/model_state.hpp"
 #include "model/arch.hpp"
 #include "parallel/schedule.hpp"
@@ -36,7 +36,7 @@ namespace llmtrain {
 namespace {
 
 // ---------------------------------------------------------------------------------------------
-// Describing a TOML value in messages (printing values: app/toml_text.hpp)
+// Describing a TOML value in messages (printing values: app/config/toml_text.hpp)
 // ---------------------------------------------------------------------------------------------
 
 /// What a TOML node holds, for "got ..." in messages: `the string "3e-4"`, `the boolean true`.
@@ -421,7 +421,7 @@ std::string hint_for_section(const std::string& section) {
 // ---------------------------------------------------------------------------------------------
 
 /// Where each key was last set: "file:line:col" or "--set ..."; keys left at their default are absent.
-using Origins = ConfigOrigins;  // app/config_checks.hpp
+using Origins = ConfigOrigins;  // app/config/config_checks.hpp
 
 std::string position(const std::string& file, const toml::source_region& src) {
     if (src.begin.line == 0) return file;

@@ -1,5 +1,5 @@
-// app/traffic.cpp — the bytes of one step per group kind and those crossing nodes (see traffic.hpp).
-#include "app/traffic.hpp"
+// app/plan/traffic.cpp — the bytes of one step per group kind and those crossing nodes (see traffic.hpp).
+#include "app/plan/traffic.hpp"
 
 #include <algorithm>
 #include <array>

@@ -1,10 +1,10 @@
-// app/plan.hpp — the pipeline planner as llmtrain-plan and pipeline.plan = "auto" use it: for each
+// app/plan/plan.hpp — the pipeline planner as llmtrain-plan and pipeline.plan = "auto" use it: for each
 // tensor-parallel width tp (a divisor of the world inside a node) and pipeline depth pp that divides
 // world / tp, the layers per stage and recomputed layers per stage that minimize the 1F1B step while
 // every rank fits the device memory (docs/design.md "Planner").
 //
 // Memory comes from the --dry-run counting code (app/model_state.hpp estimate_memory: the real run's
-// allocations counted over the dry-run backend), time from LayerTimes (app/plan_times.hpp) and a
+// allocations counted over the dry-run backend), time from LayerTimes (app/plan/plan_times.hpp) and a
 // link bandwidth; parallel/planner.hpp solves the MIP and parallel/schedule.hpp simulates the
 // chosen plan's step, which is what the report predicts.
 #pragma once
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "app/model_state.hpp"
-#include "app/plan_times.hpp"
+#include "app/plan/plan_times.hpp"
 #include "parallel/planner.hpp"
 
 namespace llmtrain {
@@ -55,7 +55,7 @@ struct PlanCandidate {
     double mip_objective = 0;///< the MIP's optimum of the closed form, seconds (before the refinement)
     std::vector<StagePrediction> stages;
     double step_seconds = 0; ///< simulated 1F1B makespan + the largest tail
-    double crossing_bytes = 0;///< bytes the whole job sends across node boundaries per step (app/traffic.hpp step_traffic of the plan)
+    double crossing_bytes = 0;///< bytes the whole job sends across node boundaries per step (app/plan/traffic.hpp step_traffic of the plan)
     double tokens_per_second = 0;
 };
 
@@ -77,7 +77,7 @@ struct PlanResult {
 /// for the head's input gradient and the loss's all-gather of (B·T, 3) fp32, each at
 /// ring_allreduce_seconds over tp ranks at opt.tp_link_gbps (0: opt.link_gbps); with
 /// parallel.sequence_parallel the all-reduces become all-gathers and reduce-scatters (half an
-/// all-reduce each): 2, 3 and 1.5 all-reduces' worth per layer, 0.5 for each end's collective. Across nodes (app/traffic.hpp
+/// all-reduce each): 2, 3 and 1.5 all-reduces' worth per layer, 0.5 for each end's collective. Across nodes (app/plan/traffic.hpp
 /// crossing_shares over nodes of opt.gpus_per_node ranks): each of these terms costs its bytes times
 /// seconds_per_byte(share, intra, inter) instead of bytes / intra, share being the fraction of that
 /// group's bytes that cross nodes (k/P for a ring on k > 1 nodes; 1 for a send between stages on two
@@ -152,7 +152,7 @@ std::vector<int> tp_widths(int world, int gpus_per_node, int opt_tp);
 /// Why cfg's model cannot be split over tp ranks ("n_head 12 is not a multiple of tp 8"), or "" when
 /// tp divides what the architecture splits (model/arch.hpp tp_divisors: n_head, 4·n_embd and the padded
 /// vocabulary for GPT-2; n_head, n_kv_head, intermediate_size and the vocabulary for Llama), as
-/// app/config.cpp requires.
+/// app/config/config.cpp requires.
 std::string tp_split_problem(const Config& cfg, int tp);
 
 }  // namespace llmtrain

@@ -1,6 +1,6 @@
-// app/plan.cpp — the planner's problem from the config, its search over tensor-parallel widths and
-// pipeline depths (see plan.hpp); the report is app/plan_report.cpp.
-#include "app/plan.hpp"
+// app/plan/plan.cpp — the planner's problem from the config, its search over tensor-parallel widths and
+// pipeline depths (see plan.hpp); the report is app/plan/plan_report.cpp.
+#include "app/plan/plan.hpp"
 #include "model/arch.hpp"
 
 #include <algorithm>
@@ -8,8 +8,8 @@
 #include <stdexcept>
 
 #include "app/model_state.hpp"
-#include "app/plan_util.hpp"
-#include "app/traffic.hpp"
+#include "app/plan/plan_util.hpp"
+#include "app/plan/traffic.hpp"
 #include "model/backend.hpp"
 #include "parallel/partition.hpp"
 #include "parallel/schedule.hpp"
@@ -104,7 +104,7 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
     const double link = opt.link_gbps * 1e9;  // bytes/s
     const double rows = double(c.training.micro_batch_size) * c.model.seq_len;  // N = B·T
     const double act_bytes = rows * c.model.n_embd * es;                         // one (N, C) activation
-    // Across nodes (app/traffic.hpp): a term's seconds at one rate times f(share) = intra·seconds_per_byte
+    // Across nodes (app/plan/traffic.hpp): a term's seconds at one rate times f(share) = intra·seconds_per_byte
     // (share, intra, inter), share the part of its group's bytes that crosses nodes; exactly 1 when none does.
     const double inter_gbps = opt.inter_node_gbps > 0 ? opt.inter_node_gbps : opt.link_gbps;
     const int zg = c.parallel.zero_stage == 0 ? 1 : (c.parallel.zero_group_size == 0 ? dp : c.parallel.zero_group_size);

@@ -1,4 +1,4 @@
-// app/eval_main.cpp — llmtrain-eval: a model scored on a task (docs/evaluation.md "llmtrain-eval").
+// app/eval/eval_main.cpp — llmtrain-eval: a model scored on a task (docs/evaluation.md "llmtrain-eval").
 //
 //   llmtrain-eval MODEL --task val [--data FILE.h5] [--micro-batch B] [--seq-len T] [--n N]
 //   llmtrain-eval MODEL --task hellaswag [--items FILE] [--n N] [--tokenizer FILE | --data FILE.h5]
@@ -10,17 +10,17 @@
 // perplexity over the non-overlapping windows of a token dataset (default: the run's data.val), in
 // micro-batches of the run's micro_batch_size, as the trainer's val eval with eval_steps = 0 (the
 // same number). hellaswag: accuracy over the items (default: the project's copy of the validation
-// split, all 10,042) scored as llm.c does (app/hellaswag.hpp). Exit codes as llmtrain's
-// (app/cli.hpp): 0 scored, 1 a bad model, data or item, 2 bad flags.
+// split, all 10,042) scored as llm.c does (app/eval/hellaswag.hpp). Exit codes as llmtrain's
+// (app/config/cli.hpp): 0 scored, 1 a bad model, data or item, 2 bad flags.
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 
-#include "app/cli.hpp"
-#include "app/eval_model.hpp"
-#include "app/hellaswag.hpp"
+#include "app/config/cli.hpp"
+#include "app/eval/eval_model.hpp"
+#include "app/eval/hellaswag.hpp"
 #include "app/run_log.hpp"
 #include "data/loader.hpp"
 #include "data/token_dataset.hpp"

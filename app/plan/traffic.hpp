@@ -1,4 +1,4 @@
-// app/traffic.hpp — step traffic: the bytes one optimizer step of a run moves per group kind (TP,
+// app/plan/traffic.hpp — step traffic: the bytes one optimizer step of a run moves per group kind (TP,
 // data-parallel, ZeRO group, replica group, pipeline, tied-embedding pair) and how many of them cross
 // node boundaries, for `llmtrain --dry-run --world-size N --ranks-per-node R` and the planner's
 // inter-node term (docs/design.md "Traffic across nodes").
@@ -24,7 +24,7 @@
 #include <string>
 #include <vector>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 
 namespace llmtrain {
 

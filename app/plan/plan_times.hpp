@@ -1,4 +1,4 @@
-// app/plan_times.hpp — the planner's time inputs: seconds per micro-batch of one GPT layer (forward,
+// app/plan/plan_times.hpp — the planner's time inputs: seconds per micro-batch of one GPT layer (forward,
 // backward, recompute), of the embedding and of the head, and of AdamW per parameter, either
 // measured on a backend at the configured shapes (llmtrain-plan --profile; pipeline.plan = "auto")
 // or derived from FLOPs and a stated sustained throughput for a device this machine does not have
@@ -6,7 +6,7 @@
 #pragma once
 #include <string>
 
-#include "app/config.hpp"
+#include "app/config/config.hpp"
 #include "model/ops.hpp"
 
 namespace llmtrain {

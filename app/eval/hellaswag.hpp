@@ -1,4 +1,4 @@
-// app/hellaswag.hpp — HellaSwag (Zellers et al. 2019, "HellaSwag: Can a Machine Really Finish Your
+// app/eval/hellaswag.hpp — HellaSwag (Zellers et al. 2019, "HellaSwag: Can a Machine Really Finish Your
 // Sentence?"): its validation items, their rows of tokens, and the scoring rule llm.c uses
 // (docs/evaluation.md "HellaSwag").
 //

@@ -1,4 +1,4 @@
-// app/plan_util.hpp — small helpers the planner (app/plan.cpp) and its report (app/plan_report.cpp)
+// app/plan/plan_util.hpp — small helpers the planner (app/plan/plan.cpp) and its report (app/plan/plan_report.cpp)
 // share: the global batch kept across depths, the memory cap, and two text forms. Internal to app/.
 #pragma once
 #include <algorithm>
@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "app/config.hpp"
-#include "app/plan.hpp"
+#include "app/config/config.hpp"
+#include "app/plan/plan.hpp"
 
 namespace llmtrain::plan_util {
 

@@ -1,21 +1,21 @@
-// app/plan_main.cpp — llmtrain-plan: the pipeline planner on the command line (docs/training.md
+// app/plan/plan_main.cpp — llmtrain-plan: the pipeline planner on the command line (docs/training.md
 // "Planning a pipeline"). For a config, a world size and a device memory it prints, per
 // tensor-parallel width and pipeline depth, whether the model fits and the predicted step, then the best plan's per-stage table and the
 // TOML lines that select it. Layer times are measured on the config's backend (--profile) or derived
 // from FLOPs at a stated throughput (--device-tflops, for a device this machine does not have).
 //
-// Exit codes as llmtrain's (app/cli.hpp): 0 a plan was printed, 1 nothing fits (the report says what
+// Exit codes as llmtrain's (app/config/cli.hpp): 0 a plan was printed, 1 nothing fits (the report says what
 // would) or a runtime failure, 2 bad flags or config.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
 #include <regex>
 
-#include "app/cli.hpp"
-#include "app/cli_positive.hpp"
-#include "app/config.hpp"
+#include "app/config/cli.hpp"
+#include "app/config/cli_positive.hpp"
+#include "app/config/config.hpp"
 #include "app/model_state.hpp"
-#include "app/plan.hpp"
+#include "app/plan/plan.hpp"
 #include "model/backend.hpp"
 
 using namespace llmtrain;

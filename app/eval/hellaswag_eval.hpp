@@ -1,4 +1,4 @@
-// app/hellaswag_eval.hpp — HellaSwag during training (run.eval_hellaswag_interval): the items read
+// app/eval/hellaswag_eval.hpp — HellaSwag during training (run.eval_hellaswag_interval): the items read
 // and encoded once at start-up, this data-parallel rank's share scored through the trainer's own
 // forward (the val eval's), the counts summed over the ranks (docs/evaluation.md "HellaSwag").
 #pragma once
@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "app/config.hpp"
-#include "app/hellaswag.hpp"
+#include "app/config/config.hpp"
+#include "app/eval/hellaswag.hpp"
 #include "app/metrics.hpp"
 #include "app/run_log.hpp"
 #include "model/gpt.hpp"
