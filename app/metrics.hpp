@@ -17,16 +17,6 @@ struct MetricsError : std::runtime_error {
     using std::runtime_error::runtime_error;
 };
 
-/// A parsed metrics.listen address.
-struct ListenAddress {
-    std::string host;  ///< IPv4 literal ("127.0.0.1") or host name ("localhost", resolved to IPv4)
-    int port = 0;      ///< [0, 65535]; 0 = the OS picks a free port
-};
-
-/// Parses "host:port" strictly: a host is required (a bare port would bind every interface), the
-/// port is decimal digits only. Errors: MetricsError naming the address and what was expected.
-ListenAddress parse_listen(const std::string& listen);
-
 class Metrics {
 public:
     /// Starts the exposer on `listen` ("host:port"), with `port_offset` added to a non-zero port.

@@ -12,6 +12,7 @@
 #include <functional>
 #include <string>
 
+#include "app/config/listen.hpp"
 #include "app/metrics.hpp"
 
 struct MHD_Daemon;

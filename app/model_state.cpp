@@ -10,23 +10,6 @@
 
 namespace llmtrain {
 
-GPTConfig gpt_config_of(const Config& c) {
-    GPTConfig g;
-    g.n_layer = c.model.n_layer;
-    g.n_head = c.model.n_head;
-    g.n_embd = c.model.n_embd;
-    g.seq_len = c.model.seq_len;
-    g.vocab_size = c.model.vocab_size;
-    g.arch = c.model.arch == "llama" ? Arch::llama : Arch::gpt2;  // validated: "gpt2" or "llama"
-    g.n_kv_head = c.model.n_kv_head;
-    g.intermediate_size = c.model.intermediate_size;
-    g.multiple_of = c.model.multiple_of;
-    g.norm_eps = c.model.norm_eps;
-    g.rope_theta = c.model.rope_theta;
-    g.tie_embeddings = c.model.tie_embeddings;
-    return g;
-}
-
 DType precision_dtype(const Config& c) { return c.training.precision == "bf16" ? DType::bf16 : DType::f32; }
 
 int zero_group_of(const Config& c) { return c.parallel.zero_stage == 0 ? 1 : c.parallel.zero_group_size; }

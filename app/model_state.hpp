@@ -46,8 +46,6 @@ struct ModelState {
 /// `host` asks for one over host buffers (MPI), else one for the backend's device buffers.
 using CommFactory = std::function<std::unique_ptr<Comm>(const std::vector<int>& ranks, bool host)>;
 
-/// The model configuration of cfg.model.
-GPTConfig gpt_config_of(const Config& cfg);
 /// training.precision as the device compute dtype (the config has validated it: "fp32" or "bf16").
 DType precision_dtype(const Config& cfg);
 /// The ZeRO group size a topology is built with: 1 at stage 0 (plain DP), else parallel.zero_group_size.

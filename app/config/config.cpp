@@ -26,9 +26,8 @@
 #include <map>
 #include <sstream>
 
-#include "app/metrics.hpp"
+#include "app/config/listen.hpp"
 #include "app/config/toml_text.hpp"
-#include "app/model_state.hpp"
 #include "model/arch.hpp"
 #include "parallel/schedule.hpp"
 
@@ -186,7 +185,7 @@ Check<std::string> listen_address() {
         try {
             parse_listen(v);
             return "";
-        } catch (const MetricsError&) {
+        } catch (const std::invalid_argument&) {
             return "\"host:port\" with a host (IPv4 address or host name) and a port in [0, 65535]; "
                    "a bare port would bind every interface";
         }
@@ -494,15 +493,6 @@ void apply_override(const std::string& ov, Config& cfg, Origins& origins) {
     origins[f->name()] = where;
 }
 
-uint64_t fnv1a64(const std::string& s) {
-    uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a 64-bit offset basis
-    for (unsigned char ch : s) {
-        h ^= ch;
-        h *= 0x100000001b3ull;  // FNV 64-bit prime
-    }
-    return h;
-}
-
 }  // namespace
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
@@ -563,23 +553,6 @@ std::string to_toml(const Config& cfg) {
         out += f.key + " = " + f.write(cfg) + "\n";
     }
     return out;
-}
-
-std::string model_config_hash(const Config& cfg) {
-    const auto& m = cfg.model;
-    // The canonical text is part of the checkpoint format (docs/configuration.md "The model hash"): change it only with a
-    // format version bump.
-    std::string canon = "gpt2:n_layer=" + std::to_string(m.n_layer) + ",n_head=" + std::to_string(m.n_head) +
-                        ",n_embd=" + std::to_string(m.n_embd) + ",seq_len=" + std::to_string(m.seq_len) +
-                        ",vocab_size=" + std::to_string(m.vocab_size);
-    if (m.arch != "gpt2") {  // GPT-2's text is unchanged; other architectures add their shape keys
-        const ArchSpec spec(gpt_config_of(cfg));
-        canon = m.arch + canon.substr(4) + ",n_kv_head=" + std::to_string(spec.NKV) + ",intermediate_size=" +
-                std::to_string(spec.F) + ",tie_embeddings=" + (spec.tied ? "true" : "false");
-    }
-    char buf[17];
-    std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a64(canon)));
-    return buf;
 }
 
 }  // namespace llmtrain

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "model/param_layout.hpp"  // GPTConfig
+
 namespace llmtrain {
 
 /// A bad configuration; what() is "<file>:<line>:<col>: <key>: <what was expected>". Exit code 2.
@@ -166,5 +168,8 @@ std::string to_toml(const Config& cfg);
 /// A stable hash of the settings that must not change across a resume (model shape, vocab):
 /// hex string, stored in checkpoints.
 std::string model_config_hash(const Config& cfg);
+
+/// The model configuration of cfg.model (the config room's mapping; model/ knows no Config).
+GPTConfig gpt_config_of(const Config& cfg);
 
 }  // namespace llmtrain

@@ -5,7 +5,6 @@
 #include <cstdint>
 #include <stdexcept>
 
-#include "app/model_state.hpp"
 #include "app/config/toml_text.hpp"
 #include "model/arch.hpp"
 #include "parallel/partition.hpp"
