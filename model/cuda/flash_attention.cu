@@ -64,6 +64,8 @@ constexpr int kTileLd = flash_tile_ld(HS);  ///< namespace-scope constants: usab
 template <int HS>
 constexpr int kFwdRows = flash_forward_rows(HS);
 template <int HS>
+constexpr int kFwdThreads = flash_forward_warps(HS) * kWarpSize;  ///< 128 at HS 64, 256 at 128
+template <int HS>
 constexpr int kBwdRows = flash_backward_rows(HS);
 template <int HS>
 constexpr int kBwdKeys = flash_backward_keys(HS);  ///< keys per backward block: 128 at HS 64, 64 at 128
@@ -129,18 +131,20 @@ __device__ inline size_t dq_partial_rows(int T_) {
 }
 __device__ inline void mma(float d[4], const uint32_t a[4], const uint32_t* b) { ptx::mma_bf16_16816(d, a, b, d); }
 
-/// Forward, Algorithm 1. grid (NH, ceil(T / kRows), B), block 128, smem flash_forward_smem_bytes(HS).
+/// Forward, Algorithm 1. grid (NH, ceil(T / kRows), B), block kFwdThreads<HS> (128 at HS 64, 256
+/// at 128), smem flash_forward_smem_bytes(HS).
 template <int HS>
-__global__ void __launch_bounds__(kFlashThreads, 1)
+__global__ void __launch_bounds__(kFwdThreads<HS>, 1)
     flash_forward_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, int NKV) {
-    constexpr int kMT = HS == 64 ? 2 : 1;            // m16 tiles per warp
-    constexpr int kRows = kFwdRows<HS>;  // 4 warps x 16 kMT
+    constexpr int kMT = HS == 64 ? 2 : 1;  // m16 tiles per warp
+    constexpr int kThreads = kFwdThreads<HS>, kWarps = kThreads / kWarpSize;
+    constexpr int kRows = kFwdRows<HS>;  // kWarps x 16 kMT
     constexpr int kLd = kTileLd<HS>;
     constexpr int kKS = HS / 16, kNS = kKeys / 8, kNO = HS / 8;
-    static_assert(kRows == kFlashWarps * 16 * kMT);
+    static_assert(kRows == kWarps * 16 * kMT && kRows == 2 * kKeys);
     EXTERN_SHARED(unsigned char, raw);
-    bf16* qs = reinterpret_cast<bf16*>(flash_smem(raw));
-    bf16* kv = qs + kRows * kLd;  // stage s: K at kv + s * 2 * kKeys * kLd, V after it
+    bf16* kv = reinterpret_cast<bf16*>(flash_smem(raw));  // stage s: K at kv + s * 2 * kKeys * kLd, V after it
+    bf16* qs = kv + 2 * kKeys * kLd;  // the Q tile fills stage 1 until its fragments are in registers
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t4 = lane % 4;
     // blockIdx.x = h varies fastest, so within a batch row every head's block of the last rows (the
     // most key blocks) starts before any shorter one: the grid ends on short blocks, a short tail.
@@ -152,15 +156,16 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
     const bf16* ksrc = qkv + static_cast<size_t>(b) * T_ * stride + C + (h / (NH / NKV)) * HS;
     const bf16* vsrc = ksrc + static_cast<size_t>(NKV) * HS;
     const int n_kb = ceil_div(min(i0 + kRows, T_), kKeys);  // key blocks with a key <= the last row
-    copy_rows<HS, kRows>(qs, qsrc, stride, i0, T_);
-    copy_rows<HS, kKeys>(kv, ksrc, stride, 0, T_);
-    copy_rows<HS, kKeys>(kv + kKeys * kLd, vsrc, stride, 0, T_);
+    copy_rows<HS, kRows, kThreads>(qs, qsrc, stride, i0, T_);
+    copy_rows<HS, kKeys, kThreads>(kv, ksrc, stride, 0, T_);
+    copy_rows<HS, kKeys, kThreads>(kv + kKeys * kLd, vsrc, stride, 0, T_);
     ptx::cp_async_commit();
     ptx::cp_async_wait<0>();
     __syncthreads();
     uint32_t qf[kMT][kKS][4];  // Q's A fragments, loaded once
     for (int mt = 0; mt < kMT; mt++)
         for (int kk = 0; kk < kKS; kk++) load_a(qf[mt][kk], qs + (warp * kMT + mt) * 16 * kLd + kk * 16, kLd);
+    __syncthreads();  // every warp has its Q fragments: stage 1 may take key block 1
     const float sl2 = kLog2e / sqrtf(static_cast<float>(HS));
     float o[kMT][kNO][4], m[kMT][2], l[kMT][2];
     for (int mt = 0; mt < kMT; mt++) {
@@ -176,8 +181,8 @@ __global__ void __launch_bounds__(kFlashThreads, 1)
         const int stage = kb % 2, k0 = kb * kKeys;
         if (kb + 1 < n_kb) {  // block kb + 1 into the other stage (its last reader passed the barrier below)
             bf16* next = kv + (stage ^ 1) * 2 * kKeys * kLd;
-            copy_rows<HS, kKeys>(next, ksrc, stride, k0 + kKeys, T_);
-            copy_rows<HS, kKeys>(next + kKeys * kLd, vsrc, stride, k0 + kKeys, T_);
+            copy_rows<HS, kKeys, kThreads>(next, ksrc, stride, k0 + kKeys, T_);
+            copy_rows<HS, kKeys, kThreads>(next + kKeys * kLd, vsrc, stride, k0 + kKeys, T_);
             ptx::cp_async_commit();
             ptx::cp_async_wait<1>();
         } else {
@@ -497,7 +502,7 @@ static void launch_flash(void (*kernel)(P...), dim3 grid, size_t smem, cudaStrea
 template <int HS>
 static void flash_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, int NKV,
                           cudaStream_t stream) {
-    launch_flash(flash_forward_kernel<HS>, dim3(NH, ceil_div(T_, flash_forward_rows(HS)), B),
+    launch_flash<kFwdThreads<HS>>(flash_forward_kernel<HS>, dim3(NH, ceil_div(T_, flash_forward_rows(HS)), B),
                  flash_forward_smem_bytes(HS), stream, out, lse, qkv, T_, C, NH, NKV);
 }
 

@@ -13,9 +13,12 @@ inline bool flash_attention_supported(int C, int NH) {
     return NH > 0 && C % NH == 0 && (C / NH == 64 || C / NH == 128);
 }
 
-/// Query rows of one forward block (4 warps): 128 at head size 64 (32 per warp, two m16 tiles),
-/// 64 at head size 128 (16 per warp; the O accumulator is twice as wide).
-constexpr int flash_forward_rows(int head_size) { return head_size == 64 ? 128 : 64; }
+/// Query rows of one forward block: 128 at both head sizes, so that each K/V tile copied serves 128
+/// queries: at head size 64 4 warps of 32 rows (two m16 tiles), at 128 8 warps of 16 (the O
+/// accumulator is twice as wide).
+constexpr int flash_forward_rows(int) { return 128; }
+/// Warps of a forward block: 4 at head size 64, 8 at 128.
+constexpr int flash_forward_warps(int head_size) { return head_size == 64 ? 4 : 8; }
 /// Keys per step of the forward.
 constexpr int flash_key_rows() { return 64; }
 /// Keys per block of the fused backward, 16 per warp: 128 at head size 64 (8 warps; half the dQ
@@ -31,11 +34,11 @@ constexpr int flash_backward_rows(int head_size) { return head_size == 64 ? 64 :
 /// eight row reads of one 8x8 matrix on distinct banks.
 constexpr int flash_tile_ld(int head_size) { return head_size + 8; }
 
-/// Dynamic shared memory of the forward kernel: the Q tile and two stages of K and V tiles
-/// (cp.async double buffering), + 128 bytes for aligning the base.
+/// Dynamic shared memory of the forward kernel: two stages of K and V tiles (cp.async double
+/// buffering), the Q tile (128 rows, the size of one stage) in stage 1 until its fragments are in
+/// registers, + 128 bytes for aligning the base.
 constexpr size_t flash_forward_smem_bytes(int head_size) {
-    return 128 + 2 * static_cast<size_t>(flash_tile_ld(head_size)) *
-                     (flash_forward_rows(head_size) + 2 * 2 * flash_key_rows());
+    return 128 + 2 * static_cast<size_t>(flash_tile_ld(head_size)) * (2 * 2 * flash_key_rows());
 }
 /// Dynamic shared memory of the fused backward kernel: the block's K and V tiles, two stages of Q
 /// and dO tiles and of lse and D (fp32), and the dS^T tile (bf16, keys x queries), + 128.
@@ -46,7 +49,7 @@ constexpr size_t flash_backward_smem_bytes(int head_size) {
 }
 /// The largest dynamic shared memory any flash kernel needs at this head size (64 or 128): what a
 /// device must allow per block (cudaDevAttrMaxSharedMemoryPerBlockOptin) to run this path.
-/// 93,312 bytes at head size 64 (the backward), 87,168 at 128 (the forward) (both under the 99 KiB of sm_86/89/120); 0 at the
+/// 93,312 bytes at head size 64, 75,392 at 128 (the backward's) (both under the 99 KiB of sm_86/89/120); 0 at the
 /// head sizes the kernels do not take.
 inline size_t flash_attention_smem_bytes(int head_size) {
     if (head_size != 64 && head_size != 128) return 0;
