@@ -18,8 +18,8 @@
 // A fragment of P for P V: S, P and O never leave registers (the FA2 register trick). Row
 // statistics are per lane (two rows) and reduced over the four lanes of a quad by shuffles.
 //
-// Forward (Algorithm 1): a block of 4 warps owns kRows query rows of one (b, h) — 128 at HS 64
-//   (32 per warp: two m16 tiles), 64 at HS 128 (16 per warp) — loads Q once (cp.async, then
+// Forward (Algorithm 1): a block owns 128 query rows of one (b, h) — 4 warps of 32 rows (two m16
+//   tiles) at HS 64, 8 warps of 16 at HS 128 — loads Q once (cp.async into K/V stage 1, then
 //   ldmatrix into registers kept for the whole loop), and walks the key blocks of 64 up to its
 //   diagonal, K and V double-buffered (block kb + 1 is copied while block kb is used). Per block:
 //   S = Q K^T (mma), the online softmax in the log2 domain (m, l per row; O rescaled by
@@ -28,15 +28,15 @@
 //   crosses a warp's rows; blocks entirely past a warp's rows are skipped by that warp; key blocks
 //   past the block's last row are never loaded. out = O / l, lse = m ln 2 + log l.
 // Backward (Algorithm 2, fused): D = rowsum(dO o O) first (attention.cu's delta kernel). One block
-//   per 64 keys of key/value head g (4 warps x 16 keys) holds K and V in shared memory and dK, dV
-//   in registers, and walks its group's query heads in order and, per head, the query blocks
+//   per key block of key/value head g — 128 keys (8 warps x 16) at HS 64, 64 keys (4 warps) at
+//   HS 128 — holds K and V in shared memory and dK, dV in registers, and walks its group's query heads in order and, per head, the query blocks
 //   (64 rows at HS 64, 32 at HS 128) from its diagonal to T, Q, dO, lse and D double-buffered.
 //   Per query block each warp computes S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x the block's
 //   queries), P^T = exp2(S^T log2e/sqrt(HS) - lse log2e), dS^T = P^T o (dP^T - D), then
 //   dV += P^T dO and dK += dS^T Q with P^T, dS^T as A fragments straight from the accumulators.
 //   dS^T goes to shared memory (bf16); after a barrier the warps compute this key block's dQ
 //   partial, dS K (A fragments of dS by ldmatrix.trans of dS^T), and store it in fp32 to the
-//   workspace: (b, h, key block kb, query row i >= 64 kb). A second kernel sums each dQ row's
+//   workspace: (b, h, key block kb, query row i >= kb x the block's keys). A second kernel sums each dQ row's
 //   partials in key-block order, scales by 1/sqrt(HS) and writes bf16: no atomics, every sum in a
 //   fixed order, the same bits every run. dK (scaled) and dV are written once at the end. The
 //   workspace holds the partials of as many batch rows as fit flash_dq_workspace_cap (256 MiB);
