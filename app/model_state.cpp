@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "app/interop/pretrained.hpp"
+#include "model/arch.hpp"
 #include "model/cuda/flash_attention.hpp"
 #include "model/dry_ops.hpp"
 
@@ -42,7 +43,9 @@ std::vector<StageLayers> stage_plan_of(const Config& c) {
 std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, int l1) {
     if (stages == 1) return {};
     std::vector<int> u;
-    if (stage == 0 || stage == stages - 1) u.push_back(0);  // wte: embedding here, LM head there
+    // The token table: the embedding on the first stage and, tied, the LM head on the last (an untied
+    // head is lm_head.weight in the final unit: the last stage keeps no copy of the table).
+    if (stage == 0 || (stage == stages - 1 && ArchSpec(g).tied)) u.push_back(0);
     for (int l = l0; l < l1; ++l) u.push_back(1 + l);
     if (stage == stages - 1) u.push_back(g.n_layer + 1);  // ln_f
     return u;
@@ -91,7 +94,8 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
             if (st == p) links.act_next = act, links.grad_next = grad;
             else links.act_prev = act, links.grad_prev = grad;
         }
-        if (st == 0 || st == P - 1) s.embedding_comm = comms({pipeline.front(), pipeline.back()}, false);
+        if ((st == 0 || st == P - 1) && ArchSpec(g).tied)  // the tied table's two copies (Megatron's embedding group)
+            s.embedding_comm = comms({pipeline.front(), pipeline.back()}, false);
         s.stage_comm = comms(pipeline, true);
         s.pipe = std::make_unique<PipelineStage>(*s.gpt, st, P, schedule, links);
     }
@@ -217,7 +221,7 @@ std::vector<std::string> pipeline_report(const Config& cfg, int world, std::vect
     out.push_back("groups at stage 1: " + topo.describe() + "; schedule " + cfg.pipeline.schedule + ", " +
                   std::to_string(m) + " micro-batches per step (grad_accum_steps)");
     out.push_back("(in_flight: micro-batches whose activations a stage holds at once, each in its own activation "
-                  "context; stage 0 also holds the embeddings, the last stage ln_f, the tied wte and the logits. "
+                  "context; stage 0 also holds the embeddings, the last stage ln_f, the LM head (a tied one is a copy of wte) and the logits. "
                   "ZeRO-2/3 do not combine with a pipeline.)");
     return out;
 }

@@ -312,7 +312,7 @@ struct Trainer::Impl {
     /// same chunk) to the first, which compares. w: this rank's shard-local weights (unit 0 first).
     /// Returns the problem on the first stage, else "".
     std::string tied_wte_problem(const float* w) {
-        if (!pipe || (topo.stage() != 0 && !last_stage())) return "";
+        if (!pipe || !embedding_comm) return "";  // no pipeline, a middle stage, or an untied head: one copy
         const size_t n0 = engine->shard().front().numel;  // unit 0 comes first
         if (topo.stage() != 0) {
             stage_comm->send(w, n0, DType::f32, 0);

@@ -204,3 +204,31 @@ TEST(PlanTp, WidthsAreTheWorldsDivisorsInsideANode) {
     EXPECT_TRUE(skipped8);
     for (int tp : {1, 2, 4}) EXPECT_NE(candidate(r, tp, 1), nullptr) << tp;
 }
+
+// An untied Llama at pp 2: the last stage's LM head is lm_head.weight in the final unit, so it keeps
+// no copy of the token table (a tied head does: wte is its weight). The params counted by
+// estimate_memory (ZeRO stage 0) for the last stage (the real run's allocations on the dry backend) are exactly
+// its layers' and final unit's elements at 4 bytes (fp32) untied, and those plus unit 0's tied;
+// the first stage holds unit 0 either way.
+TEST(PlanTp, UntiedLlamaLastStageHoldsNoTokenTable) {
+    for (bool tied : {true, false}) {
+        SCOPED_TRACE(tied ? "tied" : "untied");
+        Config c = load_config(LLMTRAIN_CONFIGS "/llama-tiny.toml",
+                               {"model.n_layer=4", "model.seq_len=64", "training.micro_batch_size=2",
+                                "training.grad_accum_steps=2", "parallel.pp=2", "training.precision=\"fp32\"",
+                                std::string("model.tie_embeddings=") + (tied ? "true" : "false")});
+        const ParamLayout L(gpt_config_of(c));
+        const auto& u = L.units();  // 0: token table, 1..4: layers, 5: the final norm (+ lm_head untied)
+        const std::vector<StageLayers> plan = stage_plan_of(c);
+        ASSERT_EQ(plan.size(), 2u);
+        auto elems = [&](int l0, int l1) {  // the units of layers [l0, l1)
+            size_t n = 0;
+            for (int l = l0; l < l1; ++l) n += u[size_t(1 + l)].numel;
+            return n;
+        };
+        const size_t want_first = 4 * (u[0].numel + elems(plan[0].l0, plan[0].l1));
+        const size_t want_last = 4 * (elems(plan[1].l0, plan[1].l1) + u[5].numel + (tied ? u[0].numel : 0));
+        EXPECT_EQ(estimate_memory(c, 2, 0, 0)[size_t(MemCategory::params)], want_first);  // ZeRO 0, stage 0
+        EXPECT_EQ(estimate_memory(c, 2, 0, 1)[size_t(MemCategory::params)], want_last);   // stage 1
+    }
+}
