@@ -85,7 +85,7 @@ std::vector<std::string> Trainer::summary() const {
                " micro-batches per epoch per rank";
     };
     out.push_back(data_line("train", *I.train));
-    out.push_back(data_line("val", *I.val));
+    out.push_back(I.val ? data_line("val", *I.val) : "data: val " + c.data.val + ": not read (run.eval_interval = 0)");
     char sched[200];
     std::snprintf(sched, sizeof sched, "schedule: max_steps %d, lr %.3g -> %.3g (%s), warmup_steps %d, grad_clip %g",
                   c.run.max_steps, c.optimizer.lr, c.lr_schedule.min_lr, c.lr_schedule.decay.c_str(),

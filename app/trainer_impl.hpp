@@ -72,7 +72,7 @@ struct Trainer::Impl {
     std::unique_ptr<Comm> embedding_comm, stage_comm;
     std::unique_ptr<PipelineStage> pipe;             // pp > 1
     LRSchedule sched;
-    std::unique_ptr<DataLoader> train, val;
+    std::unique_ptr<DataLoader> train, val;  // val: only with run.eval_interval > 0
     std::optional<Tokenizer> tokenizer;  // rank 0 with samples enabled
     float* norm_scratch = nullptr;       // (1) device fp32
     std::vector<int32_t> inputs, targets;  // (B,T) host int32
@@ -103,10 +103,12 @@ struct Trainer::Impl {
         lo.shuffle = true;
         lo.vocab_size = cfg.model.vocab_size;
         train = std::make_unique<DataLoader>(lo);
-        lo.path = cfg.data.val;
-        lo.shuffle = false;
-        lo.expect_tokenizer_sha256 = train->info().tokenizer_sha256;  // val must be tokenized alike
-        val = std::make_unique<DataLoader>(lo);
+        if (cfg.run.eval_interval > 0) {  // else never read: a val set too small for B x dp is no error
+            lo.path = cfg.data.val;
+            lo.shuffle = false;
+            lo.expect_tokenizer_sha256 = train->info().tokenizer_sha256;  // val must be tokenized alike
+            val = std::make_unique<DataLoader>(lo);
+        }
         if (rank == 0 && cfg.run.sample_interval > 0) {
             TokenDataset ds(cfg.data.train);
             tokenizer.emplace(Tokenizer::from_dataset(ds));

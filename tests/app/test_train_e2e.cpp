@@ -317,3 +317,22 @@ TEST_F(E2E, DataParallelStopsTogetherOnOneRanksSignal) {
 }
 
 int main(int argc, char** argv) { return e2e_main(argc, argv); }
+
+// The val set is read only when the run evaluates (run.eval_interval > 0): with evaluation off, a
+// val set too small for micro_batch_size x dp is no error (the GPU acceptance's GPT-2 124M runs on
+// the tiny dataset stopped on it, 2026-11-27); with evaluation on, the same set is refused naming it.
+TEST_F(E2E, ValSetIsReadOnlyWithEvaluation) {
+    const fs::path rd = case_dir() / "run";
+    const std::vector<std::string> big_batch = {"run.max_steps=1", "training.micro_batch_size=400",
+                                                "run.sample_interval=0"};  // 5,769 val tokens: 360 windows of 16
+    std::vector<std::string> off = big_batch;
+    off.push_back("run.eval_interval=0");
+    Proc r = run(llmtrain_args(rd, off));
+    EXPECT_EQ(r.code, 0) << r.err;
+    EXPECT_NE(r.out.find("val.h5: not read (run.eval_interval = 0)"), std::string::npos) << r.out;
+    fs::remove_all(rd);
+    r = run(llmtrain_args(rd, big_batch));
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_NE(r.err.find("val.h5"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("fewer than B*world = 400"), std::string::npos) << r.err;
+}
