@@ -102,10 +102,7 @@ void plan_on_rank0(Config& cfg, Comm& comm, RunLog& log) {
             err = std::string("R") + e.what();
         }
     }
-    uint64_t len = err.size();
-    comm.broadcast(&len, sizeof len, DType::u8, 0);
-    err.resize(len);
-    comm.broadcast(err.data(), len, DType::u8, 0);
+    broadcast_string(comm, err);
     if (!err.empty() && err[0] == 'C') throw ConfigError(err.substr(1));
     if (!err.empty()) throw std::runtime_error(err.substr(1));
     comm.broadcast(lists.data(), lists.size() * sizeof(int32_t), DType::u8, 0);
@@ -166,10 +163,7 @@ int run(const CliArgs& args) {
         ck = choice.dir;
         ckpt_notes.insert(ckpt_notes.end(), choice.skipped.begin(), choice.skipped.end());
     }
-    uint64_t ck_len = ck.size();
-    comm->broadcast(&ck_len, sizeof ck_len, DType::u8, 0);
-    ck.resize(ck_len);
-    comm->broadcast(ck.data(), ck_len, DType::u8, 0);
+    broadcast_string(*comm, ck);
     const std::string resume_note = ck.empty() ? "" : trainer.resume_from(ck);
     std::unique_ptr<Metrics> metrics;
     if (cfg.metrics.enabled) {

@@ -15,18 +15,6 @@
 
 namespace llmtrain {
 
-namespace {
-
-/// Broadcasts a string from rank 0 of comm.
-void broadcast_text(Comm& comm, std::string& s) {
-    uint64_t n = s.size();
-    comm.broadcast(&n, sizeof n, DType::u8, 0);
-    s.resize(n);
-    comm.broadcast(s.data(), n, DType::u8, 0);
-}
-
-}  // namespace
-
 void check_shared_run_dir(const std::string& run_dir, Comm& comm) {
     namespace fs = std::filesystem;
     if (comm.size() <= 1) return;
@@ -48,9 +36,9 @@ void check_shared_run_dir(const std::string& run_dir, Comm& comm) {
         f.close();
         if (ec || !f) failure = "run dir '" + run_dir + "': rank 0 cannot write '" + token_file.string() + "'";
     }
-    broadcast_text(comm, failure);
+    broadcast_string(comm, failure);
     if (!failure.empty()) throw std::runtime_error(failure);
-    broadcast_text(comm, token);
+    broadcast_string(comm, token);
     std::string seen;
     {
         std::ifstream f(token_file);

@@ -42,6 +42,19 @@ void Comm::check_peer(int peer, const char* role) const {
                                     std::to_string(size()) + ") of the group on " + describe());
 }
 
+void broadcast_string(Comm& comm, std::string& s, int root) {
+    uint64_t n = s.size();
+    comm.broadcast(&n, sizeof n, DType::u8, root);
+    s.resize(n);
+    comm.broadcast(s.data(), n, DType::u8, root);
+}
+
+std::string ranks_text(const std::vector<int>& ranks, const char* sep) {
+    std::string s = "[";
+    for (size_t i = 0; i < ranks.size(); ++i) s += (i ? sep : "") + std::to_string(ranks[i]);
+    return s + "]";
+}
+
 std::unique_ptr<Comm> make_comm(Ops& ops, const std::vector<int>& world_ranks, const CommOptions& opt) {
     if (opt.comm != "auto" && opt.comm != "nccl" && opt.comm != "mpi")
         throw std::invalid_argument("make_comm: parallel.comm: expected \"auto\", \"nccl\" or \"mpi\", got \"" +

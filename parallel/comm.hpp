@@ -160,6 +160,14 @@ private:
     CommStats stats_;
 };
 
+/// Broadcasts s (any bytes) from rank `root` of comm to every rank of it, resizing s on the others:
+/// its length (8 bytes), then its bytes, as two u8 broadcasts of host memory (comm must take host
+/// buffers: an MpiComm). Collective over comm. Errors: as Comm::broadcast.
+void broadcast_string(Comm& comm, std::string& s, int root = 0);
+
+/// World ranks as logs and errors print them: "[0,2,4]" (sep ",") or "[0, 2, 4]" (sep ", ").
+std::string ranks_text(const std::vector<int>& ranks, const char* sep = ",");
+
 /// A Comm over MPI on the given world ranks, in that order (all ranks when empty). Collective over
 /// the listed ranks: each of them calls it with the same list; other ranks need not call it. With
 /// opt.hierarchical and a group spanning nodes with equal numbers of its ranks (more than one) on

@@ -112,16 +112,6 @@ void perturb_last_bit(uint8_t* p, size_t len, DType t) {
     }
 }
 
-/// "[0,2,4]".
-std::string ranks_text(const std::vector<int>& ranks) {
-    std::string s = "[";
-    for (size_t i = 0; i < ranks.size(); ++i) {
-        if (i) s += ',';
-        s += std::to_string(ranks[i]);
-    }
-    return s + "]";
-}
-
 /// Scratch buffers kept for reuse by one Comm: a fresh buffer costs a page fault per page on first
 /// touch (about as long as the transfer itself), so finished operations hand theirs back. Holds at
 /// most the peak scratch of the operations in flight at once.
@@ -237,8 +227,7 @@ public:
                 poll(start);
             }
         } catch (const std::exception& e) {
-            error_ = e.what();
-            abandoned().push_back(std::move(st_));
+            abandon(e);
             throw;
         }
         st_.reset();
@@ -256,8 +245,7 @@ public:
                 return false;
             }
         } catch (const std::exception& e) {
-            error_ = e.what();
-            abandoned().push_back(std::move(st_));
+            abandon(e);
             return true;
         }
         st_.reset();
@@ -280,6 +268,13 @@ public:
     }
 
 private:
+    /// A failed operation: its error kept for later waits, its requests and scratch left to the
+    /// abandoned list (MPI cannot cancel a collective; the job is ending).
+    void abandon(const std::exception& e) {
+        error_ = e.what();
+        abandoned().push_back(std::move(st_));
+    }
+
     /// Polls st_->reqs until all complete; throws CommError once timeout_s_ has passed since start.
     void poll(Clock::time_point start) {
         // Nonblocking collectives advance only inside MPI calls, so a large message needs many

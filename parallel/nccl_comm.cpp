@@ -54,12 +54,6 @@ ncclDataType_t nccl_type(DType t) {
     throw std::invalid_argument("NcclComm: unknown DType " + std::to_string(static_cast<int>(t)));
 }
 
-std::string ranks_text(const std::vector<int>& ranks) {
-    std::string s = "[";
-    for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-    return s + "]";
-}
-
 /// The listed world ranks, or all of them when empty. Errors: std::invalid_argument for a rank
 /// out of range or repeated, or when the calling rank is not listed.
 std::vector<int> checked_group(const std::vector<int>& listed, int me, int world) {
@@ -75,7 +69,7 @@ std::vector<int> checked_group(const std::vector<int>& listed, int me, int world
     }
     if (!seen[me])
         throw std::invalid_argument("make_nccl_comm: calling rank " + std::to_string(me) + " is not in the group " +
-                                    ranks_text(ranks));
+                                    ranks_text(ranks, ", "));
     return ranks;
 }
 
@@ -255,7 +249,7 @@ public:
 private:
     /// CommError "NcclComm on world ranks [..]: <what>".
     CommError error(const std::string& what) const {
-        return CommError("NcclComm on world ranks " + ranks_text(ranks_) + ": " + what);
+        return CommError("NcclComm on world ranks " + ranks_text(ranks_, ", ") + ": " + what);
     }
     void check_nccl(ncclResult_t r, const char* call) {
         if (r == ncclSuccess) return;

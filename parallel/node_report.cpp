@@ -5,15 +5,11 @@
 #include <set>
 #include <stdexcept>
 
+#include "parallel/comm.hpp"  // ranks_text
+
 namespace llmtrain {
 
 namespace {
-
-std::string ranks_text(const std::vector<int>& g) {
-    std::string s = "[";
-    for (size_t i = 0; i < g.size(); ++i) s += (i ? "," : "") + std::to_string(g[i]);
-    return s + "]";
-}
 
 std::string join(const std::vector<std::string>& parts) {
     std::string s;

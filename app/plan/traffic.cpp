@@ -53,7 +53,7 @@ void add_ring(GroupTraffic& g, const std::vector<int>& ranks, double v, int rank
 }
 
 /// "0-7", "0,8", "0,2,4,...,14": ranks as runs of consecutive numbers, at most about 24 characters.
-std::string ranks_text(const std::vector<int>& r) {
+std::string rank_runs(const std::vector<int>& r) {
     std::string s;
     for (size_t i = 0; i < r.size();) {
         size_t j = i;
@@ -184,7 +184,7 @@ std::vector<std::string> traffic_report(const StepTraffic& t) {
         std::snprintf(buf, sizeof buf, "%-9s %5d %6d %8d %5d %10.1f %12.1f %12.1f %5.1f%%  %s", group_kind_name(g.kind),
                       g.size, g.groups, g.spanning, g.max_nodes, g.per_rank / 1048576.0, g.total / 1048576.0,
                       g.crossing / 1048576.0, g.total > 0 ? 100.0 * g.crossing / g.total : 0.0,
-                      g.example.empty() ? "-" : ("ranks " + ranks_text(g.example)).c_str());
+                      g.example.empty() ? "-" : ("ranks " + rank_runs(g.example)).c_str());
         out.push_back(buf);
     }
     if (t.groups.empty()) out.push_back("(no group of more than one rank: nothing moves)");

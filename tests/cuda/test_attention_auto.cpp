@@ -116,8 +116,9 @@ TEST(AttentionSmallSmem, AutoSkipsNativeThatDoesNotFitAndNativeFailsClearly) {
         const std::string why = hs128->attention_reason();
         for (const std::string& part : {std::string("head size 128"), std::to_string(need), std::to_string(need - 1)})
             EXPECT_NE(why.find(part), std::string::npos) << "'" << part << "' not in: " << why;
-        if (cuda::flash_attention_smem_bytes(64) < need)
+        if (cuda::flash_attention_smem_bytes(64) < need) {
             EXPECT_STREQ(backend(Case{"bf16", 64}, Attention::automatic)->attention_name(), "native");
+        }
         EXPECT_STREQ(backend(Case{"fp32", 128}, Attention::native)->attention_name(), "native");  // attention.cu
         try {
             backend(Case{"bf16", 128}, Attention::native);
