@@ -40,6 +40,20 @@ std::vector<StageLayers> stage_plan_of(const Config& c) {
                       c.activation_checkpoint.ratio_per_stage, c.activation_checkpoint.layers_per_stage);
 }
 
+RunShape run_shape(const Config& cfg, int world) {
+    RunShape r;
+    r.model = gpt_config_of(cfg);
+    r.stages = stage_plan_of(cfg);
+    r.world = world;
+    r.pp = cfg.parallel.pp;
+    r.tp = cfg.parallel.tp;
+    r.zero_group = zero_group_of(cfg);
+    r.precision = precision_dtype(cfg);
+    r.offload = offload_config_of(cfg);
+    r.cuda = cuda_options_of(cfg);
+    return r;
+}
+
 std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, int l1) {
     if (stages == 1) return {};
     std::vector<int> u;
@@ -51,11 +65,12 @@ std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, 
     return u;
 }
 
-ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology& topo, const CommFactory& comms) {
+ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator& alloc, const Topology& topo,
+                            const CommFactory& comms) {
     ModelState s;
-    const GPTConfig g = gpt_config_of(cfg);
+    const GPTConfig& g = shape.model;
     const int N = topo.zero_group_size(), P = topo.pp(), st = topo.stage();
-    const StageLayers plan = stage_plan_of(cfg)[size_t(st)];  // this rank's layers and recomputed layers
+    const StageLayers plan = shape.stages[size_t(st)];  // this rank's layers and recomputed layers
     const PipelineSchedule schedule = parse_pipeline_schedule(cfg.pipeline.schedule);
     GPTOptions go;
     go.B = cfg.training.micro_batch_size;
@@ -106,7 +121,7 @@ ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology&
     ac.eps = cfg.optimizer.eps;
     ac.weight_decay = cfg.optimizer.weight_decay;
     const bool master = alloc.ops().act_dtype() != DType::f32;
-    s.adam = std::make_unique<AdamW>(alloc, *s.layout, ac, master, s.engine->shard(), offload_config_of(cfg));
+    s.adam = std::make_unique<AdamW>(alloc, *s.layout, ac, master, s.engine->shard(), shape.offload);
     return s;
 }
 
@@ -138,18 +153,18 @@ MemBytes estimate_memory(const Config& cfg_in, int world, int stage, int pp_stag
     Config cfg = cfg_in;
     cfg.parallel.zero_stage = stage;
     if (stage == 0) cfg.parallel.zero_group_size = 0;
-    auto ops = make_dry_ops(precision_dtype(cfg));
+    const RunShape shape = run_shape(cfg, world);
+    auto ops = make_dry_ops(shape.precision);
     MemBytes out{};
     {
         Allocator alloc(*ops);
-        Topology probe(world, 0, cfg.parallel.pp, zero_group_of(cfg), cfg.parallel.tp);
-        const int rank = probe.rank_of(pp_stage, 0, 0, 0);
-        Topology topo(world, rank, cfg.parallel.pp, zero_group_of(cfg), cfg.parallel.tp);
+        const int rank = shape.topology(0).rank_of(pp_stage, 0, 0, 0);
+        const Topology topo = shape.topology(rank);
         const CommFactory dry = [&](const std::vector<int>& ranks, bool) {
             const int me = int(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
             return make_dry_comm(int(ranks.size()), me);
         };
-        ModelState s = make_model_state(cfg, alloc, topo, dry);
+        ModelState s = make_model_state(cfg, shape, alloc, topo, dry);
         for (int k = 0; k < int(MemCategory::count); ++k) out[k] = alloc.current(MemCategory(k));
         out[size_t(MemCategory::host)] += 3 * sizeof(float) * checkpoint_snapshot_elems(cfg, topo, *s.engine, *s.adam);
     }

@@ -59,6 +59,24 @@ CudaBackendOptions cuda_options_of(const Config& cfg);
 OffloadConfig offload_config_of(const Config& cfg);
 /// The per-stage plan of cfg (parallel/partition.hpp stage_plan over the config's lists).
 std::vector<StageLayers> stage_plan_of(const Config& cfg);
+/// The run's shape: what a config and a world size fix before anything is built, computed once
+/// (run_shape) and handed down to the trainer, the dry run (estimate_memory, step_traffic) and the
+/// planner's memory count, instead of each calling back for the pieces.
+struct RunShape {
+    GPTConfig model;                  ///< cfg.model as the model's configuration
+    std::vector<StageLayers> stages;  ///< every pipeline stage's layers and recomputed layers
+    int world = 1, pp = 1, tp = 1;    ///< ranks, pipeline stages, tensor-parallel width
+    int zero_group = 1;               ///< ZeRO group size (1 at ZeRO stage 0: plain DP)
+    DType precision = DType::f32;     ///< the device compute dtype
+    OffloadConfig offload;            ///< the optimizer's offload
+    CudaBackendOptions cuda;          ///< the CUDA backend's options (the CPU ignores them)
+    /// The topology of this shape seen from world rank `rank`. Errors: as Topology.
+    Topology topology(int rank) const { return Topology(world, rank, pp, zero_group, tp); }
+};
+
+/// cfg's shape on `world` ranks. Errors: std::invalid_argument naming the key, as stage_plan.
+RunShape run_shape(const Config& cfg, int world);
+
 /// The units pipeline stage `stage` of `stages` holds for layers [l0, l1): the embeddings on the first
 /// and (tied wte) the last stage, the layers, ln_f on the last; empty when stages == 1 (all).
 std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, int l1);
@@ -69,7 +87,8 @@ std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, 
 /// AdamW, and with pp > 1 the pipeline stage and its Comms, over alloc; the Comms come from
 /// `comms`, asked for in the same order on every rank. Parameters are not initialized. Errors: as
 /// stage_plan, ZeroEngine, GPT and AdamW (std::invalid_argument, std::runtime_error), CommError.
-ModelState make_model_state(const Config& cfg, Allocator& alloc, const Topology& topo, const CommFactory& comms);
+ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator& alloc, const Topology& topo,
+                            const CommFactory& comms);
 
 /// The run's first weights and a fresh optimizer state (t = 0, m = v = 0): GPT-2's random init from
 /// run.seed, or the weights of model.init_from (app/interop/pretrained.hpp), whose fp32 values are

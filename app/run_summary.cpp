@@ -35,12 +35,12 @@ std::vector<std::string> Trainer::summary() const {
     out.push_back("attention: " + std::string(I.ops->attention_name()) + " (" + I.ops->attention_reason() + ")");
     out.push_back("parallel: zero_stage " + std::to_string(c.parallel.zero_stage) + ", grad_reduce_dtype " +
                   c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
-    out.push_back("model: " + arch_shape_of(I.gcfg) + " | " + format_thousands(double(I.nparams())) +
+    out.push_back("model: " + arch_shape_of(I.shape.model) + " | " + format_thousands(double(I.nparams())) +
                   " parameters" +
                   (I.topo.tp() > 1 ? ", " + format_thousands(double(I.layout->num_parameters())) + " on this TP rank"
                                    : std::string()));
     char fpt[64];
-    std::snprintf(fpt, sizeof fpt, "%.3g", flops_per_token(I.gcfg, I.nparams(), I.T));
+    std::snprintf(fpt, sizeof fpt, "%.3g", flops_per_token(I.shape.model, I.nparams(), I.T));
     out.push_back("batch: micro_batch_size " + std::to_string(I.B) + " x grad_accum_steps " + std::to_string(I.accum) +
                   " x dp " + std::to_string(I.dp) + " = global_batch_size " +
                   std::to_string(c.training.global_batch_size) + " sequences = " +
@@ -59,7 +59,7 @@ std::vector<std::string> Trainer::summary() const {
                       std::to_string(m) + " micro-batches per step; per stage (memory of its first rank, counted "
                       "as in --dry-run):");
         for (int s = 0; s < P; ++s) {
-            const StageLayers& sl = I.plan[size_t(s)];
+            const StageLayers& sl = I.shape.stages[size_t(s)];
             const auto b = estimate_memory(c, I.topo.world_size(), c.parallel.zero_stage, s);
             std::string line = "  stage " + std::to_string(s) + ": layers [" + std::to_string(sl.l0) + ", " +
                                std::to_string(sl.l1) + "), " + std::to_string(sl.checkpointed) + " recomputed, " +

@@ -46,7 +46,7 @@ std::string Trainer::resume_from(const std::string& dir) {
     TrainState st = read_train_state(dir);
     if (st.model_config_hash != model_config_hash(I.cfg))
         throw CheckpointError("checkpoint '" + dir + "' holds a model with " + shape_of(st.model) +
-                              " but the config asks for " + shape_of(I.gcfg));
+                              " but the config asks for " + shape_of(I.shape.model));
     const ParamLayout& layout = *I.layout;
     std::vector<float> host(layout.total_numel());
     const size_t ns = I.adam->numel();
@@ -99,7 +99,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
     Impl& I = *impl_;
     const auto& rc = I.cfg.run;
     const int64_t max_steps = rc.max_steps;
-    const double fpt = flops_per_token(I.gcfg, I.nparams(), I.T);
+    const double fpt = flops_per_token(I.shape.model, I.nparams(), I.T);
     const double peak = peak_flops_for(I.cfg, I.ops->name());
     // Memory gauges: at start, and after every step (the backend's workspaces grow in the first one);
     // the attention path with them (with "auto" it may fall back to cublas at the first step).
@@ -205,7 +205,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
             if (I.pipe) {
                 const LogitsAt logits = [&](const int* in, int pos) {
                     std::vector<float> l = I.pipe->logits_at(in, pos);
-                    l.resize(size_t(I.gcfg.vocab_size));
+                    l.resize(size_t(I.shape.model.vocab_size));
                     I.stage_comm->broadcast(l.data(), l.size(), DType::f32, I.topo.pp() - 1);
                     return l;
                 };

@@ -54,11 +54,11 @@ struct Trainer::Impl {
     using Clock = trainer_detail::Clock;
     Config cfg;
     Comm& comm;  // every rank, MPI, host buffers: losses, flags, barriers
+    const RunShape shape;  // the model, the stages' layers, the sizes, offload and CUDA options (run_shape)
     Topology topo;
     const int dp, rank, B, T, accum;
     std::unique_ptr<Ops> ops;
     std::unique_ptr<Allocator> alloc;
-    GPTConfig gcfg;
     std::unique_ptr<ParamLayout> layout;            // this TP rank's tensors, padded to split over the ZeRO group
     std::unique_ptr<ParamLayout> full_layout;       // tp > 1: the whole model (tp 1), as checkpoints hold it
     std::unique_ptr<Comm> zero_comm, replica_comm;  // the backend's Comm (NCCL on cuda)
@@ -67,7 +67,6 @@ struct Trainer::Impl {
     std::unique_ptr<ZeroEngine> engine;
     std::unique_ptr<GPT> gpt;
     std::unique_ptr<AdamW> adam;
-    std::vector<StageLayers> plan;                   // every pipeline stage's layers (stage_plan_of)
     std::vector<std::unique_ptr<Comm>> links;        // pp > 1: to the neighbour stages
     std::unique_ptr<Comm> embedding_comm, stage_comm;
     std::unique_ptr<PipelineStage> pipe;             // pp > 1
@@ -86,7 +85,7 @@ struct Trainer::Impl {
     std::unique_ptr<HellaSwagInLoop> hellaswag;  // run.eval_hellaswag_interval > 0
 
     Impl(const Config& c, Comm& cm)
-        : cfg(c), comm(cm), topo(world_size(), world_rank(), c.parallel.pp, zero_group_of(c), c.parallel.tp), dp(topo.dp()),
+        : cfg(c), comm(cm), shape(run_shape(c, world_size())), topo(shape.topology(world_rank())), dp(topo.dp()),
           rank(cm.rank()), B(c.training.micro_batch_size), T(c.model.seq_len), accum(c.training.grad_accum_steps),
           sampler_rng(c.run.seed),
           trace(std::make_unique<StepTrace>(c.run.trace, c.run.max_steps, c.run.run_dir, rank, topo.stage())) {
@@ -113,9 +112,8 @@ struct Trainer::Impl {
             TokenDataset ds(cfg.data.train);
             tokenizer.emplace(Tokenizer::from_dataset(ds));
         }
-        ops = make_backend(cfg.run.backend, cfg.training.precision, cuda_options_of(cfg));
+        ops = make_backend(cfg.run.backend, cfg.training.precision, shape.cuda);
         alloc = std::make_unique<Allocator>(*ops);
-        gcfg = gpt_config_of(cfg);
         CommOptions co;
         co.timeout_s = cfg.parallel.timeout_s;
         co.comm = cfg.parallel.comm;
@@ -123,7 +121,7 @@ struct Trainer::Impl {
         const CommFactory comms = [&](const std::vector<int>& ranks, bool host) {
             return host ? make_mpi_comm(ranks, co) : make_comm(*ops, ranks, co);
         };
-        ModelState ms = make_model_state(cfg, *alloc, topo, comms);
+        ModelState ms = make_model_state(cfg, shape, *alloc, topo, comms);
         layout = std::move(ms.layout);
         zero_comm = std::move(ms.zero_comm);
         replica_comm = std::move(ms.replica_comm);
@@ -136,7 +134,6 @@ struct Trainer::Impl {
         embedding_comm = std::move(ms.embedding_comm);
         stage_comm = std::move(ms.stage_comm);
         pipe = std::move(ms.pipe);
-        plan = stage_plan_of(cfg);
         init_weights(cfg, *gpt, *adam, engine->param_shard());  // random, or model.init_from's file
         if (pipe) pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
         else if (std::string(ops->name()) == "cuda") {  // the same, without a pipeline (docs/cuda.md "First step")
@@ -151,7 +148,7 @@ struct Trainer::Impl {
         norm_scratch = static_cast<float*>(alloc->alloc(MemCategory::workspace, sizeof(float)));
         // With tp > 1 a checkpoint holds the whole model like a tp = 1 one (so any tp resumes it):
         // one part per pipeline stage, gathered on the stage's first rank (save_tp).
-        if (topo.tp() > 1) full_layout = std::make_unique<ParamLayout>(gcfg);
+        if (topo.tp() > 1) full_layout = std::make_unique<ParamLayout>(shape.model);
         saver = std::make_unique<CheckpointSaver>(comm, *alloc, full_layout ? *full_layout : *layout, cfg.run.run_dir,
                                                   topo.pp() * (full_layout ? 1 : topo.zero_group_size()),
                                                   cfg.checkpoint.keep_last, cfg.checkpoint.async);
@@ -368,7 +365,7 @@ struct Trainer::Impl {
         st.sampler_rng = rng.str();
         st.adam_t = adam->t();
         st.model_config_hash = model_config_hash(cfg);
-        st.model = gcfg;
+        st.model = shape.model;
         st.dp = dp;
         st.world_size = world_size();
         st.backend = ops->name();

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "app/model_state.hpp"
+#include "model/arch.hpp"
 #include "parallel/topology.hpp"
 
 namespace llmtrain {
@@ -70,15 +71,17 @@ std::string rank_runs(const std::vector<int>& r) {
 
 StepTraffic step_traffic(const Config& cfg, int world, int ranks_per_node) {
     check_layout(world, ranks_per_node);
-    const int pp = cfg.parallel.pp, tp = cfg.parallel.tp, zs = cfg.parallel.zero_stage;
-    const Topology probe(world, 0, pp, zero_group_of(cfg), tp);
+    const RunShape shape = run_shape(cfg, world);
+    const int pp = shape.pp, tp = shape.tp, zs = cfg.parallel.zero_stage;
+    const Topology probe = shape.topology(0);
     const int N = probe.zero_group_size(), R = probe.replicas();
     const double m = std::max(1, cfg.training.grad_accum_steps);
-    const double es = precision_dtype(cfg) == DType::bf16 ? 2 : 4;
+    const double es = shape.precision == DType::bf16 ? 2 : 4;
     const double rb = cfg.parallel.grad_reduce_dtype == "bf16" ? 2 : 4;
-    const GPTConfig g = gpt_config_of(cfg);
+    const GPTConfig& g = shape.model;
+    const bool tied = ArchSpec(g).tied;  // an untied head: the last stage holds no token table
     const ParamLayout layout(g, zero_shard_multiple(N), tp, 0);  // every TP rank's units are as large
-    const std::vector<StageLayers> plan = stage_plan_of(cfg);
+    const std::vector<StageLayers>& plan = shape.stages;
     const bool sp = tp > 1 && cfg.parallel.sequence_parallel;
     const double rows = double(cfg.training.micro_batch_size) * cfg.model.seq_len;  // B·T
     const double act = rows * cfg.model.n_embd * es;                               // one (B·T, C) activation
@@ -96,7 +99,7 @@ StepTraffic step_traffic(const Config& cfg, int world, int ranks_per_node) {
             held0 = psi0;
         } else {
             for (int u : stage_units(g, s, pp, st.l0, st.l1)) psi += double(layout.units()[size_t(u)].numel);
-            held0 = first || last ? psi0 : 0;
+            held0 = first || (last && tied) ? psi0 : 0;
         }
         if (tp > 1) {
             const double layers = st.l1 - st.l0, ck = st.checkpointed;
@@ -121,7 +124,7 @@ StepTraffic step_traffic(const Config& cfg, int world, int ranks_per_node) {
     GroupTraffic& gp = by[size_t(GroupKind::pipeline)];
     GroupTraffic& ge = by[size_t(GroupKind::embedding)];
     for (int r = 0; r < world; ++r) {  // each group once, at its first member
-        const Topology t(world, r, pp, zero_group_of(cfg), tp);
+        const Topology t = shape.topology(r);
         const size_t s = size_t(t.stage());
         if (tp > 1 && t.tp_index() == 0) add_ring(gt, t.tp_group(), v_tp[s], ranks_per_node);
         if (zs >= 1 && N > 1 && t.zero_index() == 0) add_ring(gz, t.zero_group(), v_zero[s], ranks_per_node);
@@ -139,7 +142,7 @@ StepTraffic step_traffic(const Config& cfg, int world, int ranks_per_node) {
                     gp.crossing += 2 * m * act / (sp ? tp : 1);
             }
             for (int q = 0; q < pp; ++q) gp.per_rank = std::max(gp.per_rank, v_pipe[size_t(q)]);
-            add_ring(ge, {pipe.front(), pipe.back()}, psi0 * es, ranks_per_node);
+            if (tied) add_ring(ge, {pipe.front(), pipe.back()}, psi0 * es, ranks_per_node);
         }
     }
     gt.ops = sp ? "sequence parallel: all-gathers and reduce-scatters of (B*T, C) per layer, loss all-gather"

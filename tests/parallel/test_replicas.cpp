@@ -71,7 +71,7 @@ TEST(Replicas, OneClipScaleKeepsReplicasBitwiseEqual) {
         const CommFactory comms = [&](const std::vector<int>& ranks, bool host) {
             return host ? make_mpi_comm(ranks) : make_comm(*ops, ranks);
         };
-        ModelState s = make_model_state(cfg, alloc, topo, comms);
+        ModelState s = make_model_state(cfg, run_shape(cfg, topo.world_size()), alloc, topo, comms);
         s.gpt->init_params(7);
         s.adam->init_state(s.engine->param_shard());
         float* scratch = static_cast<float*>(alloc.alloc(MemCategory::workspace, 4));

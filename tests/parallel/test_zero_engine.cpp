@@ -43,7 +43,7 @@ void one_step(const Case& k) {
     auto ops = make_backend("cpu", "fp32");
     Allocator alloc(*ops);
     Topology topo(W, me, 1, zero_group_of(cfg));
-    ModelState s = make_model_state(cfg, alloc, topo, mpi_comms);
+    ModelState s = make_model_state(cfg, run_shape(cfg, topo.world_size()), alloc, topo, mpi_comms);
     s.gpt->init_params(7);
     s.adam->init_state(s.engine->param_shard());
     const double N = topo.zero_group_size(), R = topo.replicas(), es = 4, a = k.accum;
@@ -112,7 +112,7 @@ TEST(ZeroEngine, ReducingDuringTheBackwardGivesTheSameBitsAndStartsEarly) {
                 auto ops = make_backend("cpu", "fp32");
                 Allocator alloc(*ops);
                 Topology topo(W, me, 1, zero_group_of(cfg));
-                ModelState s = make_model_state(cfg, alloc, topo, mpi_comms);
+                ModelState s = make_model_state(cfg, run_shape(cfg, topo.world_size()), alloc, topo, mpi_comms);
                 s.gpt->init_params(7);
                 Comm& c = stage == 0 ? *s.replica_comm : *s.zero_comm;
                 const CommOp op = stage == 0 ? CommOp::all_reduce : CommOp::reduce_scatter;
@@ -151,7 +151,7 @@ TEST(ZeroEngine, DryRunCountsWhatTheRealRunAllocates) {
         auto ops = make_backend("cpu", "fp32");
         Allocator alloc(*ops);
         Topology topo(W, me, 1, zero_group_of(cfg));
-        ModelState s = make_model_state(cfg, alloc, topo, mpi_comms);
+        ModelState s = make_model_state(cfg, run_shape(cfg, topo.world_size()), alloc, topo, mpi_comms);
         for (int c = 0; c < int(MemCategory::count); ++c) {
             EXPECT_EQ(alloc.current(MemCategory(c)), want[c]) << "stage " << stage << " " << mem_category_name(MemCategory(c));
             if (MemCategory(c) != MemCategory::host) {
