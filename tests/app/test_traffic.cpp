@@ -160,6 +160,35 @@ TEST(Traffic, PipelineWithAStagePerNode) {
     expect_rel(t.crossing, p->total + e->total, "job crossing");
 }
 
+TEST(Traffic, UntiedHeadHasNoEmbeddingPair) {
+    // llama-tiny at pp 2 x dp 2 (plain DP, fp32), one stage per node. A tied head keeps the token
+    // table on both end stages and sums its gradient in the embedding pair (an all-reduce of psi0 in
+    // each of the 2 pipelines: 2 ranks x psi0 x 4 bytes). An untied one keeps the table on the first
+    // stage only (app/model_state.cpp stage_units): no pair, and its last stage's DP ring carries
+    // lm_head.weight instead of the table, the same number of elements, so the DP totals are equal
+    // (a last stage holding both, as before issue 30's fix, would add 2 x psi0 x 4 per pipeline).
+    double dp_total[2] = {0, 0};
+    for (bool tied : {true, false}) {
+        SCOPED_TRACE(tied ? "tied" : "untied");
+        const Config c = load_config(LLMTRAIN_CONFIGS "/llama-tiny.toml",
+                                     {"model.n_layer=4", "model.seq_len=64", "training.micro_batch_size=2",
+                                      "training.precision=\"fp32\"", "parallel.pp=2",
+                                      std::string("model.tie_embeddings=") + (tied ? "true" : "false")});
+        const StepTraffic t = step_traffic(c, 4, 2);
+        const GroupTraffic *e = kind(t, GroupKind::embedding), *dp = kind(t, GroupKind::dp);
+        ASSERT_NE(dp, nullptr);
+        const double psi0 = double(ParamLayout(gpt_config_of(c)).units()[0].numel);
+        if (tied) {
+            ASSERT_NE(e, nullptr);
+            expect_rel(e->total, 2 * 2 * psi0 * 4, "2 pipelines' pairs all-reduce the table");
+        } else {
+            EXPECT_TRUE(e == nullptr || e->total == 0.0) << "an untied head has no embedding pair";
+        }
+        dp_total[tied ? 0 : 1] = dp->total;
+    }
+    expect_rel(dp_total[1], dp_total[0], "the untied last stage's DP ring: lm_head instead of the table");
+}
+
 TEST(Traffic, TensorParallelAcrossNodesAndSequenceParallel) {
     // tp 4 on nodes of 2: each TP group spans 2 nodes (half its hops cross); dp pairs (0,4) cross.
     const Config c = tiny({"parallel.tp=4"});
