@@ -56,6 +56,23 @@ constexpr int kPackElems = 8;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kWarpSize = 32;
 
+/// The row a norm kernel (layernorm.cu, rmsnorm.cu) normalizes, for one lane of its row's warp:
+/// with `residual` non-null, residual[off + c] = a + b rounded to T for this lane's packs (c = lane
+/// * P, stepping by the warp) and that rounded row, else a's row. Each lane later re-reads only the
+/// packs it wrote itself, so no barrier is needed. C % 8 == 0, 16-byte-aligned rows.
+template <typename T>
+__device__ inline const T* fused_residual_row(T* residual, const T* a, const T* b, size_t off, int C, int lane) {
+    constexpr int P = Pack<T>::size;
+    if (residual == nullptr) return a + off;
+    for (int c = lane * P; c < C; c += kWarpSize * P) {
+        const Pack<T> pa = load_pack(a + off + c), pb = load_pack(b + off + c);
+        Pack<T> sum;
+        for (int k = 0; k < P; k++) sum.v[k] = from_float<T>(to_float(pa.v[k]) + to_float(pb.v[k]));
+        store_pack(residual + off + c, sum);
+    }
+    return residual + off;
+}
+
 /// Sum of v over the 32 lanes of a full warp; every lane gets the same bits (xor butterfly).
 __device__ inline float warp_sum(float v) {
     for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(kFullMask, v, off);

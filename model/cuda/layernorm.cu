@@ -23,16 +23,7 @@ __global__ void layernorm_forward_kernel(T* out, float* mean, float* rstd, T* re
     const int row = blockIdx.x * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
     if (row >= N) return;  // warp-uniform
     const size_t off = static_cast<size_t>(row) * C;
-    const T* x = a + off;
-    if (residual != nullptr) {
-        for (int c = lane * P; c < C; c += kWarpSize * P) {
-            const Pack<T> pa = load_pack(a + off + c), pb = load_pack(b + off + c);
-            Pack<T> sum;
-            for (int k = 0; k < P; k++) sum.v[k] = from_float<T>(to_float(pa.v[k]) + to_float(pb.v[k]));
-            store_pack(residual + off + c, sum);
-        }
-        x = residual + off;  // each lane re-reads only the packs it wrote itself
-    }
+    const T* x = fused_residual_row(residual, a, b, off, C, lane);
     float s = 0.0f;
     for (int c = lane * P; c < C; c += kWarpSize * P) {
         const Pack<T> px = load_pack(x + c);
