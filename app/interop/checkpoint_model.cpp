@@ -9,19 +9,30 @@
 
 namespace llmtrain {
 
+namespace {
+
+/// A Config whose model keys are g's, as far as model_config_hash reads them (the shape, and for
+/// another architecture arch, n_kv_head, intermediate_size, tie_embeddings).
+Config hash_config_of(const GPTConfig& g) {
+    Config c;
+    c.model.n_layer = g.n_layer;
+    c.model.n_head = g.n_head;
+    c.model.n_embd = g.n_embd;
+    c.model.seq_len = g.seq_len;
+    c.model.vocab_size = g.vocab_size;
+    c.model.arch = arch_name(g.arch);
+    c.model.n_kv_head = g.n_kv_head;
+    c.model.intermediate_size = g.intermediate_size;
+    c.model.tie_embeddings = g.tie_embeddings;
+    return c;
+}
+
+}  // namespace
+
 GPTConfig checkpoint_model_config(const std::string& ckpt_dir, const TrainState& st) {
     namespace fs = std::filesystem;
     if (st.model.arch != Arch::gpt2) {  // state.toml records the architecture (read_train_state)
-        Config c;
-        c.model.n_layer = st.model.n_layer;
-        c.model.n_head = st.model.n_head;
-        c.model.n_embd = st.model.n_embd;
-        c.model.seq_len = st.model.seq_len;
-        c.model.vocab_size = st.model.vocab_size;
-        c.model.arch = arch_name(st.model.arch);
-        c.model.n_kv_head = st.model.n_kv_head;
-        c.model.intermediate_size = st.model.intermediate_size;
-        c.model.tie_embeddings = st.model.tie_embeddings;
+        const Config c = hash_config_of(st.model);
         if (model_config_hash(c) != st.model_config_hash)
             throw InteropError("checkpoint '" + ckpt_dir + "': state.toml's model keys hash to " + model_config_hash(c) +
                                ", not its model.config_hash " + st.model_config_hash + " (edited by hand?)");
@@ -38,12 +49,7 @@ GPTConfig checkpoint_model_config(const std::string& ckpt_dir, const TrainState&
             why = cfg_path.string() + ": " + e.what();
         }
     }
-    Config gpt2;  // st.model's shape as GPT-2
-    gpt2.model.n_layer = st.model.n_layer;
-    gpt2.model.n_head = st.model.n_head;
-    gpt2.model.n_embd = st.model.n_embd;
-    gpt2.model.seq_len = st.model.seq_len;
-    gpt2.model.vocab_size = st.model.vocab_size;
+    const Config gpt2 = hash_config_of(st.model);  // st.model's shape as GPT-2 (its arch keys are GPT-2's)
     if (st.model_config_hash.empty() || model_config_hash(gpt2) == st.model_config_hash) return st.model;
     throw InteropError("checkpoint '" + ckpt_dir + "': model config hash " + st.model_config_hash +
                        " is not GPT-2's of its shape, and " + why +
