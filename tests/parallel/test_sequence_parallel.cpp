@@ -15,10 +15,11 @@
 //    each row-parallel sum has the same rank-order terms; only the LayerNorm weight and bias
 //    gradients, summed over N/tp rows and then over the group, reassociate), which are within kTol;
 //  - the replicated parameters' gradients bitwise equal on every rank after the reduction;
-//  - activation checkpointing: gradients bitwise those without it;
-//  - a first stage [0,1) and a last stage [1,2): act_in / act_out / dact_* are the rank's rows;
+//  - activation checkpointing (every layer): the loss and gradients bitwise those without it;
 //  - refusals: B*T not a multiple of tp, and sequence parallelism without a TP group.
-// (pp 2 x tp 2 with sequence parallelism is TensorParallel.PipelineTimesTpSequenceParallel.)
+// (pp 2 x tp 2 with sequence parallelism is TensorParallel.PipelineTimesTpSequenceParallel; a first
+// stage [0,1) and a last stage [1,2), whose act_in / act_out / dact_* are the rank's rows, with and
+// without checkpointing, are Stage/TpLayerRanges.*/sp_* in test_tp_layer_ranges.cpp.)
 #include <gtest/gtest.h>
 
 #include "tp_test_util.hpp"
@@ -138,84 +139,6 @@ TEST(SequenceParallel, WholeModelMatchesTp1) {
     const size_t Vpt = size_t(cfg.padded_vocab_size()) / T_;
     EXPECT_TRUE(host(ops, sp.logits(), N * Vpt) == host(ops, tp.logits(), N * Vpt)) << "logits differ from tp's";
     w.print("sequence parallel, whole model");
-}
-
-/// A stage [l0, l1) with sequence parallelism: its act_in, act_out, dact_out and dact_in are this
-/// rank's rows of the tp = 1 stage's (B,T,C) tensors.
-TEST(SequenceParallel, LayerRangesAndCheckpointing) {
-    Fixture f;
-    Ops& ops = *f.ops;
-    const GPTConfig cfg = config();
-    const size_t C = size_t(cfg.n_embd), R = size_t(kN) / size_t(f.group.size());
-    const size_t row0 = size_t(f.group.rank()) * R;  // this rank's first row
-    StageIO io(f.alloc, ops, C, row0, R);
-    void *act_in = io.act_in, *dact_out = io.dact_out, *dact_in = io.dact_in;
-    int *tok = io.tok, *tgt = io.tgt;
-    void *act_in_r = io.act_in_r, *dact_out_r = io.dact_out_r;
-    Worst w;
-    for (const auto& [l0, l1] : {std::pair{0, 1}, std::pair{1, 2}}) {
-        std::vector<float> plain_grads;
-        for (int ckpt : {0, 1}) {
-            char buf[64];
-            std::snprintf(buf, sizeof buf, "[%d,%d) ckpt %d", l0, l1, ckpt);
-            const std::string what = buf;
-            SCOPED_TRACE(what);
-            GPTOptions o;
-            o.B = kB;
-            o.T = kT;
-            o.l0 = l0;
-            o.l1 = l1;
-            o.checkpoint_layers = ckpt;
-            GPT ref(cfg, o, f.alloc);
-            GPTOptions os = o;
-            os.tp = &f.group;
-            os.sequence_parallel = true;
-            GPT sp(cfg, os, f.alloc);
-            const bool last = l1 == cfg.n_layer;
-            std::vector<float> out1, outs, dact1, dacts;
-            for (GPT* g : {&ref, &sp}) {
-                const bool s = g == &sp;
-                g->init_params(kSeed);
-                g->zero_grads();
-                g->forward(l0 == 0 ? tok : nullptr, s ? act_in_r : act_in, last ? tgt : nullptr, 1.0f / kN, true);
-                if (!last) (s ? outs : out1) = host(ops, g->act_out(), g->act_rows() * C);
-                g->backward(last ? nullptr : (s ? dact_out_r : dact_out), dact_in);
-                if (l0 > 0) (s ? dacts : dact1) = host(ops, dact_in, g->act_rows() * C);
-            }
-            if (last) {
-                const auto a = host(ops, ref.losses(), kN), b = host(ops, sp.losses(), kN);
-                w.see(rel_err(b.data(), a.data(), kN), what + " losses");
-                EXPECT_LE(rel_err(b.data(), a.data(), kN), kLossTol);
-            } else {
-                ASSERT_EQ(outs.size(), R * C);
-                const double e = rel_err(outs.data(), out1.data() + row0 * C, R * C);
-                w.see(e, what + " act_out");
-                EXPECT_LE(e, kTol);
-            }
-            if (l0 > 0) {
-                ASSERT_EQ(dacts.size(), R * C);
-                const double e = rel_err(dacts.data(), dact1.data() + row0 * C, R * C);
-                w.see(e, what + " dact_in");
-                EXPECT_LE(e, kTol);
-            }
-            const ParamLayout &L1 = ref.layout(), &Lt = sp.layout();
-            const auto g1 = host(ops, ref.grads(), L1.total_numel()), gs = host(ops, sp.grads(), Lt.total_numel());
-            for (const ParamTensor& t : Lt.tensors()) {
-                const bool mine = (t.unit >= 1 + l0 && t.unit <= l1) || (t.unit == 0 && (l0 == 0 || last)) ||
-                                  (t.unit == cfg.n_layer + 1 && last);
-                if (!mine) continue;
-                std::vector<float> slice(t.numel);
-                Lt.cut_local(t, g1.data() + L1.find(t.name).offset, slice.data());
-                const double e = rel_err(gs.data() + t.offset, slice.data(), t.numel);
-                w.see(e, what + " " + t.name);
-                EXPECT_LE(e, kTol) << t.name;
-            }
-            expect_replicated_equal(f.group, Lt, gs, 0, cfg.n_layer + 1, what);
-            if (ckpt == 0) plain_grads = gs;
-            else EXPECT_TRUE(gs == plain_grads) << "checkpointed gradients differ from the plain ones";
-        }
-    }
-    w.print("sequence parallel, layer ranges");
 }
 
 TEST(SequenceParallel, RefusesRowsThatDoNotSplitAndNoGroup) {

@@ -9,17 +9,14 @@
 //    local gradient against its slice of the tp = 1 gradient) within the tolerance below;
 //  - the replicated parameters' gradients bitwise equal on every rank of the group (no reduction
 //    is run for them: the ranks see identical inputs and output gradients), and the loss too;
-//  - a first stage [0,1) and a last stage [1,2) (act_in / dact_out given; at the last, the logit
-//    row a pipeline samples from, gathered over the group), with and without
-//    activation checkpointing: against the tp = 1 stage, and checkpointed bitwise equal to
-//    not checkpointed (the recomputation repeats the same ops and the same collectives);
 //  - op level over the real group: the vocab-parallel embedding plus all-reduce is bitwise the
 //    tp = 1 embedding;
 //  - 4 ranks only: pp 2 x tp 2 (Topology's groups, PipelineStage 1F1B over 3 micro-batches, so a
 //    stage holds 2 activation contexts) against the tp = 1 whole model: loss, each stage's gradient
 //    slices, the tied wte's two parts summed over the pair of stages, eval loss and sampled logits;
 //    once more with sequence parallelism (the stages then send each TP rank's rows).
-// Sequence parallelism's own checks are in test_sequence_parallel.cpp.
+// Sequence parallelism's own checks are in test_sequence_parallel.cpp; a first stage [0,1) and a
+// last stage [1,2), with and without activation checkpointing, in test_tp_layer_ranges.cpp (both modes).
 //
 // Tolerance. Only the order of fp32 sums changes with tp: a row-parallel matmul (and the input
 // gradient of a column-parallel one) sums tp partial dot products of K/tp terms instead of one
@@ -115,93 +112,6 @@ TEST(TensorParallel, WholeModelMatchesTp1) {
     // The row logits_at returned is the gathered logits' row (b = 0, T-1), bitwise.
     EXPECT_TRUE(std::equal(rowt.begin(), rowt.end(), full.begin() + long(size_t(kT - 1) * Vp)));
     w.print("whole model");
-}
-
-/// A stage [l0, l1) at tp = 1 and at tp, with `ckpt` checkpointed layers: forward from tokens
-/// (l0 = 0) or a fixed act_in, backward from the loss (last stage) or a fixed dact_out.
-TEST(TensorParallel, LayerRangesAndCheckpointing) {
-    Fixture f;
-    Ops& ops = *f.ops;
-    const GPTConfig cfg = config();
-    const size_t NC = size_t(kN) * cfg.n_embd;
-    StageIO io(f.alloc, ops, size_t(cfg.n_embd));
-    void *act_in = io.act_in, *dact_out = io.dact_out, *dact_in = io.dact_in;
-    int *tok = io.tok, *tgt = io.tgt;
-    Worst w;
-    for (const auto& [l0, l1] : {std::pair{0, 1}, std::pair{1, 2}}) {
-        std::vector<float> plain_grads;  // the tp stage's gradients without checkpointing
-        for (int ckpt : {0, 1}) {
-            char buf[64];
-            std::snprintf(buf, sizeof buf, "[%d,%d) ckpt %d", l0, l1, ckpt);
-            const std::string what = buf;
-            SCOPED_TRACE(what);
-            GPTOptions o;
-            o.B = kB;
-            o.T = kT;
-            o.l0 = l0;
-            o.l1 = l1;
-            o.checkpoint_layers = ckpt;
-            GPT ref(cfg, o, f.alloc);
-            GPTOptions ot = o;
-            ot.tp = &f.group;
-            GPT tp(cfg, ot, f.alloc);
-            ASSERT_EQ(tp.num_checkpointed_layers(), ckpt);
-            const bool last = l1 == cfg.n_layer;
-            std::vector<float> dact1, dactt;
-            std::vector<float> out1, outt;
-            for (GPT* g : {&ref, &tp}) {
-                g->init_params(kSeed);
-                g->zero_grads();
-                g->forward(l0 == 0 ? tok : nullptr, act_in, last ? tgt : nullptr, 1.0f / kN, true);
-                if (!last) (g == &ref ? out1 : outt) = host(ops, g->act_out(), NC);
-                g->backward(last ? nullptr : dact_out, dact_in);
-                if (l0 > 0) (g == &ref ? dact1 : dactt) = host(ops, dact_in, NC);
-            }
-            if (last) {
-                const auto a = host(ops, ref.losses(), kN), b = host(ops, tp.losses(), kN);
-                w.see(rel_err(b.data(), a.data(), kN), what + " losses");
-                EXPECT_LE(rel_err(b.data(), a.data(), kN), kLossTol);
-            } else {
-                w.see(rel_err(outt.data(), out1.data(), NC), what + " act_out");
-                EXPECT_LE(rel_err(outt.data(), out1.data(), NC), kTol);
-            }
-            if (l0 > 0) {
-                w.see(rel_err(dactt.data(), dact1.data(), NC), what + " dact_in");
-                EXPECT_LE(rel_err(dactt.data(), dact1.data(), NC), kTol);
-            }
-            const ParamLayout &L1 = ref.layout(), &Lt = tp.layout();
-            const auto g1 = host(ops, ref.grads(), L1.total_numel()), gt = host(ops, tp.grads(), Lt.total_numel());
-            // The units this stage touches: its layers, unit 0 (first stage: wte, wpe; last: the LM
-            // head's wte) and ln_f (last stage).
-            for (const ParamTensor& t : Lt.tensors()) {
-                const bool mine = (t.unit >= 1 + l0 && t.unit <= l1) || (t.unit == 0 && (l0 == 0 || last)) ||
-                                  (t.unit == cfg.n_layer + 1 && last);
-                if (!mine) continue;
-                std::vector<float> slice(t.numel);
-                Lt.cut_local(t, g1.data() + L1.find(t.name).offset, slice.data());
-                const double e = rel_err(gt.data() + t.offset, slice.data(), t.numel);
-                w.see(e, what + " " + t.name);
-                EXPECT_LE(e, kTol) << t.name;
-            }
-            expect_replicated_equal(f.group, Lt, gt, 0, cfg.n_layer + 1, what);
-            if (last) {  // a pipeline's sampling path: one row of logits, gathered over the group
-                const size_t Vp = size_t(cfg.padded_vocab_size());
-                float* row = static_cast<float*>(f.alloc.alloc(MemCategory::workspace, Vp * 4));
-                std::vector<float> r1, rt;
-                for (GPT* g : {&ref, &tp}) {
-                    g->forward(nullptr, act_in, nullptr, 0.0f, false);
-                    g->logit_row(0, kT - 2, row);
-                    (g == &ref ? r1 : rt) = host(ops, row, Vp);
-                }
-                f.alloc.release(row);
-                w.see(rel_err(rt.data(), r1.data(), Vp), what + " logit_row");
-                EXPECT_LE(rel_err(rt.data(), r1.data(), Vp), kTol);
-            }
-            if (ckpt == 0) plain_grads = gt;
-            else EXPECT_TRUE(gt == plain_grads) << "checkpointed gradients differ from the plain ones";
-        }
-    }
-    w.print("layer ranges");
 }
 
 /// The vocab-parallel embedding over the real group: the all-reduce adds one non-zero term per

@@ -1,5 +1,6 @@
 // tests/parallel/tp_test_util.hpp — what the tensor-parallel tests share (test_tensor_parallel.cpp,
-// test_sequence_parallel.cpp): the tiny GPT config, its batches, and comparisons of a TP rank's
+// test_sequence_parallel.cpp, test_tp_layer_ranges.cpp): the tiny GPT config, its batches, the
+// fixture (CPU backend, allocator, a TP group of the world), and comparisons of a TP rank's
 // tensors against their slices of the tp = 1 ones. The tolerance kTol is derived in
 // test_tensor_parallel.cpp's header comment (row-parallel sums reassociate; ~1e-6 expected).
 #pragma once
@@ -97,49 +98,6 @@ struct Fixture {
     std::unique_ptr<Ops> ops = make_backend("cpu", "fp32");
     Allocator alloc{*ops};
     TpGroup group{make_mpi_comm()};
-};
-
-/// The fixed inputs of a layer-range test, on the device: act_in (kN,C) ~ N(0,1) and dact_out
-/// (kN,C) ~ N(0,1e-6) from seed 77, batch 3's tokens and targets (kN ints each), and dact_in
-/// (kN,C) scratch; with `rows` > 0 also act_in_r and dact_out_r, rows [row0, row0 + rows) of act_in
-/// and dact_out (a sequence-parallel rank's share). Released with the object.
-struct StageIO {
-    Allocator& alloc;
-    void *act_in, *dact_out, *dact_in, *act_in_r = nullptr, *dact_out_r = nullptr;
-    int *tok, *tgt;
-
-    StageIO(Allocator& a, Ops& ops, size_t C, size_t row0 = 0, size_t rows = 0) : alloc(a) {
-        const size_t NC = size_t(kN) * C;
-        std::mt19937 rng(77);
-        std::normal_distribution<float> nd(0.0f, 1.0f);
-        std::vector<float> act_in_h(NC), dact_out_h(NC);
-        for (float& x : act_in_h) x = nd(rng);
-        for (float& x : dact_out_h) x = 1e-3f * nd(rng);
-        act_in = upload(ops, act_in_h.data(), NC * 4);
-        dact_out = upload(ops, dact_out_h.data(), NC * 4);
-        dact_in = alloc.alloc(MemCategory::workspace, NC * 4);
-        if (rows > 0) {
-            act_in_r = upload(ops, act_in_h.data() + row0 * C, rows * C * 4);
-            dact_out_r = upload(ops, dact_out_h.data() + row0 * C, rows * C * 4);
-        }
-        std::vector<int> in(kN), tg(kN);
-        batch(3, in.data(), tg.data());
-        tok = static_cast<int*>(upload(ops, in.data(), kN * 4));
-        tgt = static_cast<int*>(upload(ops, tg.data(), kN * 4));
-    }
-    ~StageIO() {
-        for (void* p : {act_in, dact_out, dact_in, act_in_r, dact_out_r, static_cast<void*>(tok), static_cast<void*>(tgt)})
-            if (p != nullptr) alloc.release(p);
-    }
-    StageIO(const StageIO&) = delete;
-    StageIO& operator=(const StageIO&) = delete;
-
-private:
-    void* upload(Ops& ops, const void* h, size_t bytes) {
-        void* p = alloc.alloc(MemCategory::workspace, bytes);
-        ops.memcpy_h2d(p, h, bytes);
-        return p;
-    }
 };
 
 }  // namespace llmtrain::tp_test
