@@ -2,7 +2,8 @@
 # tests/cuda/emu_lib.sh — what emu_zero.sh and emu_tp.sh share: a tiny model (2 layers, width 32,
 # 16 tokens, micro-batch 2) trained 3 steps at lr 1e-3 under mpirun, its losses compared with a
 # reference run's, and its step-3 weights compared (compare_weights.py). Sourced after the script
-# has set CPU, EMU, MPI, DATA, WORK and VOCAB; the functions exit 1 with what differed.
+# has set CPU, EMU, MPI, DATA, WORK and VOCAB; the functions exit 1 with what differed. (The
+# single-process scripts emu_train.sh and emu_llama_train.sh share emu_train_lib.sh.)
 run() {  # run <binary> <np> <name> [--set ...]
     local bin=$1 np=$2 name=$3
     shift 3
