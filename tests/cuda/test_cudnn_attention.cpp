@@ -14,6 +14,7 @@
 //     heads ran (attention_reason() says which route: not the expanded copy of gqa.cu), out and dqkv
 //     within attention_bound_gqa's bound of the CPU, lse within 2^-7, and the backward bitwise
 //     repeatable (also at B 8, T 1024).
+// Multi-head and grouped-query calls share run_attention and expect_backward_repeatable (AttnCall).
 // The same bound holds for the cublas path under the emulator (test_cublas_attention.cpp), where
 // a mutation check shows it catches real errors.
 #include <array>
@@ -45,6 +46,64 @@ std::unique_ptr<Ops> cudnn_backend() {
     }
 }
 
+/// One attention call on a backend: multi-head (attention_forward / attention_backward, NKV = NH)
+/// or, with `gqa`, grouped-query (attention_forward_gqa / attention_backward_gqa, NKV key/value
+/// heads). qkv is (B,T,W) with W = (NH + 2 NKV)*HS; out and dout (B,T,C) with C = NH*HS.
+struct AttnCall {
+    int B, T, NH, NKV, HS;
+    bool gqa;
+    size_t N() const { return static_cast<size_t>(B) * T; }
+    size_t C() const { return static_cast<size_t>(NH) * HS; }
+    size_t W() const { return static_cast<size_t>(NH + 2 * NKV) * HS; }
+    void forward(Ops& o, void* out, float* lse, const void* qkv) const {
+        if (gqa) o.attention_forward_gqa(out, lse, qkv, B, T, NH, NKV, HS);
+        else o.attention_forward(out, lse, qkv, B, T, NH * HS, NH);
+    }
+    void backward(Ops& o, void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse) const {
+        if (gqa) o.attention_backward_gqa(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS);
+        else o.attention_backward(dqkv, dout, qkv, out, lse, B, T, NH * HS, NH);
+    }
+};
+AttnCall multi_head(const Shape& s) { return {s.B, s.T, s.NH, s.NH, s.C / s.NH, false}; }
+
+/// out, lse and dqkv of the call's forward and backward on `o` (inputs rounded to its activation dtype).
+std::array<std::vector<float>, 3> run_attention(Ops& o, const std::vector<float>& qkv, const std::vector<float>& dout,
+                                                const AttnCall& a) {
+    const DType dt = o.act_dtype();
+    const size_t es = dtype_size(dt), N = a.N(), C = a.C();
+    DevBuf dq = upload(o, qkv, dt), dgo = upload(o, dout, dt);
+    DevBuf out(o, N * C * es), lse(o, N * a.NH * 4), dqkv(o, qkv.size() * es);
+    a.forward(o, out.ptr, lse.as<float>(), dq.ptr);
+    a.backward(o, dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>());
+    return {download(o, out.ptr, N * C, dt), download(o, lse.ptr, N * a.NH, DType::f32),
+            download(o, dqkv.ptr, qkv.size(), dt)};
+}
+
+/// Three backward calls of `a` on the bf16 backend `o` after one forward (qkv from `seed`, dout from
+/// seed + 1) give bitwise the same dqkv, every element written each time; failures say `what`.
+void expect_backward_repeatable(Ops& o, const AttnCall& a, uint64_t seed, const char* what) {
+    const size_t N = a.N(), C = a.C(), W = a.W();
+    DevBuf dq = upload(o, random_vec(N * W, seed, true, -2, 2), DType::bf16);
+    DevBuf dgo = upload(o, random_vec(N * C, seed + 1, true), DType::bf16);
+    DevBuf out(o, N * C * 2), lse(o, N * a.NH * 4), dqkv(o, N * W * 2);
+    a.forward(o, out.ptr, lse.as<float>(), dq.ptr);
+    std::vector<uint16_t> first, again(N * W);
+    for (int run = 0; run < 3; run++) {
+        o.memset(dqkv.ptr, 0xff, N * W * 2);  // NaNs: a run that leaves any element unwritten shows
+        a.backward(o, dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>());
+        o.memcpy_d2h(again.data(), dqkv.ptr, again.size() * 2);
+        o.synchronize();
+        if (run == 0) {
+            first = again;
+            continue;
+        }
+        size_t differing = 0;
+        for (size_t i = 0; i < again.size(); i++) differing += again[i] != first[i];
+        EXPECT_EQ(differing, 0u) << what << " " << run + 1
+                                 << ": dqkv elements differing in their bits from the first, of " << again.size();
+    }
+}
+
 class CudnnAttention : public testing::TestWithParam<Shape> {};
 
 TEST_P(CudnnAttention, MatchesCpuWithinTheDerivedBound) {
@@ -54,24 +113,12 @@ TEST_P(CudnnAttention, MatchesCpuWithinTheDerivedBound) {
     auto cpu = make_cpu_backend();
     const size_t N = static_cast<size_t>(B) * T;
     const auto qkv = random_vec(N * 3 * C, 90, true, -2, 2), dout = random_vec(N * C, 91, true);
-    std::vector<float> res[2][3];
-    Ops* backends[2] = {cpu.get(), cudnn.get()};
-    for (int k = 0; k < 2; k++) {
-        Ops& o = *backends[k];
-        const DType dt = o.act_dtype();
-        const size_t es = dtype_size(dt);
-        DevBuf dq = upload(o, qkv, dt), dgo = upload(o, dout, dt);
-        DevBuf out(o, N * C * es), lse(o, N * NH * 4), dqkv(o, qkv.size() * es);
-        o.attention_forward(out.ptr, lse.as<float>(), dq.ptr, B, T, C, NH);
-        o.attention_backward(dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>(), B, T, C, NH);
-        res[k][0] = download(o, out.ptr, N * C, dt);
-        res[k][1] = download(o, lse.ptr, N * NH, DType::f32);
-        res[k][2] = download(o, dqkv.ptr, qkv.size(), dt);
-    }
+    const AttnCall a = multi_head(GetParam());
+    const auto got = run_attention(*cudnn, qkv, dout, a), want = run_attention(*cpu, qkv, dout, a);
     const AttentionBound bound = attention_bound(qkv, dout, B, T, C, NH);
-    expect_within_bound("cudnn out", res[1][0], res[0][0], bound.out);
-    expect_close("cudnn lse", res[1][1], res[0][1], kTolBf16);
-    expect_within_bound("cudnn dqkv", res[1][2], res[0][2], bound.dqkv);
+    expect_within_bound("cudnn out", got[0], want[0], bound.out);
+    expect_close("cudnn lse", got[1], want[1], kTolBf16);
+    expect_within_bound("cudnn dqkv", got[2], want[2], bound.dqkv);
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, CudnnAttention,
@@ -90,28 +137,8 @@ INSTANTIATE_TEST_SUITE_P(Gpu, CudnnAttention,
 TEST(CudnnAttentionBackward, IsBitwiseRepeatable) {
     auto cudnn = cudnn_backend();
     if (!cudnn) GTEST_SKIP() << "this build has no cuDNN";
-    const Shape s{8, 1024, 768, 12};  // GPT-2 124M's attention at micro-batch 8
-    const size_t N = static_cast<size_t>(s.B) * s.T;
-    Ops& o = *cudnn;
-    DevBuf dq = upload(o, random_vec(N * 3 * s.C, 92, true, -2, 2), DType::bf16);
-    DevBuf dgo = upload(o, random_vec(N * s.C, 93, true), DType::bf16);
-    DevBuf out(o, N * s.C * 2), lse(o, N * s.NH * 4), dqkv(o, N * 3 * s.C * 2);
-    o.attention_forward(out.ptr, lse.as<float>(), dq.ptr, s.B, s.T, s.C, s.NH);
-    std::vector<uint16_t> first, again(N * 3 * s.C);
-    for (int run = 0; run < 3; run++) {
-        o.memset(dqkv.ptr, 0xff, N * 3 * s.C * 2);  // NaNs: a run that leaves any element unwritten shows
-        o.attention_backward(dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>(), s.B, s.T, s.C, s.NH);
-        o.memcpy_d2h(again.data(), dqkv.ptr, again.size() * 2);
-        o.synchronize();
-        if (run == 0) {
-            first = again;
-            continue;
-        }
-        size_t differing = 0;
-        for (size_t i = 0; i < again.size(); i++) differing += again[i] != first[i];
-        EXPECT_EQ(differing, 0u) << "backward " << run + 1
-                                 << ": dqkv elements differing in their bits from the first, of " << again.size();
-    }
+    // GPT-2 124M's attention at micro-batch 8
+    expect_backward_repeatable(*cudnn, multi_head(Shape{8, 1024, 768, 12}), 92, "backward");
 }
 
 // ---- grouped-query attention on cuDNN's graph with NKV key/value heads ----
@@ -127,18 +154,7 @@ void PrintTo(const GqaShape& s, std::ostream* os) {
 /// (cuda_ops.cu's cudnn_gqa_native; the fallback says "grouped-query: expanded K/V copy (...)").
 constexpr const char* kNativeGqaRoute = "grouped-query: cuDNN graph with n_kv_head K/V heads";
 
-/// out, lse and dqkv of the grouped-query op on `o` (qkv (B,T,(NH + 2 NKV)*HS)).
-std::array<std::vector<float>, 3> run_gqa(Ops& o, const std::vector<float>& qkv, const std::vector<float>& dout,
-                                          const GqaShape& s) {
-    const DType dt = o.act_dtype();
-    const size_t es = dtype_size(dt), N = static_cast<size_t>(s.B) * s.T, C = static_cast<size_t>(s.NH) * s.HS;
-    DevBuf dq = upload(o, qkv, dt), dgo = upload(o, dout, dt);
-    DevBuf out(o, N * C * es), lse(o, N * s.NH * 4), dqkv(o, qkv.size() * es);
-    o.attention_forward_gqa(out.ptr, lse.as<float>(), dq.ptr, s.B, s.T, s.NH, s.NKV, s.HS);
-    o.attention_backward_gqa(dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>(), s.B, s.T, s.NH, s.NKV, s.HS);
-    return {download(o, out.ptr, N * C, dt), download(o, lse.ptr, N * s.NH, DType::f32),
-            download(o, dqkv.ptr, qkv.size(), dt)};
-}
+AttnCall grouped_query(const GqaShape& s) { return {s.B, s.T, s.NH, s.NKV, s.HS, true}; }
 
 /// The worst |got - want| / bound (printed beside each case, as test_flash_attention's).
 double worst_of_bound(const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& b) {
@@ -146,31 +162,6 @@ double worst_of_bound(const std::vector<float>& got, const std::vector<float>& w
     for (size_t i = 0; i < got.size() && i < want.size() && i < b.size(); i++)
         worst = std::fmax(worst, std::fabs(double(got[i]) - want[i]) / (b[i] + 1e-30));
     return worst;
-}
-
-/// Three grouped-query backward calls give bitwise the same dqkv (every element written each time).
-void expect_gqa_backward_repeatable(Ops& o, const GqaShape& s, uint64_t seed) {
-    const size_t N = static_cast<size_t>(s.B) * s.T, C = static_cast<size_t>(s.NH) * s.HS;
-    const size_t W = static_cast<size_t>(s.NH + 2 * s.NKV) * s.HS;
-    DevBuf dq = upload(o, random_vec(N * W, seed, true, -2, 2), DType::bf16);
-    DevBuf dgo = upload(o, random_vec(N * C, seed + 1, true), DType::bf16);
-    DevBuf out(o, N * C * 2), lse(o, N * s.NH * 4), dqkv(o, N * W * 2);
-    o.attention_forward_gqa(out.ptr, lse.as<float>(), dq.ptr, s.B, s.T, s.NH, s.NKV, s.HS);
-    std::vector<uint16_t> first, again(N * W);
-    for (int run = 0; run < 3; run++) {
-        o.memset(dqkv.ptr, 0xff, N * W * 2);  // NaNs: a run that leaves any element unwritten shows
-        o.attention_backward_gqa(dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>(), s.B, s.T, s.NH, s.NKV, s.HS);
-        o.memcpy_d2h(again.data(), dqkv.ptr, again.size() * 2);
-        o.synchronize();
-        if (run == 0) {
-            first = again;
-            continue;
-        }
-        size_t differing = 0;
-        for (size_t i = 0; i < again.size(); i++) differing += again[i] != first[i];
-        EXPECT_EQ(differing, 0u) << "grouped-query backward " << run + 1
-                                 << ": dqkv elements differing in their bits from the first, of " << again.size();
-    }
 }
 
 class CudnnGqa : public testing::TestWithParam<GqaShape> {};
@@ -183,9 +174,9 @@ TEST_P(CudnnGqa, MatchesCpuWithinTheDerivedBoundAndRepeats) {
     const size_t N = static_cast<size_t>(s.B) * s.T, W = static_cast<size_t>(s.NH + 2 * s.NKV) * s.HS;
     const auto qkv = random_vec(N * W, 300 + s.NKV, true, -2, 2);
     const auto dout = random_vec(N * s.NH * s.HS, 310 + s.NKV, true);
-    const auto got = run_gqa(*cudnn, qkv, dout, s);
+    const auto got = run_attention(*cudnn, qkv, dout, grouped_query(s));
     const std::string route = cudnn->attention_reason();
-    const auto want = run_gqa(*cpu, qkv, dout, s);
+    const auto want = run_attention(*cpu, qkv, dout, grouped_query(s));
     const AttentionBound bound = attention_bound_gqa(qkv, dout, s.B, s.T, s.NH, s.NKV, s.HS);
     std::printf("cuDNN GQA NH %d NKV %d HS %d T %d B %d: out %.2f, dqkv %.2f of the bound (%s)\n", s.NH, s.NKV, s.HS,
                 s.T, s.B, worst_of_bound(got[0], want[0], bound.out), worst_of_bound(got[2], want[2], bound.dqkv),
@@ -195,7 +186,7 @@ TEST_P(CudnnGqa, MatchesCpuWithinTheDerivedBoundAndRepeats) {
     expect_within_bound("cudnn gqa out", got[0], want[0], bound.out);
     expect_close("cudnn gqa lse", got[1], want[1], kTolBf16);
     expect_within_bound("cudnn gqa dqkv", got[2], want[2], bound.dqkv);
-    expect_gqa_backward_repeatable(*cudnn, s, 320 + s.NKV);
+    expect_backward_repeatable(*cudnn, grouped_query(s), 320 + s.NKV, "grouped-query backward");
 }
 
 INSTANTIATE_TEST_SUITE_P(Gpu, CudnnGqa,
@@ -224,7 +215,7 @@ TEST(CudnnAttentionBackward, GroupedQueryIsBitwiseRepeatable) {
     if (!cudnn) GTEST_SKIP() << "this build has no cuDNN";
     for (const GqaShape s : {GqaShape{8, 1024, 12, 4, 64}, GqaShape{8, 1024, 8, 1, 128}}) {
         SCOPED_TRACE(testing::PrintToString(s));
-        expect_gqa_backward_repeatable(*cudnn, s, 330 + s.NKV);
+        expect_backward_repeatable(*cudnn, grouped_query(s), 330 + s.NKV, "grouped-query backward");
     }
     EXPECT_NE(cudnn->attention_reason().find(kNativeGqaRoute), std::string::npos) << cudnn->attention_reason();
 }
