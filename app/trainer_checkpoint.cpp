@@ -1,0 +1,204 @@
+// app/trainer_checkpoint.cpp — the trainer's side of checkpoints (the format and the saver are
+// app/checkpoint/'s): what each rank hands the saver (save, save_tp with tp > 1, the tied wte's
+// check), what state.toml records (train_state), the end-of-step decision to save or stop, and
+// reading a checkpoint back (Trainer::resume_from). Collective throughout: every rank makes the
+// same calls in the same order.
+#include "app/trainer_impl.hpp"
+
+#include <algorithm>
+#include <csignal>
+#include <cstring>
+#include <sstream>
+
+#include "app/tp_state.hpp"
+
+namespace llmtrain {
+
+using trainer_detail::shape_of;
+
+void Trainer::Impl::save(RunLog& log, Metrics* metrics) {
+    const auto t0 = Clock::now();
+    const double waited = saver->begin(step, log, metrics);  // for the previous checkpoint
+    if (full_layout) return save_tp(log, metrics, t0, waited);
+    std::string err;
+    int k = -1;
+    std::vector<OptimShardView> views;
+    if (topo.replica() == 0) {
+        // Shard-local: the weights (master weights when kept), m, v — read from the device and,
+        // with offload, straight from the host state.
+        const size_t ns = adam->numel();
+        float* w = saver->snapshot(ns);
+        float *m = w + ns, *v = m + ns;
+        saver->begin_copy();  // on the saver's stream, after this step's work (an event)
+        adam->state_to_host(engine->param_shard(), w, m, v, /*wait=*/false);
+        saver->end_copy();  // the next update waits for it (train_step: before_update)
+        if (pipe && (topo.stage() == 0 || last_stage())) {
+            saver->wait_copy();  // read here, on the host
+            err = tied_wte_problem(w);
+        }
+        size_t local = 0;
+        for (const FlatRange& r : engine->shard()) {
+            // The last stage's copy of the tied wte (unit 0) is the first stage's: saved once, there.
+            const bool copy = pipe && last_stage() && r.offset < layout->units()[1].offset;
+            if (!copy)
+                views.push_back({r.offset, r.offset + r.numel, m + local, v + local, w + local});
+            local += r.numel;
+        }
+        k = topo.stage() * topo.zero_group_size() + topo.zero_index();
+    }
+    saver->submit(k, std::move(views), train_state(), err, trainer_detail::seconds_since(t0) - waited, log, metrics);
+}
+
+void Trainer::Impl::save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0, double waited) {
+    std::vector<OptimShardView> views;
+    std::string err;
+    int k = -1;
+    if (topo.replica() == 0) {
+        const size_t ns = adam->numel();
+        std::vector<float> mine(3 * ns);
+        adam->state_to_host(engine->param_shard(), mine.data(), mine.data() + ns, mine.data() + 2 * ns);
+        err = tied_wte_problem(mine.data());
+        const std::string e = gather_tp_stage(comm, topo, *full_layout, zero_shard_multiple(topo.zero_group_size()),
+                                              tp_units(false), tp_units(true), mine.data(), ns,
+                                              [&](size_t n) { return saver->snapshot(n); }, views);
+        if (err.empty()) err = e;
+        if (topo.world_rank() == topo.rank_of(topo.stage(), 0, 0, 0)) k = topo.stage();
+    }
+    saver->submit(k, std::move(views), train_state(), err, trainer_detail::seconds_since(t0) - waited, log, metrics);
+}
+
+std::string Trainer::Impl::tied_wte_problem(const float* w) {
+    if (!pipe || !embedding_comm) return "";  // no pipeline, a middle stage, or an untied head: one copy
+    const size_t n0 = engine->shard().front().numel;  // unit 0 comes first
+    if (topo.stage() != 0) {
+        stage_comm->send(w, n0, DType::f32, 0);
+        return "";
+    }
+    std::vector<float> other(n0);
+    stage_comm->recv(other.data(), n0, DType::f32, topo.pp() - 1);
+    return std::memcmp(other.data(), w, n0 * sizeof(float)) == 0
+               ? ""
+               : "checkpoint: the first and last pipeline stage's copies of the tied wte differ";
+}
+
+std::vector<int> Trainer::Impl::tp_units(bool saved) const {
+    std::vector<int> out;
+    for (int u = 0; u < int(layout->units().size()); ++u)
+        if (engine->holds(u) && !(saved && pipe && last_stage() && u == 0)) out.push_back(u);
+    return out;
+}
+
+TrainState Trainer::Impl::train_state() const {
+    TrainState st;
+    st.step = step;
+    st.tokens_seen = tokens_seen;
+    st.loader = train->state();
+    std::ostringstream rng;
+    rng << sampler_rng;
+    st.sampler_rng = rng.str();
+    st.adam_t = adam->t();
+    st.model_config_hash = model_config_hash(cfg);
+    st.model = shape.model;
+    st.dp = dp;
+    st.world_size = world_size();
+    st.backend = ops->name();
+    st.precision = cfg.training.precision;
+    st.run_id = run_id;
+    return st;
+}
+
+LoaderState Trainer::Impl::legacy_loader_state(const TrainState& st, const std::string& dir) const {
+    const auto [epoch, batch] = *st.legacy_loader;
+    const uint64_t bpe = train->batches_per_epoch();
+    if (st.dp != dp || batch >= bpe || epoch * bpe + batch != uint64_t(st.step) * uint64_t(accum))
+        throw CheckpointError(
+            dir + "/state.toml: [loader] epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch) +
+            " (an older llmtrain's micro-batch index per rank, at dp " + std::to_string(st.dp) + ", step " +
+            std::to_string(st.step) + ") does not fit dp " + std::to_string(dp) + ", micro_batch_size " +
+            std::to_string(B) + ", grad_accum_steps " + std::to_string(accum) +
+            "; resume it once with the dp, micro_batch_size and grad_accum_steps it was written with (its "
+            "next checkpoint then resumes in any layout)");
+    return train->legacy_position(epoch, batch);
+}
+
+bool Trainer::Impl::checkpoint_and_maybe_stop(int64_t s, RunLog& log, Metrics* metrics) {
+    const int64_t max_steps = cfg.run.max_steps;
+    // Every rank must agree to stop at the same step, and on the state of the checkpoint
+    // writers (CheckpointSaver::poll): the max of the flags over the ranks.
+    float flags[2] = {trainer_detail::stop_signal() != 0 ? 1.0f : 0.0f, saver->status()};
+    if (topo.world_size() > 1) comm.all_reduce_max(flags, 2);
+    saver->poll(flags[1], log, metrics);
+    const float stop = flags[0];
+    const int interval = cfg.checkpoint.interval;
+    const bool at_end = cfg.checkpoint.at_end && (s == max_steps || stop > 0);
+    if ((interval > 0 && s % interval == 0) || at_end) save(log, metrics);
+    if (stop > 0 || s == max_steps) saver->complete(log, metrics);  // the last one is written before the end
+    if (stop > 0) {
+        const int sig = trainer_detail::stop_signal();
+        log.line(std::string("stopping after step ") + std::to_string(s) + " on " +
+                 (sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a peer's signal"));
+        return true;
+    }
+    return false;
+}
+
+std::string Trainer::save_checkpoint(RunLog& log) {
+    impl_->save(log, nullptr);
+    return impl_->saver->complete(log, nullptr);
+}
+
+std::string Trainer::resume_from(const std::string& dir) {
+    Impl& I = *impl_;
+    TrainState st = read_train_state(dir);
+    if (st.model_config_hash != model_config_hash(I.cfg))
+        throw CheckpointError("checkpoint '" + dir + "' holds a model with " + shape_of(st.model) +
+                              " but the config asks for " + shape_of(I.shape.model));
+    const ParamLayout& layout = *I.layout;
+    std::vector<float> host(layout.total_numel());
+    const size_t ns = I.adam->numel();
+    std::vector<float> m(ns), v(ns), w;
+    size_t local = 0;
+    if (!I.full_layout) {
+        read_params(dir, layout, host.data());
+        for (const FlatRange& r : I.adam->ranges()) {  // the optimizer shard, by flat offset: any old sharding
+            read_optim(dir, layout, r.offset, r.offset + r.numel, m.data() + local, v.data() + local);
+            w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
+            local += r.numel;
+        }
+    } else {
+        // tp > 1: the checkpoint holds whole tensors (written at any tp); this TP rank cuts its part.
+        std::vector<float> lm(layout.total_numel()), lv(layout.total_numel());
+        read_tp_local(dir, *I.full_layout, layout, host.data(), lm.data(), lv.data());
+        for (const FlatRange& r : I.adam->ranges()) {
+            std::copy(lm.begin() + r.offset, lm.begin() + r.offset + r.numel, m.begin() + local);
+            std::copy(lv.begin() + r.offset, lv.begin() + r.offset + r.numel, v.begin() + local);
+            w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
+            local += r.numel;
+        }
+    }
+    I.adam->state_from_host(w.data(), m.data(), v.data());  // device and host parts alike
+    // The checkpoint holds fp32 master weights. Rounded to nearest they would not be the bf16 params
+    // the last step wrote stochastically; its rounding, keyed by (t, flat index), rebuilds them
+    // exactly, for every copy of every element (docs/training.md "Resume").
+    if (I.cfg.training.stochastic_rounding && st.adam_t > 0) round_params_of_step(host.data(), host.size(), 0, st.adam_t);
+    I.engine->load_params(host.data());  // every rank takes the part it holds
+    I.run_id = st.run_id.empty() ? I.run_id : st.run_id;
+    I.adam->set_t(st.adam_t);
+    I.step = I.start_step = st.step;
+    I.tokens_seen = st.tokens_seen;
+    I.train->restore(st.legacy_loader ? I.legacy_loader_state(st, dir) : st.loader);
+    std::istringstream rng(st.sampler_rng);
+    rng >> I.sampler_rng;
+    if (!rng) throw CheckpointError(dir + "/state.toml: sampler_rng: not a std::mt19937_64 state");
+    std::string note = "resume: from " + dir + " at step " + std::to_string(st.step) + " (" +
+                       format_thousands(double(st.tokens_seen)) + " tokens seen)";
+    if (st.dp != I.dp)  // the data stream goes on unchanged (data/loader.hpp)
+        note += "; dp changed from " + std::to_string(st.dp) + " to " + std::to_string(I.dp);
+    if (I.train->state().seed != I.cfg.run.seed)
+        note += "; the data order keeps the checkpoint's seed " + std::to_string(I.train->state().seed);
+    if (st.backend != I.ops->name() || st.precision != I.cfg.training.precision)
+        note += "; written by backend " + st.backend + "/" + st.precision;
+    return note;
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,88 @@
+// app/trainer_setup.cpp — building a run (Trainer::Impl's constructor): the data first, so a bad
+// file fails before any large allocation, then the backend, the model state, its initial weights
+// and warm-up, the LR schedule and the checkpoint saver. Out of app/trainer.cpp so the loop reads
+// apart from what it runs on.
+#include "app/trainer_impl.hpp"
+
+#include "data/token_dataset.hpp"
+#include "model/backend.hpp"
+
+namespace llmtrain {
+
+Trainer::Impl::Impl(const Config& c, Comm& cm)
+    : cfg(c), comm(cm), shape(run_shape(c, world_size())), topo(shape.topology(world_rank())), dp(topo.dp()),
+      rank(cm.rank()), B(c.training.micro_batch_size), T(c.model.seq_len), accum(c.training.grad_accum_steps),
+      sampler_rng(c.run.seed),
+      trace(std::make_unique<StepTrace>(c.run.trace, c.run.max_steps, c.run.run_dir, rank, topo.stage())) {
+    // Data first: a bad file fails before any large allocation. HellaSwag's tokenizer is read
+    // before the loaders' I/O threads start (HDF5 may not be thread-safe).
+    if (cfg.run.eval_hellaswag_interval > 0) hellaswag = std::make_unique<HellaSwagInLoop>(cfg, topo.dp_index(), dp);
+    LoaderOptions lo;
+    lo.path = cfg.data.train;
+    lo.B = B;
+    lo.T = T;
+    lo.rank = topo.dp_index();  // data is sharded by the global dp index (a TP group reads the same batches)
+    lo.world = dp;
+    lo.seed = cfg.run.seed;
+    lo.shuffle = true;
+    lo.vocab_size = cfg.model.vocab_size;
+    train = std::make_unique<DataLoader>(lo);
+    if (cfg.run.eval_interval > 0) {  // else never read: a val set too small for B x dp is no error
+        lo.path = cfg.data.val;
+        lo.shuffle = false;
+        lo.expect_tokenizer_sha256 = train->info().tokenizer_sha256;  // val must be tokenized alike
+        val = std::make_unique<DataLoader>(lo);
+    }
+    if (rank == 0 && cfg.run.sample_interval > 0) {
+        TokenDataset ds(cfg.data.train);
+        tokenizer.emplace(Tokenizer::from_dataset(ds));
+    }
+    ops = make_backend(cfg.run.backend, cfg.training.precision, shape.cuda);
+    alloc = std::make_unique<Allocator>(*ops);
+    CommOptions co;
+    co.timeout_s = cfg.parallel.timeout_s;
+    co.comm = cfg.parallel.comm;
+    co.hierarchical = cfg.parallel.hierarchical_allreduce;
+    const CommFactory comms = [&](const std::vector<int>& ranks, bool host) {
+        return host ? make_mpi_comm(ranks, co) : make_comm(*ops, ranks, co);
+    };
+    ModelState ms = make_model_state(cfg, shape, *alloc, topo, comms);
+    layout = std::move(ms.layout);
+    zero_comm = std::move(ms.zero_comm);
+    replica_comm = std::move(ms.replica_comm);
+    tp_group = std::move(ms.tp_group);
+    tp_host_comm = std::move(ms.tp_host_comm);
+    engine = std::move(ms.engine);
+    gpt = std::move(ms.gpt);
+    adam = std::move(ms.adam);
+    links = std::move(ms.links);
+    embedding_comm = std::move(ms.embedding_comm);
+    stage_comm = std::move(ms.stage_comm);
+    pipe = std::move(ms.pipe);
+    init_weights(cfg, *gpt, *adam, engine->param_shard());  // random, or model.init_from's file
+    if (pipe) pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
+    else if (std::string(ops->name()) == "cuda") {  // the same, without a pipeline (docs/cuda.md "First step")
+        gpt->warm_up(accum);
+        engine->reduce_grads();  // ZeRO-2/3 finish its reductions here, not inside step 1's
+    }
+    sched.lr = cfg.optimizer.lr;
+    sched.min_lr = cfg.lr_schedule.min_lr;
+    sched.warmup_steps = cfg.lr_schedule.warmup_steps;
+    sched.decay_steps = cfg.run.max_steps;
+    sched.decay = parse_lr_decay(cfg.lr_schedule.decay);
+    norm_scratch = static_cast<float*>(alloc->alloc(MemCategory::workspace, sizeof(float)));
+    // With tp > 1 a checkpoint holds the whole model like a tp = 1 one (so any tp resumes it):
+    // one part per pipeline stage, gathered on the stage's first rank (save_tp).
+    if (topo.tp() > 1) full_layout = std::make_unique<ParamLayout>(shape.model);
+    saver = std::make_unique<CheckpointSaver>(comm, *alloc, full_layout ? *full_layout : *layout, cfg.run.run_dir,
+                                              topo.pp() * (full_layout ? 1 : topo.zero_group_size()),
+                                              cfg.checkpoint.keep_last, cfg.checkpoint.async);
+    // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy; none
+    // when checkpoints are off (checkpoint.interval = 0, checkpoint.at_end = false).
+    if (const size_t n = checkpoint_snapshot_elems(cfg, topo, *engine, *adam)) saver->reserve(n);
+
+    inputs.resize(size_t(B) * T);
+    targets.resize(size_t(B) * T);
+}
+
+}  // namespace llmtrain
