@@ -118,9 +118,10 @@ int run(const CliArgs& args) {
         check_zero_config(cfg, 0);
         resolve_batch(cfg, cfg.parallel.dp);
         if (world_rank() == 0) {
-            for (const auto& l : memory_report(cfg, args.world_size)) std::printf("%s\n", l.c_str());
+            const RunShape shape = run_shape(cfg, args.world_size);
+            for (const auto& l : memory_report(cfg, shape)) std::printf("%s\n", l.c_str());
             const int per_node = args.ranks_per_node > 0 ? args.ranks_per_node : args.world_size;
-            for (const auto& l : traffic_report(step_traffic(cfg, args.world_size, per_node))) std::printf("%s\n", l.c_str());
+            for (const auto& l : traffic_report(step_traffic(cfg, shape, per_node))) std::printf("%s\n", l.c_str());
             if (cfg.pipeline.plan == "auto")
                 std::printf("(pipeline.plan = \"auto\" chooses the split at start-up; this count is of the default "
                             "split: llmtrain-plan --world-size %d --pp %d prints the plan)\n", args.world_size,

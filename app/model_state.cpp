@@ -47,11 +47,18 @@ RunShape run_shape(const Config& cfg, int world) {
     r.world = world;
     r.pp = cfg.parallel.pp;
     r.tp = cfg.parallel.tp;
+    r.zero_stage = cfg.parallel.zero_stage;
     r.zero_group = zero_group_of(cfg);
     r.precision = precision_dtype(cfg);
     r.offload = offload_config_of(cfg);
     r.cuda = cuda_options_of(cfg);
     return r;
+}
+
+RunShape at_zero_stage(RunShape shape, int stage, int group_size) {
+    shape.zero_stage = stage;
+    shape.zero_group = stage == 0 ? 1 : group_size;
+    return shape;
 }
 
 std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, int l1) {
@@ -90,7 +97,7 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
         go.sequence_parallel = cfg.parallel.sequence_parallel;
     }
     ZeroOptions zo;
-    zo.stage = cfg.parallel.zero_stage;
+    zo.stage = shape.zero_stage;
     zo.reduce_dtype = cfg.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;  // validated by the config
     zo.units = stage_units(g, st, P, go.l0, go.l1);
     s.engine = std::make_unique<ZeroEngine>(alloc, *s.layout, *s.zero_comm, *s.replica_comm, zo);
@@ -149,11 +156,7 @@ void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_sh
     adam.state_from_host(w.data(), zeros.data(), zeros.data());
 }
 
-MemBytes estimate_memory(const Config& cfg_in, int world, int stage, int pp_stage) {
-    Config cfg = cfg_in;
-    cfg.parallel.zero_stage = stage;
-    if (stage == 0) cfg.parallel.zero_group_size = 0;
-    const RunShape shape = run_shape(cfg, world);
+MemBytes estimate_memory(const Config& cfg, const RunShape& shape, int pp_stage) {
     auto ops = make_dry_ops(shape.precision);
     MemBytes out{};
     {
@@ -216,15 +219,15 @@ namespace {
 
 /// memory_report's rows with a pipeline: per ZeRO stage (0, 1: the ones a pipeline allows) and
 /// pipeline stage, the per-rank bytes by category, the stage's layers and recomputed layers.
-std::vector<std::string> pipeline_report(const Config& cfg, int world, std::vector<std::string> out) {
+std::vector<std::string> pipeline_report(const Config& cfg, const RunShape& shape, std::vector<std::string> out) {
     char buf[200];
     out.push_back("zero pp_stage layers ckpt in_flight" + memory_columns_head() + " device total | model states");
-    const auto plan = stage_plan_of(cfg);
+    const std::vector<StageLayers>& plan = shape.stages;
     const PipelineSchedule schedule = parse_pipeline_schedule(cfg.pipeline.schedule);
-    const int P = cfg.parallel.pp, m = std::max(1, cfg.training.grad_accum_steps);
+    const int P = shape.pp, m = std::max(1, cfg.training.grad_accum_steps);
     for (int zero = 0; zero <= 1; ++zero)
         for (int s = 0; s < P; ++s) {
-            const auto b = estimate_memory(cfg, world, zero, s);
+            const auto b = estimate_memory(cfg, at_zero_stage(shape, zero, cfg.parallel.zero_group_size), s);
             std::snprintf(buf, sizeof buf, "%4d %8d %6d %4d %9d", zero, s, plan[size_t(s)].l1 - plan[size_t(s)].l0,
                           plan[size_t(s)].checkpointed, max_in_flight(schedule, s, P, m));
             std::string row = buf;
@@ -232,7 +235,7 @@ std::vector<std::string> pipeline_report(const Config& cfg, int world, std::vect
             std::snprintf(buf, sizeof buf, " %12.1f | %12.1f", total / 1048576.0, states / 1048576.0);
             out.push_back(row + buf);
         }
-    Topology topo(world, 0, cfg.parallel.pp, cfg.parallel.zero_group_size, cfg.parallel.tp);
+    const Topology topo = at_zero_stage(shape, 1, cfg.parallel.zero_group_size).topology(0);
     out.push_back("groups at stage 1: " + topo.describe() + "; schedule " + cfg.pipeline.schedule + ", " +
                   std::to_string(m) + " micro-batches per step (grad_accum_steps)");
     out.push_back("(in_flight: micro-batches whose activations a stage holds at once, each in its own activation "
@@ -243,18 +246,18 @@ std::vector<std::string> pipeline_report(const Config& cfg, int world, std::vect
 
 }  // namespace
 
-std::vector<std::string> memory_report(const Config& cfg, int world) {
+std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape) {
     std::vector<std::string> out;
-    const GPTConfig g = gpt_config_of(cfg);
-    const int tp = cfg.parallel.tp;
+    const GPTConfig& g = shape.model;
+    const int tp = shape.tp, world = shape.world;
     const double psi = double(ParamLayout(g).num_parameters());
     const double psi_tp = double(ParamLayout(g, 1, tp, 0).num_parameters());  // what TP rank 0 holds
-    const bool bf16 = precision_dtype(cfg) == DType::bf16;
+    const bool bf16 = shape.precision == DType::bf16;
     const double es = bf16 ? 2 : 4, K = bf16 ? 12 : 8;  // optimizer bytes per parameter: master, m, v (fp32: m, v)
-    const OffloadConfig off = offload_config_of(cfg);
+    const OffloadConfig& off = shape.offload;
     const double on_device = off.enabled ? 1.0 - off.fraction : 1.0;  // the share of the optimizer state kept there
-    const int zg = cfg.parallel.zero_group_size == 0 ? world / (cfg.parallel.pp * tp) : cfg.parallel.zero_group_size;
-    const double N = zg;
+    const Topology topo = at_zero_stage(shape, 1, cfg.parallel.zero_group_size).topology(0);  // stages 1-3's groups
+    const double N = topo.zero_group_size();
     char buf[400];
     std::snprintf(buf, sizeof buf, "dry run: world %d, %s, %.4g parameters (Psi), micro_batch_size %d x seq_len %d, "
                   "activation_checkpoint.ratio %g, optimizer.offload %s (fraction %g); per rank, MiB:", world,
@@ -266,10 +269,10 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
                       "every split tensor and the replicated ones whole); the formula below uses Psi_tp", tp, psi_tp);
         out.push_back(buf);
     }
-    if (cfg.parallel.pp > 1) return pipeline_report(cfg, world, out);
+    if (shape.pp > 1) return pipeline_report(cfg, shape, out);
     out.push_back("stage" + memory_columns_head() + " device total | model states   paper formula");
     for (int stage = 0; stage <= 3; ++stage) {
-        const auto b = estimate_memory(cfg, world, stage);
+        const auto b = estimate_memory(cfg, at_zero_stage(shape, stage, cfg.parallel.zero_group_size));
         std::string row = "    " + std::to_string(stage);
         const auto [total, states] = append_memory_columns(row, b);
         // Rajbhandari et al. 2020: DP (es+es+K)Psi; ZeRO-1 es+es+K/N; ZeRO-2 es+(es+K)/N; ZeRO-3
@@ -284,7 +287,6 @@ std::vector<std::string> memory_report(const Config& cfg, int world) {
                       formula / 1048576.0);
         out.push_back(row + buf);
     }
-    Topology topo(world, 0, cfg.parallel.pp, cfg.parallel.zero_group_size == 0 ? 0 : cfg.parallel.zero_group_size, tp);
     out.push_back("groups at stages 1-3: " + topo.describe());
     if (off.enabled)
         out.push_back("host: the offloaded optimizer state, 12 bytes per parameter of the offloaded share of the "

@@ -66,7 +66,8 @@ struct RunShape {
     GPTConfig model;                  ///< cfg.model as the model's configuration
     std::vector<StageLayers> stages;  ///< every pipeline stage's layers and recomputed layers
     int world = 1, pp = 1, tp = 1;    ///< ranks, pipeline stages, tensor-parallel width
-    int zero_group = 1;               ///< ZeRO group size (1 at ZeRO stage 0: plain DP)
+    int zero_stage = 0;               ///< parallel.zero_stage
+    int zero_group = 1;               ///< ZeRO group size (1 at ZeRO stage 0: plain DP; 0: all of dp)
     DType precision = DType::f32;     ///< the device compute dtype
     OffloadConfig offload;            ///< the optimizer's offload
     CudaBackendOptions cuda;          ///< the CUDA backend's options (the CPU ignores them)
@@ -76,6 +77,9 @@ struct RunShape {
 
 /// cfg's shape on `world` ranks. Errors: std::invalid_argument naming the key, as stage_plan.
 RunShape run_shape(const Config& cfg, int world);
+/// `shape` at ZeRO stage `stage`, its group 1 at stage 0 and else `group_size` (0: all of dp), the
+/// rest alike: the dry run's and the planner's rows per ZeRO stage.
+RunShape at_zero_stage(RunShape shape, int stage, int group_size);
 
 /// The units pipeline stage `stage` of `stages` holds for layers [l0, l1): the embeddings on the first
 /// and (tied wte) the last stage, the layers, ln_f on the last; empty when stages == 1 (all).
@@ -107,13 +111,14 @@ bool checkpoints_on(const Config& cfg);
 /// tensors of the units `engine` holds, without the last stage's copy of the tied wte when pp > 1.
 size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const ZeroEngine& engine, const AdamW& adam);
 
-/// Bytes per MemCategory of the first rank (TP index 0) of pipeline stage `pp_stage` of a `world`-rank run of cfg
-/// at zero stage `stage`, counted by building it over the dry-run backend (model/dry_ops.hpp):
+/// Bytes per MemCategory of the first rank (TP index 0) of pipeline stage `pp_stage` of a run of
+/// `shape` (its world, groups, ZeRO stage and stages' layers) with cfg's batch, schedule and
+/// optimizer, counted by building it over the dry-run backend (model/dry_ops.hpp):
 /// nothing is allocated. host includes the checkpoint snapshot (12 bytes x
 /// checkpoint_snapshot_elems) when checkpoints are on. The backend's own workspaces (cuBLASLt's 32 MiB, the attention path's:
 /// cuDNN's dP of B*NH*T^2*2 bytes, cublas' score tiles; docs/cuda.md) are not
 /// included. Errors: std::invalid_argument for a world or group size that does not fit.
-MemBytes estimate_memory(const Config& cfg, int world, int stage, int pp_stage = 0);
+MemBytes estimate_memory(const Config& cfg, const RunShape& shape, int pp_stage = 0);
 
 /// Device bytes of b: every category but host.
 size_t device_bytes(const MemBytes& b);
@@ -123,9 +128,9 @@ std::string memory_columns_head();
 /// states (params + grads + optimizer) in bytes.
 std::pair<double, double> append_memory_columns(std::string& row, const MemBytes& b);
 
-/// The `--dry-run --world-size N` report: the group layout and, for each ZeRO stage (0 and 1 with
-/// a pipeline) and pipeline stage, the per-rank bytes by category, next to the paper's model-state
-/// formula (docs/reference.md "ZeRO memory").
-std::vector<std::string> memory_report(const Config& cfg, int world);
+/// The `--dry-run --world-size N` report of a run of `shape` (run_shape of cfg on N ranks): the
+/// group layout and, for each ZeRO stage (0 and 1 with a pipeline) and pipeline stage, the per-rank
+/// bytes by category, next to the paper's model-state formula (docs/reference.md "ZeRO memory").
+std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape);
 
 }  // namespace llmtrain

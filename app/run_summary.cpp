@@ -60,7 +60,7 @@ std::vector<std::string> Trainer::summary() const {
                       "as in --dry-run):");
         for (int s = 0; s < P; ++s) {
             const StageLayers& sl = I.shape.stages[size_t(s)];
-            const auto b = estimate_memory(c, I.topo.world_size(), c.parallel.zero_stage, s);
+            const auto b = estimate_memory(c, I.shape, s);
             std::string line = "  stage " + std::to_string(s) + ": layers [" + std::to_string(sl.l0) + ", " +
                                std::to_string(sl.l1) + "), " + std::to_string(sl.checkpointed) + " recomputed, " +
                                std::to_string(max_in_flight(sch, s, P, m)) + " micro-batches in flight |";

@@ -56,18 +56,17 @@ Config at_depth(const Config& cfg, int world, int tp, int pp, int zero, bool off
     return c;
 }
 
-/// Device bytes (host excluded) of stage s when it runs n layers with c recomputed; the other stages
-/// take the remaining layers (at least one each: their split does not change stage s's memory).
-double stage_bytes(Config c, int s, int n, int ck) {
-    const int P = c.parallel.pp, L = c.model.n_layer;
+/// Device bytes (host excluded) of stage s of `shape` run with c when it runs n layers with ck
+/// recomputed; the other stages take the remaining layers (at least one each: their split does not
+/// change stage s's memory).
+double stage_bytes(const Config& c, RunShape shape, int s, int n, int ck) {
+    const int P = shape.pp, L = shape.model.n_layer;
     std::vector<int> layers(size_t(P), 1), ckpt(size_t(P), 0);
     layers[size_t(s)] = n;
     if (P > 1) layers[size_t(s == 0 ? 1 : 0)] += L - n - (P - 1);
     ckpt[size_t(s)] = ck;
-    c.pipeline.layers_per_stage = layers;
-    c.activation_checkpoint.layers_per_stage = ckpt;
-    return double(device_bytes(
-        estimate_memory(c, c.parallel.pp * c.parallel.dp * c.parallel.tp, c.parallel.zero_stage, s)));
+    shape.stages = stage_plan(shape.model, c.training.micro_batch_size, c.model.seq_len, P, layers, 0, {}, ckpt);
+    return double(device_bytes(estimate_memory(c, shape, s)));
 }
 
 }  // namespace
@@ -93,13 +92,13 @@ std::string tp_split_problem(const Config& cfg, int tp) {
     return "";
 }
 
-PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
-    const int P = c.parallel.pp, L = c.model.n_layer, dp = c.parallel.dp, tp = c.parallel.tp;
+PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptions& opt) {
+    const Topology probe = shape.topology(0);
+    const int P = shape.pp, L = shape.model.n_layer, dp = probe.dp(), tp = shape.tp;
     const int nmax = L - P + 1;
-    const GPTConfig g = gpt_config_of(c);
-    const ParamLayout layout(g, 1, tp, 0);  // TP rank 0's part: what its gradients and AdamW cover
+    const ParamLayout layout(shape.model, 1, tp, 0);  // TP rank 0's part: what its gradients and AdamW cover
     const LayerTimes& t = opt.times;
-    const double es = precision_dtype(c) == DType::bf16 ? 2 : 4;
+    const double es = shape.precision == DType::bf16 ? 2 : 4;
     const double reduce_bytes = c.parallel.grad_reduce_dtype == "bf16" ? 2 : 4;
     const double link = opt.link_gbps * 1e9;  // bytes/s
     const double rows = double(c.training.micro_batch_size) * c.model.seq_len;  // N = B·T
@@ -107,8 +106,8 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
     // Across nodes (app/plan/traffic.hpp): a term's seconds at one rate times f(share) = intra·seconds_per_byte
     // (share, intra, inter), share the part of its group's bytes that crosses nodes; exactly 1 when none does.
     const double inter_gbps = opt.inter_node_gbps > 0 ? opt.inter_node_gbps : opt.link_gbps;
-    const int zg = c.parallel.zero_stage == 0 ? 1 : (c.parallel.zero_group_size == 0 ? dp : c.parallel.zero_group_size);
-    const CrossingShares cross = crossing_shares(P * dp * tp, P, zg, tp, opt.gpus_per_node);
+    const int zg = probe.zero_group_size();  // 1 at ZeRO-0
+    const CrossingShares cross = crossing_shares(shape.world, P, zg, tp, opt.gpus_per_node);
     auto factor = [&](double share, double intra_gbps) {
         return share == 0 || inter_gbps == intra_gbps ? 1.0 : intra_gbps * 1e9 * seconds_per_byte(share, intra_gbps, inter_gbps);
     };
@@ -151,9 +150,9 @@ PlanProblem plan_problem(const Config& c, const PlanOptions& opt) {
         const bool first = s == 0, last = s == P - 1;
         StageModel st;
         const int na = nmax, nb = nmax - 1;
-        const double m0 = stage_bytes(c, s, na, 0), m1 = stage_bytes(c, s, na, 1);
-        st.mem_layer = nb >= 1 && P > 1 ? m0 - stage_bytes(c, s, nb, 0) : 0;  // one stage: n is n_layer
-        st.mem_ckpt = na >= 2 ? stage_bytes(c, s, na, 2) - m1 : m1 - m0;
+        const double m0 = stage_bytes(c, shape, s, na, 0), m1 = stage_bytes(c, shape, s, na, 1);
+        st.mem_layer = nb >= 1 && P > 1 ? m0 - stage_bytes(c, shape, s, nb, 0) : 0;  // one stage: n is n_layer
+        st.mem_ckpt = na >= 2 ? stage_bytes(c, shape, s, na, 2) - m1 : m1 - m0;
         st.mem_recompute = na >= 2 ? m1 - m0 - st.mem_ckpt : 0;
         st.mem0 = m0 - st.mem_layer * na;
         // A layer's matmuls and attention split over tp (heads, columns, rows); its all-reduces: 2 in
@@ -252,6 +251,7 @@ void refine_by_simulation(const PlanProblem& prob, PipelineSchedule sched, PlanC
 void predict(const Config& cfg, const PlanOptions& opt, const PlanProblem& prob, PlanCandidate& pc) {
     const int pp = pc.pp;
     const Config planned = apply_plan(cfg, pc);
+    const RunShape shape = run_shape(planned, opt.world);
     const PipelineSchedule sched = parse_pipeline_schedule(planned.pipeline.schedule);
     pc.stages.clear();
     for (int s = 0; s < pp; ++s) {
@@ -260,7 +260,7 @@ void predict(const Config& cfg, const PlanOptions& opt, const PlanProblem& prob,
         sp.layers = pc.choice.layers[size_t(s)];
         sp.ckpt = pc.choice.ckpt[size_t(s)];
         sp.in_flight = pp > 1 ? max_in_flight(sched, s, pp, pc.micro_batches) : 1;
-        sp.memory = estimate_memory(planned, opt.world, pc.zero_stage, s);
+        sp.memory = estimate_memory(planned, shape, s);
         sp.device_bytes = device_bytes(sp.memory);
         sp.fwd = st.forward(sp.layers);
         sp.bwd = st.backward(sp.layers, sp.ckpt);
@@ -268,7 +268,7 @@ void predict(const Config& cfg, const PlanOptions& opt, const PlanProblem& prob,
         sp.tail = st.tail(sp.layers);
         pc.stages.push_back(sp);
     }
-    pc.crossing_bytes = step_traffic(planned, opt.world, opt.gpus_per_node).crossing;
+    pc.crossing_bytes = step_traffic(planned, shape, opt.gpus_per_node).crossing;
     pc.step_seconds = simulated_step(prob, schedule_lists(prob, sched), pc.choice.layers, pc.choice.ckpt);
     pc.tokens_per_second = double(pc.micro_batches) * cfg.training.micro_batch_size * pc.dp * cfg.model.seq_len /
                            pc.step_seconds;
@@ -299,7 +299,7 @@ PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int tp, int 
         pc.zero_stage = tr.zero;
         pc.offload = tr.offload;
         pc.micro_batches = c.training.grad_accum_steps;
-        prob = plan_problem(c, opt);
+        prob = plan_problem(c, run_shape(c, opt.world), opt);
         pc.choice = solve_plan(prob);
         if (pc.choice.feasible) break;
     }
@@ -426,7 +426,8 @@ std::vector<Baseline> baselines(const Config& cfg, const PlanOptions& opt, const
     std::string why;
     const Config c = at_depth(cfg, opt.world, best.tp, P, best.zero_stage, best.offload,
                               int64_t(best.micro_batches) * cfg.training.micro_batch_size * best.dp, why);
-    const PlanProblem prob = plan_problem(c, opt);
+    const RunShape shape = run_shape(c, opt.world);
+    const PlanProblem prob = plan_problem(c, shape, opt);
     auto eval = [&](const std::string& name, const std::vector<int>& layers, const std::vector<int>& ckpt) {
         Baseline b;
         b.name = name;
@@ -440,7 +441,7 @@ std::vector<Baseline> baselines(const Config& cfg, const PlanOptions& opt, const
         return b;
     };
     std::vector<Baseline> out;
-    const std::vector<int> balanced = balanced_layers_per_stage(gpt_config_of(c), c.training.micro_batch_size,
+    const std::vector<int> balanced = balanced_layers_per_stage(shape.model, c.training.micro_batch_size,
                                                                 c.model.seq_len, P);
     out.push_back(eval("full recompute", balanced, balanced));
     // Every ratio that gives a distinct count on some stage: k / n for k <= n, n a stage's layers.
@@ -452,7 +453,7 @@ std::vector<Baseline> baselines(const Config& cfg, const PlanOptions& opt, const
     Baseline best_ratio;
     for (float r : ratios) {
         std::vector<int> ckpt;
-        for (const StageLayers& sl : stage_plan(gpt_config_of(c), c.training.micro_batch_size, c.model.seq_len, P,
+        for (const StageLayers& sl : stage_plan(shape.model, c.training.micro_batch_size, c.model.seq_len, P,
                                                 balanced, r, {}, {}))
             ckpt.push_back(sl.checkpointed);
         // The memory model picks the candidates; eval() counts the winner exactly.

@@ -65,8 +65,9 @@ struct PlanResult {
     std::vector<std::string> alternatives;  ///< when none fits: changes under which one would
 };
 
-/// The MIP's input for cfg at its parallel.tp and parallel.pp over `world` ranks (cfg's dp and batch
-/// resolved for them): per stage, memory(n, c) as the device total of estimate_memory (TP rank 0's),
+/// The MIP's input for a run of `shape` (run_shape of cfg: its world, tp, pp, ZeRO group, model,
+/// precision) with cfg's batch (resolved for its dp): per stage, memory(n, c) as the device total of
+/// estimate_memory (TP rank 0's),
 /// which is affine in the layer count n and the recomputed count c, read off at (1,0), (2,0) and
 /// (1,1); times from opt.times plus pipeline sends (B·T·C activation bytes over opt.link_gbps; a
 /// stage waits for its sends) and a tail of ring all-reduce (2(dp − 1)/dp of the stage's gradient
@@ -84,7 +85,7 @@ struct PlanResult {
 /// nodes), inter = opt.inter_node_gbps (0: opt.link_gbps); the gradient all-reduce is split into the
 /// ZeRO group's 2(N − 1)/N and the replica group's 2(R − 1)/(R·N) of the bytes (their sum is
 /// 2(dp − 1)/dp), each at its group's share. Cap: device_memory·(1 − margin). Errors: as estimate_memory.
-PlanProblem plan_problem(const Config& cfg, const PlanOptions& opt);
+PlanProblem plan_problem(const Config& cfg, const RunShape& shape, const PlanOptions& opt);
 
 /// Plans every tensor-parallel width (opt.tp, or tp_widths) and, for each, every depth (opt.pp or each
 /// divisor of opt.world / tp up to n_layer), with the global batch of cfg: global_batch_size, or

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "app/model_state.hpp"
 #include "model/arch.hpp"
 #include "parallel/topology.hpp"
 
@@ -69,10 +68,10 @@ std::string rank_runs(const std::vector<int>& r) {
 
 }  // namespace
 
-StepTraffic step_traffic(const Config& cfg, int world, int ranks_per_node) {
+StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per_node) {
+    const int world = shape.world;
     check_layout(world, ranks_per_node);
-    const RunShape shape = run_shape(cfg, world);
-    const int pp = shape.pp, tp = shape.tp, zs = cfg.parallel.zero_stage;
+    const int pp = shape.pp, tp = shape.tp, zs = shape.zero_stage;
     const Topology probe = shape.topology(0);
     const int N = probe.zero_group_size(), R = probe.replicas();
     const double m = std::max(1, cfg.training.grad_accum_steps);

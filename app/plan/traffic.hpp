@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "app/config/config.hpp"
+#include "app/model_state.hpp"
 
 namespace llmtrain {
 
@@ -56,9 +57,10 @@ struct StepTraffic {
     double crossing = 0;               ///< of total, bytes crossing node boundaries per step
 };
 
-/// The traffic of one optimizer step of cfg on `world` ranks, ranks_per_node to a node, at cfg's
-/// parallel.tp, pp, zero_stage, zero_group_size, sequence_parallel, grad_reduce_dtype and
-/// training.grad_accum_steps (m micro-batches; 0 counts as 1) and its stage plan (stage_plan_of).
+/// The traffic of one optimizer step of a run of `shape` (run_shape of cfg: its world, tp, pp, ZeRO
+/// stage and group, stage plan, precision), ranks_per_node to a node, with cfg's
+/// parallel.sequence_parallel, grad_reduce_dtype and training.grad_accum_steps (m micro-batches; 0
+/// counts as 1).
 /// Per rank (es: training precision's bytes, rb: grad_reduce_dtype's; Ψ the padded parameters of
 /// the rank's stage as its TP rank holds them, Ψ₀ the embedding unit; N zero group, R replicas):
 ///   dp (zero_stage 0)  all-reduce of the gradients in rb: 2(dp−1)/dp·Ψ·rb
@@ -74,7 +76,7 @@ struct StepTraffic {
 ///                      each end), plus the loss's all-gather (tp−1)·B·T·3·4 on the last stage.
 /// Errors: std::invalid_argument for world or ranks_per_node < 1, or a grid that does not fit the
 /// world (Topology's message, naming parallel.pp, parallel.tp or parallel.zero_group_size).
-StepTraffic step_traffic(const Config& cfg, int world, int ranks_per_node);
+StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per_node);
 
 /// The `--dry-run --world-size N --ranks-per-node R` table of t: per group kind its size, how many
 /// groups and how many span nodes (over how many, one spanning group's ranks), MiB per rank, job

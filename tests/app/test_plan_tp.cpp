@@ -71,7 +71,7 @@ TEST(PlanTp, StageTimesAreTheSplitWorkPlusMegatronsAllReduces) {
     c1.parallel.dp = 1;
     c2.parallel.dp = 1;
     const PlanOptions o = options(c1, 4, 64.0 * 1073741824, link);
-    const PlanProblem p1 = plan_problem(c1, o), p2 = plan_problem(c2, o);
+    const PlanProblem p1 = plan_problem(c1, run_shape(c1, 2), o), p2 = plan_problem(c2, run_shape(c2, 4), o);
     ASSERT_EQ(p1.stages.size(), 2u);
     ASSERT_EQ(p2.stages.size(), 2u);
     // One (B·T, C) fp32 activation all-reduced over 2 ranks: each rank moves 2·(1/2) of it.
@@ -92,14 +92,14 @@ TEST(PlanTp, StageTimesAreTheSplitWorkPlusMegatronsAllReduces) {
     // --tp-link-gbps: the TP collectives at their own link, the pipeline send at link_gbps.
     PlanOptions fast = o;
     fast.tp_link_gbps = 8 * link;
-    const PlanProblem p3 = plan_problem(c2, fast);
+    const PlanProblem p3 = plan_problem(c2, run_shape(c2, 4), fast);
     EXPECT_NEAR(p3.stages[0].fwd_layer, p1.stages[0].fwd_layer / 2 + 2 * ar / 8, 1e-12);
     EXPECT_NEAR(p3.stages[0].fwd0, t.embed_fwd + ar / 8 + send, 1e-12);
     // Sequence parallelism: all-gathers and reduce-scatters, half an all-reduce each (model/gpt.cpp):
     // a layer 4 halves forward, 6 backward, 3 recompute; each end's collective one half.
     Config c_sp = tiny({"parallel.pp=2", "parallel.tp=2", "parallel.sequence_parallel=true"});
     c_sp.parallel.dp = 1;
-    const PlanProblem ps = plan_problem(c_sp, o);
+    const PlanProblem ps = plan_problem(c_sp, run_shape(c_sp, 4), o);
     for (size_t s = 0; s < 2; ++s) {
         EXPECT_NEAR(ps.stages[s].fwd_layer, a_of(p1, s).fwd_layer / 2 + 4 * ar / 2, 1e-12) << s;
         EXPECT_NEAR(ps.stages[s].bwd_layer, a_of(p1, s).bwd_layer / 2 + 6 * ar / 2, 1e-12) << s;
@@ -121,10 +121,10 @@ TEST(PlanTp, MemoryForcesTp2WithoutAPipeline) {
     // Every layer recomputed, pp 1, on 2 ranks: the least tp 1 (dp 2) and tp 2 can need, counted.
     Config all = tiny({"activation_checkpoint.layers_per_stage=[4]"});
     all.parallel.dp = 2;
-    const double need1 = double(device_bytes(estimate_memory(all, 2, 0)));
+    const double need1 = double(device_bytes(estimate_memory(all, at_zero_stage(run_shape(all, 2), 0, 0))));
     all.parallel.tp = 2;
     all.parallel.dp = 1;
-    const double need2 = double(device_bytes(estimate_memory(all, 2, 0)));
+    const double need2 = double(device_bytes(estimate_memory(all, at_zero_stage(run_shape(all, 2), 0, 0))));
     ASSERT_LT(need2, need1);
     const double cap = 0.5 * (need1 + need2);
     PlanOptions o = options(tiny(), 2, cap / 0.9, 50);  // the default margin keeps 10% free
@@ -228,7 +228,7 @@ TEST(PlanTp, UntiedLlamaLastStageHoldsNoTokenTable) {
         };
         const size_t want_first = 4 * (u[0].numel + elems(plan[0].l0, plan[0].l1));
         const size_t want_last = 4 * (elems(plan[1].l0, plan[1].l1) + u[5].numel + (tied ? u[0].numel : 0));
-        EXPECT_EQ(estimate_memory(c, 2, 0, 0)[size_t(MemCategory::params)], want_first);  // ZeRO 0, stage 0
-        EXPECT_EQ(estimate_memory(c, 2, 0, 1)[size_t(MemCategory::params)], want_last);   // stage 1
+        EXPECT_EQ(estimate_memory(c, at_zero_stage(run_shape(c, 2), 0, 0), 0)[size_t(MemCategory::params)], want_first);  // ZeRO 0, stage 0
+        EXPECT_EQ(estimate_memory(c, at_zero_stage(run_shape(c, 2), 0, 0), 1)[size_t(MemCategory::params)], want_last);   // stage 1
     }
 }

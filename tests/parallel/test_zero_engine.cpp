@@ -146,8 +146,8 @@ TEST(ZeroEngine, DryRunCountsWhatTheRealRunAllocates) {
         Config off = cfg;
         off.checkpoint.interval = 0;
         off.checkpoint.at_end = false;
-        const auto want = estimate_memory(off, W, stage);
-        const auto with_snapshot = estimate_memory(cfg, W, stage);
+        const auto want = estimate_memory(off, run_shape(off, W));
+        const auto with_snapshot = estimate_memory(cfg, run_shape(cfg, W));
         auto ops = make_backend("cpu", "fp32");
         Allocator alloc(*ops);
         Topology topo(W, me, 1, zero_group_of(cfg));
