@@ -2,22 +2,33 @@
 # tests/gpu/run_sh_test.sh — tools/gpu/run.sh's plumbing without a GPU: a bundle of stand-in
 # executables (bash scripts that print what the real ones print: llmtrain's step, val, checkpoint
 # and peak-memory lines and its losses.tsv, gtest's summary, offload_bench's, checkpoint_bench's and llmtrain-plan's
-# reports) and a stand-in nvidia-smi run every stage. The stand-in llmtrain repeats itself bit for
+# reports) and a stand-in nvidia-smi run every stage. Honest about data: the bundle's
+# make_tiny_dataset is the real one (run.sh's and gpu_bench.sh's synthetic data are real HDF5 files
+# of the real sizes), and the stand-in llmtrain, before its fake steps, runs the real llmtrain built
+# here with --dry-run on the same --config and --set arguments, shrunk for the CPU (run.backend
+# "cpu", fp32, 1 layer of width 16, 1-rank parallel settings) with everything the data checks read
+# kept: data.train/val, micro_batch_size x dp, seq_len, vocab_size, run.eval_interval (details
+# where it is written, below); the Trainer opens the data with the real checks, and a failure ends
+# the stand-in with llmtrain's message and exit status, as a real start would (a val split smaller
+# than micro_batch_size x dp stopped every GPT-2 124M run of a GPU call that these stand-ins, then
+# reading no data, passed). The stand-in llmtrain repeats itself bit for
 # bit except with model.attention = "cudnn" (a random gradient norm) and when it resumes with
 # stochastic rounding (the loss moves by 1e-5), as the H100 showed at 58d410c; its CPU val losses
 # are 1e-6 from its CUDA ones. Checks:
 #   1. every stage in one call: exit 0; $OUT holds summary.md, env.txt, logs.tar.gz (<= 8 files);
-#      the table finds determinism SAME for native and cublas and DIFFERENT for cudnn, resume SAME
+#      no llmtrain run stopped at its start ("llmtrain: error" in no log); the table finds
+#      determinism SAME for native and cublas and DIFFERENT for cudnn, resume SAME
 #      with round-to-nearest and DIFFERENT with stochastic rounding, tiny GPU vs CPU PASS, the
 #      cudnn runs' checkpoint timed while the other runs were stopped before theirs, the plan;
 #      no run directory is left behind;
 #   2. a call whose budget is spent: the steps that cannot start are reported as skipped;
 #   3. a step that hangs is cut at its time box and reported as timed out;
 #   1b. the multirank stage (a stand-in mpirun) rows: PASS within 1e-5, FAIL for a layout the
-#      stand-in moves by 1e-4, offload SAME as ZeRO-1, the resume PASS.
+#      stand-in moves by 1e-4, offload SAME as ZeRO-1, the resume PASS; no run stopped at its start.
 # With `quick` (ctest gpu_run_sh_quick, ~30 s): run.sh quick at BOX_SCALE 20 (a fifth of each box)
 # with a stand-in attention_bench that hangs at GPT-2 124M's shape:
-#   Q1. exit 0; every step ran within its box (seconds <= box + 2), the hung one killed at its box
+#   Q1. exit 0; no llmtrain run stopped at its start; every step ran within its box (seconds <= box
+#       + 2), the hung one killed at its box
 #       and reported as timed out, the other steps going on after it; the table lists every step
 #       (the checkpoint too, with time left); test_cuda_gpu's two parts ran with their gtest filters
 #       (GPU-only first); attention rows with errors against cuDNN; determinism, native vs cudnn at
@@ -25,9 +36,12 @@
 #   Q2. a quick call whose budget (19 s) is below a step's 20 s minimum: the steps are
 #       reported as skipped, the checkpoint as not run (optional), STATE removed.
 #
-# Usage: run_sh_test.sh <repo root> <python3> <work dir> [quick]
+# Usage: run_sh_test.sh <repo root> <python3> <work dir> <llmtrain> <make_tiny_dataset> [quick]
+#   <llmtrain>, <make_tiny_dataset>: this build's (tests/gpu/CMakeLists.txt passes their target files)
 set -euo pipefail
-SRC=$1 PY=$2 W=$3 MODE=${4:-all}
+SRC=$1 PY=$2 W=$3 LLMTRAIN=$4 MAKE_TINY_DATASET=$5 MODE=${6:-all}
+for x in "$LLMTRAIN" "$MAKE_TINY_DATASET"; do [ -x "$x" ] || { echo "run_sh_test: no executable $x"; exit 2; }; done
+LLMTRAIN=$(realpath "$LLMTRAIN")  # the stand-in runs it from the repo root
 rm -rf "$W" && mkdir -p "$W/bin" "$W/b/llmtrain-gpu/app" "$W/b/llmtrain-gpu/tests/cuda" "$W/b/llmtrain-gpu/tests/app" \
     "$W/b/llmtrain-gpu/tools/bench" "$W/b/llmtrain-gpu/lib" "$W/b/llmtrain-gpu/openmpi/bin"
 B=$W/b/llmtrain-gpu
@@ -40,8 +54,24 @@ case "$*" in
     *) echo "NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04" ;;
 esac
 EOF
-cat >"$B/app/llmtrain" <<'EOF'
-#!/usr/bin/env bash
+# The stand-in llmtrain first runs the real one ($LLMTRAIN, by its absolute path in this build: it is
+# linked against this machine's libraries as the bundle's copy would be against the lent machine's,
+# and a second 9 MB copy in the bundle would only slow every unpacking) with --dry-run on the same
+# --config and --set arguments, made small for the CPU by overrides that leave alone everything the
+# data checks read: data.train/val (the real make_tiny_dataset's files, in the bundle at its real
+# place), micro_batch_size, seq_len, vocab_size (GPT-2's 50,257 too: a dry run allocates B x T x V
+# logits but touches none of them, ~250 MB resident), run.eval_interval, run.sample_interval. The
+# Trainer opens the data with the real checks; a failure ends the stand-in with llmtrain's message
+# and exit status, as the real run would end at its start. The stand-in mpirun runs one process for
+# the ranks, so pp, tp and zero_group_size go to their 1-rank values and the dry run's micro-batch
+# is micro_batch_size x dp (dp = -np / (pp x tp)): the loaders' "B*world" windows are the same.
+# Open MPI's plugin and help paths point into the bundle, which has none: the dry run uses this
+# machine's Open MPI, the one it is linked against.
+{
+    echo '#!/usr/bin/env bash'
+    printf 'REAL=%q\n' "$LLMTRAIN"
+    cat <<'EOF'
+args=("$@")
 declare -A set=()
 print=0
 while [ $# -gt 0 ]; do
@@ -59,6 +89,19 @@ if [ $print = 1 ]; then
         "micro_batch_size = $(v training.micro_batch_size 32)" "grad_accum_steps = $(v training.grad_accum_steps 8)"
     exit 0
 fi
+real() { env -u OMPI_MCA_mca_base_component_path -u OPAL_PKGDATADIR "$REAL" "$@"; }
+small=(--set 'run.backend="cpu"' --set 'training.precision="fp32"' --set training.stochastic_rounding=false
+       --set 'model.attention="native"' --set model.n_layer=1 --set model.n_head=1 --set model.n_kv_head=0
+       --set model.n_embd=16 --set parallel.pp=1 --set parallel.tp=1 --set parallel.dp=0 --set parallel.zero_group_size=0)
+dp=$((${STANDIN_NP:-1} / ($(v parallel.pp 1) * $(v parallel.tp 1))))
+if [ "$dp" -gt 1 ]; then
+    b=$(real "${args[@]}" "${small[@]}" --print-config 2>&1 | awk '$1 == "micro_batch_size" { print $3 }')
+    [ -n "$b" ] && small+=(--set "training.micro_batch_size=$((b * dp))")
+fi
+out=$(real "${args[@]}" "${small[@]}" --dry-run 2>&1)
+rc=$?
+[ $rc = 0 ] || { echo "$out"; exit $rc; }
+grep "^data: " <<<"$out" | sed 's/^/(stand-in llmtrain: dry run) /'
 rd=$(v run.run_dir runs/x) max=$(v run.max_steps 10) ev=$(v run.eval_interval 0) att=$(v model.attention native)
 sr=$(v training.stochastic_rounding false) cpu=0
 [ "$(v run.backend cuda)" = cpu ] && cpu=1
@@ -88,13 +131,15 @@ mkdir -p "$rd/checkpoints/step_$max"
 echo "checkpoint: saved $rd/checkpoints/step_$max (1.00 s)"
 echo "peak device memory (MiB): rank 0 (stage 0) 14846.00"
 EOF
+} >"$B/app/llmtrain"
 cat >"$B/openmpi/bin/mpirun" <<'EOF'
 #!/usr/bin/env bash
 # stand-in mpirun: one process stands for the ranks
 while [ $# -gt 0 ]; do
     case $1 in
         --oversubscribe) shift ;;
-        -np | -x) shift 2 ;;
+        -np) export STANDIN_NP=$2; shift 2 ;;  # for the stand-in llmtrain's dry run (its dp)
+        -x) shift 2 ;;
         *) exec "$@" ;;
     esac
 done
@@ -106,10 +151,7 @@ n=80  # the whole binary; 9 for a filter that selects (run.sh quick's GPU-only p
 case ${1:-} in --gtest_filter=-*) n=71 ;; --gtest_filter=*) n=9 ;; esac
 printf '%s\n' "[==========] $n tests from 9 test suites ran. (1000 ms total)" "[  PASSED  ] $n tests."
 EOF
-cat >"$B/tests/app/make_tiny_dataset" <<'EOF'
-#!/usr/bin/env bash
-mkdir -p "$1" && touch "$1/train.h5" "$1/val.h5" && echo 320 >"$1/vocab_size.txt"
-EOF
+cp "$MAKE_TINY_DATASET" "$B/tests/app/make_tiny_dataset"  # the real one: real HDF5 files of the real sizes
 cat >"$B/tools/bench/attention_bench" <<'EOF'
 #!/usr/bin/env bash
 [ "${FAKE_HANG:-0}" = attention-124m ] && [ "$2" = 32 ] && sleep 300
@@ -143,6 +185,13 @@ tar -C "$W/b" -czf "$W/bundle.tar.gz" llmtrain-gpu
 
 export TORCH=0 PATH=$W/bin:$PATH PYTHON=$PY STEPS=5 BROWN=$W/no-brown BUNDLE=$W/bundle.tar.gz STATE=$W/state
 fail() { echo "FAILED: $*"; exit 1; }
+# no_start_errors <logs.tar.gz>: no llmtrain run in the call's logs stopped at its start (the stand-in
+# passes on the real dry run's "llmtrain: error: ..." line, e.g. a data file too small)
+no_start_errors() {
+    local e
+    e=$(tar -xzOf "$1" | grep -a "^llmtrain: error" | sort | uniq -c) || true
+    [ -z "$e" ] || fail "llmtrain runs stopped at their start (count, message):"$'\n'"$e"
+}
 row() { grep -F "| $1 |" "$2" || fail "no row '$1' in $2"; }
 
 if [ "$MODE" = quick ]; then
@@ -154,6 +203,7 @@ if [ "$MODE" = quick ]; then
     [ "$(find "$W/outq" -type f | wc -l)" -le 8 ] || fail "more than 8 files in OUT"
     for f in summary.md env.txt logs.tar.gz; do [ -f "$W/outq/$f" ] || fail "no $f in OUT"; done
     [ ! -e "$W/state" ] || fail "quick left STATE ($W/state) behind"
+    no_start_errors "$W/outq/logs.tar.gz"
     tar -xzOf "$W/outq/logs.tar.gz" logs/steps.tsv >"$W/steps.tsv" || fail "no steps.tsv in logs.tar.gz"
     cat "$W/steps.tsv"
     # every step within its box (whole seconds: the box plus the rounding of both ends and a start)
@@ -205,6 +255,7 @@ S=$W/out/summary.md
 [ "$(find "$W/out" -type f | wc -l)" -le 8 ] || fail "more than 8 files in OUT"
 for f in summary.md env.txt logs.tar.gz; do [ -f "$W/out/$f" ] || fail "no $f in OUT"; done
 cat "$S"
+no_start_errors "$W/out/logs.tar.gz"
 row "test_cuda_gpu" "$S" | grep -q "80 passed, 0 failed .* PASS |" || fail "test_cuda_gpu row"
 for p in native cublas; do row "determinism $p" "$S" | grep -q "| SAME (steps 1-4" || fail "determinism $p"; done
 row "determinism cudnn" "$S" | grep -q "| DIFFERENT from step 1 " || fail "determinism cudnn not DIFFERENT"
@@ -227,6 +278,7 @@ left=$(find "$W/state/runs" "$W/state/llmtrain-gpu/gpu_bench" -mindepth 1 -maxde
 # the resume continues the 2-rank run; the earlier stages' rows stay in the table.
 OUT=$W/out1b bash "$SRC/tools/gpu/run.sh" multirank >"$W/multirank.log" 2>&1 || { cat "$W/multirank.log"; fail "multirank exited $?"; }
 S=$W/out1b/summary.md
+no_start_errors "$W/out1b/logs.tar.gz"
 for l in zero1-np2 zero3-np2 pp2-np2 zero2-np4 pp4-np4 offload-np2 pp2xdp2-np4; do
     row "multirank ${l%-np*} ${l##*-}" "$S" | grep -q "| PASS (steps 1-10: loss and grad norm within relative 1e-05" ||
         fail "multirank $l"
