@@ -302,10 +302,12 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
                   "graph) the expanded heads, 6 B*T*n_embd act elements; docs/cuda.md.)");
     if (bf16 && cuda::flash_attention_supported(cfg.model.n_embd, cfg.model.n_head)) {
         const int heads = cfg.model.n_head / tp, hs = cfg.model.n_embd / cfg.model.n_head;
+        // No device here: the larger of the backward's key-block variants' scratch (an upper bound).
         const size_t bytes = cuda::flash_attention_backward_scratch_bytes(cfg.training.micro_batch_size,
                                                                           cfg.model.seq_len, heads * hs, heads);
         std::snprintf(buf, sizeof buf, "(CUDA, model.attention = \"native\" or \"auto\" without cuDNN: "
-                      "FlashAttention-2's backward scratch, D and the dQ partials of every key block (128 keys at head size 64, 64 at 128) for "
+                      "FlashAttention-2's backward scratch, D and the dQ partials of every key block (128 keys; at head size 128 "
+                      "64 where a device allows under 115,328 B of shared memory per block: the larger of the two counted) for "
                       "as many batch rows as fit 256 MiB, is %.1f MiB per rank, counted as workspace.)", bytes / 1048576.0);
         out.push_back(buf);
     }

@@ -28,8 +28,10 @@
 //   crosses a warp's rows; blocks entirely past a warp's rows are skipped by that warp; key blocks
 //   past the block's last row are never loaded. out = O / l, lse = m ln 2 + log l.
 // Backward (Algorithm 2, fused): D = rowsum(dO o O) first (attention.cu's delta kernel). One block
-//   per key block of key/value head g — 128 keys (8 warps x 16) at HS 64, 64 keys (4 warps) at
-//   HS 128 — holds K and V in shared memory and dK, dV in registers, and walks its group's query heads in order and, per head, the query blocks
+//   per key block of key/value head g — 128 keys (8 warps x 16), or at HS 128 on a device whose
+//   opt-in shared memory per block is under their 115,328 B (sm_86/89/120: 99 KiB) 64 keys (4
+//   warps; flash_backward_keys, flash_attention.hpp) — holds K and V in shared memory and dK, dV in
+//   registers, and walks its group's query heads in order and, per head, the query blocks
 //   (64 rows at HS 64, 32 at HS 128) from its diagonal to T, Q, dO, lse and D double-buffered.
 //   Per query block each warp computes S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x the block's
 //   queries), P^T = exp2(S^T log2e/sqrt(HS) - lse log2e), dS^T = P^T o (dP^T - D), then
@@ -67,10 +69,10 @@ template <int HS>
 constexpr int kFwdThreads = flash_forward_warps(HS) * kWarpSize;  ///< 128 at HS 64, 256 at 128
 template <int HS>
 constexpr int kBwdRows = flash_backward_rows(HS);
-template <int HS>
-constexpr int kBwdKeys = flash_backward_keys(HS);  ///< keys per backward block: 128 at HS 64, 64 at 128
-template <int HS>
-constexpr int kBwdThreads = flash_backward_warps(HS) * kWarpSize;  ///< 256 at HS 64, 128 at 128
+template <int KEYS>
+constexpr int kBwdThreads = flash_backward_warps(KEYS) * kWarpSize;  ///< 256 for 128 keys, 128 for 64
+template <int HS, int KEYS>
+constexpr size_t kBwdSmem = flash_backward_smem_bytes(HS, KEYS);  ///< 93,312 / 75,392 / 115,328 B
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -122,12 +124,18 @@ __device__ inline void acc_to_a(uint32_t a[4], const float lo[4], const float hi
     a[2] = ptx::pack_bf16x2(hi[0], hi[1]);
     a[3] = ptx::pack_bf16x2(hi[2], hi[3]);
 }
-/// flash_dq_partial_rows(T, HS) on the device: the dQ partial rows of one (b, h).
-template <int HS>
+/// flash_dq_partial_rows(T, KEYS) on the device: the dQ partial rows of one (b, h) with KEYS keys
+/// per backward block.
+template <int KEYS>
 __device__ inline size_t dq_partial_rows(int T_) {
-    constexpr int kBK = kBwdKeys<HS>;
-    const size_t nkb = ceil_div(T_, kBK);
-    return nkb * static_cast<size_t>(T_) - static_cast<size_t>(kBK) * nkb * (nkb - 1) / 2;
+    const size_t nkb = ceil_div(T_, KEYS);
+    return nkb * static_cast<size_t>(T_) - static_cast<size_t>(KEYS) * nkb * (nkb - 1) / 2;
+}
+/// The first dQ partial row of key block kb (KEYS keys per block) within its (b, h): blocks
+/// 0 .. kb-1 hold T - KEYS k rows each (the rows from their first key on).
+template <int KEYS>
+__device__ inline size_t dq_partial_first(int T_, int kb) {
+    return static_cast<size_t>(kb) * T_ - static_cast<size_t>(KEYS) * kb * (kb - 1) / 2;
 }
 __device__ inline void mma(float d[4], const uint32_t a[4], const uint32_t* b) { ptx::mma_bf16_16816(d, a, b, d); }
 
@@ -268,25 +276,42 @@ __global__ void __launch_bounds__(kFwdThreads<HS>, 1)
         }
 }
 
-/// Backward, Algorithm 2, fused: dK and dV of key block kb = blockIdx.y (kBwdKeys<HS> keys: 128 at
-/// HS 64, 64 at 128; 16 per warp) of key/value head g = blockIdx.x % NKV (summed over its query
-/// heads g*NH/NKV .. in order) of the chunk's batch row z = blockIdx.x / NKV, and that key block's
-/// dQ partials. grid (NKV x batch rows of the chunk, ceil(T/kBwdKeys)): x varies fastest, so every
-/// head's key block 0 (the most query blocks) starts first, longest first over the whole grid.
-/// Block kBwdThreads<HS> (256 at HS 64, 128 at 128), smem flash_backward_smem_bytes(HS); batch row
-/// b = b0 + z. delta: D (B,NH,T); dq_part: the chunk's partials, flash_dq_partial_rows(T, HS) rows
-/// of HS floats per (z, h).
-template <int HS>
-__global__ void __launch_bounds__(kBwdThreads<HS>, 1)
+/// Backward, Algorithm 2, fused: dK and dV of key block kb = blockIdx.y (KEYS keys, 16 per warp)
+/// of key/value head g = blockIdx.x % NKV (summed over its query heads g*NH/NKV .. in order) of the
+/// chunk's batch row z = blockIdx.x / NKV, and that key block's dQ partials. grid (NKV x batch rows
+/// of the chunk, ceil(T/KEYS)): x varies fastest, so every head's key block 0 (the most query
+/// blocks) starts first, longest first over the whole grid. Batch row b = b0 + z. delta: D
+/// (B,NH,T); dq_part: the chunk's partials, flash_dq_partial_rows(T, KEYS) rows of HS floats per
+/// (z, h). Dynamic smem flash_backward_smem_bytes(HS, KEYS): K and V (KEYS x (HS + 8) bf16 each),
+/// two stages of Q and dO (rows x (HS + 8) bf16 each) and of lse and D (rows fp32), dS^T (KEYS x
+/// (rows + 8) bf16), + 128 for alignment. The variants (flash_backward_keys picks one per device):
+/// - HS 64, KEYS 128: block 256 threads (8 warps), 64 query rows per step; smem 2 x 128 x 72 x 2 +
+///   4 x 64 x 72 x 2 + 128 x 72 x 2 + 1,024 + 128 = 93,312 B.
+/// - HS 128, KEYS 128: block 256 (8 warps), 32 rows per step; smem 2 x 128 x 136 x 2 + 4 x 32 x 136
+///   x 2 + 128 x 40 x 2 + 512 + 128 = 115,328 B, so only where the device's opt-in limit allows it
+///   (sm_90: 227 KiB, sm_80: 163 KiB). FlashAttention-2's own block at head size 128 on A100/H100:
+///   against 64 keys half the dQ partials (written once here, read once by the sum: at B 8,
+///   T 2048 with 12 heads, the shape measured on an H200, 1.66 GB each way per backward, ~0.7 ms
+///   of HBM traffic at 4.8 TB/s, become 0.86 GB; with 16 heads 2.2 GB become 1.1 GB) and each
+///   Q/dO tile copied serves 128 keys instead of 64.
+/// - HS 128, KEYS 64: block 128 (4 warps), 32 rows per step; smem 2 x 64 x 136 x 2 + 4 x 32 x 136 x
+///   2 + 64 x 40 x 2 + 512 + 128 = 75,392 B: the variant for the 99 KiB of sm_86/89/120.
+/// Occupancy: at ~240-250 registers a thread (255 allowed by __launch_bounds__(threads, 1) at 128
+/// and at 256 threads), a 256-thread block holds an SM's 64K registers and a 128-thread block half
+/// of them: 8 warps per SM in every variant (1 block of 8 or 2 of 4); shared memory does not bind.
+template <int HS, int KEYS>
+__global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     flash_backward_kernel(bf16* dqkv, float* dq_part, const bf16* dout, const bf16* qkv, const float* lse,
                           const float* delta, int T_, int C, int NH, int NKV, int b0) {
     constexpr int kRows = kBwdRows<HS>;  // queries per step
-    constexpr int kKeys = kBwdKeys<HS>, kThreads = kBwdThreads<HS>, kWarps = kThreads / kWarpSize;
+    constexpr int kKeys = KEYS, kThreads = kBwdThreads<KEYS>, kWarps = kThreads / kWarpSize;
     constexpr int kLd = kTileLd<HS>, kLdS = kRows + 8;
     constexpr int kKS = HS / 16, kNS = kRows / 8, kND = HS / 8;
     constexpr int kQT = kRows / 16;         // m16 tiles of a query block (dQ: one per warp) ...
     constexpr int kDq = HS / (kWarps / kQT);  // ... and the dQ columns of a warp
     static_assert(kWarps % kQT == 0 && kDq % 16 == 0 && kKeys == 16 * kWarps);
+    static_assert(2 * (2 * kKeys * kLd + 4 * kRows * kLd + kKeys * kLdS) + 4 * 4 * kRows + 128 ==
+                  kBwdSmem<HS, KEYS>);  // the layout below
     EXTERN_SHARED(unsigned char, raw);
     bf16* ks = reinterpret_cast<bf16*>(flash_smem(raw));
     bf16* vs = ks + kKeys * kLd;
@@ -360,8 +385,9 @@ __global__ void __launch_bounds__(kBwdThreads<HS>, 1)
         for (int n = 0; n < kNS; n++)
             for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
         // Warp-uniform: some key of the warp is < T and <= the step's last query. Else P^T = dS^T = 0
-        // (the mask below) and the warp only writes its zero rows of dS^T (a diagonal step of a
-        // 128-key block: warps 4-7 against queries j0 .. j0 + 63).
+        // (the mask below) and the warp only writes its zero rows of dS^T (the diagonal steps of a
+        // 128-key block: at HS 64 warps 4-7 against queries j0 .. j0 + 63; at HS 128, 32 queries a
+        // step, warps 2-7, 4-7, 6-7 in the first three).
         const bool live = jw < T_ && jw <= q0 + kRows - 1;
         if (live)
         for (int kk = 0; kk < kKS; kk++) {
@@ -411,7 +437,7 @@ __global__ void __launch_bounds__(kBwdThreads<HS>, 1)
             }
         }
         __syncthreads();  // dS^T complete; this stage's Q and dO no longer read
-        {  // dQ partial of this key block: dS (kRows x 64 keys) K; warp: m16 tile qt, columns d0 ..
+        {  // dQ partial of this key block: dS (kRows x kKeys) K; warp: m16 tile qt, columns d0 ..
             const int qt = warp % kQT, d0 = (warp / kQT) * kDq;
             float dq[kDq / 8][4];
             for (int n = 0; n < kDq / 8; n++)
@@ -426,9 +452,10 @@ __global__ void __launch_bounds__(kBwdThreads<HS>, 1)
                     mma(dq[2 * np + 1], a, bb + 2);
                 }
             }
-            // Rows [j0, T) of key block kb start after the rows of blocks 0 .. kb-1: sum of T - 64 k.
-            const size_t first = static_cast<size_t>(kb) * T_ - static_cast<size_t>(kKeys) * kb * (kb - 1) / 2;
-            float* part = dq_part + ((static_cast<size_t>(z) * NH + h) * dq_partial_rows<HS>(T_) + first) * HS;
+            // Rows [j0, T) of key block kb, after the rows of blocks 0 .. kb-1.
+            const size_t row0 = (static_cast<size_t>(z) * NH + h) * dq_partial_rows<KEYS>(T_) +
+                                dq_partial_first<KEYS>(T_, kb);
+            float* part = dq_part + row0 * HS;
             for (int r = 0; r < 2; r++) {
                 const int i = q0 + qt * 16 + g + 8 * r;
                 if (i >= T_) continue;
@@ -451,17 +478,18 @@ __global__ void __launch_bounds__(kBwdThreads<HS>, 1)
     }
 }
 
-/// dQ row i of (b, h) = (1/sqrt(HS)) x the sum of its key blocks' partials, kb = 0 .. i/kBwdKeys
-/// in that order (deterministic), as bf16 into dqkv. One thread per 8 columns of a row.
-/// grid (ceil(T*HS/8 / 256), NH, batch rows of the chunk), block 256; batch row b0 + blockIdx.z.
-template <int HS>
+/// dQ row i of (b, h) = (1/sqrt(HS)) x the sum of its key blocks' partials (KEYS keys per block,
+/// the fused kernel's), kb = 0 .. i/KEYS in that order (deterministic), as bf16 into dqkv. One
+/// thread per 8 columns of a row. grid (ceil(T*HS/8 / 256), NH, batch rows of the chunk), block
+/// 256; batch row b0 + blockIdx.z.
+template <int HS, int KEYS>
 __global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_, int C, int NH, int NKV, int b0) {
     constexpr int kChunks = HS / 8;
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     if (x >= T_ * kChunks) return;
     const int b = b0 + blockIdx.z, h = blockIdx.y, i = x / kChunks, d = (x % kChunks) * 8;
-    constexpr int kKeys = kBwdKeys<HS>;
-    const float* part = dq_part + (static_cast<size_t>(blockIdx.z) * NH + h) * dq_partial_rows<HS>(T_) * HS + d;
+    constexpr int kKeys = KEYS;
+    const float* part = dq_part + (static_cast<size_t>(blockIdx.z) * NH + h) * dq_partial_rows<KEYS>(T_) * HS + d;
     float acc[8] = {};
     size_t first = 0;  // the first row of key block kb
     for (int kb = 0; kb <= i / kKeys; kb++) {
@@ -506,21 +534,31 @@ static void flash_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_,
                  flash_forward_smem_bytes(HS), stream, out, lse, qkv, T_, C, NH, NKV);
 }
 
-template <int HS>
+/// The fused backward with KEYS keys per block and its dQ sum, per batch chunk. scratch: D, then
+/// (from the next 256 bytes) the partials of flash_backward_batch_chunk(.., KEYS) batch rows.
+template <int HS, int KEYS>
 static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, float* scratch, int B,
                            int T_, int C, int NH, int NKV, cudaStream_t stream) {
     const size_t delta_floats = (static_cast<size_t>(B) * NH * T_ * sizeof(float) + 255) / 256 * 256 / sizeof(float);
     float* dq_part = scratch + delta_floats;
-    const int chunk = flash_backward_batch_chunk(B, T_, C, NH);  // batch rows whose partials fit the workspace
+    const int chunk = flash_backward_batch_chunk(B, T_, C, NH, KEYS);  // batch rows whose partials fit
     constexpr int kBlock = 256;
     for (int b0 = 0; b0 < B; b0 += chunk) {  // each chunk's sum reads its partials before the next overwrites them
         const int nb = std::min(chunk, B - b0);
-        launch_flash<kBwdThreads<HS>>(flash_backward_kernel<HS>, dim3(NKV * nb, ceil_div(T_, kBwdKeys<HS>)),
-                                      flash_backward_smem_bytes(HS), stream, dqkv, dq_part, dout, qkv, static_cast<const float*>(lse),
-                     static_cast<const float*>(scratch), T_, C, NH, NKV, b0);
-        launch(flash_dq_reduce_kernel<HS>, dim3(ceil_div(T_ * (HS / 8), kBlock), NH, nb), dim3(kBlock), 0, stream,
-               dqkv, static_cast<const float*>(dq_part), T_, C, NH, NKV, b0);
+        launch_flash<kBwdThreads<KEYS>>(flash_backward_kernel<HS, KEYS>, dim3(NKV * nb, ceil_div(T_, KEYS)),
+                                        flash_backward_smem_bytes(HS, KEYS), stream, dqkv, dq_part, dout, qkv,
+                                        static_cast<const float*>(lse), static_cast<const float*>(scratch), T_, C, NH,
+                                        NKV, b0);
+        launch(flash_dq_reduce_kernel<HS, KEYS>, dim3(ceil_div(T_ * (HS / 8), kBlock), NH, nb), dim3(kBlock), 0,
+               stream, dqkv, static_cast<const float*>(dq_part), T_, C, NH, NKV, b0);
     }
+}
+
+int flash_backward_keys_on_device(int head_size) {
+    int device = 0, smem_optin = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    return flash_backward_keys(head_size, smem_optin);
 }
 
 void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, int NKV,
@@ -534,8 +572,14 @@ void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, con
                               int T_, int C, int NH, int NKV, float* scratch, cudaStream_t stream) {
     check_flash(C, NH, NKV, {dqkv, dout, qkv, out, scratch});
     attention_delta(scratch, dout, out, B, T_, C, NH, stream);
-    if (C / NH == 64) flash_backward<64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
-    else flash_backward<128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    // The device's variant (a host-side attribute lookup, no synchronization): the same at every
+    // call of a run, so the same bits; scratch is sized for either (the 4-argument
+    // flash_attention_backward_scratch_bytes). Head size 64 has the 128-key variant only.
+    static_assert(flash_backward_keys_min(64) == 128 && flash_backward_keys_min(128) == 64);
+    if (C / NH == 64) flash_backward<64, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    else if (flash_backward_keys_on_device(128) == 128)
+        flash_backward<128, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    else flash_backward<128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
 }
 
 }  // namespace llmtrain::cuda

@@ -21,46 +21,85 @@ constexpr int flash_forward_rows(int) { return 128; }
 constexpr int flash_forward_warps(int head_size) { return head_size == 64 ? 4 : 8; }
 /// Keys per step of the forward.
 constexpr int flash_key_rows() { return 64; }
-/// Keys per block of the fused backward, 16 per warp: 128 at head size 64 (8 warps; half the dQ
-/// partials and twice the reuse of each Q/dO tile of 64 keys), 64 at head size 128 (4 warps: 128
-/// keys would need 114 KiB of shared memory, over the 99 KiB of sm_86/89/120).
-constexpr int flash_backward_keys(int head_size) { return head_size == 64 ? 128 : 64; }
-/// Warps of a fused backward block (16 keys each).
-constexpr int flash_backward_warps(int head_size) { return flash_backward_keys(head_size) / 16; }
-/// Query rows per step of the fused backward: 64 at head size 64, 32 at head size 128 (so that
-/// dK and dV, 16 x 128 fp32 each per warp, stay in registers next to S^T and dP^T).
-constexpr int flash_backward_rows(int head_size) { return head_size == 64 ? 64 : 32; }
 /// Row stride (elements) of a bf16 tile in shared memory: 16 bytes of padding keep ldmatrix's
 /// eight row reads of one 8x8 matrix on distinct banks.
 constexpr int flash_tile_ld(int head_size) { return head_size + 8; }
-
 /// Dynamic shared memory of the forward kernel: two stages of K and V tiles (cp.async double
 /// buffering), the Q tile (128 rows, the size of one stage) in stage 1 until its fragments are in
-/// registers, + 128 bytes for aligning the base.
+/// registers, + 128 bytes for aligning the base. 36,992 B at head size 64, 69,760 B at 128.
 constexpr size_t flash_forward_smem_bytes(int head_size) {
     return 128 + 2 * static_cast<size_t>(flash_tile_ld(head_size)) * (2 * 2 * flash_key_rows());
 }
-/// Dynamic shared memory of the fused backward kernel: the block's K and V tiles, two stages of Q
-/// and dO tiles and of lse and D (fp32), and the dS^T tile (bf16, keys x queries), + 128.
-constexpr size_t flash_backward_smem_bytes(int head_size) {
-    const size_t ld = flash_tile_ld(head_size), br = flash_backward_rows(head_size),
-                 bc = flash_backward_keys(head_size);
+
+// ---- the fused backward: two key-block variants ----
+//
+// A backward block owns `keys` keys of one key/value head, 16 per warp:
+// - 128 keys, 8 warps: always at head size 64, and at head size 128 wherever the device allows
+//   their 115,328 B of shared memory per block (sm_90: 227 KiB, sm_80: 163 KiB). FlashAttention-2's
+//   own block at head size 128 on A100/H100. Against 64 keys: half the dQ partials (each written
+//   once by the fused kernel and read once by the sum: at head size 128, B 8, T 2048, 16 heads
+//   2.2 GB -> 1.1 GB per backward) and each Q/dO tile copied serves twice the keys.
+// - 64 keys, 4 warps: at head size 128 on a device allowing less (75,392 B fit the 99 KiB of
+//   sm_86/89/120).
+// flash_attention_backward runs flash_backward_keys(head_size, the device's
+// cudaDevAttrMaxSharedMemoryPerBlockOptin): a constant of the device, so every backward of a run,
+// and of every run on that device, takes the same variant and gives the same bits. The variants
+// add dQ's terms in different orders, so their bits may differ (both within the same bound).
+
+/// The most keys a backward block holds.
+constexpr int kFlashBackwardKeysMax = 128;
+/// The fewest keys a backward block holds at this head size (128 at 64, 64 at 128): the variant
+/// every device that runs the path at all can run.
+constexpr int flash_backward_keys_min(int head_size) { return head_size == 64 ? 128 : 64; }
+/// Warps of a backward block of `keys` keys (16 each): 8 for 128 keys, 4 for 64.
+constexpr int flash_backward_warps(int keys) { return keys / 16; }
+/// Query rows per step of the fused backward: 64 at head size 64, 32 at head size 128 (so that
+/// dK and dV, 16 x 128 fp32 each per warp, stay in registers next to S^T and dP^T).
+constexpr int flash_backward_rows(int head_size) { return head_size == 64 ? 64 : 32; }
+/// Dynamic shared memory of the fused backward kernel with `keys` keys per block: the block's K
+/// and V tiles (keys x ld bf16 each), two stages of Q and dO tiles (rows x ld bf16) and of lse and
+/// D (rows fp32), and the dS^T tile (keys x (rows + 8) bf16), + 128 for aligning the base: at head
+/// size 64 with 128 keys 93,312 B; at head size 128 with 64 keys 75,392 B, with 128 keys 115,328 B.
+constexpr size_t flash_backward_smem_bytes(int head_size, int keys) {
+    const size_t ld = flash_tile_ld(head_size), br = flash_backward_rows(head_size), bc = keys;
     return 128 + 2 * ld * (2 * bc + 2 * 2 * br) + 2 * bc * (br + 8) + 4 * 2 * 2 * br;
 }
-/// The largest dynamic shared memory any flash kernel needs at this head size (64 or 128): what a
-/// device must allow per block (cudaDevAttrMaxSharedMemoryPerBlockOptin) to run this path.
-/// 93,312 bytes at head size 64, 75,392 at 128 (the backward's) (both under the 99 KiB of sm_86/89/120); 0 at the
-/// head sizes the kernels do not take.
+/// Keys per backward block on a device allowing smem_optin bytes of dynamic shared memory per block
+/// (cudaDevAttrMaxSharedMemoryPerBlockOptin): 128 where flash_backward_smem_bytes(head_size, 128)
+/// fits, else flash_backward_keys_min(head_size).
+constexpr int flash_backward_keys(int head_size, long long smem_optin) {
+    return static_cast<long long>(flash_backward_smem_bytes(head_size, kFlashBackwardKeysMax)) <= smem_optin
+               ? kFlashBackwardKeysMax
+               : flash_backward_keys_min(head_size);
+}
+static_assert(flash_backward_smem_bytes(64, 128) == 93312 && flash_backward_smem_bytes(128, 64) == 75392 &&
+              flash_backward_smem_bytes(128, 128) == 115328);
+static_assert(flash_backward_keys(128, 101376) == 64 && flash_backward_keys(128, 232448) == 128 &&
+              flash_backward_keys(64, 101376) == 128);
+/// flash_backward_keys at head_size on the current CUDA device (cudaGetDevice, and its
+/// cudaDevAttrMaxSharedMemoryPerBlockOptin, the attribute make_cuda_backend reads for "auto"): the
+/// variant flash_attention_backward launches. Defined in flash_attention.cu: callable only from code
+/// linked with the CUDA backend (llmtrain_cuda, llmtrain_cuda_emu). Errors: a failed CUDA call
+/// throws as CUDA_CHECK does.
+int flash_backward_keys_on_device(int head_size);
+
+/// The largest dynamic shared memory any flash kernel needs at this head size (64 or 128) in its
+/// smallest backward variant: what a device must allow per block
+/// (cudaDevAttrMaxSharedMemoryPerBlockOptin) to run this path. 93,312 B at head size 64, 75,392 B at
+/// 128 (the backward's, both under the 99 KiB of sm_86/89/120; the 128-key backward at head size
+/// 128 is taken only where its 115,328 B fit, flash_backward_keys); 0 at the head sizes the kernels
+/// do not take.
 inline size_t flash_attention_smem_bytes(int head_size) {
     if (head_size != 64 && head_size != 128) return 0;
-    return std::max(flash_forward_smem_bytes(head_size), flash_backward_smem_bytes(head_size));
+    return std::max(flash_forward_smem_bytes(head_size),
+                    flash_backward_smem_bytes(head_size, flash_backward_keys_min(head_size)));
 }
 
-/// Rows of dQ partials one (b, h) holds: backward key block kb (bc = flash_backward_keys(head_size)
-/// keys from kb*bc) writes the rows i in [kb*bc, T) it contributes to, so sum over kb of T - bc kb
-/// (about T^2/(2 bc) + T/2: T^2/256 at head size 64, T^2/128 at 128).
-inline size_t flash_dq_partial_rows(int T, int head_size) {
-    const size_t bc = flash_backward_keys(head_size), nkb = (static_cast<size_t>(T) + bc - 1) / bc;
+/// Rows of dQ partials one (b, h) holds with `keys` keys per backward block: key block kb (keys
+/// kb*keys ..) writes the rows i in [kb*keys, T) it contributes to, so the sum over kb of
+/// T - keys*kb (about T^2/(2 keys) + T/2: T^2/256 with 128 keys, T^2/128 with 64).
+inline size_t flash_dq_partial_rows(int T, int keys) {
+    const size_t bc = keys, nkb = (static_cast<size_t>(T) + bc - 1) / bc;
     return nkb * static_cast<size_t>(T) - bc * nkb * (nkb - 1) / 2;
 }
 /// The most bytes of dQ partials one backward launch may use (256 MiB): the backward runs over the
@@ -68,27 +107,39 @@ inline size_t flash_dq_partial_rows(int T, int head_size) {
 /// on the same workspace. A variable so that tests can lower it (every reader sees the same value:
 /// the scratch size and the launcher agree).
 inline size_t flash_dq_workspace_cap = size_t{256} << 20;
-/// dQ partial bytes of one batch row (all NH heads).
-inline size_t flash_dq_partial_bytes_per_batch(int T, int C, int NH) {
-    return static_cast<size_t>(NH) * flash_dq_partial_rows(T, C / NH) * static_cast<size_t>(C / NH) * sizeof(float);
+/// dQ partial bytes of one batch row (all NH heads) with `keys` keys per backward block.
+inline size_t flash_dq_partial_bytes_per_batch(int T, int C, int NH, int keys) {
+    return static_cast<size_t>(NH) * flash_dq_partial_rows(T, keys) * static_cast<size_t>(C / NH) * sizeof(float);
 }
-/// Batch rows per backward launch: as many as fit flash_dq_workspace_cap, at least 1, at most B.
-inline int flash_backward_batch_chunk(int B, int T, int C, int NH) {
-    const size_t per = flash_dq_partial_bytes_per_batch(T, C, NH);
+/// Batch rows per backward launch with `keys` keys per block: as many as fit flash_dq_workspace_cap,
+/// at least 1, at most B.
+inline int flash_backward_batch_chunk(int B, int T, int C, int NH, int keys) {
+    const size_t per = flash_dq_partial_bytes_per_batch(T, C, NH, keys);
     const size_t fit = per == 0 ? size_t(B) : flash_dq_workspace_cap / per;
     return static_cast<int>(std::max<size_t>(1, std::min<size_t>(fit, size_t(B))));
 }
-/// Bytes of the fp32 scratch flash_attention_backward needs: D = rowsum(dO o O) (B*NH*T floats,
-/// rounded up to 256 bytes), then the dQ partials of every key block for one batch chunk
-/// (flash_backward_batch_chunk rows x NH heads x flash_dq_partial_rows(T, head_size) rows of head_size
-/// floats), which a second kernel sums in key-block order (deterministic, no atomics). GPT-2 124M
-/// at micro-batch 32 (T 1024, 12 heads of 64): 25.5 MiB of partials per batch row, 10 rows per
-/// chunk, 256.5 MiB in all with D (all 32 rows at once would be 818 MiB).
-inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
+/// Bytes of the fp32 scratch flash_attention_backward needs with `keys` keys per block: D =
+/// rowsum(dO o O) (B*NH*T floats, rounded up to 256 bytes), then the dQ partials of every key block
+/// for one batch chunk (flash_backward_batch_chunk rows x NH heads x flash_dq_partial_rows(T, keys)
+/// rows of head-size floats), which a second kernel sums in key-block order (deterministic, no
+/// atomics). GPT-2 124M at micro-batch 32 (T 1024, 12 heads of 64, 128 keys): 13.5 MiB of partials
+/// per batch row, 18 rows per chunk, 244.5 MiB in all with D (all 32 rows at once: 433.5 MiB).
+inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH, int keys) {
     const size_t heads = static_cast<size_t>(B) * NH;
     const size_t delta = (heads * T * sizeof(float) + 255) / 256 * 256;
-    return delta + static_cast<size_t>(flash_backward_batch_chunk(B, T, C, NH)) *
-                       flash_dq_partial_bytes_per_batch(T, C, NH);
+    return delta + static_cast<size_t>(flash_backward_batch_chunk(B, T, C, NH, keys)) *
+                       flash_dq_partial_bytes_per_batch(T, C, NH, keys);
+}
+/// Bytes of scratch that serve flash_attention_backward on any device: the larger of the head
+/// size's variants' needs (at head size 64 the one variant's; at 128 usually the 64-key one's, the
+/// more partials, unless the 256 MiB cap makes the 128-key chunks hold more). What CudaOps asks of
+/// its per-stream scratch (the device's variant is the launcher's business) and what the dry run
+/// (no device) counts. Head size 128, B 8, T 2048, 16 heads: 265.0 MiB (the 128-key variant itself
+/// needs 137.0 MiB).
+inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
+    const int hs = NH > 0 ? C / NH : 0;
+    return std::max(flash_attention_backward_scratch_bytes(B, T, C, NH, flash_backward_keys_min(hs)),
+                    flash_attention_backward_scratch_bytes(B, T, C, NH, kFlashBackwardKeysMax));
 }
 
 }  // namespace llmtrain::cuda

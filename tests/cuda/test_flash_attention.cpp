@@ -3,12 +3,17 @@
 // ldmatrix, cp.async through model/cuda/ptx.cuh, a fused backward with dQ partials summed in a fixed
 // order) against the CPU backend's fp32 attention on the same bf16-exact inputs, forward (out, lse)
 // and backward (dqkv), under the emulator's three thread orders, with T a multiple of the blocks
-// or not (forward 128 query rows at HS 64 and 64 at HS 128, 64 keys; backward 64 keys x 64 / 32
-// queries): T 1, 64, 65, 100, 128, 129, 150, 300; grouped-query attention at T 150; causal
-// skipping (keys past a block's or a warp's rows never read, query blocks before a key block's
-// diagonal never read: NaN planted there changes no bit of the rows that must not see it); the
-// backward in batch chunks; and bitwise repeatable: the same bits under every thread order, block
-// order and made-up wmma layout (the fused backward's dQ included).
+// or not (forward 128 query rows, 64-key steps; backward 128 keys x 64 queries a step at HS 64,
+// at HS 128 128 or 64 keys x 32 queries): T 1, 64, 65, 100, 128, 129, 150, 300; grouped-query
+// attention at T 150; causal skipping (keys past a block's or a warp's rows never read, query
+// blocks before a key block's diagonal never read: NaN planted there changes no bit of the rows
+// that must not see it); the backward in batch chunks; and bitwise repeatable: the same bits under
+// every thread order, block order and made-up wmma layout (the fused backward's dQ included).
+// Both backward variants at HS 128 (flash_attention.hpp): the emulated device is an H100 (227 KiB
+// of opt-in shared memory per block: 128 keys) unless CUDA_EMU_SMEM_OPTIN says otherwise; the
+// HS 128 cases also run on a 99 KiB device (sm_86/89/120: 64 keys), and FlashAttentionKeyBlock.*
+// checks which variant each device gets and that the launched one is it (its dQ reads K rows
+// 64-127 for queries 0-63 exactly when a block holds 128 keys).
 // Tolerances: out and dqkv within attention_bound.hpp's derived per-element bound (the roundings
 // this path makes: P and dS to bf16 where they enter the mma, the bf16 outputs, D from the rounded
 // out — the bound test_cublas_attention.cpp and test_cudnn_attention.cpp use); lse 2^-7 of
@@ -17,10 +22,14 @@
 // over the group).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <utility>
 
 #include "model/cuda/flash_attention.hpp"
 #include "tests/cuda/attention_bound.hpp"
@@ -45,6 +54,31 @@ std::unique_ptr<Ops> make_native_bf16() {
     opt.attention = Attention::native;
     return make_cuda_backend("bf16", opt);
 }
+
+#ifndef LLMTRAIN_REAL_GPU
+constexpr size_t k99KiB = 101376;   // sm_86, sm_89, sm_120: the 64-key backward at head size 128
+constexpr size_t k227KiB = 232448;  // sm_90 (the emulator's default): 128 keys
+
+/// Sets the emulated device's opt-in shared memory per block (CUDA_EMU_SMEM_OPTIN, read at each
+/// call) for a scope, then restores the former setting (so a run with it set stays on its device).
+class ScopedSmemOptin {
+public:
+    explicit ScopedSmemOptin(size_t bytes) {
+        if (const char* v = std::getenv("CUDA_EMU_SMEM_OPTIN")) saved_ = v, had_ = true;
+        setenv("CUDA_EMU_SMEM_OPTIN", std::to_string(bytes).c_str(), 1);
+    }
+    ~ScopedSmemOptin() {
+        if (had_) setenv("CUDA_EMU_SMEM_OPTIN", saved_.c_str(), 1);
+        else unsetenv("CUDA_EMU_SMEM_OPTIN");
+    }
+    ScopedSmemOptin(const ScopedSmemOptin&) = delete;
+    ScopedSmemOptin& operator=(const ScopedSmemOptin&) = delete;
+
+private:
+    std::string saved_;
+    bool had_ = false;
+};
+#endif
 
 /// out, lse and dqkv (as fp32) of one backend's attention forward + backward on qkv and dout.
 std::array<std::vector<float>, 3> run_attention(Ops& o, const std::vector<float>& qkv, const std::vector<float>& dout,
@@ -86,8 +120,9 @@ protected:
         expect_within_bound("flash out", got[0], want[0], bound.out);
         expect_close("flash lse", got[1], want[1], kTolBf16);
         expect_within_bound("flash dqkv", got[2], want[2], bound.dqkv);
-        std::printf("HS %d T %d B %d: out %.2f, dqkv %.2f of the bound\n", s.C / s.NH, s.T, s.B,
-                    bound_fraction(got[0], want[0], bound.out), bound_fraction(got[2], want[2], bound.dqkv));
+        std::printf("HS %d T %d B %d, backward %d keys: out %.2f, dqkv %.2f of the bound\n", s.C / s.NH, s.T, s.B,
+                    cuda::flash_backward_keys_on_device(s.C / s.NH), bound_fraction(got[0], want[0], bound.out),
+                    bound_fraction(got[2], want[2], bound.dqkv));
     }
 };
 
@@ -106,6 +141,18 @@ TEST_P(FlashAttention, HeadSize128PartialBlocksMatchCpu) {
     matches_cpu(kHs128T150, 81);
     matches_cpu(kHs128T129, 82);
 }
+#ifndef LLMTRAIN_REAL_GPU
+/// The head-size-128 cases above on a 99 KiB device: the 64-key backward (4 warps), where the
+/// default device runs the 128-key one (8 warps).
+TEST_P(FlashAttention, HeadSize128On99KiBDeviceMatchesCpu) {
+    ScopedSmemOptin sm86(k99KiB);
+    ASSERT_EQ(cuda::flash_backward_keys_on_device(128), 64);
+    matches_cpu(kHs128, 80);
+    matches_cpu(kHs128T150, 81);
+    matches_cpu(kHs128T129, 82);
+    for (int T : {1, 65}) matches_cpu(Shape{1, T, 256, 2}, 84 + T);
+}
+#endif
 
 /// out, lse and dqkv of the grouped-query op (qkv (B,T,(NH + 2 NKV)*HS)).
 std::array<std::vector<float>, 3> run_gqa(Ops& o, const std::vector<float>& qkv, const std::vector<float>& dout, int B,
@@ -120,47 +167,55 @@ std::array<std::vector<float>, 3> run_gqa(Ops& o, const std::vector<float>& qkv,
             download(o, dqkv.ptr, qkv.size(), dt)};
 }
 
-/// Grouped-query attention over several blocks: n_head 4 with n_kv_head 2 and 1 at head size 64, T
-/// 150 (the backward's key blocks walk two or four query heads, each from its diagonal), against
-/// the CPU within the bound of the expanded multi-head problem (key/value head h / (NH/NKV) copied
-/// into query head h): out and dQ as for head h, dK and dV of key/value head g within the sum of
-/// its query heads' bounds (the CPU sums the same per-head gradients).
-TEST_P(FlashAttention, GroupedQueryManyBlocksMatchesCpu) {
-    const int B = 1, T = 150, NH = 4, HS = 64, C = NH * HS;
+/// Grouped-query attention over several blocks at n_head 4, T 150 (the backward's key blocks walk
+/// two or four query heads, each from its diagonal), against the CPU within the bound of the
+/// expanded multi-head problem (key/value head h / (NH/NKV) copied into query head h): out and dQ as
+/// for head h, dK and dV of key/value head g within the sum of its query heads' bounds (the CPU sums
+/// the same per-head gradients). Head size 64 with n_kv_head 2 and 1; head size 128 with 2 on the
+/// device's backward variant (emulated: 128 keys) and, emulated, on a 99 KiB device (64 keys).
+void gqa_matches_cpu(int HS, int NKV) {
+    const int B = 1, T = 150, NH = 4, C = NH * HS;
     auto cpu = make_cpu_backend();
     auto dev = make_native_bf16();
-    for (int NKV : {2, 1}) {
-        SCOPED_TRACE("n_kv_head " + std::to_string(NKV));
-        const size_t W = static_cast<size_t>(NH + 2 * NKV) * HS, W3 = 3 * static_cast<size_t>(C);
-        const auto qkv = random_vec(static_cast<size_t>(B) * T * W, 280 + NKV, true, -2, 2);
-        const auto dout = random_vec(static_cast<size_t>(B) * T * C, 290 + NKV, true, -1, 1);
-        const auto got = run_gqa(*dev, qkv, dout, B, T, NH, NKV, HS);
-        const auto want = run_gqa(*cpu, qkv, dout, B, T, NH, NKV, HS);
-        std::vector<float> q3(static_cast<size_t>(B) * T * W3);
-        for (int t = 0; t < B * T; t++)
-            for (int h = 0; h < NH; h++)
-                for (int d = 0; d < HS; d++) {
-                    const int g = h / (NH / NKV);
-                    q3[t * W3 + h * HS + d] = qkv[t * W + h * HS + d];
-                    q3[t * W3 + C + h * HS + d] = qkv[t * W + C + g * HS + d];
-                    q3[t * W3 + 2 * C + h * HS + d] = qkv[t * W + C + (NKV + g) * HS + d];
-                }
-        const AttentionBound b3 = attention_bound(q3, dout, B, T, C, NH);
-        std::vector<double> bound(got[2].size(), 0.0);
-        for (int t = 0; t < B * T; t++)
-            for (int h = 0; h < NH; h++)
-                for (int d = 0; d < HS; d++) {
-                    const int g = h / (NH / NKV);
-                    bound[t * W + h * HS + d] = b3.dqkv[t * W3 + h * HS + d];
-                    bound[t * W + C + g * HS + d] += b3.dqkv[t * W3 + C + h * HS + d];
-                    bound[t * W + C + (NKV + g) * HS + d] += b3.dqkv[t * W3 + 2 * C + h * HS + d];
-                }
-        expect_within_bound("flash gqa out", got[0], want[0], b3.out);
-        expect_close("flash gqa lse", got[1], want[1], kTolBf16);
-        expect_within_bound("flash gqa dqkv", got[2], want[2], bound);
-        std::printf("GQA NH %d NKV %d T %d: out %.2f, dqkv %.2f of the bound\n", NH, NKV, T,
-                    bound_fraction(got[0], want[0], b3.out), bound_fraction(got[2], want[2], bound));
-    }
+    SCOPED_TRACE("head size " + std::to_string(HS) + ", n_kv_head " + std::to_string(NKV));
+    const size_t W = static_cast<size_t>(NH + 2 * NKV) * HS, W3 = 3 * static_cast<size_t>(C);
+    const auto qkv = random_vec(static_cast<size_t>(B) * T * W, 280 + NKV, true, -2, 2);
+    const auto dout = random_vec(static_cast<size_t>(B) * T * C, 290 + NKV, true, -1, 1);
+    const auto got = run_gqa(*dev, qkv, dout, B, T, NH, NKV, HS);
+    const auto want = run_gqa(*cpu, qkv, dout, B, T, NH, NKV, HS);
+    std::vector<float> q3(static_cast<size_t>(B) * T * W3);
+    for (int t = 0; t < B * T; t++)
+        for (int h = 0; h < NH; h++)
+            for (int d = 0; d < HS; d++) {
+                const int g = h / (NH / NKV);
+                q3[t * W3 + h * HS + d] = qkv[t * W + h * HS + d];
+                q3[t * W3 + C + h * HS + d] = qkv[t * W + C + g * HS + d];
+                q3[t * W3 + 2 * C + h * HS + d] = qkv[t * W + C + (NKV + g) * HS + d];
+            }
+    const AttentionBound b3 = attention_bound(q3, dout, B, T, C, NH);
+    std::vector<double> bound(got[2].size(), 0.0);
+    for (int t = 0; t < B * T; t++)
+        for (int h = 0; h < NH; h++)
+            for (int d = 0; d < HS; d++) {
+                const int g = h / (NH / NKV);
+                bound[t * W + h * HS + d] = b3.dqkv[t * W3 + h * HS + d];
+                bound[t * W + C + g * HS + d] += b3.dqkv[t * W3 + C + h * HS + d];
+                bound[t * W + C + (NKV + g) * HS + d] += b3.dqkv[t * W3 + 2 * C + h * HS + d];
+            }
+    expect_within_bound("flash gqa out", got[0], want[0], b3.out);
+    expect_close("flash gqa lse", got[1], want[1], kTolBf16);
+    expect_within_bound("flash gqa dqkv", got[2], want[2], bound);
+    std::printf("GQA HS %d NH %d NKV %d T %d, backward %d keys: out %.2f, dqkv %.2f of the bound\n", HS, NH, NKV,
+                T, cuda::flash_backward_keys_on_device(HS), bound_fraction(got[0], want[0], b3.out),
+                bound_fraction(got[2], want[2], bound));
+}
+TEST_P(FlashAttention, GroupedQueryManyBlocksMatchesCpu) {
+    for (int NKV : {2, 1}) gqa_matches_cpu(64, NKV);
+    gqa_matches_cpu(128, 2);
+#ifndef LLMTRAIN_REAL_GPU
+    ScopedSmemOptin sm86(k99KiB);
+    gqa_matches_cpu(128, 2);
+#endif
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, FlashAttention, testing::Values("forward", "reverse", "random"),
@@ -192,12 +247,15 @@ TEST(FlashAttentionRepeat, BitwiseAcrossRunsOrdersAndLayouts) {
 #endif
 }
 
-/// Bitwise: the same inputs at both head sizes and with grouped-query heads give the same bits under
-/// other thread orders and shuffled block orders (the fused backward writes each dQ partial once
-/// and sums them in key-block order; dK/dV are owned by one block each).
+/// Bitwise: the same inputs at both head sizes (at 128 in both backward variants: 128 keys on the
+/// default device, 64 on a 99 KiB one) and with grouped-query heads give the same bits under other
+/// thread orders and shuffled block orders (the fused backward writes each dQ partial once and sums
+/// them in key-block order; dK/dV are owned by one block each).
 TEST(FlashAttentionRepeat, FusedBackwardIsBitwiseRepeatable) {
     auto dev = make_native_bf16();
-    for (const Shape& s : {kHs128T150, kHs64T300}) {
+    auto repeatable = [&](const Shape& s) {
+        SCOPED_TRACE("head size " + std::to_string(s.C / s.NH) + ", backward " +
+                     std::to_string(cuda::flash_backward_keys_on_device(s.C / s.NH)) + " keys");
         const auto [qkv, dout] = inputs(s, 95);
         const auto first = run_attention(*dev, qkv, dout, s);
         for (const char* order : {"reverse", "random"}) {
@@ -206,7 +264,14 @@ TEST(FlashAttentionRepeat, FusedBackwardIsBitwiseRepeatable) {
             for (int k = 0; k < 3; k++) EXPECT_EQ(again[k], first[k]) << "output " << k << " under " << order;
             reset_emu_order();
         }
+    };
+    for (const Shape& s : {kHs128T150, kHs64T300}) repeatable(s);
+#ifndef LLMTRAIN_REAL_GPU
+    {
+        ScopedSmemOptin sm86(k99KiB);
+        repeatable(kHs128T150);
     }
+#endif
     const int B = 1, T = 150, NH = 4, NKV = 2, HS = 64;
     const auto qkv = random_vec(static_cast<size_t>(B) * T * (NH + 2 * NKV) * HS, 96, true, -2, 2);
     const auto dout = random_vec(static_cast<size_t>(B) * T * NH * HS, 97, true, -1, 1);
@@ -219,30 +284,40 @@ TEST(FlashAttentionRepeat, FusedBackwardIsBitwiseRepeatable) {
 
 /// The backward in batch chunks (the dQ partials of as many batch rows as fit
 /// flash_dq_workspace_cap, several fused-kernel and sum launches on one workspace) gives the same
-/// bits as in one launch: B 3 at a cap of one row's partials, and of two rows (chunks 2 + 1).
+/// bits as in one launch: B 3 at a cap of one row's partials of the device's variant, and of two
+/// rows (chunks 2 + 1); at head size 64, and at 128 in both variants (on the emulator).
 TEST(FlashAttentionChunks, BatchChunksGiveTheSameBits) {
-    const Shape s{3, 150, 128, 2};
-    const auto [qkv, dout] = inputs(s, 98);
-    const auto whole = run_attention(*make_native_bf16(), qkv, dout, s);
-    ASSERT_EQ(cuda::flash_backward_batch_chunk(s.B, s.T, s.C, s.NH), s.B);
-    const size_t saved = cuda::flash_dq_workspace_cap, per = cuda::flash_dq_partial_bytes_per_batch(s.T, s.C, s.NH);
-    for (size_t rows : {1, 2}) {
-        cuda::flash_dq_workspace_cap = rows * per + per / 2;
-        EXPECT_EQ(cuda::flash_backward_batch_chunk(s.B, s.T, s.C, s.NH), static_cast<int>(rows));
-        const auto chunked = run_attention(*make_native_bf16(), qkv, dout, s);
-        for (int k = 0; k < 3; k++) EXPECT_EQ(chunked[k], whole[k]) << "output " << k << ", chunks of " << rows;
-    }
-    cuda::flash_dq_workspace_cap = saved;
+    auto chunks_agree = [](const Shape& s) {
+        const int keys = cuda::flash_backward_keys_on_device(s.C / s.NH);
+        SCOPED_TRACE("head size " + std::to_string(s.C / s.NH) + ", backward " + std::to_string(keys) + " keys");
+        const auto [qkv, dout] = inputs(s, 98);
+        const auto whole = run_attention(*make_native_bf16(), qkv, dout, s);
+        ASSERT_EQ(cuda::flash_backward_batch_chunk(s.B, s.T, s.C, s.NH, keys), s.B);
+        const size_t saved = cuda::flash_dq_workspace_cap,
+                     per = cuda::flash_dq_partial_bytes_per_batch(s.T, s.C, s.NH, keys);
+        for (size_t rows : {1, 2}) {
+            cuda::flash_dq_workspace_cap = rows * per + per / 2;
+            EXPECT_EQ(cuda::flash_backward_batch_chunk(s.B, s.T, s.C, s.NH, keys), static_cast<int>(rows));
+            // The scratch (the larger variant's) holds this variant's chunks.
+            EXPECT_GE(cuda::flash_attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH),
+                      cuda::flash_attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH, keys));
+            const auto chunked = run_attention(*make_native_bf16(), qkv, dout, s);
+            for (int k = 0; k < 3; k++) EXPECT_EQ(chunked[k], whole[k]) << "output " << k << ", chunks of " << rows;
+        }
+        cuda::flash_dq_workspace_cap = saved;
+    };
+    chunks_agree(Shape{3, 150, 128, 2});
+    chunks_agree(Shape{3, 100, 256, 2});
+#ifndef LLMTRAIN_REAL_GPU
+    ScopedSmemOptin sm86(k99KiB);
+    chunks_agree(Shape{3, 100, 256, 2});
+#endif
 }
 
-/// Causal skipping, observed through NaN (which any product with it would spread): T 300 at head
-/// size 64 (forward blocks of 128 rows, 32 per warp; key blocks of 64). Keys and values from 128 on
-/// set to NaN leave rows 0-127 (forward block 0 never loads key blocks 2-4) bitwise unchanged, and
-/// from 64 on rows 0-63 (warps 0 and 1 skip key block 1, past their rows); queries and dO of rows
-/// 0-127 set to NaN leave out, lse and dqkv of rows 128 on unchanged (the backward's key blocks 2-4
-/// start at their diagonal, and dQ of a row sums only its own partials).
-TEST(FlashAttentionCausal, BlocksPastTheDiagonalAreNeverRead) {
-    const Shape s = kHs64T300;
+/// The checks of FlashAttentionCausal.BlocksPastTheDiagonalAreNeverRead (below) at one shape (B 1, T 300).
+void never_read_past_the_diagonal(const Shape& s) {
+    SCOPED_TRACE("head size " + std::to_string(s.C / s.NH) + ", backward " +
+                 std::to_string(cuda::flash_backward_keys_on_device(s.C / s.NH)) + " keys");
     const auto [qkv, dout] = inputs(s, 77);
     auto dev = make_native_bf16();
     const auto clean = run_attention(*dev, qkv, dout, s);
@@ -275,6 +350,110 @@ TEST(FlashAttentionCausal, BlocksPastTheDiagonalAreNeverRead) {
     const auto got = run_attention(*dev, poisoned_q, poisoned_dout, s);
     rows_equal(got[0], clean[0], s.C, 128, s.T, "out after NaN queries");
     rows_equal(got[2], clean[2], W, 128, s.T, "dqkv after NaN queries and dO");
+}
+
+/// Causal skipping, observed through NaN (which any product with it would spread): T 300 at head
+/// size 64 (forward blocks of 128 rows, 32 per warp; key steps of 64) and at 128 (16 rows per
+/// warp), there in both backward variants. Keys and values from 128 on set to NaN leave rows
+/// 0-127 (forward block 0 never loads key blocks 2-4) bitwise unchanged, and from 64 on rows 0-63
+/// (the warps of rows 0-63 skip key block 1, past their rows); queries and dO of rows 0-127 set to
+/// NaN leave out, lse and dqkv of rows 128 on unchanged (the backward's key blocks from key 128 on,
+/// of 128 keys or 64, start at their diagonal, and dQ of a row sums only its own partials).
+TEST(FlashAttentionCausal, BlocksPastTheDiagonalAreNeverRead) {
+    never_read_past_the_diagonal(kHs64T300);
+    never_read_past_the_diagonal(Shape{1, 300, 256, 2});
+#ifndef LLMTRAIN_REAL_GPU
+    ScopedSmemOptin sm86(k99KiB);
+    never_read_past_the_diagonal(Shape{1, 300, 256, 2});
+#endif
+}
+
+/// The backward's key block by the device's opt-in shared memory per block (flash_backward_keys):
+/// 128 keys at head size 64 on every device that runs the path; at head size 128, 128 keys where
+/// their 115,328 B fit (sm_90's 227 KiB, sm_80's 163 KiB; a device allowing exactly that), else 64
+/// (75,392 B: the 99 KiB of sm_86/89/120), which is also what "auto" requires of a device
+/// (flash_attention_smem_bytes). Emulated: flash_backward_keys_on_device reads the device's limit
+/// (CUDA_EMU_SMEM_OPTIN), and both variants run a byte either side of the 128-key need.
+TEST(FlashAttentionKeyBlock, ChosenByTheDevicesSharedMemory) {
+    EXPECT_EQ(cuda::flash_backward_keys(64, 101376), 128);
+    EXPECT_EQ(cuda::flash_backward_keys(128, 101376), 64);
+    EXPECT_EQ(cuda::flash_backward_keys(128, 166912), 128);
+    EXPECT_EQ(cuda::flash_backward_keys(128, 232448), 128);
+    const size_t need128 = cuda::flash_backward_smem_bytes(128, 128);
+    EXPECT_EQ(need128, 115328u);
+    EXPECT_EQ(cuda::flash_backward_keys(128, need128), 128);
+    EXPECT_EQ(cuda::flash_backward_keys(128, need128 - 1), 64);
+    EXPECT_EQ(cuda::flash_attention_smem_bytes(128), cuda::flash_backward_smem_bytes(128, 64));
+    EXPECT_EQ(cuda::flash_attention_smem_bytes(64), cuda::flash_backward_smem_bytes(64, 128));
+    // The 4-argument scratch serves either variant: the larger need.
+    for (const Shape& s : {Shape{8, 2048, 1536, 12}, Shape{8, 2048, 2048, 16}, Shape{3, 100, 256, 2}})
+        EXPECT_EQ(cuda::flash_attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH),
+                  std::max(cuda::flash_attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH, 64),
+                           cuda::flash_attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH, 128)));
+#ifndef LLMTRAIN_REAL_GPU
+    for (const auto& [optin, keys] : {std::pair{k99KiB, 64}, std::pair{k227KiB, 128}, std::pair{need128, 128},
+                                      std::pair{need128 - 1, 64}}) {
+        SCOPED_TRACE("a device allowing " + std::to_string(optin) + " B per block");
+        ScopedSmemOptin device(optin);
+        EXPECT_EQ(cuda::flash_backward_keys_on_device(64), 128);
+        EXPECT_EQ(cuda::flash_backward_keys_on_device(128), keys);
+        if (optin == need128 || optin == need128 - 1) {  // runs a byte either side (the kernel's own limit)
+            const auto [qkv, dout] = inputs(Shape{1, 20, 128, 1}, 60);
+            EXPECT_NO_THROW(run_attention(*make_native_bf16(), qkv, dout, Shape{1, 20, 128, 1}));
+        }
+    }
+#endif
+}
+
+/// The variant launched is the one flash_backward_keys_on_device names, seen through NaN (head size
+/// 128, T 150, B 2): keys and values from 64 on set to NaN. The forward's rows 0-63 skip key
+/// block 1 (out, lse unchanged), and dQ of queries 0-63 sums key block 0's partial only. With 64
+/// keys that block holds keys 0-63: dQ rows 0-63 bitwise unchanged. With 128 keys it holds keys
+/// 0-127 and its partial dS K runs over all of them: the zeros of dS at keys 64-127 (past the
+/// queries, masked) times K's NaN rows make every dQ element of rows 0-63 NaN. On the emulator
+/// both devices (99 KiB: 64 keys, 227 KiB: 128), on a GPU its own.
+TEST(FlashAttentionKeyBlock, TheLaunchedVariantIsTheDevicesChoice) {
+    const Shape s = kHs128T150;
+    const auto [qkv, dout] = inputs(s, 64);
+    const size_t W = 3 * static_cast<size_t>(s.C);
+    auto poisoned = qkv;
+    for (int b = 0; b < s.B; b++)
+        for (int t = 64; t < s.T; t++)
+            for (size_t c = s.C; c < W; c++) poisoned[(static_cast<size_t>(b) * s.T + t) * W + c] = NAN;
+    auto check = [&] {
+        const int keys = cuda::flash_backward_keys_on_device(128);
+        SCOPED_TRACE("backward " + std::to_string(keys) + " keys");
+        auto dev = make_native_bf16();
+        const auto clean = run_attention(*dev, qkv, dout, s);
+        const auto got = run_attention(*dev, poisoned, dout, s);
+        size_t total = 0, nan = 0, changed = 0, out_changed = 0;
+        for (int b = 0; b < s.B; b++)
+            for (int t = 0; t < 64; t++) {
+                const size_t row = static_cast<size_t>(b) * s.T + t;
+                for (int c = 0; c < s.C; c++) {  // dQ: columns 0 .. C of dqkv
+                    const size_t i = row * W + c;
+                    total++;
+                    nan += std::isnan(got[2][i]);
+                    changed += std::memcmp(&got[2][i], &clean[2][i], sizeof(float)) != 0;
+                    out_changed += std::memcmp(&got[0][row * s.C + c], &clean[0][row * s.C + c], sizeof(float)) != 0;
+                }
+            }
+        EXPECT_EQ(out_changed, 0u) << "the forward's rows 0-63 read keys past them";
+        if (keys == 64) {
+            EXPECT_EQ(changed, 0u) << "dQ of queries 0-63 read keys 64 on: not 64-key blocks";
+        } else {
+            ASSERT_EQ(keys, 128);
+            EXPECT_EQ(nan, total) << "dQ of queries 0-63 did not run over keys 64-127: not 128-key blocks";
+        }
+    };
+#ifndef LLMTRAIN_REAL_GPU
+    for (size_t optin : {k99KiB, k227KiB}) {
+        ScopedSmemOptin device(optin);
+        check();
+    }
+#else
+    check();
+#endif
 }
 
 /// Head sizes the tensor-core kernels do not take stay on attention.cu's CUDA-core kernels.
