@@ -249,9 +249,11 @@ private:
     /// Points the cuBLAS handle at the current stream and at the cuBLASLt workspace (cublasSetStream
     /// resets the workspace to cuBLAS's own pool, whose memory the Allocator would not see).
     void bind_blas();
-    /// The scratch of FlashAttention-2's backward: D and the dQ partials (flash_attention.hpp).
+    /// The scratch of FlashAttention-2's backward: D and the dQ partials (flash_attention.hpp), for
+    /// the key-block variant this device runs (the dry run, which has no device, counts the larger).
     float* flash_scratch(int B, int T, int C, int NH) {
-        return scratch_for(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH));
+        return scratch_for(cuda::flash_attention_backward_scratch_bytes(
+            B, T, C, NH, cuda::flash_backward_keys_on_device(C / NH)));
     }
     /// The current stream's buffer for grouped-query attention's expanded heads, as scratch_for.
     void* gqa_for(size_t bytes) { return grow(gqa_[stream_], bytes); }

@@ -132,9 +132,8 @@ inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH
 }
 /// Bytes of scratch that serve flash_attention_backward on any device: the larger of the head
 /// size's variants' needs (at head size 64 the one variant's; at 128 usually the 64-key one's, the
-/// more partials, unless the 256 MiB cap makes the 128-key chunks hold more). What CudaOps asks of
-/// its per-stream scratch (the device's variant is the launcher's business) and what the dry run
-/// (no device) counts. Head size 128, B 8, T 2048, 16 heads: 265.0 MiB (the 128-key variant itself
+/// more partials, unless the 256 MiB cap makes the 128-key chunks hold more): what the dry run (no
+/// device) counts; CudaOps asks for its device's variant (flash_backward_keys_on_device). Head size 128, B 8, T 2048, 16 heads: 265.0 MiB (the 128-key variant itself
 /// needs 137.0 MiB).
 inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
     const int hs = NH > 0 ? C / NH : 0;
