@@ -77,6 +77,19 @@ std::pair<std::string, std::string> plan_lists(const std::string& out) {
     return {found[0], found[1]};
 }
 
+/// The start-up summary's stage lines ("stage 0: layers [0, k), c recomputed", stages 0 and 1) as
+/// plan_lists' text: {"[layers of 0, layers of 1]", "[recomputed of 0, recomputed of 1]"}.
+std::pair<std::string, std::string> summary_lists(const std::string& out) {
+    const std::regex stage(R"(stage ([01]): layers \[([0-9]+), ([0-9]+)\), ([0-9]+) recomputed)");
+    std::string layers = "[", ckpt = "[";
+    for (auto it = std::sregex_iterator(out.begin(), out.end(), stage); it != std::sregex_iterator(); ++it) {
+        const std::string sep = (*it)[1] == "0" ? "" : ", ";
+        layers += sep + std::to_string(std::stoi((*it)[3]) - std::stoi((*it)[2]));
+        ckpt += sep + (*it)[4].str();
+    }
+    return {layers + "]", ckpt + "]"};
+}
+
 /// "peak device memory (MiB): rank 0 (stage 0) 247.60, rank 1 (stage 1) 218.51" -> rank -> MiB.
 std::map<int, double> peaks(const std::string& out) {
     std::map<int, double> m;
@@ -288,16 +301,7 @@ TEST_F(E2E, AutoPlanTrainsAndRefusesWhatCannotFit) {
     EXPECT_NE(p.out.find("best: pp 2 x dp 1"), std::string::npos) << p.out;
     const auto [layers, ckpt] = plan_lists(p.out);
     ASSERT_FALSE(layers.empty()) << p.out;
-    // The summary's stage lines: "stage 0: layers [0, k), c recomputed".
-    const std::regex stage(R"(stage ([01]): layers \[([0-9]+), ([0-9]+)\), ([0-9]+) recomputed)");
-    std::string got_layers = "[", got_ckpt = "[";
-    for (auto it = std::sregex_iterator(p.out.begin(), p.out.end(), stage); it != std::sregex_iterator(); ++it) {
-        const std::string sep = (*it)[1] == "0" ? "" : ", ";
-        got_layers += sep + std::to_string(std::stoi((*it)[3]) - std::stoi((*it)[2]));
-        got_ckpt += sep + (*it)[4].str();
-    }
-    EXPECT_EQ(got_layers + "]", layers) << p.out;
-    EXPECT_EQ(got_ckpt + "]", ckpt) << p.out;
+    EXPECT_EQ(summary_lists(p.out), std::make_pair(layers, ckpt)) << p.out;  // every stage runs the plan's lists
     EXPECT_EQ(train_losses(case_dir() / "auto").size(), 2u);
     // 1 MiB fits nothing: exit 2 naming the key and what would fit; nothing written.
     auto tiny_cap = sets;
@@ -328,15 +332,7 @@ TEST_F(E2E, AutoPlanKeepsTheRunsTp) {
     EXPECT_NE(p.out.find("best: pp 2 x dp 1 x tp 2"), std::string::npos) << p.out;
     const auto [layers, ckpt] = plan_lists(p.out);
     ASSERT_FALSE(layers.empty()) << p.out;
-    const std::regex stage(R"(stage ([01]): layers \[([0-9]+), ([0-9]+)\), ([0-9]+) recomputed)");
-    std::string got_layers = "[", got_ckpt = "[";
-    for (auto it = std::sregex_iterator(p.out.begin(), p.out.end(), stage); it != std::sregex_iterator(); ++it) {
-        const std::string sep = (*it)[1] == "0" ? "" : ", ";
-        got_layers += sep + std::to_string(std::stoi((*it)[3]) - std::stoi((*it)[2]));
-        got_ckpt += sep + (*it)[4].str();
-    }
-    EXPECT_EQ(got_layers + "]", layers) << p.out;
-    EXPECT_EQ(got_ckpt + "]", ckpt) << p.out;
+    EXPECT_EQ(summary_lists(p.out), std::make_pair(layers, ckpt)) << p.out;  // every stage runs the plan's lists
     const auto rows = plan_rows(p.out);
     const auto measured = peaks(p.out);
     ASSERT_EQ(rows.size(), 2u) << p.out;
