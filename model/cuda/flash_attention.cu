@@ -554,12 +554,15 @@ static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
     }
 }
 
-int flash_backward_keys_on_device(int head_size) {
+/// The current device's cudaDevAttrMaxSharedMemoryPerBlockOptin.
+static int device_smem_optin() {
     int device = 0, smem_optin = 0;
     CUDA_CHECK(cudaGetDevice(&device));
     CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    return flash_backward_keys(head_size, smem_optin);
+    return smem_optin;
 }
+
+int flash_backward_keys_on_device(int head_size) { return flash_backward_keys(head_size, device_smem_optin()); }
 
 void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, int NKV,
                              cudaStream_t stream) {
@@ -568,18 +571,37 @@ void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int 
     else flash_forward<128>(out, lse, qkv, B, T_, C, NH, NKV, stream);
 }
 
+void flash_attention_backward_keys(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                                   int B, int T_, int C, int NH, int NKV, int keys, float* scratch,
+                                   cudaStream_t stream) {
+    check_flash(C, NH, NKV, {dqkv, dout, qkv, out, scratch});
+    const int hs = C / NH;
+    const std::string what = "cuda flash attention backward: keys " + std::to_string(keys);
+    if (keys != 64 && keys != kFlashBackwardKeysMax)
+        throw std::invalid_argument(what + " per block must be 64 or 128");
+    static_assert(flash_backward_keys_min(64) == 128 && flash_backward_keys_min(128) == 64);
+    if (keys < flash_backward_keys_min(hs))
+        throw std::invalid_argument(what + " at head size " + std::to_string(hs) +
+                                    ": this head size has the 128-key variant only");
+    const size_t need = flash_backward_smem_bytes(hs, keys);
+    const int optin = device_smem_optin();
+    if (static_cast<long long>(need) > optin)
+        throw std::invalid_argument(what + " at head size " + std::to_string(hs) + " needs " + std::to_string(need) +
+                                    " B of shared memory per block; the device allows " + std::to_string(optin));
+    attention_delta(scratch, dout, out, B, T_, C, NH, stream);
+    if (hs == 64) flash_backward<64, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    else if (keys == 128) flash_backward<128, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    else flash_backward<128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+}
+
 void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
                               int T_, int C, int NH, int NKV, float* scratch, cudaStream_t stream) {
     check_flash(C, NH, NKV, {dqkv, dout, qkv, out, scratch});
-    attention_delta(scratch, dout, out, B, T_, C, NH, stream);
     // The device's variant (a host-side attribute lookup, no synchronization): the same at every
     // call of a run, so the same bits; scratch is sized for either (the 4-argument
-    // flash_attention_backward_scratch_bytes). Head size 64 has the 128-key variant only.
-    static_assert(flash_backward_keys_min(64) == 128 && flash_backward_keys_min(128) == 64);
-    if (C / NH == 64) flash_backward<64, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
-    else if (flash_backward_keys_on_device(128) == 128)
-        flash_backward<128, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
-    else flash_backward<128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    // flash_attention_backward_scratch_bytes).
+    flash_attention_backward_keys(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, flash_backward_keys_on_device(C / NH),
+                                  scratch, stream);
 }
 
 }  // namespace llmtrain::cuda

@@ -6,6 +6,12 @@
 #include <algorithm>
 #include <cstddef>
 
+// The CUDA types flash_attention_backward_keys names, declared (not defined) so that plain C++
+// (tools/bench/attention_bench.cpp) can call it without CUDA headers: cuda_bf16.h's bf16 and the
+// struct behind cudaStream_t (driver_types.h); the emulator compiles against the same headers.
+struct __nv_bfloat16;
+struct CUstream_st;
+
 namespace llmtrain::cuda {
 
 /// True when head size C / NH is 64 or 128 (the kernels are compiled for those two).
@@ -43,7 +49,8 @@ constexpr size_t flash_forward_smem_bytes(int head_size) {
 //   sm_86/89/120).
 // flash_attention_backward runs flash_backward_keys(head_size, the device's
 // cudaDevAttrMaxSharedMemoryPerBlockOptin): a constant of the device, so every backward of a run,
-// and of every run on that device, takes the same variant and gives the same bits. The variants
+// and of every run on that device, takes the same variant and gives the same bits
+// (flash_attention_backward_keys runs a named variant, for benchmarks and tests). The variants
 // add dQ's terms in different orders, so their bits may differ (both within the same bound).
 
 /// The most keys a backward block holds.
@@ -82,6 +89,22 @@ static_assert(flash_backward_keys(128, 101376) == 64 && flash_backward_keys(128,
 /// linked with the CUDA backend (llmtrain_cuda, llmtrain_cuda_emu). Errors: a failed CUDA call
 /// throws as CUDA_CHECK does.
 int flash_backward_keys_on_device(int head_size);
+
+/// flash_attention_backward (kernels.cuh: dqkv (B,T,(NH + 2 NKV)*HS) overwritten from dout (B,T,C),
+/// qkv, out (B,T,C) and the forward's lse (B,NH,T), all bf16 but lse fp32, C = NH*HS, queued on
+/// `stream`) with `keys` keys per backward block instead of the device's choice: 128 at head size
+/// 64; 64 or 128 at head size 128 (128 only where flash_backward_smem_bytes(128, 128) fits the
+/// device's opt-in shared memory per block). flash_attention_backward calls it with
+/// flash_backward_keys_on_device(C / NH); tools/bench/attention_bench's native-bc64 with 64, to
+/// time the 64-key variant on a device that would take 128. The two variants' bits may differ
+/// (both within the same bound). scratch: flash_attention_backward_scratch_bytes(B, T, C, NH, keys)
+/// fp32 bytes (the 4-argument size serves either), 16-byte aligned. Defined in flash_attention.cu
+/// (llmtrain_cuda, llmtrain_cuda_emu). Errors: std::invalid_argument naming `keys` when it is not
+/// 64 or 128, 64 at head size 64, or 128 beyond the device's opt-in shared memory; as
+/// flash_attention_backward for shapes and pointers; a failed CUDA call throws as CUDA_CHECK does.
+void flash_attention_backward_keys(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                                   const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH, int NKV,
+                                   int keys, float* scratch, CUstream_st* stream);
 
 /// The largest dynamic shared memory any flash kernel needs at this head size (64 or 128) in its
 /// smallest backward variant: what a device must allow per block

@@ -13,7 +13,8 @@
 // of opt-in shared memory per block: 128 keys) unless CUDA_EMU_SMEM_OPTIN says otherwise; the
 // HS 128 cases also run on a 99 KiB device (sm_86/89/120: 64 keys), and FlashAttentionKeyBlock.*
 // checks which variant each device gets and that the launched one is it (its dQ reads K rows
-// 64-127 for queries 0-63 exactly when a block holds 128 keys).
+// 64-127 for queries 0-63 exactly when a block holds 128 keys), and that
+// flash_attention_backward_keys (attention_bench's native-bc64) runs the variant it names.
 // Tolerances: out and dqkv within attention_bound.hpp's derived per-element bound (the roundings
 // this path makes: P and dS to bf16 where they enter the mma, the bf16 outputs, D from the rounded
 // out — the bound test_cublas_attention.cpp and test_cudnn_attention.cpp use); lse 2^-7 of
@@ -28,8 +29,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "model/cuda/flash_attention.hpp"
 #include "tests/cuda/attention_bound.hpp"
@@ -454,6 +457,90 @@ TEST(FlashAttentionKeyBlock, TheLaunchedVariantIsTheDevicesChoice) {
 #else
     check();
 #endif
+}
+
+/// dqkv (as fp32) of flash_attention_backward_keys with `keys` keys per block after o's forward
+/// (native, bf16) on qkv, on the default stream (o's), with scratch of the 5-argument size (of the
+/// 4-argument one for keys the call must reject: the 5-argument one divides by them).
+std::vector<float> backward_with_keys(Ops& o, const std::vector<float>& qkv, const std::vector<float>& dout,
+                                      const Shape& s, int keys) {
+    const size_t N = static_cast<size_t>(s.B) * s.T;
+    DevBuf dq = upload(o, qkv, DType::bf16), dgo = upload(o, dout, DType::bf16);
+    DevBuf out(o, N * s.C * 2), lse(o, N * s.NH * 4), dqkv(o, qkv.size() * 2),
+        scratch(o, keys == 64 || keys == 128 ? cuda::flash_attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH, keys)
+                                             : cuda::flash_attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH));
+    o.attention_forward(out.ptr, lse.as<float>(), dq.ptr, s.B, s.T, s.C, s.NH);
+    cuda::flash_attention_backward_keys(dqkv.as<__nv_bfloat16>(), dgo.as<__nv_bfloat16>(), dq.as<__nv_bfloat16>(),
+                                        out.as<__nv_bfloat16>(), lse.as<float>(), s.B, s.T, s.C, s.NH, s.NH, keys,
+                                        scratch.as<float>(), nullptr);
+    return download(o, dqkv.ptr, qkv.size(), DType::bf16);
+}
+
+/// True when a and b hold the same bits (NaN included).
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+/// flash_attention_backward_keys, the entry point of a named backward variant (attention_bench's
+/// native-bc64), at head size 128, T 150, B 2 with keys and values from 64 on NaN (as
+/// TheLaunchedVariantIsTheDevicesChoice: dQ of queries 0-63 is NaN with 128 keys a block, clean
+/// with 64, so the variants' bits differ). Emulated: 64 keys on a 227 KiB device give the bits of
+/// the device's own backward on a 99 KiB device (the 64-key variant), 128 keys those of the 227 KiB
+/// device's own. Everywhere: the device's choice gives its own bits, 128 keys at head size 64 too,
+/// and 64 keys at head size 128 on clean inputs stay within the bound of the CPU backend's. Keys
+/// other than 64 and 128, 64 at head size 64, and (emulated) 128 on a 99 KiB device throw
+/// std::invalid_argument naming the value.
+TEST(FlashAttentionKeyBlock, NamedVariantEntryPoint) {
+    const Shape s = kHs128T150;
+    const auto [qkv, dout] = inputs(s, 66);
+    const size_t W = 3 * static_cast<size_t>(s.C);
+    auto poisoned = qkv;
+    for (int b = 0; b < s.B; b++)
+        for (int t = 64; t < s.T; t++)
+            for (size_t c = s.C; c < W; c++) poisoned[(static_cast<size_t>(b) * s.T + t) * W + c] = NAN;
+    auto throws_naming = [&](Ops& o, const Shape& sh, int keys, const std::string& also) {
+        const auto [q, d] = inputs(sh, 67);
+        try {
+            backward_with_keys(o, q, d, sh, keys);
+            ADD_FAILURE() << "keys " << keys << " at head size " << sh.C / sh.NH << " did not throw";
+        } catch (const std::invalid_argument& e) {
+            const std::string msg = e.what();
+            EXPECT_NE(msg.find("keys " + std::to_string(keys)), std::string::npos) << msg;
+            EXPECT_NE(msg.find(also), std::string::npos) << msg;
+        }
+    };
+#ifndef LLMTRAIN_REAL_GPU
+    std::vector<float> own64, own128;
+    {
+        ScopedSmemOptin sm86(k99KiB);
+        ASSERT_EQ(cuda::flash_backward_keys_on_device(128), 64);
+        auto dev = make_native_bf16();
+        own64 = run_attention(*dev, poisoned, dout, s)[2];
+        EXPECT_TRUE(same_bits(backward_with_keys(*dev, poisoned, dout, s, 64), own64)) << "64 keys on a 99 KiB device";
+        throws_naming(*dev, s, 128, "the device allows 101376");
+    }
+    {
+        ScopedSmemOptin h100(k227KiB);
+        ASSERT_EQ(cuda::flash_backward_keys_on_device(128), 128);
+        auto dev = make_native_bf16();
+        own128 = run_attention(*dev, poisoned, dout, s)[2];
+        ASSERT_FALSE(same_bits(own64, own128)) << "the variants gave the same bits: no test of which one ran";
+        EXPECT_TRUE(same_bits(backward_with_keys(*dev, poisoned, dout, s, 64), own64)) << "64 keys on a 227 KiB device";
+        EXPECT_TRUE(same_bits(backward_with_keys(*dev, poisoned, dout, s, 128), own128)) << "128 keys, 227 KiB";
+    }
+#endif
+    auto dev = make_native_bf16();
+    const int keys = cuda::flash_backward_keys_on_device(128);
+    EXPECT_TRUE(same_bits(backward_with_keys(*dev, poisoned, dout, s, keys), run_attention(*dev, poisoned, dout, s)[2]))
+        << "the device's choice, " << keys << " keys";
+    const auto want = run_attention(*make_cpu_backend(), qkv, dout, s);
+    expect_within_bound("flash dqkv, 64 keys", backward_with_keys(*dev, qkv, dout, s, 64), want[2],
+                        attention_bound(qkv, dout, s.B, s.T, s.C, s.NH).dqkv);
+    const auto [q64, d64] = inputs(kHs64, 68);
+    EXPECT_TRUE(same_bits(backward_with_keys(*dev, q64, d64, kHs64, 128), run_attention(*dev, q64, d64, kHs64)[2]))
+        << "head size 64, 128 keys";
+    throws_naming(*dev, kHs64, 64, "head size 64");
+    for (int bad : {0, 32, 96, 256, -64}) throws_naming(*dev, s, bad, "must be 64 or 128");
 }
 
 /// Head sizes the tensor-core kernels do not take stay on attention.cu's CUDA-core kernels.

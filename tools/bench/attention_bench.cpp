@@ -22,6 +22,12 @@
 // over cuDNN's, forward and backward (issue 22's target for native: >= 0.5 each). A path that is
 // unavailable (e.g. cudnn in a build without cuDNN) prints why and is left out; exit 2 on bad
 // arguments or when no path ran.
+// One pseudo-path besides model.attention's: native-bc64, native with its backward forced to the
+// 64-key blocks of 4 warps (flash_attention_backward_keys, model/cuda/flash_attention.hpp) where
+// the device would take 128 keys (H100/H200), so that both variants are timed on the same card;
+// head size 128 only (elsewhere unavailable), its scratch its own (the 5-argument
+// flash_attention_backward_scratch_bytes with 64 keys). Its lines read as native's, labelled
+// native-bc64.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,12 +35,14 @@
 #include <cstdlib>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "model/bf16.hpp"
 #include "model/cuda/cuda_backend.hpp"
+#include "model/cuda/flash_attention.hpp"
 
 namespace {
 
@@ -78,9 +86,16 @@ struct Run {
     std::vector<uint16_t> out, dqkv;
 };
 
+/// The pseudo-path timing native's 64-key backward (the file's header).
+constexpr const char* kNativeBc64 = "native-bc64";
+
 Run run_path(const std::string& path, int B, int T, int C, int NH, int iters, int workspace_mb) {
+    const bool bc64 = path == kNativeBc64;
+    if (bc64 && C / NH != 128)
+        throw std::invalid_argument(std::string(kNativeBc64) + " is native's 64-key backward at head size 128 only (here " +
+                                    std::to_string(C / NH) + ")");
     llmtrain::CudaBackendOptions opt;
-    opt.attention = llmtrain::parse_attention(path);
+    opt.attention = llmtrain::parse_attention(bc64 ? "native" : path);
     if (workspace_mb > 0) opt.attention_workspace_mb = workspace_mb;
     auto ops = llmtrain::make_cuda_backend("bf16", opt);
     const size_t N = static_cast<size_t>(B) * T;
@@ -89,8 +104,20 @@ Run run_path(const std::string& path, int B, int T, int C, int NH, int iters, in
     void* out = bf16_buffer(*ops, N * C, -1);
     void* dqkv = bf16_buffer(*ops, N * 3 * C, -1);
     auto* lse = static_cast<float*>(ops->malloc(N * NH * sizeof(float)));
+    // native-bc64's backward: on the default stream, where the backend queues everything else here
+    // (no set_stream), with its own scratch.
+    constexpr int kBc64Keys = 64;
+    float* scratch = bc64 ? static_cast<float*>(ops->malloc(
+                                llmtrain::cuda::flash_attention_backward_scratch_bytes(B, T, C, NH, kBc64Keys)))
+                          : nullptr;
     auto fwd = [&] { ops->attention_forward(out, lse, qkv, B, T, C, NH); };
-    auto bwd = [&] { ops->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH); };
+    auto bwd = [&] {
+        if (!bc64) return ops->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+        using bf16 = __nv_bfloat16;
+        llmtrain::cuda::flash_attention_backward_keys(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
+                                                      static_cast<const bf16*>(qkv), static_cast<const bf16*>(out),
+                                                      lse, B, T, C, NH, NH, kBc64Keys, scratch, nullptr);
+    };
     for (int i = 0; i < 3; i++) fwd(), bwd();  // workspaces, plans and cuBLAS heuristics
     Run r;
     r.fwd = time_per_call(*ops, iters, fwd);
@@ -103,6 +130,7 @@ Run run_path(const std::string& path, int B, int T, int C, int NH, int iters, in
     r.out = download(*ops, out, N * C);
     r.dqkv = download(*ops, dqkv, N * 3 * C);
     for (void* p : {qkv, dout, out, dqkv, static_cast<void*>(lse)}) ops->free(p);
+    if (scratch) ops->free(scratch);
     return r;
 }
 

@@ -9,7 +9,9 @@
 #              BUDGET 400 s (under 7 minutes of wall time on an H100 with the unpacking and the table):
 #                test_cuda_gpu's GPU-only suites (cuDNN, FlashAttention at GPT-2 shapes) 100 s, then the
 #                rest 60 s; attention_bench (native, cublas, cudnn: TFLOP/s and each path's max error
-#                against cuDNN's out and dqkv) at GPT-2 124M's shape 45 s and at head size 128 45 s;
+#                against cuDNN's out and dqkv) at GPT-2 124M's shape 45 s and at head size 128 45 s
+#                (there also native-bc64: native with its backward forced to 64-key blocks, an info row
+#                beside native's device-chosen 128-key blocks on H100/H200);
 #                determinism native 60 s and cudnn 60 s (3 steps, twice each), native against cudnn
 #                at step 1, resume with round-to-nearest 60 s; GPT-2 124M training native and cudnn
 #                100 s, PyTorch compiled 120 s; multirank over MpiCudaComm: the 1-rank run, ZeRO-1,
@@ -124,12 +126,13 @@ step_paths_agree() {
     return 0  # what it found is in the check file
 }
 
-# step_attention <label> B T C NH: attention_bench, every path side by side (TFLOP/s, ratios to cuDNN,
-# each path's max error against cuDNN's out and dqkv, or cuBLAS's where cuDNN is absent).
+# step_attention <label> <paths> B T C NH: attention_bench, the paths (comma-separated) side by side
+# (TFLOP/s, ratios to cuDNN, each path's max error against cuDNN's out and dqkv, or cuBLAS's where
+# cuDNN is absent).
 step_attention() {
-    local label=$1
-    shift
-    "$DIR/tools/bench/attention_bench" native,cublas,cudnn "$@" 20 2>&1 | tee "$LOGS/attention-$label.txt"
+    local label=$1 paths=$2
+    shift 2
+    "$DIR/tools/bench/attention_bench" "$paths" "$@" 20 2>&1 | tee "$LOGS/attention-$label.txt"
     return "${PIPESTATUS[0]}"
 }
 
@@ -356,8 +359,9 @@ GPU_FIRST='Gpu/*:CudnnAttentionBackward.*:*FlashAttention*'
 stage_quick() {
     step quick test_cuda_gpu-gpu "$(box 100)" test_cuda_gpu gpu "$GPU_FIRST"
     step quick test_cuda_gpu-rest "$(box 60)" test_cuda_gpu rest "-$GPU_FIRST"
-    step quick attention-124m "$(box 45)" attention 124m 32 1024 768 12
-    step quick attention-hs128 "$(box 45)" attention hs128 8 2048 1536 12
+    step quick attention-124m "$(box 45)" attention 124m native,cublas,cudnn 32 1024 768 12
+    # native-bc64: native's 64-key backward beside its 128-key one (the device's choice on H100/H200)
+    step quick attention-hs128 "$(box 45)" attention hs128 native,native-bc64,cublas,cudnn 8 2048 1536 12
     step quick determinism-native "$(box 60)" determinism native 3
     step quick determinism-cudnn "$(box 60)" determinism cudnn 3
     step quick paths-native-cudnn "$(box 15)" paths_agree native cudnn
