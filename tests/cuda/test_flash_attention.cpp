@@ -102,6 +102,15 @@ std::pair<std::vector<float>, std::vector<float>> inputs(const Shape& s, uint64_
     return {random_vec(N * 3 * s.C, seed, true, -2, 2), random_vec(N * s.C, seed + 1, true)};
 }
 
+/// qkv (B, T, 3C) with every key and value from position `from` on set to NaN (queries kept).
+std::vector<float> nan_kv_from(std::vector<float> qkv, const Shape& s, int from) {
+    const size_t W = 3 * static_cast<size_t>(s.C);
+    for (int b = 0; b < s.B; b++)
+        for (int t = from; t < s.T; t++)
+            for (size_t c = s.C; c < W; c++) qkv[(static_cast<size_t>(b) * s.T + t) * W + c] = NAN;
+    return qkv;
+}
+
 /// The worst |got - want| / bound over the elements (printed beside each case).
 double bound_fraction(const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& bound) {
     double worst = 0;
@@ -419,10 +428,7 @@ TEST(FlashAttentionKeyBlock, TheLaunchedVariantIsTheDevicesChoice) {
     const Shape s = kHs128T150;
     const auto [qkv, dout] = inputs(s, 64);
     const size_t W = 3 * static_cast<size_t>(s.C);
-    auto poisoned = qkv;
-    for (int b = 0; b < s.B; b++)
-        for (int t = 64; t < s.T; t++)
-            for (size_t c = s.C; c < W; c++) poisoned[(static_cast<size_t>(b) * s.T + t) * W + c] = NAN;
+    const auto poisoned = nan_kv_from(qkv, s, 64);
     auto check = [&] {
         const int keys = cuda::flash_backward_keys_on_device(128);
         SCOPED_TRACE("backward " + std::to_string(keys) + " keys");
@@ -493,11 +499,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(FlashAttentionKeyBlock, NamedVariantEntryPoint) {
     const Shape s = kHs128T150;
     const auto [qkv, dout] = inputs(s, 66);
-    const size_t W = 3 * static_cast<size_t>(s.C);
-    auto poisoned = qkv;
-    for (int b = 0; b < s.B; b++)
-        for (int t = 64; t < s.T; t++)
-            for (size_t c = s.C; c < W; c++) poisoned[(static_cast<size_t>(b) * s.T + t) * W + c] = NAN;
+    const auto poisoned = nan_kv_from(qkv, s, 64);
     auto throws_naming = [&](Ops& o, const Shape& sh, int keys, const std::string& also) {
         const auto [q, d] = inputs(sh, 67);
         try {
