@@ -52,14 +52,12 @@
 #include <string>
 
 #include "model/cuda/kernels.cuh"
+#include "model/cuda/mma_fragments.cuh"
 #include "model/cuda/ptx.cuh"
 
 namespace llmtrain::cuda {
 
 using bf16 = __nv_bfloat16;
-constexpr int kFlashWarps = 4;
-constexpr int kFlashThreads = kFlashWarps * kWarpSize;  ///< 128 (__launch_bounds__(128, 1): up to 255
-                                                        ///< registers, no spills; docs/cuda.md)
 constexpr int kKeys = flash_key_rows();                 ///< 64 keys per forward step
 template <int HS>
 constexpr int kTileLd = flash_tile_ld(HS);  ///< namespace-scope constants: usable in device code
@@ -83,7 +81,7 @@ __device__ inline unsigned char* flash_smem(unsigned char* raw) {
 
 /// Starts the copy of rows [r0, r0 + kRows) of src (row r at src + r * stride, HS bf16 each) into
 /// tile (kRows x flash_tile_ld(HS)), rows >= T as zeros, by kThreads threads; the caller commits and waits.
-template <int HS, int kRows, int kThreads = kFlashThreads>
+template <int HS, int kRows, int kThreads>
 __device__ inline void copy_rows(bf16* tile, const bf16* src, size_t stride, int r0, int T_) {
     constexpr int kChunks = HS / 8, kLd = kTileLd<HS>;
     for (int x = threadIdx.x; x < kRows * kChunks; x += kThreads) {
@@ -93,37 +91,6 @@ __device__ inline void copy_rows(bf16* tile, const bf16* src, size_t stride, int
     }
 }
 
-// ---- fragment loads (ldmatrix.x4; `base` is the top-left element of the 16x16 block, ld in elements) ----
-
-/// A fragment of a row-major 16x16 block: A[m][k] = base[m * ld + k].
-__device__ inline void load_a(uint32_t a[4], const bf16* base, int ld) {
-    const int lane = threadIdx.x % kWarpSize;
-    ptx::ldmatrix_x4(a, base + (lane % 8 + 8 * ((lane / 8) % 2)) * ld + 8 * (lane / 16));
-}
-/// A fragment of the transpose of a row-major 16x16 block: A[m][k] = base[k * ld + m].
-__device__ inline void load_a_trans(uint32_t a[4], const bf16* base, int ld) {
-    const int lane = threadIdx.x % kWarpSize, mat = lane / 8;
-    ptx::ldmatrix_x4_trans(a, base + (lane % 8 + 8 * (mat / 2)) * ld + 8 * (mat % 2));
-}
-/// B fragments of two n8 tiles (b[0..1]: n 0-7, b[2..3]: n 8-15) where B[k][n] = base[n * ld + k]
-/// (the rows of a row-major tile are B's columns: K in Q K^T).
-__device__ inline void load_b_rows(uint32_t b[4], const bf16* base, int ld) {
-    const int lane = threadIdx.x % kWarpSize;
-    ptx::ldmatrix_x4(b, base + (lane % 8 + 8 * (lane / 16)) * ld + 8 * ((lane / 8) % 2));
-}
-/// B fragments of two n8 tiles where B[k][n] = base[k * ld + n] (a row-major [k][n] tile: V in P V).
-__device__ inline void load_b_cols(uint32_t b[4], const bf16* base, int ld) {
-    const int lane = threadIdx.x % kWarpSize;
-    ptx::ldmatrix_x4_trans(b, base + (lane % 8 + 8 * ((lane / 8) % 2)) * ld + 8 * (lane / 16));
-}
-/// The A fragment (16 x 16, k = the accumulator's columns 16kk .. 16kk + 15) of accumulator tiles
-/// acc[2kk] and acc[2kk + 1], rounded to bf16: the register trick.
-__device__ inline void acc_to_a(uint32_t a[4], const float lo[4], const float hi[4]) {
-    a[0] = ptx::pack_bf16x2(lo[0], lo[1]);
-    a[1] = ptx::pack_bf16x2(lo[2], lo[3]);
-    a[2] = ptx::pack_bf16x2(hi[0], hi[1]);
-    a[3] = ptx::pack_bf16x2(hi[2], hi[3]);
-}
 /// flash_dq_partial_rows(T, KEYS) on the device: the dQ partial rows of one (b, h) with KEYS keys
 /// per backward block.
 template <int KEYS>
@@ -137,7 +104,6 @@ template <int KEYS>
 __device__ inline size_t dq_partial_first(int T_, int kb) {
     return static_cast<size_t>(kb) * T_ - static_cast<size_t>(KEYS) * kb * (kb - 1) / 2;
 }
-__device__ inline void mma(float d[4], const uint32_t a[4], const uint32_t* b) { ptx::mma_bf16_16816(d, a, b, d); }
 
 /// Forward, Algorithm 1. grid (NH, ceil(T / kRows), B), block kFwdThreads<HS> (128 at HS 64, 256
 /// at 128), smem flash_forward_smem_bytes(HS).
@@ -521,7 +487,7 @@ static void check_flash(int C, int NH, int NKV, std::initializer_list<const void
 
 /// Launches kernel (kThreads threads a block) with smem bytes of dynamic shared memory (above the
 /// default 48 KiB: opted in).
-template <int kThreads = kFlashThreads, typename... P, typename... A>
+template <int kThreads, typename... P, typename... A>
 static void launch_flash(void (*kernel)(P...), dim3 grid, size_t smem, cudaStream_t stream, A... args) {
     CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     launch(kernel, grid, dim3(kThreads), smem, stream, args...);
@@ -571,6 +537,15 @@ void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int 
     else flash_forward<128>(out, lse, qkv, B, T_, C, NH, NKV, stream);
 }
 
+/// D, then the fused backward and its dQ sum with `keys` keys per block (validated by the callers).
+static void run_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
+                         int T_, int C, int NH, int NKV, int keys, float* scratch, cudaStream_t stream) {
+    attention_delta(scratch, dout, out, B, T_, C, NH, stream);
+    if (C / NH == 64) flash_backward<64, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    else if (keys == 128) flash_backward<128, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    else flash_backward<128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+}
+
 void flash_attention_backward_keys(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                                    int B, int T_, int C, int NH, int NKV, int keys, float* scratch,
                                    cudaStream_t stream) {
@@ -588,20 +563,15 @@ void flash_attention_backward_keys(bf16* dqkv, const bf16* dout, const bf16* qkv
     if (static_cast<long long>(need) > optin)
         throw std::invalid_argument(what + " at head size " + std::to_string(hs) + " needs " + std::to_string(need) +
                                     " B of shared memory per block; the device allows " + std::to_string(optin));
-    attention_delta(scratch, dout, out, B, T_, C, NH, stream);
-    if (hs == 64) flash_backward<64, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
-    else if (keys == 128) flash_backward<128, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
-    else flash_backward<128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, keys, scratch, stream);
 }
 
 void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
                               int T_, int C, int NH, int NKV, float* scratch, cudaStream_t stream) {
     check_flash(C, NH, NKV, {dqkv, dout, qkv, out, scratch});
-    // The device's variant (a host-side attribute lookup, no synchronization): the same at every
-    // call of a run, so the same bits; scratch is sized for either (the 4-argument
-    // flash_attention_backward_scratch_bytes).
-    flash_attention_backward_keys(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, flash_backward_keys_on_device(C / NH),
-                                  scratch, stream);
+    // The device's variant (a host-side attribute lookup, no synchronization), valid by construction:
+    // the same at every call of a run, so the same bits. scratch: CudaOps sizes it for this variant.
+    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, flash_backward_keys_on_device(C / NH), scratch, stream);
 }
 
 }  // namespace llmtrain::cuda
