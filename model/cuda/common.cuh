@@ -16,6 +16,13 @@
 
 namespace llmtrain::cuda {
 
+/// Before a loop: keep it rolled (nvcc's `#pragma unroll 1`; GCC's spelling in the emulated build).
+#ifdef EMU_BUILD
+#define NO_UNROLL _Pragma("GCC unroll 1")
+#else
+#define NO_UNROLL _Pragma("unroll 1")
+#endif
+
 /// ceil(a / b) for positive integers.
 template <typename I>
 __host__ __device__ inline I ceil_div(I a, I b) {

@@ -41,7 +41,7 @@ struct AttentionChoice {
 /// backward there needs engine knobs this backend does not set; cudnn-frontend 1.x) and the head
 /// size suits cuDNN's fused attention (a multiple of 8, at most 256 on sm_90 and 128 elsewhere:
 /// cudnn-frontend's SDPA support checks); else native when its FlashAttention-2 kernels run (bf16,
-/// sm_80 or newer, head size 64 or 128: flash_attention.cu, and every one of its kernels' shared
+/// sm_80 or newer, head size 64 or 128: flash_forward.cu and flash_backward.cu, and every one of its kernels' shared
 /// memory, flash_attention_smem_bytes, within env.smem_optin); else cublas (tensor cores, any head
 /// size, fp32 too). The why reads e.g. "auto: cuDNN 9.19.0, bf16, head size 64". Never throws.
 AttentionChoice resolve_attention(Attention requested, const AttentionEnv& env);

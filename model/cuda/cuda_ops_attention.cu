@@ -4,7 +4,7 @@
 // rejects switches the backend to cublas for good, cudnn_plans_or_fallback; grouped-query takes the
 // graph with n_kv_head K/V heads unless cuDNN refuses it, cudnn_gqa_native), else cuBLAS's batched
 // GEMMs around our softmax (cublas_attention.cu) when the path is cublas, else FlashAttention-2 on
-// tensor cores in bf16 at head size 64 or 128 (flash_attention.cu), else the CUDA-core kernels of
+// tensor cores in bf16 at head size 64 or 128 (flash_forward.cu, flash_backward.cu), else the CUDA-core kernels of
 // attention.cu on a copy of qkv with the key/value heads expanded (gqa.cu). attention_reason()
 // reports the choice.
 

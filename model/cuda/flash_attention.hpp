@@ -1,5 +1,5 @@
 // model/cuda/flash_attention.hpp — which shapes the tensor-core FlashAttention-2 kernels
-// (flash_attention.cu, model.attention = "native" in bf16) take, their tiles, the dynamic shared
+// (flash_forward.cu, flash_backward.cu; model.attention = "native" in bf16) take, their tiles, the dynamic shared
 // memory they need and the backward's workspace (plain C++: CudaOps, the dry run and the tests read
 // it; other shapes stay on attention.cu's CUDA-core kernels).
 #pragma once
@@ -19,23 +19,24 @@ inline bool flash_attention_supported(int C, int NH) {
     return NH > 0 && C % NH == 0 && (C / NH == 64 || C / NH == 128);
 }
 
-/// Query rows of one forward block: 128 at both head sizes, so that each K/V tile copied serves 128
-/// queries: at head size 64 4 warps of 32 rows (two m16 tiles), at 128 8 warps of 16 (the O
-/// accumulator is twice as wide).
-constexpr int flash_forward_rows(int) { return 128; }
-/// Warps of a forward block: 4 at head size 64, 8 at 128.
-constexpr int flash_forward_warps(int head_size) { return head_size == 64 ? 4 : 8; }
+/// Query rows of one forward block: 128, so that each K/V tile copied serves 128 queries.
+constexpr int flash_forward_rows() { return 128; }
+/// Warps of a forward block: 4, of 32 rows (two m16 tiles) each, so that each K or V fragment read
+/// from shared memory feeds two mma tiles.
+constexpr int flash_forward_warps() { return 4; }
 /// Keys per step of the forward.
 constexpr int flash_key_rows() { return 64; }
 /// Row stride (elements) of a bf16 tile in shared memory: 16 bytes of padding keep ldmatrix's
 /// eight row reads of one 8x8 matrix on distinct banks.
 constexpr int flash_tile_ld(int head_size) { return head_size + 8; }
-/// Dynamic shared memory of the forward kernel: two stages of K and V tiles (cp.async double
-/// buffering), the Q tile (128 rows, the size of one stage) in stage 1 until its fragments are in
-/// registers, + 128 bytes for aligning the base. 36,992 B at head size 64, 69,760 B at 128.
+/// Dynamic shared memory of the forward kernel, 256 tile rows + 128 bytes for aligning the base:
+/// at head size 64 two stages of K and V (cp.async double buffering), the Q tile (128 rows, one
+/// stage) in stage 1 until its fragments are in registers; at head size 128 the Q tile kept for the
+/// whole loop and one K and one V tile. 36,992 B at head size 64, 69,760 B at 128.
 constexpr size_t flash_forward_smem_bytes(int head_size) {
-    return 128 + 2 * static_cast<size_t>(flash_tile_ld(head_size)) * (2 * 2 * flash_key_rows());
+    return 128 + 2 * static_cast<size_t>(flash_tile_ld(head_size)) * (flash_forward_rows() + 2 * flash_key_rows());
 }
+static_assert(flash_forward_smem_bytes(64) == 36992 && flash_forward_smem_bytes(128) == 69760);
 
 // ---- the fused backward: two key-block variants ----
 //
@@ -85,7 +86,7 @@ static_assert(flash_backward_keys(128, 101376) == 64 && flash_backward_keys(128,
               flash_backward_keys(64, 101376) == 128);
 /// flash_backward_keys at head_size on the current CUDA device (cudaGetDevice, and its
 /// cudaDevAttrMaxSharedMemoryPerBlockOptin, the attribute make_cuda_backend reads for "auto"): the
-/// variant flash_attention_backward launches. Defined in flash_attention.cu: callable only from code
+/// variant flash_attention_backward launches. Defined in flash_backward.cu: callable only from code
 /// linked with the CUDA backend (llmtrain_cuda, llmtrain_cuda_emu). Errors: a failed CUDA call
 /// throws as CUDA_CHECK does.
 int flash_backward_keys_on_device(int head_size);
@@ -98,7 +99,7 @@ int flash_backward_keys_on_device(int head_size);
 /// flash_backward_keys_on_device(C / NH); tools/bench/attention_bench's native-bc64 with 64, to
 /// time the 64-key variant on a device that would take 128. The two variants' bits may differ
 /// (both within the same bound). scratch: flash_attention_backward_scratch_bytes(B, T, C, NH, keys)
-/// fp32 bytes (the 4-argument size serves either), 16-byte aligned. Defined in flash_attention.cu
+/// fp32 bytes (the 4-argument size serves either), 16-byte aligned. Defined in flash_backward.cu
 /// (llmtrain_cuda, llmtrain_cuda_emu). Errors: std::invalid_argument naming `keys` when it is not
 /// 64 or 128, 64 at head size 64, or 128 beyond the device's opt-in shared memory; as
 /// flash_attention_backward for shapes and pointers; a failed CUDA call throws as CUDA_CHECK does.

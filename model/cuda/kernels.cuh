@@ -148,7 +148,7 @@ size_t attention_backward_scratch_bytes(int B, int T_, int NH);
 template <typename T>
 void attention_delta(float* delta, const T* dout, const T* out, int B, int T_, int C, int NH, cudaStream_t stream);
 
-// ---- flash_attention.cu (model.attention = "native" in bf16, head size 64 or 128) ----
+// ---- flash_forward.cu, flash_backward.cu (model.attention = "native" in bf16, head size 64 or 128) ----
 /// As attention_forward, bf16, on tensor cores (mma.sync, FlashAttention-2); grouped-query when
 /// NKV < NH (qkv (B,T,(NH + 2 NKV)*HS), C = NH*HS, query head h reading key/value head h / (NH/NKV);
 /// NKV = NH: qkv (B,T,3C)).

@@ -1,5 +1,5 @@
 // tests/cuda/test_flash_attention.cpp — model.attention = "native" in bf16 at head sizes 64 and 128:
-// the FlashAttention-2 kernels on tensor cores (model/cuda/flash_attention.cu: mma.sync m16n8k16,
+// the FlashAttention-2 kernels on tensor cores (model/cuda/flash_forward.cu, flash_backward.cu: mma.sync m16n8k16,
 // ldmatrix, cp.async through model/cuda/ptx.cuh, a fused backward with dQ partials summed in a fixed
 // order) against the CPU backend's fp32 attention on the same bf16-exact inputs, forward (out, lse)
 // and backward (dqkv), under the emulator's three thread orders, with T a multiple of the blocks
@@ -45,12 +45,13 @@ struct Shape {
     int B, T, C, NH;
 };
 constexpr Shape kHs64{2, 150, 128, 2};      // forward blocks of 128 + 22 rows, key blocks 64, 64, 22
-constexpr Shape kHs128{1, 100, 256, 2};     // forward blocks of 64 + 36 rows
+constexpr Shape kHs128{1, 100, 256, 2};     // one partial forward block; key blocks 64 + 36
 constexpr Shape kHs64T100{2, 100, 128, 2};  // one partial forward block; key blocks 64 + 36
 constexpr Shape kHs64T129{1, 129, 128, 2};  // a forward block of one row; a key block of one key
 constexpr Shape kHs64T300{1, 300, 128, 2};  // 3 forward blocks, 5 key blocks (causal skipping)
-constexpr Shape kHs128T150{2, 150, 256, 2};  // 3 forward blocks (the last 22 rows); backward steps of 32
+constexpr Shape kHs128T150{2, 150, 256, 2};  // forward blocks of 128 + 22 rows; backward steps of 32
 constexpr Shape kHs128T129{1, 129, 256, 2};  // a forward block of one row
+constexpr Shape kHs128T300{1, 300, 256, 2};  // 3 forward blocks, 5 key blocks (causal skipping)
 
 std::unique_ptr<Ops> make_native_bf16() {
     CudaBackendOptions opt;
@@ -153,6 +154,9 @@ TEST_P(FlashAttention, HeadSize128PartialBlocksMatchCpu) {
     matches_cpu(kHs128T150, 81);
     matches_cpu(kHs128T129, 82);
 }
+/// Head size 128's forward holds one K and one V buffer, refilled between its two barriers per key
+/// block while warps whose rows end before the block skip it: 5 key blocks of 3 forward blocks.
+TEST_P(FlashAttention, HeadSize128ManyBlocksMatchesCpu) { matches_cpu(kHs128T300, 83); }
 #ifndef LLMTRAIN_REAL_GPU
 /// The head-size-128 cases above on a 99 KiB device: the 64-key backward (4 warps), where the
 /// default device runs the 128-key one (8 warps).
@@ -162,6 +166,7 @@ TEST_P(FlashAttention, HeadSize128On99KiBDeviceMatchesCpu) {
     matches_cpu(kHs128, 80);
     matches_cpu(kHs128T150, 81);
     matches_cpu(kHs128T129, 82);
+    matches_cpu(kHs128T300, 83);
     for (int T : {1, 65}) matches_cpu(Shape{1, T, 256, 2}, 84 + T);
 }
 #endif
@@ -365,18 +370,18 @@ void never_read_past_the_diagonal(const Shape& s) {
 }
 
 /// Causal skipping, observed through NaN (which any product with it would spread): T 300 at head
-/// size 64 (forward blocks of 128 rows, 32 per warp; key steps of 64) and at 128 (16 rows per
-/// warp), there in both backward variants. Keys and values from 128 on set to NaN leave rows
+/// sizes 64 and 128 (forward blocks of 128 rows, 32 per warp; key steps of 64), at 128 in both
+/// backward variants. Keys and values from 128 on set to NaN leave rows
 /// 0-127 (forward block 0 never loads key blocks 2-4) bitwise unchanged, and from 64 on rows 0-63
 /// (the warps of rows 0-63 skip key block 1, past their rows); queries and dO of rows 0-127 set to
 /// NaN leave out, lse and dqkv of rows 128 on unchanged (the backward's key blocks from key 128 on,
 /// of 128 keys or 64, start at their diagonal, and dQ of a row sums only its own partials).
 TEST(FlashAttentionCausal, BlocksPastTheDiagonalAreNeverRead) {
     never_read_past_the_diagonal(kHs64T300);
-    never_read_past_the_diagonal(Shape{1, 300, 256, 2});
+    never_read_past_the_diagonal(kHs128T300);
 #ifndef LLMTRAIN_REAL_GPU
     ScopedSmemOptin sm86(k99KiB);
-    never_read_past_the_diagonal(Shape{1, 300, 256, 2});
+    never_read_past_the_diagonal(kHs128T300);
 #endif
 }
 
@@ -553,6 +558,20 @@ TEST(FlashAttentionShapes, SupportsHeadSizes64And128Only) {
     EXPECT_FALSE(cuda::flash_attention_supported(48, 3));
     EXPECT_FALSE(cuda::flash_attention_supported(96, 3));
     EXPECT_FALSE(cuda::flash_attention_supported(100, 3));
+}
+
+/// The kernels' tile copies address a batch row of qkv in 32 bits: a row of 2^31 elements or more
+/// (T x (C + 2 NKV HS)) is refused by name before anything is launched or read (the pointers here
+/// are never dereferenced). T 2^20 at C 1024, 8 heads: 3,221,225,472 elements.
+TEST(FlashAttentionShapes, RefusesBatchRowsOf2To31Elements) {
+    alignas(16) static float dummy[4];
+    auto* p = reinterpret_cast<__nv_bfloat16*>(dummy);
+    try {
+        cuda::flash_attention_backward_keys(p, p, p, p, dummy, 1, 1 << 20, 1024, 8, 8, 128, dummy, nullptr);
+        ADD_FAILURE() << "no error";
+    } catch (const std::invalid_argument& e) {
+        EXPECT_NE(std::string(e.what()).find("seq_len 1048576 x 3072 qkv columns"), std::string::npos) << e.what();
+    }
 }
 
 }  // namespace

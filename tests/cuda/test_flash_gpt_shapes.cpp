@@ -1,5 +1,5 @@
 // tests/cuda/test_flash_gpt_shapes.cpp — model.attention = "native" in bf16 (FlashAttention-2 on
-// tensor cores, model/cuda/flash_attention.cu) at GPT-2's shapes, on a real GPU only (part of
+// tensor cores, model/cuda/flash_forward.cu, flash_backward.cu) at GPT-2's shapes, on a real GPU only (part of
 // test_cuda_gpu; the emulator takes hours at these sizes, so elsewhere every case skips):
 //   HS64_T1024:  B 4, T 1024, NH 12, head size 64  (GPT-2 124M's heads, full context)
 //   HS128_T2048: B 2, T 2048, NH 12, head size 128
