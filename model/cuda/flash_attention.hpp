@@ -56,8 +56,9 @@ static_assert(flash_forward_smem_bytes(64) == 36992 && flash_forward_smem_bytes(
 
 /// The most keys a backward block holds.
 constexpr int kFlashBackwardKeysMax = 128;
-/// The fewest keys a backward block holds at this head size (128 at 64, 64 at 128): the variant
-/// every device that runs the path at all can run.
+/// The fewest keys of the backward blocks a device takes at this head size (128 at 64, 64 at 128):
+/// the variant every device that runs the path at all can run. (A 64-key variant at head size 64
+/// exists for benchmarks only: flash_attention_backward_keys.)
 constexpr int flash_backward_keys_min(int head_size) { return head_size == 64 ? 128 : 64; }
 /// Warps of a backward block of `keys` keys (16 each): 8 for 128 keys, 4 for 64.
 constexpr int flash_backward_warps(int keys) { return keys / 16; }
@@ -81,7 +82,7 @@ constexpr int flash_backward_keys(int head_size, long long smem_optin) {
                : flash_backward_keys_min(head_size);
 }
 static_assert(flash_backward_smem_bytes(64, 128) == 93312 && flash_backward_smem_bytes(128, 64) == 75392 &&
-              flash_backward_smem_bytes(128, 128) == 115328);
+              flash_backward_smem_bytes(128, 128) == 115328 && flash_backward_smem_bytes(64, 64) == 65664);
 static_assert(flash_backward_keys(128, 101376) == 64 && flash_backward_keys(128, 232448) == 128 &&
               flash_backward_keys(64, 101376) == 128);
 /// flash_backward_keys at head_size on the current CUDA device (cudaGetDevice, and its
@@ -93,16 +94,17 @@ int flash_backward_keys_on_device(int head_size);
 
 /// flash_attention_backward (kernels.cuh: dqkv (B,T,(NH + 2 NKV)*HS) overwritten from dout (B,T,C),
 /// qkv, out (B,T,C) and the forward's lse (B,NH,T), all bf16 but lse fp32, C = NH*HS, queued on
-/// `stream`) with `keys` keys per backward block instead of the device's choice: 128 at head size
-/// 64; 64 or 128 at head size 128 (128 only where flash_backward_smem_bytes(128, 128) fits the
-/// device's opt-in shared memory per block). flash_attention_backward calls it with
-/// flash_backward_keys_on_device(C / NH); tools/bench/attention_bench's native-bc64 with 64, to
-/// time the 64-key variant on a device that would take 128. The two variants' bits may differ
-/// (both within the same bound). scratch: flash_attention_backward_scratch_bytes(B, T, C, NH, keys)
-/// fp32 bytes (the 4-argument size serves either), 16-byte aligned. Defined in flash_backward.cu
-/// (llmtrain_cuda, llmtrain_cuda_emu). Errors: std::invalid_argument naming `keys` when it is not
-/// 64 or 128, 64 at head size 64, or 128 beyond the device's opt-in shared memory; as
-/// flash_attention_backward for shapes and pointers; a failed CUDA call throws as CUDA_CHECK does.
+/// `stream`) with `keys` keys per backward block, 64 or 128, instead of the device's choice
+/// (flash_backward_keys_on_device(C / NH), what flash_attention_backward runs); 128 only where
+/// flash_backward_smem_bytes(HS, 128) fits the device's opt-in shared memory per block.
+/// tools/bench/attention_bench's native-bc64 passes 64, to time the 64-key variant beside the
+/// device's 128 (at head size 64 no device's choice: benchmarks only). The variants' bits may
+/// differ (all within the same bound). scratch: flash_attention_backward_scratch_bytes(B, T, C, NH,
+/// keys) bytes (the 4-argument size serves the device's choices, not 64 keys at head size 64),
+/// 16-byte aligned. Defined in flash_backward.cu (llmtrain_cuda, llmtrain_cuda_emu). Errors:
+/// std::invalid_argument naming `keys` when it is not 64 or 128, or needs more than the device's
+/// opt-in shared memory; as flash_attention_backward for shapes and pointers; a failed CUDA call
+/// throws as CUDA_CHECK does.
 void flash_attention_backward_keys(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                    const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH, int NKV,
                                    int keys, float* scratch, CUstream_st* stream);

@@ -61,7 +61,8 @@ __device__ inline size_t dq_partial_first(int T_, int kb) {
 /// (B,NH,T); dq_part: the chunk's partials, flash_dq_partial_rows(T, KEYS) rows of HS floats per
 /// (z, h). Dynamic smem flash_backward_smem_bytes(HS, KEYS): K and V (KEYS x (HS + 8) bf16 each),
 /// two stages of Q and dO (rows x (HS + 8) bf16 each) and of lse and D (rows fp32), dS^T (KEYS x
-/// (rows + 8) bf16), + 128 for alignment. The variants (flash_backward_keys picks one per device):
+/// (rows + 8) bf16), + 128 for alignment. The variants (flash_backward_keys picks one per device;
+/// flash_attention_backward_keys runs any, for benchmarks):
 /// - HS 64, KEYS 128: block 256 threads (8 warps), 64 query rows per step; smem 2 x 128 x 72 x 2 +
 ///   4 x 64 x 72 x 2 + 128 x 72 x 2 + 1,024 + 128 = 93,312 B.
 /// - HS 128, KEYS 128: block 256 (8 warps), 32 rows per step; smem 2 x 128 x 136 x 2 + 4 x 32 x 136
@@ -73,6 +74,11 @@ __device__ inline size_t dq_partial_first(int T_, int kb) {
 ///   Q/dO tile copied serves 128 keys instead of 64.
 /// - HS 128, KEYS 64: block 128 (4 warps), 32 rows per step; smem 2 x 64 x 136 x 2 + 4 x 32 x 136 x
 ///   2 + 64 x 40 x 2 + 512 + 128 = 75,392 B: the variant for the 99 KiB of sm_86/89/120.
+/// - HS 64, KEYS 64: block 128 (4 warps), 64 rows per step; smem 2 x 64 x 72 x 2 + 4 x 64 x 72 x 2 +
+///   64 x 72 x 2 + 1,024 + 128 = 65,664 B. No device's choice (128 keys fit every device that runs
+///   the path): attention_bench's native-bc64 times it beside the 128-key blocks, to learn whether
+///   two blocks of 4 warps per SM (one's barrier waits filled by the other's work) beat one of 8
+///   despite twice the dQ partials.
 /// Occupancy: at ~240-250 registers a thread (255 allowed by __launch_bounds__(threads, 1) at 128
 /// and at 256 threads), a 256-thread block holds an SM's 64K registers and a 128-thread block half
 /// of them: 8 warps per SM in every variant (1 block of 8 or 2 of 4); shared memory does not bind.
@@ -317,7 +323,8 @@ int flash_backward_keys_on_device(int head_size) { return flash_backward_keys(he
 static void run_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
                          int T_, int C, int NH, int NKV, int keys, float* scratch, cudaStream_t stream) {
     attention_delta(scratch, dout, out, B, T_, C, NH, stream);
-    if (C / NH == 64) flash_backward<64, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    if (C / NH == 64 && keys == 128) flash_backward<64, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    else if (C / NH == 64) flash_backward<64, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
     else if (keys == 128) flash_backward<128, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
     else flash_backward<128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
 }
@@ -330,10 +337,6 @@ void flash_attention_backward_keys(bf16* dqkv, const bf16* dout, const bf16* qkv
     const std::string what = "cuda flash attention backward: keys " + std::to_string(keys);
     if (keys != 64 && keys != kFlashBackwardKeysMax)
         throw std::invalid_argument(what + " per block must be 64 or 128");
-    static_assert(flash_backward_keys_min(64) == 128 && flash_backward_keys_min(128) == 64);
-    if (keys < flash_backward_keys_min(hs))
-        throw std::invalid_argument(what + " at head size " + std::to_string(hs) +
-                                    ": this head size has the 128-key variant only");
     const size_t need = flash_backward_smem_bytes(hs, keys);
     const int optin = device_smem_optin();
     if (static_cast<long long>(need) > optin)

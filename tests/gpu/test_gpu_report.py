@@ -272,8 +272,8 @@ class Summary(unittest.TestCase):
     def test_native_bc64_rows(self):
         """attention_bench's native-bc64 (native with its backward forced to 64-key blocks) at head size
         128: its TFLOP/s row with the ratio to cuDNN, info whatever the ratio (the 0.5 target is
-        native's, whose verdict stays its own); its error row screened as native's; unavailable at
-        another head size."""
+        native's, whose verdict stays its own); its error row screened as native's; unavailable where
+        flash_attention_backward_keys refuses it (a device with too little shared memory)."""
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "attention-hs128.txt"), "w") as f:
                 f.write("native  B=8 T=2048 C=1536 NH=12: forward    1.000 ms ( 300.0 TFLOP/s), backward    2.000 ms "
@@ -287,8 +287,8 @@ class Summary(unittest.TestCase):
                         "native / cudnn: forward 0.60, backward 0.50 of cuDNN's TFLOP/s\n"
                         "native-bc64 / cudnn: forward 0.60, backward 0.26 of cuDNN's TFLOP/s\n")
             with open(os.path.join(d, "attention-124m.txt"), "w") as f:
-                f.write("native-bc64 B=32 T=1024 C=768 NH=12: unavailable: native-bc64 is native's 64-key backward "
-                        "at head size 128 only (here 64)\n")
+                f.write("native-bc64 B=32 T=1024 C=768 NH=12: unavailable: cuda flash attention backward: keys 64 "
+                        "at head size 64 needs 65664 B of shared memory per block; the device allows 49152\n")
             out, t = self.rows(d)
         shape = "B 8, T 2048, HS 128"
         self.assertEqual(t[f"attention native-bc64 ({shape})"][1:],
@@ -301,7 +301,8 @@ class Summary(unittest.TestCase):
                           "<= 0.5 of the reference's rms (a screen)", "", "FAIL"])
         self.assertEqual(t[f"attention native vs cudnn ({shape})"][4], "PASS")
         self.assertEqual(t["attention native-bc64 (B 32, T 1024, HS 64)"][1:],
-                         ["unavailable: native-bc64 is native's 64-key backward at head size 128 only (here 64)",
+                         ["unavailable: cuda flash attention backward: keys 64 at head size 64 needs 65664 B of "
+                          "shared memory per block; the device allows 49152",
                           "", "", "info"])
         self.assertIn("2 passed, 1 failed, 1 missing (info rows have no target)", out)
 

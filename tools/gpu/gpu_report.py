@@ -388,9 +388,9 @@ def plan_row(text):
 ATTENTION_SCREEN = 0.5
 # Issue 22's target for the tensor-core native path: >= 0.5 of cuDNN's TFLOP/s, forward and backward.
 NATIVE_VS_CUDNN = 0.5
-# attention_bench's pseudo-path: native with its backward forced to 64-key blocks (head size 128),
-# beside native's device-chosen 128-key blocks on H100/H200; its TFLOP/s row is info (the target
-# is native's), its error row screened as every path's.
+# attention_bench's pseudo-path: native with its backward forced to 64-key blocks of 4 warps, beside
+# native's device-chosen 128-key blocks of 8 (head size 64; 128 on H100/H200); its TFLOP/s row is
+# info (the target is native's), its error row screened as every path's.
 NATIVE_BC64 = "native-bc64"
 ATTN_LINE = re.compile(
     r"^([\w-]+)\s+B=(\d+) T=(\d+) C=(\d+) NH=(\d+): forward\s+([\d.]+) ms \(\s*([\d.]+) TFLOP/s\), "
