@@ -37,7 +37,7 @@ constexpr int kBwdRows = flash_backward_rows(HS);
 template <int KEYS>
 constexpr int kBwdThreads = flash_backward_warps(KEYS) * kWarpSize;  ///< 256 for 128 keys, 128 for 64
 template <int HS, int KEYS>
-constexpr size_t kBwdSmem = flash_backward_smem_bytes(HS, KEYS);  ///< 93,312 / 75,392 / 115,328 B
+constexpr size_t kBwdSmem = flash_backward_smem_bytes(HS, KEYS);  ///< 93,312 / 65,664 / 115,328 / 75,392 B
 
 /// flash_dq_partial_rows(T, KEYS) on the device: the dQ partial rows of one (b, h) with KEYS keys
 /// per backward block.

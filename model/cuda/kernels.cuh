@@ -153,12 +153,13 @@ void attention_delta(float* delta, const T* dout, const T* out, int B, int T_, i
 /// NKV < NH (qkv (B,T,(NH + 2 NKV)*HS), C = NH*HS, query head h reading key/value head h / (NH/NKV);
 /// NKV = NH: qkv (B,T,3C)).
 /// Errors: std::invalid_argument for a shape flash_attention_supported rejects, NKV not dividing
-/// NH, or a pointer not 16-byte aligned.
+/// NH, a batch row of qkv of 2^31 elements or more (T x (C + 2 NKV HS)), or a pointer not 16-byte
+/// aligned.
 void flash_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T_, int C, int NH,
                              int NKV, cudaStream_t stream);
 /// As attention_backward (dqkv overwritten), on tensor cores: a fused kernel and a fixed-order dQ sum.
 /// scratch: flash_attention_backward_scratch_bytes(B, T_, C, NH) bytes (D and the dQ partials,
-/// flash_attention.hpp), 16-byte aligned.
+/// flash_attention.hpp), 16-byte aligned. Errors: as flash_attention_forward.
 void flash_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T_, int C, int NH, int NKV,
                               float* scratch, cudaStream_t stream);
