@@ -9,6 +9,7 @@
 // inputs are already bf16 (one rounding of the output, at most 2^-8 relative: bf16 keeps 8 significant
 // bits, so its unit roundoff is 2^-8; plus rounded intermediates).
 #pragma once
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -101,6 +102,24 @@ inline std::vector<float> download(Ops& ops, const void* p, size_t n, DType t) {
         for (size_t i = 0; i < n; i++) h[i] = bf16_to_float(b[i]);
     }
     return h;
+}
+
+/// out, lse and dqkv (as fp32) of one multi-head attention forward + backward on `o`: qkv (B,T,3C)
+/// and dout (B,T,C) rounded to its activation dtype; out and dqkv NaN-filled first (0xff bytes),
+/// so an element the backend leaves unwritten shows.
+inline std::array<std::vector<float>, 3> attention_fwd_bwd(Ops& o, const std::vector<float>& qkv,
+                                                           const std::vector<float>& dout, int B, int T, int C,
+                                                           int NH) {
+    const DType dt = o.act_dtype();
+    const size_t es = dtype_size(dt), N = static_cast<size_t>(B) * T, stats = N * NH;
+    DevBuf dq = upload(o, qkv, dt), dgo = upload(o, dout, dt);
+    DevBuf out(o, N * C * es), lse(o, stats * 4), dqkv(o, qkv.size() * es);
+    o.memset(out.ptr, 0xff, N * C * es);
+    o.memset(dqkv.ptr, 0xff, qkv.size() * es);
+    o.attention_forward(out.ptr, lse.as<float>(), dq.ptr, B, T, C, NH);
+    o.attention_backward(dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>(), B, T, C, NH);
+    return {download(o, out.ptr, N * C, dt), download(o, lse.ptr, stats, DType::f32),
+            download(o, dqkv.ptr, qkv.size(), dt)};
 }
 
 /// Expects |got_i - want_i| <= tol (|want_i| + rms(want)) for all i; names the worst element.

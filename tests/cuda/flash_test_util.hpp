@@ -64,16 +64,9 @@ private:
 #endif
 
 /// out, lse and dqkv (as fp32) of one backend's attention forward + backward on qkv and dout.
-inline std::array<std::vector<float>, 3> run_attention(Ops& o, const std::vector<float>& qkv, const std::vector<float>& dout,
-                                                const Shape& s) {
-    const DType dt = o.act_dtype();
-    const size_t es = dtype_size(dt), N = static_cast<size_t>(s.B) * s.T, stats = N * s.NH;
-    DevBuf dq = upload(o, qkv, dt), dgo = upload(o, dout, dt);
-    DevBuf out(o, N * s.C * es), lse(o, stats * 4), dqkv(o, qkv.size() * es);
-    o.attention_forward(out.ptr, lse.as<float>(), dq.ptr, s.B, s.T, s.C, s.NH);
-    o.attention_backward(dqkv.ptr, dgo.ptr, dq.ptr, out.ptr, lse.as<float>(), s.B, s.T, s.C, s.NH);
-    return {download(o, out.ptr, N * s.C, dt), download(o, lse.ptr, stats, DType::f32),
-            download(o, dqkv.ptr, qkv.size(), dt)};
+inline std::array<std::vector<float>, 3> run_attention(Ops& o, const std::vector<float>& qkv,
+                                                       const std::vector<float>& dout, const Shape& s) {
+    return attention_fwd_bwd(o, qkv, dout, s.B, s.T, s.C, s.NH);
 }
 
 /// Random qkv in [-2, 2) and dout in [-1, 1), bf16-exact.
