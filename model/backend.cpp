@@ -63,9 +63,9 @@ std::string attention_fit_error(Attention path, const AttentionEnv& env) {
 
 AttentionChoice resolve_attention(Attention requested, const AttentionEnv& env) {
     if (requested != Attention::automatic) return {requested, "set in the config"};
-    // Without cuDNN's fused attention: our FlashAttention-2 on tensor cores where it runs (bf16 wmma
-    // needs sm_80; head sizes 64 and 128, flash_attention.cu; its shared memory within the device's
-    // opt-in limit), else cuBLAS's GEMMs around our softmax.
+    // Without cuDNN's fused attention: our FlashAttention-2 on tensor cores where it runs (bf16
+    // mma.sync needs sm_80; head sizes 64 and 128, flash_forward.cu and flash_backward.cu; its shared
+    // memory within the device's opt-in limit), else cuBLAS's GEMMs around our softmax.
     const std::string shortfall = env.bf16 && env.cc_major >= 8 ? flash_smem_shortfall(env) : "";
     const bool flash = env.bf16 && env.cc_major >= 8 && (env.head_size == 64 || env.head_size == 128) &&
                        shortfall.empty();

@@ -11,7 +11,9 @@
 #      final checkpoint (model.h5) tensor by tensor (tolerances at compare_weights);
 #   2. 3 steps, cuda bf16 vs cpu: within 5e-3 relative (bf16 weights and activations; 3e-4 seen);
 #      model.attention = "auto" there picks "native" (no cuDNN in the emulator; head size 64: the
-#      FlashAttention-2 kernels of flash_attention.cu on emulated tensor cores), and the log says so;
+#      FlashAttention-2 kernels of flash_forward.cu and flash_backward.cu on emulated tensor cores),
+#      and the log says so; and again at head size 128 (model.n_head = 2: the forward's 4 warps with
+#      Q in shared memory, the emulated H100's 128-key backward blocks) against a CPU run of it;
 #   3. cpu trains 2 steps and checkpoints, cuda (fp32) resumes to step 3: step 3 matches run 1's cpu
 #      loss within 1e-4; 4. the reverse (cuda checkpoints, cpu resumes), same check;
 #   5. cuda in bf16 checkpoints (fp32 master weights saved), cpu resumes: within 5e-3;
@@ -20,7 +22,7 @@
 #   7. model.attention = "cublas": 3 fp32 steps with attention_workspace_mb = 1 (query tiles of 64 of
 #      the 256 rows) within 1e-4 of cpu, and 3 bf16 steps in one tile with every layer recomputed
 #      (activation_checkpoint.ratio = 1) within 5e-3;
-# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 19 emulated steps.
+# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 22 emulated steps.
 set -euo pipefail
 LLMTRAIN=$1 EMU=$2 CONFIG=$3 DATA=$4 WORK=$5
 VOCAB=$(cat "$DATA/vocab_size.txt")
@@ -37,6 +39,11 @@ run "$EMU" "$WORK/cuda_bf16" cuda bf16 3
 grep -q "attention: native (auto: this build has no cuDNN; FlashAttention-2" "$WORK/cuda_bf16.log" ||
     { echo "auto in bf16 at head size 64 without cuDNN did not pick native (FlashAttention-2)"; exit 1; }
 compare "cuda bf16 (auto: native, FlashAttention-2 on emulated tensor cores) vs cpu" "$WORK/cpu" "$WORK/cuda_bf16" 5e-3 1
+run "$LLMTRAIN" "$WORK/cpu_hs128" cpu fp32 3 --set model.n_head=2
+run "$EMU" "$WORK/cuda_bf16_hs128" cuda bf16 3 --set model.n_head=2
+grep -q "attention: native (auto: this build has no cuDNN; FlashAttention-2" "$WORK/cuda_bf16_hs128.log" ||
+    { echo "auto in bf16 at head size 128 without cuDNN did not pick native (FlashAttention-2)"; exit 1; }
+compare "cuda bf16 at head size 128 (native) vs cpu" "$WORK/cpu_hs128" "$WORK/cuda_bf16_hs128" 5e-3 1
 
 run "$LLMTRAIN" "$WORK/cpu_then_cuda" cpu fp32 2
 run "$EMU" "$WORK/cpu_then_cuda" cuda fp32 3
