@@ -227,7 +227,10 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
         const bf16* ks = kv + stage * 2 * kKeys * kLd;
         if (active && k0 <= f.iw + 16 * kMT - 1) {  // else every key of the block is past the warp's rows
             float s[kMT][kKeys / 8][4];
-            fwd_scores<HS>(s, [&](uint32_t* a, int mt, int kk) { for (int e = 0; e < 4; e++) a[e] = qf[mt][kk][e]; }, ks);
+            auto qa = [&](uint32_t* a, int mt, int kk) {
+                for (int e = 0; e < 4; e++) a[e] = qf[mt][kk][e];
+            };
+            fwd_scores<HS>(s, qa, ks);
             fwd_softmax(s, acc, k0, f.iw, sl2);
             fwd_pv(acc, s, ks + kKeys * kLd);
         }
@@ -264,7 +267,8 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
         ptx::cp_async_commit();
         const bool run = active && k0 <= f.iw + 16 * kMT - 1;  // else every key of the block is past the warp's rows
         float s[kMT][kKeys / 8][4];
-        if (run) fwd_scores<HS>(s, [&](uint32_t* a, int mt, int kk) { load_a(a, qw + mt * 16 * kLd + kk * 16, kLd); }, ks);
+        auto qa = [&](uint32_t* a, int mt, int kk) { load_a(a, qw + mt * 16 * kLd + kk * 16, kLd); };
+        if (run) fwd_scores<HS>(s, qa, ks);
         ptx::cp_async_wait<0>();
         __syncthreads();  // V of block kb landed; every warp is past S = Q K^T: K's buffer is free
         if (kb + 1 < f.n_kb) {

@@ -85,7 +85,8 @@ inline std::vector<float> nan_kv_from(std::vector<float> qkv, const Shape& s, in
 }
 
 /// The worst |got - want| / bound over the elements (printed beside each case).
-inline double bound_fraction(const std::vector<float>& got, const std::vector<float>& want, const std::vector<double>& bound) {
+inline double bound_fraction(const std::vector<float>& got, const std::vector<float>& want,
+                             const std::vector<double>& bound) {
     double worst = 0;
     for (size_t i = 0; i < got.size() && i < want.size() && i < bound.size(); i++)
         worst = std::fmax(worst, std::fabs(double(got[i]) - want[i]) / (bound[i] + 1e-30));
