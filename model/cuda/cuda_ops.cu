@@ -42,6 +42,9 @@ CudaOps::CudaOps(DType act, const CudaBackendOptions& opt, AttentionChoice choic
     const bool automatic = opt_.attention == Attention::automatic;
     opt_.attention = attention_.path;
     attention_automatic_ = automatic;
+    int device = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     if (cublasLtCreate(&lt_.handle) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasLtCreate failed");
     lt_.workspace = internal_malloc(kLtWorkspaceBytes);
     lt_.workspace_bytes = kLtWorkspaceBytes;

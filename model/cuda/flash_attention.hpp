@@ -48,10 +48,11 @@ static_assert(flash_forward_smem_bytes(64) == 36992 && flash_forward_smem_bytes(
 //   2.2 GB -> 1.1 GB per backward) and each Q/dO tile copied serves twice the keys.
 // - 64 keys, 4 warps: at head size 128 on a device allowing less (75,392 B fit the 99 KiB of
 //   sm_86/89/120).
-// flash_attention_backward runs flash_backward_keys(head_size, the device's
-// cudaDevAttrMaxSharedMemoryPerBlockOptin): a constant of the device, so every backward of a run,
-// and of every run on that device, takes the same variant and gives the same bits
-// (flash_attention_backward_keys runs a named variant, for benchmarks and tests). The variants
+// CudaOps runs flash_backward_keys(head_size, the device's
+// cudaDevAttrMaxSharedMemoryPerBlockOptin, read once when the backend is made): a constant of the
+// device, so every backward of a run, and of every run on that device, takes the same variant and
+// gives the same bits (flash_attention_backward_keys runs a named variant, checked against the
+// device, for benchmarks and tests). The variants
 // add dQ's terms in different orders, so their bits may differ (both within the same bound).
 
 /// The most keys a backward block holds.
@@ -87,16 +88,16 @@ static_assert(flash_backward_keys(128, 101376) == 64 && flash_backward_keys(128,
               flash_backward_keys(64, 101376) == 128);
 /// flash_backward_keys at head_size on the current CUDA device (cudaGetDevice, and its
 /// cudaDevAttrMaxSharedMemoryPerBlockOptin, the attribute make_cuda_backend reads for "auto"): the
-/// variant flash_attention_backward launches. Defined in flash_backward.cu: callable only from code
+/// variant a CudaOps made on this device launches. Defined in flash_backward.cu: callable only from code
 /// linked with the CUDA backend (llmtrain_cuda, llmtrain_cuda_emu). Errors: a failed CUDA call
 /// throws as CUDA_CHECK does.
 int flash_backward_keys_on_device(int head_size);
 
 /// flash_attention_backward (kernels.cuh: dqkv (B,T,(NH + 2 NKV)*HS) overwritten from dout (B,T,C),
 /// qkv, out (B,T,C) and the forward's lse (B,NH,T), all bf16 but lse fp32, C = NH*HS, queued on
-/// `stream`) with `keys` keys per backward block, 64 or 128, instead of the device's choice
-/// (flash_backward_keys_on_device(C / NH), what flash_attention_backward runs); 128 only where
-/// flash_backward_smem_bytes(HS, 128) fits the device's opt-in shared memory per block.
+/// `stream`) with `keys` keys per backward block, 64 or 128, checked against the device (128 only
+/// where flash_backward_smem_bytes(HS, 128) fits its opt-in shared memory per block) — not only its
+/// choice (flash_backward_keys_on_device(C / NH), what CudaOps runs).
 /// tools/bench/attention_bench's native-bc64 passes 64, to time the 64-key variant beside the
 /// device's 128 (at head size 64 no device's choice: benchmarks only). The variants' bits may
 /// differ (all within the same bound). scratch: flash_attention_backward_scratch_bytes(B, T, C, NH,
@@ -157,10 +158,10 @@ inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH
                        flash_dq_partial_bytes_per_batch(T, C, NH, keys);
 }
 /// Bytes of scratch that serve flash_attention_backward on any device: the larger of the head
-/// size's variants' needs (at head size 64 the one variant's; at 128 usually the 64-key one's, the
-/// more partials, unless the 256 MiB cap makes the 128-key chunks hold more): what the dry run (no
-/// device) counts; CudaOps asks for its device's variant (flash_backward_keys_on_device). Head size 128, B 8, T 2048, 16 heads: 265.0 MiB (the 128-key variant itself
-/// needs 137.0 MiB).
+/// size's variants' needs that devices choose (at head size 64 the 128-key one's; at 128 usually the
+/// 64-key one's, the more partials, unless the 256 MiB cap makes the 128-key chunks hold more): what
+/// the dry run (no device) counts; CudaOps asks for its device's variant (CudaOps::flash_keys). Head
+/// size 128, B 8, T 2048, 16 heads: 265.0 MiB (the 128-key variant itself needs 137.0 MiB).
 inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
     const int hs = NH > 0 ? C / NH : 0;
     return std::max(flash_attention_backward_scratch_bytes(B, T, C, NH, flash_backward_keys_min(hs)),

@@ -329,28 +329,33 @@ static void run_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf
     else flash_backward<128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
 }
 
+/// Throws std::invalid_argument naming `keys` unless it is 64 or 128.
+static void check_keys(int keys) {
+    if (keys != 64 && keys != kFlashBackwardKeysMax)
+        throw std::invalid_argument("cuda flash attention backward: keys " + std::to_string(keys) +
+                                    " per block must be 64 or 128");
+}
+
 void flash_attention_backward_keys(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                                    int B, int T_, int C, int NH, int NKV, int keys, float* scratch,
                                    cudaStream_t stream) {
     check_flash(T_, C, NH, NKV, {dqkv, dout, qkv, out, scratch});
+    check_keys(keys);
     const int hs = C / NH;
-    const std::string what = "cuda flash attention backward: keys " + std::to_string(keys);
-    if (keys != 64 && keys != kFlashBackwardKeysMax)
-        throw std::invalid_argument(what + " per block must be 64 or 128");
     const size_t need = flash_backward_smem_bytes(hs, keys);
     const int optin = device_smem_optin();
     if (static_cast<long long>(need) > optin)
-        throw std::invalid_argument(what + " at head size " + std::to_string(hs) + " needs " + std::to_string(need) +
+        throw std::invalid_argument("cuda flash attention backward: keys " + std::to_string(keys) + " at head size " +
+                                    std::to_string(hs) + " needs " + std::to_string(need) +
                                     " B of shared memory per block; the device allows " + std::to_string(optin));
     run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, keys, scratch, stream);
 }
 
 void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
-                              int T_, int C, int NH, int NKV, float* scratch, cudaStream_t stream) {
+                              int T_, int C, int NH, int NKV, int keys, float* scratch, cudaStream_t stream) {
     check_flash(T_, C, NH, NKV, {dqkv, dout, qkv, out, scratch});
-    // The device's variant (a host-side attribute lookup, no synchronization), valid by construction:
-    // the same at every call of a run, so the same bits. scratch: CudaOps sizes it for this variant.
-    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, flash_backward_keys_on_device(C / NH), scratch, stream);
+    check_keys(keys);  // the device's variant, the caller's (CudaOps::flash_keys): no device lookup per call
+    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, keys, scratch, stream);
 }
 
 }  // namespace llmtrain::cuda
