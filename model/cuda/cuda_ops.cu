@@ -37,14 +37,11 @@ int local_rank() {
 
 namespace cuda {
 
-CudaOps::CudaOps(DType act, const CudaBackendOptions& opt, AttentionChoice choice)
-    : act_(act), opt_(opt), attention_(std::move(choice)) {
+CudaOps::CudaOps(DType act, const CudaBackendOptions& opt, AttentionChoice choice, int smem_optin)
+    : act_(act), opt_(opt), attention_(std::move(choice)), smem_optin_(smem_optin) {
     const bool automatic = opt_.attention == Attention::automatic;
     opt_.attention = attention_.path;
     attention_automatic_ = automatic;
-    int device = 0;
-    CUDA_CHECK(cudaGetDevice(&device));
-    CUDA_CHECK(cudaDeviceGetAttribute(&smem_optin_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
     if (cublasLtCreate(&lt_.handle) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasLtCreate failed");
     lt_.workspace = internal_malloc(kLtWorkspaceBytes);
     lt_.workspace_bytes = kLtWorkspaceBytes;
@@ -248,7 +245,7 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
 #ifdef LLMTRAIN_HAVE_CUDNN  // cudnn_version stays 0 otherwise: "this build has no cuDNN"
     env.cudnn_version = cuda::CudnnAttention::version();
 #endif
-    return std::make_unique<cuda::CudaOps>(act, options, resolve_attention(options.attention, env));
+    return std::make_unique<cuda::CudaOps>(act, options, resolve_attention(options.attention, env), env.smem_optin);
 }
 
 }  // namespace llmtrain

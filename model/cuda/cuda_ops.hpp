@@ -42,9 +42,10 @@ class CudaOps final : public Ops {
 
 public:
     /// `choice`: opt.attention resolved (resolve_attention); opt.attention = automatic allows the
-    /// fallback to cublas when cuDNN rejects a shape. Errors: CudaError when cuBLASLt, cuBLAS or the
-    /// workspace cannot be set up.
-    CudaOps(DType act, const CudaBackendOptions& opt, AttentionChoice choice);
+    /// fallback to cublas when cuDNN rejects a shape. smem_optin: the device's
+    /// cudaDevAttrMaxSharedMemoryPerBlockOptin (bytes; make_cuda_backend has read it for "auto").
+    /// Errors: CudaError when cuBLASLt, cuBLAS or the workspace cannot be set up.
+    CudaOps(DType act, const CudaBackendOptions& opt, AttentionChoice choice, int smem_optin);
     /// Waits for the device, then frees every buffer, event and handle the backend owns.
     ~CudaOps() override;
 
@@ -314,7 +315,7 @@ private:
     CudaBackendOptions opt_;            ///< opt_.attention: the path in use (never automatic)
     AttentionChoice attention_;         ///< that path and why, for Ops::attention_name / attention_reason
     bool attention_automatic_ = false;  ///< model.attention = "auto": cuDNN may fall back to cublas
-    int smem_optin_ = 0;                ///< the device's cudaDevAttrMaxSharedMemoryPerBlockOptin (flash_keys)
+    int smem_optin_;                    ///< the device's cudaDevAttrMaxSharedMemoryPerBlockOptin (flash_keys)
     bool cudnn_gqa_refused_ = false;    ///< cuDNN refused its grouped-query graph: the expanded copy instead
     std::string gqa_note_;              ///< which grouped-query route cuDNN took, for attention_reason()
     cudaStream_t stream_ = nullptr;

@@ -51,6 +51,9 @@ struct FwdBlock {
     int b, h, i0, iw, n_kb;  // batch row, head, first row, the warp's first row, key blocks with a key <= the last row
     size_t stride;           // elements between positions in qkv
     const bf16 *q, *k, *v;   // column 0 of head h's q and of its key/value head's k and v at position 0
+    bool active;             // warp-uniform: the warp has a row < T
+    /// Whether the warp computes key block k0 .. k0 + 63: active and not every key past its rows.
+    __device__ bool sees(int k0) const { return active && k0 <= iw + 16 * kMT - 1; }
 };
 template <int HS>
 __device__ __forceinline__ FwdBlock fwd_block(const bf16* qkv, int T_, int C, int NH, int NKV) {
@@ -65,6 +68,7 @@ __device__ __forceinline__ FwdBlock fwd_block(const bf16* qkv, int T_, int C, in
     f.q = x + f.h * HS;
     f.k = x + C + (f.h / (NH / NKV)) * HS;
     f.v = f.k + static_cast<size_t>(NKV) * HS;
+    f.active = f.iw < T_;
     return f;
 }
 
@@ -106,11 +110,11 @@ __device__ __forceinline__ void fwd_scores(float (&s)[kMT][kKeys / 8][4], QA qa,
 
 /// The online softmax of key block k0 .. k0 + 63 for the warp's rows iw .. iw + 31: s (the scores)
 /// becomes P = exp2(s log2e/sqrt(HS) - m_new), 0 at keys past the row; m, l updated, O rescaled by
-/// exp2(m_old - m_new). sl2 = log2e / sqrt(HS).
+/// exp2(m_old - m_new).
 template <int HS>
-__device__ __forceinline__ void fwd_softmax(float (&s)[kMT][kKeys / 8][4], FwdAcc<HS>& acc, int k0, int iw,
-                                            float sl2) {
+__device__ __forceinline__ void fwd_softmax(float (&s)[kMT][kKeys / 8][4], FwdAcc<HS>& acc, int k0, int iw) {
     const int lane = threadIdx.x % kWarpSize, g = lane / 4, t4 = lane % 4;
+    const float sl2 = kLog2e / sqrtf(static_cast<float>(HS));  // a constant of HS
     if (k0 + kKeys - 1 > iw) {  // some key of the block lies past some row of the warp: mask it
         // Key k0 + n*8 + 2*t4 + c lies past row iw + mt*16 + g + 8r when n*8 + c - mt*16 - 8r > d:
         // one register and a constant per element, in a pass of its own (index arithmetic inside the
@@ -208,10 +212,8 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     for (int mt = 0; mt < kMT; mt++)
         for (int kk = 0; kk < HS / 16; kk++) load_a(qf[mt][kk], qs + (warp * kMT + mt) * 16 * kLd + kk * 16, kLd);
     __syncthreads();  // every warp has its Q fragments: stage 1 may take key block 1
-    const float sl2 = kLog2e / sqrtf(static_cast<float>(HS));
     FwdAcc<HS> acc;
     fwd_init(acc);
-    const bool active = f.iw < T_;  // warp-uniform: the warp has a row < T
     for (int kb = 0; kb < f.n_kb; kb++) {
         const int stage = kb % 2, k0 = kb * kKeys;
         if (kb + 1 < f.n_kb) {  // block kb + 1 into the other stage (its last reader passed the barrier below)
@@ -225,18 +227,18 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
         }
         __syncthreads();  // block kb is in shared memory for every warp
         const bf16* ks = kv + stage * 2 * kKeys * kLd;
-        if (active && k0 <= f.iw + 16 * kMT - 1) {  // else every key of the block is past the warp's rows
+        if (f.sees(k0)) {
             float s[kMT][kKeys / 8][4];
             auto qa = [&](uint32_t* a, int mt, int kk) {
                 for (int e = 0; e < 4; e++) a[e] = qf[mt][kk][e];
             };
             fwd_scores<HS>(s, qa, ks);
-            fwd_softmax(s, acc, k0, f.iw, sl2);
+            fwd_softmax(s, acc, k0, f.iw);
             fwd_pv(acc, s, ks + kKeys * kLd);
         }
         __syncthreads();  // block kb's stage is no longer read: the next step's copy may overwrite it
     }
-    if (active) fwd_store(out, lse, acc, f, T_, C, NH);
+    if (f.active) fwd_store(out, lse, acc, f, T_, C, NH);
 }
 
 /// Forward with Q in shared memory and one K and one V buffer in FlashAttention-2's copy order
@@ -255,17 +257,15 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     copy_rows<HS, kFwdRows, kFwdThreads>(qs, f.q, f.stride, f.i0, T_);
     copy_rows<HS, kKeys, kFwdThreads>(ks, f.k, f.stride, 0, T_);
     ptx::cp_async_commit();
-    const float sl2 = kLog2e / sqrtf(static_cast<float>(HS));
     FwdAcc<HS> acc;
     fwd_init(acc);
-    const bool active = f.iw < T_;  // warp-uniform: the warp has a row < T
     for (int kb = 0; kb < f.n_kb; kb++) {
         const int k0 = kb * kKeys;
         ptx::cp_async_wait<0>();
         __syncthreads();  // K of block kb (and Q) landed; every warp is past block kb - 1's P V: V's buffer is free
         copy_rows<HS, kKeys, kFwdThreads>(vs, f.v, f.stride, k0, T_);
         ptx::cp_async_commit();
-        const bool run = active && k0 <= f.iw + 16 * kMT - 1;  // else every key of the block is past the warp's rows
+        const bool run = f.sees(k0);
         float s[kMT][kKeys / 8][4];
         auto qa = [&](uint32_t* a, int mt, int kk) { load_a(a, qw + mt * 16 * kLd + kk * 16, kLd); };
         if (run) fwd_scores<HS>(s, qa, ks);
@@ -276,11 +276,11 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
             ptx::cp_async_commit();
         }
         if (run) {
-            fwd_softmax(s, acc, k0, f.iw, sl2);
+            fwd_softmax(s, acc, k0, f.iw);
             fwd_pv(acc, s, vs);
         }
     }
-    if (active) fwd_store(out, lse, acc, f, T_, C, NH);
+    if (f.active) fwd_store(out, lse, acc, f, T_, C, NH);
 }
 
 void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, int NKV,

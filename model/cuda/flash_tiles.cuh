@@ -16,7 +16,6 @@
 // mma_fragments.cuh). Row statistics are per lane (two rows) and reduced over the four lanes of a
 // quad by shuffles.
 #pragma once
-#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <stdexcept>
@@ -66,11 +65,10 @@ inline void check_flash(int T_, int C, int NH, int NKV, std::initializer_list<co
     if (NKV < 1 || NH % NKV != 0)
         throw std::invalid_argument("cuda flash attention: n_kv_head " + std::to_string(NKV) +
                                     " must divide n_head " + std::to_string(NH));
-    const long long row = static_cast<long long>(T_) * (C + 2LL * NKV * (C / NH));
-    if (row >= (1LL << 31))
+    const long long width = C + 2LL * NKV * (C / NH);  // qkv's elements per position
+    if (T_ * width >= (1LL << 31))
         throw std::invalid_argument("cuda flash attention: seq_len " + std::to_string(T_) + " x " +
-                                    std::to_string(row / std::max(T_, 1)) +
-                                    " qkv columns must stay below 2^31 elements per batch row");
+                                    std::to_string(width) + " qkv columns must stay below 2^31 elements per batch row");
     for (const void* p : ptrs)
         if (reinterpret_cast<uintptr_t>(p) % 16 != 0)
             throw std::invalid_argument("cuda flash attention: tensor pointers must be 16-byte aligned");
