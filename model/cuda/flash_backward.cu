@@ -27,6 +27,7 @@
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "model/cuda/flash_tiles.cuh"
 
@@ -187,19 +188,31 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
                 mma(dp[2 * np + 1], va, bb + 2);
             }
         }
-        // Masked: queries i < j (only where the block crosses the warp's keys) and i >= T.
-        const bool need_mask = q0 < jw + 15 || q0 + kRows > T_;
-        for (int n = 0; n < kNS; n++)
-            for (int e = 0; e < 4; e++) {
-                const int qi = n * 8 + 2 * t4 + (e % 2), i = q0 + qi, j = jw + g + 8 * (e / 2);
-                float p = 0.0f, ds = 0.0f;
-                if (!need_mask || (i < T_ && i >= j)) {
-                    p = exp2f(s[n][e] * sl2 - ls[qi]);
-                    ds = p * (dp[n][e] - ds_[qi]);
+        // P^T and dS^T in place of S^T and dP^T, without a branch per element (one kept each
+        // element's stats loads and exp2 behind its own condition, serialized: SASS showed a
+        // BSSY/BSYNC pair each). Masked to 0: queries i < j and i >= T, checked only in the steps that
+        // cross the warp's keys or T (a warp-uniform branch between two copies of the loop; masked
+        // elements are finite, rows past T being zeros with lse and D 0, and only the select sees them).
+        auto softmax = [&](auto masked) {
+            for (int n = 0; n < kNS; n++) {
+                const int qi = n * 8 + 2 * t4;  // this lane's two query columns qi, qi + 1
+                const float2 l2 = *reinterpret_cast<const float2*>(ls + qi);
+                const float2 d2 = *reinterpret_cast<const float2*>(ds_ + qi);
+                for (int e = 0; e < 4; e++) {
+                    const float p = ptx::ex2_approx(fmaf(s[n][e], sl2, -(e % 2 ? l2.y : l2.x)));
+                    const float ds = p * (dp[n][e] - (e % 2 ? d2.y : d2.x));
+                    bool keep = true;
+                    if constexpr (decltype(masked)::value) {
+                        const int i = q0 + qi + (e % 2), j = jw + g + 8 * (e / 2);
+                        keep = i < T_ && i >= j;
+                    }
+                    s[n][e] = keep ? p : 0.0f;
+                    dp[n][e] = keep ? ds : 0.0f;
                 }
-                s[n][e] = p;
-                dp[n][e] = ds;
             }
+        };
+        if (q0 < jw + 15 || q0 + kRows > T_) softmax(std::true_type{});
+        else softmax(std::false_type{});
         for (int n = 0; n < kNS; n++)  // dS^T rows of the warp's keys, bf16 pairs
             for (int r = 0; r < 2; r++)
                 *reinterpret_cast<uint32_t*>(dss + (warp * 16 + g + 8 * r) * kLdS + n * 8 + 2 * t4) =

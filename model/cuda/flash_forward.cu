@@ -133,12 +133,12 @@ __device__ __forceinline__ void fwd_softmax(float (&s)[kMT][kKeys / 8][4], FwdAc
             mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
             // Finite: key 0 is visible to every row in block 0, and m is finite after it.
             const float m_new = fmaxf(acc.m[mt][r], mx * sl2);
-            const float corr = exp2f(acc.m[mt][r] - m_new);  // 0 on the first block (m = -inf)
+            const float corr = ptx::ex2_approx(acc.m[mt][r] - m_new);  // 0 on the first block (m = -inf)
             acc.m[mt][r] = m_new;
             float sum = 0.0f;
             for (int n = 0; n < kKeys / 8; n++)
                 for (int c = 0; c < 2; c++) {
-                    const float p = exp2f(fmaf(s[mt][n][2 * r + c], sl2, -m_new));  // 0 where masked
+                    const float p = ptx::ex2_approx(fmaf(s[mt][n][2 * r + c], sl2, -m_new));  // 0 where masked
                     s[mt][n][2 * r + c] = p;
                     sum += p;
                 }

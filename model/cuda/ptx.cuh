@@ -1,5 +1,5 @@
 // model/cuda/ptx.cuh — PTX warp-level primitives for the CUDA backend's tensor-core kernels:
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix, cp.async and a bf16x2 pack.
+// mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix, cp.async, a bf16x2 pack and ex2.approx.
 //
 // Under nvcc each function is one inline-PTX instruction (asm volatile; sm_80 or later). In the
 // emulated build (EMU_BUILD, tests/cuda_emu) the same names are the emulator's C++ model
@@ -11,7 +11,7 @@
 // Sources: PTX ISA, "Warp Level Matrix Multiply-Accumulate Instructions" (mma, "Matrix Fragments
 // for mma.m16n8k16 with floating point type"; "Warp-level matrix load instruction: ldmatrix"),
 // "Data Movement and Conversion Instructions" (cp.async, cp.async.commit_group,
-// cp.async.wait_group; cvt with .rn.bf16x2.f32).
+// cp.async.wait_group; cvt with .rn.bf16x2.f32), "Floating Point Instructions: ex2".
 //
 // Fragment notation used below: lane = thread index in the warp, g = lane / 4 (the "groupID"),
 // t = lane % 4 (the "threadID_in_group"). A uint32_t register holding bf16 elements holds the
@@ -117,6 +117,16 @@ __device__ __forceinline__ void cp_async_wait() {
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+
+/// 2^x, PTX `ex2.approx.ftz.f32` (maximum relative error 2^-22 over the full range; subnormal
+/// inputs and results flushed to 0; -inf gives +0). exp2f without --use_fast_math adds a range
+/// check and two multiplies around the same instruction to keep subnormal results: the softmax of
+/// FlashAttention-2 (whose probabilities below 2^-126 are 0 either way in bf16) does without.
+__device__ __forceinline__ float ex2_approx(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
     return r;
 }
 

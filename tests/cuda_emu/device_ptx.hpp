@@ -24,6 +24,7 @@
 //   emulated global memory or the thread's own stack, or not 16-byte aligned; a valid source
 //   that is not emulated device memory or not 16-byte aligned.
 // - pack_bf16x2: __float2bfloat16_rn of each (cuda_bf16.h's exact conversion), lo in bits 0-15.
+// - ex2_approx: std::exp2f with .ftz's flushes (subnormal input and result to 0).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +63,9 @@ void cp_async_wait(site_t site = site_t::current()) {
 }
 /// Two floats rounded to bf16 (nearest even), lo in bits 0-15, hi in bits 16-31.
 uint32_t pack_bf16x2(float lo, float hi);
+/// 2^x as ex2.approx.ftz.f32: std::exp2f (correctly rounded or nearly; the GPU's is within
+/// 2^-22 relative), a subnormal input read as 0 and a subnormal result returned as +0.
+float ex2_approx(float x);
 
 }  // namespace llmtrain::cuda::ptx
 

@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -257,6 +258,12 @@ uint32_t pack_bf16x2(float lo, float hi) {
     std::memcpy(&lb, &l, 2);
     std::memcpy(&hb, &h, 2);
     return static_cast<uint32_t>(lb) | static_cast<uint32_t>(hb) << 16;
+}
+
+float ex2_approx(float x) {
+    if (std::fpclassify(x) == FP_SUBNORMAL) x = 0.0f;
+    const float r = std::exp2f(x);
+    return std::fpclassify(r) == FP_SUBNORMAL ? 0.0f : r;
 }
 
 }  // namespace llmtrain::cuda::ptx

@@ -8,7 +8,8 @@
 //   - every ldmatrix form vs the documented mapping: exact;
 //   - cp.async -> ldmatrix -> mma, a 16x16x16 product, vs double: same tolerance;
 //   - cp.async data after the waits (wait_group 1 then 0 over two groups, valid = false zeros): exact;
-//   - pack_bf16x2 on the device: exact bits.
+//   - pack_bf16x2 on the device: exact bits;
+//   - ex2_approx vs double exp2 within PTX's 2^-22 relative, its flushes exact (ex2_mismatches).
 // Prints one line per check and "ptx_layout_check: PASS"; exit status 1 on any failure.
 #include <cmath>
 #include <cstdio>
@@ -154,6 +155,14 @@ void check_pack() {
     report("pack_bf16x2 round to nearest even", !(o[0] == 0xC0003F80u && o[1] == 0x3F823F80u && o[2] == 0x00003F81u));
 }
 
+void check_ex2() {
+    const std::vector<float> x = ex2_inputs();
+    Buf<float> in(x), out(x.size());
+    llmtrain::launch(ex2_kernel, (static_cast<int>(x.size()) + 127) / 128, 128, 0, nullptr, out.p, in.p,
+                     static_cast<int>(x.size()));
+    report("ex2.approx.ftz within 2^-22, flushes", ex2_mismatches(x, out.get()));
+}
+
 }  // namespace
 
 int main() {
@@ -163,6 +172,7 @@ int main() {
         check_composed();
         check_cp_async();
         check_pack();
+        check_ex2();
     } catch (const std::exception& e) {
         std::printf("ptx_layout_check: error: %s\n", e.what());
         return 1;

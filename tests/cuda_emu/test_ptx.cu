@@ -10,6 +10,7 @@
 // - cp.async -> ldmatrix -> mma: a full 16x16x16 product through shared memory, bitwise.
 // - cp.async: reads before the wait see the poison (0xFF bytes), wait_group 1 retires only the
 //   older of two groups, __syncthreads completes nothing, valid = false writes zeros; misuse faults.
+// - ex2_approx within ex2.approx.ftz's documented bound and flushes.
 // Collective tests run under every thread order. The kernels are in kernels/ptx_kernels.cuh
 // (shared with ptx_layout_check.cu, which runs them on a real GPU too); the misuse kernel is here.
 #include <gtest/gtest.h>
@@ -274,6 +275,16 @@ TEST(PtxPack, RoundsToNearestEvenLoInTheLowHalf) {
     EXPECT_EQ(ptx::pack_bf16x2(1.0f, -2.0f), 0xC0003F80u);
     EXPECT_EQ(ptx::pack_bf16x2(1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f), 0x3F823F80u);
     EXPECT_EQ(ptx::pack_bf16x2(1.0f + 0x1.8p-8f, 0.0f), 0x00003F81u);  // above the tie: up
+}
+
+/// ex2_approx (the softmax's 2^x): the emulator's model within ex2.approx.ftz.f32's documented
+/// bound, flushes included (ex2_mismatches; the same check runs on a GPU in ptx_layout_check).
+TEST(PtxEx2, WithinTheDocumentedBoundAndFlushes) {
+    const std::vector<float> x = ex2_inputs();
+    DeviceArray<float> in(x), out(x.size());
+    llmtrain::launch(ex2_kernel, (static_cast<int>(x.size()) + 127) / 128, 128, 0, nullptr, out.p, in.p,
+                     static_cast<int>(x.size()));
+    EXPECT_EQ(ex2_mismatches(x, out.download()), 0);
 }
 
 }  // namespace

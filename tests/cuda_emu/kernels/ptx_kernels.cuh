@@ -1,10 +1,13 @@
 // tests/cuda_emu/kernels/ptx_kernels.cuh — kernels exercising model/cuda/ptx.cuh with PTX ISA's
 // documented fragment layouts: run by the emulator's tests (tests/cuda_emu/test_ptx.cu, bitwise and
 // poison checks) and by tests/cuda_emu/ptx_layout_check.cu, which also builds with nvcc and checks
-// the same kernels on a real GPU. Include from one translation unit per program.
+// the same kernels on a real GPU (and ex2.approx against its documented bound). Include from one
+// translation unit per program.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "model/cuda/launch.cuh"
 #include "model/cuda/ptx.cuh"
@@ -134,6 +137,34 @@ __global__ void cp_async_kernel(float* out, const float* src, int mode) {
         __syncthreads();
         read(o1, &s[0][(i ^ 1) * 4]);
     }
+}
+
+/// out[i] = ex2_approx(in[i]), one thread per element (n of them).
+__global__ void ex2_kernel(float* out, const float* in, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = ptx::ex2_approx(in[i]);
+}
+
+/// The inputs ex2_mismatches checks: -inf, a subnormal, 0, -126 (the smallest normal result),
+/// -126.5 and -140 (subnormal results), 1, 127 and 129 (+inf), then [-125, 20] in steps of 1/64.
+inline std::vector<float> ex2_inputs() {
+    std::vector<float> x = {-INFINITY, 0x1p-140f, 0.0f, -126.0f, -126.5f, -140.0f, 1.0f, 127.0f, 129.0f};
+    for (int k = -125 * 64; k <= 20 * 64; k++) x.push_back(k / 64.0f);
+    return x;
+}
+
+/// How many of ex2_approx's results y (of ex2_inputs() x) break ex2.approx.ftz.f32's contract
+/// (PTX ISA "ex2"): -inf, subnormal results -> +0 exactly, a subnormal input -> 1, 2^129 -> +inf,
+/// else within 2^-22 relative of the double 2^x (the ISA's bound, "2 ulp" in the table).
+inline int ex2_mismatches(const std::vector<float>& x, const std::vector<float>& y) {
+    int bad = 0;
+    for (size_t i = 0; i < x.size(); i++) {
+        const double want = std::exp2(static_cast<double>(x[i]));
+        if (std::isinf(x[i]) || x[i] < -126.0f) bad += !(y[i] == 0.0f && !std::signbit(y[i]));
+        else if (want > 0x1.fffffep127) bad += !std::isinf(y[i]);
+        else bad += !(std::fabs(y[i] - want) <= 0x1p-22 * want);
+    }
+    return bad;
 }
 
 }  // namespace ptx_kernels
