@@ -113,21 +113,32 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     const int nqb = ceil_div(T_ - j0, kRows);  // query blocks from the diagonal (q0 = j0, j0 + kRows, ..)
     const int n_it = group * nqb;
     static_assert(kRows <= kThreads);
-    // Queues step it's Q and dO (cp.async) into stage st.
-    auto issue = [&](int it, int st) {
-        const int h = h0 + it / nqb, q0 = j0 + (it % nqb) * kRows;
-        copy_rows<HS, kRows, kThreads>(qs + st * kRows * kLd, xb + h * HS, stride, q0, T_);
-        copy_rows<HS, kRows, kThreads>(dos + st * kRows * kLd, dout + static_cast<size_t>(b) * T_ * C + h * HS, C, q0,
-                                       T_);
+    // A step's query head and first row: (h0, j0), (h0, j0 + kRows), .. below T, then the group's
+    // next head. Advanced by next(), not divided out of the step index (three integer divisions a
+    // step in SASS).
+    struct Pos {
+        int h, q0;
     };
-    // Step it's lse and D of query row q0 + threadIdx.x (thread < kRows), read into registers one
-    // step before they go to shared memory, so no step waits on these global loads (0 past T / n_it).
-    auto load_stats = [&](int it, float& l_, float& d_) {
+    auto next = [&](Pos p) {
+        p.q0 += kRows;
+        if (p.q0 >= T_) p.q0 = j0, p.h++;
+        return p;
+    };
+    // Queues the Q and dO of the step at p (cp.async) into stage st.
+    auto issue = [&](Pos p, int st) {
+        copy_rows<HS, kRows, kThreads>(qs + st * kRows * kLd, xb + p.h * HS, stride, p.q0, T_);
+        copy_rows<HS, kRows, kThreads>(dos + st * kRows * kLd, dout + static_cast<size_t>(b) * T_ * C + p.h * HS, C,
+                                       p.q0, T_);
+    };
+    // The lse and D of query row p.q0 + threadIdx.x (thread < kRows), read into registers one step
+    // before they go to shared memory, so no step waits on these global loads (0 past T and past
+    // the group's last head: no such step).
+    auto load_stats = [&](Pos p, float& l_, float& d_) {
         l_ = d_ = 0.0f;
-        if (threadIdx.x >= kRows || it >= n_it) return;
-        const int h = h0 + it / nqb, i = j0 + (it % nqb) * kRows + static_cast<int>(threadIdx.x);
+        if (threadIdx.x >= kRows || p.h >= h0 + group) return;
+        const int i = p.q0 + static_cast<int>(threadIdx.x);
         if (i >= T_) return;
-        const size_t stat = (static_cast<size_t>(b) * NH + h) * T_ + i;
+        const size_t stat = (static_cast<size_t>(b) * NH + p.h) * T_ + i;
         l_ = lse[stat];
         d_ = delta[stat];
     };
@@ -139,23 +150,24 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     };
     copy_rows<HS, kKeys, kThreads>(ks, xb + C + gkv * HS, stride, j0, T_);
     copy_rows<HS, kKeys, kThreads>(vs, xb + C + (NKV + gkv) * HS, stride, j0, T_);
-    issue(0, 0);
+    Pos cur{h0, j0}, ahead = next(cur), far = next(ahead);  // steps it, it + 1, it + 2
+    issue(cur, 0);
     ptx::cp_async_commit();
     float pre_l, pre_d;  // the stats of the next step, in flight
-    load_stats(0, pre_l, pre_d);
+    load_stats(cur, pre_l, pre_d);
     put_stats(0, pre_l, pre_d);
-    load_stats(1, pre_l, pre_d);
+    load_stats(ahead, pre_l, pre_d);
     const float sl2 = kLog2e / sqrtf(static_cast<float>(HS));
     float dk[kND][4], dv[kND][4];
     for (int n = 0; n < kND; n++)
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
-    for (int it = 0; it < n_it; it++) {
-        const int st = it % 2, h = h0 + it / nqb, q0 = j0 + (it % nqb) * kRows;
+    for (int it = 0; it < n_it; it++, cur = ahead, ahead = far, far = next(far)) {
+        const int st = it % 2, h = cur.h, q0 = cur.q0;
         if (it + 1 < n_it) {  // the other stage's last readers passed the previous step's middle barrier
-            issue(it + 1, st ^ 1);
+            issue(ahead, st ^ 1);
             ptx::cp_async_commit();
             put_stats(st ^ 1, pre_l, pre_d);  // loaded during step it - 1
-            load_stats(it + 2, pre_l, pre_d);
+            load_stats(far, pre_l, pre_d);
             ptx::cp_async_wait<1>();
         } else {
             ptx::cp_async_wait<0>();

@@ -15,7 +15,7 @@
 // out = O / l, lse = m ln 2 + log l. Two pipelines around the same per-block math:
 // - head size 64 (flash_forward_qreg_kernel): Q's fragments (32 registers) are loaded once and
 //   kept; K and V are double-buffered (block kb + 1 copied while kb is used; Q's tile first fills
-//   the second stage). 228 registers (sm_90), 36,992 B of shared memory: 2 blocks (8 warps) per SM.
+//   the second stage). 232 registers (sm_90), 36,992 B of shared memory: 2 blocks (8 warps) per SM.
 // - head size 128 (flash_forward_qsmem_kernel): O alone is 128 registers a thread, so Q stays in
 //   shared memory and its fragments are read again per key block, as in FlashAttention-2; K and V
 //   have one buffer each, copied in FlashAttention-2's order: V of block kb while S = Q K^T runs, K

@@ -43,18 +43,22 @@ __device__ inline unsigned char* flash_smem(unsigned char* raw) {
 
 /// Starts the copy of rows [r0, r0 + kRows) of src (row r at src + r * stride, HS bf16 each) into
 /// tile (kRows x flash_tile_ld(HS)), rows >= T as zeros, by kThreads threads; the caller commits and
-/// waits. Offsets in 32 bits (check_flash: T x stride < 2^31) and the loop kept rolled: the copies
-/// run inside the kernels' loops beside 200 accumulator registers, and 64-bit row offsets hoisted
-/// per unrolled row spilled at head size 128 (ptxas -v).
+/// waits. A thread copies the same 16-byte column of every kThreads / (HS / 8)-th row, so a pass
+/// is one compare and two adds (per-chunk division and 64-bit address arithmetic made the loop
+/// ~20 instructions a copy in SASS). Offsets in 32 bits (check_flash: T x stride < 2^31) and the
+/// loop kept rolled: the copies run inside the kernels' loops beside 200 accumulator registers,
+/// and 64-bit row offsets hoisted per unrolled row spilled at head size 128 (ptxas -v).
 template <int HS, int kRows, int kThreads>
 __device__ inline void copy_rows(bf16* tile, const bf16* src, size_t stride, int r0, int T_) {
-    constexpr int kChunks = HS / 8, kLd = kTileLd<HS>;
-    const int st = static_cast<int>(stride);
+    constexpr int kChunks = HS / 8, kLd = kTileLd<HS>, kPass = kThreads / kChunks;  // rows per pass
+    static_assert(kThreads % kChunks == 0);
+    const int st = static_cast<int>(stride), c = static_cast<int>(threadIdx.x % kChunks) * 8;
+    int r = static_cast<int>(threadIdx.x / kChunks);
+    bf16* dst = tile + r * kLd + c;
     NO_UNROLL
-    for (int x = threadIdx.x; x < kRows * kChunks; x += kThreads) {
-        const int r = x / kChunks, c = (x % kChunks) * 8;
+    for (; r < kRows; r += kPass, dst += kPass * kLd) {
         const bool valid = r0 + r < T_;
-        ptx::cp_async_16(tile + r * kLd + c, src + (valid ? (r0 + r) * st + c : 0), valid);
+        ptx::cp_async_16(dst, src + (valid ? (r0 + r) * st + c : 0), valid);
     }
 }
 
