@@ -307,7 +307,7 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
                                                                           cfg.model.seq_len, heads * hs, heads);
         std::snprintf(buf, sizeof buf, "(CUDA, model.attention = \"native\" or \"auto\" without cuDNN: "
                       "FlashAttention-2's backward scratch, D and the dQ partials of every key block (128 keys; at head size 128 "
-                      "64 where a device allows under 115,328 B of shared memory per block: the larger of the two counted) for "
+                      "64 where a device allows under 115,200 B of shared memory per block: the larger of the two counted) for "
                       "as many batch rows as fit 256 MiB, is %.1f MiB per rank, counted as workspace.)", bytes / 1048576.0);
         out.push_back(buf);
     }

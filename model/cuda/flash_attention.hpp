@@ -29,24 +29,24 @@ constexpr int flash_key_rows() { return 64; }
 /// Row stride (elements) of a bf16 tile in shared memory: 16 bytes of padding keep ldmatrix's
 /// eight row reads of one 8x8 matrix on distinct banks.
 constexpr int flash_tile_ld(int head_size) { return head_size + 8; }
-/// Dynamic shared memory of the forward kernel, 256 tile rows + 128 bytes for aligning the base:
+/// Dynamic shared memory of the forward kernel, 256 tile rows:
 /// at head size 64 two stages of K and V (cp.async double buffering), the Q tile (128 rows, one
 /// stage) in stage 1 until its fragments are in registers; at head size 128 the Q tile kept for the
-/// whole loop and one K and one V tile. 36,992 B at head size 64, 69,760 B at 128.
+/// whole loop and one K and one V tile. 36,864 B at head size 64, 69,632 B at 128.
 constexpr size_t flash_forward_smem_bytes(int head_size) {
-    return 128 + 2 * static_cast<size_t>(flash_tile_ld(head_size)) * (flash_forward_rows() + 2 * flash_key_rows());
+    return 2 * static_cast<size_t>(flash_tile_ld(head_size)) * (flash_forward_rows() + 2 * flash_key_rows());
 }
-static_assert(flash_forward_smem_bytes(64) == 36992 && flash_forward_smem_bytes(128) == 69760);
+static_assert(flash_forward_smem_bytes(64) == 36864 && flash_forward_smem_bytes(128) == 69632);
 
 // ---- the fused backward: two key-block variants ----
 //
 // A backward block owns `keys` keys of one key/value head, 16 per warp:
 // - 128 keys, 8 warps: always at head size 64, and at head size 128 wherever the device allows
-//   their 115,328 B of shared memory per block (sm_90: 227 KiB, sm_80: 163 KiB). FlashAttention-2's
+//   their 115,200 B of shared memory per block (sm_90: 227 KiB, sm_80: 163 KiB). FlashAttention-2's
 //   own block at head size 128 on A100/H100. Against 64 keys: half the dQ partials (each written
 //   once by the fused kernel and read once by the sum: at head size 128, B 8, T 2048, 16 heads
 //   2.2 GB -> 1.1 GB per backward) and each Q/dO tile copied serves twice the keys.
-// - 64 keys, 4 warps: at head size 128 on a device allowing less (75,392 B fit the 99 KiB of
+// - 64 keys, 4 warps: at head size 128 on a device allowing less (75,264 B fit the 99 KiB of
 //   sm_86/89/120).
 // CudaOps runs flash_backward_keys(head_size, the device's
 // cudaDevAttrMaxSharedMemoryPerBlockOptin, read once when the backend is made): a constant of the
@@ -68,11 +68,11 @@ constexpr int flash_backward_warps(int keys) { return keys / 16; }
 constexpr int flash_backward_rows(int head_size) { return head_size == 64 ? 64 : 32; }
 /// Dynamic shared memory of the fused backward kernel with `keys` keys per block: the block's K
 /// and V tiles (keys x ld bf16 each), two stages of Q and dO tiles (rows x ld bf16) and of lse and
-/// D (rows fp32), and the dS^T tile (keys x (rows + 8) bf16), + 128 for aligning the base: at head
-/// size 64 with 128 keys 93,312 B; at head size 128 with 64 keys 75,392 B, with 128 keys 115,328 B.
+/// D (rows fp32), and the dS^T tile (keys x (rows + 8) bf16): at head
+/// size 64 with 128 keys 93,184 B; at head size 128 with 64 keys 75,264 B, with 128 keys 115,200 B.
 constexpr size_t flash_backward_smem_bytes(int head_size, int keys) {
     const size_t ld = flash_tile_ld(head_size), br = flash_backward_rows(head_size), bc = keys;
-    return 128 + 2 * ld * (2 * bc + 2 * 2 * br) + 2 * bc * (br + 8) + 4 * 2 * 2 * br;
+    return 2 * ld * (2 * bc + 2 * 2 * br) + 2 * bc * (br + 8) + 4 * 2 * 2 * br;
 }
 /// Keys per backward block on a device allowing smem_optin bytes of dynamic shared memory per block
 /// (cudaDevAttrMaxSharedMemoryPerBlockOptin): 128 where flash_backward_smem_bytes(head_size, 128)
@@ -82,8 +82,8 @@ constexpr int flash_backward_keys(int head_size, long long smem_optin) {
                ? kFlashBackwardKeysMax
                : flash_backward_keys_min(head_size);
 }
-static_assert(flash_backward_smem_bytes(64, 128) == 93312 && flash_backward_smem_bytes(128, 64) == 75392 &&
-              flash_backward_smem_bytes(128, 128) == 115328 && flash_backward_smem_bytes(64, 64) == 65664);
+static_assert(flash_backward_smem_bytes(64, 128) == 93184 && flash_backward_smem_bytes(128, 64) == 75264 &&
+              flash_backward_smem_bytes(128, 128) == 115200 && flash_backward_smem_bytes(64, 64) == 65536);
 static_assert(flash_backward_keys(128, 101376) == 64 && flash_backward_keys(128, 232448) == 128 &&
               flash_backward_keys(64, 101376) == 128);
 /// flash_backward_keys at head_size on the current CUDA device (cudaGetDevice, and its
@@ -112,9 +112,9 @@ void flash_attention_backward_keys(__nv_bfloat16* dqkv, const __nv_bfloat16* dou
 
 /// The largest dynamic shared memory any flash kernel needs at this head size (64 or 128) in its
 /// smallest backward variant: what a device must allow per block
-/// (cudaDevAttrMaxSharedMemoryPerBlockOptin) to run this path. 93,312 B at head size 64, 75,392 B at
+/// (cudaDevAttrMaxSharedMemoryPerBlockOptin) to run this path. 93,184 B at head size 64, 75,264 B at
 /// 128 (the backward's, both under the 99 KiB of sm_86/89/120; the 128-key backward at head size
-/// 128 is taken only where its 115,328 B fit, flash_backward_keys); 0 at the head sizes the kernels
+/// 128 is taken only where its 115,200 B fit, flash_backward_keys); 0 at the head sizes the kernels
 /// do not take.
 inline size_t flash_attention_smem_bytes(int head_size) {
     if (head_size != 64 && head_size != 128) return 0;

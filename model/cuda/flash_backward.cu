@@ -7,7 +7,7 @@
 //
 // D = rowsum(dO o O) first (attention.cu's delta kernel). One block per key block of key/value head
 // g — 128 keys (8 warps x 16), or at HS 128 on a device whose opt-in shared memory per block is
-// under their 115,328 B (sm_86/89/120: 99 KiB) 64 keys (4 warps; flash_backward_keys,
+// under their 115,200 B (sm_86/89/120: 99 KiB) 64 keys (4 warps; flash_backward_keys,
 // flash_attention.hpp) — holds K and V in shared memory and dK, dV in registers, and walks its
 // group's query heads in order and, per head, the query blocks (64 rows at HS 64, 32 at HS 128)
 // from its diagonal to T, Q, dO, lse and D double-buffered. Per query block each warp computes
@@ -38,7 +38,7 @@ constexpr int kBwdRows = flash_backward_rows(HS);
 template <int KEYS>
 constexpr int kBwdThreads = flash_backward_warps(KEYS) * kWarpSize;  ///< 256 for 128 keys, 128 for 64
 template <int HS, int KEYS>
-constexpr size_t kBwdSmem = flash_backward_smem_bytes(HS, KEYS);  ///< 93,312 / 65,664 / 115,328 / 75,392 B
+constexpr size_t kBwdSmem = flash_backward_smem_bytes(HS, KEYS);  ///< 93,184 / 65,536 / 115,200 / 75,264 B
 
 /// flash_dq_partial_rows(T, KEYS) on the device: the dQ partial rows of one (b, h) with KEYS keys
 /// per backward block.
@@ -62,21 +62,21 @@ __device__ inline size_t dq_partial_first(int T_, int kb) {
 /// (B,NH,T); dq_part: the chunk's partials, flash_dq_partial_rows(T, KEYS) rows of HS floats per
 /// (z, h). Dynamic smem flash_backward_smem_bytes(HS, KEYS): K and V (KEYS x (HS + 8) bf16 each),
 /// two stages of Q and dO (rows x (HS + 8) bf16 each) and of lse and D (rows fp32), dS^T (KEYS x
-/// (rows + 8) bf16), + 128 for alignment. The variants (flash_backward_keys picks one per device;
+/// (rows + 8) bf16). The variants (flash_backward_keys picks one per device;
 /// flash_attention_backward_keys runs any, for benchmarks):
 /// - HS 64, KEYS 128: block 256 threads (8 warps), 64 query rows per step; smem 2 x 128 x 72 x 2 +
-///   4 x 64 x 72 x 2 + 128 x 72 x 2 + 1,024 + 128 = 93,312 B.
+///   4 x 64 x 72 x 2 + 128 x 72 x 2 + 1,024 = 93,184 B.
 /// - HS 128, KEYS 128: block 256 (8 warps), 32 rows per step; smem 2 x 128 x 136 x 2 + 4 x 32 x 136
-///   x 2 + 128 x 40 x 2 + 512 + 128 = 115,328 B, so only where the device's opt-in limit allows it
+///   x 2 + 128 x 40 x 2 + 512 = 115,200 B, so only where the device's opt-in limit allows it
 ///   (sm_90: 227 KiB, sm_80: 163 KiB). FlashAttention-2's own block at head size 128 on A100/H100:
 ///   against 64 keys half the dQ partials (written once here, read once by the sum: at B 8,
 ///   T 2048 with 12 heads, the shape measured on an H200, 1.66 GB each way per backward, ~0.7 ms
 ///   of HBM traffic at 4.8 TB/s, become 0.86 GB; with 16 heads 2.2 GB become 1.1 GB) and each
 ///   Q/dO tile copied serves 128 keys instead of 64.
 /// - HS 128, KEYS 64: block 128 (4 warps), 32 rows per step; smem 2 x 64 x 136 x 2 + 4 x 32 x 136 x
-///   2 + 64 x 40 x 2 + 512 + 128 = 75,392 B: the variant for the 99 KiB of sm_86/89/120.
+///   2 + 64 x 40 x 2 + 512 = 75,264 B: the variant for the 99 KiB of sm_86/89/120.
 /// - HS 64, KEYS 64: block 128 (4 warps), 64 rows per step; smem 2 x 64 x 72 x 2 + 4 x 64 x 72 x 2 +
-///   64 x 72 x 2 + 1,024 + 128 = 65,664 B. No device's choice (128 keys fit every device that runs
+///   64 x 72 x 2 + 1,024 = 65,536 B. No device's choice (128 keys fit every device that runs
 ///   the path): attention_bench's native-bc64 times it beside the 128-key blocks, to learn whether
 ///   two blocks of 4 warps per SM (one's barrier waits filled by the other's work) beat one of 8
 ///   despite twice the dQ partials.
@@ -94,10 +94,8 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     constexpr int kQT = kRows / 16;         // m16 tiles of a query block (dQ: one per warp) ...
     constexpr int kDq = HS / (kWarps / kQT);  // ... and the dQ columns of a warp
     static_assert(kWarps % kQT == 0 && kDq % 16 == 0 && kKeys == 16 * kWarps);
-    static_assert(2 * (2 * kKeys * kLd + 4 * kRows * kLd + kKeys * kLdS) + 4 * 4 * kRows + 128 ==
-                  kBwdSmem<HS, KEYS>);  // the layout below
-    EXTERN_SHARED(unsigned char, raw);
-    bf16* ks = reinterpret_cast<bf16*>(flash_smem(raw));
+    static_assert(2 * (2 * kKeys * kLd + 4 * kRows * kLd + kKeys * kLdS) + 4 * 4 * kRows == kBwdSmem<HS, KEYS>);
+    EXTERN_SHARED(bf16, ks);  // the layout: K, V, the stages of Q and dO, dS^T, the stages of lse and D
     bf16* vs = ks + kKeys * kLd;
     bf16* qs = vs + kKeys * kLd;        // stage s at qs + s * kRows * kLd
     bf16* dos = qs + 2 * kRows * kLd;   // likewise

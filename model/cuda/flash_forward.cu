@@ -15,11 +15,11 @@
 // out = O / l, lse = m ln 2 + log l. Two pipelines around the same per-block math:
 // - head size 64 (flash_forward_qreg_kernel): Q's fragments (32 registers) are loaded once and
 //   kept; K and V are double-buffered (block kb + 1 copied while kb is used; Q's tile first fills
-//   the second stage). 232 registers (sm_90), 36,992 B of shared memory: 2 blocks (8 warps) per SM.
+//   the second stage). 231 registers (sm_90), 36,864 B of shared memory: 2 blocks (8 warps) per SM.
 // - head size 128 (flash_forward_qsmem_kernel): O alone is 128 registers a thread, so Q stays in
 //   shared memory and its fragments are read again per key block, as in FlashAttention-2; K and V
 //   have one buffer each, copied in FlashAttention-2's order: V of block kb while S = Q K^T runs, K
-//   of block kb + 1 while the softmax and P V run. 69,760 B, so it fits the 99 KiB of sm_86/89/120
+//   of block kb + 1 while the softmax and P V run. 69,632 B, so it fits the 99 KiB of sm_86/89/120
 //   and two blocks fit every other SM. Against 8 warps of 16 rows (the kernel measured on an H200,
 //   0.39 of cuDNN's TFLOP/s), each K and V fragment read from shared memory serves two m16 tiles:
 //   ldmatrix traffic per mma 0.31 instead of 0.5 of a 512-byte x4 load (head size 64's is 0.25).
@@ -197,8 +197,7 @@ template <int HS>
 __global__ void __launch_bounds__(kFwdThreads, 1)
     flash_forward_qreg_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, int NKV) {
     constexpr int kLd = kTileLd<HS>;
-    EXTERN_SHARED(unsigned char, raw);
-    bf16* kv = reinterpret_cast<bf16*>(flash_smem(raw));
+    EXTERN_SHARED(bf16, kv);
     bf16* qs = kv + 2 * kKeys * kLd;
     const int warp = threadIdx.x / kWarpSize;
     const FwdBlock f = fwd_block<HS>(qkv, T_, C, NH, NKV);
@@ -248,8 +247,7 @@ template <int HS>
 __global__ void __launch_bounds__(kFwdThreads, 1)
     flash_forward_qsmem_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, int NKV) {
     constexpr int kLd = kTileLd<HS>;
-    EXTERN_SHARED(unsigned char, raw);
-    bf16* qs = reinterpret_cast<bf16*>(flash_smem(raw));
+    EXTERN_SHARED(bf16, qs);
     bf16* ks = qs + kFwdRows * kLd;
     bf16* vs = ks + kKeys * kLd;
     const FwdBlock f = fwd_block<HS>(qkv, T_, C, NH, NKV);

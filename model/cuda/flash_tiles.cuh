@@ -33,14 +33,6 @@ constexpr int kTileLd = flash_tile_ld(HS);  ///< namespace-scope constants: usab
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
-/// The dynamic shared memory rounded up to 128 bytes (cp.async and ldmatrix want 16). Written as
-/// raw + padding, not as a rounded integer cast back: a pointer that went through an integer is
-/// generic to the compiler, and every scalar access through it became a generic LD/ST (with the
-/// wait on its latency inside the backward's softmax) instead of LDS/STS (SASS, nvdisasm).
-__device__ inline unsigned char* flash_smem(unsigned char* raw) {
-    return raw + ((128 - (reinterpret_cast<uintptr_t>(raw) & 127)) & 127);
-}
-
 /// Starts the copy of rows [r0, r0 + kRows) of src (row r at src + r * stride, HS bf16 each) into
 /// tile (kRows x flash_tile_ld(HS)), rows >= T as zeros, by kThreads threads; the caller commits and
 /// waits. A thread copies the same 16-byte column of every kThreads / (HS / 8)-th row, so a pass

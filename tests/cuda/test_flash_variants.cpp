@@ -26,8 +26,8 @@ namespace {
 
 /// The backward's key block by the device's opt-in shared memory per block (flash_backward_keys):
 /// 128 keys at head size 64 on every device that runs the path; at head size 128, 128 keys where
-/// their 115,328 B fit (sm_90's 227 KiB, sm_80's 163 KiB; a device allowing exactly that), else 64
-/// (75,392 B: the 99 KiB of sm_86/89/120), which is also what "auto" requires of a device
+/// their 115,200 B fit (sm_90's 227 KiB, sm_80's 163 KiB; a device allowing exactly that), else 64
+/// (75,264 B: the 99 KiB of sm_86/89/120), which is also what "auto" requires of a device
 /// (flash_attention_smem_bytes). Emulated: flash_backward_keys_on_device reads the device's limit
 /// (CUDA_EMU_SMEM_OPTIN), and both variants run a byte either side of the 128-key need.
 TEST(FlashAttentionKeyBlock, ChosenByTheDevicesSharedMemory) {
@@ -36,7 +36,7 @@ TEST(FlashAttentionKeyBlock, ChosenByTheDevicesSharedMemory) {
     EXPECT_EQ(cuda::flash_backward_keys(128, 166912), 128);
     EXPECT_EQ(cuda::flash_backward_keys(128, 232448), 128);
     const size_t need128 = cuda::flash_backward_smem_bytes(128, 128);
-    EXPECT_EQ(need128, 115328u);
+    EXPECT_EQ(need128, 115200u);
     EXPECT_EQ(cuda::flash_backward_keys(128, need128), 128);
     EXPECT_EQ(cuda::flash_backward_keys(128, need128 - 1), 64);
     EXPECT_EQ(cuda::flash_attention_smem_bytes(128), cuda::flash_backward_smem_bytes(128, 64));
@@ -183,7 +183,7 @@ TEST(FlashAttentionKeyBlock, NamedVariantEntryPoint) {
     for (int bad : {0, 32, 96, 256, -64}) throws_naming(*dev, s, bad, "must be 64 or 128");
 }
 
-/// At head size 64 every device takes 128 keys; the 64-key variant (4 warps, 65,664 B) runs only
+/// At head size 64 every device takes 128 keys; the 64-key variant (4 warps, 65,536 B) runs only
 /// through flash_attention_backward_keys (attention_bench's native-bc64, to time two blocks of 4
 /// warps per SM against one of 8). T 150, B 2: on clean inputs within the CPU backend's bound; with
 /// keys and values from 64 on NaN (the witness of TheLaunchedVariantIsTheDevicesChoice) dQ of

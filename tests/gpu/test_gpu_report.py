@@ -288,7 +288,7 @@ class Summary(unittest.TestCase):
                         "native-bc64 / cudnn: forward 0.60, backward 0.26 of cuDNN's TFLOP/s\n")
             with open(os.path.join(d, "attention-124m.txt"), "w") as f:
                 f.write("native-bc64 B=32 T=1024 C=768 NH=12: unavailable: cuda flash attention backward: keys 64 "
-                        "at head size 64 needs 65664 B of shared memory per block; the device allows 49152\n")
+                        "at head size 64 needs 65536 B of shared memory per block; the device allows 49152\n")
             out, t = self.rows(d)
         shape = "B 8, T 2048, HS 128"
         self.assertEqual(t[f"attention native-bc64 ({shape})"][1:],
@@ -301,7 +301,7 @@ class Summary(unittest.TestCase):
                           "<= 0.5 of the reference's rms (a screen)", "", "FAIL"])
         self.assertEqual(t[f"attention native vs cudnn ({shape})"][4], "PASS")
         self.assertEqual(t["attention native-bc64 (B 32, T 1024, HS 64)"][1:],
-                         ["unavailable: cuda flash attention backward: keys 64 at head size 64 needs 65664 B of "
+                         ["unavailable: cuda flash attention backward: keys 64 at head size 64 needs 65536 B of "
                           "shared memory per block; the device allows 49152",
                           "", "", "info"])
         self.assertIn("2 passed, 1 failed, 1 missing (info rows have no target)", out)
