@@ -175,71 +175,77 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
         const bf16* d_o = dos + st * kRows * kLd;
         const float* ls = lses + st * kRows;
         const float* ds_ = dels + st * kRows;
-        float s[kNS][4], dp[kNS][4];  // S^T and dP^T: 16 keys (rows g, g + 8) x kRows queries
-        for (int n = 0; n < kNS; n++)
-            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
         // Warp-uniform: some key of the warp is < T and <= the step's last query. Else P^T = dS^T = 0
-        // (the mask below) and the warp only writes its zero rows of dS^T (the diagonal steps of a
-        // 128-key block: at HS 64 warps 4-7 against queries j0 .. j0 + 63; at HS 128, 32 queries a
-        // step, warps 2-7, 4-7, 6-7 in the first three).
+        // and the warp only writes its zero rows of dS^T (the diagonal steps of a 128-key block: at
+        // HS 64 warps 4-7 against queries j0 .. j0 + 63; at HS 128, 32 queries a step, warps 2-7,
+        // 4-7, 6-7 in the first three). S^T and dP^T live only in the live branch (zeroing them for
+        // both was 32 register moves a step in SASS).
         const bool live = jw < T_ && jw <= q0 + kRows - 1;
-        if (live)
-        for (int kk = 0; kk < kKS; kk++) {
-            uint32_t ka[4], va[4];
-            load_a(ka, ks + warp * 16 * kLd + kk * 16, kLd);
-            load_a(va, vs + warp * 16 * kLd + kk * 16, kLd);
-            for (int np = 0; np < kNS / 2; np++) {
-                uint32_t bb[4];
-                load_b_rows(bb, q + np * 16 * kLd + kk * 16, kLd);
-                mma(s[2 * np], ka, bb);
-                mma(s[2 * np + 1], ka, bb + 2);
-                load_b_rows(bb, d_o + np * 16 * kLd + kk * 16, kLd);
-                mma(dp[2 * np], va, bb);
-                mma(dp[2 * np + 1], va, bb + 2);
-            }
-        }
-        // P^T and dS^T in place of S^T and dP^T, without a branch per element (one kept each
-        // element's stats loads and exp2 behind its own condition, serialized: SASS showed a
-        // BSSY/BSYNC pair each). Masked to 0: queries i < j and i >= T, checked only in the steps that
-        // cross the warp's keys or T (a warp-uniform branch between two copies of the loop; masked
-        // elements are finite, rows past T being zeros with lse and D 0, and only the select sees them).
-        auto softmax = [&](auto masked) {
-            for (int n = 0; n < kNS; n++) {
-                const int qi = n * 8 + 2 * t4;  // this lane's two query columns qi, qi + 1
-                const float2 l2 = *reinterpret_cast<const float2*>(ls + qi);
-                const float2 d2 = *reinterpret_cast<const float2*>(ds_ + qi);
-                for (int e = 0; e < 4; e++) {
-                    const float p = ptx::ex2_approx(fmaf(s[n][e], sl2, -(e % 2 ? l2.y : l2.x)));
-                    const float ds = p * (dp[n][e] - (e % 2 ? d2.y : d2.x));
-                    bool keep = true;
-                    if constexpr (decltype(masked)::value) {
-                        const int i = q0 + qi + (e % 2), j = jw + g + 8 * (e / 2);
-                        keep = i < T_ && i >= j;
-                    }
-                    s[n][e] = keep ? p : 0.0f;
-                    dp[n][e] = keep ? ds : 0.0f;
+        if (!live) {
+            for (int n = 0; n < kNS; n++)
+                for (int r = 0; r < 2; r++)
+                    *reinterpret_cast<uint32_t*>(dss + (warp * 16 + g + 8 * r) * kLdS + n * 8 + 2 * t4) = 0u;
+        } else {
+            float s[kNS][4], dp[kNS][4];  // S^T and dP^T: 16 keys (rows g, g + 8) x kRows queries
+            for (int n = 0; n < kNS; n++)
+                for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+            for (int kk = 0; kk < kKS; kk++) {
+                uint32_t ka[4], va[4];
+                load_a(ka, ks + warp * 16 * kLd + kk * 16, kLd);
+                load_a(va, vs + warp * 16 * kLd + kk * 16, kLd);
+                for (int np = 0; np < kNS / 2; np++) {
+                    uint32_t bb[4];
+                    load_b_rows(bb, q + np * 16 * kLd + kk * 16, kLd);
+                    mma(s[2 * np], ka, bb);
+                    mma(s[2 * np + 1], ka, bb + 2);
+                    load_b_rows(bb, d_o + np * 16 * kLd + kk * 16, kLd);
+                    mma(dp[2 * np], va, bb);
+                    mma(dp[2 * np + 1], va, bb + 2);
                 }
             }
-        };
-        if (q0 < jw + 15 || q0 + kRows > T_) softmax(std::true_type{});
-        else softmax(std::false_type{});
-        for (int n = 0; n < kNS; n++)  // dS^T rows of the warp's keys, bf16 pairs
-            for (int r = 0; r < 2; r++)
-                *reinterpret_cast<uint32_t*>(dss + (warp * 16 + g + 8 * r) * kLdS + n * 8 + 2 * t4) =
-                    ptx::pack_bf16x2(dp[n][2 * r], dp[n][2 * r + 1]);
-        if (live)
-        for (int kk = 0; kk < kRows / 16; kk++) {
-            uint32_t pa[4], da[4];
-            acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-            acc_to_a(da, dp[2 * kk], dp[2 * kk + 1]);
-            for (int np = 0; np < kND / 2; np++) {
-                uint32_t bb[4];
-                load_b_cols(bb, d_o + kk * 16 * kLd + np * 16, kLd);
-                mma(dv[2 * np], pa, bb);
-                mma(dv[2 * np + 1], pa, bb + 2);
-                load_b_cols(bb, q + kk * 16 * kLd + np * 16, kLd);
-                mma(dk[2 * np], da, bb);
-                mma(dk[2 * np + 1], da, bb + 2);
+            // P^T and dS^T in place of S^T and dP^T, without a branch per element (one kept each
+            // element's stats loads and exp2 behind its own condition, serialized: SASS showed a
+            // BSSY/BSYNC pair each). Masked to 0: queries i < j and i >= T, checked only in the steps
+            // that cross the warp's keys or T (a warp-uniform branch between two copies of the loop;
+            // masked elements are finite, rows past T being zeros with lse and D 0, and only the
+            // select sees them).
+            auto softmax = [&](auto masked) {
+                for (int n = 0; n < kNS; n++) {
+                    const int qi = n * 8 + 2 * t4;  // this lane's two query columns qi, qi + 1
+                    const float2 l2 = *reinterpret_cast<const float2*>(ls + qi);
+                    const float2 d2 = *reinterpret_cast<const float2*>(ds_ + qi);
+                    for (int e = 0; e < 4; e++) {
+                        const float p = ptx::ex2_approx(fmaf(s[n][e], sl2, -(e % 2 ? l2.y : l2.x)));
+                        const float ds = p * (dp[n][e] - (e % 2 ? d2.y : d2.x));
+                        bool keep = true;
+                        if constexpr (decltype(masked)::value) {
+                            const int i = q0 + qi + (e % 2), j = jw + g + 8 * (e / 2);
+                            keep = i < T_ && i >= j;
+                        }
+                        s[n][e] = keep ? p : 0.0f;
+                        dp[n][e] = keep ? ds : 0.0f;
+                    }
+                }
+            };
+            if (q0 < jw + 15 || q0 + kRows > T_) softmax(std::true_type{});
+            else softmax(std::false_type{});
+            for (int n = 0; n < kNS; n++)  // dS^T rows of the warp's keys, bf16 pairs
+                for (int r = 0; r < 2; r++)
+                    *reinterpret_cast<uint32_t*>(dss + (warp * 16 + g + 8 * r) * kLdS + n * 8 + 2 * t4) =
+                        ptx::pack_bf16x2(dp[n][2 * r], dp[n][2 * r + 1]);
+            for (int kk = 0; kk < kRows / 16; kk++) {
+                uint32_t pa[4], da[4];
+                acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+                acc_to_a(da, dp[2 * kk], dp[2 * kk + 1]);
+                for (int np = 0; np < kND / 2; np++) {
+                    uint32_t bb[4];
+                    load_b_cols(bb, d_o + kk * 16 * kLd + np * 16, kLd);
+                    mma(dv[2 * np], pa, bb);
+                    mma(dv[2 * np + 1], pa, bb + 2);
+                    load_b_cols(bb, q + kk * 16 * kLd + np * 16, kLd);
+                    mma(dk[2 * np], da, bb);
+                    mma(dk[2 * np + 1], da, bb + 2);
+                }
             }
         }
         __syncthreads();  // dS^T complete; this stage's Q and dO no longer read
