@@ -8,14 +8,15 @@
 //
 // A block owns 128 query rows of one (b, h): 4 warps of 32 rows (two m16 tiles each), and walks the
 // key blocks of 64 up to its diagonal. Per key block: S = Q K^T (mma), the online softmax in the
-// log2 domain (m, l per row; O rescaled by exp2(m_old - m_new)), P = exp2(S log2e/sqrt(HS) - m)
-// rounded to bf16 into A fragments, O += P V with V's B fragments from ldmatrix.trans. The causal
-// mask is applied only where the key block crosses a warp's rows; blocks entirely past a warp's
-// rows are skipped by that warp; key blocks past the block's last row are never loaded.
+// log2 domain (m, l per row; O rescaled by exp2(m_old - m_new) when some max grew), P =
+// exp2(S log2e/sqrt(HS) - m) rounded to bf16 into A fragments, O += P V with V's B fragments from
+// ldmatrix.trans. The causal mask is applied only where the key block crosses a warp's rows;
+// blocks entirely past a warp's rows are skipped by that warp; key blocks past the block's last
+// row are never loaded.
 // out = O / l, lse = m ln 2 + log l. Two pipelines around the same per-block math:
 // - head size 64 (flash_forward_qreg_kernel): Q's fragments (32 registers) are loaded once and
 //   kept; K and V are double-buffered (block kb + 1 copied while kb is used; Q's tile first fills
-//   the second stage). 231 registers (sm_90), 36,864 B of shared memory: 2 blocks (8 warps) per SM.
+//   the second stage). 224 registers (sm_90), 36,864 B of shared memory: 2 blocks (8 warps) per SM.
 // - head size 128 (flash_forward_qsmem_kernel): O alone is 128 registers a thread, so Q stays in
 //   shared memory and its fragments are read again per key block, as in FlashAttention-2; K and V
 //   have one buffer each, copied in FlashAttention-2's order: V of block kb while S = Q K^T runs, K
@@ -110,7 +111,7 @@ __device__ __forceinline__ void fwd_scores(float (&s)[kMT][kKeys / 8][4], QA qa,
 
 /// The online softmax of key block k0 .. k0 + 63 for the warp's rows iw .. iw + 31: s (the scores)
 /// becomes P = exp2(s log2e/sqrt(HS) - m_new), 0 at keys past the row; m, l updated, O rescaled by
-/// exp2(m_old - m_new).
+/// exp2(m_old - m_new) where some row of the warp has a new max.
 template <int HS>
 __device__ __forceinline__ void fwd_softmax(float (&s)[kMT][kKeys / 8][4], FwdAcc<HS>& acc, int k0, int iw) {
     const int lane = threadIdx.x % kWarpSize, g = lane / 4, t4 = lane % 4;
@@ -125,6 +126,8 @@ __device__ __forceinline__ void fwd_softmax(float (&s)[kMT][kKeys / 8][4], FwdAc
                 for (int e = 0; e < 4; e++)
                     if (n * 8 + e % 2 - mt * 16 - 8 * (e / 2) > d) s[mt][n][e] = -INFINITY;
     }
+    float corr[kMT][2];  // exp2(m_old - m_new) of the lane's rows
+    bool grew = false;   // some row's max grew (always at the first block: m = -inf)
     for (int mt = 0; mt < kMT; mt++)
         for (int r = 0; r < 2; r++) {
             float mx = -INFINITY;  // of the raw scores: sl2 > 0 keeps the order
@@ -133,7 +136,8 @@ __device__ __forceinline__ void fwd_softmax(float (&s)[kMT][kKeys / 8][4], FwdAc
             mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
             // Finite: key 0 is visible to every row in block 0, and m is finite after it.
             const float m_new = fmaxf(acc.m[mt][r], mx * sl2);
-            const float corr = ptx::ex2_approx(acc.m[mt][r] - m_new);  // 0 on the first block (m = -inf)
+            corr[mt][r] = ptx::ex2_approx(acc.m[mt][r] - m_new);  // 0 on the first block (m = -inf)
+            grew |= m_new != acc.m[mt][r];
             acc.m[mt][r] = m_new;
             float sum = 0.0f;
             for (int n = 0; n < kKeys / 8; n++)
@@ -142,12 +146,14 @@ __device__ __forceinline__ void fwd_softmax(float (&s)[kMT][kKeys / 8][4], FwdAc
                     s[mt][n][2 * r + c] = p;
                     sum += p;
                 }
-            acc.l[mt][r] = acc.l[mt][r] * corr + sum;  // this lane's columns; the quad is summed at the end
-            for (int n = 0; n < HS / 8; n++) {
-                acc.o[mt][n][2 * r] *= corr;
-                acc.o[mt][n][2 * r + 1] *= corr;
-            }
+            acc.l[mt][r] = acc.l[mt][r] * corr[mt][r] + sum;  // this lane's columns; the quad is summed at the end
         }
+    // O rescaled only when some row of the warp has a new max: otherwise every corr is 2^0 = 1 and
+    // the 2 x HS/8 x 4 multiplies would change no bit (warp-uniform through the vote).
+    if (__any_sync(kFullMask, grew))
+        for (int mt = 0; mt < kMT; mt++)
+            for (int n = 0; n < HS / 8; n++)
+                for (int e = 0; e < 4; e++) acc.o[mt][n][e] *= corr[mt][e / 2];
 }
 
 /// O += P V for one key block: p (the softmax's output) rounded to bf16 as A fragments straight from
