@@ -299,7 +299,7 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
                   "workspaces: 32 MiB for cuBLASLt and the attention path's, cudnn's backward B*n_head*T^2*2 bytes "
                   "(GPT-2 124M at micro-batch 32: 768 MiB), cublas up to model.attention_workspace_mb plus per-head "
                   "copies, and with n_kv_head < n_head on attention.cu (on cudnn only if it refuses its grouped-query "
-                  "graph) the expanded heads, 6 B*T*n_embd act elements; docs/cuda.md.)");
+                  "graph) the expanded heads, 6 B*T*n_embd act elements; docs/attention.md.)");
     if (bf16 && cuda::flash_attention_supported(cfg.model.n_embd, cfg.model.n_head)) {
         const int heads = cfg.model.n_head / tp, hs = cfg.model.n_embd / cfg.model.n_head;
         // No device here: the larger of the backward's key-block variants' scratch (an upper bound).

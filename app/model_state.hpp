@@ -116,7 +116,7 @@ size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const 
 /// optimizer, counted by building it over the dry-run backend (model/dry_ops.hpp):
 /// nothing is allocated. host includes the checkpoint snapshot (12 bytes x
 /// checkpoint_snapshot_elems) when checkpoints are on. The backend's own workspaces (cuBLASLt's 32 MiB, the attention path's:
-/// cuDNN's dP of B*NH*T^2*2 bytes, cublas' score tiles; docs/cuda.md) are not
+/// cuDNN's dP of B*NH*T^2*2 bytes, cublas' score tiles; docs/attention.md) are not
 /// included. Errors: std::invalid_argument for a world or group size that does not fit.
 MemBytes estimate_memory(const Config& cfg, const RunShape& shape, int pp_stage = 0);
 

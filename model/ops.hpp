@@ -49,7 +49,7 @@ public:
     /// The attention path this backend runs, for logs and metrics: "native", "cublas" or "cudnn"
     /// (model.attention with "auto" resolved; the CPU has only its own, "native").
     virtual const char* attention_name() const { return "native"; }
-    /// Why that path, e.g. "auto: this build has no cuDNN" (docs/cuda.md "Attention: three paths").
+    /// Why that path, e.g. "auto: this build has no cuDNN" (docs/attention.md "`auto`, the default").
     virtual std::string attention_reason() const { return "the only attention of this backend"; }
 
     // ---- memory (bytes). Errors: throws std::runtime_error on allocation failure. ----

@@ -12,7 +12,7 @@
 namespace llmtrain {
 
 /// model.attention, parsed once (parse_attention): our kernels on CUDA cores, cuBLAS GEMMs on tensor
-/// cores around our softmax (tiled over queries), cuDNN's fused attention (docs/cuda.md), or
+/// cores around our softmax (tiled over queries), cuDNN's fused attention (docs/attention.md), or
 /// automatic: the fastest of these the build, precision and shape allow (resolve_attention).
 enum class Attention { native, cublas, cudnn, automatic };
 

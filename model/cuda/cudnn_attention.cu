@@ -14,7 +14,7 @@
 // cudnn-frontend 1.x emits for cuDNN 9.x (its composite SDPA backward node); the engine matches
 // the graph's shape, so a different spelling of the same math can find no engine.
 //
-// Determinism (docs/cuda.md "Attention: three paths"). A flash-attention backward parallel over
+// Determinism (docs/attention.md "Determinism"). A flash-attention backward parallel over
 // key blocks sums each dQ row from several blocks; summed with fp32 atomics into a dQ accumulator,
 // the order, and so the bits, change from run to run (dK and dV are owned by one block each). In the
 // backend API the graph itself selects the algorithm: a non-virtual fp32 dQ accumulator after the
