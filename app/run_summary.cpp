@@ -37,7 +37,7 @@ std::vector<std::string> Trainer::summary() const {
                   c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
     out.push_back("model: " + arch_shape_of(I.shape.model) + " | " + format_thousands(double(I.nparams())) +
                   " parameters" +
-                  (I.topo.tp() > 1 ? ", " + format_thousands(double(I.layout->num_parameters())) + " on this TP rank"
+                  (I.topo.tp() > 1 ? ", " + format_thousands(double(I.ms.layout->num_parameters())) + " on this TP rank"
                                    : std::string()));
     char fpt[64];
     std::snprintf(fpt, sizeof fpt, "%.3g", flops_per_token(I.shape.model, I.nparams(), I.T));
@@ -52,7 +52,7 @@ std::vector<std::string> Trainer::summary() const {
         mem += std::string(" ") + mem_category_name(cat) + " " + mib(I.alloc->current(cat)) + ",";
     }
     out.push_back(mem + " device total " + mib(I.alloc->current_total()));
-    if (I.pipe) {
+    if (I.ms.pipe) {
         const int P = I.topo.pp(), m = I.accum;
         const PipelineSchedule sch = parse_pipeline_schedule(c.pipeline.schedule);
         out.push_back("pipeline: pp " + std::to_string(P) + ", schedule " + c.pipeline.schedule + ", " +
@@ -69,11 +69,11 @@ std::vector<std::string> Trainer::summary() const {
             out.push_back(line + ", device total " + mib(device_bytes(b)));
         }
     }
-    if (const HostOffload* off = I.adam->offload()) {
+    if (const HostOffload* off = I.ms.adam->offload()) {
         char buf[240];
         std::snprintf(buf, sizeof buf, "optimizer: offload cpu, %s of %s shard elements on the host (fraction %g), "
                       "%d chunks of %s parameters, double-buffered", format_thousands(double(off->numel())).c_str(),
-                      format_thousands(double(I.adam->numel())).c_str(), c.optimizer.offload_fraction, off->chunks(),
+                      format_thousands(double(I.ms.adam->numel())).c_str(), c.optimizer.offload_fraction, off->chunks(),
                       format_thousands(double(off->chunk_elems())).c_str());
         out.push_back(buf);
     }

@@ -115,7 +115,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
         StepResult r;
         r.updated = I.train_step(&r.loss, &r.lr, &r.norm);
         r.seconds = seconds_since(t0);
-        I.trace->record(I.step, t0, I.pipe.get(), I.adam->offload(), r.updated);
+        I.trace->record(I.step, t0, I.ms.pipe.get(), I.ms.adam->offload(), r.updated);
         window.add(r.seconds);
         const int64_t s = I.step;
         log.train_record(s, r.loss, r.lr, r.norm);
@@ -164,7 +164,7 @@ void Trainer::Impl::report_step(int64_t s, const StepResult& r, Metrics& metrics
     metrics.add_tokens(double(tokens_per_step()));
     metrics.observe_step_seconds(r.seconds);
     report_memory(metrics);
-    if (const HostOffload* off = adam->offload(); off && r.updated) {
+    if (const HostOffload* off = ms.adam->offload(); off && r.updated) {
         const OffloadTimes& t = off->last_times();
         metrics.set_offload_seconds("d2h", t.d2h);
         metrics.set_offload_seconds("host_adam", t.host_adam);

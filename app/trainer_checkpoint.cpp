@@ -26,20 +26,20 @@ void Trainer::Impl::save(RunLog& log, Metrics* metrics) {
     if (topo.replica() == 0) {
         // Shard-local: the weights (master weights when kept), m, v — read from the device and,
         // with offload, straight from the host state.
-        const size_t ns = adam->numel();
+        const size_t ns = ms.adam->numel();
         float* w = saver->snapshot(ns);
         float *m = w + ns, *v = m + ns;
         saver->begin_copy();  // on the saver's stream, after this step's work (an event)
-        adam->state_to_host(engine->param_shard(), w, m, v, /*wait=*/false);
+        ms.adam->state_to_host(ms.engine->param_shard(), w, m, v, /*wait=*/false);
         saver->end_copy();  // the next update waits for it (train_step: before_update)
-        if (pipe && (topo.stage() == 0 || last_stage())) {
+        if (ms.pipe && (topo.stage() == 0 || last_stage())) {
             saver->wait_copy();  // read here, on the host
             err = tied_wte_problem(w);
         }
         size_t local = 0;
-        for (const FlatRange& r : engine->shard()) {
+        for (const FlatRange& r : ms.engine->shard()) {
             // The last stage's copy of the tied wte (unit 0) is the first stage's: saved once, there.
-            const bool copy = pipe && last_stage() && r.offset < layout->units()[1].offset;
+            const bool copy = ms.pipe && last_stage() && r.offset < ms.layout->units()[1].offset;
             if (!copy)
                 views.push_back({r.offset, r.offset + r.numel, m + local, v + local, w + local});
             local += r.numel;
@@ -54,9 +54,9 @@ void Trainer::Impl::save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0,
     std::string err;
     int k = -1;
     if (topo.replica() == 0) {
-        const size_t ns = adam->numel();
+        const size_t ns = ms.adam->numel();
         std::vector<float> mine(3 * ns);
-        adam->state_to_host(engine->param_shard(), mine.data(), mine.data() + ns, mine.data() + 2 * ns);
+        ms.adam->state_to_host(ms.engine->param_shard(), mine.data(), mine.data() + ns, mine.data() + 2 * ns);
         err = tied_wte_problem(mine.data());
         const std::string e = gather_tp_stage(comm, topo, *full_layout, zero_shard_multiple(topo.zero_group_size()),
                                               tp_units(false), tp_units(true), mine.data(), ns,
@@ -68,14 +68,14 @@ void Trainer::Impl::save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0,
 }
 
 std::string Trainer::Impl::tied_wte_problem(const float* w) {
-    if (!pipe || !embedding_comm) return "";  // no pipeline, a middle stage, or an untied head: one copy
-    const size_t n0 = engine->shard().front().numel;  // unit 0 comes first
+    if (!ms.pipe || !ms.embedding_comm) return "";  // no pipeline, a middle stage, or an untied head: one copy
+    const size_t n0 = ms.engine->shard().front().numel;  // unit 0 comes first
     if (topo.stage() != 0) {
-        stage_comm->send(w, n0, DType::f32, 0);
+        ms.stage_comm->send(w, n0, DType::f32, 0);
         return "";
     }
     std::vector<float> other(n0);
-    stage_comm->recv(other.data(), n0, DType::f32, topo.pp() - 1);
+    ms.stage_comm->recv(other.data(), n0, DType::f32, topo.pp() - 1);
     return std::memcmp(other.data(), w, n0 * sizeof(float)) == 0
                ? ""
                : "checkpoint: the first and last pipeline stage's copies of the tied wte differ";
@@ -83,8 +83,8 @@ std::string Trainer::Impl::tied_wte_problem(const float* w) {
 
 std::vector<int> Trainer::Impl::tp_units(bool saved) const {
     std::vector<int> out;
-    for (int u = 0; u < int(layout->units().size()); ++u)
-        if (engine->holds(u) && !(saved && pipe && last_stage() && u == 0)) out.push_back(u);
+    for (int u = 0; u < int(ms.layout->units().size()); ++u)
+        if (ms.engine->holds(u) && !(saved && ms.pipe && last_stage() && u == 0)) out.push_back(u);
     return out;
 }
 
@@ -96,7 +96,7 @@ TrainState Trainer::Impl::train_state() const {
     std::ostringstream rng;
     rng << sampler_rng;
     st.sampler_rng = rng.str();
-    st.adam_t = adam->t();
+    st.adam_t = ms.adam->t();
     st.model_config_hash = model_config_hash(cfg);
     st.model = shape.model;
     st.dp = dp;
@@ -153,14 +153,14 @@ std::string Trainer::resume_from(const std::string& dir) {
     if (st.model_config_hash != model_config_hash(I.cfg))
         throw CheckpointError("checkpoint '" + dir + "' holds a model with " + shape_of(st.model) +
                               " but the config asks for " + shape_of(I.shape.model));
-    const ParamLayout& layout = *I.layout;
+    const ParamLayout& layout = *I.ms.layout;
     std::vector<float> host(layout.total_numel());
-    const size_t ns = I.adam->numel();
+    const size_t ns = I.ms.adam->numel();
     std::vector<float> m(ns), v(ns), w;
     size_t local = 0;
     if (!I.full_layout) {
         read_params(dir, layout, host.data());
-        for (const FlatRange& r : I.adam->ranges()) {  // the optimizer shard, by flat offset: any old sharding
+        for (const FlatRange& r : I.ms.adam->ranges()) {  // the optimizer shard, by flat offset: any old sharding
             read_optim(dir, layout, r.offset, r.offset + r.numel, m.data() + local, v.data() + local);
             w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
             local += r.numel;
@@ -169,21 +169,21 @@ std::string Trainer::resume_from(const std::string& dir) {
         // tp > 1: the checkpoint holds whole tensors (written at any tp); this TP rank cuts its part.
         std::vector<float> lm(layout.total_numel()), lv(layout.total_numel());
         read_tp_local(dir, *I.full_layout, layout, host.data(), lm.data(), lv.data());
-        for (const FlatRange& r : I.adam->ranges()) {
+        for (const FlatRange& r : I.ms.adam->ranges()) {
             std::copy(lm.begin() + r.offset, lm.begin() + r.offset + r.numel, m.begin() + local);
             std::copy(lv.begin() + r.offset, lv.begin() + r.offset + r.numel, v.begin() + local);
             w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
             local += r.numel;
         }
     }
-    I.adam->state_from_host(w.data(), m.data(), v.data());  // device and host parts alike
+    I.ms.adam->state_from_host(w.data(), m.data(), v.data());  // device and host parts alike
     // The checkpoint holds fp32 master weights. Rounded to nearest they would not be the bf16 params
     // the last step wrote stochastically; its rounding, keyed by (t, flat index), rebuilds them
     // exactly, for every copy of every element (docs/training.md "Resume").
     if (I.cfg.training.stochastic_rounding && st.adam_t > 0) round_params_of_step(host.data(), host.size(), 0, st.adam_t);
-    I.engine->load_params(host.data());  // every rank takes the part it holds
+    I.ms.engine->load_params(host.data());  // every rank takes the part it holds
     I.run_id = st.run_id.empty() ? I.run_id : st.run_id;
-    I.adam->set_t(st.adam_t);
+    I.ms.adam->set_t(st.adam_t);
     I.step = I.start_step = st.step;
     I.tokens_seen = st.tokens_seen;
     I.train->restore(st.legacy_loader ? I.legacy_loader_state(st, dir) : st.loader);

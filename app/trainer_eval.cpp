@@ -15,7 +15,7 @@ float Trainer::Impl::evaluate() {
     double sum = 0;
     for (uint64_t i = 0; i < n; ++i) {
         val->next(inputs.data(), targets.data());
-        sum += pipe ? pipe->evaluate(inputs.data(), targets.data()) : gpt->evaluate(inputs.data(), targets.data());
+        sum += ms.pipe ? ms.pipe->evaluate(inputs.data(), targets.data()) : ms.gpt->evaluate(inputs.data(), targets.data());
     }
     return dp_mean(float(sum / double(n)));
 }
@@ -32,30 +32,30 @@ void Trainer::Impl::eval_and_sample(int64_t s, RunLog& log, Metrics* metrics) {
         if (metrics) metrics->set_val_loss(vl);
     }
     if (hellaswag && (s % rc.eval_hellaswag_interval == 0 || s == max_steps))  // app/eval/hellaswag_eval.hpp
-        HellaSwagInLoop::report(s, max_steps, hellaswag->evaluate(*gpt, pipe.get(), last_stage(),
+        HellaSwagInLoop::report(s, max_steps, hellaswag->evaluate(*ms.gpt, ms.pipe.get(), last_stage(),
                                                                   topo.tp_index() == 0, comm), log, metrics);
     if (rc.sample_interval > 0 && s % rc.sample_interval == 0 && samples_here()) sample(s, log);
 }
 
 bool Trainer::Impl::samples_here() const {
     return rank == 0 || (cfg.parallel.zero_stage == 3 && topo.replica() == 0) ||
-           ((pipe || topo.tp() > 1) && topo.replica() == 0 && topo.zero_index() == 0);
+           ((ms.pipe || topo.tp() > 1) && topo.replica() == 0 && topo.zero_index() == 0);
 }
 
 void Trainer::Impl::sample(int64_t s, RunLog& log) {
     const auto& rc = cfg.run;
     const int eos = train->info().eos_id;
     std::vector<int32_t> ids;
-    if (pipe) {
+    if (ms.pipe) {
         const LogitsAt logits = [&](const int* in, int pos) {
-            std::vector<float> l = pipe->logits_at(in, pos);
+            std::vector<float> l = ms.pipe->logits_at(in, pos);
             l.resize(size_t(shape.model.vocab_size));
-            stage_comm->broadcast(l.data(), l.size(), DType::f32, topo.pp() - 1);
+            ms.stage_comm->broadcast(l.data(), l.size(), DType::f32, topo.pp() - 1);
             return l;
         };
         ids = generate(logits, B, T, eos, rc.sample_tokens, rc.sample_top_k, rc.sample_temperature, sampler_rng);
     } else {
-        ids = generate(*gpt, eos, rc.sample_tokens, rc.sample_top_k, rc.sample_temperature, sampler_rng);
+        ids = generate(*ms.gpt, eos, rc.sample_tokens, rc.sample_top_k, rc.sample_temperature, sampler_rng);
     }
     if (rank == 0) log.line("sample at step " + std::to_string(s) + ": " + tokenizer->decode(ids));
 }

@@ -62,17 +62,10 @@ struct Trainer::Impl {
     const int dp, rank, B, T, accum;
     std::unique_ptr<Ops> ops;
     std::unique_ptr<Allocator> alloc;
-    std::unique_ptr<ParamLayout> layout;            // this TP rank's tensors, padded to split over the ZeRO group
-    std::unique_ptr<ParamLayout> full_layout;       // tp > 1: the whole model (tp 1), as checkpoints hold it
-    std::unique_ptr<Comm> zero_comm, replica_comm;  // the backend's Comm (NCCL on cuda)
-    std::unique_ptr<TpGroup> tp_group;              // parallel.tp > 1: the GPT's TP group
-    std::unique_ptr<Comm> tp_host_comm;             // the same ranks, host buffers (MPI)
-    std::unique_ptr<ZeroEngine> engine;
-    std::unique_ptr<GPT> gpt;
-    std::unique_ptr<AdamW> adam;
-    std::vector<std::unique_ptr<Comm>> links;        // pp > 1: to the neighbour stages
-    std::unique_ptr<Comm> embedding_comm, stage_comm;
-    std::unique_ptr<PipelineStage> pipe;             // pp > 1
+    std::unique_ptr<ParamLayout> full_layout;  // tp > 1: the whole model (tp 1), as checkpoints hold it
+    // The layout, the groups' Comms, the ZeRO engine, the GPT, AdamW and, with pp > 1, the pipeline
+    // stage (make_model_state); after ops and alloc, so destroyed before them.
+    ModelState ms;
     LRSchedule sched;
     std::unique_ptr<DataLoader> train, val;  // val: only with run.eval_interval > 0
     std::optional<Tokenizer> tokenizer;  // rank 0 with samples enabled
@@ -94,7 +87,7 @@ struct Trainer::Impl {
     Impl(const Config& c, Comm& cm);
 
     /// The whole model's parameters (with tp > 1 this rank holds about 1/tp of them).
-    size_t nparams() const { return (full_layout ? *full_layout : *layout).num_parameters(); }
+    size_t nparams() const { return (full_layout ? *full_layout : *ms.layout).num_parameters(); }
     uint64_t tokens_per_step() const { return uint64_t(cfg.training.global_batch_size) * T; }
     bool last_stage() const { return topo.stage() == topo.pp() - 1; }
 

@@ -46,24 +46,12 @@ Trainer::Impl::Impl(const Config& c, Comm& cm)
     const CommFactory comms = [&](const std::vector<int>& ranks, bool host) {
         return host ? make_mpi_comm(ranks, co) : make_comm(*ops, ranks, co);
     };
-    ModelState ms = make_model_state(cfg, shape, *alloc, topo, comms);
-    layout = std::move(ms.layout);
-    zero_comm = std::move(ms.zero_comm);
-    replica_comm = std::move(ms.replica_comm);
-    tp_group = std::move(ms.tp_group);
-    tp_host_comm = std::move(ms.tp_host_comm);
-    engine = std::move(ms.engine);
-    gpt = std::move(ms.gpt);
-    adam = std::move(ms.adam);
-    links = std::move(ms.links);
-    embedding_comm = std::move(ms.embedding_comm);
-    stage_comm = std::move(ms.stage_comm);
-    pipe = std::move(ms.pipe);
-    init_weights(cfg, *gpt, *adam, engine->param_shard());  // random, or model.init_from's file
-    if (pipe) pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
+    ms = make_model_state(cfg, shape, *alloc, topo, comms);
+    init_weights(cfg, *ms.gpt, *ms.adam, ms.engine->param_shard());  // random, or model.init_from's file
+    if (ms.pipe) ms.pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
     else if (std::string(ops->name()) == "cuda") {  // the same, without a pipeline (docs/cuda.md "First step")
-        gpt->warm_up(accum);
-        engine->reduce_grads();  // ZeRO-2/3 finish its reductions here, not inside step 1's
+        ms.gpt->warm_up(accum);
+        ms.engine->reduce_grads();  // ZeRO-2/3 finish its reductions here, not inside step 1's
     }
     sched.lr = cfg.optimizer.lr;
     sched.min_lr = cfg.lr_schedule.min_lr;
@@ -74,12 +62,12 @@ Trainer::Impl::Impl(const Config& c, Comm& cm)
     // With tp > 1 a checkpoint holds the whole model like a tp = 1 one (so any tp resumes it):
     // one part per pipeline stage, gathered on the stage's first rank (save_tp).
     if (topo.tp() > 1) full_layout = std::make_unique<ParamLayout>(shape.model);
-    saver = std::make_unique<CheckpointSaver>(comm, *alloc, full_layout ? *full_layout : *layout, cfg.run.run_dir,
+    saver = std::make_unique<CheckpointSaver>(comm, *alloc, full_layout ? *full_layout : *ms.layout, cfg.run.run_dir,
                                               topo.pp() * (full_layout ? 1 : topo.zero_group_size()),
                                               cfg.checkpoint.keep_last, cfg.checkpoint.async);
     // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy; none
     // when checkpoints are off (checkpoint.interval = 0, checkpoint.at_end = false).
-    if (const size_t n = checkpoint_snapshot_elems(cfg, topo, *engine, *adam)) saver->reserve(n);
+    if (const size_t n = checkpoint_snapshot_elems(cfg, topo, *ms.engine, *ms.adam)) saver->reserve(n);
 
     inputs.resize(size_t(B) * T);
     targets.resize(size_t(B) * T);

@@ -18,45 +18,45 @@ float Trainer::Impl::dp_mean(float v) {
 }
 
 void Trainer::Impl::sum_embedding_grads() {
-    if (!embedding_comm) return;
-    embedding_comm->all_reduce_sum(engine->acquire_grads(0), layout->units()[0].numel, ops->act_dtype());
+    if (!ms.embedding_comm) return;
+    ms.embedding_comm->all_reduce_sum(ms.engine->acquire_grads(0), ms.layout->units()[0].numel, ops->act_dtype());
 }
 
 void Trainer::Impl::same_replicated_grads() {
     const size_t es = dtype_size(ops->act_dtype());
-    for (const FlatRange& r : engine->shard_pieces(false))
-        tp_group->comm().broadcast(static_cast<char*>(engine->grad_shard()) + r.offset * es, r.numel,
+    for (const FlatRange& r : ms.engine->shard_pieces(false))
+        ms.tp_group->comm().broadcast(static_cast<char*>(ms.engine->grad_shard()) + r.offset * es, r.numel,
                                    ops->act_dtype(), 0);
 }
 
 bool Trainer::Impl::train_step(float* loss, float* lr, float* norm) {
     *lr = sched.at(int(step));
-    engine->begin_step();
+    ms.engine->begin_step();
     // dloss is d(loss)/d(per-position loss): the step's loss is the mean over B*T*accum positions.
     const float dloss = 1.0f / (float(B) * float(T) * float(accum));
     double sum = 0;
-    if (pipe) {
-        sum = pipe->train(accum, [&](int, int* in, int* tgt) { train->next(in, tgt); }, dloss);
+    if (ms.pipe) {
+        sum = ms.pipe->train(accum, [&](int, int* in, int* tgt) { train->next(in, tgt); }, dloss);
         sum_embedding_grads();
     } else {
         for (int a = 0; a < accum; ++a) {  // queued: the losses are read once, below
             train->next(inputs.data(), targets.data());
-            engine->reduce_during_backward(cfg.parallel.overlap_grad_reduce && a == accum - 1);
-            gpt->forward_backward(inputs.data(), targets.data(), dloss);
+            ms.engine->reduce_during_backward(cfg.parallel.overlap_grad_reduce && a == accum - 1);
+            ms.gpt->forward_backward(inputs.data(), targets.data(), dloss);
         }
     }
-    engine->reduce_grads();
+    ms.engine->reduce_grads();
     // Only a sum over other ranks (dp, or the pipeline's tied-embedding pair) can make them differ.
-    if (tp_group && (dp > 1 || embedding_comm)) same_replicated_grads();
+    if (ms.tp_group && (dp > 1 || ms.embedding_comm)) same_replicated_grads();
     // The grad shard now holds the sum over the dp ranks: the averaged gradient is that / dp. With
     // a pipeline the stages' squares are summed, the tied wte counted once (on the first stage).
     // With tensor parallelism the TP ranks' squares are summed, the replicated tensors (the same
     // on every TP rank) counted once (on TP index 0); one MPI sum of a float, the same on every rank.
-    float sq = engine->grad_norm_squared(norm_scratch, pipe && last_stage(), topo.tp_index() != 0);
-    if (tp_host_comm) tp_host_comm->all_reduce_sum(&sq, 1, DType::f32);
-    if (stage_comm) stage_comm->all_reduce_sum(&sq, 1, DType::f32);
+    float sq = ms.engine->grad_norm_squared(norm_scratch, ms.pipe && last_stage(), topo.tp_index() != 0);
+    if (ms.tp_host_comm) ms.tp_host_comm->all_reduce_sum(&sq, 1, DType::f32);
+    if (ms.stage_comm) ms.stage_comm->all_reduce_sum(&sq, 1, DType::f32);
     *norm = std::sqrt(sq) / float(dp);
-    if (!pipe) sum = gpt->take_loss_sum();  // one event wait, after the norm's own
+    if (!ms.pipe) sum = ms.gpt->take_loss_sum();  // one event wait, after the norm's own
     *loss = dp_mean(float(sum / accum));
     ++step;
     tokens_seen += tokens_per_step();
@@ -64,8 +64,8 @@ bool Trainer::Impl::train_step(float* loss, float* lr, float* norm) {
     if (!std::isfinite(*loss) || !std::isfinite(*norm)) return false;
     const float scale = clip_scale(*norm, cfg.training.grad_clip) / float(dp);
     if (saver) saver->before_update();  // a checkpoint's snapshot copies finish first
-    adam->step(engine->param_shard(), engine->grad_shard(), *lr, scale);
-    engine->gather_params();
+    ms.adam->step(ms.engine->param_shard(), ms.engine->grad_shard(), *lr, scale);
+    ms.engine->gather_params();
     return true;
 }
 
