@@ -250,14 +250,16 @@ private:
     /// Points the cuBLAS handle at the current stream and at the cuBLASLt workspace (cublasSetStream
     /// resets the workspace to cuBLAS's own pool, whose memory the Allocator would not see).
     void bind_blas();
-    /// Keys per block of FlashAttention-2's backward on this device at this head size
-    /// (flash_backward_keys of its opt-in shared memory, read once): what both the scratch below
+    /// The tile of FlashAttention-2's backward on this device at this head size
+    /// (flash_backward_tile of its opt-in shared memory, read once): what both the scratch below
     /// and the launch take, so they cannot disagree.
-    int flash_keys(int head_size) const { return cuda::flash_backward_keys(head_size, smem_optin_); }
+    cuda::FlashBackwardTile flash_tile(int head_size) const {
+        return cuda::flash_backward_tile(head_size, smem_optin_);
+    }
     /// The scratch of FlashAttention-2's backward: D and the dQ partials (flash_attention.hpp), for
-    /// flash_keys' variant (the dry run, which has no device, counts the larger).
+    /// flash_tile's keys (the dry run, which has no device, counts the larger).
     float* flash_scratch(int B, int T, int C, int NH) {
-        return scratch_for(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH, flash_keys(C / NH)));
+        return scratch_for(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH, flash_tile(C / NH).keys));
     }
     /// The current stream's buffer for grouped-query attention's expanded heads, as scratch_for.
     void* gqa_for(size_t bytes) { return grow(gqa_[stream_], bytes); }
@@ -315,7 +317,7 @@ private:
     CudaBackendOptions opt_;            ///< opt_.attention: the path in use (never automatic)
     AttentionChoice attention_;         ///< that path and why, for Ops::attention_name / attention_reason
     bool attention_automatic_ = false;  ///< model.attention = "auto": cuDNN may fall back to cublas
-    int smem_optin_;                    ///< the device's cudaDevAttrMaxSharedMemoryPerBlockOptin (flash_keys)
+    int smem_optin_;                    ///< the device's cudaDevAttrMaxSharedMemoryPerBlockOptin (flash_tile)
     bool cudnn_gqa_refused_ = false;    ///< cuDNN refused its grouped-query graph: the expanded copy instead
     std::string gqa_note_;              ///< which grouped-query route cuDNN took, for attention_reason()
     cudaStream_t stream_ = nullptr;

@@ -72,7 +72,7 @@ void CudaOps::attention_backward(void* dqkv, const void* dout, const void* qkv, 
     }
     if (act_ == DType::bf16 && cuda::flash_attention_supported(C, NH))
         return cuda::flash_attention_backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B,
-                                              T, C, NH, NH, flash_keys(C / NH), flash_scratch(B, T, C, NH), stream_);
+                                              T, C, NH, NH, flash_tile(C / NH), flash_scratch(B, T, C, NH), stream_);
     float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
     dispatch([&](auto t) {
         using X = decltype(t);
@@ -133,7 +133,7 @@ void CudaOps::attention_backward_gqa(void* dqkv, const void* dout, const void* q
     }
     if (flash_path(C, NH)) {
         return cuda::flash_attention_backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B,
-                                              T, C, NH, NKV, flash_keys(C / NH), flash_scratch(B, T, C, NH),
+                                              T, C, NH, NKV, flash_tile(C / NH), flash_scratch(B, T, C, NH),
                                               stream_);
     }
     const size_t n3 = static_cast<size_t>(B) * T * 3 * C, es = dtype_size(act_);

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 
-// The CUDA types flash_attention_backward_keys names, declared (not defined) so that plain C++
+// The CUDA types flash_attention_backward_tiled names, declared (not defined) so that plain C++
 // (tools/bench/attention_bench.cpp) can call it without CUDA headers: cuda_bf16.h's bf16 and the
 // struct behind cudaStream_t (driver_types.h); the emulator compiles against the same headers.
 struct __nv_bfloat16;
@@ -38,88 +38,95 @@ constexpr size_t flash_forward_smem_bytes(int head_size) {
 }
 static_assert(flash_forward_smem_bytes(64) == 36864 && flash_forward_smem_bytes(128) == 69632);
 
-// ---- the fused backward: two key-block variants ----
+// ---- the fused backward: its tiles ----
 //
-// A backward block owns `keys` keys of one key/value head, 16 per warp:
-// - 128 keys, 8 warps: always at head size 64, and at head size 128 wherever the device allows
-//   their 115,200 B of shared memory per block (sm_90: 227 KiB, sm_80: 163 KiB). FlashAttention-2's
-//   own block at head size 128 on A100/H100. Against 64 keys: half the dQ partials (each written
-//   once by the fused kernel and read once by the sum: at head size 128, B 8, T 2048, 16 heads
-//   2.2 GB -> 1.1 GB per backward) and each Q/dO tile copied serves twice the keys.
-// - 64 keys, 4 warps: at head size 128 on a device allowing less (75,264 B fit the 99 KiB of
-//   sm_86/89/120).
-// CudaOps runs flash_backward_keys(head_size, the device's
-// cudaDevAttrMaxSharedMemoryPerBlockOptin, read once when the backend is made): a constant of the
-// device, so every backward of a run, and of every run on that device, takes the same variant and
-// gives the same bits (flash_attention_backward_keys runs a named variant, checked against the
-// device, for benchmarks and tests). The variants
-// add dQ's terms in different orders, so their bits may differ (both within the same bound).
+// A backward block owns `keys` keys of one key/value head (16 per warp) and walks the query rows
+// `rows` at a time. Two tiles per head size, FlashAttention-2's own pairs (its launch templates,
+// by the same opt-in limit):
+// - large, where the device allows it (sm_80: 163 KiB, sm_90: 227 KiB per block): 128 keys of 8
+//   warps x 128 rows at head size 64 (147,456 B), x 64 rows at head size 128 (158,720 B). Each warp
+//   computes a 16-key x rows slice of S^T and dP^T per step: 192 accumulator registers with dK and
+//   dV (ptxas: no spill), every K/V fragment read feeding twice the mma of the half-height step,
+//   and half the steps (two barriers each) per key block.
+// - small, every device that runs the path (the 99 KiB of sm_86/89/120 included): 128 keys x 64
+//   rows at head size 64 (93,184 B), 64 keys of 4 warps x 32 rows at head size 128 (75,264 B).
+// At head size 64 both tiles hold 128 keys and add every sum in the same order (a step's rows are
+// the next ones of the same walk), so they give the same bits; at head size 128 the key blocks
+// differ, and so does the order of dQ's terms (both within the same bound). CudaOps runs
+// flash_backward_tile(head_size, the device's cudaDevAttrMaxSharedMemoryPerBlockOptin, read once
+// when the backend is made): a constant of the device, so every backward of a run takes the same
+// tile and gives the same bits (flash_attention_backward_tiled runs a named tile, checked against
+// the device, for benchmarks and tests).
 
-/// The most keys a backward block holds.
-constexpr int kFlashBackwardKeysMax = 128;
-/// The fewest keys of the backward blocks a device takes at this head size (128 at 64, 64 at 128):
-/// the variant every device that runs the path at all can run. (A 64-key variant at head size 64
-/// exists for benchmarks only: flash_attention_backward_keys.)
-constexpr int flash_backward_keys_min(int head_size) { return head_size == 64 ? 128 : 64; }
+/// A tile of the fused backward: keys per block (16 per warp) and query rows per step.
+struct FlashBackwardTile {
+    int keys, rows;
+    constexpr bool operator==(const FlashBackwardTile&) const = default;
+};
+/// The large tile: 128 keys x 128 rows at head size 64, x 64 rows at 128.
+constexpr FlashBackwardTile flash_backward_tile_large(int head_size) {
+    return {128, head_size == 64 ? 128 : 64};
+}
+/// The small tile: 128 keys x 64 rows at head size 64, 64 keys x 32 rows at 128.
+constexpr FlashBackwardTile flash_backward_tile_small(int head_size) {
+    return head_size == 64 ? FlashBackwardTile{128, 64} : FlashBackwardTile{64, 32};
+}
 /// Warps of a backward block of `keys` keys (16 each): 8 for 128 keys, 4 for 64.
 constexpr int flash_backward_warps(int keys) { return keys / 16; }
-/// Query rows per step of the fused backward: 64 at head size 64, 32 at head size 128 (so that
-/// dK and dV, 16 x 128 fp32 each per warp, stay in registers next to S^T and dP^T).
-constexpr int flash_backward_rows(int head_size) { return head_size == 64 ? 64 : 32; }
-/// Dynamic shared memory of the fused backward kernel with `keys` keys per block: the block's K
-/// and V tiles (keys x ld bf16 each), two stages of Q and dO tiles (rows x ld bf16) and of lse and
-/// D (rows fp32), and the dS^T tile (keys x (rows + 8) bf16): at head
-/// size 64 with 128 keys 93,184 B; at head size 128 with 64 keys 75,264 B, with 128 keys 115,200 B.
-constexpr size_t flash_backward_smem_bytes(int head_size, int keys) {
-    const size_t ld = flash_tile_ld(head_size), br = flash_backward_rows(head_size), bc = keys;
+/// Dynamic shared memory of the fused backward kernel with tile t: the block's K and V tiles (keys
+/// x ld bf16 each), two stages of Q and dO tiles (rows x ld bf16) and of lse and D (rows fp32), and
+/// the dS^T tile (keys x (rows + 8) bf16): 147,456 / 93,184 B at head size 64 (large / small),
+/// 158,720 / 75,264 B at 128.
+constexpr size_t flash_backward_smem_bytes(int head_size, FlashBackwardTile t) {
+    const size_t ld = flash_tile_ld(head_size), br = t.rows, bc = t.keys;
     return 2 * ld * (2 * bc + 2 * 2 * br) + 2 * bc * (br + 8) + 4 * 2 * 2 * br;
 }
-/// Keys per backward block on a device allowing smem_optin bytes of dynamic shared memory per block
-/// (cudaDevAttrMaxSharedMemoryPerBlockOptin): 128 where flash_backward_smem_bytes(head_size, 128)
-/// fits, else flash_backward_keys_min(head_size).
-constexpr int flash_backward_keys(int head_size, long long smem_optin) {
-    return static_cast<long long>(flash_backward_smem_bytes(head_size, kFlashBackwardKeysMax)) <= smem_optin
-               ? kFlashBackwardKeysMax
-               : flash_backward_keys_min(head_size);
+/// The tile a device allowing smem_optin bytes of dynamic shared memory per block
+/// (cudaDevAttrMaxSharedMemoryPerBlockOptin) runs: the large one where it fits, else the small.
+constexpr FlashBackwardTile flash_backward_tile(int head_size, long long smem_optin) {
+    const FlashBackwardTile large = flash_backward_tile_large(head_size);
+    return static_cast<long long>(flash_backward_smem_bytes(head_size, large)) <= smem_optin
+               ? large
+               : flash_backward_tile_small(head_size);
 }
-static_assert(flash_backward_smem_bytes(64, 128) == 93184 && flash_backward_smem_bytes(128, 64) == 75264 &&
-              flash_backward_smem_bytes(128, 128) == 115200 && flash_backward_smem_bytes(64, 64) == 65536);
-static_assert(flash_backward_keys(128, 101376) == 64 && flash_backward_keys(128, 232448) == 128 &&
-              flash_backward_keys(64, 101376) == 128);
-/// flash_backward_keys at head_size on the current CUDA device (cudaGetDevice, and its
+static_assert(flash_backward_smem_bytes(64, flash_backward_tile_large(64)) == 147456 &&
+              flash_backward_smem_bytes(64, flash_backward_tile_small(64)) == 93184 &&
+              flash_backward_smem_bytes(128, flash_backward_tile_large(128)) == 158720 &&
+              flash_backward_smem_bytes(128, flash_backward_tile_small(128)) == 75264);
+static_assert(flash_backward_tile(64, 101376) == FlashBackwardTile{128, 64} &&
+              flash_backward_tile(128, 101376) == FlashBackwardTile{64, 32} &&
+              flash_backward_tile(64, 166912) == FlashBackwardTile{128, 128} &&
+              flash_backward_tile(128, 166912) == FlashBackwardTile{128, 64});
+/// flash_backward_tile at head_size on the current CUDA device (cudaGetDevice, and its
 /// cudaDevAttrMaxSharedMemoryPerBlockOptin, the attribute make_cuda_backend reads for "auto"): the
-/// variant a CudaOps made on this device launches. Defined in flash_backward.cu: callable only from code
-/// linked with the CUDA backend (llmtrain_cuda, llmtrain_cuda_emu). Errors: a failed CUDA call
+/// tile a CudaOps made on this device launches. Defined in flash_backward.cu: callable only from
+/// code linked with the CUDA backend (llmtrain_cuda, llmtrain_cuda_emu). Errors: a failed CUDA call
 /// throws as CUDA_CHECK does.
-int flash_backward_keys_on_device(int head_size);
+FlashBackwardTile flash_backward_tile_on_device(int head_size);
 
 /// flash_attention_backward (kernels.cuh: dqkv (B,T,(NH + 2 NKV)*HS) overwritten from dout (B,T,C),
 /// qkv, out (B,T,C) and the forward's lse (B,NH,T), all bf16 but lse fp32, C = NH*HS, queued on
-/// `stream`) with `keys` keys per backward block, 64 or 128, checked against the device (128 only
-/// where flash_backward_smem_bytes(HS, 128) fits its opt-in shared memory per block) — not only its
-/// choice (flash_backward_keys_on_device(C / NH), what CudaOps runs).
-/// tools/bench/attention_bench's native-bc64 passes 64, to time the 64-key variant beside the
-/// device's 128 (at head size 64 no device's choice: benchmarks only). The variants' bits may
-/// differ (all within the same bound). scratch: flash_attention_backward_scratch_bytes(B, T, C, NH,
-/// keys) bytes (the 4-argument size serves the device's choices, not 64 keys at head size 64),
-/// 16-byte aligned. Defined in flash_backward.cu (llmtrain_cuda, llmtrain_cuda_emu). Errors:
-/// std::invalid_argument naming `keys` when it is not 64 or 128, or needs more than the device's
-/// opt-in shared memory; as flash_attention_backward for shapes and pointers; a failed CUDA call
-/// throws as CUDA_CHECK does.
-void flash_attention_backward_keys(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
-                                   const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH, int NKV,
-                                   int keys, float* scratch, CUstream_st* stream);
+/// `stream`) with the named tile, the head size's large or small one, checked against the device
+/// (flash_backward_smem_bytes within its opt-in shared memory per block) — not only its choice
+/// (flash_backward_tile_on_device(C / NH), what CudaOps runs). tools/bench/attention_bench's
+/// native-99k passes the small tile, to time it beside the large one an H100 takes. scratch:
+/// flash_attention_backward_scratch_bytes(B, T, C, NH, tile.keys) bytes, 16-byte aligned. Defined
+/// in flash_backward.cu (llmtrain_cuda, llmtrain_cuda_emu). Errors: std::invalid_argument naming
+/// the tile when it is neither, or needs more than the device's opt-in shared memory; as
+/// flash_attention_backward for shapes and pointers; a failed CUDA call throws as CUDA_CHECK does.
+void flash_attention_backward_tiled(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
+                                    const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH, int NKV,
+                                    FlashBackwardTile tile, float* scratch, CUstream_st* stream);
 
-/// The largest dynamic shared memory any flash kernel needs at this head size (64 or 128) in its
-/// smallest backward variant: what a device must allow per block
-/// (cudaDevAttrMaxSharedMemoryPerBlockOptin) to run this path. 93,184 B at head size 64, 75,264 B at
-/// 128 (the backward's, both under the 99 KiB of sm_86/89/120; the 128-key backward at head size
-/// 128 is taken only where its 115,200 B fit, flash_backward_keys); 0 at the head sizes the kernels
-/// do not take.
+/// The largest dynamic shared memory any flash kernel needs at this head size (64 or 128) with the
+/// small backward tile: what a device must allow per block (cudaDevAttrMaxSharedMemoryPerBlockOptin)
+/// to run this path. 93,184 B at head size 64, 75,264 B at 128 (the backward's, both under the 99
+/// KiB of sm_86/89/120; the large tiles are taken only where they fit, flash_backward_tile); 0 at
+/// the head sizes the kernels do not take.
 inline size_t flash_attention_smem_bytes(int head_size) {
     if (head_size != 64 && head_size != 128) return 0;
     return std::max(flash_forward_smem_bytes(head_size),
-                    flash_backward_smem_bytes(head_size, flash_backward_keys_min(head_size)));
+                    flash_backward_smem_bytes(head_size, flash_backward_tile_small(head_size)));
 }
 
 /// Rows of dQ partials one (b, h) holds with `keys` keys per backward block: key block kb (keys
@@ -158,14 +165,14 @@ inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH
                        flash_dq_partial_bytes_per_batch(T, C, NH, keys);
 }
 /// Bytes of scratch that serve flash_attention_backward on any device: the larger of the head
-/// size's variants' needs that devices choose (at head size 64 the 128-key one's; at 128 usually the
-/// 64-key one's, the more partials, unless the 256 MiB cap makes the 128-key chunks hold more): what
-/// the dry run (no device) counts; CudaOps asks for its device's variant (CudaOps::flash_keys). Head
-/// size 128, B 8, T 2048, 16 heads: 265.0 MiB (the 128-key variant itself needs 137.0 MiB).
+/// size's two tiles' needs (at head size 64 both hold 128 keys; at 128 usually the small tile's 64
+/// keys need more, the more partials, unless the 256 MiB cap makes the 128-key chunks hold more):
+/// what the dry run (no device) counts; CudaOps asks for its device's tile (CudaOps::flash_tile).
+/// Head size 128, B 8, T 2048, 16 heads: 265.0 MiB (the large tile itself needs 137.0 MiB).
 inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
     const int hs = NH > 0 ? C / NH : 0;
-    return std::max(flash_attention_backward_scratch_bytes(B, T, C, NH, flash_backward_keys_min(hs)),
-                    flash_attention_backward_scratch_bytes(B, T, C, NH, kFlashBackwardKeysMax));
+    return std::max(flash_attention_backward_scratch_bytes(B, T, C, NH, flash_backward_tile_small(hs).keys),
+                    flash_attention_backward_scratch_bytes(B, T, C, NH, flash_backward_tile_large(hs).keys));
 }
 
 }  // namespace llmtrain::cuda

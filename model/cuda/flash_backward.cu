@@ -6,10 +6,9 @@
 // shared tiles are flash_tiles.cuh. Our own code from the paper and the PTX ISA.
 //
 // D = rowsum(dO o O) first (attention.cu's delta kernel). One block per key block of key/value head
-// g — 128 keys (8 warps x 16), or at HS 128 on a device whose opt-in shared memory per block is
-// under their 115,200 B (sm_86/89/120: 99 KiB) 64 keys (4 warps; flash_backward_keys,
-// flash_attention.hpp) — holds K and V in shared memory and dK, dV in registers, and walks its
-// group's query heads in order and, per head, the query blocks (64 rows at HS 64, 32 at HS 128)
+// g — the tile's keys, 128 (8 warps x 16) or 64 (4 warps; flash_backward_tile, flash_attention.hpp)
+// — holds K and V in shared memory and dK, dV in registers, and walks its group's query heads in
+// order and, per head, the query blocks (the tile's rows: 128 or 64 at HS 64, 64 or 32 at HS 128)
 // from its diagonal to T, Q, dO, lse and D double-buffered. Per query block each warp computes
 // S^T = K_w Q^T and dP^T = V_w dO^T (16 keys x the block's queries), P^T = exp2(S^T log2e/sqrt(HS) -
 // lse log2e), dS^T = P^T o (dP^T - D), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as A
@@ -33,12 +32,10 @@
 
 namespace llmtrain::cuda {
 
-template <int HS>
-constexpr int kBwdRows = flash_backward_rows(HS);
 template <int KEYS>
 constexpr int kBwdThreads = flash_backward_warps(KEYS) * kWarpSize;  ///< 256 for 128 keys, 128 for 64
-template <int HS, int KEYS>
-constexpr size_t kBwdSmem = flash_backward_smem_bytes(HS, KEYS);  ///< 93,184 / 65,536 / 115,200 / 75,264 B
+template <int HS, int KEYS, int ROWS>
+constexpr size_t kBwdSmem = flash_backward_smem_bytes(HS, {KEYS, ROWS});  ///< flash_attention.hpp
 
 /// flash_dq_partial_rows(T, KEYS) on the device: the dQ partial rows of one (b, h) with KEYS keys
 /// per backward block.
@@ -56,45 +53,43 @@ __device__ inline size_t dq_partial_first(int T_, int kb) {
 
 /// Backward, Algorithm 2, fused: dK and dV of key block kb = blockIdx.y (KEYS keys, 16 per warp)
 /// of key/value head g = blockIdx.x % NKV (summed over its query heads g*NH/NKV .. in order) of the
-/// chunk's batch row z = blockIdx.x / NKV, and that key block's dQ partials. grid (NKV x batch rows
-/// of the chunk, ceil(T/KEYS)): x varies fastest, so every head's key block 0 (the most query
-/// blocks) starts first, longest first over the whole grid. Batch row b = b0 + z. delta: D
-/// (B,NH,T); dq_part: the chunk's partials, flash_dq_partial_rows(T, KEYS) rows of HS floats per
-/// (z, h). Dynamic smem flash_backward_smem_bytes(HS, KEYS): K and V (KEYS x (HS + 8) bf16 each),
-/// two stages of Q and dO (rows x (HS + 8) bf16 each) and of lse and D (rows fp32), dS^T (KEYS x
-/// (rows + 8) bf16). The variants (flash_backward_keys picks one per device;
-/// flash_attention_backward_keys runs any, for benchmarks):
-/// - HS 64, KEYS 128: block 256 threads (8 warps), 64 query rows per step; smem 2 x 128 x 72 x 2 +
-///   4 x 64 x 72 x 2 + 128 x 72 x 2 + 1,024 = 93,184 B.
-/// - HS 128, KEYS 128: block 256 (8 warps), 32 rows per step; smem 2 x 128 x 136 x 2 + 4 x 32 x 136
-///   x 2 + 128 x 40 x 2 + 512 = 115,200 B, so only where the device's opt-in limit allows it
-///   (sm_90: 227 KiB, sm_80: 163 KiB). FlashAttention-2's own block at head size 128 on A100/H100:
-///   against 64 keys half the dQ partials (written once here, read once by the sum: at B 8,
-///   T 2048 with 12 heads, the shape measured on an H200, 1.66 GB each way per backward, ~0.7 ms
-///   of HBM traffic at 4.8 TB/s, become 0.86 GB; with 16 heads 2.2 GB become 1.1 GB) and each
-///   Q/dO tile copied serves 128 keys instead of 64.
-/// - HS 128, KEYS 64: block 128 (4 warps), 32 rows per step; smem 2 x 64 x 136 x 2 + 4 x 32 x 136 x
-///   2 + 64 x 40 x 2 + 512 = 75,264 B: the variant for the 99 KiB of sm_86/89/120.
-/// - HS 64, KEYS 64: block 128 (4 warps), 64 rows per step; smem 2 x 64 x 72 x 2 + 4 x 64 x 72 x 2 +
-///   64 x 72 x 2 + 1,024 = 65,536 B. No device's choice (128 keys fit every device that runs
-///   the path): attention_bench's native-bc64 times it beside the 128-key blocks, to learn whether
-///   two blocks of 4 warps per SM (one's barrier waits filled by the other's work) beat one of 8
-///   despite twice the dQ partials.
-/// Occupancy: at ~240-250 registers a thread (255 allowed by __launch_bounds__(threads, 1) at 128
-/// and at 256 threads), a 256-thread block holds an SM's 64K registers and a 128-thread block half
-/// of them: 8 warps per SM in every variant (1 block of 8 or 2 of 4); shared memory does not bind.
-template <int HS, int KEYS>
+/// chunk's batch row z = blockIdx.x / NKV, and that key block's dQ partials, ROWS query rows a
+/// step. grid (NKV x batch rows of the chunk, ceil(T/KEYS)): x varies fastest, so every head's key
+/// block 0 (the most query blocks) starts first, longest first over the whole grid. Batch row
+/// b = b0 + z. delta: D (B,NH,T); dq_part: the chunk's partials, flash_dq_partial_rows(T, KEYS) rows
+/// of HS floats per (z, h). Dynamic smem flash_backward_smem_bytes(HS, {KEYS, ROWS}): K and V (KEYS
+/// x (HS + 8) bf16 each), two stages of Q and dO (ROWS x (HS + 8) bf16 each) and of lse and D (ROWS
+/// fp32), dS^T (KEYS x (ROWS + 8) bf16). The tiles (flash_attention.hpp; flash_backward_tile picks
+/// one per device, flash_attention_backward_tiled runs either, for benchmarks):
+/// - HS 64, 128 x 128 (large): 256 threads, smem 2 x 128 x 72 x 2 + 4 x 128 x 72 x 2 + 128 x 136 x 2
+///   + 2,048 = 147,456 B. FlashAttention-2's tile at head size 64 where 144 KiB fit.
+/// - HS 64, 128 x 64 (small): 256 threads, 2 x 128 x 72 x 2 + 4 x 64 x 72 x 2 + 128 x 72 x 2 + 1,024
+///   = 93,184 B.
+/// - HS 128, 128 x 64 (large): 256 threads, 2 x 128 x 136 x 2 + 4 x 64 x 136 x 2 + 128 x 72 x 2 +
+///   1,024 = 158,720 B. FlashAttention-2's tile at head size 128 where 144 KiB fit. Against 64
+///   keys half the dQ partials (written once here, read once by the sum: at B 8, T 2048 with 12
+///   heads, the shape measured on an H200, 1.66 GB each way per backward, ~0.7 ms of HBM traffic
+///   at 4.8 TB/s, become 0.86 GB) and each Q/dO tile copied serves 128 keys instead of 64.
+/// - HS 128, 64 x 32 (small): 128 threads (4 warps), 2 x 64 x 136 x 2 + 4 x 32 x 136 x 2 + 64 x 40 x 2
+///   + 512 = 75,264 B: the 99 KiB of sm_86/89/120.
+/// Per step a warp computes a 16-key x ROWS slice of S^T and dP^T: in the large tiles 64 + 64
+/// accumulator registers beside dK and dV's 64 (HS 64: 32 + 32) or 128 (HS 128, where ROWS is
+/// halved to keep the 192), each K/V A fragment read feeding ROWS / 8 mma, two barriers a step.
+/// Occupancy: at ~240-255 registers a thread (255 allowed by __launch_bounds__(threads, 1)), a
+/// 256-thread block holds an SM's 64K registers and a 128-thread block half of them: 8 warps per SM
+/// in every tile (1 block of 8 or 2 of 4).
+template <int HS, int KEYS, int ROWS>
 __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     flash_backward_kernel(bf16* dqkv, float* dq_part, const bf16* dout, const bf16* qkv, const float* lse,
                           const float* delta, int T_, int C, int NH, int NKV, int b0) {
-    constexpr int kRows = kBwdRows<HS>;  // queries per step
+    constexpr int kRows = ROWS;  // queries per step
     constexpr int kKeys = KEYS, kThreads = kBwdThreads<KEYS>, kWarps = kThreads / kWarpSize;
     constexpr int kLd = kTileLd<HS>, kLdS = kRows + 8;
     constexpr int kKS = HS / 16, kNS = kRows / 8, kND = HS / 8;
     constexpr int kQT = kRows / 16;         // m16 tiles of a query block (dQ: one per warp) ...
     constexpr int kDq = HS / (kWarps / kQT);  // ... and the dQ columns of a warp
     static_assert(kWarps % kQT == 0 && kDq % 16 == 0 && kKeys == 16 * kWarps);
-    static_assert(2 * (2 * kKeys * kLd + 4 * kRows * kLd + kKeys * kLdS) + 4 * 4 * kRows == kBwdSmem<HS, KEYS>);
+    static_assert(2 * (2 * kKeys * kLd + 4 * kRows * kLd + kKeys * kLdS) + 4 * 4 * kRows == kBwdSmem<HS, KEYS, ROWS>);
     EXTERN_SHARED(bf16, ks);  // the layout: K, V, the stages of Q and dO, dS^T, the stages of lse and D
     bf16* vs = ks + kKeys * kLd;
     bf16* qs = vs + kKeys * kLd;        // stage s at qs + s * kRows * kLd
@@ -318,9 +313,9 @@ __global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_,
     store_pack(dqkv + (static_cast<size_t>(b) * T_ + i) * stride + h * HS + d, res);
 }
 
-/// The fused backward with KEYS keys per block and its dQ sum, per batch chunk. scratch: D, then
+/// The fused backward with tile (KEYS, ROWS) and its dQ sum, per batch chunk. scratch: D, then
 /// (from the next 256 bytes) the partials of flash_backward_batch_chunk(.., KEYS) batch rows.
-template <int HS, int KEYS>
+template <int HS, int KEYS, int ROWS>
 static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, float* scratch, int B,
                            int T_, int C, int NH, int NKV, cudaStream_t stream) {
     const size_t delta_floats = (static_cast<size_t>(B) * NH * T_ * sizeof(float) + 255) / 256 * 256 / sizeof(float);
@@ -329,8 +324,8 @@ static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
     constexpr int kBlock = 256;
     for (int b0 = 0; b0 < B; b0 += chunk) {  // each chunk's sum reads its partials before the next overwrites them
         const int nb = std::min(chunk, B - b0);
-        launch_flash<kBwdThreads<KEYS>>(flash_backward_kernel<HS, KEYS>, dim3(NKV * nb, ceil_div(T_, KEYS)),
-                                        flash_backward_smem_bytes(HS, KEYS), stream, dqkv, dq_part, dout, qkv,
+        launch_flash<kBwdThreads<KEYS>>(flash_backward_kernel<HS, KEYS, ROWS>, dim3(NKV * nb, ceil_div(T_, KEYS)),
+                                        kBwdSmem<HS, KEYS, ROWS>, stream, dqkv, dq_part, dout, qkv,
                                         static_cast<const float*>(lse), static_cast<const float*>(scratch), T_, C, NH,
                                         NKV, b0);
         launch(flash_dq_reduce_kernel<HS, KEYS>, dim3(ceil_div(T_ * (HS / 8), kBlock), NH, nb), dim3(kBlock), 0,
@@ -346,45 +341,52 @@ static int device_smem_optin() {
     return smem_optin;
 }
 
-int flash_backward_keys_on_device(int head_size) { return flash_backward_keys(head_size, device_smem_optin()); }
+FlashBackwardTile flash_backward_tile_on_device(int head_size) {
+    return flash_backward_tile(head_size, device_smem_optin());
+}
 
-/// D, then the fused backward and its dQ sum with `keys` keys per block (validated by the callers).
+/// D, then the fused backward and its dQ sum with the tile (the head size's large or small one:
+/// validated by the callers).
 static void run_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
-                         int T_, int C, int NH, int NKV, int keys, float* scratch, cudaStream_t stream) {
+                         int T_, int C, int NH, int NKV, FlashBackwardTile tile, float* scratch, cudaStream_t stream) {
     attention_delta(scratch, dout, out, B, T_, C, NH, stream);
-    if (C / NH == 64 && keys == 128) flash_backward<64, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
-    else if (C / NH == 64) flash_backward<64, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
-    else if (keys == 128) flash_backward<128, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
-    else flash_backward<128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    const bool large = tile == flash_backward_tile_large(C / NH);
+    if (C / NH == 64 && large) flash_backward<64, 128, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    else if (C / NH == 64) flash_backward<64, 128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    else if (large) flash_backward<128, 128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    else flash_backward<128, 64, 32>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
 }
 
-/// Throws std::invalid_argument naming `keys` unless it is 64 or 128.
-static void check_keys(int keys) {
-    if (keys != 64 && keys != kFlashBackwardKeysMax)
-        throw std::invalid_argument("cuda flash attention backward: keys " + std::to_string(keys) +
-                                    " per block must be 64 or 128");
+/// Throws std::invalid_argument naming the tile unless it is head size hs's large or small one.
+static void check_tile(int hs, FlashBackwardTile tile) {
+    if (tile != flash_backward_tile_large(hs) && tile != flash_backward_tile_small(hs))
+        throw std::invalid_argument("cuda flash attention backward: tile of " + std::to_string(tile.keys) +
+                                    " keys x " + std::to_string(tile.rows) + " rows is not one of head size " +
+                                    std::to_string(hs) + "'s (flash_backward_tile_large/small)");
 }
 
-void flash_attention_backward_keys(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
-                                   int B, int T_, int C, int NH, int NKV, int keys, float* scratch,
-                                   cudaStream_t stream) {
+void flash_attention_backward_tiled(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
+                                    int B, int T_, int C, int NH, int NKV, FlashBackwardTile tile, float* scratch,
+                                    cudaStream_t stream) {
     check_flash(T_, C, NH, NKV, {dqkv, dout, qkv, out, scratch});
-    check_keys(keys);
     const int hs = C / NH;
-    const size_t need = flash_backward_smem_bytes(hs, keys);
+    check_tile(hs, tile);
+    const size_t need = flash_backward_smem_bytes(hs, tile);
     const int optin = device_smem_optin();
     if (static_cast<long long>(need) > optin)
-        throw std::invalid_argument("cuda flash attention backward: keys " + std::to_string(keys) + " at head size " +
+        throw std::invalid_argument("cuda flash attention backward: the tile of " + std::to_string(tile.keys) +
+                                    " keys x " + std::to_string(tile.rows) + " rows at head size " +
                                     std::to_string(hs) + " needs " + std::to_string(need) +
                                     " B of shared memory per block; the device allows " + std::to_string(optin));
-    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, keys, scratch, stream);
+    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, tile, scratch, stream);
 }
 
 void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
-                              int T_, int C, int NH, int NKV, int keys, float* scratch, cudaStream_t stream) {
+                              int T_, int C, int NH, int NKV, FlashBackwardTile tile, float* scratch,
+                              cudaStream_t stream) {
     check_flash(T_, C, NH, NKV, {dqkv, dout, qkv, out, scratch});
-    check_keys(keys);  // the device's variant, the caller's (CudaOps::flash_keys): no device lookup per call
-    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, keys, scratch, stream);
+    check_tile(C / NH, tile);  // the device's tile, the caller's (CudaOps::flash_tile): no device lookup per call
+    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, tile, scratch, stream);
 }
 
 }  // namespace llmtrain::cuda

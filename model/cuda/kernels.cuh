@@ -158,15 +158,16 @@ void attention_delta(float* delta, const T* dout, const T* out, int B, int T_, i
 void flash_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T_, int C, int NH,
                              int NKV, cudaStream_t stream);
 /// As attention_backward (dqkv overwritten), on tensor cores: a fused kernel and a fixed-order dQ sum,
-/// with `keys` keys per block: the device's variant, flash_backward_keys(C / NH, its opt-in shared
-/// memory per block), which the caller keeps (CudaOps::flash_keys; not looked up per call).
-/// scratch: flash_attention_backward_scratch_bytes(B, T_, C, NH, keys) bytes (D and the dQ
-/// partials, flash_attention.hpp), 16-byte aligned. Errors: as flash_attention_forward, and
-/// std::invalid_argument for keys other than 64 or 128; a variant the device cannot hold fails its
-/// launch (CudaError): flash_attention_backward_keys (flash_attention.hpp) checks that by name.
+/// with the backward tile `tile` (flash_attention.hpp): the device's, flash_backward_tile(C / NH,
+/// its opt-in shared memory per block), which the caller keeps (CudaOps::flash_tile; not looked up
+/// per call). scratch: flash_attention_backward_scratch_bytes(B, T_, C, NH, tile.keys) bytes (D
+/// and the dQ partials), 16-byte aligned. Errors: as flash_attention_forward, and
+/// std::invalid_argument for a tile other than the head size's large or small one; a tile the
+/// device cannot hold fails its launch (CudaError): flash_attention_backward_tiled
+/// (flash_attention.hpp) checks that by name.
 void flash_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T_, int C, int NH, int NKV,
-                              int keys, float* scratch, cudaStream_t stream);
+                              FlashBackwardTile tile, float* scratch, cudaStream_t stream);
 
 // ---- cublas_attention.cu (model.attention = "cublas"; the tiling is cublas_attention.hpp's) ----
 /// As attention_forward, on tensor cores: per tile of plan.tile_rows query rows, S = QK^T/sqrt(HS)

@@ -2,7 +2,7 @@
 // "native" in bf16; test_flash_attention.cpp, test_flash_variants.cpp) share: the shapes they run
 // (each named by the blocks it exercises), the native bf16 backend, one attention forward +
 // backward downloaded as fp32, seeded bf16-exact inputs, keys and values poisoned with NaN from a
-// position on, the fraction of a derived bound an output used, a bitwise comparison, and (emulated
+// position on, the name of the device's backward tile, the fraction of a derived bound an output used, a bitwise comparison, and (emulated
 // only) the device's opt-in shared memory per block set for a scope.
 #pragma once
 #include <cuda_runtime.h>
@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/cuda/flash_attention.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
 
 namespace llmtrain::cudatest {
@@ -28,7 +29,7 @@ constexpr Shape kHs128{1, 100, 256, 2};     // one partial forward block; key bl
 constexpr Shape kHs64T100{2, 100, 128, 2};  // one partial forward block; key blocks 64 + 36
 constexpr Shape kHs64T129{1, 129, 128, 2};  // a forward block of one row; a key block of one key
 constexpr Shape kHs64T300{1, 300, 128, 2};  // 3 forward blocks, 5 key blocks (causal skipping)
-constexpr Shape kHs128T150{2, 150, 256, 2};  // forward blocks of 128 + 22 rows; backward steps of 32
+constexpr Shape kHs128T150{2, 150, 256, 2};  // forward blocks of 128 + 22 rows; backward steps of 64 or 32
 constexpr Shape kHs128T129{1, 129, 256, 2};  // a forward block of one row
 constexpr Shape kHs128T300{1, 300, 256, 2};  // 3 forward blocks, 5 key blocks (causal skipping)
 
@@ -39,8 +40,8 @@ inline std::unique_ptr<Ops> make_native_bf16() {
 }
 
 #ifndef LLMTRAIN_REAL_GPU
-constexpr size_t k99KiB = 101376;   // sm_86, sm_89, sm_120: the 64-key backward at head size 128
-constexpr size_t k227KiB = 232448;  // sm_90 (the emulator's default): 128 keys
+constexpr size_t k99KiB = 101376;   // sm_86, sm_89, sm_120: the small backward tiles
+constexpr size_t k227KiB = 232448;  // sm_90 (the emulator's default): the large ones
 
 /// Sets the emulated device's opt-in shared memory per block (CUDA_EMU_SMEM_OPTIN, read at each
 /// call) for a scope, then restores the former setting (so a run with it set stays on its device).
@@ -62,6 +63,13 @@ private:
     bool had_ = false;
 };
 #endif
+
+/// "128 keys x 64 rows": the backward tile this device runs at head size hs
+/// (flash_backward_tile_on_device), for the cases' traces and printed lines.
+inline std::string tile_name(int hs) {
+    const cuda::FlashBackwardTile t = cuda::flash_backward_tile_on_device(hs);
+    return std::to_string(t.keys) + " keys x " + std::to_string(t.rows) + " rows";
+}
 
 /// out, lse and dqkv (as fp32) of one backend's attention forward + backward on qkv and dout.
 inline std::array<std::vector<float>, 3> run_attention(Ops& o, const std::vector<float>& qkv,

@@ -3,15 +3,15 @@
 // mma.sync m16n8k16, ldmatrix, cp.async through model/cuda/ptx.cuh, a fused backward with dQ
 // partials summed in a fixed order) against the CPU backend's fp32 attention on the same bf16-exact
 // inputs, forward (out, lse) and backward (dqkv), under the emulator's three thread orders, with T a
-// multiple of the blocks or not (forward 128 query rows, 64-key steps; backward 128 keys x 64
-// queries a step at HS 64, at HS 128 128 or 64 keys x 32 queries): T 1, 64, 65, 100, 128, 129, 150,
+// multiple of the blocks or not (forward 128 query rows, 64-key steps; backward tiles of 128 keys x
+// 128 or 64 queries a step at HS 64, 128 x 64 or 64 x 32 at HS 128): T 1, 64, 65, 100, 128, 129, 150,
 // 300; grouped-query attention at T 150; causal skipping (keys past a block's or a warp's rows
 // never read, query blocks before a key block's diagonal never read: NaN planted there changes no
 // bit of the rows that must not see it); the backward in batch chunks; and bitwise repeatable: the
 // same bits under every thread order, block order and made-up wmma layout (the fused backward's dQ
-// included). The emulated device is an H100 (227 KiB of opt-in shared memory per block: the 128-key
-// backward at HS 128) unless CUDA_EMU_SMEM_OPTIN says otherwise; the HS 128 cases also run on a
-// 99 KiB device (sm_86/89/120: 64 keys). Which variant runs where, and the shapes the path takes:
+// included). The emulated device is an H100 (227 KiB of opt-in shared memory per block: the large
+// backward tiles) unless CUDA_EMU_SMEM_OPTIN says otherwise; the cases also run on a 99 KiB device
+// (sm_86/89/120: the small tiles). Which tile runs where, and the shapes the path takes:
 // test_flash_variants.cpp. Shared helpers: flash_test_util.hpp.
 // Tolerances: out and dqkv within attention_bound.hpp's derived per-element bound (the roundings
 // this path makes: P and dS to bf16 where they enter the mma, the bf16 outputs, D from the rounded
@@ -53,8 +53,8 @@ protected:
         expect_within_bound("flash out", got[0], want[0], bound.out);
         expect_close("flash lse", got[1], want[1], kTolBf16);
         expect_within_bound("flash dqkv", got[2], want[2], bound.dqkv);
-        std::printf("HS %d T %d B %d, backward %d keys: out %.2f, dqkv %.2f of the bound\n", s.C / s.NH, s.T, s.B,
-                    cuda::flash_backward_keys_on_device(s.C / s.NH), bound_fraction(got[0], want[0], bound.out),
+        std::printf("HS %d T %d B %d, backward %s: out %.2f, dqkv %.2f of the bound\n", s.C / s.NH, s.T, s.B,
+                    tile_name(s.C / s.NH).c_str(), bound_fraction(got[0], want[0], bound.out),
                     bound_fraction(got[2], want[2], bound.dqkv));
     }
 };
@@ -78,11 +78,14 @@ TEST_P(FlashAttention, HeadSize128PartialBlocksMatchCpu) {
 /// block while warps whose rows end before the block skip it: 5 key blocks of 3 forward blocks.
 TEST_P(FlashAttention, HeadSize128ManyBlocksMatchesCpu) { matches_cpu(kHs128T300, 83); }
 #ifndef LLMTRAIN_REAL_GPU
-/// The head-size-128 cases above on a 99 KiB device: the 64-key backward (4 warps), where the
-/// default device runs the 128-key one (8 warps).
-TEST_P(FlashAttention, HeadSize128On99KiBDeviceMatchesCpu) {
+/// The cases above on a 99 KiB device: the small backward tiles (head size 64: 128 keys x 64 rows;
+/// 128: 64 keys of 4 warps x 32 rows), where the default device runs the large ones.
+TEST_P(FlashAttention, On99KiBDeviceMatchesCpu) {
     ScopedSmemOptin sm86(k99KiB);
-    ASSERT_EQ(cuda::flash_backward_keys_on_device(128), 64);
+    ASSERT_EQ(cuda::flash_backward_tile_on_device(64), cuda::flash_backward_tile_small(64));
+    ASSERT_EQ(cuda::flash_backward_tile_on_device(128), cuda::flash_backward_tile_small(128));
+    matches_cpu(kHs64, 70);
+    matches_cpu(kHs64T300, 76);
     matches_cpu(kHs128, 80);
     matches_cpu(kHs128T150, 81);
     matches_cpu(kHs128T129, 82);
@@ -109,7 +112,7 @@ std::array<std::vector<float>, 3> run_gqa(Ops& o, const std::vector<float>& qkv,
 /// expanded multi-head problem (key/value head h / (NH/NKV) copied into query head h): out and dQ as
 /// for head h, dK and dV of key/value head g within the sum of its query heads' bounds (the CPU sums
 /// the same per-head gradients). Head size 64 with n_kv_head 2 and 1; head size 128 with 2 on the
-/// device's backward variant (emulated: 128 keys) and, emulated, on a 99 KiB device (64 keys).
+/// device's backward tile (emulated: the large one) and, emulated, on a 99 KiB device (the small).
 void gqa_matches_cpu(int HS, int NKV) {
     const int B = 1, T = 150, NH = 4, C = NH * HS;
     auto cpu = make_cpu_backend();
@@ -142,8 +145,8 @@ void gqa_matches_cpu(int HS, int NKV) {
     expect_within_bound("flash gqa out", got[0], want[0], b3.out);
     expect_close("flash gqa lse", got[1], want[1], kTolBf16);
     expect_within_bound("flash gqa dqkv", got[2], want[2], bound);
-    std::printf("GQA HS %d NH %d NKV %d T %d, backward %d keys: out %.2f, dqkv %.2f of the bound\n", HS, NH, NKV,
-                T, cuda::flash_backward_keys_on_device(HS), bound_fraction(got[0], want[0], b3.out),
+    std::printf("GQA HS %d NH %d NKV %d T %d, backward %s: out %.2f, dqkv %.2f of the bound\n", HS, NH, NKV, T,
+                tile_name(HS).c_str(), bound_fraction(got[0], want[0], b3.out),
                 bound_fraction(got[2], want[2], bound));
 }
 TEST_P(FlashAttention, GroupedQueryManyBlocksMatchesCpu) {
@@ -184,14 +187,13 @@ TEST(FlashAttentionRepeat, BitwiseAcrossRunsOrdersAndLayouts) {
 #endif
 }
 
-/// Bitwise: the same inputs at both head sizes (at 128 in both backward variants: 128 keys on the
-/// default device, 64 on a 99 KiB one) and with grouped-query heads give the same bits under other
+/// Bitwise: the same inputs at both head sizes (in both backward tiles: the large on the default
+/// device, the small on a 99 KiB one) and with grouped-query heads give the same bits under other
 /// thread orders and shuffled block orders (the fused backward writes each dQ partial once and sums
 /// them in key-block order; dK/dV are owned by one block each).
 TEST(FlashAttentionRepeat, FusedBackwardIsBitwiseRepeatable) {
     auto repeatable = [&](const Shape& s) {  // a backend per device: it reads the device's limit once
-        SCOPED_TRACE("head size " + std::to_string(s.C / s.NH) + ", backward " +
-                     std::to_string(cuda::flash_backward_keys_on_device(s.C / s.NH)) + " keys");
+        SCOPED_TRACE("head size " + std::to_string(s.C / s.NH) + ", backward " + tile_name(s.C / s.NH));
         const auto [qkv, dout] = inputs(s, 95);
         const auto first = run_attention(*make_native_bf16(), qkv, dout, s);
         for (const char* order : {"reverse", "random"}) {
@@ -206,6 +208,7 @@ TEST(FlashAttentionRepeat, FusedBackwardIsBitwiseRepeatable) {
     {
         ScopedSmemOptin sm86(k99KiB);
         repeatable(kHs128T150);
+        repeatable(kHs64T300);
     }
 #endif
     const int B = 1, T = 150, NH = 4, NKV = 2, HS = 64;
@@ -220,12 +223,12 @@ TEST(FlashAttentionRepeat, FusedBackwardIsBitwiseRepeatable) {
 
 /// The backward in batch chunks (the dQ partials of as many batch rows as fit
 /// flash_dq_workspace_cap, several fused-kernel and sum launches on one workspace) gives the same
-/// bits as in one launch: B 3 at a cap of one row's partials of the device's variant, and of two
-/// rows (chunks 2 + 1); at head size 64, and at 128 in both variants (on the emulator).
+/// bits as in one launch: B 3 at a cap of one row's partials of the device's tile, and of two rows
+/// (chunks 2 + 1); at head size 64, and at 128 in both tiles (on the emulator).
 TEST(FlashAttentionChunks, BatchChunksGiveTheSameBits) {
     auto chunks_agree = [](const Shape& s) {
-        const int keys = cuda::flash_backward_keys_on_device(s.C / s.NH);
-        SCOPED_TRACE("head size " + std::to_string(s.C / s.NH) + ", backward " + std::to_string(keys) + " keys");
+        const int keys = cuda::flash_backward_tile_on_device(s.C / s.NH).keys;
+        SCOPED_TRACE("head size " + std::to_string(s.C / s.NH) + ", backward " + tile_name(s.C / s.NH));
         const auto [qkv, dout] = inputs(s, 98);
         const auto whole = run_attention(*make_native_bf16(), qkv, dout, s);
         ASSERT_EQ(cuda::flash_backward_batch_chunk(s.B, s.T, s.C, s.NH, keys), s.B);
@@ -234,7 +237,7 @@ TEST(FlashAttentionChunks, BatchChunksGiveTheSameBits) {
         for (size_t rows : {1, 2}) {
             cuda::flash_dq_workspace_cap = rows * per + per / 2;
             EXPECT_EQ(cuda::flash_backward_batch_chunk(s.B, s.T, s.C, s.NH, keys), static_cast<int>(rows));
-            // The scratch (the larger variant's) holds this variant's chunks.
+            // The scratch (the larger tile's) holds this tile's chunks.
             EXPECT_GE(cuda::flash_attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH),
                       cuda::flash_attention_backward_scratch_bytes(s.B, s.T, s.C, s.NH, keys));
             const auto chunked = run_attention(*make_native_bf16(), qkv, dout, s);
@@ -252,8 +255,7 @@ TEST(FlashAttentionChunks, BatchChunksGiveTheSameBits) {
 
 /// The checks of FlashAttentionCausal.BlocksPastTheDiagonalAreNeverRead (below) at one shape (B 1, T 300).
 void never_read_past_the_diagonal(const Shape& s) {
-    SCOPED_TRACE("head size " + std::to_string(s.C / s.NH) + ", backward " +
-                 std::to_string(cuda::flash_backward_keys_on_device(s.C / s.NH)) + " keys");
+    SCOPED_TRACE("head size " + std::to_string(s.C / s.NH) + ", backward " + tile_name(s.C / s.NH));
     const auto [qkv, dout] = inputs(s, 77);
     auto dev = make_native_bf16();
     const auto clean = run_attention(*dev, qkv, dout, s);
@@ -289,8 +291,8 @@ void never_read_past_the_diagonal(const Shape& s) {
 }
 
 /// Causal skipping, observed through NaN (which any product with it would spread): T 300 at head
-/// sizes 64 and 128 (forward blocks of 128 rows, 32 per warp; key steps of 64), at 128 in both
-/// backward variants. Keys and values from 128 on set to NaN leave rows
+/// sizes 64 and 128 (forward blocks of 128 rows, 32 per warp; key steps of 64), in both backward
+/// tiles. Keys and values from 128 on set to NaN leave rows
 /// 0-127 (forward block 0 never loads key blocks 2-4) bitwise unchanged, and from 64 on rows 0-63
 /// (the warps of rows 0-63 skip key block 1, past their rows); queries and dO of rows 0-127 set to
 /// NaN leave out, lse and dqkv of rows 128 on unchanged (the backward's key blocks from key 128 on,
@@ -300,6 +302,7 @@ TEST(FlashAttentionCausal, BlocksPastTheDiagonalAreNeverRead) {
     never_read_past_the_diagonal(kHs128T300);
 #ifndef LLMTRAIN_REAL_GPU
     ScopedSmemOptin sm86(k99KiB);
+    never_read_past_the_diagonal(kHs64T300);
     never_read_past_the_diagonal(kHs128T300);
 #endif
 }

@@ -31,8 +31,8 @@
 #       + 2), the hung one killed at its box
 #       and reported as timed out, the other steps going on after it; the table lists every step
 #       (the checkpoint too, with time left); test_cuda_gpu's two parts ran with their gtest filters
-#       (GPU-only first); attention rows with errors against cuDNN (at head size 128 native-bc64's
-#       too: the 64-key backward, info); determinism, native vs cudnn at
+#       (GPU-only first); attention rows with errors against cuDNN (at head size 128 native-99k's
+#       too: the small backward tile, info); determinism, native vs cudnn at
 #       step 1, resume, training, multirank (tp 2 within 1e-4) rows; <= 8 files in OUT; STATE removed;
 #   Q2. a quick call whose budget (19 s) is below a step's 20 s minimum: the steps are
 #       reported as skipped, the checkpoint as not run (optional), STATE removed.
@@ -160,8 +160,8 @@ IFS=, read -ra paths <<<"$1"
 for p in "${paths[@]}"; do
     if [ "$p" = cudnn ]; then
         echo "cudnn   B=$2 T=$3 C=$4 NH=$5: forward    0.165 ms ( 311.0 TFLOP/s), backward    0.610 ms ( 211.0 TFLOP/s); the reference"
-    elif [ "$p" = native-bc64 ]; then  # the 64-key backward: 0.26 of cuDNN's (the H200's figure at HS 128)
-        echo "native-bc64 B=$2 T=$3 C=$4 NH=$5: forward    0.300 ms ( 171.0 TFLOP/s), backward    2.300 ms (  55.0 TFLOP/s); vs cudnn: out max abs 1.953e-03 = 0.0412 rms, dqkv max abs 2.441e-04 = 0.0190 rms"
+    elif [ "$p" = native-99k ]; then  # the small tile: 0.26 of cuDNN's (the H200's figure at HS 128)
+        echo "native-99k B=$2 T=$3 C=$4 NH=$5: forward    0.300 ms ( 171.0 TFLOP/s), backward    2.300 ms (  55.0 TFLOP/s); vs cudnn: out max abs 1.953e-03 = 0.0412 rms, dqkv max abs 2.441e-04 = 0.0190 rms"
     else
         printf '%-7s B=%s T=%s C=%s NH=%s: forward    0.300 ms ( 171.0 TFLOP/s), backward    1.200 ms ( 107.0 TFLOP/s); %s\n' \
             "$p" "$2" "$3" "$4" "$5" "vs cudnn: out max abs 1.953e-03 = 0.0412 rms, dqkv max abs 2.441e-04 = 0.0187 rms"
@@ -224,10 +224,10 @@ if [ "$MODE" = quick ]; then
     row "test_cuda_gpu (rest)" "$S" | grep -q "71 passed, 0 failed .* PASS |" || fail "test_cuda_gpu's rest"
     row "attention native (B 8, T 2048, HS 128)" "$S" | grep -q "0.55x / 0.51x cuDNN | PASS |" || fail "attention at HS 128"
     row "attention native vs cudnn (B 8, T 2048, HS 128)" "$S" | grep -q "0.0187 rms .* PASS |" || fail "attention error"
-    row "attention native-bc64 (B 8, T 2048, HS 128)" "$S" | grep -q "0.55x / 0.26x cuDNN | info |" ||
-        fail "native-bc64 at HS 128 (the 64-key backward, info)"
-    row "attention native-bc64 vs cudnn (B 8, T 2048, HS 128)" "$S" | grep -q "0.0190 rms .* PASS |" ||
-        fail "native-bc64's error"
+    row "attention native-99k (B 8, T 2048, HS 128)" "$S" | grep -q "0.55x / 0.26x cuDNN | info |" ||
+        fail "native-99k at HS 128 (the small backward tile, info)"
+    row "attention native-99k vs cudnn (B 8, T 2048, HS 128)" "$S" | grep -q "0.0190 rms .* PASS |" ||
+        fail "native-99k's error"
     ! grep -q "B 32, T 1024" "$S" || fail "the hung attention step left rows"
     row "determinism native" "$S" | grep -q "| SAME (steps 1-3" || fail "determinism native"
     row "determinism cudnn" "$S" | grep -q "| DIFFERENT from step 1 " || fail "determinism cudnn"

@@ -269,40 +269,42 @@ class Summary(unittest.TestCase):
         self.assertIn("| quick/checkpoint-1.5b | 0 | 0 | not run (optional) |", out)
         self.assertIn("4 passed, 5 failed, 0 missing (info rows have no target)", out)
 
-    def test_native_bc64_rows(self):
-        """attention_bench's native-bc64 (native with its backward forced to 64-key blocks) at head size
+    def test_native_99k_rows(self):
+        """attention_bench's native-99k (native with its backward forced to the small tile) at head size
         128: its TFLOP/s row with the ratio to cuDNN, info whatever the ratio (the 0.5 target is
         native's, whose verdict stays its own); its error row screened as native's; unavailable where
-        flash_attention_backward_keys refuses it (a device with too little shared memory)."""
+        flash_attention_backward_tiled refuses it (a device with too little shared memory)."""
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "attention-hs128.txt"), "w") as f:
                 f.write("native  B=8 T=2048 C=1536 NH=12: forward    1.000 ms ( 300.0 TFLOP/s), backward    2.000 ms "
                         "( 200.0 TFLOP/s); vs cudnn: out max abs 1.953e-03 = 0.0412 rms, dqkv max abs 2.441e-04 = "
                         "0.0187 rms\n"
-                        "native-bc64 B=8 T=2048 C=1536 NH=12: forward    1.000 ms ( 300.0 TFLOP/s), backward    "
+                        "native-99k B=8 T=2048 C=1536 NH=12: forward    1.000 ms ( 300.0 TFLOP/s), backward    "
                         "4.000 ms ( 104.0 TFLOP/s); vs cudnn: out max abs 1.953e-03 = 0.0412 rms, dqkv max abs "
                         "3.052e-04 = 0.6000 rms\n"
                         "cudnn   B=8 T=2048 C=1536 NH=12: forward    0.500 ms ( 500.0 TFLOP/s), backward    1.000 ms "
                         "( 400.0 TFLOP/s); the reference\n"
                         "native / cudnn: forward 0.60, backward 0.50 of cuDNN's TFLOP/s\n"
-                        "native-bc64 / cudnn: forward 0.60, backward 0.26 of cuDNN's TFLOP/s\n")
+                        "native-99k / cudnn: forward 0.60, backward 0.26 of cuDNN's TFLOP/s\n")
             with open(os.path.join(d, "attention-124m.txt"), "w") as f:
-                f.write("native-bc64 B=32 T=1024 C=768 NH=12: unavailable: cuda flash attention backward: keys 64 "
-                        "at head size 64 needs 65536 B of shared memory per block; the device allows 49152\n")
+                f.write("native-99k B=32 T=1024 C=768 NH=12: unavailable: cuda flash attention backward: the tile "
+                        "of 128 keys x 64 rows at head size 64 needs 93184 B of shared memory per block; the device "
+                        "allows 49152\n")
             out, t = self.rows(d)
         shape = "B 8, T 2048, HS 128"
-        self.assertEqual(t[f"attention native-bc64 ({shape})"][1:],
+        self.assertEqual(t[f"attention native-99k ({shape})"][1:],
                          ["forward 300.0, backward 104.0 TFLOP/s",
-                          "cuDNN 500.0 / 400.0; native's 64-key backward, for comparison (the target is native's)",
+                          "cuDNN 500.0 / 400.0; native's backward in the small tile, for comparison (the target is "
+                          "native's)",
                           "0.60x / 0.26x cuDNN", "info"])
         self.assertEqual(t[f"attention native ({shape})"][3:], ["0.60x / 0.50x cuDNN", "PASS"])
-        self.assertEqual(t[f"attention native-bc64 vs cudnn ({shape})"][1:],
+        self.assertEqual(t[f"attention native-99k vs cudnn ({shape})"][1:],
                          ["out max abs 1.95e-03 = 0.0412 rms, dqkv max abs 3.05e-04 = 0.6000 rms",
                           "<= 0.5 of the reference's rms (a screen)", "", "FAIL"])
         self.assertEqual(t[f"attention native vs cudnn ({shape})"][4], "PASS")
-        self.assertEqual(t["attention native-bc64 (B 32, T 1024, HS 64)"][1:],
-                         ["unavailable: cuda flash attention backward: keys 64 at head size 64 needs 65536 B of "
-                          "shared memory per block; the device allows 49152",
+        self.assertEqual(t["attention native-99k (B 32, T 1024, HS 64)"][1:],
+                         ["unavailable: cuda flash attention backward: the tile of 128 keys x 64 rows at head size "
+                          "64 needs 93184 B of shared memory per block; the device allows 49152",
                           "", "", "info"])
         self.assertIn("2 passed, 1 failed, 1 missing (info rows have no target)", out)
 

@@ -22,13 +22,13 @@
 // over cuDNN's, forward and backward (issue 22's target for native: >= 0.5 each). A path that is
 // unavailable (e.g. cudnn in a build without cuDNN) prints why and is left out; exit 2 on bad
 // arguments or when no path ran.
-// One pseudo-path besides model.attention's: native-bc64, native with its backward forced to the
-// 64-key blocks of 4 warps (flash_attention_backward_keys, model/cuda/flash_attention.hpp) where
-// the device would take 128 keys (H100/H200 at head size 128; every device at 64), so that both
-// variants are timed on the same card (two blocks of 4 warps per SM against one of 8, half the dQ
-// partials against twice); its scratch its own (the 5-argument
-// flash_attention_backward_scratch_bytes with 64 keys). Its lines read as native's, labelled
-// native-bc64.
+// One pseudo-path besides model.attention's: native-99k, native with its backward forced to the
+// small tile, the one a device with 99 KiB of opt-in shared memory per block runs (sm_86/89/120:
+// 128 keys x 64 rows at head size 64, 64 keys of 4 warps x 32 rows at 128;
+// flash_attention_backward_tiled, model/cuda/flash_attention.hpp), so that it is timed beside the
+// large tile an H100/H200 takes, on the same card; its scratch its own (the 5-argument
+// flash_attention_backward_scratch_bytes with its keys). Its lines read as native's, labelled
+// native-99k.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -87,13 +87,13 @@ struct Run {
     std::vector<uint16_t> out, dqkv;
 };
 
-/// The pseudo-path timing native's 64-key backward (the file's header).
-constexpr const char* kNativeBc64 = "native-bc64";
+/// The pseudo-path timing native's backward in the small tile (the file's header).
+constexpr const char* kNative99k = "native-99k";
 
 Run run_path(const std::string& path, int B, int T, int C, int NH, int iters, int workspace_mb) {
-    const bool bc64 = path == kNativeBc64;
+    const bool small = path == kNative99k;
     llmtrain::CudaBackendOptions opt;
-    opt.attention = llmtrain::parse_attention(bc64 ? "native" : path);
+    opt.attention = llmtrain::parse_attention(small ? "native" : path);
     if (workspace_mb > 0) opt.attention_workspace_mb = workspace_mb;
     auto ops = llmtrain::make_cuda_backend("bf16", opt);
     const size_t N = static_cast<size_t>(B) * T;
@@ -102,19 +102,19 @@ Run run_path(const std::string& path, int B, int T, int C, int NH, int iters, in
     void* out = bf16_buffer(*ops, N * C, -1);
     void* dqkv = bf16_buffer(*ops, N * 3 * C, -1);
     auto* lse = static_cast<float*>(ops->malloc(N * NH * sizeof(float)));
-    // native-bc64's backward: on the default stream, where the backend queues everything else here
+    // native-99k's backward: on the default stream, where the backend queues everything else here
     // (no set_stream), with its own scratch.
-    constexpr int kBc64Keys = 64;
-    float* scratch = bc64 ? static_cast<float*>(ops->malloc(
-                                llmtrain::cuda::flash_attention_backward_scratch_bytes(B, T, C, NH, kBc64Keys)))
-                          : nullptr;
+    const llmtrain::cuda::FlashBackwardTile tile = llmtrain::cuda::flash_backward_tile_small(C / NH);
+    float* scratch = small ? static_cast<float*>(ops->malloc(
+                                 llmtrain::cuda::flash_attention_backward_scratch_bytes(B, T, C, NH, tile.keys)))
+                           : nullptr;
     auto fwd = [&] { ops->attention_forward(out, lse, qkv, B, T, C, NH); };
     auto bwd = [&] {
-        if (!bc64) return ops->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
+        if (!small) return ops->attention_backward(dqkv, dout, qkv, out, lse, B, T, C, NH);
         using bf16 = __nv_bfloat16;
-        llmtrain::cuda::flash_attention_backward_keys(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
-                                                      static_cast<const bf16*>(qkv), static_cast<const bf16*>(out),
-                                                      lse, B, T, C, NH, NH, kBc64Keys, scratch, nullptr);
+        llmtrain::cuda::flash_attention_backward_tiled(static_cast<bf16*>(dqkv), static_cast<const bf16*>(dout),
+                                                       static_cast<const bf16*>(qkv), static_cast<const bf16*>(out),
+                                                       lse, B, T, C, NH, NH, tile, scratch, nullptr);
     };
     for (int i = 0; i < 3; i++) fwd(), bwd();  // workspaces, plans and cuBLAS heuristics
     Run r;

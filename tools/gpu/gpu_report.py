@@ -388,10 +388,10 @@ def plan_row(text):
 ATTENTION_SCREEN = 0.5
 # Issue 22's target for the tensor-core native path: >= 0.5 of cuDNN's TFLOP/s, forward and backward.
 NATIVE_VS_CUDNN = 0.5
-# attention_bench's pseudo-path: native with its backward forced to 64-key blocks of 4 warps, beside
-# native's device-chosen 128-key blocks of 8 (head size 64; 128 on H100/H200); its TFLOP/s row is
-# info (the target is native's), its error row screened as every path's.
-NATIVE_BC64 = "native-bc64"
+# attention_bench's pseudo-path: native with its backward forced to the small tile (a 99 KiB
+# device's), beside native's device-chosen large tile on H100/H200; its TFLOP/s row is info (the
+# target is native's), its error row screened as every path's.
+NATIVE_99K = "native-99k"
 ATTN_LINE = re.compile(
     r"^([\w-]+)\s+B=(\d+) T=(\d+) C=(\d+) NH=(\d+): forward\s+([\d.]+) ms \(\s*([\d.]+) TFLOP/s\), "
     r"backward\s+([\d.]+) ms \(\s*([\d.]+) TFLOP/s\)(?:; the reference)?"
@@ -401,7 +401,7 @@ ATTN_UNAVAILABLE = re.compile(r"^([\w-]+)\s+B=(\d+) T=(\d+) C=(\d+) NH=(\d+): un
 
 def attention_rows(texts):
     """Rows of attention_bench lines: per shape and path, its TFLOP/s with the ratio to cuDNN's (native
-    held to NATIVE_VS_CUDNN; native-bc64 and the others info), and its error against the reference
+    held to NATIVE_VS_CUDNN; native-99k and the others info), and its error against the reference
     path (held to ATTENTION_SCREEN)."""
     shapes = {}  # (B, T, C, NH) -> {path: fields}; a later line wins
     for text in texts:
@@ -429,8 +429,8 @@ def attention_rows(texts):
                 if path == "native":
                     ref += f"; target >= {NATIVE_VS_CUDNN} of cuDNN"
                     verdict = "PASS" if min(fr, br) >= NATIVE_VS_CUDNN else "FAIL"
-                elif path == NATIVE_BC64:
-                    ref += "; native's 64-key backward, for comparison (the target is native's)"
+                elif path == NATIVE_99K:
+                    ref += "; native's backward in the small tile, for comparison (the target is native's)"
                 rows.append((name, got, ref, f"{fr:.2f}x / {br:.2f}x cuDNN", verdict))
             else:
                 rows.append((name, got, "", "", "info"))

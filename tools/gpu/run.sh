@@ -10,8 +10,8 @@
 #                test_cuda_gpu's GPU-only suites (cuDNN, FlashAttention at GPT-2 shapes) 100 s, then the
 #                rest 60 s; attention_bench (native, cublas, cudnn: TFLOP/s and each path's max error
 #                against cuDNN's out and dqkv) at GPT-2 124M's shape 45 s and at head size 128 45 s
-#                (at both also native-bc64: native with its backward forced to 64-key blocks of 4
-#                warps, an info row beside native's device-chosen 128-key blocks of 8);
+#                (at both also native-99k: native with its backward forced to the small tile of a
+#                99 KiB device, an info row beside native's device-chosen large tile);
 #                determinism native 60 s and cudnn 60 s (3 steps, twice each), native against cudnn
 #                at step 1, resume with round-to-nearest 60 s; GPT-2 124M training native and cudnn
 #                100 s, PyTorch compiled 120 s; multirank over MpiCudaComm: the 1-rank run, ZeRO-1,
@@ -359,10 +359,10 @@ GPU_FIRST='Gpu/*:CudnnAttentionBackward.*:*FlashAttention*'
 stage_quick() {
     step quick test_cuda_gpu-gpu "$(box 100)" test_cuda_gpu gpu "$GPU_FIRST"
     step quick test_cuda_gpu-rest "$(box 60)" test_cuda_gpu rest "-$GPU_FIRST"
-    # native-bc64: native's 64-key backward beside its 128-key one (the device's choice at head size 64,
-    # and at 128 on H100/H200)
-    step quick attention-124m "$(box 45)" attention 124m native,native-bc64,cublas,cudnn 32 1024 768 12
-    step quick attention-hs128 "$(box 45)" attention hs128 native,native-bc64,cublas,cudnn 8 2048 1536 12
+    # native-99k: native's backward in the small tile (a 99 KiB device's) beside the large one an
+    # H100/H200 takes
+    step quick attention-124m "$(box 45)" attention 124m native,native-99k,cublas,cudnn 32 1024 768 12
+    step quick attention-hs128 "$(box 45)" attention hs128 native,native-99k,cublas,cudnn 8 2048 1536 12
     step quick determinism-native "$(box 60)" determinism native 3
     step quick determinism-cudnn "$(box 60)" determinism cudnn 3
     step quick paths-native-cudnn "$(box 15)" paths_agree native cudnn
