@@ -5,7 +5,7 @@
 #
 # All runs: 3 steps of a 2-layer model at lr 3e-3 with no warm-up (a wrong gradient moves the
 # losses), 4 micro-batches of 2 sequences per step (1 rank: grad_accum_steps 4; dp 2: 2; dp 4: 1),
-# which read the same train windows (docs/training.md "Batches"; eval reads dp-dependent windows,
+# which read the same train windows (docs/data.md "DataLoader"; eval reads dp-dependent windows,
 # so it is off). Compared per step: train loss, lr and gradient norm (losses.tsv's columns); a NaN
 # or a missing row fails.
 #   - mpi vs nccl, same layout: BITWISE (tolerance 0). Both add the dp ranks' gradients in rank
