@@ -48,7 +48,7 @@ public:
     void set_checkpoint_phase_seconds(double blocked, double write);
     void add_skipped_step();                     ///< llmtrain_skipped_steps_total (non-finite loss or norm)
     /// llmtrain_offload_seconds{phase}: the last step's time in phase "d2h", "host_adam", "h2d" or
-    /// "wall" of the offloaded optimizer (docs/training.md "Optimizer offload").
+    /// "wall" of the offloaded optimizer (docs/parallelism.md "Optimizer offload").
     void set_offload_seconds(const std::string& phase, double seconds);
     /// llmtrain_attention_info{path}: 1 for the attention path in use ("native", "cublas", "cudnn";
     /// Ops::attention_name), 0 for a path used before (model.attention = "auto" may fall back).

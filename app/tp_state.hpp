@@ -1,6 +1,6 @@
 // app/tp_state.hpp — a tensor-parallel run's fp32 training state (weights, AdamW m and v) moved
 // between its TP ranks' local parts and whole tensors, so that its checkpoints are those of a tp = 1
-// run and any tp resumes any other (docs/training.md "Tensor parallelism").
+// run and any tp resumes any other (docs/parallelism.md "Tensor parallelism").
 //
 // Each TP rank holds its part of every split tensor in its own local layout (model/param_layout.hpp
 // TPSplit; ParamLayout::cut_local / place_local), sharded over its ZeRO group. Writing: the ranks of

@@ -179,7 +179,7 @@ std::string Trainer::resume_from(const std::string& dir) {
     I.ms.adam->state_from_host(w.data(), m.data(), v.data());  // device and host parts alike
     // The checkpoint holds fp32 master weights. Rounded to nearest they would not be the bf16 params
     // the last step wrote stochastically; its rounding, keyed by (t, flat index), rebuilds them
-    // exactly, for every copy of every element (docs/training.md "Resume").
+    // exactly, for every copy of every element (docs/checkpoints.md "Resume").
     if (I.cfg.training.stochastic_rounding && st.adam_t > 0) round_params_of_step(host.data(), host.size(), 0, st.adam_t);
     I.ms.engine->load_params(host.data());  // every rank takes the part it holds
     I.run_id = st.run_id.empty() ? I.run_id : st.run_id;

@@ -135,7 +135,7 @@ struct Trainer::Impl {
 
     // --- app/trainer_checkpoint.cpp: saving and resuming
 
-    /// Starts a checkpoint of the state after `step` (docs/training.md "Checkpoints"), collective:
+    /// Starts a checkpoint of the state after `step` (docs/checkpoints.md "Checkpoints"), collective:
     /// waits for the one in flight, then each rank of replica 0 (together they hold every shard
     /// once) copies its fp32 shard (weights, m, v) into the saver's host snapshot on the saver's own
     /// stream, and the saver's writer thread writes it as optim_<k>.h5 and model_<k>.h5 (model.h5
@@ -146,7 +146,7 @@ struct Trainer::Impl {
     /// save() with tp > 1: the ranks of replica 0 send their fp32 shards to their stage's first rank,
     /// which writes the stage's whole tensors as part k = stage, laid out as full_layout (the files
     /// of a tp = 1 run; app/tp_state.hpp). Costs that rank 12 bytes of host memory per parameter of
-    /// its stage (docs/training.md "Tensor parallelism").
+    /// its stage (docs/parallelism.md "Tensor parallelism").
     void save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0, double waited);
 
     /// With a pipeline, on replica 0 at its first and last stage: the two copies of the tied wte

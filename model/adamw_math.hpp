@@ -1,7 +1,7 @@
 // model/adamw_math.hpp — AdamW's per-element arithmetic and the stochastic rounding of its params,
 // written once for every place that steps weights: the CPU backend's loop (model/cpu/adamw_kernel.hpp),
 // the CUDA kernel (model/cuda/adamw.cu) and the host-offloaded optimizer (optim/host_adamw.hpp). The
-// three give the same bits, so an offloaded step equals an on-device one (docs/design.md "Optimizer
+// three give the same bits, so an offloaded step equals an on-device one (docs/distributed.md "Optimizer
 // offload"). Their sources are compiled without floating-point contraction (-ffp-contract=off,
 // nvcc -fmad=false): an FMA would round once where this code rounds twice.
 //

@@ -12,7 +12,7 @@
 // GPT-2 (Radford et al. 2019): learned positions, pre-LN blocks, causal MHA, GELU(tanh), 4x MLP,
 // final LN; Llama (Touvron et al. 2023): pre-RMSNorm blocks, rotary positions, grouped-query
 // attention, SwiGLU MLP, no biases, tied or untied head. Vocab padded to a multiple of 128.
-// Tensor parallelism (GPTOptions::tp; docs/design.md "Tensor parallelism"): each rank of a TP
+// Tensor parallelism (GPTOptions::tp; docs/distributed.md "Tensor parallelism"): each rank of a TP
 // group holds its part of every split tensor (ParamLayout's TPSplit), runs n_head/tp query heads,
 // n_kv_head/tp key/value heads and F/tp MLP columns, and Vp/tp vocabulary columns of the logits; the group's collectives go
 // through model/tensor_parallel.hpp. With GPTOptions::sequence_parallel the residual stream, the
@@ -44,7 +44,7 @@ struct GPTOptions {
     /// (tp = 1). Every rank of the group builds its GPT with the same config and options and calls
     /// forward/backward and the helpers in the same order (they run the group's collectives).
     TensorParallel* tp = nullptr;
-    /// Sequence parallelism (Korthikanti et al. 2022; docs/design.md "Tensor parallelism"), only
+    /// Sequence parallelism (Korthikanti et al. 2022; docs/distributed.md "Tensor parallelism"), only
     /// with a tp group of size > 1: the residual stream, LayerNorms and residual adds run on this TP
     /// rank's N/tp rows of the N = B*T rows (contiguous: rows [tp_rank*N/tp, (tp_rank+1)*N/tp) of
     /// the (B,T) flattening), all-gathered before the column-parallel matmuls and reduce-scattered

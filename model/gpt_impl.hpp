@@ -17,7 +17,7 @@
 // res[i] (their input) and recompute their forward into `recompute` just before their backward.
 // Parameters and gradients come from a ParamStore one unit at a time (model/param_store.hpp):
 // acquired before a unit is used, released after; grads_done(u) once a unit's backward is over.
-// Tensor parallelism (GPTOptions::tp, docs/design.md "Tensor parallelism"): the layout is this TP
+// Tensor parallelism (GPTOptions::tp, docs/distributed.md "Tensor parallelism"): the layout is this TP
 // rank's; qkv, atty, the attention's lse and the MLP's buffers hold its NH/tp query heads, NKV/tp
 // key/value heads and F/tp columns, and logits its Vp/tp vocabulary columns. Megatron's f/g: the
 // row-parallel matmuls (attention and MLP output projections) give partial sums that are

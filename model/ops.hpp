@@ -257,7 +257,7 @@ public:
     virtual void fused_classifier(void* logits, float* losses, const int* targets, int N, int V,
                                   int Vp, float dloss, bool write_grad) = 0;
 
-    // ---- vocab-parallel embedding and cross-entropy (tensor parallelism, docs/design.md "Tensor
+    // ---- vocab-parallel embedding and cross-entropy (tensor parallelism, docs/distributed.md "Tensor
     // parallelism"; Megatron-LM's VocabParallelEmbedding / vocab_parallel_cross_entropy, Shoeybi et
     // al. 2019). This rank holds rows [v0, v0 + nv) of the padded (Vp,C) token table, so its logits
     // are the (N,nv) columns [v0, v0 + nv) of the full (N,Vp). Every backend implements them

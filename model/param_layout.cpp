@@ -4,7 +4,7 @@
 // Order inside a transformer unit: the 2-D weights first (AdamW decays them), then the norm
 // parameters and biases (no decay). Grouping by `decay` lets AdamW update a unit in two
 // contiguous runs instead of twelve; checkpoints address tensors by name, so the order is free.
-// With tp > 1 every tensor is this TP rank's part (docs/design.md "Tensor parallelism"), in the
+// With tp > 1 every tensor is this TP rank's part (docs/distributed.md "Tensor parallelism"), in the
 // same order: the order does not depend on tp.
 #include "model/param_layout.hpp"
 

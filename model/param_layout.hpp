@@ -7,7 +7,7 @@
 // unit's slice is padded to a multiple of `shard_multiple` elements so it splits evenly over a ZeRO
 // group, and every tensor starts at a multiple of 8 elements (16 bytes in bf16). Checkpoints store
 // tensors by name and shape, never by offset, so the padding may change between runs.
-// Tensor parallelism (docs/design.md "Tensor parallelism"): with tp > 1 the layout is one TP rank's
+// Tensor parallelism (docs/distributed.md "Tensor parallelism"): with tp > 1 the layout is one TP rank's
 // — every tensor has its local shape, and records its full shape and how it is split (TPSplit), so
 // units, ZeRO shards and AdamW work on the local buffer unchanged and checkpoints can still go by
 // full name and shape (cut_local / place_local).

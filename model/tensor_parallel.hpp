@@ -1,6 +1,6 @@
 // model/tensor_parallel.hpp — the model's window onto its tensor-parallel group.
 //
-// docs/design.md "Tensor parallelism": with parallel.tp = T, each layer's c_attn (by heads) and
+// docs/distributed.md "Tensor parallelism": with parallel.tp = T, each layer's c_attn (by heads) and
 // c_fc are split by output rows ("column-parallel" in Megatron-LM's words, Shoeybi et al. 2019),
 // attn.c_proj and mlp.c_proj by input columns ("row-parallel"), and the tied wte / LM head by
 // vocabulary rows. The model needs only a few collectives over the T ranks that share a layer, and

@@ -1,6 +1,6 @@
 // model/trace.hpp — Chrome trace-event JSON (the format chrome://tracing and Perfetto open): spans on
 // named tracks, so a user can see what ran when — the offloaded optimizer's copies against its host
-// step, and a pipeline's schedule and bubble (docs/design.md "Optimizer offload").
+// step, and a pipeline's schedule and bubble (docs/distributed.md "Optimizer offload").
 //
 // Format: {"traceEvents": [...]} with one complete event ("ph": "X", microseconds) per span and a
 // metadata event naming each track (a "thread" of one "process" per rank).

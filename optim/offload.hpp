@@ -1,5 +1,5 @@
 // optim/offload.hpp — the host part of the optimizer state and its double-buffered step (ZeRO-Offload,
-// Ren et al. 2021; docs/design.md "Optimizer offload").
+// Ren et al. 2021; docs/distributed.md "Optimizer offload").
 //
 // The fp32 master weights, m and v of the offloaded elements live in pinned host memory (12 bytes
 // per parameter). A step walks them in chunks; for chunk k the host waits for k's gradients to land

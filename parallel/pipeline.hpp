@@ -1,6 +1,6 @@
 // parallel/pipeline.hpp — one pipeline stage's part of a step: the forwards and backwards of its
 // micro-batches in the schedule's order (parallel/schedule.hpp: 1F1B or GPipe), the activations
-// sent to the next stage and their gradients back through Comm send/recv (docs/design.md
+// sent to the next stage and their gradients back through Comm send/recv (docs/distributed.md
 // "Pipeline"). Narayanan et al. 2021 (1F1B, PipeDream-Flush); Huang et al. 2019 (GPipe).
 //
 // Each micro-batch in flight lives in its own GPT activation context (micro-batch i in context

@@ -1,6 +1,6 @@
 // parallel/planner.hpp — the pipeline planner's optimization: how many layers each stage runs and
 // how many of them it recomputes, chosen by a mixed-integer program so that every stage fits a
-// memory cap and the 1F1B step is shortest (docs/design.md "Planner").
+// memory cap and the 1F1B step is shortest (docs/distributed.md "Planner").
 //
 // Pure: a PlanProblem holds, per stage, memory and time as affine functions of the stage's layer
 // count n and recomputed count c (app/plan/plan.cpp derives them from the --dry-run counting code and

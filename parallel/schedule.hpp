@@ -1,6 +1,6 @@
 // parallel/schedule.hpp — the pipeline schedule: which forward (F) and backward (B) passes each
 // stage runs in one optimizer step, in what order, and what that order costs in idle time
-// (docs/design.md "Pipeline schedule", docs/reference.md "Pipeline: 1F1B").
+// (docs/distributed.md "Pipeline schedule", docs/reference.md "Pipeline: 1F1B").
 //
 // Pure functions of (schedule, stage s, stages P, micro-batches m): no ranks, no devices. The
 // trainer runs stage_schedule()'s list; tests compare the executed order against it; simulate()

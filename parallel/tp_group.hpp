@@ -1,6 +1,6 @@
 // parallel/tp_group.hpp — the model's tensor-parallel group (model/tensor_parallel.hpp) over a Comm.
 //
-// docs/design.md "Tensor parallelism": the model owns the narrow TensorParallel interface (it must
+// docs/distributed.md "Tensor parallelism": the model owns the narrow TensorParallel interface (it must
 // not include parallel/); this is its implementation on the ranks of Topology::tp_group(), whose
 // Comm moves the Ops' device buffers (MpiComm on the CPU backend, NCCL or MpiCudaComm on CUDA).
 #pragma once

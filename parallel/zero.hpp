@@ -15,7 +15,7 @@
 // Then, at every stage: the shard is all-reduced across replicas (sub-DP), AdamW updates the
 // shard (the trainer calls it with param_shard()/grad_shard()), and gather_params() all-gathers the
 // updated params inside the ZeRO group (stages 1 and 2). Every collective sums in rank order on
-// MpiComm, so ZeRO-1 and ZeRO-2/3 at one micro-batch reproduce plain DP's bits (docs/design.md).
+// MpiComm, so ZeRO-1 and ZeRO-2/3 at one micro-batch reproduce plain DP's bits (docs/distributed.md).
 #pragma once
 #include <array>
 #include <vector>

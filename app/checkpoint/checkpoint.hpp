@@ -1,7 +1,7 @@
 // app/checkpoint/checkpoint.hpp — checkpoints on disk: layout, the crash-safe write protocol, integrity,
 // lineage (run ids) and resume lookup.
 //
-// docs/design.md "Formats", docs/training.md "Checkpoints". A checkpoint is the directory
+// docs/design.md "Formats", docs/checkpoints.md "Checkpoints". A checkpoint is the directory
 // <run_dir>/checkpoints/step_<N>/ holding
 //   model.h5       one fp32 dataset per parameter tensor, by GPT-2 name and global shape
 //                  (the fp32 master weights when the backend keeps them); assembled by the committing

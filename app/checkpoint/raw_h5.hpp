@@ -4,7 +4,7 @@
 // computed from those buffers (the few metadata bytes read back) instead of re-reading the file.
 // Internal to app/checkpoint/ (write.cpp).
 //
-// Why (docs/training.md "Asynchronous checkpoints", figures): through H5Dwrite the writer went in
+// Why (docs/checkpoints.md "Asynchronous checkpoints", figures): through H5Dwrite the writer went in
 // 16 MiB calls under HDF5's global lock, then re-read each file to hash it, and reached 0.26 of dd's
 // sequential write. Measured on the 2-core build machine (a paravirtualized VM): the kernel's copy
 // of a large user buffer into the page cache ran at ~250-300 MB/s (from a 1 MiB buffer in the CPU's

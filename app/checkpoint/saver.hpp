@@ -1,6 +1,6 @@
 // app/checkpoint/saver.hpp — the checkpoint write as the trainer drives it: a snapshot of this
 // rank's state in host memory, a background writer thread per rank, the commit agreement over
-// small MPI messages, and at most one checkpoint in flight (docs/training.md "Checkpoints",
+// small MPI messages, and at most one checkpoint in flight (docs/checkpoints.md "Checkpoints",
 // "Asynchronous checkpoints").
 //
 // Protocol, every rank alike (the training thread makes every MPI call; the writer thread only

@@ -76,7 +76,7 @@ struct TrainingConfig {
 
 struct OptimizerConfig {
     float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
-    std::string offload = "none";  ///< "none" | "cpu": optimizer state in pinned host memory (docs/training.md)
+    std::string offload = "none";  ///< "none" | "cpu": optimizer state in pinned host memory (docs/parallelism.md)
     float offload_fraction = 1.0f; ///< (0, 1]: the share of this rank's shard offloaded
     float offload_chunk_mb = 16;   ///< fp32 master MiB per chunk of the double-buffered host step
     friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;

@@ -1,5 +1,5 @@
 // app/interop/export_main.cpp — llmtrain-export: a checkpoint's weights in another tool's format
-// (docs/training.md "Weight formats").
+// (docs/checkpoints.md "Weight formats").
 //
 //   llmtrain-export CHECKPOINT --format hf|llmc [--dtype fp32|bf16] [--shard-mb MB] [--bos-id N]
 //                   [--eos-id N] OUT

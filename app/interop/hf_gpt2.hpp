@@ -1,6 +1,6 @@
 // app/interop/hf_gpt2.hpp — HuggingFace transformers' GPT2LMHeadModel: model.safetensors + config.json.
 //
-// docs/training.md "Weight formats". Names: our tensor "h.3.attn.c_attn.weight" is
+// docs/checkpoints.md "Weight formats". Names: our tensor "h.3.attn.c_attn.weight" is
 // "transformer.h.3.attn.c_attn.weight", "wte" is "transformer.wte.weight" (likewise wpe, ln_f.*).
 // HF's GPT-2 keeps OpenAI's Conv1D modules, whose weights are stored (in, out): the four 2-D layer
 // weights (attn.c_attn, attn.c_proj, mlp.c_fc, mlp.c_proj) are the transpose of ours, which are

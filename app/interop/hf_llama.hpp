@@ -1,7 +1,7 @@
 // app/interop/hf_llama.hpp — HuggingFace transformers' LlamaForCausalLM: config.json + safetensors
 // (one model.safetensors, or shards with model.safetensors.index.json: app/interop/hf_shards.hpp).
 //
-// docs/training.md "Weight formats". Our Llama tensors already carry HF's names (model/arch.hpp):
+// docs/checkpoints.md "Weight formats". Our Llama tensors already carry HF's names (model/arch.hpp):
 // model.embed_tokens.weight; model.layers.<l>.self_attn.{q,k,v,o}_proj.weight,
 // mlp.{gate,up,down}_proj.weight, input_layernorm.weight, post_attention_layernorm.weight;
 // model.norm.weight; lm_head.weight when untied. All are Linear-style (out, in), as HF stores them,

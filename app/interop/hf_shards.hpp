@@ -1,7 +1,7 @@
 // app/interop/hf_shards.hpp — HuggingFace's weight directories: one model.safetensors, or shards
 // model-0000k-of-0000n.safetensors listed by model.safetensors.index.json.
 //
-// The index (as save_pretrained writes it, docs/training.md "Weight formats"): a JSON object
+// The index (as save_pretrained writes it, docs/checkpoints.md "Weight formats"): a JSON object
 // {"metadata": {"total_size": <bytes of all tensors' data>}, "weight_map": {"<tensor>": "<shard file>"}},
 // shard files beside it, each an ordinary safetensors file. save_pretrained starts a new shard when the
 // next tensor would push the current one past max_shard_size (5GB by default); so does this writer.

@@ -1,6 +1,6 @@
 // app/interop/llmc_model.hpp — llm.c's GPT-2 model file (gpt2_124M.bin, gpt2_124M_bf16.bin).
 //
-// Layout (docs/training.md "Weight formats"; llm.c train_gpt2.py write_model, train_gpt2.cu
+// Layout (docs/checkpoints.md "Weight formats"; llm.c train_gpt2.py write_model, train_gpt2.cu
 // gpt2_build_from_checkpoint): a header of 256 little-endian int32 — [0] magic 20240326, [1] version
 // (3: every tensor fp32; 5: every tensor bf16, LayerNorms included), [2] max_seq_len, [3] vocab_size,
 // [4] n_layer, [5] n_head, [6] channels, [7] padded_vocab_size, the rest 0 — then the parameters back to

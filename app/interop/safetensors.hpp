@@ -1,6 +1,6 @@
 // app/interop/safetensors.hpp — the safetensors file format (HuggingFace's weight files): read and write.
 //
-// Layout (docs/training.md "Weight formats"): an 8-byte little-endian unsigned header length N, then N
+// Layout (docs/checkpoints.md "Weight formats"): an 8-byte little-endian unsigned header length N, then N
 // bytes of JSON: {"<name>": {"dtype": "F32"|"BF16"|"F16", "shape": [...], "data_offsets": [begin, end]},
 // ..., "__metadata__": {string: string}} (trailing spaces pad it to a multiple of 8 bytes), then the
 // byte buffer: each tensor row-major, little-endian, at [begin, end) of the buffer. The JSON goes through

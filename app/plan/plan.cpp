@@ -112,7 +112,7 @@ PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptio
         return share == 0 || inter_gbps == intra_gbps ? 1.0 : intra_gbps * 1e9 * seconds_per_byte(share, intra_gbps, inter_gbps);
     };
     const double send = act_bytes / link;  // seconds of one send inside a node; boundary b's: times its factor
-    // Tensor parallelism (docs/design.md "Tensor parallelism", model/gpt.cpp): one all-reduce of an
+    // Tensor parallelism (docs/distributed.md "Tensor parallelism", model/gpt.cpp): one all-reduce of an
     // (N, C) activation over the TP group, and the loss's all-gather of (N, 3) fp32 per rank (a ring
     // all-gather moves (tp − 1)/tp of the gathered tp·N·3·4 bytes: half an all-reduce of that size).
     const double tp_link = opt.tp_link_gbps > 0 ? opt.tp_link_gbps : opt.link_gbps;  // inside a node
@@ -280,7 +280,7 @@ PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int tp, int 
     pc.tp = tp;
     pc.pp = pp;
     pc.dp = opt.world / (pp * tp);
-    // ZeRO-2/3 do not combine with a pipeline (docs/training.md): a deeper plan uses ZeRO-1 at most.
+    // ZeRO-2/3 do not combine with a pipeline (docs/parallelism.md): a deeper plan uses ZeRO-1 at most.
     const int zero = pp > 1 ? std::min(cfg.parallel.zero_stage, 1) : cfg.parallel.zero_stage;
     const bool offload = cfg.optimizer.offload == "cpu";
     struct Try {

@@ -1,7 +1,7 @@
 // app/plan/plan.hpp — the pipeline planner as llmtrain-plan and pipeline.plan = "auto" use it: for each
 // tensor-parallel width tp (a divisor of the world inside a node) and pipeline depth pp that divides
 // world / tp, the layers per stage and recomputed layers per stage that minimize the 1F1B step while
-// every rank fits the device memory (docs/design.md "Planner").
+// every rank fits the device memory (docs/distributed.md "Planner").
 //
 // Memory comes from the --dry-run counting code (app/model_state.hpp estimate_memory: the real run's
 // allocations counted over the dry-run backend), time from LayerTimes (app/plan/plan_times.hpp) and a
@@ -72,7 +72,7 @@ struct PlanResult {
 /// (1,1); times from opt.times plus pipeline sends (B·T·C activation bytes over opt.link_gbps; a
 /// stage waits for its sends) and a tail of ring all-reduce (2(dp − 1)/dp of the stage's gradient
 /// bytes), the tied wte's sum between the end stages, and AdamW over the rank's shard. With tp > 1
-/// (Megatron-LM, docs/design.md "Planner"): a layer's forward, backward and recompute seconds and
+/// (Megatron-LM, docs/distributed.md "Planner"): a layer's forward, backward and recompute seconds and
 /// the head's divided by tp, plus per layer 2 all-reduces of B·T·C activation elements in forward, 2
 /// in backward and 1 in recompute (model/gpt.cpp repeats the first only), 1 after the embedding, 1
 /// for the head's input gradient and the loss's all-gather of (B·T, 3) fp32, each at
@@ -118,7 +118,7 @@ struct Baseline {
     bool fits = false;   ///< every stage's device bytes <= device_memory x (1 - margin)
 };
 
-/// The comparisons of docs/design.md "Planner" at candidate `best`'s depth (which must be feasible):
+/// The comparisons of docs/distributed.md "Planner" at candidate `best`'s depth (which must be feasible):
 ///   full recompute   the default split (FLOP-balanced), every layer recomputed;
 ///   best ratio       the same split with the fastest single activation_checkpoint.ratio that fits
 ///                    every stage (each distinct floor(ratio x layers) tried), if any;

@@ -1,4 +1,4 @@
-// app/plan/plan_main.cpp — llmtrain-plan: the pipeline planner on the command line (docs/training.md
+// app/plan/plan_main.cpp — llmtrain-plan: the pipeline planner on the command line (docs/parallelism.md
 // "Planning a pipeline"). For a config, a world size and a device memory it prints, per
 // tensor-parallel width and pipeline depth, whether the model fits and the predicted step, then the best plan's per-stage table and the
 // TOML lines that select it. Layer times are measured on the config's backend (--profile) or derived
@@ -51,7 +51,7 @@ int main(int argc, char** argv) {
     int reps = 5;
     bool compare = false;
     CLI::App app{"llmtrain-plan: layers and recomputed layers per pipeline stage under a memory cap, chosen by a "
-                 "MIP (docs/training.md \"Planning a pipeline\")", "llmtrain-plan"};
+                 "MIP (docs/parallelism.md \"Planning a pipeline\")", "llmtrain-plan"};
     app.add_option("--config", config_path, "TOML config file (built-in defaults when omitted)")->option_text("PATH");
     app.add_option("--set", overrides, "override one key, as llmtrain's --set")
         ->option_text("SECTION.KEY=VALUE")
@@ -70,9 +70,10 @@ int main(int argc, char** argv) {
     app.add_option("--gpus-per-node", opt.gpus_per_node, "devices (ranks) per node; a TP group stays inside one, "
                    "and bytes between nodes go at --inter-node-gbps (default 8)")
         ->check(kPositive);
-    app.add_option("--inter-node-gbps", opt.inter_node_gbps, "GB/s per rank between nodes: the bytes that cross a "
-                   "node boundary (ring model, docs/design.md \"Traffic across nodes\") go at this rate, the rest at "
-                   "--link-gbps (default: --link-gbps)")->check(kPositive);
+    app.add_option("--inter-node-gbps", opt.inter_node_gbps,
+                   "GB/s per rank between nodes: the bytes that cross a node boundary (ring model, "
+                   "docs/distributed.md \"Traffic across nodes\") go at this rate, the rest at --link-gbps "
+                   "(default: --link-gbps)")->check(kPositive);
     auto* prof = app.add_flag("--profile", profile, "measure layer times on the config's backend (run.backend)");
     auto* tf = app.add_option("--device-tflops", tflops, "derive layer times from FLOPs at this sustained TFLOP/s")
                    ->check(kPositive);

@@ -2,7 +2,7 @@
 // backward, recompute), of the embedding and of the head, and of AdamW per parameter, either
 // measured on a backend at the configured shapes (llmtrain-plan --profile; pipeline.plan = "auto")
 // or derived from FLOPs and a stated sustained throughput for a device this machine does not have
-// (--device-tflops). docs/design.md "Planner" says how each number enters the step time.
+// (--device-tflops). docs/distributed.md "Planner" says how each number enters the step time.
 #pragma once
 #include <string>
 

@@ -1,7 +1,7 @@
 // app/plan/traffic.hpp — step traffic: the bytes one optimizer step of a run moves per group kind (TP,
 // data-parallel, ZeRO group, replica group, pipeline, tied-embedding pair) and how many of them cross
 // node boundaries, for `llmtrain --dry-run --world-size N --ranks-per-node R` and the planner's
-// inter-node term (docs/design.md "Traffic across nodes").
+// inter-node term (docs/distributed.md "Traffic across nodes").
 //
 // Nodes: ranks are laid out node by node, ranks_per_node consecutive world ranks per node (rank r on
 // node r / ranks_per_node; mpirun's and Slurm's default block mapping). Groups are those of

@@ -1,6 +1,6 @@
 // model/cpu/classifier.cpp — fused softmax + cross-entropy over the real vocabulary, with the logit
 // gradient written in place (no probability buffer). Source: llm.c's fused_classifier design.
-// And its vocab-parallel form in two passes (tensor parallelism, docs/design.md "Tensor
+// And its vocab-parallel form in two passes (tensor parallelism, docs/distributed.md "Tensor
 // parallelism"): per-rank (max, sum of exponentials, target logit), then, after the group gathered
 // them, the loss and the gradient of the local columns. Source: Megatron-LM's
 // vocab_parallel_cross_entropy (Shoeybi et al. 2019), the max-rescaled sum of the online softmax.

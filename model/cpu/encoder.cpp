@@ -1,6 +1,6 @@
 // model/cpu/encoder.cpp — token + position embeddings, forward and backward (GPT-2 input layer),
 // and their vocab-parallel forms for tensor parallelism (a rank holds rows [v0, v0 + nv) of wte;
-// docs/design.md "Tensor parallelism").
+// docs/distributed.md "Tensor parallelism").
 #include <algorithm>
 #include <limits>
 

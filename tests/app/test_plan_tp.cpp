@@ -2,7 +2,7 @@
 // parallel/planner.hpp ring_allreduce_seconds), each against an independent reference:
 //  - the ring all-reduce time against the step-by-step ring (2(n − 1) steps of bytes/n each);
 //  - a layer's and the end stages' seconds at tp 2 against the tp = 1 times over 2 plus the
-//    all-reduces counted by hand (docs/design.md "Planner");
+//    all-reduces counted by hand (docs/distributed.md "Planner");
 //  - memory forces tp > 1: a cap between what tp 1 and tp 2 need with every layer recomputed (both
 //    counted by estimate_memory) is met at tp 2 only, without a pipeline;
 //  - the widths tried: divisors of the world inside a node; one the heads do not split over is listed

@@ -387,7 +387,7 @@ TEST_F(E2E, ZeroStage3ResumeIsBitwiseExact) {
 TEST_F(E2E, OffloadCheckpointsResumeEitherWay) {
     // A checkpoint written with the optimizer offloaded resumes without offload, and the other way
     // round (at another fraction): both equal the uninterrupted run without offload bit for bit,
-    // since the host step is the device step's arithmetic (docs/training.md "Optimizer offload").
+    // since the host step is the device step's arithmetic (docs/parallelism.md "Optimizer offload").
     const std::vector<std::string> common = {"lr_schedule.decay=\"constant\"", "training.grad_accum_steps=2"};
     const std::vector<std::string> off = {"optimizer.offload=\"cpu\"", "optimizer.offload_chunk_mb=0.01"};
     const fs::path a = case_dir() / "straight", b = case_dir() / "off_then_on", c = case_dir() / "on_then_off";
@@ -422,7 +422,7 @@ int main(int argc, char** argv) { return e2e_main(argc, argv); }
 /// The offset of `needle` in text, or npos; for ordering log lines.
 size_t at(const std::string& text, const std::string& needle) { return text.find(needle); }
 
-// Asynchronous checkpoints (docs/training.md "Asynchronous checkpoints"), checked by the order of
+// Asynchronous checkpoints (docs/checkpoints.md "Asynchronous checkpoints"), checked by the order of
 // the log's lines rather than by timings: with every writer slowed by an injected delay (1.5 s,
 // a step here takes milliseconds) training goes on while step 3's checkpoint is written (steps 4
 // and 5 are logged before it is saved; a synchronous write saves it before step 4), the training

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """tests/config/doc_references.py — every reference to a section of the project's docs names one
-that exists. Code, scripts and docs cite sections as `docs/training.md "Checkpoints"` or
-`[training.md](training.md) "Checkpoints"` (a citation may wrap across comment lines); a section is
+that exists. Code, scripts and docs cite sections as `docs/checkpoints.md "Checkpoints"` or
+`[checkpoints.md](checkpoints.md) "Checkpoints"` (a citation may wrap across comment lines); a section is
 a Markdown heading or a bold paragraph lead (`**Speed.**`) of that file, and the cited name must be
 one of them or the start of one. Files: what git tracks under the source tree (argument 1, default
 the repository root), third_party and binary data left out. Exit 1 listing each dangling reference
@@ -12,8 +12,9 @@ import re
 import subprocess
 import sys
 
-# docs/x.md "Section", x.md "Section" or [x.md](...) "Section"
-CITATION = re.compile(r'(?:docs/)?([a-z_]+\.md)(?:\]\([^)]*\))?\s+"([^"\n]+(?:\n[^"\n]*){0,2})"')
+# docs/x.md "Section", x.md "Section" or [x.md](...) "Section"; the quote may open the next comment
+# line (// or #) or be escaped (a C++ string literal)
+CITATION = re.compile(r'(?:docs/)?([a-z_]+\.md)(?:\]\([^)]*\))?\s+(?:(?://|#)\s*)?\\?"([^"\n\\]+(?:\n[^"\n\\]*){0,2})\\?"')
 # a line break inside a citation, with the comment marker of the next line
 WRAP = re.compile(r'\s*\n\s*(?://|#)?\s*')
 

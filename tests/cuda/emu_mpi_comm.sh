@@ -72,7 +72,7 @@ compare pp2_nccl pp2_mpi 0
 run 2 off_mpi "${MPI_COMM[@]}" --set parallel.zero_stage=1 --set 'optimizer.offload="cpu"' \
     --set optimizer.offload_fraction=0.5 --set optimizer.offload_chunk_mb=0.01
 compare ref off_mpi 2e-6
-compare z1_mpi off_mpi 0  # the offloaded half steps bitwise like the device (docs/training.md)
+compare z1_mpi off_mpi 0  # the offloaded half steps bitwise like the device (docs/parallelism.md)
 export CUDA_EMU_WORKERS=1  # 4 ranks on 2 cores
 run 4 sub2x2_mpi "${MPI_COMM[@]}" --set parallel.zero_stage=2 --set parallel.zero_group_size=2
 compare ref sub2x2_mpi 2e-6

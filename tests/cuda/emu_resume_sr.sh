@@ -2,7 +2,7 @@
 # tests/cuda/emu_resume_sr.sh — exact resume with training.stochastic_rounding on the emulated CUDA
 # backend (llmtrain-emu): bf16 params rounded stochastically from the fp32 master weights by a hash
 # of (step, flat index). A checkpoint holds the master weights and the step; the resume re-rounds
-# them with the last step's bits (docs/training.md "Checkpoints"), so a resumed run is the unbroken
+# them with the last step's bits (docs/checkpoints.md "Checkpoints"), so a resumed run is the unbroken
 # run, bit for bit (tolerance 0: same data, same kernels, same order of every sum).
 # Cases, each 20 steps unbroken vs a resume at step 10 from the unbroken run's own checkpoint:
 #   1. one rank: train losses, lr and grad norms of steps 11-20, and the step-20 checkpoint's

@@ -14,7 +14,7 @@
 # Cases: plain DP on 2 ranks vs CPU; ZeRO-3 on 2 ranks under the three thread orders (forward,
 # reverse, random) with a random block order vs emulated DP, bitwise — a missing event wait or
 # barrier shows as NaN or a different bit; ZeRO-2 in bf16 vs emulated DP in bf16, bitwise; the
-# offloaded optimizer (docs/training.md "Optimizer offload") against the same run without it,
+# offloaded optimizer (docs/parallelism.md "Optimizer offload") against the same run without it,
 # bitwise: ZeRO-2 bf16 at offload_fraction 0.5 and ZeRO-0 bf16 with stochastic rounding at fraction
 # 1; the 1F1B pipeline (activations and gradients over NCCL send/recv, under the emulator's
 # issue-order check) vs one CPU process with the same micro-batches: pp 2 (3 micro-batches, also with

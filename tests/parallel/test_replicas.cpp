@@ -1,4 +1,4 @@
-// tests/parallel/test_replicas.cpp — replicas that cannot drift (docs/design.md "One clip scale
+// tests/parallel/test_replicas.cpp — replicas that cannot drift (docs/distributed.md "One clip scale
 // across dp"): sub-DP 2x2 on 4 ranks (ZeRO groups [0,1] and [2,3], replicas (0,2) and (1,3)) with
 // ZeRO group [2,3]'s sums one unit in the last place higher than [0,1]'s would be, as two NCCL
 // communicators summing in different orders may give. After each of 4 steps at a clipping

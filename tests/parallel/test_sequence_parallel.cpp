@@ -3,7 +3,7 @@
 // size: 2 or 4) and builds, besides its sequence-parallel GPT, a tp = 1 GPT and a tp GPT without
 // sequence parallelism from the same seed, as references.
 //
-// Checked (docs/design.md "Tensor parallelism", "Sequence parallelism"):
+// Checked (docs/distributed.md "Tensor parallelism", "Sequence parallelism"):
 //  - TensorParallel::reduce_scatter: bitwise the rank-order sum computed on the host from the
 //    gathered inputs, and bitwise the block of an all-reduce;
 //  - activation bytes: below the tp run's by the closed-form amount (the residual stream, ln1,
@@ -77,7 +77,7 @@ TEST(SequenceParallel, WholeModelMatchesTp1) {
     const size_t T_ = size_t(f.group.size()), N = kN, R = N / T_, C = size_t(cfg.n_embd), L = size_t(cfg.n_layer);
     EXPECT_EQ(sp.act_rows(), R);
     EXPECT_EQ(tp.act_rows(), N);
-    {  // Activation bytes (docs/model.md, docs/design.md "Sequence parallelism"): per layer ln1, res2,
+    {  // Activation bytes (docs/model.md, docs/distributed.md "Sequence parallelism"): per layer ln1, res2,
        // ln2 (3 of 256-aligned (rows,C)) and 4 LayerNorm statistics (rows), plus the residual stream's
        // L+1 buffers and ln_f's 2 statistics, shrink from N to R = N/tp rows; nothing else changes.
         auto a256 = [](size_t b) { return (b + 255) / 256 * 256; };

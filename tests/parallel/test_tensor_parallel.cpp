@@ -2,7 +2,7 @@
 // world is one TP group (tp = world size: 2 or 4, MpiComm through TpGroup) and builds, besides its
 // tp GPT, a tp = 1 GPT of the same config from the same seed as the reference.
 //
-// Checked (docs/design.md "Tensor parallelism"):
+// Checked (docs/distributed.md "Tensor parallelism"):
 //  - init: each rank's parameters are bitwise its slices of the tp = 1 parameters; the activation
 //    bytes are those of the local heads and columns (docs/model.md);
 //  - the loss, the logits (gathered from the group) and every parameter gradient (each rank's

@@ -6,7 +6,7 @@
 // backward from a fixed dact_out) and a last stage [1,2) (forward from a fixed act_in, backward from
 // the loss); inside, without and then with activation checkpointing (one layer recomputed).
 //
-// Checked for each case (docs/design.md "Tensor parallelism", "Sequence parallelism"):
+// Checked for each case (docs/distributed.md "Tensor parallelism", "Sequence parallelism"):
 //  - the checkpointed layer count, and act_rows(): B*T, or B*T/tp with sequence parallelism (then
 //    act_in / act_out / dact_* are this rank's contiguous rows of the tp = 1 stage's (B*T, C));
 //  - within kTol of the tp = 1 stage (tp_test_util.hpp; derived in test_tensor_parallel.cpp):

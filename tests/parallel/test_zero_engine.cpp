@@ -1,5 +1,5 @@
 // tests/parallel/test_zero_engine.cpp — the ZeRO engine's traffic and memory against closed-form
-// formulas (docs/design.md "ZeRO: the gradient flow"), under mpirun with 2 or 4 ranks, CPU backend.
+// formulas (docs/distributed.md "ZeRO: the gradient flow"), under mpirun with 2 or 4 ranks, CPU backend.
 //
 // One optimizer step (a micro-batches of random tokens, reduce, AdamW, gather) per (stage, group),
 // then the bytes each Comm counted (CommStats) per kind of collective, and the Allocator's bytes
