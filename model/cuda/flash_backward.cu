@@ -171,10 +171,10 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
         const float* ls = lses + st * kRows;
         const float* ds_ = dels + st * kRows;
         // Warp-uniform: some key of the warp is < T and <= the step's last query. Else P^T = dS^T = 0
-        // and the warp only writes its zero rows of dS^T (the diagonal steps of a 128-key block: at
-        // HS 64 warps 4-7 against queries j0 .. j0 + 63; at HS 128, 32 queries a step, warps 2-7,
-        // 4-7, 6-7 in the first three). S^T and dP^T live only in the live branch (zeroing them for
-        // both was 32 register moves a step in SASS).
+        // and the warp only writes its zero rows of dS^T (a key block's first step when ROWS <
+        // KEYS: warps 4-7 of 128 keys against 64 rows, warps 2-3 of 64 keys against 32). S^T and
+        // dP^T live only in the live branch (zeroing them for both was 32 register moves a step in
+        // SASS).
         const bool live = jw < T_ && jw <= q0 + kRows - 1;
         if (!live) {
             for (int n = 0; n < kNS; n++)
