@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """tests/config/doc_references.py — every reference to a section of the project's docs names one
-that exists. Code, scripts and docs cite sections as `docs/checkpoints.md "Checkpoints"` or
+that exists, and every relative Markdown link reaches a file (and its #anchor a heading). Code, scripts and docs cite sections as `docs/checkpoints.md "Checkpoints"` or
 `[checkpoints.md](checkpoints.md) "Checkpoints"` (a citation may wrap across comment lines); a section is
 a Markdown heading or a bold paragraph lead (`**Speed.**`) of that file, and the cited name must be
 one of them or the start of one. Files: what git tracks under the source tree (argument 1, default
-the repository root), third_party and binary data left out. Exit 1 listing each dangling reference
-(file, doc, section), 0 when none dangles.
+the repository root), third_party and binary data left out. Links: `[text](path#anchor)` in the
+tracked .md files, path relative to the file, anchor GitHub's slug of a heading (lower case,
+punctuation dropped, spaces as hyphens). Exit 1 listing each dangling reference (file, doc,
+section or link), 0 when none dangles.
 """
 import os
 import re
@@ -32,6 +34,29 @@ def sections(path):
     return found
 
 
+def slug(heading):
+    """GitHub's anchor of a heading: lower case, punctuation but - and _ dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def dangling_links(root, rel, text):
+    """The relative links of Markdown file rel (text) whose file or #anchor does not exist."""
+    bad = []
+    for m in re.finditer(r"\]\(([^)\s]+)\)", text):
+        link = m.group(1)
+        if re.match(r"[a-z]+:", link):
+            continue  # https:, mailto:
+        path, _, anchor = link.partition("#")
+        target = os.path.normpath(os.path.join(root, os.path.dirname(rel), path)) if path else os.path.join(root, rel)
+        if not os.path.exists(target):
+            bad.append(f"{rel}: link {link}")
+        elif anchor and target.endswith(".md"):
+            with open(target, encoding="utf-8") as f:
+                if anchor not in {slug(line.lstrip("#")) for line in f if line.startswith("#")}:
+                    bad.append(f"{rel}: link {link}")
+    return bad
+
+
 def dangling(root):
     files = subprocess.run(["git", "-C", root, "ls-files"], capture_output=True, text=True, check=True).stdout.split()
     cache, bad = {}, []
@@ -41,6 +66,8 @@ def dangling(root):
             continue
         with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
             text = f.read()
+        if rel.endswith(".md"):
+            bad += dangling_links(root, rel, text)
         for m in CITATION.finditer(text):
             doc, name = m.group(1), WRAP.sub(" ", m.group(2)).strip()
             path = next((p for p in (os.path.join(root, "docs", doc), os.path.join(root, doc)) if os.path.exists(p)),
