@@ -176,10 +176,13 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
         // dP^T live only in the live branch (zeroing them for both was 32 register moves a step in
         // SASS).
         const bool live = jw < T_ && jw <= q0 + kRows - 1;
+        // This lane's bf16 pair of dS^T: row g + 8r of the warp's keys, query columns n*8 + 2t4, + 1.
+        auto dst_pair = [&](int n, int r) {
+            return reinterpret_cast<uint32_t*>(dss + (warp * 16 + g + 8 * r) * kLdS + n * 8 + 2 * t4);
+        };
         if (!live) {
             for (int n = 0; n < kNS; n++)
-                for (int r = 0; r < 2; r++)
-                    *reinterpret_cast<uint32_t*>(dss + (warp * 16 + g + 8 * r) * kLdS + n * 8 + 2 * t4) = 0u;
+                for (int r = 0; r < 2; r++) *dst_pair(n, r) = 0u;
         } else {
             float s[kNS][4], dp[kNS][4];  // S^T and dP^T: 16 keys (rows g, g + 8) x kRows queries
             for (int n = 0; n < kNS; n++)
@@ -224,10 +227,8 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
             };
             if (q0 < jw + 15 || q0 + kRows > T_) softmax(std::true_type{});
             else softmax(std::false_type{});
-            for (int n = 0; n < kNS; n++)  // dS^T rows of the warp's keys, bf16 pairs
-                for (int r = 0; r < 2; r++)
-                    *reinterpret_cast<uint32_t*>(dss + (warp * 16 + g + 8 * r) * kLdS + n * 8 + 2 * t4) =
-                        ptx::pack_bf16x2(dp[n][2 * r], dp[n][2 * r + 1]);
+            for (int n = 0; n < kNS; n++)  // dS^T rows of the warp's keys
+                for (int r = 0; r < 2; r++) *dst_pair(n, r) = ptx::pack_bf16x2(dp[n][2 * r], dp[n][2 * r + 1]);
             for (int kk = 0; kk < kRows / 16; kk++) {
                 uint32_t pa[4], da[4];
                 acc_to_a(pa, s[2 * kk], s[2 * kk + 1]);

@@ -39,8 +39,9 @@ def slug(heading):
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def dangling_links(root, rel, text):
-    """The relative links of Markdown file rel (text) whose file or #anchor does not exist."""
+def dangling_links(root, rel, text, anchors):
+    """The relative links of Markdown file rel (text) whose file or #anchor does not exist; anchors:
+    a cache, path -> the slugs of its headings."""
     bad = []
     for m in re.finditer(r"\]\(([^)\s]+)\)", text):
         link = m.group(1)
@@ -51,15 +52,17 @@ def dangling_links(root, rel, text):
         if not os.path.exists(target):
             bad.append(f"{rel}: link {link}")
         elif anchor and target.endswith(".md"):
-            with open(target, encoding="utf-8") as f:
-                if anchor not in {slug(line.lstrip("#")) for line in f if line.startswith("#")}:
-                    bad.append(f"{rel}: link {link}")
+            if target not in anchors:
+                with open(target, encoding="utf-8") as f:
+                    anchors[target] = {slug(line.lstrip("#")) for line in f if line.startswith("#")}
+            if anchor not in anchors[target]:
+                bad.append(f"{rel}: link {link}")
     return bad
 
 
 def dangling(root):
     files = subprocess.run(["git", "-C", root, "ls-files"], capture_output=True, text=True, check=True).stdout.split()
-    cache, bad = {}, []
+    cache, anchors, bad = {}, {}, []
     for rel in files:
         if rel.startswith("third_party/") or not rel.endswith((".md", ".hpp", ".cpp", ".cu", ".cuh", ".h", ".sh",
                                                                  ".py", ".toml", ".txt", ".cmake")):
@@ -67,7 +70,7 @@ def dangling(root):
         with open(os.path.join(root, rel), encoding="utf-8", errors="replace") as f:
             text = f.read()
         if rel.endswith(".md"):
-            bad += dangling_links(root, rel, text)
+            bad += dangling_links(root, rel, text, anchors)
         for m in CITATION.finditer(text):
             doc, name = m.group(1), WRAP.sub(" ", m.group(2)).strip()
             path = next((p for p in (os.path.join(root, "docs", doc), os.path.join(root, doc)) if os.path.exists(p)),

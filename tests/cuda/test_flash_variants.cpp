@@ -86,19 +86,21 @@ TEST(FlashAttentionBackwardTile, ChosenByTheDevicesSharedMemory) {
 #endif
 }
 
-/// dQ (columns 0 .. C of dqkv) of queries 0-63 (witness of the key block: with 128 keys a block
-/// its partial dS K runs over keys 64-127) or dK (columns C .. 2C) of keys 64-127 (witness of the
-/// step: with 128 rows a step, the warps of keys 64-127 multiply the masked zeros of dS^T by query
-/// rows 0-63) over the batch: how many elements are NaN and how many differ from clean's bits.
+/// Over rows [t0, t1) (below T) and columns [c0, c1) of dqkv, every batch row: how many elements
+/// are NaN and how many differ from clean's bits. The witnesses: dQ (columns 0 .. C) of queries
+/// 0-63 (with 128 keys a block its partial dS K runs over keys 64-127) and dK (columns C .. 2C) of
+/// keys 64-127 (with 128 rows a step, the warps of keys 64-127 multiply the masked zeros of dS^T by
+/// query rows 0-63).
 struct Witness {
     size_t total = 0, nan = 0, changed = 0;
 };
-Witness witness(const std::vector<float>& got, const std::vector<float>& clean, const Shape& s, bool dk) {
+Witness witness(const std::vector<float>& got, const std::vector<float>& clean, const Shape& s, int t0, int t1,
+                int c0, int c1) {
     const size_t W = 3 * static_cast<size_t>(s.C);
     Witness w;
     for (int b = 0; b < s.B; b++)
-        for (int t = dk ? 64 : 0; t < (dk ? 128 : 64) && t < s.T; t++)
-            for (int c = dk ? s.C : 0; c < (dk ? 2 * s.C : s.C); c++) {
+        for (int t = t0; t < t1 && t < s.T; t++)
+            for (int c = c0; c < c1; c++) {
                 const size_t i = (static_cast<size_t>(b) * s.T + t) * W + c;
                 w.total++;
                 w.nan += std::isnan(got[i]);
@@ -139,7 +141,7 @@ TEST(FlashAttentionBackwardTile, TheLaunchedTileIsTheDevicesChoice) {
             const auto got = run_attention(*dev, nan_kv_from(qkv, s, 64), dout, s);
             EXPECT_EQ(std::memcmp(got[0].data(), clean[0].data(), 64 * s.C * sizeof(float)), 0)
                 << "the forward's rows 0-63 read keys past them";
-            const Witness w = witness(got[2], clean[2], s, false);
+            const Witness w = witness(got[2], clean[2], s, 0, 64, 0, s.C);  // dQ of queries 0-63
             if (t.keys == 64) EXPECT_EQ(w.changed, 0u) << "dQ of queries 0-63 read keys 64 on: not 64-key blocks";
             else EXPECT_EQ(w.nan, w.total) << "dQ of queries 0-63 did not run over keys 64-127: not 128-key blocks";
         }
@@ -150,7 +152,7 @@ TEST(FlashAttentionBackwardTile, TheLaunchedTileIsTheDevicesChoice) {
             const auto [qkv, dout] = inputs(s, 65);
             auto dev = make_native_bf16();
             const Witness w = witness(run_attention(*dev, nan_queries_0_63(qkv, s), dout, s)[2],
-                                      run_attention(*dev, qkv, dout, s)[2], s, true);
+                                      run_attention(*dev, qkv, dout, s)[2], s, 64, 128, s.C, 2 * s.C);  // dK
             if (t.rows == 64) EXPECT_EQ(w.changed, 0u) << "dK of keys 64-127 read queries 0-63: not 64-row steps";
             else EXPECT_EQ(w.nan, w.total) << "dK of keys 64-127 did not run over queries 0-63: not 128-row steps";
         }
