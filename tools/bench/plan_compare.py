@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""tools/bench/plan_compare.py — the planner's plan against hand-made ones (docs/testing.md "Planner").
+"""tools/bench/plan_compare.py — the planner's plan against hand-made ones (docs/benchmarks.md "Planner").
 
   1. On paper: GPT-2 1.5B (configs/gpt2-1.5b.toml, global batch 1024 x 1024 tokens = 1M) on 8 and 64
      H100-80GB, layer times from FLOPs at a stated sustained rate (--device-tflops, default 400 of
