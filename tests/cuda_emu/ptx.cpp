@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -42,9 +43,40 @@ struct LaneCopies {
     std::vector<std::vector<Copy>> groups;  // a handful at most: erasing the front is cheap
 };
 thread_local LaneCopies t_copies[kMaxThreads];
-/// Destination address -> issuing thread, for every copy in flight in the worker's block.
-thread_local std::unordered_map<uintptr_t, unsigned> t_in_flight;
-thread_local bool t_used = false;  ///< a cp.async was issued since the worker's block started
+
+constexpr unsigned kNone = ~0u;
+/// What the block did to one 16-byte chunk of shared memory through cp.async and ldmatrix, for the
+/// hazard checks: the copy in flight into it, the last copy retired into it and the warps that
+/// read it with ldmatrix, each with the barrier interval ("epoch": __syncthreads releases so far)
+/// it happened in. Within one interval the hardware orders nothing between warps.
+struct Chunk {
+    uint64_t block = 0;          ///< the worker's block it describes (older: stale, read as fresh)
+    unsigned in_flight = kNone;  ///< the thread whose copy into it is in flight
+    unsigned writer = kNone;     ///< the thread whose copy was retired into it last, in write_epoch
+    uint64_t write_epoch = 0;
+    std::source_location write_site;  ///< where that thread's wait retired it
+    uint32_t readers = 0;             ///< warps (bit w) that read it with ldmatrix in read_epoch
+    uint64_t read_epoch = 0;
+    std::source_location read_site;  ///< the last of those reads
+};
+/// The chunks' records: dynamic shared memory's in a flat array by offset (the hot path: the
+/// kernels' tiles), static __shared__'s by address. Never cleared: a worker's blocks reuse the same
+/// shared memory, so a record is reset when its block is stale instead of reallocated.
+constexpr size_t kFlatBytes = 256 * 1024;  // above any GPU's shared memory per block
+thread_local std::vector<Chunk> t_flat;
+thread_local std::unordered_map<uintptr_t, Chunk> t_chunks;
+thread_local uint64_t t_block_serial = 1;  ///< counts the worker's blocks
+thread_local uint64_t t_epoch = 1;  ///< the block's barrier interval (0: never, in Chunk)
+thread_local bool t_used = false;   ///< a cp.async was issued since the worker's block started
+
+/// The record of the 16-byte chunk at p (16-byte aligned) for the running block.
+Chunk& chunk(const void* p) {
+    const auto a = reinterpret_cast<uintptr_t>(p), off = a - reinterpret_cast<uintptr_t>(dynamic_smem());
+    if (off < kFlatBytes && t_flat.empty()) t_flat.resize(kFlatBytes / 16);
+    Chunk& c = off < kFlatBytes ? t_flat[off / 16] : t_chunks[a];
+    if (c.block != t_block_serial) c = Chunk{}, c.block = t_block_serial;
+    return c;
+}
 
 unsigned this_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 
@@ -99,13 +131,23 @@ float bf16_to_float(uint16_t h) {
 
 /// ldmatrix .x<num> (.trans): lanes 8j..8j+7 give matrix j's row addresses.
 void ldmatrix(const char* fn, uint32_t* r, int num, bool trans, const void* smem, std::source_location site) {
-    const unsigned t = this_thread(), lane = t % 32;
+    const unsigned t = this_thread(), lane = t % 32, warp = t / 32;
     if (static_cast<int>(lane) < 8 * num) {
         check_shared(fn, "row address", smem);
-        if (auto it = t_in_flight.find(reinterpret_cast<uintptr_t>(smem)); it != t_in_flight.end())
+        Chunk& c = chunk(smem);
+        if (c.in_flight != kNone)
             throw Error(std::string(fn) + ": lane " + std::to_string(lane) + " reads row " + hex(smem) +
-                        " while a cp.async into it by " + thread_name(it->second) +
+                        " while a cp.async into it by " + thread_name(c.in_flight) +
                         " is in flight (not yet retired by that thread's cp.async.wait_group)");
+        // RAW: another warp's copy is visible to this one only after a barrier that follows its wait.
+        if (c.write_epoch == t_epoch && c.writer / 32 != warp)
+            throw Error(std::string(fn) + " at " + where(site) + ": lane " + std::to_string(lane) + " reads row " +
+                        hex(smem) + ", which a cp.async of " + thread_name(c.writer) + " wrote (retired by its wait at " +
+                        where(c.write_site) + ") with no __syncthreads between: another warp's copy is visible " +
+                        "only after a barrier that follows the wait");
+        if (c.read_epoch != t_epoch) c.readers = 0, c.read_epoch = t_epoch;
+        c.readers |= 1u << warp;
+        c.read_site = site;
     }
     const unsigned base = enter({smem}, site);
     uint32_t out[4] = {};
@@ -125,8 +167,8 @@ void ldmatrix(const char* fn, uint32_t* r, int num, bool trans, const void* smem
     for (int j = 0; j < num; j++) r[j] = out[j];
 }
 
-/// Performs one copy (at its group's retirement).
-void perform(const Copy& c, unsigned t) {
+/// Performs one copy (at its group's retirement by thread t's wait at wait_site).
+void perform(const Copy& c, unsigned t, std::source_location wait_site) {
     for (int i = 0; i < 16; i++)
         if (c.dst[i] != 0xFF)
             throw Error("cp.async issued at " + where(c.site) + ": destination " + hex(c.dst) +
@@ -136,15 +178,16 @@ void perform(const Copy& c, unsigned t) {
         std::memcpy(c.dst, c.src, 16);
     else
         std::memset(c.dst, 0, 16);
-    t_in_flight.erase(reinterpret_cast<uintptr_t>(c.dst));
+    Chunk& k = chunk(c.dst);
+    k.in_flight = kNone;
+    k.writer = t, k.write_epoch = t_epoch, k.write_site = wait_site;
 }
 
 void forget(unsigned t) {
     LaneCopies& lc = t_copies[t];
     auto drop = [&](const std::vector<Copy>& v) {
         for (const Copy& c : v)
-            if (auto it = t_in_flight.find(reinterpret_cast<uintptr_t>(c.dst)); it != t_in_flight.end() && it->second == t)
-                t_in_flight.erase(it);
+            if (Chunk& k = chunk(c.dst); k.in_flight == t) k.in_flight = kNone;
     };
     drop(lc.pending);
     for (const auto& g : lc.groups) drop(g);
@@ -155,11 +198,13 @@ void forget(unsigned t) {
 }  // namespace
 
 void ptx_block_start() {
+    ++t_block_serial;
     if (!t_used) return;
     for (LaneCopies& lc : t_copies) lc.pending.clear(), lc.groups.clear();
-    t_in_flight.clear();
     t_used = false;
 }
+
+void ptx_barrier() { ++t_epoch; }
 
 void ptx_lane_exit(unsigned lane) {
     if (lane >= kMaxThreads) return;
@@ -228,11 +273,17 @@ void cp_async_16(void* smem, const void* gmem, bool valid, site_t site) {
             throw Error("cp_async_16: source " + hex(gmem) + " is not 16 bytes of emulated device memory: " +
                         emu::memory::explain_foreign(gmem));
     }
-    const auto key = reinterpret_cast<uintptr_t>(smem);
-    if (auto [it, fresh] = t_in_flight.emplace(key, t); !fresh)
-        throw Error("cp_async_16 at " + where(site) + ": destination " + hex(smem) + " already has a cp.async in flight (by " +
-                    thread_name(it->second) + "); wait for it before reusing the buffer");
+    Chunk& c = chunk(smem);
     t_used = true;
+    if (c.in_flight != kNone)
+        throw Error("cp_async_16 at " + where(site) + ": destination " + hex(smem) + " already has a cp.async in flight (by " +
+                    thread_name(c.in_flight) + "); wait for it before reusing the buffer");
+    // WAR: the copy may land at once, before another warp's read of this interval has run.
+    if (const uint32_t others = c.read_epoch == t_epoch ? c.readers & ~(1u << t / 32) : 0)
+        throw Error("cp_async_16 at " + where(site) + ": destination " + hex(smem) + " was read by an ldmatrix of warp " +
+                    std::to_string(std::countr_zero(others)) + " (last at " + where(c.read_site) +
+                    ") with no __syncthreads between: the copy may land before that read");
+    c.in_flight = t;
     std::memset(smem, 0xFF, 16);  // poison: NaN until the wait retires the copy
     t_copies[t].pending.push_back({static_cast<unsigned char*>(smem), static_cast<const unsigned char*>(gmem), valid, site});
 }
@@ -243,11 +294,11 @@ void cp_async_commit(site_t) {
     lc.pending.clear();
 }
 
-void cp_async_wait_group(int n, site_t) {
+void cp_async_wait_group(int n, site_t site) {
     const unsigned t = this_thread();
     LaneCopies& lc = t_copies[t];
     while (lc.groups.size() > static_cast<size_t>(n)) {
-        for (const Copy& c : lc.groups.front()) perform(c, t);
+        for (const Copy& c : lc.groups.front()) perform(c, t, site);
         lc.groups.erase(lc.groups.begin());
     }
 }

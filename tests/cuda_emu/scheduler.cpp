@@ -395,6 +395,7 @@ void Worker::check_barrier() {
     for (unsigned r = 0; r < n_; ++r)
         if (lanes_[order_[r]].state == State::barrier) released.push_back(order_[r]);
     at_barrier_ = 0;
+    ptx_barrier();  // a new interval for the cp.async/ldmatrix hazard checks
     make_ready(released);
 }
 

@@ -36,6 +36,10 @@ namespace {
 ///   4: ldmatrix of a row with a copy in flight         5: destination in global memory
 ///   6: destination on the thread's stack               7: misaligned ldmatrix row address
 ///   8: mma called by lanes 0-15 only                   9: misaligned cp.async source
+/// Two warps (64 threads), no __syncthreads between what warp 0 and warp 1 do to rows 0-7 (the
+/// hazards: faults under every thread order); with `mode | 16`, one barrier between (no fault):
+///   10: warp 0 reads rows 0-7 with ldmatrix, then warp 1 copies into them (write after read)
+///   11: warp 1 copies into rows 0-7 and waits, then warp 0 reads them (read after write)
 __global__ void misuse_kernel(float* src, int mode) {
     __shared__ __align__(16) float s[32 * 4];
     const unsigned lane = threadIdx.x;
@@ -77,6 +81,26 @@ __global__ void misuse_kernel(float* src, int mode) {
             }
             break;
         case 9: ptx::cp_async_16(&s[lane * 4], src + 1, true), ptx::cp_async_commit(), ptx::cp_async_wait<0>(); break;
+    }
+    const bool barrier = mode & 16, warp1 = lane >= 32;
+    auto copy_rows = [&] {  // warp 1: lane 32 + i copies row i % 8 (lanes 32-39 only: one copy per row)
+        if (warp1 && lane < 40) ptx::cp_async_16(&s[(lane % 8) * 4], src, true);
+        ptx::cp_async_commit(), ptx::cp_async_wait<0>();
+    };
+    auto read_rows = [&] {
+        if (!warp1) ptx::ldmatrix_x1(r, &s[(lane % 8) * 4]);
+    };
+    switch (mode & 15) {
+        case 10:
+            read_rows();
+            if (barrier) __syncthreads();
+            copy_rows();
+            break;
+        case 11:
+            copy_rows();
+            if (barrier) __syncthreads();
+            read_rows();
+            break;
     }
 }
 
@@ -267,6 +291,26 @@ TEST(PtxChecks, MisuseIsReported) {
         DeviceArray<float> src(64);
         llmtrain::launch(misuse_kernel, 1, 32, 0, nullptr, src.p, mode);
         emu_test::expect_fault(needle);
+    }
+}
+
+/// Between warps, cp.async and ldmatrix on the same rows need a __syncthreads between them, in
+/// both directions, whatever order the emulator happens to run the warps in: without it each case
+/// faults under every thread order (forward runs warp 0 first, reverse warp 1); with it none does.
+TEST(PtxChecks, CrossWarpHazardsWithoutABarrierAreReported) {
+    for (const char* order : emu_test::kThreadOrders) {
+        emu_test::ScopedOrder scoped(order);
+        for (int mode : {10, 11}) {
+            SCOPED_TRACE(std::string(order) + ", mode " + std::to_string(mode));
+            {
+                DeviceArray<float> src(64);
+                llmtrain::launch(misuse_kernel, 1, 64, 0, nullptr, src.p, mode);
+                emu_test::expect_fault("with no __syncthreads between");  // resets the device
+            }
+            DeviceArray<float> src(64);
+            llmtrain::launch(misuse_kernel, 1, 64, 0, nullptr, src.p, mode | 16);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << emu::last_error_message();
+        }
     }
 }
 
