@@ -22,7 +22,7 @@
 //   row with a copy in flight; a destination overwritten by a plain store while its copy was in
 //   flight (seen at the wait: the poison is gone); between warps, in one barrier interval (no
 //   __syncthreads between), an ldmatrix of a row another warp's copy was retired into, or a
-//   cp_async_16 into a row another warp read with ldmatrix (either way, in any thread order); a destination or ldmatrix address that is
+//   cp_async_16 into a row another warp read (shared_hazards.hpp; in any thread order); a destination or ldmatrix address that is
 //   emulated global memory or the thread's own stack, or not 16-byte aligned; a valid source
 //   that is not emulated device memory or not 16-byte aligned.
 // - pack_bf16x2: __float2bfloat16_rn of each (cuda_bf16.h's exact conversion), lo in bits 0-15.
@@ -77,9 +77,6 @@ namespace emu::detail {
 /// (lane = linear thread index in the block): throws emu::Error when it leaves copies in flight.
 void ptx_block_start();
 void ptx_lane_exit(unsigned lane);
-/// Called by the scheduler when a __syncthreads releases the block: a new barrier interval for
-/// the cp.async/ldmatrix hazard checks.
-void ptx_barrier();
 /// True when [p, p+n) lies on the running CUDA thread's own fiber stack (local memory).
 bool on_lane_stack(const void* p, size_t n);
 }  // namespace emu::detail

@@ -5,7 +5,6 @@
 
 #include <cuda_bf16.h>
 
-#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +15,7 @@
 #include "tests/cuda_emu/device.hpp"
 #include "tests/cuda_emu/emu.hpp"
 #include "tests/cuda_emu/memory.hpp"
+#include "tests/cuda_emu/shared_hazards.hpp"
 
 namespace emu::detail {
 namespace {
@@ -45,20 +45,13 @@ struct LaneCopies {
 thread_local LaneCopies t_copies[kMaxThreads];
 
 constexpr unsigned kNone = ~0u;
-/// What the block did to one 16-byte chunk of shared memory through cp.async and ldmatrix, for the
-/// hazard checks: the copy in flight into it, the last copy retired into it and the warps that
-/// read it with ldmatrix, each with the barrier interval ("epoch": __syncthreads releases so far)
-/// it happened in. Within one interval the hardware orders nothing between warps.
+/// The copy in flight into one 16-byte chunk of shared memory, if any (the hazards between warps
+/// are shared_hazards.cpp's).
 struct Chunk {
     uint64_t block = 0;          ///< the worker's block it describes (older: stale, read as fresh)
     unsigned in_flight = kNone;  ///< the thread whose copy into it is in flight
-    unsigned writer = kNone;     ///< the thread whose copy was retired into it last, in write_epoch
-    uint64_t write_epoch = 0;
-    std::source_location write_site;  ///< where that thread's wait retired it
-    uint32_t readers = 0;             ///< warps (bit w) that read it with ldmatrix in read_epoch
-    uint64_t read_epoch = 0;
-    std::source_location read_site;  ///< the last of those reads
 };
+
 /// The chunks' records: dynamic shared memory's in a flat array by offset (the hot path: the
 /// kernels' tiles), static __shared__'s by address. Never cleared: a worker's blocks reuse the same
 /// shared memory, so a record is reset when its block is stale instead of reallocated.
@@ -66,8 +59,7 @@ constexpr size_t kFlatBytes = 256 * 1024;  // above any GPU's shared memory per 
 thread_local std::vector<Chunk> t_flat;
 thread_local std::unordered_map<uintptr_t, Chunk> t_chunks;
 thread_local uint64_t t_block_serial = 1;  ///< counts the worker's blocks
-thread_local uint64_t t_epoch = 1;  ///< the block's barrier interval (0: never, in Chunk)
-thread_local bool t_used = false;   ///< a cp.async was issued since the worker's block started
+thread_local bool t_used = false;          ///< a cp.async was issued since the worker's block started
 
 /// The record of the 16-byte chunk at p (16-byte aligned) for the running block.
 Chunk& chunk(const void* p) {
@@ -131,23 +123,14 @@ float bf16_to_float(uint16_t h) {
 
 /// ldmatrix .x<num> (.trans): lanes 8j..8j+7 give matrix j's row addresses.
 void ldmatrix(const char* fn, uint32_t* r, int num, bool trans, const void* smem, std::source_location site) {
-    const unsigned t = this_thread(), lane = t % 32, warp = t / 32;
+    const unsigned t = this_thread(), lane = t % 32;
     if (static_cast<int>(lane) < 8 * num) {
         check_shared(fn, "row address", smem);
-        Chunk& c = chunk(smem);
-        if (c.in_flight != kNone)
+        if (const Chunk& c = chunk(smem); c.in_flight != kNone)
             throw Error(std::string(fn) + ": lane " + std::to_string(lane) + " reads row " + hex(smem) +
                         " while a cp.async into it by " + thread_name(c.in_flight) +
                         " is in flight (not yet retired by that thread's cp.async.wait_group)");
-        // RAW: another warp's copy is visible to this one only after a barrier that follows its wait.
-        if (c.write_epoch == t_epoch && c.writer / 32 != warp)
-            throw Error(std::string(fn) + " at " + where(site) + ": lane " + std::to_string(lane) + " reads row " +
-                        hex(smem) + ", which a cp.async of " + thread_name(c.writer) + " wrote (retired by its wait at " +
-                        where(c.write_site) + ") with no __syncthreads between: another warp's copy is visible " +
-                        "only after a barrier that follows the wait");
-        if (c.read_epoch != t_epoch) c.readers = 0, c.read_epoch = t_epoch;
-        c.readers |= 1u << warp;
-        c.read_site = site;
+        shared_access(smem, 16, SharedAccess::ldmatrix, site);
     }
     const unsigned base = enter({smem}, site);
     uint32_t out[4] = {};
@@ -178,9 +161,8 @@ void perform(const Copy& c, unsigned t, std::source_location wait_site) {
         std::memcpy(c.dst, c.src, 16);
     else
         std::memset(c.dst, 0, 16);
-    Chunk& k = chunk(c.dst);
-    k.in_flight = kNone;
-    k.writer = t, k.write_epoch = t_epoch, k.write_site = wait_site;
+    chunk(c.dst).in_flight = kNone;
+    shared_access(c.dst, 16, SharedAccess::cp_async_wait, wait_site);  // the data lands (for another warp) now
 }
 
 void forget(unsigned t) {
@@ -203,8 +185,6 @@ void ptx_block_start() {
     for (LaneCopies& lc : t_copies) lc.pending.clear(), lc.groups.clear();
     t_used = false;
 }
-
-void ptx_barrier() { ++t_epoch; }
 
 void ptx_lane_exit(unsigned lane) {
     if (lane >= kMaxThreads) return;
@@ -278,11 +258,7 @@ void cp_async_16(void* smem, const void* gmem, bool valid, site_t site) {
     if (c.in_flight != kNone)
         throw Error("cp_async_16 at " + where(site) + ": destination " + hex(smem) + " already has a cp.async in flight (by " +
                     thread_name(c.in_flight) + "); wait for it before reusing the buffer");
-    // WAR: the copy may land at once, before another warp's read of this interval has run.
-    if (const uint32_t others = c.read_epoch == t_epoch ? c.readers & ~(1u << t / 32) : 0)
-        throw Error("cp_async_16 at " + where(site) + ": destination " + hex(smem) + " was read by an ldmatrix of warp " +
-                    std::to_string(std::countr_zero(others)) + " (last at " + where(c.read_site) +
-                    ") with no __syncthreads between: the copy may land before that read");
+    shared_access(smem, 16, SharedAccess::cp_async, site);  // it may land at once
     c.in_flight = t;
     std::memset(smem, 0xFF, 16);  // poison: NaN until the wait retires the copy
     t_copies[t].pending.push_back({static_cast<unsigned char*>(smem), static_cast<const unsigned char*>(gmem), valid, site});

@@ -19,6 +19,7 @@
 
 #include "tests/cuda_emu/device.hpp"
 #include "tests/cuda_emu/device_ptx.hpp"
+#include "tests/cuda_emu/shared_hazards.hpp"
 
 namespace emu::detail {
 
@@ -230,6 +231,8 @@ void Worker::setup(const LaunchSpec& spec, const BlockRun& run) {
     error_.clear();
     abandon_ = false;
     ptx_block_start();  // no cp.async of an earlier (possibly abandoned) block is in flight
+    shared_block_start(reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(smem_.data()) + 15) & ~uintptr_t{15}),
+                       spec.smem);  // where ::dynamic_smem() puts it
 }
 
 // The scheduler loop. A lane runs on a fiber until it exits or waits; when it exits and the next
@@ -395,7 +398,7 @@ void Worker::check_barrier() {
     for (unsigned r = 0; r < n_; ++r)
         if (lanes_[order_[r]].state == State::barrier) released.push_back(order_[r]);
     at_barrier_ = 0;
-    ptx_barrier();  // a new interval for the cp.async/ldmatrix hazard checks
+    shared_barrier();  // a new interval for the hazard checks between warps
     make_ready(released);
 }
 

@@ -1,0 +1,41 @@
+// tests/cuda_emu/racecheck_hooks.cpp — plain shared-memory accesses of emulated kernels, fed to the
+// hazard checks between warps (shared_hazards.hpp): the emulator's racecheck.
+//
+// Kernel sources compiled with g++'s `-fsanitize=thread --param=tsan-instrument-func-entry-exit=0`
+// (and linked WITHOUT -fsanitize=thread: no ThreadSanitizer runtime) call __tsan_readN/__tsan_writeN
+// before every load and store. These definitions replace the runtime: an access inside the running
+// block's dynamic shared memory is recorded and checked, every other access (registers spilled to
+// the fiber's stack, global memory, host code) returns at once. Library `cuda_emu_racecheck`;
+// only executables built for it link this file (tests/cuda: test_flash_racecheck).
+#include <cstddef>
+
+#include "tests/cuda_emu/shared_hazards.hpp"
+
+namespace {
+inline void plain(const void* p, size_t n, bool write, const void* pc) {
+    emu::detail::shared_plain_access(p, n, write, pc);
+}
+}  // namespace
+
+#define LLMTRAIN_RACECHECK_HOOKS(N)                                                                            \
+    extern "C" void __tsan_read##N(void* p) { plain(p, N, false, __builtin_return_address(0)); }              \
+    extern "C" void __tsan_write##N(void* p) { plain(p, N, true, __builtin_return_address(0)); }              \
+    extern "C" void __tsan_unaligned_read##N(void* p) { plain(p, N, false, __builtin_return_address(0)); }    \
+    extern "C" void __tsan_unaligned_write##N(void* p) { plain(p, N, true, __builtin_return_address(0)); }
+LLMTRAIN_RACECHECK_HOOKS(1)
+LLMTRAIN_RACECHECK_HOOKS(2)
+LLMTRAIN_RACECHECK_HOOKS(4)
+LLMTRAIN_RACECHECK_HOOKS(8)
+LLMTRAIN_RACECHECK_HOOKS(16)
+#undef LLMTRAIN_RACECHECK_HOOKS
+
+extern "C" {
+void __tsan_read_range(void* p, unsigned long n) { plain(p, n, false, __builtin_return_address(0)); }
+void __tsan_write_range(void* p, unsigned long n) { plain(p, n, true, __builtin_return_address(0)); }
+// The runtime's start-up and C++ hooks the instrumented code may call: nothing to do here.
+void __tsan_init() {}
+void __tsan_func_entry(void*) {}
+void __tsan_func_exit() {}
+void __tsan_vptr_update(void**, void*) {}
+void __tsan_vptr_read(void**) {}
+}

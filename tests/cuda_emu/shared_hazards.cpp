@@ -1,0 +1,157 @@
+// tests/cuda_emu/shared_hazards.cpp — per-word records of shared memory and the hazard checks
+// between warps (see shared_hazards.hpp).
+#include "tests/cuda_emu/shared_hazards.hpp"
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+
+#include <array>
+#include <bit>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tests/cuda_emu/device.hpp"
+#include "tests/cuda_emu/emu.hpp"
+
+namespace emu::detail {
+
+constinit thread_local uintptr_t t_dyn_smem_base = 0;
+constinit thread_local size_t t_dyn_smem_bytes = 0;
+
+namespace {
+
+/// One access, for the report.
+struct Where {
+    std::source_location site;
+    const void* pc = nullptr;
+    uint16_t thread = 0;  // < 1024
+    SharedAccess kind = SharedAccess::load;
+};
+
+/// One 4-byte word of shared memory in the running block (64 bytes: one cache line).
+struct Word {
+    uint32_t block = 0;        ///< the worker's block it describes (older: stale, read as fresh)
+    uint32_t write_epoch = 0;  ///< the interval of the last write (0: none)
+    uint32_t read_epoch = 0;   ///< the interval of `readers`
+    uint32_t readers = 0;      ///< warps (bit w) that read it in read_epoch
+    Where write;               ///< the last write
+    Where read;                ///< the last of the reads in read_epoch
+};
+
+// Dynamic shared memory's words in a flat array by offset (the hot path), static __shared__'s (PTX
+// primitives only) by address. Never cleared: stale words are reset when touched.
+thread_local std::vector<Word> t_flat;
+thread_local std::unordered_map<uintptr_t, Word> t_static;
+thread_local uint32_t t_block_serial = 0;  // wraps after 4G blocks of one worker: harmless
+thread_local uint32_t t_epoch = 1;
+
+unsigned this_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+
+Word& word(uintptr_t a) {
+    const uintptr_t off = a - t_dyn_smem_base;
+    Word& w = off < t_dyn_smem_bytes ? t_flat[off / 4] : t_static[a];
+    if (w.block != t_block_serial) w = Word{}, w.block = t_block_serial;
+    return w;
+}
+
+const char* verb(SharedAccess k) {
+    switch (k) {
+        case SharedAccess::load: return "a load";
+        case SharedAccess::store: return "a store";
+        case SharedAccess::ldmatrix: return "an ldmatrix";
+        case SharedAccess::cp_async: return "a cp.async";
+        case SharedAccess::cp_async_wait: return "a cp.async (retired by its wait)";
+    }
+    return "an access";
+}
+
+/// "function at file:line" of the instruction before return address pc (addr2line on the object
+/// that holds it), or the bare address.
+std::string describe_pc(const void* pc) {
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "%p", pc);
+    Dl_info info{};
+    if (!dladdr(pc, &info) || !info.dli_fname) return hex;
+    // The call's own instruction, one byte before its return address, relative to the object's base.
+    const auto off = reinterpret_cast<uintptr_t>(pc) - reinterpret_cast<uintptr_t>(info.dli_fbase) - 1;
+    char addr[32];
+    std::snprintf(addr, sizeof addr, "0x%lx", static_cast<unsigned long>(off));
+    const std::string cmd = "addr2line -C -f -e '" + std::string(info.dli_fname) + "' " + addr + " 2>/dev/null";
+    std::unique_ptr<FILE, int (*)(FILE*)> f(popen(cmd.c_str(), "r"), pclose);
+    std::array<char, 4096> fn{}, line{};
+    if (!f || !std::fgets(fn.data(), fn.size(), f.get()) || !std::fgets(line.data(), line.size(), f.get())) return hex;
+    std::string a(fn.data()), b(line.data());
+    while (!a.empty() && a.back() == '\n') a.pop_back();
+    while (!b.empty() && b.back() == '\n') b.pop_back();
+    if (const size_t d = b.find(" (discriminator"); d != std::string::npos) b.resize(d);
+    return a + " at " + b;
+}
+
+std::string describe(const Where& w) {
+    const dim3 b = blockDim;
+    std::string s = std::string(verb(w.kind)) + " by thread (" + std::to_string(w.thread % b.x) + "," +
+                    std::to_string((w.thread / b.x) % b.y) + "," + std::to_string(w.thread / (b.x * b.y)) + ") of warp " +
+                    std::to_string(w.thread / 32);
+    if (w.pc) return s + " (" + describe_pc(w.pc) + ")";
+    if (w.site.line()) return s + " at " + w.site.file_name() + ":" + std::to_string(w.site.line());
+    return s;
+}
+
+std::string position(uintptr_t a) {
+    const uintptr_t off = a - t_dyn_smem_base;
+    if (off < t_dyn_smem_bytes) return "byte " + std::to_string(off) + " of dynamic shared memory";
+    char b[48];
+    std::snprintf(b, sizeof b, "shared address %p", reinterpret_cast<void*>(a));
+    return b;
+}
+
+[[noreturn]] void hazard(const char* what, uintptr_t a, const Where& now, const std::string& before, const char* why) {
+    throw Error(std::string(what) + " on " + position(a) + ": " + describe(now) + " after " + before +
+                ", with no __syncthreads between: " + why);
+}
+
+}  // namespace
+
+void shared_block_start(const void* base, size_t bytes) {
+    ++t_block_serial;
+    t_dyn_smem_base = reinterpret_cast<uintptr_t>(base);
+    t_dyn_smem_bytes = bytes;
+    if (t_flat.size() < (bytes + 3) / 4) t_flat.resize((bytes + 3) / 4);
+}
+
+void shared_barrier() { t_epoch = t_epoch + 1 ? t_epoch + 1 : 1; }  // 0 stays "never"
+
+void shared_access(const void* p, size_t n, SharedAccess kind, std::source_location site, const void* pc) {
+    const Where now{site, pc, static_cast<uint16_t>(this_thread()), kind};
+    const unsigned warp = now.thread / 32;
+    const bool write = kind == SharedAccess::store || kind == SharedAccess::cp_async || kind == SharedAccess::cp_async_wait;
+    const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3}, end = reinterpret_cast<uintptr_t>(p) + n;
+    for (uintptr_t a = first; a < end; a += 4) {
+        Word& w = word(a);
+        const bool written_here = w.write_epoch == t_epoch && w.write.thread / 32 != warp;
+        if (!write) {
+            if (written_here)
+                hazard("read after write", a, now, describe(w.write),
+                       "another warp's write is visible only after a barrier that follows it");
+            if (w.read_epoch != t_epoch) w.readers = 0, w.read_epoch = t_epoch;
+            w.readers |= 1u << warp;
+            w.read = now;
+            continue;
+        }
+        if (written_here)
+            hazard("write after write", a, now, describe(w.write), "which of the two writes stays is up to the hardware");
+        if (const uint32_t others = w.read_epoch == t_epoch ? w.readers & ~(1u << warp) : 0)
+            hazard("write after read", a, now,
+                   w.read.thread / 32 != warp ? describe(w.read)  // else an earlier reader of another warp
+                                              : "a read by warp " + std::to_string(std::countr_zero(others)),
+                   "on a GPU the write may land before that read");
+        w.write_epoch = t_epoch;
+        w.write = now;
+    }
+}
+
+}  // namespace emu::detail
