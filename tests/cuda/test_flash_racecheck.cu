@@ -1,10 +1,10 @@
 // tests/cuda/test_flash_racecheck.cu — the FlashAttention-2 kernels under the emulator's racecheck:
-// every shared-memory access (plain loads and stores too, through -fsanitize=thread's
-// instrumentation of flash_forward.cu and flash_backward.cu: tests/cuda_emu/racecheck_hooks.cpp)
-// checked for a hazard between warps with no __syncthreads between (read after write, write after
-// read, write after write: tests/cuda_emu/shared_hazards.hpp), whatever order the emulator runs the
-// warps in. A GPU runs warps in an order of its own, so such a hazard is a bug there even where the
-// emulator's order gave the right bits.
+// linked with llmtrain_cuda_emu_racecheck, every shared-memory access (plain loads and stores too,
+// through -fsanitize=thread's instrumentation: tests/cuda_emu/racecheck_hooks.cpp) is checked for
+// a hazard between warps with no __syncthreads between (read after write, write after read, write
+// after write: tests/cuda_emu/shared_hazards.hpp), whatever order the emulator runs the warps in.
+// A GPU runs warps in an order of its own, so such a hazard is a bug there even where the
+// emulator's order gave the right bits. This file is instrumented too (the planted kernel).
 //
 // - The checker itself: a kernel with each hazard planted faults in every thread order, the same
 //   kernel with a barrier does not (so the racecheck can fail).
@@ -121,7 +121,7 @@ TEST(Racecheck, FlashHeadSize64HasNoHazard) {
 }
 
 /// attention.cu's kernels (model.attention = "native" in fp32, CUDA cores, scores in dynamic shared
-/// memory), compiled into this test for the backward's D = rowsum(dO * O): forward and backward.
+/// memory): forward and backward.
 TEST(Racecheck, NativeFp32AttentionHasNoHazard) {
     const int B = 1, T = 150, NH = 2, C = 128;
     const size_t n = static_cast<size_t>(B) * T * C;

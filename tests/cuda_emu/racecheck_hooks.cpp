@@ -4,9 +4,10 @@
 // Kernel sources compiled with g++'s `-fsanitize=thread --param=tsan-instrument-func-entry-exit=0`
 // (and linked WITHOUT -fsanitize=thread: no ThreadSanitizer runtime) call __tsan_readN/__tsan_writeN
 // before every load and store. These definitions replace the runtime: an access inside the running
-// block's dynamic shared memory is recorded and checked, every other access (registers spilled to
-// the fiber's stack, global memory, host code) returns at once. Library `cuda_emu_racecheck`;
-// only executables built for it link this file (tests/cuda: test_flash_racecheck).
+// block's shared memory (dynamic, or static __shared__) is recorded and checked, every other access
+// (registers spilled to the fiber's stack, global memory, host code) returns at once. Library
+// `cuda_emu_racecheck`, linked through llmtrain_cuda_emu_racecheck (model/cuda/emu_racecheck) by
+// tests/cuda's racecheck programs only.
 #include <cstddef>
 
 #include "tests/cuda_emu/shared_hazards.hpp"

@@ -260,6 +260,7 @@ std::string Worker::run(const LaunchSpec& spec, const BlockRun& run) {
     if (!error_.empty()) abandon();
     t_thread = nullptr;
     t_block = nullptr;
+    shared_block_end();
     return error_;
 }
 

@@ -2,8 +2,8 @@
 // between warps (see shared_hazards.hpp).
 #include "tests/cuda_emu/shared_hazards.hpp"
 
-#include <cxxabi.h>
 #include <dlfcn.h>
+#include <link.h>
 
 #include <array>
 #include <bit>
@@ -11,7 +11,9 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "tests/cuda_emu/device.hpp"
@@ -21,6 +23,8 @@ namespace emu::detail {
 
 constinit thread_local uintptr_t t_dyn_smem_base = 0;
 constinit thread_local size_t t_dyn_smem_bytes = 0;
+constinit thread_local uintptr_t t_static_smem_base = 0;
+constinit thread_local size_t t_static_smem_bytes = 0;
 
 namespace {
 
@@ -48,6 +52,28 @@ thread_local std::vector<Word> t_flat;
 thread_local std::unordered_map<uintptr_t, Word> t_static;
 thread_local uint32_t t_block_serial = 0;  // wraps after 4G blocks of one worker: harmless
 thread_local uint32_t t_epoch = 1;
+
+/// The main executable's PT_TLS segment (where its thread_locals, static __shared__ included, live).
+int find_tls(dl_phdr_info* info, size_t, void* out) {
+    if (info->dlpi_name && info->dlpi_name[0]) return 0;  // the main program comes first, unnamed
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_TLS) return *static_cast<ElfW(Phdr)*>(out) = info->dlpi_phdr[i], 1;
+    return 1;
+}
+
+/// [base, base + bytes) of this thread's block of the executable's TLS: on x86-64 (TLS variant II)
+/// it ends at the thread pointer, its size rounded up to its alignment.
+std::pair<uintptr_t, size_t> executable_tls() {
+    static const ElfW(Phdr) tls = [] {
+        ElfW(Phdr) p{};
+        dl_iterate_phdr(find_tls, &p);
+        return p;
+    }();
+    if (tls.p_memsz == 0) return {0, 0};
+    const size_t align = tls.p_align ? tls.p_align : 1;
+    const size_t span = (tls.p_memsz + align - 1) / align * align;
+    return {reinterpret_cast<uintptr_t>(__builtin_thread_pointer()) - span, tls.p_memsz};
+}
 
 unsigned this_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 
@@ -104,8 +130,8 @@ std::string describe(const Where& w) {
 std::string position(uintptr_t a) {
     const uintptr_t off = a - t_dyn_smem_base;
     if (off < t_dyn_smem_bytes) return "byte " + std::to_string(off) + " of dynamic shared memory";
-    char b[48];
-    std::snprintf(b, sizeof b, "shared address %p", reinterpret_cast<void*>(a));
+    char b[64];
+    std::snprintf(b, sizeof b, "static __shared__ address %p", reinterpret_cast<void*>(a));
     return b;
 }
 
@@ -121,7 +147,10 @@ void shared_block_start(const void* base, size_t bytes) {
     t_dyn_smem_base = reinterpret_cast<uintptr_t>(base);
     t_dyn_smem_bytes = bytes;
     if (t_flat.size() < (bytes + 3) / 4) t_flat.resize((bytes + 3) / 4);
+    std::tie(t_static_smem_base, t_static_smem_bytes) = executable_tls();
 }
+
+void shared_block_end() { t_dyn_smem_base = t_dyn_smem_bytes = t_static_smem_base = t_static_smem_bytes = 0; }
 
 void shared_barrier() { t_epoch = t_epoch + 1 ? t_epoch + 1 : 1; }  // 0 stays "never"
 

@@ -11,8 +11,8 @@
 //   - write after write: which of the two stays is up to the hardware.
 // Within one warp nothing is a hazard (its lanes issue in order). Fed by the PTX model (ldmatrix
 // reads, cp.async writes: always) and, in the racecheck build, by plain loads and stores of
-// dynamic shared memory (racecheck_hooks.cpp: the compiler's -fsanitize=thread instrumentation of
-// kernel sources calls them).
+// shared memory (racecheck_hooks.cpp: the compiler's -fsanitize=thread instrumentation of kernel
+// sources calls them).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -31,20 +31,27 @@ enum class SharedAccess : uint8_t { load, store, ldmatrix, cp_async, cp_async_wa
 void shared_access(const void* p, size_t n, SharedAccess kind, std::source_location site, const void* pc = nullptr);
 
 /// Called by the scheduler: a block starts with [base, base + bytes) of dynamic shared memory (its
-/// records from earlier blocks are stale from now on); a __syncthreads released the block.
+/// records from earlier blocks are stale from now on); a __syncthreads released the block; the
+/// block ended.
 void shared_block_start(const void* base, size_t bytes);
 void shared_barrier();
+void shared_block_end();
 
-/// The running block's dynamic shared memory (both 0 outside a block): the plain-access hooks'
-/// fast test.
+/// While a block runs (all 0 otherwise): its dynamic shared memory, and the worker thread's block
+/// of the executable's thread-local storage, where the prelude puts static __shared__ arrays
+/// (`__shared__` is `thread_local`). The plain-access hooks' fast test.
 extern constinit thread_local uintptr_t t_dyn_smem_base;
 extern constinit thread_local size_t t_dyn_smem_bytes;
+extern constinit thread_local uintptr_t t_static_smem_base;
+extern constinit thread_local size_t t_static_smem_bytes;
 
 /// A plain load or store of n bytes at p, from the instruction before return address pc: recorded
-/// when p is in the running block's dynamic shared memory, else ignored (global memory, the stack,
-/// host code).
+/// when p is the running block's shared memory, dynamic or static, else ignored (global memory,
+/// the stack, host code). The executable's other thread-locals (the emulator's own, read by the
+/// prelude's threadIdx & co.) share the static range: kernels only read them, which is no hazard.
 inline void shared_plain_access(const void* p, size_t n, bool write, const void* pc) {
-    if (reinterpret_cast<uintptr_t>(p) - t_dyn_smem_base >= t_dyn_smem_bytes) return;
+    const auto a = reinterpret_cast<uintptr_t>(p);
+    if (a - t_dyn_smem_base >= t_dyn_smem_bytes && a - t_static_smem_base >= t_static_smem_bytes) return;
     shared_access(p, n, write ? SharedAccess::store : SharedAccess::load, std::source_location{}, pc);
 }
 
