@@ -6,8 +6,9 @@
 // A GPU runs warps in an order of its own, so such a hazard is a bug there even where the
 // emulator's order gave the right bits. This file is instrumented too (the planted kernel).
 //
-// - The checker itself: a kernel with each hazard planted faults in every thread order, the same
-//   kernel with a barrier does not (so the racecheck can fail).
+// - The checker itself: a kernel with each hazard planted (between warps, and between two lanes of
+//   one warp) faults in every thread order, the same kernel with a barrier does not (so the
+//   racecheck can fail).
 // - The kernels: forward and backward (both backward tiles at both head sizes, grouped-query too)
 //   at shapes with partial, diagonal and skipped blocks run without a fault, and so do
 //   attention.cu's fp32 kernels; their results are test_flash_attention's and test_cuda_ops' to
@@ -33,8 +34,10 @@ namespace {
 ///   0: warp 0 stores s[0..31], then warp 1 loads them (read after write)
 ///   1: warp 0 loads s[32..63], then warp 1 stores them (write after read)
 ///   2: threads 0 and 32 store s[0] (write after write)
+///   3: lane 0 of warp 0 stores s[0], then lane 1 loads it (read after write within a warp: the
+///      barrier there is a __syncwarp)
 /// ("then": in program order and in the emulator's forward order; the reverse order runs warp 1
-/// first, so there 0 and 1 meet as each other's hazard.)
+/// (lane 1) first, so there 0 and 1 (3) meet as each other's hazard.)
 __global__ void planted_kernel(float* out, int mode) {
     EXTERN_SHARED(float, s);
     const int i = static_cast<int>(threadIdx.x);
@@ -57,6 +60,11 @@ __global__ void planted_kernel(float* out, int mode) {
             if (i == 0) s[0] = -1.0f;
             if (mode & 16) __syncthreads();
             if (i == 32) s[0] = -2.0f;
+            break;
+        case 3:
+            if (i == 0) s[0] = -1.0f;
+            if (mode & 16) __syncwarp();
+            if (i == 1) v = s[0];
             break;
     }
     out[i] = v;
@@ -91,16 +99,17 @@ void run_flash(int B, int T, int NH, int NKV, int HS, cuda::FlashBackwardTile ti
 }  // namespace
 
 TEST(Racecheck, PlantedHazardsFaultInEveryOrderAndABarrierEndsThem) {
-    const char* needles[] = {"read after write", "write after read", "write after write"};
+    const char* needles[] = {"read after write", "write after read", "write after write", "read after write"};
     for (const char* order : emu_test::kThreadOrders) {
         emu_test::ScopedOrder scoped(order);
-        for (int mode = 0; mode < 3; mode++) {
+        for (int mode = 0; mode < 4; mode++) {
             SCOPED_TRACE(std::string(order) + ", mode " + std::to_string(mode));
             {
                 DeviceArray<float> out(64);
                 llmtrain::launch(planted_kernel, 1, 64, 64 * sizeof(float), nullptr, out.p, mode);
-                const std::string report = emu_test::expect_fault("with no __syncthreads between");
-                if (std::string(order) == "forward") {  // in the reverse order 0 and 1 meet as each other
+                const std::string report = emu_test::expect_fault(
+                    mode == 3 ? "with no __syncwarp (or __syncthreads) between" : "with no __syncthreads between");
+                if (std::string(order) == "forward") {  // in the reverse order 0 and 1 (3) meet as each other
                     EXPECT_NE(report.find(needles[mode]), std::string::npos) << report;
                 }
                 EXPECT_NE(report.find("test_flash_racecheck.cu:"), std::string::npos) << "no source line:\n" << report;

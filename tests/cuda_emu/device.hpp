@@ -29,7 +29,10 @@ extern constinit thread_local ThreadCoords* t_thread;
 extern constinit thread_local BlockCoords* t_block;
 
 /// The warp-level operations; one rendezvous implementation serves them all.
-enum class WarpOp : uint8_t { shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, any, all, syncwarp };
+/// `collective`: the rendezvous of a PTX or wmma warp collective (mma, ldmatrix, load/store_matrix):
+/// a __syncwarp(0xffffffff) at one site for the checks, but not a memory barrier for the
+/// shared-memory hazard checks (shared_hazards.hpp), as `syncwarp` is.
+enum class WarpOp : uint8_t { shfl_idx, shfl_up, shfl_down, shfl_xor, ballot, any, all, syncwarp, collective };
 
 /// __syncthreads: suspends until every live thread of the block waits at a barrier; they must all
 /// wait at this same call site (else: "divergent __syncthreads" report).

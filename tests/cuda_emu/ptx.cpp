@@ -106,11 +106,11 @@ unsigned enter(const PtxCall& call, std::source_location site) {
     if (blockDim.x * blockDim.y * blockDim.z % 32 != 0 && base + 32 > blockDim.x * blockDim.y * blockDim.z)
         throw Error("a PTX warp collective (mma.sync/ldmatrix) needs all 32 lanes: the block's last warp is partial");
     t_calls[t] = call;
-    __syncwarp(0xffffffffu, site);
+    warp_op(WarpOp::collective, 0xffffffffu, 0, 0, 32, site);
     return base;
 }
 /// Warp collective exit: every lane is done reading the others' published values.
-void leave(std::source_location site) { __syncwarp(0xffffffffu, site); }
+void leave(std::source_location site) { warp_op(WarpOp::collective, 0xffffffffu, 0, 0, 32, site); }
 
 uint16_t half_of(uint32_t r, int hi) { return static_cast<uint16_t>(hi ? r >> 16 : r & 0xFFFF); }
 

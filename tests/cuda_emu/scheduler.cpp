@@ -87,6 +87,7 @@ const char* op_name(WarpOp op) {
         case WarpOp::any: return "__any_sync";
         case WarpOp::all: return "__all_sync";
         case WarpOp::syncwarp: return "__syncwarp";
+        case WarpOp::collective: return "__syncwarp";  // a collective's own (reports read the same)
     }
     return "?";
 }
@@ -465,7 +466,8 @@ void Worker::complete_warp(unsigned base, unsigned mask) {
             case WarpOp::ballot: o.result = votes; break;
             case WarpOp::any: o.result = votes != 0; break;
             case WarpOp::all: o.result = votes == mask; break;
-            case WarpOp::syncwarp: o.result = 0; break;
+            case WarpOp::syncwarp:
+            case WarpOp::collective: o.result = 0; break;
             default: {
                 unsigned src = shuffle_source(o.op, j, o.arg, o.width);
                 if (!((mask >> src) & 1u)) {
@@ -480,6 +482,7 @@ void Worker::complete_warp(unsigned base, unsigned mask) {
         released.push_back(base + j);
     }
     waiting_[base / 32] &= ~mask;
+    if (lanes_[base + std::countr_zero(mask)].op == WarpOp::syncwarp) shared_warp_sync(base / 32);  // memory ordered
     make_ready(released);
 }
 

@@ -5,10 +5,11 @@
 #include <dlfcn.h>
 #include <link.h>
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdio>
-#include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -28,15 +29,16 @@ constinit thread_local size_t t_static_smem_bytes = 0;
 
 namespace {
 
-/// One access, for the report.
+/// One access: where, by whom, and the count of its warp's __syncwarp releases before it.
 struct Where {
     std::source_location site;
     const void* pc = nullptr;
+    uint32_t sync = 0;
     uint16_t thread = 0;  // < 1024
     SharedAccess kind = SharedAccess::load;
 };
 
-/// One 4-byte word of shared memory in the running block (64 bytes: one cache line).
+/// One 4-byte word of shared memory in the running block.
 struct Word {
     uint32_t block = 0;        ///< the worker's block it describes (older: stale, read as fresh)
     uint32_t write_epoch = 0;  ///< the interval of the last write (0: none)
@@ -46,12 +48,13 @@ struct Word {
     Where read;                ///< the last of the reads in read_epoch
 };
 
-// Dynamic shared memory's words in a flat array by offset (the hot path), static __shared__'s (PTX
-// primitives only) by address. Never cleared: stale words are reset when touched.
+// Dynamic shared memory's words in a flat array by offset (the hot path), static __shared__'s by
+// address. Never cleared: stale words are reset when touched.
 thread_local std::vector<Word> t_flat;
 thread_local std::unordered_map<uintptr_t, Word> t_static;
 thread_local uint32_t t_block_serial = 0;  // wraps after 4G blocks of one worker: harmless
 thread_local uint32_t t_epoch = 1;
+thread_local uint32_t t_warp_sync[32];  // per warp of the block: its __syncwarp releases so far
 
 /// The main executable's PT_TLS segment (where its thread_locals, static __shared__ included, live).
 int find_tls(dl_phdr_info* info, size_t, void* out) {
@@ -135,9 +138,10 @@ std::string position(uintptr_t a) {
     return b;
 }
 
-[[noreturn]] void hazard(const char* what, uintptr_t a, const Where& now, const std::string& before, const char* why) {
-    throw Error(std::string(what) + " on " + position(a) + ": " + describe(now) + " after " + before +
-                ", with no __syncthreads between: " + why);
+[[noreturn]] void hazard(const char* what, uintptr_t a, const Where& now, const std::string& before,
+                         const char* barrier, const char* why) {
+    throw Error(std::string(what) + " on " + position(a) + ": " + describe(now) + " after " + before + ", with no " +
+                barrier + " between: " + why);
 }
 
 }  // namespace
@@ -148,35 +152,51 @@ void shared_block_start(const void* base, size_t bytes) {
     t_dyn_smem_bytes = bytes;
     if (t_flat.size() < (bytes + 3) / 4) t_flat.resize((bytes + 3) / 4);
     std::tie(t_static_smem_base, t_static_smem_bytes) = executable_tls();
+    std::fill(std::begin(t_warp_sync), std::end(t_warp_sync), 0u);
 }
+
+void shared_warp_sync(unsigned warp) { ++t_warp_sync[warp]; }
 
 void shared_block_end() { t_dyn_smem_base = t_dyn_smem_bytes = t_static_smem_base = t_static_smem_bytes = 0; }
 
 void shared_barrier() { t_epoch = t_epoch + 1 ? t_epoch + 1 : 1; }  // 0 stays "never"
 
 void shared_access(const void* p, size_t n, SharedAccess kind, std::source_location site, const void* pc) {
-    const Where now{site, pc, static_cast<uint16_t>(this_thread()), kind};
-    const unsigned warp = now.thread / 32;
+    const unsigned t = this_thread(), warp = t / 32;
+    const Where now{site, pc, t_warp_sync[warp], static_cast<uint16_t>(t), kind};
+    // A hazard with an earlier access `e` of this barrier interval: from another warp, or from
+    // another lane of this warp with no __syncwarp since (independent thread scheduling, sm_70+:
+    // the lanes of a warp are not in lockstep).
+    auto unordered = [&](const Where& e) {
+        return e.thread / 32 != warp || (e.thread != t && e.sync == now.sync);
+    };
+    auto barrier = [&](const Where& e) {
+        return e.thread / 32 != warp ? "__syncthreads" : "__syncwarp (or __syncthreads)";
+    };
     const bool write = kind == SharedAccess::store || kind == SharedAccess::cp_async || kind == SharedAccess::cp_async_wait;
     const auto first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{3}, end = reinterpret_cast<uintptr_t>(p) + n;
     for (uintptr_t a = first; a < end; a += 4) {
         Word& w = word(a);
-        const bool written_here = w.write_epoch == t_epoch && w.write.thread / 32 != warp;
+        const bool written_here = w.write_epoch == t_epoch && unordered(w.write);
         if (!write) {
             if (written_here)
-                hazard("read after write", a, now, describe(w.write),
-                       "another warp's write is visible only after a barrier that follows it");
+                hazard("read after write", a, now, describe(w.write), barrier(w.write),
+                       "the write is visible to another thread only after a barrier that follows it");
             if (w.read_epoch != t_epoch) w.readers = 0, w.read_epoch = t_epoch;
             w.readers |= 1u << warp;
             w.read = now;
             continue;
         }
         if (written_here)
-            hazard("write after write", a, now, describe(w.write), "which of the two writes stays is up to the hardware");
+            hazard("write after write", a, now, describe(w.write), barrier(w.write),
+                   "which of the two writes stays is up to the hardware");
         if (const uint32_t others = w.read_epoch == t_epoch ? w.readers & ~(1u << warp) : 0)
             hazard("write after read", a, now,
                    w.read.thread / 32 != warp ? describe(w.read)  // else an earlier reader of another warp
                                               : "a read by warp " + std::to_string(std::countr_zero(others)),
+                   "__syncthreads", "on a GPU the write may land before that read");
+        if (w.read_epoch == t_epoch && w.read.thread / 32 == warp && unordered(w.read))
+            hazard("write after read", a, now, describe(w.read), barrier(w.read),
                    "on a GPU the write may land before that read");
         w.write_epoch = t_epoch;
         w.write = now;

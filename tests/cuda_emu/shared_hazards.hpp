@@ -5,11 +5,12 @@
 // __syncthreads shows as wrong bits only in the orders that happen to run the reader first. This
 // module keeps, for every 4-byte word of the block's shared memory, the barrier interval ("epoch":
 // the __syncthreads releases of the block so far) of its last write and of its reads, with the
-// warps and the access, and faults at once on a hazard between two warps in one interval:
+// threads and the access, and faults at once on a hazard between two warps in one interval:
 //   - read after write: another warp's store (or retired cp.async) is visible only after a barrier;
 //   - write after read: on a GPU the write may land before another warp's read has run;
 //   - write after write: which of the two stays is up to the hardware.
-// Within one warp nothing is a hazard (its lanes issue in order). Fed by the PTX model (ldmatrix
+// Between two lanes of one warp the same holds until a __syncwarp orders them (independent thread
+// scheduling, sm_70+: a warp's lanes are not in lockstep). Fed by the PTX model (ldmatrix
 // reads, cp.async writes: always) and, in the racecheck build, by plain loads and stores of
 // shared memory (racecheck_hooks.cpp: the compiler's -fsanitize=thread instrumentation of kernel
 // sources calls them).
@@ -36,6 +37,10 @@ void shared_access(const void* p, size_t n, SharedAccess kind, std::source_locat
 void shared_block_start(const void* base, size_t bytes);
 void shared_barrier();
 void shared_block_end();
+/// Called by the scheduler when a __syncwarp released warp `warp` (of the running block): its lanes'
+/// accesses before it are ordered before those after. (PTX and wmma collectives are no such
+/// barrier: WarpOp::collective.)
+void shared_warp_sync(unsigned warp);
 
 /// While a block runs (all 0 otherwise): its dynamic shared memory, and the worker thread's block
 /// of the executable's thread-local storage, where the prelude puts static __shared__ arrays

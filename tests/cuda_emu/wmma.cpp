@@ -86,7 +86,7 @@ void wmma_check_memory(const char* fn, const void* p, unsigned ldm, size_t elem_
 unsigned wmma_enter(const char* fn, const WmmaCall& call, bool uniform, std::source_location site) {
     const unsigned t = linear_thread(), base = t - t % 32;
     t_wmma_calls[t] = call;
-    __syncwarp(0xffffffffu, site);  // all 32 lanes, the same call site
+    warp_op(WarpOp::collective, 0xffffffffu, 0, 0, 32, site);  // all 32 lanes, the same call site
     const WmmaCall& first = t_wmma_calls[base];
     if (uniform && (first.ptr != call.ptr || first.ldm != call.ldm || first.layout != call.layout))
         throw Error(std::string("wmma::") + fn + ": lane " + std::to_string(t % 32) +
@@ -94,7 +94,7 @@ unsigned wmma_enter(const char* fn, const WmmaCall& call, bool uniform, std::sou
     return base;
 }
 
-void wmma_leave(std::source_location site) { __syncwarp(0xffffffffu, site); }
+void wmma_leave(std::source_location site) { warp_op(WarpOp::collective, 0xffffffffu, 0, 0, 32, site); }
 
 }  // namespace detail
 }  // namespace emu
