@@ -9,7 +9,7 @@
 // never read, query blocks before a key block's diagonal never read: NaN planted there changes no
 // bit of the rows that must not see it); the backward in batch chunks; and bitwise repeatable: the
 // same bits under every thread order, block order and made-up wmma layout (the fused backward's dQ
-// included). The emulated device is an H100 (227 KiB of opt-in shared memory per block: the large
+// included); every ldmatrix free of bank conflicts. The emulated device is an H100 (227 KiB of opt-in shared memory per block: the large
 // backward tiles) unless CUDA_EMU_SMEM_OPTIN says otherwise; the cases also run on a 99 KiB device
 // (sm_86/89/120: the small tiles). Which tile runs where, and the shapes the path takes:
 // test_flash_variants.cpp. Shared helpers: flash_test_util.hpp.
@@ -220,6 +220,31 @@ TEST(FlashAttentionRepeat, FusedBackwardIsBitwiseRepeatable) {
     reset_emu_order();
     for (int k = 0; k < 3; k++) EXPECT_EQ(again[k], first[k]) << "grouped-query output " << k;
 }
+
+#ifndef LLMTRAIN_REAL_GPU
+/// The kernels' padded tiles (bf16 rows of HS + 8, dS^T rows of ROWS + 8) keep every ldmatrix free
+/// of bank conflicts: each 8x8 matrix's 8 rows in 8 different 4-bank groups, as the emulator's PTX
+/// model counts them (emu::ldmatrix_banks, by offset in dynamic shared memory) over a forward and
+/// backward at both head sizes in both backward tiles. Rows without the padding (a multiple of 128
+/// bytes apart) would cost 7 wavefronts more per matrix (PtxBanks.LdmatrixCountsTheBusiestBank).
+TEST(FlashAttentionBanks, LdmatrixReadsAreConflictFree) {
+    auto conflict_free = [](const Shape& s) {
+        SCOPED_TRACE("head size " + std::to_string(s.C / s.NH) + ", backward " + tile_name(s.C / s.NH));
+        const auto [qkv, dout] = inputs(s, 7);
+        auto ops = make_native_bf16();
+        emu::reset_ldmatrix_banks();
+        run_attention(*ops, qkv, dout, s);
+        const emu::LdmatrixBanks b = emu::ldmatrix_banks();
+        EXPECT_GT(b.matrices, 0u);
+        EXPECT_EQ(b.extra_wavefronts, 0u) << "extra wavefronts over " << b.matrices << " matrices";
+    };
+    conflict_free(kHs64T300);
+    conflict_free(kHs128T300);
+    ScopedSmemOptin sm86(k99KiB);
+    conflict_free(kHs64T300);
+    conflict_free(kHs128T300);
+}
+#endif
 
 /// The backward in batch chunks (the dQ partials of as many batch rows as fit
 /// flash_dq_workspace_cap, several fused-kernel and sum launches on one workspace) gives the same

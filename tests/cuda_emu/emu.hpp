@@ -109,6 +109,19 @@ std::string to_string(const Order& order);
 void set_wmma_layout(uint64_t seed);
 uint64_t wmma_layout();
 
+// ---- shared-memory bank conflicts ----
+
+/// ldmatrix's shared-memory traffic since the last reset, counted by the PTX model: each 8x8
+/// matrix is 8 rows of 16 bytes that one wavefront reads when they fall in 8 different 4-bank
+/// groups (32 banks of 4 bytes, by offset in dynamic shared memory); rows sharing banks take one
+/// wavefront more per extra row in the busiest bank. extra_wavefronts = 0 is conflict-free.
+struct LdmatrixBanks {
+    uint64_t matrices = 0;
+    uint64_t extra_wavefronts = 0;
+};
+LdmatrixBanks ldmatrix_banks();
+void reset_ldmatrix_banks();
+
 // ---- device profile ----
 
 /// The emulated device's opt-in shared memory per block in bytes

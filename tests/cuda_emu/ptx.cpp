@@ -5,6 +5,8 @@
 
 #include <cuda_bf16.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -121,6 +123,25 @@ float bf16_to_float(uint16_t h) {
     return f;
 }
 
+std::atomic<uint64_t> g_matrices{0}, g_extra_wavefronts{0};
+
+/// Bank conflicts of one ldmatrix (emu::LdmatrixBanks): the published row addresses of its num
+/// matrices, banks by offset in dynamic shared memory (absolute elsewhere).
+void count_banks(unsigned base, int num) {
+    const auto smem0 = reinterpret_cast<uintptr_t>(dynamic_smem());
+    uint64_t extra = 0;
+    for (int j = 0; j < num; j++) {
+        int per_bank[32] = {};
+        for (int r = 0; r < 8; r++) {
+            const auto a = reinterpret_cast<uintptr_t>(t_calls[base + 8 * j + r].p0) - smem0;
+            for (int w = 0; w < 4; w++) per_bank[(a / 4 + w) % 32]++;
+        }
+        extra += static_cast<uint64_t>(*std::max_element(per_bank, per_bank + 32) - 1);
+    }
+    g_matrices += static_cast<uint64_t>(num);
+    g_extra_wavefronts += extra;
+}
+
 /// ldmatrix .x<num> (.trans): lanes 8j..8j+7 give matrix j's row addresses.
 void ldmatrix(const char* fn, uint32_t* r, int num, bool trans, const void* smem, std::source_location site) {
     const unsigned t = this_thread(), lane = t % 32;
@@ -133,6 +154,7 @@ void ldmatrix(const char* fn, uint32_t* r, int num, bool trans, const void* smem
         shared_access(smem, 16, SharedAccess::ldmatrix, site);
     }
     const unsigned base = enter({smem}, site);
+    if (lane == 0) count_banks(base, num);
     uint32_t out[4] = {};
     for (int j = 0; j < num; j++) {
         // Element (row, col) of matrix j: row `row` is lane 8j+row's 16 bytes.
@@ -201,6 +223,11 @@ void ptx_lane_exit(unsigned lane) {
 }
 
 }  // namespace emu::detail
+
+namespace emu {
+LdmatrixBanks ldmatrix_banks() { return {detail::g_matrices.load(), detail::g_extra_wavefronts.load()}; }
+void reset_ldmatrix_banks() { detail::g_matrices = 0, detail::g_extra_wavefronts = 0; }
+}  // namespace emu
 
 namespace llmtrain::cuda::ptx {
 

@@ -11,6 +11,7 @@
 // - cp.async: reads before the wait see the poison (0xFF bytes), wait_group 1 retires only the
 //   older of two groups, __syncthreads completes nothing, valid = false writes zeros; misuse faults.
 // - ex2_approx within ex2.approx.ftz's documented bound and flushes.
+// - the bank-conflict count of ldmatrix against rows placed on known banks.
 // Collective tests run under every thread order. The kernels are in kernels/ptx_kernels.cuh
 // (shared with ptx_layout_check.cu, which runs them on a real GPU too); the misuse kernel is here.
 #include <gtest/gtest.h>
@@ -102,6 +103,13 @@ __global__ void misuse_kernel(float* src, int mode) {
             read_rows();
             break;
     }
+}
+
+/// One ldmatrix_x1 whose 8 rows lie `stride` floats apart (lanes 0-7 give them), for the bank count.
+__global__ void banks_kernel(int stride) {
+    __shared__ __align__(16) float s[8 * 36];
+    uint32_t r[1];
+    ptx::ldmatrix_x1(r, &s[(threadIdx.x % 8) * stride]);
 }
 
 // ---- helpers ----
@@ -311,6 +319,20 @@ TEST(PtxChecks, CrossWarpHazardsWithoutABarrierAreReported) {
             llmtrain::launch(misuse_kernel, 1, 64, 0, nullptr, src.p, mode | 16);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << emu::last_error_message();
         }
+    }
+}
+
+/// The bank count of ldmatrix (emu::ldmatrix_banks): 8 rows 128 bytes apart all hit the same 4
+/// banks (7 wavefronts more than one), 144 bytes apart (FlashAttention-2's padded bf16 rows at head
+/// size 64) 8 different groups of 4 (none more), 16 bytes apart (one packed 8x8 tile) none more.
+TEST(PtxBanks, LdmatrixCountsTheBusiestBank) {
+    for (const auto& [stride, extra] : {std::pair{32, 7u}, std::pair{36, 0u}, std::pair{4, 0u}, std::pair{8, 1u}}) {
+        emu::reset_ldmatrix_banks();
+        llmtrain::launch(banks_kernel, 1, 32, 0, nullptr, stride);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << emu::last_error_message();
+        const emu::LdmatrixBanks b = emu::ldmatrix_banks();
+        EXPECT_EQ(b.matrices, 1u) << "stride " << stride;
+        EXPECT_EQ(b.extra_wavefronts, extra) << "stride " << stride << " floats";
     }
 }
 
