@@ -9,6 +9,8 @@
 // - The checker itself: a kernel with each hazard planted (between warps, and between two lanes of
 //   one warp) faults in every thread order, the same kernel with a barrier does not (so the
 //   racecheck can fail).
+// - Between blocks: a global word stored by two blocks of one launch faults in every block order;
+//   bf16 halves of one word stored by two blocks do not.
 // - The kernels: forward and backward (both backward tiles at both head sizes, grouped-query too)
 //   at shapes with partial, diagonal and skipped blocks run without a fault, and so do
 //   attention.cu's fp32 kernels; their results are test_flash_attention's and test_cuda_ops' to
@@ -70,6 +72,15 @@ __global__ void planted_kernel(float* out, int mode) {
     out[i] = v;
 }
 
+/// Two blocks of 32 threads on global memory: mode 0, thread 0 of each stores out[0] (write after
+/// write between blocks); mode 1, thread 0 of block b stores element b of a bf16 pair (the two
+/// halves of one 4-byte word: no hazard, as on a GPU).
+__global__ void planted_global_kernel(float* out, __nv_bfloat16* pair, int mode) {
+    if (threadIdx.x != 0) return;
+    if (mode == 0) out[0] = static_cast<float>(blockIdx.x);
+    else pair[blockIdx.x] = __float2bfloat16(static_cast<float>(blockIdx.x));
+}
+
 std::vector<__nv_bfloat16> random_bf16(size_t n, unsigned seed) {
     std::mt19937 rng(seed);
     std::uniform_real_distribution<float> u(-2.0f, 2.0f);
@@ -118,6 +129,27 @@ TEST(Racecheck, PlantedHazardsFaultInEveryOrderAndABarrierEndsThem) {
             llmtrain::launch(planted_kernel, 1, 64, 64 * sizeof(float), nullptr, out.p, mode | 16);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << emu::last_error_message();
         }
+    }
+}
+
+/// Between the blocks of one launch (global_hazards.hpp): a word two blocks store faults whichever
+/// block runs first; the two bf16 halves of a word stored by two blocks do not.
+TEST(Racecheck, BlocksOfALaunchStoringOneWordFault) {
+    for (const char* order : {"sequential", "random:1", "random:2"}) {
+        emu_test::ScopedOrder scoped("forward", order);
+        SCOPED_TRACE(order);
+        {
+            DeviceArray<float> out(1);
+            DeviceArray<__nv_bfloat16> pair(2);
+            llmtrain::launch(planted_global_kernel, 2, 32, 0, nullptr, out.p, pair.p, 0);
+            const std::string report = emu_test::expect_fault("write after write on byte 0 of allocation");
+            EXPECT_NE(report.find("in the same launch"), std::string::npos) << report;
+            EXPECT_NE(report.find("test_flash_racecheck.cu:"), std::string::npos) << "no source line:\n" << report;
+        }
+        DeviceArray<float> out(1);
+        DeviceArray<__nv_bfloat16> pair(2);
+        llmtrain::launch(planted_global_kernel, 2, 32, 0, nullptr, out.p, pair.p, 1);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << emu::last_error_message();
     }
 }
 

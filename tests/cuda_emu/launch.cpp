@@ -101,7 +101,7 @@ void execute(const detail::LaunchSpec& spec) {
         const uint64_t b = perm.empty() ? r : perm[r];
         const uint3 idx{static_cast<unsigned>(b % g.x), static_cast<unsigned>((b / g.x) % g.y),
                         static_cast<unsigned>(b / (uint64_t{g.x} * g.y))};
-        std::string err = detail::run_block(spec, {idx, ord.thread, hash3(ord.thread_seed, serial, b)});
+        std::string err = detail::run_block(spec, {idx, ord.thread, hash3(ord.thread_seed, serial, b), serial});
         if (!err.empty()) {
             std::lock_guard lock(err_mu);
             if (first_error.empty()) first_error = "block " + dims(dim3(idx.x, idx.y, idx.z)) + ": " + err;

@@ -4,17 +4,21 @@
 // Kernel sources compiled with g++'s `-fsanitize=thread --param=tsan-instrument-func-entry-exit=0`
 // (and linked WITHOUT -fsanitize=thread: no ThreadSanitizer runtime) call __tsan_readN/__tsan_writeN
 // before every load and store. These definitions replace the runtime: an access inside the running
-// block's shared memory (dynamic, or static __shared__) is recorded and checked, every other access
-// (registers spilled to the fiber's stack, global memory, host code) returns at once. Library
+// block's shared memory (dynamic, or static __shared__) is checked for hazards between warps
+// (shared_hazards.hpp), one to emulated device memory for hazards between the blocks of its launch
+// (global_hazards.hpp); every other access (registers spilled to the fiber's stack, host memory,
+// host code) returns at once. Library
 // `cuda_emu_racecheck`, linked through llmtrain_cuda_emu_racecheck (model/cuda/emu_racecheck) by
 // tests/cuda's racecheck programs only.
 #include <cstddef>
 
+#include "tests/cuda_emu/global_hazards.hpp"
 #include "tests/cuda_emu/shared_hazards.hpp"
 
 namespace {
 inline void plain(const void* p, size_t n, bool write, const void* pc) {
     emu::detail::shared_plain_access(p, n, write, pc);
+    emu::detail::global_plain_access(p, n, write, pc);
 }
 }  // namespace
 

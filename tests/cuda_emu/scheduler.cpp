@@ -19,6 +19,7 @@
 
 #include "tests/cuda_emu/device.hpp"
 #include "tests/cuda_emu/device_ptx.hpp"
+#include "tests/cuda_emu/global_hazards.hpp"
 #include "tests/cuda_emu/shared_hazards.hpp"
 
 namespace emu::detail {
@@ -234,6 +235,7 @@ void Worker::setup(const LaunchSpec& spec, const BlockRun& run) {
     ptx_block_start();  // no cp.async of an earlier (possibly abandoned) block is in flight
     shared_block_start(reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(smem_.data()) + 15) & ~uintptr_t{15}),
                        spec.smem);  // where ::dynamic_smem() puts it
+    global_block_start(run.launch, run.block_idx.x + uint64_t{spec.grid.x} * (run.block_idx.y + uint64_t{spec.grid.y} * run.block_idx.z));
 }
 
 // The scheduler loop. A lane runs on a fiber until it exits or waits; when it exits and the next
@@ -262,6 +264,7 @@ std::string Worker::run(const LaunchSpec& spec, const BlockRun& run) {
     t_thread = nullptr;
     t_block = nullptr;
     shared_block_end();
+    global_block_end();
     return error_;
 }
 

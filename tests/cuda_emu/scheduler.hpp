@@ -31,6 +31,7 @@ struct BlockRun {
     uint3 block_idx{};
     ThreadOrder order = ThreadOrder::forward;
     uint64_t seed = 0;  ///< for ThreadOrder::random
+    uint64_t launch = 0;  ///< the launch's serial number in the process
 };
 
 /// Runs one block of `spec` on this thread. Returns "" or a report (divergent barrier, wrong warp

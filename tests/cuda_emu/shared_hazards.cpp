@@ -98,9 +98,9 @@ const char* verb(SharedAccess k) {
     return "an access";
 }
 
-/// "function at file:line" of the instruction before return address pc (addr2line on the object
-/// that holds it), or the bare address.
-std::string describe_pc(const void* pc) {
+}  // namespace
+
+std::string describe_code(const void* pc) {
     char hex[32];
     std::snprintf(hex, sizeof hex, "%p", pc);
     Dl_info info{};
@@ -120,12 +120,14 @@ std::string describe_pc(const void* pc) {
     return a + " at " + b;
 }
 
+namespace {
+
 std::string describe(const Where& w) {
     const dim3 b = blockDim;
     std::string s = std::string(verb(w.kind)) + " by thread (" + std::to_string(w.thread % b.x) + "," +
                     std::to_string((w.thread / b.x) % b.y) + "," + std::to_string(w.thread / (b.x * b.y)) + ") of warp " +
                     std::to_string(w.thread / 32);
-    if (w.pc) return s + " (" + describe_pc(w.pc) + ")";
+    if (w.pc) return s + " (" + describe_code(w.pc) + ")";
     if (w.site.line()) return s + " at " + w.site.file_name() + ":" + std::to_string(w.site.line());
     return s;
 }

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <source_location>
+#include <string>
 
 namespace emu::detail {
 
@@ -41,6 +42,10 @@ void shared_block_end();
 /// accesses before it are ordered before those after. (PTX and wmma collectives are no such
 /// barrier: WarpOp::collective.)
 void shared_warp_sync(unsigned warp);
+
+/// "function at file:line" of the instruction before return address pc (addr2line: the object needs
+/// debug information), else the bare address. For the hazard reports.
+std::string describe_code(const void* pc);
 
 /// While a block runs (all 0 otherwise): its dynamic shared memory, and the worker thread's block
 /// of the executable's thread-local storage, where the prelude puts static __shared__ arrays
