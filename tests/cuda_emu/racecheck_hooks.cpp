@@ -1,5 +1,5 @@
-// tests/cuda_emu/racecheck_hooks.cpp — plain shared-memory accesses of emulated kernels, fed to the
-// hazard checks between warps (shared_hazards.hpp): the emulator's racecheck.
+// tests/cuda_emu/racecheck_hooks.cpp — plain loads and stores of emulated kernels, fed to the hazard
+// checks (shared_hazards.hpp, global_hazards.hpp): the emulator's racecheck.
 //
 // Kernel sources compiled with g++'s `-fsanitize=thread --param=tsan-instrument-func-entry-exit=0`
 // (and linked WITHOUT -fsanitize=thread: no ThreadSanitizer runtime) call __tsan_readN/__tsan_writeN
@@ -7,9 +7,8 @@
 // block's shared memory (dynamic, or static __shared__) is checked for hazards between warps
 // (shared_hazards.hpp), one to emulated device memory for hazards between the blocks of its launch
 // (global_hazards.hpp); every other access (registers spilled to the fiber's stack, host memory,
-// host code) returns at once. Library
-// `cuda_emu_racecheck`, linked through llmtrain_cuda_emu_racecheck (model/cuda/emu_racecheck) by
-// tests/cuda's racecheck programs only.
+// host code) returns at once. Library `cuda_emu_racecheck`, linked through
+// llmtrain_cuda_emu_racecheck (model/cuda/emu_racecheck) by tests/cuda's racecheck programs only.
 #include <cstddef>
 
 #include "tests/cuda_emu/global_hazards.hpp"

@@ -1,5 +1,5 @@
 // tests/cuda_emu/shared_hazards.hpp — hazards between warps on shared memory, found in any thread
-// order (docs/cuda_emu.md "Hazards between warps").
+// order (docs/cuda_emu.md "Hazards between warps, and the racecheck").
 //
 // The scheduler runs one warp's stretch between barriers before or after another's, so a missing
 // __syncthreads shows as wrong bits only in the orders that happen to run the reader first. This
@@ -25,8 +25,8 @@ namespace emu::detail {
 /// How shared memory was touched (for the report).
 enum class SharedAccess : uint8_t { load, store, ldmatrix, cp_async, cp_async_wait };
 
-/// Records an access by the running CUDA thread to [p, p + n) of shared memory (dynamic, or static
-/// __shared__ through the PTX model) in the current barrier interval. `site` names a PTX
+/// Records an access by the running CUDA thread to [p, p + n) of shared memory (dynamic or static
+/// __shared__) in the current barrier interval. `site` names a PTX
 /// primitive's caller; `pc`, when not null, a plain access's instruction (a return address).
 /// Errors: throws emu::Error (a kernel fault) on a hazard with another warp's access in the same
 /// interval, naming both accesses, the threads and the shared-memory offset.
