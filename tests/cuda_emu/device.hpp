@@ -78,6 +78,11 @@ T from_bits(uint64_t b) {
 #define gridDim (::emu::detail::t_block->grid_dim)
 inline constexpr int warpSize = 32;
 
+namespace emu::detail {
+/// The running CUDA thread's linear index in its block (x fastest), as warps are formed.
+inline unsigned linear_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+}  // namespace emu::detail
+
 // ---- barriers ----
 
 /// Block-wide barrier (all threads of the block, same call site).

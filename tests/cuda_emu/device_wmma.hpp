@@ -72,10 +72,6 @@ struct WmmaCall {
 /// One slot per thread of the running block (a worker runs one block at a time).
 inline thread_local WmmaCall t_wmma_calls[1024];
 
-inline unsigned linear_thread() {
-    return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
-}
-
 /// Enters a warp collective: publishes `call`, waits for all 32 lanes at `site`, and checks that
 /// they passed the same pointer, ldm and layout (`uniform`). Returns the first lane of the warp.
 unsigned wmma_enter(const char* fn, const WmmaCall& call, bool uniform, std::source_location site);

@@ -37,10 +37,9 @@ thread_local uint64_t t_launch = 0;  // 0 outside a block
 thread_local uint64_t t_block_linear = 0;
 
 std::string who(uint64_t block, unsigned thread) {
-    const dim3 g = gridDim, b = blockDim;
+    const dim3 g = gridDim;
     return "block (" + std::to_string(block % g.x) + "," + std::to_string(block / g.x % g.y) + "," +
-           std::to_string(block / (uint64_t{g.x} * g.y)) + ") thread (" + std::to_string(thread % b.x) + "," +
-           std::to_string(thread / b.x % b.y) + "," + std::to_string(thread / (b.x * b.y)) + ")";
+           std::to_string(block / (uint64_t{g.x} * g.y)) + ") " + thread_name(thread);
 }
 
 }  // namespace
@@ -51,7 +50,7 @@ void global_block_end() { t_launch = 0; }
 
 void global_plain_access(const void* p, size_t n, bool write, const void* pc) {
     if (t_launch == 0 || t_thread == nullptr || !arena::contains(p)) return;
-    const unsigned thread = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);
+    const unsigned thread = linear_thread();
     const auto begin = reinterpret_cast<uintptr_t>(p), end = begin + n;
     for (uintptr_t a = begin & ~uintptr_t{3}; a < end; a += 4) {
         unsigned bytes = 0;  // the bytes of this word the access touches
@@ -73,11 +72,12 @@ void global_plain_access(const void* p, size_t n, bool write, const void* pc) {
                         ") in the same launch: the blocks of a grid run in no set order, and none may see another's "
                         "stores (no kernel here synchronizes blocks)");
         }
-        if (write) {
-            // A block adds to its own bytes of the word; another block's (disjoint) bytes give way.
-            const unsigned kept = same_launch && it->second.block == t_block_linear ? it->second.bytes : 0;
-            sh.stores[a] = Store{t_launch, t_block_linear, pc, thread, kept | bytes};
-        }
+        if (!write) continue;
+        // A block adds to its own bytes of the word; another block's (disjoint) bytes give way.
+        const unsigned kept = same_launch && it->second.block == t_block_linear ? it->second.bytes : 0;
+        const Store now{t_launch, t_block_linear, pc, thread, kept | bytes};
+        if (it != sh.stores.end()) it->second = now;
+        else sh.stores.emplace(a, now);
     }
 }
 

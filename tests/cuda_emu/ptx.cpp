@@ -11,7 +11,6 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "tests/cuda_emu/device.hpp"
@@ -45,34 +44,7 @@ struct LaneCopies {
     std::vector<std::vector<Copy>> groups;  // a handful at most: erasing the front is cheap
 };
 thread_local LaneCopies t_copies[kMaxThreads];
-
-constexpr unsigned kNone = ~0u;
-/// The copy in flight into one 16-byte chunk of shared memory, if any (the hazards between warps
-/// are shared_hazards.cpp's).
-struct Chunk {
-    uint64_t block = 0;          ///< the worker's block it describes (older: stale, read as fresh)
-    unsigned in_flight = kNone;  ///< the thread whose copy into it is in flight
-};
-
-/// The chunks' records: dynamic shared memory's in a flat array by offset (the hot path: the
-/// kernels' tiles), static __shared__'s by address. Never cleared: a worker's blocks reuse the same
-/// shared memory, so a record is reset when its block is stale instead of reallocated.
-constexpr size_t kFlatBytes = 256 * 1024;  // above any GPU's shared memory per block
-thread_local std::vector<Chunk> t_flat;
-thread_local std::unordered_map<uintptr_t, Chunk> t_chunks;
-thread_local uint64_t t_block_serial = 1;  ///< counts the worker's blocks
-thread_local bool t_used = false;          ///< a cp.async was issued since the worker's block started
-
-/// The record of the 16-byte chunk at p (16-byte aligned) for the running block.
-Chunk& chunk(const void* p) {
-    const auto a = reinterpret_cast<uintptr_t>(p), off = a - reinterpret_cast<uintptr_t>(dynamic_smem());
-    if (off < kFlatBytes && t_flat.empty()) t_flat.resize(kFlatBytes / 16);
-    Chunk& c = off < kFlatBytes ? t_flat[off / 16] : t_chunks[a];
-    if (c.block != t_block_serial) c = Chunk{}, c.block = t_block_serial;
-    return c;
-}
-
-unsigned this_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+thread_local bool t_used = false;  ///< a cp.async was issued since the worker's block started
 
 std::string hex(const void* p) {
     char b[32];
@@ -81,12 +53,6 @@ std::string hex(const void* p) {
 }
 
 std::string where(std::source_location s) { return std::string(s.file_name()) + ":" + std::to_string(s.line()); }
-
-std::string thread_name(unsigned t) {
-    const dim3 b = blockDim;
-    return "thread (" + std::to_string(t % b.x) + "," + std::to_string((t / b.x) % b.y) + "," +
-           std::to_string(t / (b.x * b.y)) + ")";
-}
 
 /// Shared memory as far as the emulator can tell: 16-byte aligned, not emulated global memory, not
 /// the calling thread's own stack (a local array). (Static __shared__ is thread_local storage and
@@ -104,7 +70,7 @@ void check_shared(const char* fn, const char* what, const void* p) {
 
 /// Warp collective entry: publish, meet all 32 lanes at `site`; returns the warp's first thread.
 unsigned enter(const PtxCall& call, std::source_location site) {
-    const unsigned t = this_thread(), base = t - t % 32;
+    const unsigned t = linear_thread(), base = t - t % 32;
     if (blockDim.x * blockDim.y * blockDim.z % 32 != 0 && base + 32 > blockDim.x * blockDim.y * blockDim.z)
         throw Error("a PTX warp collective (mma.sync/ldmatrix) needs all 32 lanes: the block's last warp is partial");
     t_calls[t] = call;
@@ -128,7 +94,7 @@ std::atomic<uint64_t> g_matrices{0}, g_extra_wavefronts{0};
 /// Bank conflicts of one ldmatrix (emu::LdmatrixBanks): the published row addresses of its num
 /// matrices, banks by offset in dynamic shared memory (absolute elsewhere).
 void count_banks(unsigned base, int num) {
-    const auto smem0 = reinterpret_cast<uintptr_t>(dynamic_smem());
+    const uintptr_t smem0 = t_dyn_smem_base;
     uint64_t extra = 0;
     for (int j = 0; j < num; j++) {
         int per_bank[32] = {};
@@ -144,12 +110,12 @@ void count_banks(unsigned base, int num) {
 
 /// ldmatrix .x<num> (.trans): lanes 8j..8j+7 give matrix j's row addresses.
 void ldmatrix(const char* fn, uint32_t* r, int num, bool trans, const void* smem, std::source_location site) {
-    const unsigned t = this_thread(), lane = t % 32;
+    const unsigned t = linear_thread(), lane = t % 32;
     if (static_cast<int>(lane) < 8 * num) {
         check_shared(fn, "row address", smem);
-        if (const Chunk& c = chunk(smem); c.in_flight != kNone)
+        if (const uint16_t copy = copy_in_flight(smem); copy != kNoCopy)
             throw Error(std::string(fn) + ": lane " + std::to_string(lane) + " reads row " + hex(smem) +
-                        " while a cp.async into it by " + thread_name(c.in_flight) +
+                        " while a cp.async into it by " + thread_name(copy) +
                         " is in flight (not yet retired by that thread's cp.async.wait_group)");
         shared_access(smem, 16, SharedAccess::ldmatrix, site);
     }
@@ -183,7 +149,7 @@ void perform(const Copy& c, unsigned t, std::source_location wait_site) {
         std::memcpy(c.dst, c.src, 16);
     else
         std::memset(c.dst, 0, 16);
-    chunk(c.dst).in_flight = kNone;
+    copy_in_flight(c.dst) = kNoCopy;
     shared_access(c.dst, 16, SharedAccess::cp_async_wait, wait_site);  // the data lands (for another warp) now
 }
 
@@ -191,7 +157,7 @@ void forget(unsigned t) {
     LaneCopies& lc = t_copies[t];
     auto drop = [&](const std::vector<Copy>& v) {
         for (const Copy& c : v)
-            if (Chunk& k = chunk(c.dst); k.in_flight == t) k.in_flight = kNone;
+            if (uint16_t& copy = copy_in_flight(c.dst); copy == t) copy = kNoCopy;
     };
     drop(lc.pending);
     for (const auto& g : lc.groups) drop(g);
@@ -202,7 +168,6 @@ void forget(unsigned t) {
 }  // namespace
 
 void ptx_block_start() {
-    ++t_block_serial;
     if (!t_used) return;
     for (LaneCopies& lc : t_copies) lc.pending.clear(), lc.groups.clear();
     t_used = false;
@@ -235,7 +200,7 @@ using namespace ::emu::detail;
 using ::emu::Error;
 
 void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4], site_t site) {
-    const unsigned lane = this_thread() % 32;
+    const unsigned lane = linear_thread() % 32;
     const unsigned base = enter({a, b}, site);
     // A[r][k]: lane 4*(r%8) + (k%8)/2, register (r>=8) + 2*(k>=8), half k%2.
     auto A = [&](unsigned r, unsigned k) {
@@ -270,7 +235,7 @@ void ldmatrix_x4_trans(uint32_t r[4], const void* smem, site_t site) {
 }
 
 void cp_async_16(void* smem, const void* gmem, bool valid, site_t site) {
-    const unsigned t = this_thread();
+    const unsigned t = linear_thread();
     check_shared("cp_async_16", "destination", smem);
     if (valid) {
         if (reinterpret_cast<uintptr_t>(gmem) % 16 != 0)
@@ -280,25 +245,25 @@ void cp_async_16(void* smem, const void* gmem, bool valid, site_t site) {
             throw Error("cp_async_16: source " + hex(gmem) + " is not 16 bytes of emulated device memory: " +
                         emu::memory::explain_foreign(gmem));
     }
-    Chunk& c = chunk(smem);
+    uint16_t& copy = copy_in_flight(smem);
     t_used = true;
-    if (c.in_flight != kNone)
+    if (copy != kNoCopy)
         throw Error("cp_async_16 at " + where(site) + ": destination " + hex(smem) + " already has a cp.async in flight (by " +
-                    thread_name(c.in_flight) + "); wait for it before reusing the buffer");
+                    thread_name(copy) + "); wait for it before reusing the buffer");
     shared_access(smem, 16, SharedAccess::cp_async, site);  // it may land at once
-    c.in_flight = t;
+    copy = static_cast<uint16_t>(t);
     std::memset(smem, 0xFF, 16);  // poison: NaN until the wait retires the copy
     t_copies[t].pending.push_back({static_cast<unsigned char*>(smem), static_cast<const unsigned char*>(gmem), valid, site});
 }
 
 void cp_async_commit(site_t) {
-    LaneCopies& lc = t_copies[this_thread()];
+    LaneCopies& lc = t_copies[linear_thread()];
     lc.groups.push_back(std::move(lc.pending));  // an empty group counts too, as in PTX
     lc.pending.clear();
 }
 
 void cp_async_wait_group(int n, site_t site) {
-    const unsigned t = this_thread();
+    const unsigned t = linear_thread();
     LaneCopies& lc = t_copies[t];
     while (lc.groups.size() > static_cast<size_t>(n)) {
         for (const Copy& c : lc.groups.front()) perform(c, t, site);

@@ -143,7 +143,10 @@ public:
     void syncthreads(std::source_location site);
     uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, std::source_location site);
     unsigned active_mask() const;
-    void* dynamic_smem() { return smem_.data(); }
+    /// The block's dynamic shared memory: the buffer rounded up to 16 bytes (cp.async, ldmatrix).
+    void* dynamic_smem() {
+        return reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(smem_.data()) + 15) & ~uintptr_t{15});
+    }
     /// [p, p+n) inside the running lane's fiber stack.
     bool on_lane_stack(const void* p, size_t n) const {
         const StackInfo& st = stacks_[lanes_[cur_].fiber];
@@ -233,8 +236,7 @@ void Worker::setup(const LaunchSpec& spec, const BlockRun& run) {
     error_.clear();
     abandon_ = false;
     ptx_block_start();  // no cp.async of an earlier (possibly abandoned) block is in flight
-    shared_block_start(reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(smem_.data()) + 15) & ~uintptr_t{15}),
-                       spec.smem);  // where ::dynamic_smem() puts it
+    shared_block_start(dynamic_smem(), spec.smem);
     global_block_start(run.launch, run.block_idx.x + uint64_t{spec.grid.x} * (run.block_idx.y + uint64_t{spec.grid.y} * run.block_idx.z));
 }
 
@@ -571,10 +573,7 @@ uint64_t warp_op(WarpOp op, unsigned mask, uint64_t value, int arg, int width, s
 
 unsigned active_mask() { return kernel_worker("__activemask").active_mask(); }
 
-void* dynamic_smem() {
-    auto p = reinterpret_cast<uintptr_t>(kernel_worker("dynamic shared memory").dynamic_smem());
-    return reinterpret_cast<void*>((p + 15) & ~uintptr_t{15});
-}
+void* dynamic_smem() { return kernel_worker("dynamic shared memory").dynamic_smem(); }
 
 bool on_lane_stack(const void* p, size_t n) { return kernel_worker("on_lane_stack").on_lane_stack(p, n); }
 

@@ -46,6 +46,7 @@ struct Word {
     uint32_t readers = 0;      ///< warps (bit w) that read it in read_epoch
     Where write;               ///< the last write
     Where read;                ///< the last of the reads in read_epoch
+    uint16_t copy = kNoCopy;   ///< copy_in_flight (first word of a 16-byte chunk only)
 };
 
 // Dynamic shared memory's words in a flat array by offset (the hot path), static __shared__'s by
@@ -78,8 +79,6 @@ std::pair<uintptr_t, size_t> executable_tls() {
     return {reinterpret_cast<uintptr_t>(__builtin_thread_pointer()) - span, tls.p_memsz};
 }
 
-unsigned this_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
-
 Word& word(uintptr_t a) {
     const uintptr_t off = a - t_dyn_smem_base;
     Word& w = off < t_dyn_smem_bytes ? t_flat[off / 4] : t_static[a];
@@ -99,6 +98,14 @@ const char* verb(SharedAccess k) {
 }
 
 }  // namespace
+
+uint16_t& copy_in_flight(const void* p) { return word(reinterpret_cast<uintptr_t>(p)).copy; }
+
+std::string thread_name(unsigned t) {
+    const dim3 b = blockDim;
+    return "thread (" + std::to_string(t % b.x) + "," + std::to_string((t / b.x) % b.y) + "," +
+           std::to_string(t / (b.x * b.y)) + ")";
+}
 
 std::string describe_code(const void* pc) {
     char hex[32];
@@ -123,10 +130,7 @@ std::string describe_code(const void* pc) {
 namespace {
 
 std::string describe(const Where& w) {
-    const dim3 b = blockDim;
-    std::string s = std::string(verb(w.kind)) + " by thread (" + std::to_string(w.thread % b.x) + "," +
-                    std::to_string((w.thread / b.x) % b.y) + "," + std::to_string(w.thread / (b.x * b.y)) + ") of warp " +
-                    std::to_string(w.thread / 32);
+    std::string s = std::string(verb(w.kind)) + " by " + thread_name(w.thread) + " of warp " + std::to_string(w.thread / 32);
     if (w.pc) return s + " (" + describe_code(w.pc) + ")";
     if (w.site.line()) return s + " at " + w.site.file_name() + ":" + std::to_string(w.site.line());
     return s;
@@ -164,7 +168,7 @@ void shared_block_end() { t_dyn_smem_base = t_dyn_smem_bytes = t_static_smem_bas
 void shared_barrier() { t_epoch = t_epoch + 1 ? t_epoch + 1 : 1; }  // 0 stays "never"
 
 void shared_access(const void* p, size_t n, SharedAccess kind, std::source_location site, const void* pc) {
-    const unsigned t = this_thread(), warp = t / 32;
+    const unsigned t = linear_thread(), warp = t / 32;
     const Where now{site, pc, t_warp_sync[warp], static_cast<uint16_t>(t), kind};
     // A hazard with an earlier access `e` of this barrier interval: from another warp, or from
     // another lane of this warp with no __syncwarp since (independent thread scheduling, sm_70+:

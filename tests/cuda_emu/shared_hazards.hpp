@@ -43,6 +43,15 @@ void shared_block_end();
 /// barrier: WarpOp::collective.)
 void shared_warp_sync(unsigned warp);
 
+/// The cp.async copy in flight into the 16-byte chunk of shared memory at p (16-byte aligned): the
+/// issuing thread's linear index, or kNoCopy. Kept with the chunk's first word for the running
+/// block (the PTX model's in-flight checks, ptx.cpp).
+constexpr uint16_t kNoCopy = 0xFFFF;
+uint16_t& copy_in_flight(const void* p);
+
+/// "thread (x,y,z)" of linear thread t of the running block, for reports.
+std::string thread_name(unsigned t);
+
 /// "function at file:line" of the instruction before return address pc (addr2line: the object needs
 /// debug information), else the bare address. For the hazard reports.
 std::string describe_code(const void* pc);
