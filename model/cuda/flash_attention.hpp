@@ -81,6 +81,38 @@ constexpr size_t flash_backward_smem_bytes(int head_size, FlashBackwardTile t) {
     const size_t ld = flash_tile_ld(head_size), br = t.rows, bc = t.keys;
     return 2 * ld * (2 * bc + 2 * 2 * br) + 2 * bc * (br + 8) + 4 * 2 * 2 * br;
 }
+#ifdef __CUDACC__
+#define LLMTRAIN_FLASH_HD __host__ __device__  // flash_dq_stage_slot: the kernel's and the tests'
+#else
+#define LLMTRAIN_FLASH_HD
+#endif
+/// A 16-byte piece of a stage of the fused backward: tile 0 (Q) or 1 (dO), row, piece (0 .. HS/8-1).
+struct FlashStagePiece {
+    int tile, row, piece;
+};
+/// Where warp `warp` of a backward block (threads threads, rows query rows a step) stages piece p
+/// (dQ columns 4p .. 4p + 3 of the warp's kDq = 2 HS rows / threads) of row rr (0-15) of its fp32
+/// dQ tile, once the stage's Q and dO are dead: only in rows its own threads copy into (copy_rows:
+/// thread t fills row t / c + k threads / c of both tiles, c = HS / 8 pieces a row; with c dividing
+/// 32, warp w owns rows (32 / c) w + j + k threads / c, j < 32 / c), so no other warp touches them
+/// before this warp's next copy. The stage (2 x rows x HS bf16) holds exactly the block's fp32 dQ
+/// tile (rows x HS), each warp's share in its own rows. Rows of one j start on the same 16-byte bank
+/// group (row strides of 16 bytes mod 128; threads / c a multiple of 8), so the 4 dQ rows whose
+/// float2 pairs a half-warp stores at once (rows 4f .. 4f + 3, pieces 2n, 2n + 1) go to 4 rows of
+/// one j with pieces XORed by 2 x (rr mod 4): 8 different 16-byte bank groups, no conflict; 8 lanes
+/// reading 8 consecutive pieces of a dQ row get 8 different ones too
+/// (FlashAttentionBackwardTile.DqStagingOwnRowsNoBankConflicts).
+template <int HS, int ROWS, int THREADS>
+LLMTRAIN_FLASH_HD constexpr FlashStagePiece flash_dq_stage_slot(int warp, int rr, int p) {
+    constexpr int kChunks = HS / 8, kR = 32 / kChunks, kPass = THREADS / kChunks, kPasses = ROWS / kPass;
+    constexpr int kDq = 2 * HS * ROWS / THREADS, kSlotsPerRow = kDq / 4 / kChunks;  // a dQ row: 1 or 2 tile rows
+    static_assert(32 % kChunks == 0 && kPass % 8 == 0 && kChunks >= 8 && kSlotsPerRow >= 1);
+    static_assert(2 * kR * kPasses == 16 * kSlotsPerRow, "the warp's rows of the stage hold its dQ tile exactly");
+    const int a = rr % 4, grp = (rr / 4) * kSlotsPerRow + p / kChunks;
+    const int j = grp % kR, tk = (grp / kR) * 4 + a;  // tk: the tile and the copy pass
+    return {tk / kPasses, warp * kR + j + kPass * (tk % kPasses), (p % kChunks) ^ (2 * a)};
+}
+
 /// The tile a device allowing smem_optin bytes of dynamic shared memory per block
 /// (cudaDevAttrMaxSharedMemoryPerBlockOptin) runs: the large one where it fits, else the small.
 constexpr FlashBackwardTile flash_backward_tile(int head_size, long long smem_optin) {

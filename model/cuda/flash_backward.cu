@@ -51,6 +51,14 @@ __device__ inline size_t dq_partial_first(int T_, int kb) {
     return static_cast<size_t>(kb) * T_ - static_cast<size_t>(KEYS) * kb * (kb - 1) / 2;
 }
 
+/// The piece flash_dq_stage_slot names (flash_attention.hpp), in the stage whose Q tile is at q
+/// (its dO tile dos_off elements further).
+template <int HS, int kRows, int kThreads>
+__device__ inline float* dq_stage_piece(bf16* q, ptrdiff_t dos_off, int warp, int rr, int p) {
+    const FlashStagePiece s = flash_dq_stage_slot<HS, kRows, kThreads>(warp, rr, p);
+    return reinterpret_cast<float*>(q + (s.tile ? dos_off : 0) + s.row * kTileLd<HS> + s.piece * 8);
+}
+
 /// Backward, Algorithm 2, fused: dK and dV of key block kb = blockIdx.y (KEYS keys, 16 per warp)
 /// of key/value head g = blockIdx.x % NKV (summed over its query heads g*NH/NKV .. in order) of the
 /// chunk's batch row z = blockIdx.x / NKV, and that key block's dQ partials, ROWS query rows a
@@ -260,29 +268,53 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
                     mma(dq[2 * np + 1], a, bb + 2);
                 }
             }
-            // Rows [j0, T) of key block kb, after the rows of blocks 0 .. kb-1.
+            // Rows [j0, T) of key block kb, after the rows of blocks 0 .. kb-1; the warp's 16 x kDq tile
+            // goes out through this stage's dead rows that only its own threads copy into, 16 bytes a lane.
             const size_t row0 = (static_cast<size_t>(z) * NH + h) * dq_partial_rows<KEYS>(T_) +
                                 dq_partial_first<KEYS>(T_, kb);
-            float* part = dq_part + row0 * HS;
-            for (int r = 0; r < 2; r++) {
-                const int i = q0 + qt * 16 + g + 8 * r;
-                if (i >= T_) continue;
-                float* row = part + static_cast<size_t>(i - j0) * HS + d0 + 2 * t4;
-                for (int n = 0; n < kDq / 8; n++)
-                    *reinterpret_cast<float2*>(row + n * 8) = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+            float* part = dq_part + row0 * HS + d0;
+            bf16* stage = qs + st * kRows * kLd;
+            // The lane read afresh (asm volatile): the staging addresses are computed here each step,
+            // not hoisted out of the loop into registers the GEMMs above need (ptxas spilled).
+            const int ln = ptx::lane_id(), lg = ln / 4, lt = ln % 4;
+            for (int n = 0; n < kDq / 8; n++)
+                for (int r = 0; r < 2; r++)  // this lane's pair: piece 2n + lt/2 of row lg + 8r, its half lt % 2
+                    *reinterpret_cast<float2*>(dq_stage_piece<HS, kRows, kThreads>(stage, dos - qs, warp, lg + 8 * r,
+                                                                                       2 * n + lt / 2) +
+                                               2 * (lt % 2)) = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
+            __syncwarp();
+            constexpr int kPieces = kDq / 4;  // 16-byte pieces of a dQ row of the warp
+            NO_UNROLL  // unrolled (by 2 or more), ptxas spilled 48 bytes on sm_80 at head size 64
+            for (int c = ln; c < 16 * kPieces; c += kWarpSize) {
+                const int rr = c / kPieces, p = c % kPieces, i = q0 + qt * 16 + rr;
+                const float4 v = *reinterpret_cast<const float4*>(
+                    dq_stage_piece<HS, kRows, kThreads>(stage, dos - qs, warp, rr, p));
+                if (i < T_) *reinterpret_cast<float4*>(part + static_cast<size_t>(i - j0) * HS + 4 * p) = v;
             }
+            __syncwarp();  // every lane's reads before any lane's next copy into these rows
         }
     }
+    // dK (scaled) and dV leave through the warp's own rows of K and V, 16 bytes a lane (the 4-byte
+    // stores from the accumulators wrote 16 bytes of a row each: a quarter of a sector pair).
+    __syncthreads();  // every warp's last dQ GEMM has read K
     const float scale = 1.0f / sqrtf(static_cast<float>(HS));
-    for (int r = 0; r < 2; r++) {
-        const int j = jw + g + 8 * r;
-        if (j >= T_) continue;
-        bf16* krow = dqkv + (static_cast<size_t>(b) * T_ + j) * stride + C + gkv * HS + 2 * t4;
-        bf16* vrow = krow + static_cast<size_t>(NKV) * HS;
+    bf16* kst = ks + warp * 16 * kLd;
+    bf16* vst = vs + warp * 16 * kLd;
+    for (int r = 0; r < 2; r++)
         for (int n = 0; n < kND; n++) {
-            *reinterpret_cast<uint32_t*>(krow + n * 8) = ptx::pack_bf16x2(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
-            *reinterpret_cast<uint32_t*>(vrow + n * 8) = ptx::pack_bf16x2(dv[n][2 * r], dv[n][2 * r + 1]);
+            const int o = (g + 8 * r) * kLd + n * 8 + 2 * t4;
+            *reinterpret_cast<uint32_t*>(kst + o) = ptx::pack_bf16x2(dk[n][2 * r] * scale, dk[n][2 * r + 1] * scale);
+            *reinterpret_cast<uint32_t*>(vst + o) = ptx::pack_bf16x2(dv[n][2 * r], dv[n][2 * r + 1]);
         }
+    __syncwarp();
+    constexpr int kChunks = HS / 8;  // 16-byte pieces of a row
+    for (int c = lane; c < 16 * kChunks; c += kWarpSize) {
+        const int rr = c / kChunks, p = c % kChunks, j = jw + rr;
+        if (j >= T_) continue;
+        bf16* krow = dqkv + (static_cast<size_t>(b) * T_ + j) * stride + C + gkv * HS + 8 * p;
+        *reinterpret_cast<uint4*>(krow) = *reinterpret_cast<const uint4*>(kst + rr * kLd + 8 * p);
+        *reinterpret_cast<uint4*>(krow + static_cast<size_t>(NKV) * HS) =
+            *reinterpret_cast<const uint4*>(vst + rr * kLd + 8 * p);
     }
 }
 

@@ -1,5 +1,6 @@
 // model/cuda/ptx.cuh — PTX warp-level primitives for the CUDA backend's tensor-core kernels:
-// mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix, cp.async, a bf16x2 pack and ex2.approx.
+// mma.sync m16n8k16 (bf16 in, fp32 accumulate), ldmatrix, cp.async, a bf16x2 pack, ex2.approx and
+// %laneid.
 //
 // Under nvcc each function is one inline-PTX instruction (asm volatile; sm_80 or later). In the
 // emulated build (EMU_BUILD, tests/cuda_emu) the same names are the emulator's C++ model
@@ -128,6 +129,16 @@ __device__ __forceinline__ float ex2_approx(float x) {
     float r;
     asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
     return r;
+}
+
+/// This thread's lane in its warp (0-31), PTX `mov.u32 %laneid` as asm volatile: read where it is
+/// written and never hoisted, so addresses derived from it are computed there instead of being
+/// kept in registers across a loop (the fused backward's dQ staging addresses, hoisted out of its
+/// step loop, made ptxas spill 4-60 bytes beside the GEMMs' accumulators).
+__device__ __forceinline__ int lane_id() {
+    int l;
+    asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(l));
+    return l;
 }
 
 }  // namespace llmtrain::cuda::ptx

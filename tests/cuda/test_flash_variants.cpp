@@ -4,7 +4,8 @@
 // that the launched one is it (NaN planted where only one tile reads: K rows 64-127 for queries
 // 0-63 when a block holds 128 keys, query rows 0-63 for keys 64-127 when a step holds 128 rows),
 // that flash_attention_backward_tiled (attention_bench's native-99k) runs the tile it names, that
-// head size 64's two tiles give the same bits; and the shapes the path takes or refuses by name.
+// head size 64's two tiles give the same bits; where a warp stages its dQ partial (its own rows, no
+// bank conflicts); and the shapes the path takes or refuses by name.
 // Emulated, both devices (CUDA_EMU_SMEM_OPTIN); on a GPU (test_cuda_gpu) its own. Tolerances as
 // test_flash_attention.cpp's: attention_bound.hpp's derived per-element bound of the CPU backend.
 #include <cuda_runtime.h>
@@ -29,6 +30,65 @@ namespace {
 
 using cuda::FlashBackwardTile;
 constexpr FlashBackwardTile kLarge64{128, 128}, kSmall64{128, 64}, kLarge128{128, 64}, kSmall128{64, 32};
+
+/// flash_dq_stage_slot for one tile: every piece of each warp's 16 x kDq fp32 dQ tile lands at its
+/// own address, in the data bytes of a row the warp's own threads copy into (copy_rows' mapping,
+/// rebuilt here: thread t fills row t / (HS/8) + k threads / (HS/8) of Q and of dO), and the warp's
+/// accesses hit no shared-memory bank twice in one wavefront: a half-warp's float2 stores (lane l:
+/// row l/4 + 8r, columns n*8 + 2(l%4) and + 1) 16 different 8-byte bank pairs of 128 bytes, a
+/// quarter-warp's float4 loads (lane l reads piece l of the tile's row-major pieces) 8 different
+/// 16-byte groups. Addresses are byte offsets from the dynamic shared memory's base (K, V, two Q
+/// stages, two dO stages), for both stages, so the stage bases' alignment counts too.
+template <int HS, int ROWS, int THREADS>
+void expect_dq_staging_sound(int keys) {
+    constexpr int kChunks = HS / 8, kLd = HS + 8, kDq = 2 * HS * ROWS / THREADS, kPieces = kDq / 4;
+    SCOPED_TRACE("head size " + std::to_string(HS) + ", " + std::to_string(keys) + " keys x " + std::to_string(ROWS) + " rows");
+    for (int st = 0; st < 2; st++)
+        for (int w = 0; w < THREADS / 32; w++) {
+            std::vector<int> own;  // rows this warp's threads copy into
+            for (int t = 32 * w; t < 32 * w + 32; t++)
+                for (int r = t / kChunks; r < ROWS; r += THREADS / kChunks) own.push_back(r);
+            auto addr = [&](int rr, int p) {
+                const cuda::FlashStagePiece s = cuda::flash_dq_stage_slot<HS, ROWS, THREADS>(w, rr, p);
+                EXPECT_TRUE(s.tile == 0 || s.tile == 1);
+                EXPECT_TRUE(s.piece >= 0 && s.piece < kChunks) << "piece " << s.piece;
+                EXPECT_NE(std::find(own.begin(), own.end(), s.row), own.end()) << "warp " << w << " row " << s.row;
+                const long q0 = 2L * 2 * keys * kLd;  // bytes before the first Q stage (K, V)
+                return q0 + (s.tile * 2L + st) * ROWS * kLd * 2 + long(s.row) * kLd * 2 + 16L * s.piece;
+            };
+            std::vector<long> all;
+            for (int rr = 0; rr < 16; rr++)
+                for (int p = 0; p < kPieces; p++) all.push_back(addr(rr, p));
+            std::sort(all.begin(), all.end());
+            EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "two pieces at one address";
+            for (int n = 0; n < kDq / 8; n++)
+                for (int r = 0; r < 2; r++)
+                    for (int half = 0; half < 2; half++) {
+                        std::vector<long> banks;  // 8-byte bank pairs of the 16 lanes' float2 stores
+                        for (int l = 16 * half; l < 16 * half + 16; l++)
+                            banks.push_back((addr(l / 4 + 8 * r, 2 * n + l % 4 / 2) + 8 * (l % 2)) % 128 / 8);
+                        std::sort(banks.begin(), banks.end());
+                        EXPECT_EQ(std::adjacent_find(banks.begin(), banks.end()), banks.end())
+                            << "store conflict: warp " << w << " n " << n << " r " << r << " half " << half;
+                    }
+            for (int c0 = 0; c0 < 16 * kPieces; c0 += 8) {
+                std::vector<long> groups;  // 16-byte bank groups of 8 lanes' float4 loads
+                for (int c = c0; c < c0 + 8; c++) groups.push_back(addr(c / kPieces, c % kPieces) % 128 / 16);
+                std::sort(groups.begin(), groups.end());
+                EXPECT_EQ(std::adjacent_find(groups.begin(), groups.end()), groups.end())
+                    << "load conflict: warp " << w << " pieces " << c0;
+            }
+        }
+}
+
+/// The fused backward stages each warp's dQ partial in the dead Q/dO stage for 16-byte stores
+/// (flash_dq_stage_slot): sound in all four tiles (expect_dq_staging_sound).
+TEST(FlashAttentionBackwardTile, DqStagingOwnRowsNoBankConflicts) {
+    expect_dq_staging_sound<64, 128, 256>(128);  // large, head size 64
+    expect_dq_staging_sound<64, 64, 256>(128);   // small
+    expect_dq_staging_sound<128, 64, 256>(128);  // large, head size 128
+    expect_dq_staging_sound<128, 32, 128>(64);   // small
+}
 
 /// The backward tile by the device's opt-in shared memory per block (flash_backward_tile): the large
 /// one where its bytes fit (head size 64: 128 keys x 128 rows, 147,456 B; 128: 128 x 64, 158,720 B;

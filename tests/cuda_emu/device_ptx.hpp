@@ -27,6 +27,7 @@
 //   that is not emulated device memory or not 16-byte aligned.
 // - pack_bf16x2: __float2bfloat16_rn of each (cuda_bf16.h's exact conversion), lo in bits 0-15.
 // - ex2_approx: std::exp2f with .ftz's flushes (subnormal input and result to 0).
+// - lane_id: the linear thread index in the block mod 32.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -68,6 +69,8 @@ uint32_t pack_bf16x2(float lo, float hi);
 /// 2^x as ex2.approx.ftz.f32: std::exp2f (correctly rounded or nearly; the GPU's is within
 /// 2^-22 relative), a subnormal input read as 0 and a subnormal result returned as +0.
 float ex2_approx(float x);
+/// The calling CUDA thread's lane: its linear index in the block mod 32 (%laneid).
+int lane_id();
 
 }  // namespace llmtrain::cuda::ptx
 

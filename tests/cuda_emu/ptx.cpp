@@ -285,4 +285,6 @@ float ex2_approx(float x) {
     return std::fpclassify(r) == FP_SUBNORMAL ? 0.0f : r;
 }
 
+int lane_id() { return static_cast<int>(linear_thread() % 32); }
+
 }  // namespace llmtrain::cuda::ptx
