@@ -32,7 +32,8 @@
 #       and reported as timed out, the other steps going on after it; the table lists every step
 #       (the checkpoint too, with time left); test_cuda_gpu's two parts ran with their gtest filters
 #       (GPU-only first); attention rows with errors against cuDNN (at head size 128 native-99k's
-#       too: the small backward tile, info); determinism, native vs cudnn at
+#       too: the small backward tile, info); the ncu profile (a stand-in ncu: both kernels at both
+#       shapes, the stall reasons under 0.1 left out); determinism, native vs cudnn at
 #       step 1, resume, training, multirank (tp 2 within 1e-4) rows; <= 8 files in OUT; STATE removed;
 #   Q2. a quick call whose budget (19 s) is below a step's 20 s minimum: the steps are
 #       reported as skipped, the checkpoint as not run (optional), STATE removed.
@@ -54,6 +55,23 @@ case "$*" in
     *nounits*) echo 81559 ;;
     *) echo "NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04" ;;
 esac
+EOF
+# A stand-in ncu (Nsight Compute, run.sh quick's profile step): the layout of `ncu --metrics`
+# output for the fused backward and the dQ sum, a stall reason under the step's 0.1 cut among them.
+cat >"$W/bin/ncu" <<'EOF'
+#!/usr/bin/env bash
+[[ " $* " == *"/attention_bench native "* ]] || { echo "ncu stand-in: not attention_bench native: $*"; exit 2; }
+echo "==PROF== Connected to process 1 (attention_bench)"
+for k in "flash_backward_kernel<128, 128, 64>(__nv_bfloat16 *, float *)" "flash_dq_reduce_kernel<128, 128>(__nv_bfloat16 *)"; do
+    echo "  void llmtrain::cuda::$k (24, 16, 1)x(256, 1, 1), Context 1, Stream 7, Device 0, CC 9.0"
+    echo "    Section: Command line profiler metrics"
+    echo "    ---------------------------------------------------------------------- ----------- ------------"
+    echo "    Metric Name                                                            Metric Unit Metric Value"
+    echo "    gpu__time_duration.sum                                                          us       397.57"
+    echo "    smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio           inst         1.02"
+    echo "    smsp__average_warps_issue_stalled_sleeping_per_issue_active.ratio              inst            0"
+done
+echo "==PROF== Disconnected from process 1"
 EOF
 # The stand-in llmtrain first runs the real one ($LLMTRAIN, by its absolute path in this build: it is
 # linked against this machine's libraries as the bundle's copy would be against the lent machine's,
@@ -213,7 +231,7 @@ if [ "$MODE" = quick ]; then
     awk -F'\t' '$3 != "skipped" && $3 != "not-run" && $4 > $5 + 2 { print "over its box: " $0; bad = 1 } END { exit bad }' \
         "$W/steps.tsv" || fail "a step ran past its box"
     [ "$(awk -F'\t' '$2 == "attention-124m" { print $3 }' "$W/steps.tsv")" = 124 ] || fail "the hung step was not killed at its box"
-    expect=(test_cuda_gpu-gpu test_cuda_gpu-rest attention-124m attention-hs128 determinism-native determinism-cudnn
+    expect=(test_cuda_gpu-gpu test_cuda_gpu-rest attention-124m attention-hs128 profile determinism-native determinism-cudnn
             paths-native-cudnn resume-nearest train-124m torch-124m multirank-ref zero1-np2 pp2-np2 tp2-np2 llama-tiny
             checkpoint-1.5b)
     [ "$(cut -f2 "$W/steps.tsv" | tr '\n' ' ')" = "${expect[*]} " ] || fail "quick's steps, in order: ${expect[*]}"
@@ -229,6 +247,10 @@ if [ "$MODE" = quick ]; then
     row "attention native-99k vs cudnn (B 8, T 2048, HS 128)" "$S" | grep -q "0.0190 rms .* PASS |" ||
         fail "native-99k's error"
     ! grep -q "B 32, T 1024" "$S" || fail "the hung attention step left rows"
+    tar -xzOf "$W/outq/logs.tar.gz" logs/profile.txt >"$W/profile.txt" || fail "no profile.txt in logs.tar.gz"
+    [ "$(grep -c "void llmtrain::cuda::flash_" "$W/profile.txt")" = 4 ] && grep -q "gpu__time_duration.sum .* 397.57" "$W/profile.txt" &&
+        grep -q "lg_throttle" "$W/profile.txt" && ! grep -q "sleeping\|==PROF==\|Metric Name" "$W/profile.txt" ||
+        { cat "$W/profile.txt"; fail "the profile: both kernels at both shapes, durations and stalls >= 0.1 only"; }
     row "determinism native" "$S" | grep -q "| SAME (steps 1-3" || fail "determinism native"
     row "determinism cudnn" "$S" | grep -q "| DIFFERENT from step 1 " || fail "determinism cudnn"
     row "paths native vs cudnn at step 1" "$S" | grep -q "| PASS (steps 1-1: loss and grad norm within relative 0.01" ||

@@ -11,7 +11,8 @@
 #                rest 60 s; attention_bench (native, cublas, cudnn: TFLOP/s and each path's max error
 #                against cuDNN's out and dqkv) at GPT-2 124M's shape 45 s and at head size 128 45 s
 #                (at both also native-99k: native with its backward forced to the small tile of a
-#                99 KiB device, an info row beside native's device-chosen large tile);
+#                99 KiB device, an info row beside native's device-chosen large tile); native's
+#                backward under ncu at both shapes 40 s (stall reasons, throughputs: logs/profile.txt);
 #                determinism native 60 s and cudnn 60 s (3 steps, twice each), native against cudnn
 #                at step 1, resume with round-to-nearest 60 s; GPT-2 124M training native and cudnn
 #                100 s, PyTorch compiled 120 s; multirank over MpiCudaComm: the 1-rank run, ZeRO-1,
@@ -134,6 +135,34 @@ step_attention() {
     shift 2
     "$DIR/tools/bench/attention_bench" "$paths" "$@" 20 2>&1 | tee "$LOGS/attention-$label.txt"
     return "${PIPESTATUS[0]}"
+}
+
+# step_profile: where native's fused backward and its dQ sum spend their time, by Nsight Compute
+# (ncu: $NCU, else on PATH or in CUDA's bin/; absent, the step says so and ends) over the second
+# (fused kernel, dQ sum) pair of attention_bench's native backward at GPT-2 124M's shape and at head
+# size 128: each kernel's duration (at ncu's locked clocks: longer than the bench's), issue slots
+# busy, shared/L1, DRAM and tensor-pipe throughput, and the warp stall reasons per issued
+# instruction of at least 0.1 (lg_throttle: the global store queue, barrier, short_scoreboard:
+# shared-memory results, ...). Info: logs/profile.txt, read by hand (docs/cuda.md "Measured on an H200").
+step_profile() {
+    local ncu=${NCU:-$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)}
+    [ -n "$ncu" ] || { echo "profile: no ncu on this machine" | tee "$LOGS/profile.txt"; return 0; }
+    local m=gpu__time_duration.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
+    m+=,l1tex__throughput.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
+    m+=,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+    m+=,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio
+    local shape rc=0
+    for shape in "32 1024 768 12" "8 2048 1536 12"; do
+        echo "== native backward, B T C NH = $shape"
+        # shellcheck disable=SC2086  # the shape is four words
+        "$ncu" --kernel-name regex:'flash_backward_kernel|flash_dq_reduce' --launch-skip 2 --launch-count 2 \
+            --metrics "$m" "$DIR/tools/bench/attention_bench" native $shape 3 2>&1 |
+            awk '/^==PROF==/ { next } / void / { print; next }
+                 NF >= 3 && $NF ~ /^[0-9.,]+$/ { v = $NF; gsub(",", "", v); if ($1 !~ /stalled/ || v + 0 >= 0.1) print }'
+        [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+    done >"$LOGS/profile.txt"
+    cat "$LOGS/profile.txt"
+    return $rc
 }
 
 # tiny.toml in bf16 (native attention: the resume alone, not an attention path's repeatability), a
@@ -363,6 +392,7 @@ stage_quick() {
     # H100/H200 takes
     step quick attention-124m "$(box 45)" attention 124m native,native-99k,cublas,cudnn 32 1024 768 12
     step quick attention-hs128 "$(box 45)" attention hs128 native,native-99k,cublas,cudnn 8 2048 1536 12
+    step quick profile "$(box 40)" profile
     step quick determinism-native "$(box 60)" determinism native 3
     step quick determinism-cudnn "$(box 60)" determinism cudnn 3
     step quick paths-native-cudnn "$(box 15)" paths_agree native cudnn
