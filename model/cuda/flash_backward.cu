@@ -14,10 +14,11 @@
 // lse log2e), dS^T = P^T o (dP^T - D), then dV += P^T dO and dK += dS^T Q with P^T, dS^T as A
 // fragments straight from the accumulators. dS^T goes to shared memory (bf16); after a barrier the
 // warps compute this key block's dQ partial, dS K (A fragments of dS by ldmatrix.trans of dS^T),
-// and store it in fp32 to the workspace: (b, h, key block kb, query row i >= kb x the block's keys).
+// and store it in fp32 to the workspace: (b, h, key block kb, query row i >= kb x the block's keys),
+// staged through the step's dead Q/dO stage so that each lane stores 16 bytes (flash_dq_stage_slot).
 // A second kernel sums each dQ row's partials in key-block order, scales by 1/sqrt(HS) and writes
 // bf16: no atomics, every sum in a fixed order, the same bits every run. dK (scaled) and dV are
-// written once at the end. The workspace holds the partials of as many batch rows as fit
+// written once at the end, through the warp's own rows of K and V, 16 bytes a lane. The workspace holds the partials of as many batch rows as fit
 // flash_dq_workspace_cap (256 MiB); larger batches run as several (fused kernel, sum) pairs in
 // stream order on the same workspace. P and dS enter the mma rounded to bf16, as in
 // FlashAttention-2 and cuDNN (the error bound of tests/cuda/attention_bound.hpp).
