@@ -18,9 +18,9 @@
 // staged through the step's dead Q/dO stage so that each lane stores 16 bytes (flash_dq_stage_slot).
 // A second kernel sums each dQ row's partials in key-block order, scales by 1/sqrt(HS) and writes
 // bf16: no atomics, every sum in a fixed order, the same bits every run. dK (scaled) and dV are
-// written once at the end, through the warp's own rows of K and V, 16 bytes a lane. The workspace holds the partials of as many batch rows as fit
-// flash_dq_workspace_cap (256 MiB); larger batches run as several (fused kernel, sum) pairs in
-// stream order on the same workspace. P and dS enter the mma rounded to bf16, as in
+// written once at the end, through the warp's own rows of K and V, 16 bytes a lane. The workspace
+// holds the partials of as many batch rows as fit flash_dq_workspace_cap (256 MiB); larger batches
+// run as several (fused kernel, sum) pairs in stream order on the same workspace. P and dS enter the mma rounded to bf16, as in
 // FlashAttention-2 and cuDNN (the error bound of tests/cuda/attention_bound.hpp).
 // Rows past T are zero-filled by cp.async (src-size 0) and masked where they would contribute.
 #include <algorithm>
@@ -295,8 +295,8 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
             __syncwarp();  // every lane's reads before any lane's next copy into these rows
         }
     }
-    // dK (scaled) and dV leave through the warp's own rows of K and V, 16 bytes a lane (the 4-byte
-    // stores from the accumulators wrote 16 bytes of a row each: a quarter of a sector pair).
+    // dK (scaled) and dV leave through the warp's own rows of K and V, 16 bytes a lane (straight
+    // from the accumulators, a 4-byte store instruction wrote 16 bytes into each of 8 rows).
     __syncthreads();  // every warp's last dQ GEMM has read K
     const float scale = 1.0f / sqrtf(static_cast<float>(HS));
     bf16* kst = ks + warp * 16 * kLd;
