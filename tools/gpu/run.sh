@@ -145,12 +145,13 @@ step_attention() {
 # instruction of at least 0.1 (lg_throttle: the global store queue, barrier, short_scoreboard:
 # shared-memory results, ...). Info: logs/profile.txt, read by hand (docs/cuda.md "Measured on an H200").
 step_profile() {
-    local ncu=${NCU:-$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)}
+    local ncu=${NCU:-$(command -v ncu)} f
+    for f in /usr/local/cuda*/bin/ncu; do [ -z "$ncu" ] && [ -x "$f" ] && ncu=$f; done
     [ -n "$ncu" ] || { echo "profile: no ncu on this machine" | tee "$LOGS/profile.txt"; return 0; }
     local m=gpu__time_duration.sum,smsp__issue_active.avg.pct_of_peak_sustained_active
     m+=,l1tex__throughput.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed
     m+=,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
-    m+=,regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio
+    m+=',regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio'
     local shape rc=0
     for shape in "32 1024 768 12" "8 2048 1536 12"; do
         echo "== native backward, B T C NH = $shape"
