@@ -53,11 +53,11 @@ __device__ inline size_t dq_partial_first(int T_, int kb) {
 }
 
 /// The piece flash_dq_stage_slot names (flash_attention.hpp), in the stage whose Q tile is at q
-/// (its dO tile dos_off elements further).
+/// (its dO tile two Q stages further: the kernel's layout).
 template <int HS, int kRows, int kThreads>
-__device__ inline float* dq_stage_piece(bf16* q, ptrdiff_t dos_off, int warp, int rr, int p) {
+__device__ inline float* dq_stage_piece(bf16* q, int warp, int rr, int p) {
     const FlashStagePiece s = flash_dq_stage_slot<HS, kRows, kThreads>(warp, rr, p);
-    return reinterpret_cast<float*>(q + (s.tile ? dos_off : 0) + s.row * kTileLd<HS> + s.piece * 8);
+    return reinterpret_cast<float*>(q + (s.tile * 2 * kRows + s.row) * kTileLd<HS> + s.piece * 8);
 }
 
 /// Backward, Algorithm 2, fused: dK and dV of key block kb = blockIdx.y (KEYS keys, 16 per warp)
@@ -280,8 +280,7 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
             const int ln = ptx::lane_id(), lg = ln / 4, lt = ln % 4;
             for (int n = 0; n < kDq / 8; n++)
                 for (int r = 0; r < 2; r++)  // this lane's pair: piece 2n + lt/2 of row lg + 8r, its half lt % 2
-                    *reinterpret_cast<float2*>(dq_stage_piece<HS, kRows, kThreads>(stage, dos - qs, warp, lg + 8 * r,
-                                                                                       2 * n + lt / 2) +
+                    *reinterpret_cast<float2*>(dq_stage_piece<HS, kRows, kThreads>(stage, warp, lg + 8 * r, 2 * n + lt / 2) +
                                                2 * (lt % 2)) = make_float2(dq[n][2 * r], dq[n][2 * r + 1]);
             __syncwarp();
             constexpr int kPieces = kDq / 4;  // 16-byte pieces of a dQ row of the warp
@@ -289,7 +288,7 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
             for (int c = ln; c < 16 * kPieces; c += kWarpSize) {
                 const int rr = c / kPieces, p = c % kPieces, i = q0 + qt * 16 + rr;
                 const float4 v = *reinterpret_cast<const float4*>(
-                    dq_stage_piece<HS, kRows, kThreads>(stage, dos - qs, warp, rr, p));
+                    dq_stage_piece<HS, kRows, kThreads>(stage, warp, rr, p));
                 if (i < T_) *reinterpret_cast<float4*>(part + static_cast<size_t>(i - j0) * HS + 4 * p) = v;
             }
             __syncwarp();  // every lane's reads before any lane's next copy into these rows
