@@ -179,11 +179,13 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& st, co
 /// or a verified .old_step_N cannot be renamed back.
 std::vector<std::string> recover_checkpoint_leftovers(const std::string& run_dir);
 
-// ---- lookup and reading (read.cpp) ----
+// ---- verification (read.cpp) ----
 
 /// Why dir is not a usable checkpoint, or "" when it is: state.toml parses (and, format 2, its
 /// state_sha256 and the SHA-256 of every listed file match, and no unlisted optim_*.h5 is present).
 std::string checkpoint_problem(const std::string& dir);
+
+// ---- lookup (lookup.cpp) ----
 
 /// The outcome of resume lookup.
 struct ResumeChoice {
@@ -219,6 +221,8 @@ ResumeChoice find_resume_checkpoint(const std::string& run_dir);
 ///  "none": from scratch; CheckpointError when the run dir already holds checkpoints, unless overwrite.
 ///  a path: that directory, which must verify. Errors: CheckpointError naming the path and reason.
 ResumeChoice resolve_resume(const std::string& resume, const std::string& run_dir, bool overwrite);
+
+// ---- reading (read.cpp) ----
 
 /// Reads dir/state.toml (format 1 or 2). Errors: CheckpointError naming the file and the bad or
 /// missing key. Checksums are not checked here (checkpoint_problem does).
