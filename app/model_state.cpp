@@ -8,6 +8,7 @@
 #include "model/arch.hpp"
 #include "model/cuda/flash_attention.hpp"
 #include "model/dry_ops.hpp"
+#include "parallel/comm.hpp"
 
 namespace llmtrain {
 
@@ -22,6 +23,7 @@ CudaBackendOptions cuda_options_of(const Config& c) {
     o.attention_workspace_mb = c.model.attention_workspace_mb;
     o.matmul_autotune = c.model.matmul_autotune;
     o.stochastic_rounding = c.training.stochastic_rounding;
+    o.local_rank = local_rank();  // the device: this rank's index on its node (parallel/comm.hpp)
     return o;
 }
 

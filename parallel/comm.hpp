@@ -42,8 +42,9 @@ void mpi_finalize();
 [[noreturn]] void mpi_abort(int code);
 int world_rank();
 int world_size();
-/// Rank on this node: LOCAL_RANK (torchrun), OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, else 0.
-/// Picks the device and the metrics port.
+/// This rank's index among the ranks on its node (parallel/nodes.hpp's node map, MPI's shared-memory
+/// split: the same under every launcher; launcher variables such as LOCAL_RANK are not read); 0
+/// without MPI. Picks the device (CudaBackendOptions::local_rank) and the metrics port.
 int local_rank();
 
 /// The kinds of operation a Comm counts bytes for.

@@ -28,9 +28,15 @@ struct HierSplit {
 HierSplit hier_split(const std::vector<int>& group, const NodeMap& nodes, int me);
 
 /// A Comm on `flat`'s group whose all_reduce_sum goes intra → inter → intra (host buffers; the sub-
-/// comms are MpiComms made on the split's ranks); every other operation is flat's. The handle it
-/// returns has completed (the three steps run in the call). Counted bytes: the sub-operations' own.
+/// comms are MpiComms made on the split's ranks: `intra` and `intra_gather` two on this node's
+/// ranks, `inter` one across nodes); every other operation is flat's. all_reduce_sum_async is
+/// asynchronous like MpiComm's: the call starts the intra-node reduce-scatter and returns; test()
+/// moves the stages on without blocking (the cross-node all-reduce, then the intra-node all-gather
+/// into scratch and the copy back into buf) and says true once buf holds the sum; wait() finishes
+/// it. Several all-reduces may be in flight; their stages start in the order the calls were made on
+/// every rank, and waiting on one finishes the older ones first. Wait them before the Comm goes.
+/// Counted bytes (all_reduce): the sub-operations' by the CommStats formulas.
 std::unique_ptr<Comm> make_hier_comm(std::unique_ptr<Comm> flat, std::unique_ptr<Comm> intra,
-                                     std::unique_ptr<Comm> inter);
+                                     std::unique_ptr<Comm> inter, std::unique_ptr<Comm> intra_gather);
 
 }  // namespace llmtrain

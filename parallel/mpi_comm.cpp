@@ -19,11 +19,11 @@
 // flight on one Comm; wait them before the Comm goes.
 //
 // Timeout (CommOptions::timeout_s, config key parallel.timeout_s). wait() polls with MPI_Testall —
-// spinning (yielding) for 100 ms, then sleeping 100 us doubling to 1 ms between polls, so a rank waiting on a hung
-// peer stays near idle — and throws CommError naming the operation and the ranks once the limit
-// passes. MPI cannot cancel a collective, so a timed-out operation is abandoned: its scratch is
-// kept alive until exit (MPI may still write it, and the caller's buffers), and the run is
-// expected to end.
+// spinning (yielding) for 100 ms, then sleeping 100 us doubling to 1 ms between polls, so a rank
+// waiting on a hung peer stays near idle. Past the limit it probes the peers (OverdueWait,
+// parallel/nodes.hpp): it waits on while one answers busy within its limit, else throws CommError
+// naming the operation and the ranks. MPI cannot cancel a collective, so a timed-out operation is
+// abandoned: its scratch lives until exit (MPI may still write it), and the run is expected to end.
 //
 // Large counts: every call moves at most one segment (2^25 elements per rank, see
 // parallel/mpi_comm_testing.hpp) so no MPI count nears INT_MAX. Reduce-scatter and all-gather
@@ -182,6 +182,7 @@ std::vector<std::unique_ptr<Inflight>>& abandoned() {
 }
 
 using Clock = std::chrono::steady_clock;
+Clock::duration seconds(double s) { return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s)); }
 
 /// The order in which a Comm's all-reduces start their all-gathers (on a communicator of their own):
 /// the order the all-reduces were started, on every rank alike, whether wait() or test() starts them.
@@ -218,13 +219,15 @@ public:
         }
         try {
             const Clock::time_point start = Clock::now();
-            poll(start);
+            Clock::time_point deadline = start + seconds(timeout_s_);
+            std::unique_ptr<OverdueWait> overdue;  // made once the limit passes
+            poll(start, deadline, overdue);
             if (next_) {
                 if (!my_turn())
                     throw std::logic_error(what_ + ": waited before an all-reduce started earlier on this Comm; wait "
                                                    "them in the order they were started");
                 second_phase();
-                poll(start);
+                poll(start, deadline, overdue);
             }
         } catch (const std::exception& e) {
             abandon(e);
@@ -275,8 +278,9 @@ private:
         abandoned().push_back(std::move(st_));
     }
 
-    /// Polls st_->reqs until all complete; throws CommError once timeout_s_ has passed since start.
-    void poll(Clock::time_point start) {
+    /// Polls st_->reqs until all complete. Each time `deadline` passes (timeout_s_ > 0), `overdue`
+    /// (made then) probes the peers and moves the deadline on, or throws CommError.
+    void poll(Clock::time_point start, Clock::time_point& deadline, std::unique_ptr<OverdueWait>& overdue) {
         // Nonblocking collectives advance only inside MPI calls, so a large message needs many
         // polls: for the first 100 ms poll continuously, yielding the core (on an oversubscribed
         // machine the peer may need it), then sleep between polls (100 us doubling to 1 ms) so a
@@ -290,14 +294,16 @@ private:
             check(MPI_Testall(int(st_->reqs.size()), st_->reqs.data(), &done, MPI_STATUSES_IGNORE),
                   "MPI_Testall (" + what_ + ")");
             if (done) return;
-            const auto waited = Clock::now() - start;
-            if (timeout_s_ > 0 && waited >= std::chrono::duration<double>(timeout_s_)) {
+            const Clock::time_point now = Clock::now();
+            if (timeout_s_ > 0 && now >= deadline) {
+                if (!overdue) overdue = std::make_unique<OverdueWait>(what_, peers_, timeout_s_);
                 char limit[32];
                 std::snprintf(limit, sizeof limit, "%g", timeout_s_);
-                throw CommError(what_ + " did not complete within parallel.timeout_s = " + limit +
-                                " s; waiting for " + waiting_for_ +
-                                liveness_report(peers_, liveness_probe_seconds(timeout_s_)));
+                deadline = Clock::now() + seconds(overdue->next(what_ + " did not complete within parallel.timeout_s = " +
+                                                                limit + " s; waiting for " + waiting_for_));
+                continue;
             }
+            const auto waited = now - start;
             if (waited < spin) {
                 std::this_thread::yield();
                 continue;
@@ -586,9 +592,9 @@ std::unique_ptr<Comm> make_mpi_comm(const std::vector<int>& world_ranks, const C
     if (s.intra.empty()) return flat;
     CommOptions sub = opt;
     sub.hierarchical = false;
-    auto intra = make_flat_mpi_comm(s.intra, sub);
+    auto intra = make_flat_mpi_comm(s.intra, sub), gather = make_flat_mpi_comm(s.intra, sub);
     auto inter = make_flat_mpi_comm(s.inter, sub);
-    return make_hier_comm(std::move(flat), std::move(intra), std::move(inter));
+    return make_hier_comm(std::move(flat), std::move(intra), std::move(inter), std::move(gather));
 }
 
 }  // namespace llmtrain

@@ -1,11 +1,11 @@
 // parallel/mpi_start.cpp — MPI's start-up and end, this rank's place in the world (parallel/comm.hpp):
-// MPI initialized once with FUNNELED threads (every MPI call from the main thread), the nodes found
-// right after (parallel/nodes.hpp), finalized only if we initialized it.
+// MPI initialized once with FUNNELED threads (every MPI call from the main thread; other threads —
+// checkpoint writers, loaders, run_busy's worker — make none), the nodes found right after
+// (parallel/nodes.hpp), finalized only if we initialized it. The local rank is the rank's index on
+// its node in that node map, whatever the launcher (no environment variable is read).
 #include <mpi.h>
 
-#include <climits>
 #include <cstdlib>
-#include <stdexcept>
 #include <string>
 
 #include "parallel/comm.hpp"
@@ -34,6 +34,10 @@ void mpi_init_once(int* argc, char*** argv) {
     if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
         throw CommError("MPI: MPI_Init_thread failed");
     g_we_initialized = true;
+    if (provided < MPI_THREAD_FUNNELED)
+        throw CommError("MPI: MPI_Init_thread gave thread level " + std::to_string(provided) +
+                        " (MPI_THREAD_SINGLE); llmtrain needs MPI_THREAD_FUNNELED: its other threads (checkpoint "
+                        "writers, loaders, run_busy) make no MPI calls but must be allowed to exist");
     discover_nodes();  // collective: every rank calls mpi_init_once at start
 }
 
@@ -60,18 +64,6 @@ int world_size() {
     return s;
 }
 
-int local_rank() {
-    for (const char* var : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"}) {
-        const char* v = std::getenv(var);
-        if (!v || !*v) continue;
-        char* end = nullptr;
-        const long r = std::strtol(v, &end, 10);
-        if (*end != '\0' || r < 0 || r > INT_MAX)
-            throw std::runtime_error(std::string("local_rank: environment variable ") + var + " = \"" + v +
-                                     "\" is not a non-negative integer");
-        return int(r);
-    }
-    return 0;
-}
+int local_rank() { return mpi_active() ? node_map().local_index(world_rank()) : 0; }
 
 }  // namespace llmtrain

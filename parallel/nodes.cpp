@@ -1,15 +1,14 @@
-// parallel/nodes.cpp — the node map (MPI's shared-memory split) and the liveness probe; see
-// parallel/nodes.hpp for what they mean and docs/multinode.md for how errors use them.
+// parallel/nodes.cpp — the node map (MPI's shared-memory split) and the texts that name ranks by node;
+// see parallel/nodes.hpp. The liveness probe is in parallel/liveness.cpp.
 #include "parallel/nodes.hpp"
 
 #include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <map>
-#include <thread>
+#include <stdexcept>
 
 #include "parallel/comm.hpp"
 
@@ -19,9 +18,6 @@ namespace {
 
 NodeMap g_map;
 bool g_found = false;
-MPI_Comm g_live = MPI_COMM_NULL;  // the liveness pings' own communicator (a dup of the world)
-const int g_token = 0;            // what a ping and its answer carry (only their arrival matters)
-constexpr int kPing = 1, kPong = 2;
 
 void check(int rc, const char* what) {
     if (rc == MPI_SUCCESS) return;
@@ -107,6 +103,15 @@ std::string NodeMap::where(const std::vector<int>& ranks) const {
     return s;
 }
 
+int NodeMap::local_index(int rank) const {
+    if (rank < 0 || rank >= int(node_of.size()))
+        throw std::out_of_range("NodeMap::local_index: rank " + std::to_string(rank) + " outside a world of " +
+                                std::to_string(node_of.size()));
+    int i = 0;
+    for (int r = 0; r < rank; ++r) i += node_of[r] == node_of[rank];
+    return i;
+}
+
 const NodeMap& node_map() {
     if (!g_found && g_map.host.empty()) {
         int init = 0, W = 1;
@@ -122,8 +127,7 @@ void discover_nodes() {
     int W = 1, me = 0;
     MPI_Comm_size(MPI_COMM_WORLD, &W);
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    check(MPI_Comm_dup(MPI_COMM_WORLD, &g_live), "MPI_Comm_dup");
-    MPI_Comm_set_errhandler(g_live, MPI_ERRORS_RETURN);
+    open_liveness_channel();
     MPI_Comm local;
     check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &local),
           "MPI_Comm_split_type");
@@ -150,76 +154,6 @@ void discover_nodes() {
         if (r == lows[r]) g_map.host[node] = std::string(&names[size_t(r) * MPI_MAX_PROCESSOR_NAME]);
     }
     g_found = true;
-}
-
-void serve_liveness() {
-    if (g_live == MPI_COMM_NULL) return;
-    for (;;) {
-        int flag = 0;
-        MPI_Message msg;
-        MPI_Status st;
-        if (MPI_Improbe(MPI_ANY_SOURCE, kPing, g_live, &flag, &msg, &st) != MPI_SUCCESS || !flag) return;
-        int v = 0;
-        MPI_Mrecv(&v, 1, MPI_INT, &msg, MPI_STATUS_IGNORE);
-        MPI_Request r;
-        // The answer completes whenever the asker takes it; g_token outlives every send.
-        if (MPI_Isend(&g_token, 1, MPI_INT, st.MPI_SOURCE, kPong, g_live, &r) == MPI_SUCCESS) MPI_Request_free(&r);
-    }
-}
-
-std::vector<int> unanswered(const std::vector<int>& ranks, double seconds) {
-    if (g_live == MPI_COMM_NULL) return {};
-    int me = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    std::vector<int> peers;
-    for (int r : ranks)
-        if (r != me) peers.push_back(r);
-    std::vector<MPI_Request> answers(peers.size(), MPI_REQUEST_NULL);
-    std::vector<int> got(peers.size());
-    for (size_t i = 0; i < peers.size(); ++i) {
-        MPI_Irecv(&got[i], 1, MPI_INT, peers[i], kPong, g_live, &answers[i]);
-        MPI_Request s;
-        if (MPI_Isend(&g_token, 1, MPI_INT, peers[i], kPing, g_live, &s) == MPI_SUCCESS) MPI_Request_free(&s);
-    }
-    std::vector<bool> done(peers.size(), false);
-    const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-    for (;;) {
-        bool all = true;
-        for (size_t i = 0; i < peers.size(); ++i) {
-            if (done[i]) continue;
-            int flag = 0;
-            MPI_Test(&answers[i], &flag, MPI_STATUS_IGNORE);
-            done[i] = flag != 0;
-            all = all && done[i];
-        }
-        serve_liveness();
-        if (all || std::chrono::steady_clock::now() >= end) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    std::vector<int> silent;
-    for (size_t i = 0; i < peers.size(); ++i)
-        if (!done[i]) {
-            silent.push_back(peers[i]);
-            MPI_Cancel(&answers[i]);
-            MPI_Request_free(&answers[i]);
-        }
-    std::sort(silent.begin(), silent.end());
-    return silent;
-}
-
-double liveness_probe_seconds(double timeout_s) { return std::clamp(timeout_s / 5, 0.5, 3.0); }
-
-std::string liveness_report(const std::vector<int>& ranks, double seconds) {
-    int me = 0;
-    if (g_live != MPI_COMM_NULL) MPI_Comm_rank(MPI_COMM_WORLD, &me);
-    if (g_live == MPI_COMM_NULL || std::all_of(ranks.begin(), ranks.end(), [&](int r) { return r == me; })) return "";
-    char s[32];
-    std::snprintf(s, sizeof s, "%g", seconds);
-    const std::vector<int> silent = unanswered(ranks, seconds);
-    if (silent.empty())
-        return std::string("; every other rank of the group answered a liveness ping within ") + s +
-               " s (alive, but not in this operation)";
-    return std::string("; no answer to a liveness ping within ") + s + " s from " + node_map().where(silent);
 }
 
 }  // namespace llmtrain

@@ -83,12 +83,16 @@ struct CudaBackendOptions {
     /// heuristic misjudges, but two processes may choose differently, so runs are no longer
     /// bitwise repeatable (docs/cuda.md "cuBLASLt plans").
     bool matmul_autotune = false;
+    /// The rank's index among the ranks on its node (parallel/comm.hpp local_rank(), from MPI's node
+    /// map; the app passes it: model/ does not read launchers' variables). The device is local_rank
+    /// mod the device count. Default 0 (one process).
+    int local_rank = 0;
 };
 
 /// Number of CUDA devices visible (0 when there is none or no driver; never throws).
 int cuda_device_count();
 
-/// Creates the CUDA backend on device (local MPI rank mod device count) with act dtype from
+/// Creates the CUDA backend on device (options.local_rank mod device count) with act dtype from
 /// `precision` ("bf16" or "fp32"). Attention::automatic is resolved here (resolve_attention), the
 /// choice readable through Ops::attention_name / attention_reason; if cuDNN then rejects the graph at
 /// the first attention call of a shape, the backend falls back to cublas and says so on stderr.

@@ -24,15 +24,6 @@ namespace {
 
 constexpr size_t kLtWorkspaceBytes = 32u << 20;  // cuBLASLt's recommendation for Hopper
 
-/// The node-local rank from the launcher's environment, 0 when absent. Same variables in the same
-/// order as parallel/comm.hpp's local_rank() (the metrics port), so a rank's device and port agree;
-/// the model layer cannot call into parallel/, hence this twin.
-int local_rank() {
-    for (const char* var : {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"})
-        if (const char* v = std::getenv(var)) return std::atoi(v);
-    return 0;
-}
-
 }  // namespace
 
 namespace cuda {
@@ -234,7 +225,10 @@ std::unique_ptr<Ops> make_cuda_backend(const std::string& precision, const CudaB
     }
     const int n = cuda_device_count();
     if (n == 0) throw std::runtime_error("run.backend = \"cuda\": no CUDA device is present");
-    const int device = local_rank() % n;
+    if (options.local_rank < 0)
+        throw std::invalid_argument("CudaBackendOptions::local_rank: expected >= 0, got " +
+                                    std::to_string(options.local_rank));
+    const int device = options.local_rank % n;
     CUDA_CHECK(cudaSetDevice(device));
     AttentionEnv env;
     env.bf16 = act == DType::bf16;

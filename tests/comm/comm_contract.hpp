@@ -60,6 +60,13 @@ struct CommTraits {
     bool host_timeout = false;
     /// abort() makes every later call throw CommError. False: abort() does nothing (MpiComm).
     bool aborts = false;
+    /// CommWork::test() moves an operation on and says true once its result is in place (MpiComm,
+    /// HierComm). False: test() always says false (the device comms: their transfers advance on a
+    /// stream of their own).
+    bool test_completes = false;
+    /// all_reduce_sum counts CommStats' 2(P-1)/P·n·es. False: the Comm's algorithm moves other bytes
+    /// (HierComm counts its three stages, padding included), so only its calls are checked.
+    bool flat_all_reduce_bytes = true;
 };
 
 using CommFactory = std::function<std::unique_ptr<Comm>(Ops&, const std::vector<int>&, const CommOptions&)>;

@@ -5,15 +5,17 @@
 // file instantiates for MpiComm on the cpu backend (its buffers are host memory): fp32 sums equal the
 // rank-order float sum bit for bit, bf16 sums its nearest-even rounding, moves deliver the source
 // bytes, byte counters follow the CommStats formulas, and the segmented code paths run with a
-// segment of 3 elements. Here only what is not about a Comm: the local rank's environment rules and
-// the operations' names.
+// segment of 3 elements. Here only what is not about a Comm: the local rank (from the node map, not
+// the environment) and the operations' names.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "parallel/comm.hpp"
+#include "parallel/nodes.hpp"
 #include "tests/comm/comm_contract.hpp"
 
 using namespace llmtrain;
@@ -24,7 +26,8 @@ namespace {
 commtest::CommKind mpi_comm_kind() {
     return {"MpiComm", "cpu", {"fp32"},
             [](Ops&, const std::vector<int>& ranks, const CommOptions& opt) { return make_mpi_comm(ranks, opt); },
-            {.rank_order_sums = true, .serial_p2p = false, .describe_prefix = "", .host_timeout = false, .aborts = false},
+            {.rank_order_sums = true, .serial_p2p = false, .describe_prefix = "", .host_timeout = false, .aborts = false,
+             .test_completes = true},
             {}};
 }
 
@@ -34,29 +37,20 @@ namespace llmtrain::commtest {
 INSTANTIATE_TEST_SUITE_P(MpiComm, CommContract, ::testing::Values(mpi_comm_kind()), kind_suffix);
 }  // namespace llmtrain::commtest
 
-TEST(MpiComm, LocalRankPrefersTorchrunThenOpenMpiThenSlurm) {
-    const char* vars[] = {"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID"};
-    std::vector<std::string> saved;
-    std::vector<bool> had;
-    for (const char* v : vars) {
-        const char* s = std::getenv(v);
-        had.push_back(s != nullptr);
-        saved.push_back(s ? s : "");
-    }
-    setenv("LOCAL_RANK", "5", 1);
-    setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
-    setenv("SLURM_LOCALID", "2", 1);
-    EXPECT_EQ(local_rank(), 5);
-    unsetenv("LOCAL_RANK");
-    EXPECT_EQ(local_rank(), 3);
-    unsetenv("OMPI_COMM_WORLD_LOCAL_RANK");
-    EXPECT_EQ(local_rank(), 2);
-    setenv("SLURM_LOCALID", "x1", 1);
-    EXPECT_THROW(local_rank(), std::runtime_error);
-    unsetenv("SLURM_LOCALID");
-    EXPECT_EQ(local_rank(), 0);
-    for (int i = 0; i < 3; ++i)
-        if (had[i]) setenv(vars[i], saved[i].c_str(), 1);
+// The local rank is the rank's index among the ranks of its node in MPI's node map, whatever the
+// launcher's variables say (set here to nonsense: torchrun's, Slurm's, MPICH's). References: the
+// node map's own rank list, and where OpenMPI's mpirun runs us, its count (OMPI_COMM_WORLD_LOCAL_RANK).
+TEST(MpiComm, LocalRankIsTheIndexAmongTheRanksOfItsNode) {
+    const char* vars[] = {"LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID", "PMI_LOCAL_RANK"};
+    for (const char* v : vars) setenv(v, "7", 1);
+    const NodeMap& m = node_map();
+    const std::vector<int> mine = m.ranks_on(m.node_of.at(world_rank()));
+    const auto at = std::find(mine.begin(), mine.end(), world_rank());
+    ASSERT_NE(at, mine.end());
+    EXPECT_EQ(local_rank(), int(at - mine.begin()));
+    if (const char* ompi = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK")) EXPECT_EQ(local_rank(), std::atoi(ompi));
+    if (m.nodes() == 1) EXPECT_EQ(local_rank(), world_rank()) << "one machine: one node";
+    for (const char* v : vars) unsetenv(v);
 }
 
 TEST(MpiComm, OperationNames) {

@@ -1,11 +1,14 @@
-// tests/parallel/test_nodes.cpp — NodeMap's texts and the start log's node report (parallel/nodes.hpp,
-// parallel/node_report.hpp) on hand-made node maps; the references are written out by hand from the
+// tests/parallel/test_nodes.cpp — NodeMap's texts, local indices and the start log's node report
+// (parallel/nodes.hpp, parallel/node_report.hpp) on hand-made node maps; the references are written out by hand from the
 // rank order in parallel/topology.hpp (t + tp·(z + zero_group_size·(r + replicas·s))).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "parallel/comm.hpp"
 #include "parallel/node_report.hpp"
 
 using namespace llmtrain;
@@ -52,6 +55,22 @@ TEST(NodeMap, DescribesAndNamesRanksByNode) {
     uneven.node_of = {0, 0, 0, 1};
     uneven.host = {"a", "b"};
     EXPECT_EQ(uneven.describe(), "world 4 on 2 nodes (3, 1 ranks)");
+}
+
+TEST(NodeMap, LocalIndexIsTheRanksPlaceOnItsNode) {
+    NodeMap rr;  // round-robin over 2 nodes: node 0 holds 0, 2, 4; node 1 holds 1, 3
+    rr.node_of = {0, 1, 0, 1, 0};
+    rr.host = {"a", "b"};
+    const std::vector<int> want = {0, 0, 1, 1, 2};
+    for (int r = 0; r < 5; ++r) EXPECT_EQ(rr.local_index(r), want[r]) << "rank " << r;
+    EXPECT_EQ(blocks(2, 4).local_index(6), 2);
+    EXPECT_THROW(rr.local_index(5), std::out_of_range);
+    // Without MPI (this test never starts it) one process is local rank 0, whatever the launcher says.
+    setenv("LOCAL_RANK", "3", 1);
+    setenv("MPI_LOCALRANKID", "3", 1);
+    EXPECT_EQ(local_rank(), 0);
+    unsetenv("LOCAL_RANK");
+    unsetenv("MPI_LOCALRANKID");
 }
 
 TEST(NodeReport, FlatZero3OverTwoNodesWarnsAndNamesTheFix) {
