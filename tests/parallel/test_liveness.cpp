@@ -10,12 +10,15 @@
 //    per extension on stderr;
 //  - rank 0 busy past its 1.5 s limit: rank 1's wait fails naming the phase and the limit;
 //  - rank 2 stopped (SIGSTOP) while rank 0 is busy: rank 1's wait fails within timeout_s + the
-//    probe naming rank 2, as it would without the busy rank; rank 1 then lets rank 2 go on.
+//    probe naming rank 2, as it would without the busy rank; rank 1 then lets rank 2 go on;
+//  - rank 2 killed (SIGKILL) while rank 0 is busy: the job ends in time (liveness_killed.sh).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,6 +121,7 @@ TEST(BusyWait, AWaitOutlastsTheTimeoutWhileAPeerIsBusyAndChains) {
         testing::internal::CaptureStderr();
         EXPECT_NO_THROW(c01->all_reduce_max(&v, 1));
         const std::string err = testing::internal::GetCapturedStderr();
+        std::printf("rank 1: the wait completed after %.2f s\n%s", since(t0), err.c_str());
         EXPECT_GE(since(t0), 3.0);
         EXPECT_EQ(v, 1.0f);
         EXPECT_TRUE(has(err, "llmtrain: rank 1: all_reduce_max of 1 fp32 elements on world ranks [0,1] waits past "
@@ -128,6 +132,7 @@ TEST(BusyWait, AWaitOutlastsTheTimeoutWhileAPeerIsBusyAndChains) {
         testing::internal::CaptureStderr();
         EXPECT_NO_THROW(c12->recv(&v, 1, DType::f32, 0));
         const std::string err = testing::internal::GetCapturedStderr();
+        std::printf("rank 2: the wait completed after %.2f s\n%s", since(t0), err.c_str());
         EXPECT_GE(since(t0), 3.0);
         EXPECT_EQ(v, 1.0f);
         EXPECT_TRUE(has(err, "llmtrain: rank 2: recv of 1 fp32 elements from world rank 1 (group world ranks [1,2]) "
@@ -156,6 +161,7 @@ TEST(BusyWait, APhasePastItsLimitFailsNamingItAndTheLimit) {
         } catch (const CommError& e) {
             msg = e.what();
         }
+        std::printf("rank 1: the wait failed after %.2f s\n", since(t0));  // docs/multinode.md's figure
         EXPECT_GE(since(t0), 1.4) << msg;
         EXPECT_LE(since(t0), 3.5) << msg;
         EXPECT_TRUE(has(msg, "all_reduce_max of 1 fp32 elements on world ranks [0,1] did not complete within "
@@ -193,6 +199,7 @@ TEST(BusyWait, AStoppedRankEndsTheWaitWhileAnotherIsBusy) {
         }
         const double took = since(t0);
         kill(pid_t(pids[2]), SIGCONT);
+        std::printf("rank 1: the wait failed after %.2f s\n", took);  // docs/multinode.md's figure
         EXPECT_GE(took, 1.0) << msg;
         EXPECT_LE(took, 1.0 + 0.5 + 1.0) << "timeout_s + the probe + 1 s: " << msg;
         EXPECT_TRUE(has(msg, "all_reduce_max of 1 fp32 elements on world ranks [0,1,2] did not complete within "
@@ -201,4 +208,26 @@ TEST(BusyWait, AStoppedRankEndsTheWaitWhileAnotherIsBusy) {
             << msg;
     }
     meet();
+}
+
+// Run only by tests/parallel/liveness_killed.sh (LLMTRAIN_TEST_KILL=1), which times the whole job:
+// rank 2 is killed (SIGKILL) while rank 0 is busy for 20 s and rank 1 waits for both. The job must
+// end within timeout_s + a few seconds, by mpirun noticing the death or by rank 1's error (which
+// ends the job as the trainer does, with mpi_abort), not when rank 0's phase ends.
+TEST(BusyWait, AKilledRankEndsTheJobWhileAnotherIsBusy) {
+    if (world_size() != 3 || !std::getenv("LLMTRAIN_TEST_KILL")) GTEST_SKIP() << "run by liveness_killed.sh";
+    const int me = world_rank();
+    auto world = make_mpi_comm({}, CommOptions{1.0});
+    float v = float(me);
+    if (me == 0) run_busy("committing step_9", 20, [] { sleep_s(20); });
+    if (me == 2) {
+        sleep_s(0.5);
+        raise(SIGKILL);
+    }
+    try {
+        world->all_reduce_max(&v, 1);
+    } catch (const CommError& e) {
+        std::fprintf(stderr, "llmtrain: error: %s\n", e.what());
+        mpi_abort(1);
+    }
 }
