@@ -26,9 +26,8 @@
 // abandoned: its scratch lives until exit (MPI may still write it), and the run is expected to end.
 //
 // Large counts: every call moves at most one segment (2^25 elements per rank, see
-// parallel/mpi_comm_testing.hpp) so no MPI count nears INT_MAX. Reduce-scatter and all-gather
-// address chunk c of a segment through a datatype whose extent is the chunk length n, so byte
-// offsets c*n never pass through an int.
+// parallel/mpi_comm_testing.hpp) so no MPI count nears INT_MAX. Reduce-scatter and all-gather address
+// chunk c of a segment through a datatype whose extent is the chunk length n (c*n is never an int).
 #include <mpi.h>
 
 #include <algorithm>
