@@ -161,46 +161,119 @@ inline size_t flash_attention_smem_bytes(int head_size) {
                     flash_backward_smem_bytes(head_size, flash_backward_tile_small(head_size)));
 }
 
-/// Rows of dQ partials one (b, h) holds with `keys` keys per backward block: key block kb (keys
-/// kb*keys ..) writes the rows i in [kb*keys, T) it contributes to, so the sum over kb of
-/// T - keys*kb (about T^2/(2 keys) + T/2: T^2/256 with 128 keys, T^2/128 with 64).
-inline size_t flash_dq_partial_rows(int T, int keys) {
-    const size_t bc = keys, nkb = (static_cast<size_t>(T) + bc - 1) / bc;
-    return nkb * static_cast<size_t>(T) - bc * nkb * (nkb - 1) / 2;
+// ---- the backward's dQ workspace, bounded in T (docs/attention.md "The workspace") ----
+//
+// Each key block writes its fp32 dQ partial of every query row it meets; a second kernel sums a
+// row's partials in key-block order. One (b, h) holds about T^2 / (2 keys) partial rows, so the
+// backward never holds them all at once: whole batch rows at a time while one row fits
+// flash_dq_workspace_cap ("batch chunks"), else ("row chunks") the launches cover one query head of
+// each group of a few key/value heads over a range of query rows, carrying dK and dV in fp32
+// between them. Every dQ element is summed in the same order, and every dK/dV accumulator receives
+// the same terms in the same order, in either mode: the same bits at any cap.
+
+/// The fixed cap on the backward's dQ workspace (the dQ partials, and in row chunks the dK/dV
+/// carry): 256 MiB.
+constexpr size_t kFlashDqWorkspaceCap = size_t{256} << 20;
+/// The cap in force: kFlashDqWorkspaceCap. A test hook, not a setting: only tests lower it (to
+/// force batch or row chunks at small shapes, tests/cuda/test_flash_long.cpp); every reader (the
+/// scratch size, the launcher) sees the same value, so they agree.
+inline size_t flash_dq_workspace_cap = kFlashDqWorkspaceCap;
+
+/// Rows of dQ partials that key blocks 0 .. kb-1 (`keys` keys each) hold in a launch over query
+/// rows [qa, qb) of one (b, h): key block k holds rows [max(k keys, qa), qb). With qa = 0, qb = T,
+/// kb = ceil(T / keys): a whole row's partials, about T^2/(2 keys) + T/2.
+LLMTRAIN_FLASH_HD constexpr size_t flash_dq_rows_before(int kb, int keys, int qa, int qb) {
+    const size_t k = kb, before = (static_cast<size_t>(qa) + keys - 1) / keys;  // blocks starting before qa
+    const size_t m = k < before ? k : before;
+    return m * static_cast<size_t>(qb - qa) + (k - m) * static_cast<size_t>(qb) -
+           static_cast<size_t>(keys) * (k * (k - 1) / 2 - m * (m - 1) / 2);
 }
-/// The most bytes of dQ partials one backward launch may use (256 MiB): the backward runs over the
-/// batch in chunks of flash_backward_batch_chunk rows, each chunk's fused kernel and dQ sum in turn
-/// on the same workspace. A variable so that tests can lower it (every reader sees the same value:
-/// the scratch size and the launcher agree).
-inline size_t flash_dq_workspace_cap = size_t{256} << 20;
+/// Rows of dQ partials a launch over query rows [qa, qb) holds per (b, h): those of its key
+/// blocks 0 .. ceil(qb / keys) - 1.
+LLMTRAIN_FLASH_HD constexpr size_t flash_dq_chunk_rows(int keys, int qa, int qb) {
+    return flash_dq_rows_before((qb + keys - 1) / keys, keys, qa, qb);
+}
+/// Rows of dQ partials one (b, h) holds with `keys` keys per backward block over all T queries.
+inline size_t flash_dq_partial_rows(int T, int keys) { return flash_dq_chunk_rows(keys, 0, T); }
+static_assert(flash_dq_rows_before(3, 128, 0, 300) == 300 + 172 + 44 &&
+              flash_dq_rows_before(3, 64, 128, 256) == 128 + 128 + 128 && flash_dq_chunk_rows(64, 128, 256) == 448 &&
+              flash_dq_chunk_rows(64, 256, 300) == 5 * 44);
 /// dQ partial bytes of one batch row (all NH heads) with `keys` keys per backward block.
 inline size_t flash_dq_partial_bytes_per_batch(int T, int C, int NH, int keys) {
     return static_cast<size_t>(NH) * flash_dq_partial_rows(T, keys) * static_cast<size_t>(C / NH) * sizeof(float);
 }
-/// Batch rows per backward launch with `keys` keys per block: as many as fit flash_dq_workspace_cap,
-/// at least 1, at most B.
+/// True when one batch row's dQ partials exceed flash_dq_workspace_cap: the backward runs in row
+/// chunks (flash_backward_row_split). GPT-2 124M at T 1024 (13.5 MiB a row) does not; Llama 3 8B at
+/// T 8192 (32 heads of 128: 4,160 MiB a row with 128 keys, 8,256 MiB with 64) does.
+inline bool flash_backward_splits_rows(int T, int C, int NH, int keys) {
+    return flash_dq_partial_bytes_per_batch(T, C, NH, keys) > flash_dq_workspace_cap;
+}
+/// Batch rows per backward launch in batch chunks: as many as fit flash_dq_workspace_cap, at least
+/// 1, at most B (1 in row chunks).
 inline int flash_backward_batch_chunk(int B, int T, int C, int NH, int keys) {
     const size_t per = flash_dq_partial_bytes_per_batch(T, C, NH, keys);
     const size_t fit = per == 0 ? size_t(B) : flash_dq_workspace_cap / per;
     return static_cast<int>(std::max<size_t>(1, std::min<size_t>(fit, size_t(B))));
 }
+/// Row chunks: each launch covers kv_heads key/value heads (one query head of each group) and
+/// query_rows query rows (a multiple of the block's keys; the last chunk of a row may be shorter).
+struct FlashRowSplit {
+    int kv_heads, query_rows;
+};
+/// fp32 dK/dV carry of one key/value head in row chunks: every key block's dK and dV accumulators
+/// (keys x HS each), ceil(T / keys) blocks.
+inline size_t flash_dkv_carry_bytes(int T, int HS, int keys) {
+    return (static_cast<size_t>(T) + keys - 1) / keys * keys * HS * 2 * sizeof(float);
+}
+/// Bytes split s needs at (T, HS, keys): the carry of its kv_heads heads and the partials of its
+/// largest query chunk (each head's rows, flash_dq_chunk_rows, x HS floats).
+inline size_t flash_backward_row_split_bytes(int T, int HS, int keys, FlashRowSplit s) {
+    size_t rows = 0;
+    for (int qa = 0; qa < T; qa += s.query_rows)
+        rows = std::max(rows, flash_dq_chunk_rows(keys, qa, std::min(T, qa + s.query_rows)));
+    return static_cast<size_t>(s.kv_heads) * (flash_dkv_carry_bytes(T, HS, keys) + rows * HS * sizeof(float));
+}
+/// The row-chunk split at (T, head size HS, NKV key/value heads, keys per block): the most
+/// key/value heads (at most NKV) whose carry takes at most half of flash_dq_workspace_cap, then the
+/// most query rows (a multiple of keys, at most T rounded up) whose partials fit the rest (bounded
+/// as ceil(T / keys) x query_rows rows a head); fewer heads while not even `keys` rows fit. Within the
+/// cap for every T at which one head's carry and one key block's rows fit (Llama 3 8B: T <= 349,525,
+/// check_flash's limit); past that the smallest split, 1 head x `keys` rows, is used (about 12 T x HS
+/// bytes: linear in T).
+inline FlashRowSplit flash_backward_row_split(int T, int HS, int NKV, int keys) {
+    const size_t cap = flash_dq_workspace_cap, carry = flash_dkv_carry_bytes(T, HS, keys);
+    const size_t nkb = (static_cast<size_t>(T) + keys - 1) / keys, max_rows = nkb * keys;
+    int heads = static_cast<int>(std::clamp<size_t>(cap / 2 / std::max<size_t>(carry, 1), 1, std::max(NKV, 1)));
+    for (;; heads--) {
+        const size_t spent = heads * carry, per_row = nkb * heads * HS * sizeof(float);
+        const size_t rows = spent >= cap ? 0 : (cap - spent) / per_row / keys * keys;
+        if (rows >= static_cast<size_t>(keys) || heads == 1)
+            return {heads, static_cast<int>(std::clamp<size_t>(rows, keys, max_rows))};
+    }
+}
 /// Bytes of the fp32 scratch flash_attention_backward needs with `keys` keys per block: D =
-/// rowsum(dO o O) (B*NH*T floats, rounded up to 256 bytes), then the dQ partials of every key block
-/// for one batch chunk (flash_backward_batch_chunk rows x NH heads x flash_dq_partial_rows(T, keys)
-/// rows of head-size floats), which a second kernel sums in key-block order (deterministic, no
-/// atomics). GPT-2 124M at micro-batch 32 (T 1024, 12 heads of 64, 128 keys): 13.5 MiB of partials
-/// per batch row, 18 rows per chunk, 244.5 MiB in all with D (all 32 rows at once: 433.5 MiB).
+/// rowsum(dO o O) (B*NH*T floats, rounded up to 256 bytes), then the dQ workspace. In batch chunks
+/// the partials of flash_backward_batch_chunk rows x NH heads x flash_dq_partial_rows(T, keys) rows
+/// of head-size floats, which a second kernel sums in key-block order (deterministic, no atomics):
+/// GPT-2 124M at micro-batch 32 (T 1024, 12 heads of 64, 128 keys): 13.5 MiB of partials per batch
+/// row, 18 rows per chunk, 244.5 MiB in all with D (all 32 rows at once: 433.5 MiB). In row chunks
+/// flash_dq_workspace_cap, which every split for NKV dividing NH fits (the smallest split's bytes
+/// where they exceed it): Llama 3 8B at T 8192 or 32768, 256 MiB + D.
 inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH, int keys) {
     const size_t heads = static_cast<size_t>(B) * NH;
     const size_t delta = (heads * T * sizeof(float) + 255) / 256 * 256;
+    if (flash_backward_splits_rows(T, C, NH, keys))
+        return delta + std::max(flash_dq_workspace_cap,
+                                flash_backward_row_split_bytes(T, C / NH, keys, FlashRowSplit{1, keys}));
     return delta + static_cast<size_t>(flash_backward_batch_chunk(B, T, C, NH, keys)) *
                        flash_dq_partial_bytes_per_batch(T, C, NH, keys);
 }
 /// Bytes of scratch that serve flash_attention_backward on any device: the larger of the head
 /// size's two tiles' needs (at head size 64 both hold 128 keys; at 128 usually the small tile's 64
-/// keys need more, the more partials, unless the 256 MiB cap makes the 128-key chunks hold more):
+/// keys need more, the more partials, unless the cap makes the 128-key chunks hold more):
 /// what the dry run (no device) counts; CudaOps asks for its device's tile (CudaOps::flash_tile).
-/// Head size 128, B 8, T 2048, 16 heads: 265.0 MiB (the large tile itself needs 137.0 MiB).
+/// Head size 128, B 8, T 2048, 16 heads: 257.0 MiB (the small tile's 64-key rows, 264 MiB each, run in
+/// row chunks within the cap; the large tile needs 137.0 MiB: batch chunks of one row).
 inline size_t flash_attention_backward_scratch_bytes(int B, int T, int C, int NH) {
     const int hs = NH > 0 ? C / NH : 0;
     return std::max(flash_attention_backward_scratch_bytes(B, T, C, NH, flash_backward_tile_small(hs).keys),

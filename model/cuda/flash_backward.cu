@@ -19,8 +19,11 @@
 // A second kernel sums each dQ row's partials in key-block order, scales by 1/sqrt(HS) and writes
 // bf16: no atomics, every sum in a fixed order, the same bits every run. dK (scaled) and dV are
 // written once at the end, through the warp's own rows of K and V, 16 bytes a lane. The workspace
-// holds the partials of as many batch rows as fit flash_dq_workspace_cap (256 MiB); larger batches
-// run as several (fused kernel, sum) pairs in stream order on the same workspace. P and dS enter the mma rounded to bf16, as in
+// stays within flash_dq_workspace_cap (256 MiB) at any T: it holds the partials of as many batch
+// rows as fit, larger batches running as several (fused kernel, sum) pairs in stream order on the
+// same workspace; where one row does not fit, each pair covers one query head of each group of a
+// few key/value heads over a range of query rows, dK and dV carried in fp32 between the pairs
+// (flash_backward_row_split). P and dS enter the mma rounded to bf16, as in
 // FlashAttention-2 and cuDNN (the error bound of tests/cuda/attention_bound.hpp).
 // Rows past T are zero-filled by cp.async (src-size 0) and masked where they would contribute.
 #include <algorithm>
@@ -38,19 +41,15 @@ constexpr int kBwdThreads = flash_backward_warps(KEYS) * kWarpSize;  ///< 256 fo
 template <int HS, int KEYS, int ROWS>
 constexpr size_t kBwdSmem = flash_backward_smem_bytes(HS, {KEYS, ROWS});  ///< flash_attention.hpp
 
-/// flash_dq_partial_rows(T, KEYS) on the device: the dQ partial rows of one (b, h) with KEYS keys
-/// per backward block.
-template <int KEYS>
-__device__ inline size_t dq_partial_rows(int T_) {
-    const size_t nkb = ceil_div(T_, KEYS);
-    return nkb * static_cast<size_t>(T_) - static_cast<size_t>(KEYS) * nkb * (nkb - 1) / 2;
-}
-/// The first dQ partial row of key block kb (KEYS keys per block) within its (b, h): blocks
-/// 0 .. kb-1 hold T - KEYS k rows each (the rows from their first key on).
-template <int KEYS>
-__device__ inline size_t dq_partial_first(int T_, int kb) {
-    return static_cast<size_t>(kb) * T_ - static_cast<size_t>(KEYS) * kb * (kb - 1) / 2;
-}
+/// The part of the backward one launch covers (flash_attention.hpp "the backward's dQ
+/// workspace"): batch rows b0 .., key/value heads g0 .. g0 + ng - 1 and of each group's query heads
+/// the offsets r0 .. r1 - 1, query rows [qa, qb) (qa a multiple of the block's keys). carry: the
+/// dK/dV accumulators of every key block of the ng heads in fp32 between launches (row chunks), or
+/// null when the launch covers every query of the group (batch chunks: {b0, 0, NKV, 0, group, 0, T}).
+struct BwdPart {
+    int b0, g0, ng, r0, r1, qa, qb;
+    float* carry;
+};
 
 /// The piece flash_dq_stage_slot names (flash_attention.hpp), in the stage whose Q tile is at q
 /// (its dO tile two Q stages further: the kernel's layout).
@@ -66,7 +65,11 @@ __device__ inline float* dq_stage_piece(bf16* q, int warp, int rr, int p) {
 /// step. grid (NKV x batch rows of the chunk, ceil(T/KEYS)): x varies fastest, so every head's key
 /// block 0 (the most query blocks) starts first, longest first over the whole grid. Batch row
 /// b = b0 + z. delta: D (B,NH,T); dq_part: the chunk's partials, flash_dq_partial_rows(T, KEYS) rows
-/// of HS floats per (z, h). Dynamic smem flash_backward_smem_bytes(HS, {KEYS, ROWS}): K and V (KEYS
+/// of HS floats per (z, h). In row chunks (part.carry set) the grid is (part.ng, ceil(qb/KEYS)):
+/// the block walks query heads r0 .. r1 - 1 of its group over rows [max(j0, qa), qb), its partials
+/// flash_dq_chunk_rows(KEYS, qa, qb) rows per (z, head), and takes dK/dV from the carry unless this
+/// is their first launch, leaves them there unless it is their last: the walk of every key block
+/// is the same sequence of steps in any chunking, so the same bits. Dynamic smem flash_backward_smem_bytes(HS, {KEYS, ROWS}): K and V (KEYS
 /// x (HS + 8) bf16 each), two stages of Q and dO (ROWS x (HS + 8) bf16 each) and of lse and D (ROWS
 /// fp32), dS^T (KEYS x (ROWS + 8) bf16). The tiles (flash_attention.hpp; flash_backward_tile picks
 /// one per device, flash_attention_backward_tiled runs either, for benchmarks):
@@ -90,7 +93,7 @@ __device__ inline float* dq_stage_piece(bf16* q, int warp, int rr, int p) {
 template <int HS, int KEYS, int ROWS>
 __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     flash_backward_kernel(bf16* dqkv, float* dq_part, const bf16* dout, const bf16* qkv, const float* lse,
-                          const float* delta, int T_, int C, int NH, int NKV, int b0) {
+                          const float* delta, int T_, int C, int NH, int NKV, BwdPart part) {
     constexpr int kRows = ROWS;  // queries per step
     constexpr int kKeys = KEYS, kThreads = kBwdThreads<KEYS>, kWarps = kThreads / kWarpSize;
     constexpr int kLd = kTileLd<HS>, kLdS = kRows + 8;
@@ -107,23 +110,24 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     float* lses = reinterpret_cast<float*>(dss + kKeys * kLdS);  // stage s: lse * log2e at lses + s * kRows
     float* dels = lses + 2 * kRows;                               // stage s: D
     const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize, g = lane / 4, t4 = lane % 4;
-    const int z = blockIdx.x / NKV, b = b0 + z, gkv = blockIdx.x % NKV, kb = blockIdx.y;
-    const int j0 = kb * kKeys, jw = j0 + warp * 16;
+    const int z = blockIdx.x / part.ng, gl = blockIdx.x % part.ng, b = part.b0 + z, gkv = part.g0 + gl;
+    const int kb = blockIdx.y, j0 = kb * kKeys, jw = j0 + warp * 16;
     const int group = NH / NKV, h0 = gkv * group;
     const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
     const bf16* xb = qkv + static_cast<size_t>(b) * T_ * stride;
-    const int nqb = ceil_div(T_ - j0, kRows);  // query blocks from the diagonal (q0 = j0, j0 + kRows, ..)
-    const int n_it = group * nqb;
+    const int q_first = j0 > part.qa ? j0 : part.qa;  // the first query row of each head's walk
+    const int nqb = ceil_div(part.qb - q_first, kRows);  // query blocks from there (q0 = q_first, + kRows, ..)
+    const int nr = part.r1 - part.r0, n_it = nr * nqb;
     static_assert(kRows <= kThreads);
-    // A step's query head and first row: (h0, j0), (h0, j0 + kRows), .. below T, then the group's
-    // next head. Advanced by next(), not divided out of the step index (three integer divisions a
+    // A step's query head and first row: (h0 + r0, q_first), (h0 + r0, q_first + kRows), .. below qb, then the
+    // group's next head. Advanced by next(), not divided out of the step index (three integer divisions a
     // step in SASS).
     struct Pos {
         int h, q0;
     };
     auto next = [&](Pos p) {
         p.q0 += kRows;
-        if (p.q0 >= T_) p.q0 = j0, p.h++;
+        if (p.q0 >= part.qb) p.q0 = q_first, p.h++;
         return p;
     };
     // Queues the Q and dO of the step at p (cp.async) into stage st.
@@ -134,10 +138,10 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     };
     // The lse and D of query row p.q0 + threadIdx.x (thread < kRows), read into registers one step
     // before they go to shared memory, so no step waits on these global loads (0 past T and past
-    // the group's last head: no such step).
+    // the launch's last head: no such step).
     auto load_stats = [&](Pos p, float& l_, float& d_) {
         l_ = d_ = 0.0f;
-        if (threadIdx.x >= kRows || p.h >= h0 + group) return;
+        if (threadIdx.x >= kRows || p.h >= h0 + part.r1) return;
         const int i = p.q0 + static_cast<int>(threadIdx.x);
         if (i >= T_) return;
         const size_t stat = (static_cast<size_t>(b) * NH + p.h) * T_ + i;
@@ -152,7 +156,7 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     };
     copy_rows<HS, kKeys, kThreads>(ks, xb + C + gkv * HS, stride, j0, T_);
     copy_rows<HS, kKeys, kThreads>(vs, xb + C + (NKV + gkv) * HS, stride, j0, T_);
-    Pos cur{h0, j0}, ahead = next(cur), far = next(ahead);  // steps it, it + 1, it + 2
+    Pos cur{h0 + part.r0, q_first}, ahead = next(cur), far = next(ahead);  // steps it, it + 1, it + 2
     issue(cur, 0);
     ptx::cp_async_commit();
     float pre_l, pre_d;  // the stats of the next step, in flight
@@ -161,8 +165,18 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     load_stats(ahead, pre_l, pre_d);
     const float sl2 = kLog2e / sqrtf(static_cast<float>(HS));
     float dk[kND][4], dv[kND][4];
+    // Row chunks: this block's carry, dK then dV, element (n, e) of thread t at (n*4 + e) x threads + t.
+    float* carry = part.carry == nullptr ? nullptr
+                                         : part.carry + ((static_cast<size_t>(z) * part.ng + gl) * ceil_div(T_, kKeys) + kb) *
+                                                            (2 * kKeys * HS);
+    const bool carried = carry != nullptr && (part.r0 > 0 || j0 < part.qa);  // an earlier launch began dK, dV
+    const bool last = carry == nullptr || (part.r1 == group && part.qb == T_);
     for (int n = 0; n < kND; n++)
-        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+        for (int e = 0; e < 4; e++) {
+            const size_t c = (n * 4 + e) * kThreads + threadIdx.x;
+            dk[n][e] = carried ? carry[c] : 0.0f;
+            dv[n][e] = carried ? carry[kND * 4 * kThreads + c] : 0.0f;
+        }
     for (int it = 0; it < n_it; it++, cur = ahead, ahead = far, far = next(far)) {
         const int st = it % 2, h = cur.h, q0 = cur.q0;
         if (it + 1 < n_it) {  // the other stage's last readers passed the previous step's middle barrier
@@ -269,11 +283,13 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
                     mma(dq[2 * np + 1], a, bb + 2);
                 }
             }
-            // Rows [j0, T) of key block kb, after the rows of blocks 0 .. kb-1; the warp's 16 x kDq tile
-            // goes out through this stage's dead rows that only its own threads copy into, 16 bytes a lane.
-            const size_t row0 = (static_cast<size_t>(z) * NH + h) * dq_partial_rows<KEYS>(T_) +
-                                dq_partial_first<KEYS>(T_, kb);
-            float* part = dq_part + row0 * HS + d0;
+            // Rows [q_first, qb) of key block kb, after the rows of blocks 0 .. kb-1, in the slot of (z, this
+            // launch's head gl, offset h - h0 - r0); the warp's 16 x kDq tile goes out through this
+            // stage's dead rows that only its own threads copy into, 16 bytes a lane.
+            const size_t slot = (static_cast<size_t>(z) * part.ng + gl) * nr + (h - h0 - part.r0);
+            const size_t row0 = slot * flash_dq_chunk_rows(kKeys, part.qa, part.qb) +
+                                flash_dq_rows_before(kb, kKeys, part.qa, part.qb);
+            float* dst = dq_part + row0 * HS + d0;
             bf16* stage = qs + st * kRows * kLd;
             // The lane read afresh (asm volatile): the staging addresses are computed here each step,
             // not hoisted out of the loop into registers the GEMMs above need (ptxas spilled).
@@ -289,10 +305,19 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
                 const int rr = c / kPieces, p = c % kPieces, i = q0 + qt * 16 + rr;
                 const float4 v = *reinterpret_cast<const float4*>(
                     dq_stage_piece<HS, kRows, kThreads>(stage, warp, rr, p));
-                if (i < T_) *reinterpret_cast<float4*>(part + static_cast<size_t>(i - j0) * HS + 4 * p) = v;
+                if (i < T_) *reinterpret_cast<float4*>(dst + static_cast<size_t>(i - q_first) * HS + 4 * p) = v;
             }
             __syncwarp();  // every lane's reads before any lane's next copy into these rows
         }
+    }
+    if (!last) {  // a later launch goes on from here
+        for (int n = 0; n < kND; n++)
+            for (int e = 0; e < 4; e++) {
+                const size_t c = (n * 4 + e) * kThreads + threadIdx.x;
+                carry[c] = dk[n][e];
+                carry[kND * 4 * kThreads + c] = dv[n][e];
+            }
+        return;
     }
     // dK (scaled) and dV leave through the warp's own rows of K and V, 16 bytes a lane (straight
     // from the accumulators, a 4-byte store instruction wrote 16 bytes into each of 8 rows).
@@ -319,25 +344,30 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
 }
 
 /// dQ row i of (b, h) = (1/sqrt(HS)) x the sum of its key blocks' partials (KEYS keys per block,
-/// the fused kernel's), kb = 0 .. i/KEYS in that order (deterministic), as bf16 into dqkv. One
-/// thread per 8 columns of a row. grid (ceil(T*HS/8 / 256), NH, batch rows of the chunk), block
-/// 256; batch row b0 + blockIdx.z.
+/// the fused kernel's), kb = 0 .. i/KEYS in that order (deterministic), as bf16 into dqkv, for the
+/// rows [qa, qb) and heads of the fused launch `part` (its partial layout). One thread per 8 columns
+/// of a row. grid (ceil((qb - qa)*HS/8 / 256), ng x (r1 - r0) heads, batch rows of the chunk),
+/// block 256; batch row b0 + blockIdx.z.
 template <int HS, int KEYS>
-__global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_, int C, int NH, int NKV, int b0) {
+__global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_, int C, int NH, int NKV, BwdPart part) {
     constexpr int kChunks = HS / 8;
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
-    if (x >= T_ * kChunks) return;
-    const int b = b0 + blockIdx.z, h = blockIdx.y, i = x / kChunks, d = (x % kChunks) * 8;
+    if (x >= (part.qb - part.qa) * kChunks) return;
+    const int nr = part.r1 - part.r0, group = NH / NKV;
+    const int b = part.b0 + blockIdx.z, i = part.qa + x / kChunks, d = (x % kChunks) * 8;
+    const int h = (part.g0 + static_cast<int>(blockIdx.y) / nr) * group + part.r0 + static_cast<int>(blockIdx.y) % nr;
     constexpr int kKeys = KEYS;
-    const float* part = dq_part + (static_cast<size_t>(blockIdx.z) * NH + h) * dq_partial_rows<KEYS>(T_) * HS + d;
+    const size_t slot = static_cast<size_t>(blockIdx.z) * part.ng * nr + blockIdx.y;
+    const float* src = dq_part + slot * flash_dq_chunk_rows(kKeys, part.qa, part.qb) * HS + d;
     float acc[8] = {};
     size_t first = 0;  // the first row of key block kb
     for (int kb = 0; kb <= i / kKeys; kb++) {
-        const float* p = part + (first + i - kb * kKeys) * HS;
+        const int from = kb * kKeys > part.qa ? kb * kKeys : part.qa;  // key block kb's first row here
+        const float* p = src + (first + i - from) * HS;
         const float4 lo = *reinterpret_cast<const float4*>(p), hi = *reinterpret_cast<const float4*>(p + 4);
         acc[0] += lo.x, acc[1] += lo.y, acc[2] += lo.z, acc[3] += lo.w;
         acc[4] += hi.x, acc[5] += hi.y, acc[6] += hi.z, acc[7] += hi.w;
-        first += T_ - kb * kKeys;
+        first += part.qb - from;
     }
     const float scale = 1.0f / sqrtf(static_cast<float>(HS));
     Pack<bf16> res;
@@ -346,24 +376,50 @@ __global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_,
     store_pack(dqkv + (static_cast<size_t>(b) * T_ + i) * stride + h * HS + d, res);
 }
 
-/// The fused backward with tile (KEYS, ROWS) and its dQ sum, per batch chunk. scratch: D, then
-/// (from the next 256 bytes) the partials of flash_backward_batch_chunk(.., KEYS) batch rows.
+/// Queues the fused kernel (tile KEYS x ROWS) over `part` and its dQ sum; nb batch rows.
+template <int HS, int KEYS, int ROWS>
+static void backward_part(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta,
+                          float* dq_part, int nb, int T_, int C, int NH, int NKV, BwdPart part, cudaStream_t stream) {
+    constexpr int kBlock = 256;
+    launch_flash<kBwdThreads<KEYS>>(flash_backward_kernel<HS, KEYS, ROWS>, dim3(part.ng * nb, ceil_div(part.qb, KEYS)),
+                                    kBwdSmem<HS, KEYS, ROWS>, stream, dqkv, dq_part, dout, qkv, lse, delta, T_, C, NH,
+                                    NKV, part);
+    launch(flash_dq_reduce_kernel<HS, KEYS>, dim3(ceil_div((part.qb - part.qa) * (HS / 8), kBlock),
+                                                  part.ng * (part.r1 - part.r0), nb),
+           dim3(kBlock), 0, stream, dqkv, static_cast<const float*>(dq_part), T_, C, NH, NKV, part);
+}
+
+/// The fused backward with tile (KEYS, ROWS) and its dQ sum, in batch chunks while one batch row's
+/// partials fit flash_dq_workspace_cap, else in row chunks (flash_backward_row_split), in stream
+/// order on the same workspace: each sum reads its partials before the next launch overwrites
+/// them. scratch: D, then (from the next 256 bytes) the dQ workspace: the partials of
+/// flash_backward_batch_chunk(.., KEYS) batch rows, or the split's dK/dV carry and then the
+/// partials of one query chunk.
 template <int HS, int KEYS, int ROWS>
 static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, float* scratch, int B,
                            int T_, int C, int NH, int NKV, cudaStream_t stream) {
     const size_t delta_floats = (static_cast<size_t>(B) * NH * T_ * sizeof(float) + 255) / 256 * 256 / sizeof(float);
-    float* dq_part = scratch + delta_floats;
-    const int chunk = flash_backward_batch_chunk(B, T_, C, NH, KEYS);  // batch rows whose partials fit
-    constexpr int kBlock = 256;
-    for (int b0 = 0; b0 < B; b0 += chunk) {  // each chunk's sum reads its partials before the next overwrites them
-        const int nb = std::min(chunk, B - b0);
-        launch_flash<kBwdThreads<KEYS>>(flash_backward_kernel<HS, KEYS, ROWS>, dim3(NKV * nb, ceil_div(T_, KEYS)),
-                                        kBwdSmem<HS, KEYS, ROWS>, stream, dqkv, dq_part, dout, qkv,
-                                        static_cast<const float*>(lse), static_cast<const float*>(scratch), T_, C, NH,
-                                        NKV, b0);
-        launch(flash_dq_reduce_kernel<HS, KEYS>, dim3(ceil_div(T_ * (HS / 8), kBlock), NH, nb), dim3(kBlock), 0,
-               stream, dqkv, static_cast<const float*>(dq_part), T_, C, NH, NKV, b0);
+    float* work = scratch + delta_floats;
+    const int group = NH / NKV;
+    if (!flash_backward_splits_rows(T_, C, NH, KEYS)) {
+        const int chunk = flash_backward_batch_chunk(B, T_, C, NH, KEYS);  // batch rows whose partials fit
+        for (int b0 = 0; b0 < B; b0 += chunk)
+            backward_part<HS, KEYS, ROWS>(dqkv, dout, qkv, lse, scratch, work, std::min(chunk, B - b0), T_, C, NH, NKV,
+                                          BwdPart{b0, 0, NKV, 0, group, 0, T_, nullptr}, stream);
+        return;
     }
+    const FlashRowSplit split = flash_backward_row_split(T_, HS, NKV, KEYS);
+    float* carry = work;
+    float* dq_part = carry + split.kv_heads * flash_dkv_carry_bytes(T_, HS, KEYS) / sizeof(float);
+    for (int b = 0; b < B; b++)
+        for (int g0 = 0; g0 < NKV; g0 += split.kv_heads)
+            for (int r = 0; r < group; r++)  // each key block's walk: query head by head, ..
+                for (int qa = 0; qa < T_; qa += split.query_rows)  // .. query block by query block
+                    backward_part<HS, KEYS, ROWS>(
+                        dqkv, dout, qkv, lse, scratch, dq_part, 1, T_, C, NH, NKV,
+                        BwdPart{b, g0, std::min(split.kv_heads, NKV - g0), r, r + 1, qa,
+                                std::min(T_, qa + split.query_rows), carry},
+                        stream);
 }
 
 /// The current device's cudaDevAttrMaxSharedMemoryPerBlockOptin.
