@@ -2,6 +2,7 @@
 // tokenizer a dataset was made with (attribute tokenizer_sha256) and checksums checkpoint files.
 #include <openssl/evp.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -56,6 +57,25 @@ std::string sha256_file_hex(const std::string& path) {
     size_t n = 0;
     while ((n = std::fread(buf.data(), 1, buf.size(), f.get())) > 0) sha256_update(ctx.get(), buf.data(), n);
     if (std::ferror(f.get())) throw DataError("sha256: cannot read '" + path + "': " + std::strerror(errno));
+    return sha256_end(ctx.get());
+}
+
+std::string sha256_file_range_hex(const std::string& path, uint64_t lo, uint64_t hi) {
+    std::unique_ptr<FILE, decltype(&std::fclose)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+    if (!f) throw DataError("sha256: cannot open '" + path + "': " + std::strerror(errno));
+    if (std::fseek(f.get(), long(lo), SEEK_SET) != 0)
+        throw DataError("sha256: cannot seek in '" + path + "': " + std::strerror(errno));
+    MdCtx ctx = sha256_begin();
+    std::vector<unsigned char> buf(4u << 20);
+    for (uint64_t left = hi - lo; left > 0;) {
+        const size_t n = std::fread(buf.data(), 1, size_t(std::min<uint64_t>(left, buf.size())), f.get());
+        if (n == 0) {
+            if (std::ferror(f.get())) throw DataError("sha256: cannot read '" + path + "': " + std::strerror(errno));
+            throw DataError("sha256: '" + path + "' ends before byte " + std::to_string(hi));
+        }
+        sha256_update(ctx.get(), buf.data(), n);
+        left -= n;
+    }
     return sha256_end(ctx.get());
 }
 

@@ -100,5 +100,8 @@ std::string sha256_hex(const std::string& bytes);
 /// Hex SHA-256 of the file at `path`, read in 4 MiB blocks (bounded memory for multi-GB files);
 /// used for checkpoint checksums. Errors: DataError naming the file and the OS reason.
 std::string sha256_file_hex(const std::string& path);
+/// Hex SHA-256 of bytes [lo, hi) of the file at `path` (a slice of a checkpoint's model.h5).
+/// Errors: DataError naming the file when it cannot be read or ends before hi.
+std::string sha256_file_range_hex(const std::string& path, uint64_t lo, uint64_t hi);
 
 }  // namespace llmtrain

@@ -62,6 +62,9 @@ struct TrainState {
     int adam_t = 0;                ///< AdamW steps taken (bias correction)
     std::string model_config_hash; ///< model_config_hash() of the run that wrote it
     GPTConfig model;               ///< model shape, for error messages
+    /// [model_identity] (format 4): model_identity(model) as written, key = value text
+    /// (app/config/config.hpp); empty when read from an older checkpoint (writing ignores it).
+    std::vector<std::pair<std::string, std::string>> model_identity;
     int dp = 1;                    ///< data-parallel ranks
     int world_size = 1;
     std::string backend, precision;
@@ -77,11 +80,22 @@ struct OptimShardView {
 };
 
 /// One file of a checkpoint as the rank that wrote it reports it to the committing rank.
+/// Bytes [lo, hi) of a file and the hex SHA-256 of exactly those bytes: model.h5 written by several
+/// ranks at once is checked slice by slice (no rank ever reads the whole file to hash it).
+struct ByteSlice {
+    uint64_t lo = 0, hi = 0;
+    std::string sha256;
+};
+
 struct PartInfo {
     std::string name;    ///< file name inside the checkpoint directory, e.g. "optim_3.h5"
-    uint64_t bytes = 0;  ///< its size
-    std::string sha256;  ///< hex SHA-256 of its bytes
+    uint64_t bytes = 0;  ///< its size (a model.h5 slice report: the bytes that rank wrote)
+    std::string sha256;  ///< hex SHA-256 of its bytes; kSlicedSha when `slices` say it instead
+    std::vector<ByteSlice> slices;  ///< model.h5 written by slices: ascending, disjoint; else empty
 };
+
+/// PartInfo::sha256 of a file checked by its slices (state.toml [files] says so too).
+inline constexpr const char* kSlicedSha = "sliced";
 
 /// (name, size, SHA-256) of tmp_dir/name as it is on disk. Errors: CheckpointError naming the file.
 PartInfo describe_part(const std::string& tmp_dir, const std::string& name);
@@ -129,11 +143,25 @@ private:
 PartInfo write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& layout,
                            const std::vector<OptimShardView>& views);
 
-/// Any rank k: writes tmp_dir/model_<k>.h5 holding the /w pieces (views' w, laid out like
-/// write_optim_shard's m) that commit_checkpoint assembles into model.h5; fsyncs and hashes it.
-/// Throws before creating the file when a weight is non-finite (naming the tensor and element).
-PartInfo write_model_part(const std::string& tmp_dir, int k, const ParamLayout& layout,
-                          const std::vector<OptimShardView>& views);
+/// Rank 0 at the start of a checkpoint with several parts: creates tmp_dir/model.h5's structure
+/// (every tensor by name and global shape, its data space allocated, no data written), so that
+/// every writing rank can then write its own weights into it (write_model_slices). Errors:
+/// CheckpointError naming the file and the HDF5 or OS reason.
+void create_model_file(const std::string& tmp_dir, const ParamLayout& layout);
+
+/// Any rank k, after create_model_file: writes the weights of every tensor piece inside `views`
+/// (views' w) into tmp_dir/model.h5 at the piece's place in the tensor's data (pwrite; the other
+/// ranks write theirs at the same time), hashing each piece from memory, and fsyncs. Returns
+/// {"model.h5", bytes written, kSlicedSha, one slice per piece}. Throws before writing anything when
+/// a weight is non-finite (naming the tensor and element); CheckpointError for HDF5/OS failures.
+PartInfo write_model_slices(const std::string& tmp_dir, const ParamLayout& layout,
+                            const std::vector<OptimShardView>& views);
+
+/// Rank 0 at the commit: the ranks' model.h5 slices, checked (disjoint, each inside one tensor's
+/// data, together covering every tensor exactly), completed with the bytes no rank wrote (HDF5's
+/// metadata, hashed here from the file: a few KiB) and fsynced. Returns model.h5 as one part whose
+/// slices tile [0, its size). Errors: CheckpointError naming the file and the gap or overlap.
+PartInfo seal_model_slices(const std::string& tmp_dir, const ParamLayout& layout, std::vector<ByteSlice> slices);
 
 /// The one rank holding every tensor whole (one part, no pipeline split): writes tmp_dir/model.h5
 /// straight from the views' w (each tensor inside one view), fsyncs and hashes it; the commit then
@@ -142,32 +170,32 @@ PartInfo write_model_part(const std::string& tmp_dir, int k, const ParamLayout& 
 PartInfo write_model_file(const std::string& tmp_dir, const ParamLayout& layout,
                           const std::vector<OptimShardView>& views);
 
-/// Rank k's two files at once, on two threads (one after the other where HDF5 is not
-/// thread-safe): optim_<k>.h5 (write_optim_shard) and either model.h5 (write_model_file,
-/// whole_model: the only part) or model_<k>.h5 (write_model_part). Returns {optim, model}. Errors: as those functions (the optimizer file's first).
+/// Rank k's two files at once, on two threads: optim_<k>.h5 (write_optim_shard) and either
+/// model.h5 (write_model_file, whole_model: the only part) or its slices of model.h5
+/// (write_model_slices). Returns {optim, model}. Errors: as those functions (the optimizer file's first).
 std::vector<PartInfo> write_rank_files(const std::string& tmp_dir, int k, const ParamLayout& layout,
                                        const std::vector<OptimShardView>& views, bool whole_model);
 
 /// Rank 0, once every rank has reported its parts (app/checkpoint/saver.hpp gathers them): checks
-/// that each reported file exists with its reported size, assembles model.h5 unit by unit from the
-/// model_<k>.h5 parts (each first checked against its reported SHA-256; they are removed after)
-/// unless model.h5 itself is reported, removes those parts and lists checkpoints/ (both must
-/// succeed: nothing is published otherwise), writes state.toml last listing exactly the reported
-/// files (st.run_id must be set), renames tmp_dir into step_<st.step> (replacing an existing one),
-/// replaces `latest`, then prunes: keep_last > 0 keeps the keep_last newest checkpoints of
-/// st.run_id up to this step; checkpoints of other runs and newer steps are never removed; each
-/// pruned one is renamed to .del_step_<N> before it is deleted, so a crash never leaves a
-/// half-removed step_<N>. The temporary directory is never listed. Returns the final directory.
-/// Errors: CheckpointError naming the path (no optim part, no weights, a file missing or differing
-/// from its report, a part that cannot be removed, checkpoints/ that cannot be listed).
+/// that each reported file exists with its reported size, seals model.h5's slices when the ranks
+/// wrote it by slices (seal_model_slices: no file is re-read or re-hashed here), lists
+/// checkpoints/ (nothing is published when it cannot be), writes state.toml last listing exactly
+/// the reported files (st.run_id must be set), renames tmp_dir into step_<st.step> (replacing an
+/// existing one), replaces `latest`, then prunes: keep_last > 0 keeps the keep_last newest
+/// checkpoints of st.run_id up to this step; checkpoints of other runs and newer steps are never
+/// removed; each pruned one is renamed to .del_step_<N> before it is deleted, so a crash never
+/// leaves a half-removed step_<N>. The temporary directory is never listed. Returns the final
+/// directory. Errors: CheckpointError naming the path (no optim part, no weights, a file missing
+/// or differing in size from its report, slices that overlap or leave a tensor's bytes unwritten,
+/// checkpoints/ that cannot be listed).
 std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp_dir, const TrainState& st,
                               const ParamLayout& layout, const std::vector<PartInfo>& parts, int keep_last);
 
 /// Rank 0: removes tmp_dir after a failed write; never throws.
 void abort_checkpoint(const std::string& tmp_dir) noexcept;
 
-/// One process holding everything: begin, one optimizer shard file and one model part per view
-/// (optim_<k>.h5 and model_<k>.h5 for shards[k], its weights taken from params), commit; aborts
+/// One process holding everything: begin, one optimizer shard file and one model.h5 slice report
+/// per view (optim_<k>.h5 and shards[k]'s weights, taken from params, into model.h5), commit; aborts
 /// the temporary directory on error and rethrows. params: host fp32, layout.total_numel() elements.
 std::string save_checkpoint(const std::string& run_dir, const TrainState& st, const ParamLayout& layout,
                             const float* params, const std::vector<OptimShardView>& shards, int keep_last);
@@ -183,7 +211,11 @@ std::vector<std::string> recover_checkpoint_leftovers(const std::string& run_dir
 
 /// Why dir is not a usable checkpoint, or "" when it is: state.toml parses (and, format 2, its
 /// state_sha256 and the SHA-256 of every listed file match, and no unlisted optim_*.h5 is present).
-std::string checkpoint_problem(const std::string& dir);
+/// The SHA-256 checks (each whole file, each slice of a sliced model.h5, in state.toml's order)
+/// are shared: this call makes only those j with j % shares == share, so `shares` ranks calling it
+/// with share = 0 .. shares - 1 check everything once between them (resume: verify_checkpoint);
+/// shares = 0 makes none (state.toml, the files' presence and sizes only).
+std::string checkpoint_problem(const std::string& dir, int share = 0, int shares = 1);
 
 // ---- lookup (lookup.cpp) ----
 
@@ -208,12 +240,23 @@ ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::strin
 /// names the run that wrote last; the fallback covers a `latest` lost or damaged after the fact.
 std::optional<std::string> current_run_id(const std::string& run_dir);
 
-/// The checkpoint a run dir continues from: the one `latest` names when it verifies (a newer
+/// The checkpoint a run dir continues from, the one answer to "which checkpoint does a run dir
+/// mean" (resume through resolve_resume, llmtrain-export and llmtrain-eval through
+/// checkpoint_named; docs/checkpoints.md "Which checkpoint a run dir means"): the one `latest` names when it verifies (a newer
 /// step_* is then passed over: a rollback abandoned it, or its write stopped before `latest`
 /// moved), else find_latest_checkpoint(run_dir, current_run_id(run_dir)) with a first note saying
 /// why `latest` was not followed (missing, unreadable, or its checkpoint does not verify). dir is
 /// "" when nothing verifies. Errors: CheckpointError when checkpoints/ exists but cannot be listed.
 ResumeChoice find_resume_checkpoint(const std::string& run_dir);
+
+/// The checkpoint `path` names, for the tools that take a checkpoint or a run directory
+/// (llmtrain-export, llmtrain-eval): path itself when it holds a state.toml, else, when it holds
+/// checkpoints/, the one find_resume_checkpoint(path) gives: the same one checkpoint.resume =
+/// "auto" resumes from (after a rollback `latest`'s, not the newest step_*). Returns "" when path is
+/// neither (another format's file or directory). Errors: CheckpointError naming the path when a run
+/// directory has no checkpoint that verifies (with each step_* passed over and why) or the named
+/// checkpoint does not verify (checkpoint_problem).
+std::string checkpoint_named(const std::string& path);
 
 /// Resolves checkpoint.resume on rank 0 (broadcast the dir to the other ranks):
 ///  "auto": find_resume_checkpoint(run_dir); from scratch when the run dir has no step_* directory;
@@ -239,5 +282,26 @@ void read_params(const std::string& dir, const ParamLayout& layout, float* param
 /// files hold the same element (naming both), or some parameter element of the range is in none.
 void read_optim(const std::string& dir, const ParamLayout& layout, size_t begin, size_t end, float* m,
                 float* v);
+
+// ---- reading by shard (read_shard.cpp) ----
+
+/// Fills params (host fp32, the total numel of `ranges`, back to back; padding elements 0) with
+/// the flat elements `ranges` (ascending, disjoint) of `layout` from dir/model.h5, reading only
+/// those elements (HDF5 hyperslabs of the whole tensors). layout may be a TP rank's local layout
+/// (tp > 1): each element is read from its place in the whole tensor (ParamLayout::local_runs).
+/// A rank resuming reads its own shard this way: host memory and I/O for its elements only
+/// (docs/checkpoints.md "By shard"). Errors: CheckpointError naming the file and tensor when one
+/// is missing or its shape differs from the layout's full shape.
+void read_params_ranges(const std::string& dir, const ParamLayout& layout, const std::vector<FlatRange>& ranges,
+                        float* params);
+
+/// Fills m and v (host fp32, the total numel of `ranges` each, back to back; padding 0) likewise
+/// from the optim_<k>.h5 parts state.toml lists (format 1: found in dir): of each 1-D piece only
+/// the elements inside `ranges` are read, and pieces of tensors outside them are not opened.
+/// Errors: CheckpointError when a part is unreadable, a tensor has an m piece without its v piece
+/// (or the reverse), two parts hold the same needed element (naming both), or a needed element
+/// is in none.
+void read_optim_ranges(const std::string& dir, const ParamLayout& layout, const std::vector<FlatRange>& ranges,
+                       float* m, float* v);
 
 }  // namespace llmtrain

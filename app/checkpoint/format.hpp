@@ -10,31 +10,33 @@
 #include <vector>
 
 #include "app/checkpoint/checkpoint.hpp"
+#include "app/checkpoint/raw_h5.hpp"
 
 namespace llmtrain::ckpt {
 
 namespace fs = std::filesystem;
 
-/// state.toml format written now; formats 1 (no run id, no checksums) and 2 (no sizes) still read.
-constexpr int kFormatVersion = 3;
+/// state.toml format written now; formats 1 (no run id, no checksums), 2 (no sizes) and 3 (no
+/// [slices]: model.h5 always hashed whole) still read.
+constexpr int kFormatVersion = 4;
 /// The line that starts state.toml's trailing self-checksum section.
 constexpr const char* kIntegrityHeader = "[integrity]\n";
 
-/// The most fp32 elements one HDF5 read or write of a checkpoint moves (16 MiB). The library is
-/// built thread-safe: one global lock, held for a whole call. The writer thread's calls come in
-/// row blocks of at most this size, so the data loader's reads on the training thread wait for
-/// one block at most, never for a whole tensor (GPT-2 1.5B's wte: 320 MB).
+/// The most fp32 elements one HDF5 read or write of a checkpoint moves (16 MiB). Every HDF5 call
+/// holds the process-wide h5::Lock (data/h5.hpp); io_rows takes it per row block of at most this
+/// size, so the data loaders' I/O threads wait for one block at most, never for a whole tensor
+/// (GPT-2 1.5B's wte: 320 MB).
 constexpr size_t kIoElems = size_t(1) << 22;
 
 /// Reads (write = false) or writes the fp32 dataset ds (dims) from/to host data in row blocks of
 /// at most kIoElems elements (one row when a row is larger). Returns the HDF5 status (< 0: error).
 herr_t io_rows(hid_t ds, const std::vector<hsize_t>& dims, float* data, bool write);
 
-/// Whether the HDF5 library this process runs with is thread-safe (H5is_library_threadsafe; asked
-/// once, then cached). When it is not, no two threads may call HDF5 at once: the checkpoint's files
-/// are then written one after the other (write_rank_files) and never beside training
-/// (checkpoint_async_choice). A failed query counts as not thread-safe.
-bool hdf5_threadsafe();
+/// model.h5's datasets: every tensor of the layout by GPT-2 name and global shape, at the root.
+std::vector<RawDataset> model_datasets(const ParamLayout& layout);
+
+/// Throws CheckpointError unless every element of x[0, n) is finite; `what` names the tensor.
+void require_finite(const float* x, size_t n, const std::string& what);
 
 /// Call just before each file-system operation of the protocol (create, write of a dataset or
 /// file, flush, fsync, rename, remove), from any thread, and around the snapshot copy (saver.cpp). With LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP=<k> in the

@@ -31,39 +31,8 @@ constexpr size_t kAlign = 4096;
 constexpr int kWriters = 4;
 /// The kernel's write-back is started behind every kWriteChunk bytes written.
 constexpr size_t kWriteChunk = size_t(64) << 20;
-/// Each pwrite goes from a buffer of this size that stays in the CPU's cache: the data is first
-/// copied there (user-space memcpy). pwrite straight from the 1.5 GB snapshot went at ~250 MB/s on
-/// the build machine (the kernel's copy from memory not in cache), from a cached 1 MiB at ~5 GB/s.
-constexpr size_t kBounce = size_t(1) << 20;
 /// The read buffer for the metadata between datasets (and the whole file when hashing from disk).
 constexpr size_t kReadChunk = size_t(4) << 20;
-
-/// SHA-256 (FIPS 180-4) through OpenSSL's EVP interface, fed in pieces.
-class Sha256 {
-public:
-    Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
-        if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
-            throw CheckpointError("checkpoint: OpenSSL SHA-256 failed");
-    }
-    void update(const void* p, size_t n) {
-        if (n > 0 && EVP_DigestUpdate(ctx_.get(), p, n) != 1) throw CheckpointError("checkpoint: OpenSSL SHA-256 failed");
-    }
-    std::string hex() {
-        unsigned char d[EVP_MAX_MD_SIZE];
-        unsigned int len = 0;
-        if (EVP_DigestFinal_ex(ctx_.get(), d, &len) != 1) throw CheckpointError("checkpoint: OpenSSL SHA-256 failed");
-        static const char* digits = "0123456789abcdef";
-        std::string out;
-        for (unsigned int i = 0; i < len; ++i) {
-            out += digits[d[i] >> 4];
-            out += digits[d[i] & 15];
-        }
-        return out;
-    }
-
-private:
-    std::unique_ptr<EVP_MD_CTX, decltype(&EVP_MD_CTX_free)> ctx_;
-};
 
 CheckpointError os_error(const std::string& what, const std::string& file) {
     return CheckpointError("checkpoint: cannot " + what + " '" + file + "': " + std::strerror(errno));
@@ -89,6 +58,49 @@ bool all_finite(const float* x, size_t n) {
         bad |= uint32_t((b & 0x7f800000u) == 0x7f800000u);
     }
     return bad == 0;
+}
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+    if (!ctx_ || EVP_DigestInit_ex(ctx_.get(), EVP_sha256(), nullptr) != 1)
+        throw CheckpointError("checkpoint: OpenSSL SHA-256 failed");
+}
+
+void Sha256::update(const void* p, size_t n) {
+    if (n > 0 && EVP_DigestUpdate(ctx_.get(), p, n) != 1) throw CheckpointError("checkpoint: OpenSSL SHA-256 failed");
+}
+
+std::string Sha256::hex() {
+    unsigned char d[EVP_MAX_MD_SIZE];
+    unsigned int len = 0;
+    if (EVP_DigestFinal_ex(ctx_.get(), d, &len) != 1) throw CheckpointError("checkpoint: OpenSSL SHA-256 failed");
+    static const char* digits = "0123456789abcdef";
+    std::string out;
+    for (unsigned int i = 0; i < len; ++i) {
+        out += digits[d[i] >> 4];
+        out += digits[d[i] & 15];
+    }
+    return out;
+}
+
+void pwrite_bounced(int fd, const char* data, uint64_t n, uint64_t off, char* bounce, const std::string& what,
+                    const std::string& file) {
+    uint64_t started = 0;  // bytes whose write-back has been started
+    for (uint64_t done = 0; done < n;) {
+        const size_t m = size_t(std::min<uint64_t>(n - done, kBounce));
+        std::memcpy(bounce, data + done, m);
+        for (size_t put = 0; put < m;) {
+            const ssize_t w = ::pwrite(fd, bounce + put, m - put, off_t(off + done + put));
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) throw os_error(what, file);
+            put += size_t(w);
+        }
+        done += m;
+        if (done - started >= kWriteChunk || done == n) {
+            // Only a hint (errors surface at the fsync): the disk starts on these pages now.
+            ::sync_file_range(fd, off_t(off + started), off_t(done - started), SYNC_FILE_RANGE_WRITE);
+            started = done;
+        }
+    }
 }
 
 struct RawH5File::Impl {
@@ -127,28 +139,11 @@ struct RawH5File::Impl {
         hashed_to = addr[i] + bytes[i];
     }
 
-    /// pwrite of dataset i's bytes through `bounce` (kBounce bytes), the kernel's write-back
-    /// started behind every kWriteChunk bytes.
+    /// pwrite of dataset i's bytes through `bounce` (kBounce bytes).
     void write_data(size_t i, const float* data, char* bounce) {
         fs_op();
-        const char* p = reinterpret_cast<const char*>(data);
-        uint64_t started = 0;  // bytes whose write-back has been started
-        for (uint64_t done = 0; done < bytes[i];) {
-            const size_t n = size_t(std::min<uint64_t>(bytes[i] - done, kBounce));
-            std::memcpy(bounce, p + done, n);
-            for (size_t put = 0; put < n;) {
-                const ssize_t w = ::pwrite(fd, bounce + put, n - put, off_t(addr[i] + done + put));
-                if (w < 0 && errno == EINTR) continue;
-                if (w <= 0) throw os_error("write dataset " + ds[i].group + "/" + ds[i].name + " of", file);
-                put += size_t(w);
-            }
-            done += n;
-            if (done - started >= kWriteChunk || done == bytes[i]) {
-                // Only a hint (errors surface at the fsync): the disk starts on these pages now.
-                ::sync_file_range(fd, off_t(addr[i] + started), off_t(done - started), SYNC_FILE_RANGE_WRITE);
-                started = done;
-            }
-        }
+        pwrite_bounced(fd, reinterpret_cast<const char*>(data), bytes[i], addr[i], bounce,
+                       "write dataset " + ds[i].group + "/" + ds[i].name + " of", file);
     }
 
     /// The whole file, [0, max(EOF, the datasets' end)), rewritten in kImageBlock blocks with
@@ -257,7 +252,7 @@ RawH5File::RawH5File(const fs::path& path, std::vector<RawDataset> datasets) : i
     I.bytes.resize(n);
     I.written.assign(n, false);
     {
-        h5::QuietErrors quiet;
+        h5::Lock lock;
         const std::string& file = I.file;
         fs_op();
         h5::Handle f(h5c(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, H5P_DEFAULT), "checkpoint: cannot create " + file));

@@ -18,6 +18,37 @@ namespace llmtrain {
 
 namespace ckpt {
 
+namespace {
+
+/// [slices].<name> of a format-4 state.toml: [lo, hi, "sha256"] triples that tile [0, bytes).
+/// Errors: CheckpointError naming the file and the entry.
+std::vector<ByteSlice> read_slices(const toml::table& t, const std::string& name, uint64_t bytes,
+                                   const std::string& file) {
+    const toml::array* a = t["slices"][name].as_array();
+    const std::string key = "slices." + name;
+    if (!a || a->empty()) throw CheckpointError(file + ": " + key + ": missing or empty (files." + name + " = \"" +
+                                                kSlicedSha + "\")");
+    std::vector<ByteSlice> out;
+    uint64_t at = 0;
+    for (size_t i = 0; i < a->size(); ++i) {
+        const toml::array* e = (*a)[i].as_array();
+        auto lo = e && e->size() == 3 ? (*e)[0].value_exact<int64_t>() : std::nullopt;
+        auto hi = e && e->size() == 3 ? (*e)[1].value_exact<int64_t>() : std::nullopt;
+        auto sha = e && e->size() == 3 ? (*e)[2].value_exact<std::string>() : std::nullopt;
+        if (!lo || !hi || !sha || uint64_t(*lo) != at || *hi <= *lo)
+            throw CheckpointError(file + ": " + key + "[" + std::to_string(i) + "]: expected [lo, hi, \"sha256\"] with lo = " +
+                                  std::to_string(at) + " (the previous slice's end) and hi > lo");
+        out.push_back({uint64_t(*lo), uint64_t(*hi), *sha});
+        at = uint64_t(*hi);
+    }
+    if (at != bytes)
+        throw CheckpointError(file + ": " + key + ": the slices end at byte " + std::to_string(at) + ", bytes." + name +
+                              " = " + std::to_string(bytes));
+    return out;
+}
+
+}  // namespace
+
 StateFile read_state_file(const std::string& dir) {
     const fs::path path = fs::path(dir) / "state.toml";
     const std::string file = path.string();
@@ -74,6 +105,7 @@ StateFile read_state_file(const std::string& dir) {
                 if (!b || *b <= 0) throw CheckpointError(file + ": bytes." + p.name + ": missing or not a positive integer");
                 p.bytes = uint64_t(*b);
             }
+            if (p.sha256 == kSlicedSha) p.slices = read_slices(t, p.name, p.bytes, file);
             sf.files.push_back(std::move(p));
         }
     }
@@ -114,6 +146,13 @@ StateFile read_state_file(const std::string& dir) {
         st.model.rope_theta = float(need_num("model.rope_theta"));
         st.model.norm_eps = float(need_num("model.norm_eps"));
     }
+    if (const toml::table* id = t["model_identity"].as_table()) {  // format 4
+        for (const auto& [k, v] : *id) {
+            auto s = v.value_exact<std::string>();
+            if (!s) throw CheckpointError(file + ": model_identity." + std::string(k.str()) + ": not a string");
+            st.model_identity.emplace_back(std::string(k.str()), *s);
+        }
+    }
     st.dp = int(need_int("world.dp"));
     st.world_size = int(need_int("world.world_size"));
     st.backend = need_str("backend.name");
@@ -143,8 +182,15 @@ std::string shape_str(const std::vector<hsize_t>& d) {
 
 hid_t h5c(hid_t id, const std::string& context) { return h5::check<CheckpointError>(id, context); }
 
+/// Opens file read-only (under the HDF5 lock, data/h5.hpp). Errors: CheckpointError naming it.
+h5::Handle open_read(const std::string& file) {
+    h5::Lock lock;
+    return h5::Handle(h5c(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "checkpoint: cannot open " + file));
+}
+
 /// Opens dataset `name` under loc and returns its dims; an empty handle when it does not exist.
 h5::Handle open_f32(hid_t loc, const std::string& name, std::vector<hsize_t>& dims, const std::string& file) {
+    h5::Lock lock;
     if (H5Lexists(loc, name.c_str(), H5P_DEFAULT) <= 0) return {};
     h5::Handle ds(h5c(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), file + ": cannot open dataset " + name));
     h5::Handle sp(h5c(H5Dget_space(ds.get()), file + ": cannot read the shape of " + name));
@@ -169,10 +215,12 @@ struct Piece {
 
 }  // namespace
 
-std::string checkpoint_problem(const std::string& dir) {
+std::string checkpoint_problem(const std::string& dir, int share, int shares) {
     try {
         const StateFile sf = read_state_file(dir);
         if (sf.version < 2) return "";  // format 1 carries no checksums
+        size_t item = 0;  // the SHA-256 checks in order (a whole file, or one slice): this share's every shares-th
+        auto mine = [&] { return shares > 0 && int(item++ % size_t(shares)) == share; };
         for (const PartInfo& f : sf.files) {
             const fs::path p = fs::path(dir) / f.name;
             std::error_code ec;
@@ -180,7 +228,14 @@ std::string checkpoint_problem(const std::string& dir) {
             if (const uint64_t n = fs::file_size(p, ec); f.bytes > 0 && n != f.bytes)
                 return f.name + " has " + std::to_string(n) + " bytes, state.toml says " + std::to_string(f.bytes) +
                        " (truncated or damaged)";
-            if (sha256_file_hex(p.string()) != f.sha256) return f.name + ": SHA-256 differs from state.toml (damaged)";
+            if (f.slices.empty()) {
+                if (mine() && sha256_file_hex(p.string()) != f.sha256) return f.name + ": SHA-256 differs from state.toml (damaged)";
+                continue;
+            }
+            for (const ByteSlice& b : f.slices)
+                if (mine() && sha256_file_range_hex(p.string(), b.lo, b.hi) != b.sha256)
+                    return f.name + ": SHA-256 of bytes [" + std::to_string(b.lo) + ", " + std::to_string(b.hi) +
+                           ") differs from state.toml (damaged)";
         }
         // An extra file means a writer this state.toml does not know of: refused rather than ignored
         // (and a directory that cannot be listed is not known to have none).
@@ -198,10 +253,9 @@ std::string checkpoint_problem(const std::string& dir) {
 TrainState read_train_state(const std::string& dir) { return read_state_file(dir).st; }
 
 void read_params(const std::string& dir, const ParamLayout& layout, float* params) {
-    h5::QuietErrors quiet;
     const std::string file = require_file(dir, "model.h5");
     std::fill(params, params + layout.total_numel(), 0.0f);
-    h5::Handle f(h5c(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "checkpoint: cannot open " + file));
+    h5::Handle f = open_read(file);
     for (const auto& t : layout.tensors()) {
         const std::vector<hsize_t> want(t.shape.begin(), t.shape.end());
         std::vector<hsize_t> dims;
@@ -219,7 +273,6 @@ namespace ckpt {
 void read_pieces(const std::vector<std::string>& files, const std::vector<std::string>& groups,
                  const ParamLayout& layout, size_t begin, size_t end, const std::vector<float*>& outs,
                  const std::string& where) {
-    h5::QuietErrors quiet;
     for (float* o : outs) std::fill(o, o + (end - begin), 0.0f);
     if (files.empty()) throw CheckpointError("checkpoint '" + where + "': no shard file");
     std::vector<Piece> pieces;  // every piece overlapping the range, for the overlap check
@@ -227,9 +280,13 @@ void read_pieces(const std::vector<std::string>& files, const std::vector<std::s
     const size_t G = groups.size();
     for (size_t fi = 0; fi < files.size(); ++fi) {
         const std::string& file = files[fi];
-        h5::Handle f(h5c(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "checkpoint: cannot open " + file));
-        for (const auto& g : groups)
-            if (H5Lexists(f.get(), g.c_str(), H5P_DEFAULT) <= 0) throw CheckpointError(file + ": group " + g + " is missing");
+        h5::Handle f = open_read(file);
+        {
+            h5::Lock lock;  // the group checks; the tensors' reads lock block by block
+            for (const auto& g : groups)
+                if (H5Lexists(f.get(), g.c_str(), H5P_DEFAULT) <= 0)
+                    throw CheckpointError(file + ": group " + g + " is missing");
+        }
         for (const auto& t : layout.tensors()) {
             if (t.offset >= end || t.offset + t.numel <= begin) continue;
             std::vector<std::vector<hsize_t>> dims(G);
@@ -245,6 +302,7 @@ void read_pieces(const std::vector<std::string>& files, const std::vector<std::s
             if (!ds[0].valid()) continue;
             std::vector<int64_t> off(G, -1);
             for (size_t g = 0; g < G; ++g) {
+                h5::Lock lock;
                 h5::Handle at(h5c(H5Aopen(ds[g].get(), "offset", H5P_DEFAULT), file + ": " + t.name + ": no offset attribute"));
                 h5::check_status<CheckpointError>(H5Aread(at.get(), H5T_NATIVE_INT64, &off[g]),
                                                   file + ": " + t.name + ": cannot read offset");

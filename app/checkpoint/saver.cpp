@@ -3,6 +3,7 @@
 #include "app/checkpoint/saver.hpp"
 
 #include "app/checkpoint/format.hpp"
+#include "parallel/nodes.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -18,42 +19,47 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-/// Copies text into a fixed char array, cut to fit, always terminated.
-template <size_t N>
-void put(char (&dst)[N], const std::string& text) {
-    std::memset(dst, 0, N);
-    std::memcpy(dst, text.data(), std::min(text.size(), N - 1));
-}
+/// A report's bytes: fixed-width numbers and length-prefixed strings, read back in the same order.
+struct Wire {
+    std::string bytes;
+    size_t at = 0;
+    template <class T>
+    void put(T x) { bytes.append(reinterpret_cast<const char*>(&x), sizeof x); }
+    void put_str(const std::string& s) {
+        put(uint64_t(s.size()));
+        bytes += s;
+    }
+    template <class T>
+    T get() {
+        T x{};
+        if (at + sizeof x > bytes.size()) throw CheckpointError("checkpoint: a rank's report is cut short");
+        std::memcpy(&x, bytes.data() + at, sizeof x);
+        at += sizeof x;
+        return x;
+    }
+    std::string get_str() {
+        const uint64_t n = get<uint64_t>();
+        if (at + n > bytes.size()) throw CheckpointError("checkpoint: a rank's report is cut short");
+        at += n;
+        return bytes.substr(at - n, n);
+    }
+};
 
 }  // namespace
 
-/// Fixed size, so every rank's report travels in one all-gather of bytes.
+/// What one rank tells the others after its writer finished (serialized for the all-gather).
 struct CheckpointSaver::Report {
-    int32_t k = -1;      ///< the part index written, -1: none
-    int32_t failed = 0;  ///< the writer failed: error says why
-    double write_s = 0;  ///< the writer's time: files written, fsynced and hashed
-    uint64_t bytes[2] = {0, 0};
-    char name[2][32] = {};
-    char sha[2][65] = {};
-    char error[640] = {};
+    int32_t k = -1;               ///< the part index written, -1: none
+    int32_t failed = 0;           ///< the writer failed: error says why
+    double write_s = 0;           ///< the writer's time: files written, fsynced and hashed
+    std::vector<PartInfo> files;  ///< its files (model.h5 slices with their ranges)
+    std::string error;
 };
 
-CheckpointAsyncChoice checkpoint_async_choice(bool requested, bool hdf5_threadsafe) {
-    if (!requested) return {false, ""};
-    if (hdf5_threadsafe) return {true, ""};
-    return {false, "checkpoint: checkpoint.async = true needs a thread-safe HDF5 library (H5is_library_threadsafe: "
-                   "no); writing checkpoints synchronously on the training thread instead"};
-}
-
-CheckpointAsyncChoice checkpoint_async_choice(bool requested) {
-    return checkpoint_async_choice(requested, ckpt::hdf5_threadsafe());
-}
-
 CheckpointSaver::CheckpointSaver(Comm& comm, Allocator& alloc, const ParamLayout& layout, std::string run_dir,
-                                 int parts, int keep_last, bool async)
+                                 int parts, int keep_last, bool async, double busy_limit_s)
     : comm_(comm), alloc_(alloc), layout_(layout), run_dir_(std::move(run_dir)), parts_(parts),
-      keep_last_(keep_last), async_note_(checkpoint_async_choice(async).note),
-      async_(checkpoint_async_choice(async).async) {}
+      keep_last_(keep_last), async_(async), busy_limit_s_(busy_limit_s > 0 ? busy_limit_s : 1e9) {}
 
 CheckpointSaver::~CheckpointSaver() {
     {
@@ -61,7 +67,7 @@ CheckpointSaver::~CheckpointSaver() {
         closing_ = true;  // a writer still waiting for the copies gives up: nothing is committed now
     }
     snap_cv_.notify_all();
-    join();
+    if (worker_.joinable()) worker_.join();  // no MPI here: a destructor may run while unwinding
     Ops& ops = alloc_.ops();
     try {
         if (copy_pending_) ops.synchronize_event(copied_);  // no copy may land in freed memory
@@ -142,10 +148,15 @@ float* CheckpointSaver::snapshot(size_t n) {
     return snap_;
 }
 
+void CheckpointSaver::busy(const char* what, const std::function<void()>& fn) {
+    if (comm_.size() <= 1) return fn();
+    run_busy(std::string(what) + " checkpoint step_" + std::to_string(step_), busy_limit_s_, fn);
+}
+
 void CheckpointSaver::start(std::function<void()> job) {
     done_ = false;
     if (!async_) {
-        job();
+        busy(phase_ == Phase::committing ? "committing" : "writing", job);
         done_ = true;
         return;
     }
@@ -156,7 +167,8 @@ void CheckpointSaver::start(std::function<void()> job) {
 }
 
 void CheckpointSaver::join() {
-    if (worker_.joinable()) worker_.join();
+    if (!worker_.joinable()) return;
+    busy(phase_ == Phase::committing ? "committing" : "writing", [this] { worker_.join(); });
 }
 
 float CheckpointSaver::status() const {
@@ -186,7 +198,11 @@ double CheckpointSaver::begin(int64_t step, RunLog& log, Metrics* metrics) {
     std::string err;
     if (comm_.rank() == 0) {
         try {
-            begin_checkpoint(run_dir_, step);
+            busy("opening", [this] {
+                begin_checkpoint(run_dir_, step_);
+                // Several writers: model.h5's structure now, each writer's weights into it later.
+                if (parts_ > 1) create_model_file(tmp_, layout_);
+            });
         } catch (const std::exception& e) {
             err = e.what();
         }
@@ -237,19 +253,57 @@ void CheckpointSaver::submit(int k, std::vector<OptimShardView> views, const Tra
 }
 
 std::vector<CheckpointSaver::Report> CheckpointSaver::gather() const {
-    Report mine;
-    mine.k = k_;
-    mine.failed = error_.empty() ? 0 : 1;
-    mine.write_s = write_s_;
-    put(mine.error, error_);
-    for (size_t i = 0; i < std::min<size_t>(2, written_.size()); ++i) {
-        mine.bytes[i] = written_[i].bytes;
-        put(mine.name[i], written_[i].name);
-        put(mine.sha[i], written_[i].sha256);
+    Wire mine;
+    mine.put(int32_t(k_));
+    mine.put(int32_t(error_.empty() ? 0 : 1));
+    mine.put(write_s_);
+    mine.put_str(error_);
+    mine.put(uint64_t(written_.size()));
+    for (const PartInfo& f : written_) {
+        mine.put_str(f.name);
+        mine.put(f.bytes);
+        mine.put_str(f.sha256);
+        mine.put(uint64_t(f.slices.size()));
+        for (const ByteSlice& b : f.slices) {
+            mine.put(b.lo);
+            mine.put(b.hi);
+            mine.put_str(b.sha256);
+        }
     }
-    std::vector<Report> all(size_t(comm_.size()));
-    comm_.all_gather(&mine, all.data(), sizeof(Report), DType::u8);
-    return all;
+    // Reports differ in length (a ZeRO-3 rank reports a slice per tensor): lengths first, then
+    // every report padded to the longest.
+    const size_t W = size_t(comm_.size());
+    std::vector<uint64_t> lens(W);
+    uint64_t len = mine.bytes.size();
+    comm_.all_gather(&len, lens.data(), sizeof len, DType::u8);
+    const uint64_t longest = *std::max_element(lens.begin(), lens.end());
+    mine.bytes.resize(longest);
+    std::string all(W * longest, '\0');
+    comm_.all_gather(mine.bytes.data(), all.data(), longest, DType::u8);
+    std::vector<Report> out(W);
+    for (size_t r = 0; r < W; ++r) {
+        Wire w{all.substr(r * longest, lens[r])};
+        Report& rep = out[r];
+        rep.k = w.get<int32_t>();
+        rep.failed = w.get<int32_t>();
+        rep.write_s = w.get<double>();
+        rep.error = w.get_str();
+        for (uint64_t n = w.get<uint64_t>(); n > 0; --n) {
+            PartInfo f;
+            f.name = w.get_str();
+            f.bytes = w.get<uint64_t>();
+            f.sha256 = w.get_str();
+            for (uint64_t m = w.get<uint64_t>(); m > 0; --m) {
+                ByteSlice b;
+                b.lo = w.get<uint64_t>();
+                b.hi = w.get<uint64_t>();
+                b.sha256 = w.get_str();
+                f.slices.push_back(std::move(b));
+            }
+            rep.files.push_back(std::move(f));
+        }
+    }
+    return out;
 }
 
 std::string CheckpointSaver::failure(const std::string& detail) const {
@@ -265,7 +319,7 @@ std::vector<PartInfo> CheckpointSaver::check_reports(const std::vector<Report>& 
         if (r.k < 0) continue;
         if (r.k >= parts_ || seen[size_t(r.k)]++)
             throw CheckpointError(failure("part " + std::to_string(r.k) + " reported twice or out of range"));
-        for (int i = 0; i < 2; ++i) parts.push_back({r.name[i], r.bytes[i], r.sha[i]});
+        parts.insert(parts.end(), r.files.begin(), r.files.end());
     }
     for (int k = 0; k < parts_; ++k)
         if (!seen[size_t(k)]) throw CheckpointError(failure("no rank reported part " + std::to_string(k)));
@@ -346,7 +400,7 @@ std::string CheckpointSaver::complete(RunLog& log, Metrics* metrics) {
             err.clear();
             if (comm_.rank() == 0) {
                 error_.clear();
-                commit_now();
+                busy("committing", [this] { commit_now(); });
                 err = error_;
             }
         } catch (const CheckpointError& e) {

@@ -46,21 +46,6 @@
 
 namespace llmtrain {
 
-/// How checkpoints are written given checkpoint.async and the HDF5 library at hand.
-struct CheckpointAsyncChoice {
-    bool async = false;  ///< writer threads beside training (else written on the training thread)
-    std::string note;    ///< a line for the start-up log when checkpoint.async was overruled, else ""
-};
-
-/// checkpoint.async = `requested` with an HDF5 library that is (`hdf5_threadsafe`) or is not
-/// thread-safe: the writer threads call HDF5 while the training thread and the data loader's I/O
-/// thread do too, which only a thread-safe build (one global lock) allows; without one,
-/// checkpoints are written synchronously and the note says so. Pure; never throws.
-CheckpointAsyncChoice checkpoint_async_choice(bool requested, bool hdf5_threadsafe);
-
-/// The same for the HDF5 library this process runs with (H5is_library_threadsafe, asked once).
-CheckpointAsyncChoice checkpoint_async_choice(bool requested);
-
 /// The figures of the last committed checkpoint (log, metrics, tools/bench/checkpoint_bench).
 struct CheckpointTimes {
     double blocked_s = 0;  ///< the training thread's time in it: open, snapshot, agreement, waits
@@ -74,10 +59,10 @@ class CheckpointSaver {
 public:
     /// comm: every rank of the run (host buffers); parts: how many shard parts make a checkpoint
     /// (pipeline stages x ZeRO group size: one per rank of replica 0); alloc: for the pinned
-    /// snapshot buffers; async: checkpoint.async, which checkpoint_async_choice() may overrule
-    /// (async_note() then says so).
+    /// snapshot buffers; async: checkpoint.async (the same on every rank: app/main.cpp checks it;
+    /// HDF5 calls are serialized by h5::Lock, so no local library overrules it).
     CheckpointSaver(Comm& comm, Allocator& alloc, const ParamLayout& layout, std::string run_dir, int parts,
-                    int keep_last, bool async);
+                    int keep_last, bool async, double busy_limit_s);
     /// Waits for a writer still running (its checkpoint stays uncommitted); never throws.
     ~CheckpointSaver();
     CheckpointSaver(const CheckpointSaver&) = delete;
@@ -133,16 +118,19 @@ public:
     bool idle() const { return phase_ == Phase::idle; }
     /// Rank 0: the last committed checkpoint's figures.
     const CheckpointTimes& last() const { return last_; }
-    /// Whether checkpoints are written in the background (checkpoint.async as it stands).
+    /// Whether checkpoints are written in the background (checkpoint.async).
     bool async() const { return async_; }
-    /// The start-up log line when checkpoint.async was overruled (checkpoint_async_choice), else "".
-    const std::string& async_note() const { return async_note_; }
 
 private:
     enum class Phase { idle, writing, committing };
     /// What one rank tells the committing rank after its writer finished.
     struct Report;
 
+    /// Runs fn (file work, or the wait for the writer thread) on the training thread's behalf while
+    /// that thread answers liveness pings "busy: <what> checkpoint step_<N>" (parallel/nodes.hpp
+    /// run_busy): ranks waiting on this one in a collective keep waiting, up to busy_limit_s, instead
+    /// of failing at parallel.timeout_s. fn makes no MPI call.
+    void busy(const char* what, const std::function<void()>& fn);
     void start(std::function<void()> job);  // runs job on the writer thread (async) or now
     void copies_done();  // the snapshot's copies are complete: the writer may read it
     void wait_snapshot();  // writer thread: until copies_done() (or the saver is destroyed)
@@ -165,8 +153,8 @@ private:
     const ParamLayout& layout_;
     const std::string run_dir_;
     const int parts_, keep_last_;
-    const std::string async_note_;
     const bool async_;
+    const double busy_limit_s_;  // checkpoint.timeout_s (0: no limit)
     float* snap_ = nullptr;  // 3 * snap_n_ floats, pinned
     size_t snap_n_ = 0;
     // The snapshot's stream and its two events: the step's work queued before it, its copies' end.

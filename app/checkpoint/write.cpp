@@ -19,6 +19,7 @@
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/checkpoint/format.hpp"
 #include "app/checkpoint/raw_h5.hpp"
+#include "app/config/config.hpp"
 #include "data/h5.hpp"
 #include "model/arch.hpp"
 
@@ -35,14 +36,6 @@ void fs_op() {
     if (++count == kill_at) std::raise(SIGKILL);
 }
 
-bool hdf5_threadsafe() {
-    static const bool safe = [] {
-        hbool_t ts = 0;
-        return H5is_library_threadsafe(&ts) >= 0 && ts;
-    }();
-    return safe;
-}
-
 herr_t io_rows(hid_t ds, const std::vector<hsize_t>& dims, float* data, bool write) {
     hsize_t row = 1;  // elements of one row
     for (size_t i = 1; i < dims.size(); ++i) row *= dims[i];
@@ -51,6 +44,7 @@ herr_t io_rows(hid_t ds, const std::vector<hsize_t>& dims, float* data, bool wri
         std::vector<hsize_t> start(dims.size(), 0), count(dims);
         start[0] = r0;
         count[0] = std::min(block, dims[0] - r0);
+        h5::Lock lock;  // one block at a time (data/h5.hpp): another thread's HDF5 call waits for one block at most
         h5::Handle fspace(H5Dget_space(ds));
         h5::Handle mspace(H5Screate_simple(int(count.size()), count.data(), nullptr));
         if (!fspace.valid() || !mspace.valid() ||
@@ -94,10 +88,14 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const fs::path& ckdir) {
 }
 
 std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& files) {
-    toml::table sums, sizes;
+    toml::table sums, sizes, sliced;
     for (const PartInfo& f : files) {
         sums.insert(f.name, f.sha256);
         sizes.insert(f.name, int64_t(f.bytes));
+        if (f.slices.empty()) continue;
+        toml::array a;  // [lo, hi, "sha256"] per slice, ascending
+        for (const ByteSlice& b : f.slices) a.push_back(toml::array{int64_t(b.lo), int64_t(b.hi), b.sha256});
+        sliced.insert(f.name, std::move(a));
     }
     toml::table model{{"config_hash", st.model_config_hash},
                       {"n_layer", st.model.n_layer},
@@ -114,6 +112,8 @@ std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& fil
         model.insert("rope_theta", double(spec.rope_theta));
         model.insert("norm_eps", double(spec.norm_eps));
     }
+    toml::table identity;  // every key that changes the model's function, as resume compares them
+    for (const auto& [k, v] : model_identity(st.model)) identity.insert(k, v);
     toml::table t{
         {"format_version", kFormatVersion},
         {"run_id", st.run_id},
@@ -123,11 +123,13 @@ std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& fil
         {"loader", toml::table{{"sample", int64_t(st.loader.sample)}, {"seed", int64_t(st.loader.seed)}}},
         {"sampler_rng", st.sampler_rng},
         {"model", std::move(model)},
+        {"model_identity", std::move(identity)},
         {"world", toml::table{{"dp", st.dp}, {"world_size", st.world_size}}},
         {"backend", toml::table{{"name", st.backend}, {"precision", st.precision}}},
         {"files", std::move(sums)},
         {"bytes", std::move(sizes)},
     };
+    if (!sliced.empty()) t.insert("slices", std::move(sliced));
     std::ostringstream os;
     os << "# llmtrain checkpoint state (written last: its presence marks a complete checkpoint)\n" << t << "\n\n";
     const std::string body = os.str();
@@ -200,16 +202,6 @@ void write_text_synced(const fs::path& p, const std::string& text) {
     sync(p);
 }
 
-/// Throws unless every element of x[0, n) is finite; `what` names the tensor in the message.
-void require_finite(const float* x, size_t n, const std::string& what) {
-    if (all_finite(x, n)) return;  // the vectorized pass; the loop below only names the element
-    for (size_t i = 0; i < n; ++i)
-        if (!std::isfinite(x[i]))
-            throw CheckpointError("checkpoint: " + what + " holds a non-finite value (" +
-                                  (std::isnan(x[i]) ? "nan" : "inf") + ") at element " + std::to_string(i) +
-                                  "; refusing to checkpoint it");
-}
-
 }  // namespace
 
 std::string new_run_id() {
@@ -240,16 +232,24 @@ std::string begin_checkpoint(const std::string& run_dir, int64_t step) {
     return tmp.string();
 }
 
-namespace {
+namespace ckpt {
 
-/// model.h5's datasets: every tensor of the layout by GPT-2 name and global shape, at the root.
 std::vector<RawDataset> model_datasets(const ParamLayout& layout) {
     std::vector<RawDataset> ds;
     for (const auto& t : layout.tensors()) ds.push_back({"", t.name, std::vector<hsize_t>(t.shape.begin(), t.shape.end())});
     return ds;
 }
 
-}  // namespace
+void require_finite(const float* x, size_t n, const std::string& what) {
+    if (all_finite(x, n)) return;  // the vectorized pass; the loop below only names the element
+    for (size_t i = 0; i < n; ++i)
+        if (!std::isfinite(x[i]))
+            throw CheckpointError("checkpoint: " + what + " holds a non-finite value (" +
+                                  (std::isnan(x[i]) ? "nan" : "inf") + ") at element " + std::to_string(i) +
+                                  "; refusing to checkpoint it");
+}
+
+}  // namespace ckpt
 
 struct ModelWriter::Impl {
     const ParamLayout& layout;
@@ -360,8 +360,6 @@ PartInfo write_pieces(const std::string& tmp_dir, const std::string& name, int k
     return RawH5File(p, std::move(ds)).write_all();
 }
 
-bool is_model_part(const std::string& name) { return name.rfind("model_", 0) == 0; }
-
 /// Deletes the checkpoint directories `old` (under ckdir) without ever leaving a half-removed
 /// step_<N>: each is first renamed to .del_step_<N> (a name resume never reads and start-up
 /// recovery removes), checkpoints/ is fsynced, and only then are they deleted. Never throws:
@@ -383,27 +381,6 @@ void prune(const fs::path& ckdir, const std::vector<fs::path>& old) {
     for (const fs::path& d : doomed) remove_quiet(d);
 }
 
-/// Writes tmp/model.h5 unit by unit from the model parts (each first checked against its report).
-PartInfo assemble_model(const fs::path& tmp, const ParamLayout& layout, const std::vector<PartInfo>& parts) {
-    std::vector<std::string> files;
-    for (const PartInfo& p : parts) {
-        if (!is_model_part(p.name)) continue;
-        fs_op();
-        if (describe_part(tmp.string(), p.name).sha256 != p.sha256)
-            throw CheckpointError("checkpoint: " + (tmp / p.name).string() + ": SHA-256 differs from what its writer reported");
-        files.push_back((tmp / p.name).string());
-    }
-    ModelWriter mw(tmp.string(), layout);
-    std::vector<float> unit;
-    for (size_t u = 0; u < layout.units().size(); ++u) {
-        const auto& un = layout.units()[u];
-        unit.resize(un.numel);
-        read_pieces(files, {"w"}, layout, un.offset, un.offset + un.numel, {unit.data()}, tmp.string());
-        mw.write_unit(int(u), unit.data());
-    }
-    return mw.close();
-}
-
 }  // namespace
 
 PartInfo write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout& layout,
@@ -412,20 +389,11 @@ PartInfo write_optim_shard(const std::string& tmp_dir, int k, const ParamLayout&
                         {{"m", &OptimShardView::m}, {"v", &OptimShardView::v}});
 }
 
-PartInfo write_model_part(const std::string& tmp_dir, int k, const ParamLayout& layout,
-                          const std::vector<OptimShardView>& views) {
-    return write_pieces(tmp_dir, "model_" + std::to_string(k) + ".h5", k, layout, views, {{"w", &OptimShardView::w}});
-}
-
 std::vector<PartInfo> write_rank_files(const std::string& tmp_dir, int k, const ParamLayout& layout,
                                        const std::vector<OptimShardView>& views, bool whole_model) {
     auto write_model = [&] {
-        return whole_model ? write_model_file(tmp_dir, layout, views) : write_model_part(tmp_dir, k, layout, views);
+        return whole_model ? write_model_file(tmp_dir, layout, views) : write_model_slices(tmp_dir, layout, views);
     };
-    if (!hdf5_threadsafe()) {  // HDF5 lays both files out: one thread at a time
-        PartInfo optim = write_optim_shard(tmp_dir, k, layout, views);
-        return {optim, write_model()};
-    }
     // Two files, two threads (each writing with a hasher beside it): the SHA-256 of one file runs
     // while the other's pages are copied into the page cache and written back.
     PartInfo model;
@@ -457,29 +425,28 @@ std::string commit_checkpoint(const std::string& run_dir, const std::string& tmp
     auto has = [&](auto pred) { return std::any_of(parts.begin(), parts.end(), pred); };
     const bool has_optim = has([](const PartInfo& p) { return p.name.rfind("optim_", 0) == 0; });
     const bool has_model = has([](const PartInfo& p) { return p.name == "model.h5"; });
-    if (!has_optim || !(has_model || has([](const PartInfo& p) { return is_model_part(p.name); })))
+    if (!has_optim || !has_model)
         throw CheckpointError("checkpoint: the parts reported for '" + tmp_dir +
                               "' lack an optim_<k>.h5 or the weights (did every rank write?)");
-    // The reported files, not a directory listing: each must be there with its reported size.
+    // The reported files, not a directory listing: each must be there with its reported size
+    // (model.h5 written by slices is checked by seal_model_slices instead).
     std::error_code ec;
+    std::vector<PartInfo> files;
+    std::vector<ByteSlice> slices;
     for (const PartInfo& p : parts) {
+        if (!p.slices.empty()) {
+            slices.insert(slices.end(), p.slices.begin(), p.slices.end());
+            continue;
+        }
         fs_op();
         const uintmax_t n = fs::file_size(tmp / p.name, ec);
         if (ec || n != p.bytes)
             throw CheckpointError("checkpoint: " + (tmp / p.name).string() + " was reported with " +
                                   std::to_string(p.bytes) + " bytes but " +
                                   (ec ? "is missing (" + ec.message() + ")" : "has " + std::to_string(n)));
+        files.push_back(p);
     }
-    std::vector<PartInfo> files;
-    for (const PartInfo& p : parts)
-        if (!is_model_part(p.name)) files.push_back(p);
-    if (!has_model) {
-        files.push_back(assemble_model(tmp, layout, parts));
-        // Left behind, a part would fail the checkpoint's verification (a file state.toml does not
-        // list): its removal must succeed before state.toml is written.
-        for (const PartInfo& p : parts)
-            if (is_model_part(p.name)) remove_or_throw(tmp / p.name, "a model part already assembled into model.h5");
-    }
+    if (!slices.empty()) files.push_back(seal_model_slices(tmp_dir, layout, std::move(slices)));
     // The listing pruning works from, checked before anything is published: a checkpoints/ that
     // cannot be listed fails the checkpoint here, with `latest` and every older checkpoint as they were.
     const std::vector<std::pair<int64_t, fs::path>> listed = step_dirs(ckdir);
@@ -527,11 +494,13 @@ std::string save_checkpoint(const std::string& run_dir, const TrainState& st, co
     const std::string tmp = begin_checkpoint(run_dir, st.step);
     try {
         std::vector<PartInfo> parts;
+        if (shards.size() > 1) create_model_file(tmp, layout);
         for (size_t k = 0; k < shards.size(); ++k) {
             OptimShardView view = shards[k];
             view.w = params + view.begin;
             parts.push_back(write_optim_shard(tmp, int(k), layout, {view}));
-            parts.push_back(write_model_part(tmp, int(k), layout, {view}));
+            parts.push_back(shards.size() > 1 ? write_model_slices(tmp, layout, {view})
+                                              : write_model_file(tmp, layout, {view}));
         }
         return commit_checkpoint(run_dir, tmp, st, layout, parts, keep_last);
     } catch (...) {

@@ -353,6 +353,7 @@ const std::vector<Field>& fields() {
         field("checkpoint", "resume", &C::checkpoint, &CheckpointConfig::resume, non_empty()),
         field("checkpoint", "overwrite", &C::checkpoint, &CheckpointConfig::overwrite),
         field("checkpoint", "async", &C::checkpoint, &CheckpointConfig::async),
+        field("checkpoint", "timeout_s", &C::checkpoint, &CheckpointConfig::timeout_s, non_negative<double>()),
 
         field("metrics", "enabled", &C::metrics, &MetricsConfig::enabled),
         field("metrics", "listen", &C::metrics, &MetricsConfig::listen, listen_address()),

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/param_layout.hpp"  // GPTConfig
@@ -127,6 +128,9 @@ struct CheckpointConfig {
     std::string resume = "auto";        ///< "auto" | "none" | a checkpoint directory path
     bool overwrite = false;             ///< allow resume = "none" in a run dir that has checkpoints
     bool async = true;                  ///< write in a background thread while training goes on
+    /// The longest other ranks keep waiting, past parallel.timeout_s, on a live rank busy with a
+    /// checkpoint (writing its files, committing, checking them at resume); 0 = no limit
+    double timeout_s = 3600;
     friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
 
@@ -165,9 +169,31 @@ void resolve_batch(Config& cfg, int dp);
 /// The resolved config as TOML (every key, in section order); load_config of it gives it back.
 std::string to_toml(const Config& cfg);
 
-/// A stable hash of the settings that must not change across a resume (model shape, vocab):
-/// hex string, stored in checkpoints.
+/// The model's identity: every key that changes the function the model computes, as (key, value
+/// text) pairs in a fixed order (docs/configuration.md "The model hash"): arch, n_layer, n_head,
+/// n_embd, seq_len, vocab_size, and for an architecture other than GPT-2 (whose other keys are
+/// fixed by it: LayerNorm eps 1e-5, biases, learned positions, GELU 4C, tied head) n_kv_head and
+/// intermediate_size resolved, tie_embeddings, rope_theta and norm_eps (floats in their shortest
+/// fixed-point text that reads back exactly: "500000", "0.00001"). The padded vocabulary follows from vocab_size. Errors: std::invalid_argument from
+/// ArchSpec for an invalid shape.
+using ModelIdentity = std::vector<std::pair<std::string, std::string>>;
+ModelIdentity model_identity(const GPTConfig& g);
+
+/// The hash stored in checkpoints (state.toml model.config_hash): 16 hex digits, the FNV-1a 64-bit
+/// hash of "<arch>:k=v,k=v,..." over model_identity(gpt_config_of(cfg)) after arch.
 std::string model_config_hash(const Config& cfg);
+
+/// The hash checkpoints before state.toml format 4 recorded: the same text without the keys added
+/// since (rope_theta, norm_eps); equal to model_config_hash for GPT-2.
+std::string legacy_model_config_hash(const GPTConfig& g);
+
+/// Why a checkpoint cannot hold cfg's model, or "" when it can: `recorded` is its state.toml
+/// [model_identity] (empty before format 4; then `recorded_model`, its [model] keys, stands in when
+/// they hash to recorded_hash as written then, else recorded_hash alone is compared with the
+/// legacy hash). Names the first differing key: "model.rope_theta: the checkpoint has 10000, the
+/// config 500000".
+std::string model_identity_mismatch(const ModelIdentity& recorded, const GPTConfig& recorded_model,
+                                    const std::string& recorded_hash, const Config& cfg);
 
 /// The model configuration of cfg.model (the config room's mapping; model/ knows no Config).
 GPTConfig gpt_config_of(const Config& cfg);

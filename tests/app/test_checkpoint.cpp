@@ -24,6 +24,7 @@
 #include "app/config/config.hpp"
 #include "app/interop/checkpoint_model.hpp"
 #include "app/model_state.hpp"
+#include "data/h5.hpp"
 #include "data/token_dataset.hpp"
 #include "tests/app/checkpoint_test_util.hpp"
 
@@ -222,9 +223,11 @@ TEST_F(Ckpt, NonFiniteValuesAreRefused) {
     EXPECT_FALSE(fs::exists(tmp));
 }
 
-// ZeRO layout: every rank writes its optim_<k>.h5 and model_<k>.h5 (one segment per unit) and
-// reports them; the commit assembles model.h5 from the model parts and lists exactly the reported
-// files. Read back bitwise against the single flat buffers written.
+// ZeRO layout: every rank writes its optim_<k>.h5 and its slices of model.h5 (one segment per unit)
+// and reports them; the commit seals model.h5 from the slice reports and lists exactly the reported
+// files. Read back bitwise against the single flat buffers written; model.h5 is byte for byte the
+// file one writer makes of the same weights (write_model_file, the independent reference), and the
+// SHA-256 checks, shared over 3 ranks, each find the one damaged byte that lies in their share.
 TEST_F(Ckpt, EveryRankWritesItsShard) {
     ParamLayout L(tiny(), 4);  // units padded to split over 4 ranks
     auto p = random_flat(L, 11), m = random_flat(L, 12), v = random_flat(L, 13);
@@ -232,6 +235,7 @@ TEST_F(Ckpt, EveryRankWritesItsShard) {
         if (std::isnan(m[k])) m[k] = v[k] = 0.0f;  // ... but the finite check covers real elements only
     const int P = 4;
     const std::string tmp = begin_checkpoint(dir.string(), 9);
+    create_model_file(tmp, L);
     std::vector<PartInfo> parts;
     for (int r = P - 1; r >= 0; --r) {
         std::vector<OptimShardView> views;
@@ -240,17 +244,47 @@ TEST_F(Ckpt, EveryRankWritesItsShard) {
             views.push_back({b, b + n, m.data() + b, v.data() + b, p.data() + b});
         }
         parts.push_back(write_optim_shard(tmp, r, L, views));
-        parts.push_back(write_model_part(tmp, r, L, views));
+        parts.push_back(write_model_slices(tmp, L, views));
+        EXPECT_EQ(parts.back().sha256, kSlicedSha);
+        EXPECT_FALSE(parts.back().slices.empty());
     }
     const std::string d = commit_checkpoint(dir.string(), tmp, some_state(9), L, parts, 0);
     EXPECT_EQ(checkpoint_problem(d), "");
-    EXPECT_FALSE(fs::exists(fs::path(d) / "model_0.h5"));  // assembled into model.h5, then removed
     const std::string toml = slurp(fs::path(d) / "state.toml");
     for (int r = 0; r < P; ++r) {
         const std::string f = "optim_" + std::to_string(r) + ".h5";
         EXPECT_NE(toml.find("\n'" + f + "' = " + std::to_string(fs::file_size(fs::path(d) / f)) + "\n"), std::string::npos) << toml;
     }
+    EXPECT_NE(toml.find("'model.h5' = 'sliced'"), std::string::npos) << toml;
     expect_reads_back(d, L, p, m, v);
+    // The reference: one writer, the same weights.
+    const fs::path one = dir / "one";
+    fs::create_directories(one);
+    write_model_file(one.string(), L, {OptimShardView{0, L.total_numel(), m.data(), v.data(), p.data()}});
+    EXPECT_EQ(slurp(one / "model.h5"), slurp(fs::path(d) / "model.h5"));
+    // Shared verification: shares 0..2 of 3 together check every slice once.
+    for (int s = 0; s < 3; ++s) EXPECT_EQ(checkpoint_problem(d, s, 3), "") << s;
+    const std::string mid = (fs::path(d) / "model.h5").string();
+    const uint64_t at = fs::file_size(mid) / 2;  // inside some tensor's data
+    {
+        std::fstream f(mid, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekg(std::streamoff(at));
+        char c = 0;
+        f.read(&c, 1);
+        c = char(c ^ 0x40);
+        f.seekp(std::streamoff(at));
+        f.write(&c, 1);
+    }
+    int found = 0;
+    for (int s = 0; s < 3; ++s) {
+        const std::string why = checkpoint_problem(d, s, 3);
+        if (why.empty()) continue;
+        ++found;
+        EXPECT_NE(why.find("model.h5: SHA-256 of bytes ["), std::string::npos) << why;
+    }
+    EXPECT_EQ(found, 1);
+    EXPECT_NE(checkpoint_problem(d).find("differs from state.toml (damaged)"), std::string::npos);
+    EXPECT_EQ(checkpoint_problem(d, 0, 0), "");  // shares = 0: sizes only, no hashing
 }
 
 // The commit trusts the ranks' reports, never a directory listing, and checks each report against
@@ -264,8 +298,9 @@ TEST_F(Ckpt, CommitChecksTheReportedParts) {
     const OptimShardView all{0, L.total_numel(), m.data(), v.data(), p.data()};
     auto parts_of = [&](int64_t step) {
         const std::string tmp = begin_checkpoint(dir.string(), step);
+        create_model_file(tmp, L);
         return std::make_pair(tmp, std::vector<PartInfo>{write_optim_shard(tmp, 0, L, {all}),
-                                                         write_model_part(tmp, 0, L, {all})});
+                                                         write_model_slices(tmp, L, {all})});
     };
     auto commit_error = [&](const std::string& tmp, const std::vector<PartInfo>& parts) {
         try {
@@ -282,9 +317,15 @@ TEST_F(Ckpt, CommitChecksTheReportedParts) {
     auto longer = parts;
     longer[0].bytes += 1;
     EXPECT_NE(commit_error(tmp, longer).find("optim_0.h5 was reported with"), std::string::npos);
-    auto other = parts;
-    other[1].sha256 = std::string(64, 'a');
-    EXPECT_NE(commit_error(tmp, other).find("model_0.h5: SHA-256 differs from what its writer reported"), std::string::npos);
+    auto twice = parts;
+    twice.push_back(parts[1]);  // two ranks claiming the same bytes of model.h5
+    EXPECT_NE(commit_error(tmp, twice).find("(overlapping slices)"), std::string::npos);
+    auto short_of = parts;
+    short_of[1].slices.pop_back();  // a tensor's bytes nobody wrote
+    EXPECT_NE(commit_error(tmp, short_of).find("(a part is missing)"), std::string::npos);
+    auto outside = parts;
+    outside[1].slices.push_back({0, 8, std::string(64, 'a')});  // the superblock is nobody's tensor
+    EXPECT_NE(commit_error(tmp, outside).find("outside every tensor's data"), std::string::npos);
     EXPECT_NE(commit_error(tmp, {parts[1]}).find("lack an optim_<k>.h5"), std::string::npos);
     EXPECT_FALSE(fs::exists(ck() / "step_1"));
     // An unreported extra shard is never listed: the committed checkpoint does not verify.
@@ -325,6 +366,7 @@ TEST_F(Ckpt, ReadOptimRefusesAMissingPiece) {
     const std::string d = save(L, 1, 0, p, m, v);
     const std::string victim = "v/" + L.tensors()[2].name;
     {
+        h5::Lock lock;  // every HDF5 call of the process (data/h5.hpp)
         hid_t f = H5Fopen((d + "/optim_0.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
         ASSERT_GE(f, 0);
         ASSERT_GE(H5Ldelete(f, victim.c_str(), H5P_DEFAULT), 0);
@@ -392,7 +434,7 @@ TEST_F(Ckpt, ReadsFormatOne) {
     const size_t bytes = text.find("[bytes]\n");
     ASSERT_NE(bytes, std::string::npos);
     text.erase(bytes, text.find("\n\n", bytes) + 2 - bytes);
-    const auto at = text.find("format_version = 3");
+    const auto at = text.find("format_version = 4");
     ASSERT_NE(at, std::string::npos);
     text.replace(at, 18, "format_version = 1");
     spit(fs::path(d) / "state.toml", text);

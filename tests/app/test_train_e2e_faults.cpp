@@ -13,6 +13,7 @@
 
 #include <regex>
 
+#include "data/h5.hpp"
 #include "tests/app/e2e_util.hpp"
 
 /// a followed by b.
@@ -487,6 +488,7 @@ TEST_F(E2E, AsyncCheckpointsGoOnTrainingAndNeverOverlap) {
 
 /// The datasets in group `group` of the HDF5 file `path` (-1 when it cannot be read).
 long long datasets_in(const fs::path& path, const char* group) {
+    h5::Lock lock;  // every HDF5 call of the process (data/h5.hpp)
     const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) return -1;
     const hid_t g = H5Gopen2(f, group, H5P_DEFAULT);
@@ -497,16 +499,17 @@ long long datasets_in(const fs::path& path, const char* group) {
     return ok ? (long long)info.nlinks : -1;
 }
 
-// Rank 1 of a 2-rank ZeRO-1 job (two parts: each rank writes optim_<k>.h5 and model_<k>.h5) dies
+// Rank 1 of a 2-rank ZeRO-1 job (two parts: each rank writes optim_<k>.h5 and its slices of model.h5) dies
 // by SIGKILL in the middle of writing its part of the asynchronous checkpoint of step 4, while
 // rank 0 trains on. The job must exit non-zero, commit nothing (`latest` still names step_2, no
 // newer step_N verifies), and a rerun must resume from step_2 and match the uninterrupted job bit
 // for bit (losses, step_8's weights, the sample). The kill is the existing crash hook
 // (LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP), given to rank 1 alone through an MPMD launch. Its count is
-// rank 1's crash points (checkpoint.hpp): per checkpoint 2 around the snapshot, then per file one
-// at the create, one per dataset, one at the flush and one at the fsync; its files hold the pieces
-// of n tensors (optim_1.h5: n under /m and n under /v; model_1.h5: n under /w), n read from the
-// reference job's optim_1.h5. So the second checkpoint's writer runs from op per + 3 to 2 per.
+// rank 1's crash points (checkpoint.hpp): per checkpoint 2 around the snapshot, then for
+// optim_1.h5 one at the create, one per dataset, one at the flush and one at the fsync, and for its
+// slices of model.h5 one per slice and one at the fsync; it holds the pieces of n tensors
+// (optim_1.h5: n under /m and n under /v; n slices of model.h5), n read from the reference job's
+// optim_1.h5. So the second checkpoint's writer runs from op per + 3 to 2 per.
 TEST_F(E2E, RankKilledInsideTheWriterCommitsNothing) {
     const std::vector<std::string> common = {"parallel.zero_stage=1", "run.max_steps=8", "checkpoint.interval=2",
                                              "checkpoint.keep_last=0", "lr_schedule.decay=\"constant\"",
@@ -517,7 +520,7 @@ TEST_F(E2E, RankKilledInsideTheWriterCommitsNothing) {
     const long long n = datasets_in(ref / "checkpoints" / "step_2" / "optim_1.h5", "m");
     ASSERT_GT(n, 0);
     ASSERT_EQ(datasets_in(ref / "checkpoints" / "step_2" / "optim_1.h5", "v"), n);
-    const long long per = 2 + (3 + 2 * n) + (3 + n), k = per + 2 + (per - 2) / 2;
+    const long long per = 2 + (3 + 2 * n) + (n + 1), k = per + 2 + (per - 2) / 2;
 
     // The job in which rank 1 dies at op k (step_2 is committed before).
     std::vector<std::string> rank0 = llmtrain_args(rd, common), rank1 = rank0;
