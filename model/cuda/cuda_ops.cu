@@ -52,6 +52,7 @@ CudaOps::~CudaOps() {
 #endif
     for (auto& [s, buf] : scratch_) cudaFree(buf.ptr);
     for (auto& [s, buf] : gqa_) cudaFree(buf.ptr);
+    for (auto& [key, buf] : rope_tables_) cudaFree(buf.ptr);
     for (BucketBuffer& b : buckets_) {
         cudaFree(b.dev);
         cudaFreeHost(b.host);

@@ -23,8 +23,10 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -261,6 +263,10 @@ private:
     float* flash_scratch(int B, int T, int C, int NH) {
         return scratch_for(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH, flash_tile(C / NH).keys));
     }
+    /// RoPE's cos/sin table at (T, HS, theta) (rope_table.hpp), built on the current stream and
+    /// waited for the first time a shape asks (so every stream may read it), then kept until the
+    /// backend goes: one per shape a run uses (Llama 3 8B: 4 MiB), counted as the backend's memory.
+    const float* rope_table_for(int T, int HS, float theta);
     /// The current stream's buffer for grouped-query attention's expanded heads, as scratch_for.
     void* gqa_for(size_t bytes) { return grow(gqa_[stream_], bytes); }
 
@@ -325,6 +331,7 @@ private:
     cublasHandle_t blas_ = nullptr;  ///< set when the attention path is cublas
     std::unordered_map<cudaStream_t, Buffer> scratch_;
     std::unordered_map<cudaStream_t, Buffer> gqa_;  ///< grouped-query attention's expanded qkv / dqkv
+    std::map<std::tuple<int, int, float>, Buffer> rope_tables_;  ///< rope_table_for's, by (T, HS, theta)
     BucketBuffer buckets_[kBucketBuffers];
     int next_bucket_ = 0;
     size_t bucket_ints_ = 0;  ///< ints in each bucket buffer

@@ -128,12 +128,26 @@ void CudaOps::rmsnorm_backward(void* dinp, void* dweight, const void* dout, cons
     });
 }
 
+const float* CudaOps::rope_table_for(int T, int HS, float theta) {
+    Buffer& buf = rope_tables_[{T, HS, theta}];
+    if (buf.ptr == nullptr) {
+        const size_t bytes = cuda::rope_table_bytes(T, HS);
+        buf.ptr = internal_malloc(bytes);
+        buf.bytes = bytes;
+        cuda::rope_table(static_cast<float*>(buf.ptr), T, HS, theta, stream_);
+        CUDA_CHECK(cudaStreamSynchronize(stream_));  // complete before any stream reads it
+    }
+    return static_cast<const float*>(buf.ptr);
+}
+
 void CudaOps::rope_forward(void* qkv, int B, int T, int NH, int NKV, int HS, float theta) {
-    dispatch([&](auto t) { cuda::rope(as<decltype(t)>(qkv), B, T, NH, NKV, HS, theta, false, stream_); });
+    const float* table = rope_table_for(T, HS, theta);
+    dispatch([&](auto t) { cuda::rope(as<decltype(t)>(qkv), table, B, T, NH, NKV, HS, false, stream_); });
 }
 
 void CudaOps::rope_backward(void* dqkv, int B, int T, int NH, int NKV, int HS, float theta) {
-    dispatch([&](auto t) { cuda::rope(as<decltype(t)>(dqkv), B, T, NH, NKV, HS, theta, true, stream_); });
+    const float* table = rope_table_for(T, HS, theta);
+    dispatch([&](auto t) { cuda::rope(as<decltype(t)>(dqkv), table, B, T, NH, NKV, HS, true, stream_); });
 }
 
 void CudaOps::swiglu_forward(void* out, const void* inp, int N, int F) {

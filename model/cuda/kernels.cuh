@@ -19,6 +19,7 @@
 #include "model/cuda/common.cuh"
 #include "model/cuda/cublas_attention.hpp"
 #include "model/cuda/flash_attention.hpp"
+#include "model/cuda/rope_table.hpp"
 
 namespace llmtrain::cuda {
 
@@ -76,9 +77,10 @@ size_t rmsnorm_backward_scratch_bytes(int N, int C);
 
 // ---- rope.cu (Llama; Su et al. 2021) ----
 /// Rotary embedding in place on the q and k heads of qkv (B,T,(NH + 2 NKV)*HS), HuggingFace's
-/// rotate-half pairs (Ops::rope_forward); backward = true turns a gradient back (angle -a).
+/// rotate-half pairs (Ops::rope_forward); backward = true turns a gradient back (angle -a). table:
+/// rope_table (rope_table.hpp) at (T_, HS) and the model's theta, on the device.
 template <typename T>
-void rope(T* qkv, int B, int T_, int NH, int NKV, int HS, float theta, bool backward, cudaStream_t stream);
+void rope(T* qkv, const float* table, int B, int T_, int NH, int NKV, int HS, bool backward, cudaStream_t stream);
 
 // ---- swiglu.cu (Llama; Shazeer 2020) ----
 /// out (N,F) = silu(gate) * up, inp (N,2F) = [gate | up] per row.

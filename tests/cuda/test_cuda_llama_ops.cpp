@@ -6,10 +6,17 @@
 // (cuda_test_util.hpp's relative form |cuda - cpu| <= tol (|cpu| + rms(cpu))): fp32 1e-5, bf16 2^-7
 // per op; attention's dqkv in bf16 2^-6 on the native paths, as the multi-head test (the backward
 // reads the bf16 forward output), and out 2^-6, dqkv 2^-5 on the cublas path, as test_cublas_attention.
+// RoPE's cos/sin table (rope_table.hpp) is checked on its own against the closed form in double.
+#include <cuda_runtime.h>
+
 #include <array>
+#include <cmath>
+#include <stdexcept>
+#include <tuple>
 
 #include "model/cuda/cuda_backend.hpp"
 #include "model/cuda/flash_attention.hpp"
+#include "model/cuda/rope_table.hpp"
 #include "tests/cuda/cuda_test_util.hpp"
 
 namespace llmtrain::cudatest {
@@ -77,6 +84,34 @@ TEST_P(LlamaOpsTest, RmsNormBackward) {
     }
     expect_close("rms dinp", res[1][0], res[0][0], tol);
     expect_close("rms dweight", res[1][1], res[0][1], tol);
+}
+
+/// The RoPE table the CUDA kernels read (rope_table.hpp) against the closed form in double:
+/// cos and sin of a = t * theta^(-2i/HS) at T 2048, head size 128, theta 500000 (Llama 3's), and T 17,
+/// head size 8, theta 10000. Tolerance 2^-24 absolute: the fp32 rounding of a value in [-1, 1] (half
+/// an ulp, 2^-25 below 1) with room for the device's double cos/sin being off by an ulp of double
+/// where that flips the rounding.
+TEST(RopeTable, EqualsTheClosedFormInDouble) {
+    for (const auto& [T_, HS, theta] : {std::tuple{2048, 128, 500000.0f}, std::tuple{17, 8, 10000.0f}}) {
+        SCOPED_TRACE("T " + std::to_string(T_) + " head size " + std::to_string(HS));
+        const size_t bytes = cuda::rope_table_bytes(T_, HS);
+        ASSERT_EQ(bytes, static_cast<size_t>(T_) * HS * 4);
+        float* dev = nullptr;
+        ASSERT_EQ(cudaMalloc(&dev, bytes), cudaSuccess);
+        cuda::rope_table(dev, T_, HS, theta, nullptr);
+        std::vector<float> got(bytes / sizeof(float));
+        ASSERT_EQ(cudaMemcpy(got.data(), dev, bytes, cudaMemcpyDeviceToHost), cudaSuccess);
+        cudaFree(dev);
+        double worst = 0;
+        for (int t = 0; t < T_; t++)
+            for (int i = 0; i < HS / 2; i++) {
+                const double a = t * std::pow(static_cast<double>(theta), -2.0 * i / HS);
+                const size_t k = (static_cast<size_t>(t) * (HS / 2) + i) * 2;
+                worst = std::fmax(worst, std::fmax(std::fabs(got[k] - std::cos(a)), std::fabs(got[k + 1] - std::sin(a))));
+            }
+        EXPECT_LE(worst, std::ldexp(1.0, -24)) << "worst |table - closed form|";
+    }
+    EXPECT_THROW(cuda::rope_table(nullptr, 8, 7, 10000.0f, nullptr), std::invalid_argument);
 }
 
 /// RoPE (Su et al. 2021) in place on q and k of a GQA qkv (NH 4, NKV 2, HS 8; v untouched), then
