@@ -12,9 +12,9 @@
 // - Between blocks: a global word stored by two blocks of one launch faults in every block order;
 //   bf16 halves of one word stored by two blocks do not.
 // - The kernels: forward and backward (both backward tiles at both head sizes, grouped-query too)
-//   at shapes with partial, diagonal and skipped blocks run without a fault, and so do
-//   attention.cu's fp32 kernels; their results are test_flash_attention's and test_cuda_ops' to
-//   check.
+//   at shapes with partial, diagonal and skipped blocks run without a fault, in batch chunks and in
+//   row chunks (the dQ workspace cap forced to 1 byte), and so do attention.cu's fp32 kernels;
+//   their results are test_flash_attention's, test_flash_long's and test_cuda_ops' to check.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
 
@@ -183,4 +183,16 @@ TEST(Racecheck, FlashHeadSize128HasNoHazard) {
     run_flash(1, 300, 2, 2, 128, cuda::flash_backward_tile_large(128));
     run_flash(1, 300, 2, 2, 128, cuda::flash_backward_tile_small(128));
     run_flash(1, 150, 4, 2, 128, cuda::flash_backward_tile_small(128));  // grouped-query
+}
+
+/// The backward in row chunks (flash_dq_workspace_cap forced to 1 byte: each launch one key/value
+/// head, one query head of its group, one key block's rows; dK and dV carried between launches),
+/// grouped-query, at both head sizes in both tiles.
+TEST(Racecheck, FlashRowChunksHaveNoHazard) {
+    cuda::flash_dq_workspace_cap = 1;
+    for (int hs : {64, 128}) {
+        run_flash(1, 300, 4, 2, hs, cuda::flash_backward_tile_large(hs));
+        run_flash(1, 300, 4, 2, hs, cuda::flash_backward_tile_small(hs));
+    }
+    cuda::flash_dq_workspace_cap = cuda::kFlashDqWorkspaceCap;
 }
