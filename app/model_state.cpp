@@ -260,7 +260,7 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
     const double on_device = off.enabled ? 1.0 - off.fraction : 1.0;  // the share of the optimizer state kept there
     const Topology topo = at_zero_stage(shape, 1, cfg.parallel.zero_group_size).topology(0);  // stages 1-3's groups
     const double N = topo.zero_group_size();
-    char buf[400];
+    char buf[640];
     std::snprintf(buf, sizeof buf, "dry run: world %d, %s, %.4g parameters (Psi), micro_batch_size %d x seq_len %d, "
                   "activation_checkpoint.ratio %g, optimizer.offload %s (fraction %g); per rank, MiB:", world,
                   cfg.training.precision.c_str(), psi, cfg.training.micro_batch_size, cfg.model.seq_len,
@@ -310,7 +310,9 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
         std::snprintf(buf, sizeof buf, "(CUDA, model.attention = \"native\" or \"auto\" without cuDNN: "
                       "FlashAttention-2's backward scratch, D and the dQ partials of every key block (128 keys; at head size 128 "
                       "64 where a device allows under 115,200 B of shared memory per block: the larger of the two counted) for "
-                      "as many batch rows as fit 256 MiB, is %.1f MiB per rank, counted as workspace.)", bytes / 1048576.0);
+                      "as many batch rows as fit %.0f MiB (kFlashDqWorkspaceCap), or where one row does not, row chunks within it "
+                      "(dK/dV carry and one query chunk's partials), is %.1f MiB per rank, counted as workspace.)",
+                      cuda::kFlashDqWorkspaceCap / 1048576.0, bytes / 1048576.0);
         out.push_back(buf);
     }
     return out;
