@@ -155,6 +155,12 @@ int run(const CliArgs& args) {
         return kExitOk;
     }
     check_shared_run_dir(cfg.run.run_dir, *comm);  // before anything is written (exit 2 if a node sees another)
+    // checkpoint.async is the config's on every rank: every HDF5 call holds h5::Lock (data/h5.hpp), so no
+    // rank decides it from its local library; ranks started with different values are refused here.
+    float async_votes[2] = {cfg.checkpoint.async ? 1.0f : 0.0f, cfg.checkpoint.async ? 0.0f : 1.0f};
+    comm->all_reduce_max(async_votes, 2);
+    if (async_votes[0] == async_votes[1])
+        throw ConfigError("checkpoint.async: true on some ranks and false on others; give every rank the same config");
     // Resume lookup on rank 0 alone (it tidies leftovers and checksums files); the others get its choice.
     std::vector<std::string> ckpt_notes;
     std::string ck;

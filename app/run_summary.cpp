@@ -101,7 +101,6 @@ std::vector<std::string> Trainer::summary() const {
         out.push_back("checkpoints: " + when + "; host snapshot " + mib(3 * sizeof(float) * I.saver->reserved()) +
                       " (pinned) on this rank");
     }
-    if (!I.saver->async_note().empty()) out.push_back(I.saver->async_note());  // HDF5 not thread-safe
     return out;
 }
 

@@ -14,7 +14,6 @@
 
 namespace llmtrain {
 
-using trainer_detail::shape_of;
 
 void Trainer::Impl::save(RunLog& log, Metrics* metrics) {
     const auto t0 = Clock::now();
@@ -150,9 +149,10 @@ std::string Trainer::save_checkpoint(RunLog& log) {
 std::string Trainer::resume_from(const std::string& dir) {
     Impl& I = *impl_;
     TrainState st = read_train_state(dir);
-    if (st.model_config_hash != model_config_hash(I.cfg))
-        throw CheckpointError("checkpoint '" + dir + "' holds a model with " + shape_of(st.model) +
-                              " but the config asks for " + shape_of(I.shape.model));
+    // One check of the model's identity (app/config/config.hpp), naming the first key that differs.
+    if (const std::string why = model_identity_mismatch(st.model_identity, st.model, st.model_config_hash, I.cfg);
+        !why.empty())
+        throw CheckpointError("checkpoint '" + dir + "' holds another model than the config asks for: " + why);
     const ParamLayout& layout = *I.ms.layout;
     std::vector<float> host(layout.total_numel());
     const size_t ns = I.ms.adam->numel();

@@ -96,7 +96,7 @@ TokenDataset::TokenDataset(const std::string& path) : impl_(std::make_unique<Imp
     info.path = path;
     std::error_code ec;
     if (!std::filesystem::is_regular_file(path, ec)) throw DataError(path + ": no such dataset file");
-    h5::QuietErrors quiet;
+    h5::Lock lock;
     d.file = h5::Handle(h5::check(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
                                   path + ": not a readable HDF5 file (truncated or corrupted?)"));
     const hid_t f = d.file.get();
@@ -152,7 +152,7 @@ TokenDataset::TokenDataset(const std::string& path) : impl_(std::make_unique<Imp
 
 TokenDataset::~TokenDataset() {
     if (!impl_) return;
-    h5::QuietErrors quiet;
+    h5::Lock lock;
     impl_->tokens.reset();
     impl_->file.reset();
 }
@@ -162,7 +162,7 @@ const DatasetInfo& TokenDataset::info() const { return impl_->info; }
 std::string TokenDataset::tokenizer_bytes() { return impl_->tokenizer; }
 
 std::vector<uint64_t> TokenDataset::doc_offsets() {
-    h5::QuietErrors quiet;
+    h5::Lock lock;
     const std::string& path = impl_->info.path;
     hsize_t n = 0;
     h5::Handle ds = open_1d(impl_->file.get(), "doc_offsets", &n, path);
@@ -201,7 +201,7 @@ void TokenDataset::read_windows(const std::vector<uint64_t>& starts, int len, in
         window_buf[i] = iv_buf.back() + (b - iv_begin.back());
     }
 
-    h5::QuietErrors quiet;
+    h5::Lock lock;
     const std::string ctx = path + ": read /tokens";
     h5::Handle fspace(h5::check(H5Dget_space(d.tokens.get()), ctx));
     for (size_t k = 0; k < iv_begin.size(); ++k) {

@@ -113,8 +113,9 @@ struct TokenDatasetWriter::Impl {
     int vocab_size, eos_id, bos_id;
     std::string tokenizer, kind;
     h5::Handle file;
-    Appender<uint32_t> tokens{"tokens", 0, H5T_NATIVE_UINT32, 0, {}, {}, 0};  // type and chunk set by the constructor
-    Appender<uint64_t> offsets{"doc_offsets", H5T_STD_U64LE, H5T_NATIVE_UINT64, kChunkBytes / 8, {}, {}, 0};
+    // HDF5 types and the tokens' chunk set by the constructor, under the HDF5 lock (data/h5.hpp).
+    Appender<uint32_t> tokens{"tokens", 0, 0, 0, {}, {}, 0};
+    Appender<uint64_t> offsets{"doc_offsets", 0, 0, kChunkBytes / 8, {}, {}, 0};
     uint64_t doc_start = 0;  // token index where the current document starts
     uint64_t n_docs = 0;
     bool finished = false;
@@ -140,15 +141,17 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, int vocab_size, 
     w.eos_id = eos_id;
     w.bos_id = bos_id;
     w.tokenizer = tokenizer_model_bytes;
-    const bool narrow = vocab_size <= 65536;
-    w.tokens.file_type = narrow ? H5T_STD_U16LE : H5T_STD_U32LE;
-    w.tokens.chunk = kChunkBytes / (narrow ? 2 : 4);
-
     std::filesystem::path dir = std::filesystem::path(path).parent_path();
     if (dir.empty()) dir = ".";
     if (!std::filesystem::is_directory(dir))
         throw DataError(path + ": output directory " + dir.string() + " does not exist");
-    h5::QuietErrors quiet;
+    h5::Lock lock;
+    const bool narrow = vocab_size <= 65536;
+    w.tokens.file_type = narrow ? H5T_STD_U16LE : H5T_STD_U32LE;
+    w.tokens.mem_type = H5T_NATIVE_UINT32;
+    w.tokens.chunk = kChunkBytes / (narrow ? 2 : 4);
+    w.offsets.file_type = H5T_STD_U64LE;
+    w.offsets.mem_type = H5T_NATIVE_UINT64;
     h5::Handle fapl(h5::check(H5Pcreate(H5P_FILE_ACCESS), w.tmp));
     h5::check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_V110, H5F_LIBVER_LATEST), w.tmp);
     w.file = h5::Handle(h5::check(H5Fcreate(w.tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()),
@@ -159,7 +162,7 @@ TokenDatasetWriter::TokenDatasetWriter(const std::string& path, int vocab_size, 
 
 TokenDatasetWriter::~TokenDatasetWriter() {
     if (!impl_ || impl_->finished) return;
-    h5::QuietErrors quiet;
+    h5::Lock lock;
     impl_->tokens.ds.reset();
     impl_->offsets.ds.reset();
     impl_->file.reset();
@@ -181,14 +184,14 @@ void TokenDatasetWriter::append(const int32_t* tokens, size_t n) {
             throw DataError(w.path + ": document " + std::to_string(w.n_docs) + " position " +
                             std::to_string(in_doc + i) + ": token id " + std::to_string(tokens[i]) +
                             " is outside [0, vocab_size " + std::to_string(w.vocab_size) + ")");
-    h5::QuietErrors quiet;
+    h5::Lock lock;
     for (size_t i = 0; i < n; ++i) w.tokens.push(w.file.get(), static_cast<uint32_t>(tokens[i]), w.tmp);
 }
 
 void TokenDatasetWriter::end_document() {
     Impl& w = *impl_;
     if (w.finished) throw DataError(w.path + ": add_document after finish()");
-    h5::QuietErrors quiet;
+    h5::Lock lock;
     w.doc_start = w.tokens.size();
     w.offsets.push(w.file.get(), w.doc_start, w.tmp);
     ++w.n_docs;
@@ -197,7 +200,7 @@ void TokenDatasetWriter::end_document() {
 void TokenDatasetWriter::finish() {
     Impl& w = *impl_;
     if (w.finished) return;
-    h5::QuietErrors quiet;
+    h5::Lock lock;
     const hid_t f = w.file.get();
     w.tokens.finish(f, w.tmp);
     w.offsets.finish(f, w.tmp);

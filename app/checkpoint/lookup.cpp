@@ -91,13 +91,31 @@ ResumeChoice find_resume_checkpoint(const std::string& run_dir) {
     return c;
 }
 
+std::string checkpoint_named(const std::string& path) {
+    std::error_code ec;
+    std::string dir = path;
+    if (!fs::exists(fs::path(path) / "state.toml", ec)) {
+        if (!fs::is_directory(fs::path(path) / "checkpoints", ec)) return "";
+        const ResumeChoice c = find_resume_checkpoint(path);
+        if (c.dir.empty()) {
+            std::string why;
+            for (const auto& s : c.skipped) why += "\n  " + s;
+            throw CheckpointError(path + ": a run directory without a checkpoint that verifies" + why);
+        }
+        dir = c.dir;
+    }
+    if (const std::string why = checkpoint_problem(dir); !why.empty())
+        throw CheckpointError("checkpoint '" + dir + "': " + why);
+    return dir;
+}
+
 ResumeChoice resolve_resume(const std::string& resume, const std::string& run_dir, bool overwrite) {
     const auto all = step_dirs(fs::path(run_dir) / "checkpoints");
     if (resume == "none") {
         if (all.empty() || overwrite) return {};
         const auto rid = current_run_id(run_dir);
-        const ResumeChoice c = rid ? find_latest_checkpoint(run_dir, *rid) : ResumeChoice{};
-        const std::string which = rid ? "of run " + (rid->empty() ? std::string("(format 1)") : *rid) + " (newest " +
+        const ResumeChoice c = rid ? find_resume_checkpoint(run_dir) : ResumeChoice{};
+        const std::string which = rid ? "of run " + (rid->empty() ? std::string("(format 1)") : *rid) + " (it continues from " +
                                             fs::path(c.dir).filename().string() + ")"
                                       : "(none of them verifies)";
         throw CheckpointError("run dir " + run_dir + " already holds checkpoints " + which +

@@ -1,7 +1,11 @@
 // app/config/model_config.cpp — the model part of the config: cfg.model as the model's GPTConfig,
-// and the model config hash that checkpoints record (docs/configuration.md "The model hash").
+// the model's identity (every key that changes its function), the model config hash that
+// checkpoints record over it, and the one check a resume makes of it (docs/configuration.md
+// "The model hash").
+#include <charconv>
 #include <cstdint>
 #include <cstdio>
+#include <stdexcept>
 #include <string>
 
 #include "app/config/config.hpp"
@@ -23,21 +27,86 @@ uint64_t fnv1a64(const std::string& s) {
 
 }  // namespace
 
-std::string model_config_hash(const Config& cfg) {
-    const auto& m = cfg.model;
-    // The canonical text is part of the checkpoint format (docs/configuration.md "The model hash"): change it only with a
-    // format version bump.
-    std::string canon = "gpt2:n_layer=" + std::to_string(m.n_layer) + ",n_head=" + std::to_string(m.n_head) +
-                        ",n_embd=" + std::to_string(m.n_embd) + ",seq_len=" + std::to_string(m.seq_len) +
-                        ",vocab_size=" + std::to_string(m.vocab_size);
-    if (m.arch != "gpt2") {  // GPT-2's text is unchanged; other architectures add their shape keys
-        const ArchSpec spec(gpt_config_of(cfg));
-        canon = m.arch + canon.substr(4) + ",n_kv_head=" + std::to_string(spec.NKV) + ",intermediate_size=" +
-                std::to_string(spec.F) + ",tie_embeddings=" + (spec.tied ? "true" : "false");
+ModelIdentity model_identity(const GPTConfig& g) {
+    const ArchSpec spec(g);
+    auto num = [](float x) {  // the shortest fixed-point text that reads back as the same float
+        char buf[64];       // enough for any float in fixed notation
+        const auto r = std::to_chars(buf, buf + sizeof buf, x, std::chars_format::fixed);
+        return std::string(buf, r.ptr);
+    };
+    ModelIdentity id{{"arch", arch_name(g.arch)},
+                     {"n_layer", std::to_string(g.n_layer)},
+                     {"n_head", std::to_string(g.n_head)},
+                     {"n_embd", std::to_string(g.n_embd)},
+                     {"seq_len", std::to_string(g.seq_len)},
+                     {"vocab_size", std::to_string(g.vocab_size)}};
+    if (g.arch == Arch::gpt2) return id;  // every other key is fixed by the architecture
+    id.insert(id.end(), {{"n_kv_head", std::to_string(spec.NKV)},
+                         {"intermediate_size", std::to_string(spec.F)},
+                         {"tie_embeddings", spec.tied ? "true" : "false"},
+                         {"rope_theta", num(spec.rope_theta)},
+                         {"norm_eps", num(spec.norm_eps)}});
+    return id;
+}
+
+namespace {
+
+/// The keys model_identity gained with state.toml format 4 (not in the hash written before).
+bool added_in_format4(const std::string& key) { return key == "rope_theta" || key == "norm_eps"; }
+
+/// 16 hex digits of FNV-1a 64 over "<arch>:k=v,k=v,..." (the pairs after arch; `legacy`: only those
+/// hashed before format 4). The text is part of the checkpoint format: change it only with a
+/// format version bump.
+std::string identity_hash(const ModelIdentity& id, bool legacy) {
+    std::string canon = id.at(0).second + ":";
+    for (size_t i = 1; i < id.size(); ++i) {
+        if (legacy && added_in_format4(id[i].first)) continue;
+        canon += (i > 1 ? "," : "") + id[i].first + "=" + id[i].second;
     }
     char buf[17];
     std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(fnv1a64(canon)));
     return buf;
+}
+
+}  // namespace
+
+std::string model_config_hash(const Config& cfg) { return identity_hash(model_identity(gpt_config_of(cfg)), false); }
+
+std::string legacy_model_config_hash(const GPTConfig& g) { return identity_hash(model_identity(g), true); }
+
+std::string model_identity_mismatch(const ModelIdentity& recorded, const GPTConfig& recorded_model,
+                                    const std::string& recorded_hash, const Config& cfg) {
+    const ModelIdentity mine = model_identity(gpt_config_of(cfg));
+    ModelIdentity theirs = recorded;
+    if (theirs.empty()) {  // before format 4: [model]'s keys, when they are the ones that were hashed
+        try {
+            if (legacy_model_config_hash(recorded_model) == recorded_hash) theirs = model_identity(recorded_model);
+        } catch (const std::invalid_argument&) {
+            // an invalid recorded shape: only the hash can be compared
+        }
+        if (theirs.empty())
+            return legacy_model_config_hash(gpt_config_of(cfg)) == recorded_hash
+                       ? ""
+                       : "its model config hash " + recorded_hash + " differs from the config's " +
+                             legacy_model_config_hash(gpt_config_of(cfg)) + " (state.toml has no [model_identity] to name the key)";
+    }
+    auto find = [](const ModelIdentity& id, const std::string& key) -> const std::string* {
+        for (const auto& [k, v] : id)
+            if (k == key) return &v;
+        return nullptr;
+    };
+    for (const auto& [key, value] : mine) {
+        const std::string* had = find(theirs, key);
+        if (!had || *had != value)
+            return "model." + key + ": the checkpoint has " + (had ? *had : std::string("no such key")) +
+                   ", the config " + value;
+    }
+    for (const auto& [key, value] : theirs)
+        if (!find(mine, key)) return "model." + key + ": the checkpoint has " + value + ", the config no such key";
+    if (!recorded.empty() && recorded_hash != identity_hash(mine, false))
+        return "its model.config_hash " + recorded_hash + " does not match its [model_identity] (" +
+               identity_hash(mine, false) + "; state.toml edited by hand?)";
+    return "";
 }
 
 GPTConfig gpt_config_of(const Config& c) {

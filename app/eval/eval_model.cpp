@@ -20,17 +20,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// The checkpoint directory `path` names, or "" when it is neither a checkpoint nor a run directory.
-std::string checkpoint_of(const std::string& path) {
-    if (fs::exists(fs::path(path) / "state.toml")) return path;
-    if (!fs::is_directory(path) || !fs::exists(fs::path(path) / "checkpoints")) return "";
-    const auto run = current_run_id(path);
-    if (!run) throw CheckpointError(path + ": a run directory without a checkpoint that verifies");
-    const std::string dir = find_latest_checkpoint(path, *run).dir;
-    if (dir.empty()) throw CheckpointError(path + ": a run directory without a checkpoint that verifies");
-    return dir;
-}
-
 /// The shape of a HuggingFace GPT-2 from its config.json (`path`: the directory or model.safetensors).
 GPTConfig hf_shape(const std::string& path) {
     const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
@@ -103,10 +92,8 @@ EvalTokenizer tokenizer_from(const std::string& path) {
 EvalWeights load_eval_weights(const std::string& path) {
     EvalWeights w;
     if (!fs::exists(path)) throw ConfigError(path + ": no such checkpoint, run directory or weights file");
-    const std::string ckpt = checkpoint_of(path);
+    const std::string ckpt = checkpoint_named(path);  // verified; from a run dir, the one resume takes
     if (!ckpt.empty()) {
-        if (const std::string why = checkpoint_problem(ckpt); !why.empty())
-            throw CheckpointError("checkpoint '" + ckpt + "': " + why);
         const TrainState st = read_train_state(ckpt);
         w.model = checkpoint_model_config(ckpt, st);
         w.params.resize(ParamLayout(w.model).total_numel());

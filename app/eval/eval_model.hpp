@@ -20,8 +20,8 @@ struct EvalWeights {
     std::string run_config_path;    ///< its path ("" when none)
 };
 
-/// Loads the weights `path` names: a checkpoint directory (state.toml), a run directory (its newest
-/// checkpoint that verifies), an llm.c model file or a HuggingFace GPT-2 (directory or
+/// Loads the weights `path` names: a checkpoint directory (state.toml), a run directory (the checkpoint
+/// resume would take: checkpoint_named), an llm.c model file or a HuggingFace GPT-2 (directory or
 /// model.safetensors with config.json beside it; its shape from config.json's n_layer, n_head,
 /// n_embd, n_positions, vocab_size). A checkpoint's run config is <run_dir>/config.toml (two levels
 /// up from step_N). Errors: CheckpointError, InteropError or ConfigError naming the path and what

@@ -11,8 +11,8 @@ namespace llmtrain {
 
 namespace {
 
-/// A Config whose model keys are g's, as far as model_config_hash reads them (the shape, and for
-/// another architecture arch, n_kv_head, intermediate_size, tie_embeddings).
+/// A Config whose model keys are g's, as far as model_identity reads them (the shape, and for
+/// another architecture arch, n_kv_head, intermediate_size, tie_embeddings, rope_theta, norm_eps).
 Config hash_config_of(const GPTConfig& g) {
     Config c;
     c.model.n_layer = g.n_layer;
@@ -24,6 +24,9 @@ Config hash_config_of(const GPTConfig& g) {
     c.model.n_kv_head = g.n_kv_head;
     c.model.intermediate_size = g.intermediate_size;
     c.model.tie_embeddings = g.tie_embeddings;
+    c.model.multiple_of = g.multiple_of;
+    c.model.rope_theta = g.rope_theta;
+    c.model.norm_eps = g.norm_eps;
     return c;
 }
 
@@ -33,9 +36,10 @@ GPTConfig checkpoint_model_config(const std::string& ckpt_dir, const TrainState&
     namespace fs = std::filesystem;
     if (st.model.arch != Arch::gpt2) {  // state.toml records the architecture (read_train_state)
         const Config c = hash_config_of(st.model);
-        if (model_config_hash(c) != st.model_config_hash)
-            throw InteropError("checkpoint '" + ckpt_dir + "': state.toml's model keys hash to " + model_config_hash(c) +
-                               ", not its model.config_hash " + st.model_config_hash + " (edited by hand?)");
+        const std::string why = model_identity_mismatch(st.model_identity, st.model, st.model_config_hash, c);
+        if (!why.empty())
+            throw InteropError("checkpoint '" + ckpt_dir + "': state.toml's [model] keys are not the model it records (" +
+                               why + "; edited by hand?)");
         return st.model;
     }
     const fs::path cfg_path = fs::path(ckpt_dir).parent_path().parent_path() / "config.toml";
@@ -43,7 +47,9 @@ GPTConfig checkpoint_model_config(const std::string& ckpt_dir, const TrainState&
     if (fs::exists(cfg_path)) {
         try {
             const Config c = load_config(cfg_path.string(), {});
-            if (model_config_hash(c) == st.model_config_hash) return gpt_config_of(c);
+            if (model_config_hash(c) == st.model_config_hash ||
+                legacy_model_config_hash(gpt_config_of(c)) == st.model_config_hash)  // written before format 4
+                return gpt_config_of(c);
             why = cfg_path.string() + " describes another model (config hash " + model_config_hash(c) + ")";
         } catch (const std::exception& e) {
             why = cfg_path.string() + ": " + e.what();

@@ -28,19 +28,13 @@ using namespace llmtrain;
 
 namespace {
 
-/// The checkpoint directory `arg` names: itself when it holds a state.toml, else the newest
-/// verifying checkpoint of the run directory. Errors: CheckpointError naming the path and why.
+/// The checkpoint directory `arg` names (checkpoint_named: the one resume would take from a run
+/// directory). Errors: CheckpointError naming the path and why.
 std::string checkpoint_dir(const std::string& arg) {
-    namespace fs = std::filesystem;
-    std::string dir = arg;
-    if (!fs::exists(fs::path(arg) / "state.toml")) {
-        dir = find_resume_checkpoint(arg).dir;  // latest's when it verifies, as resume = "auto" takes it
-        if (dir.empty())
-            throw CheckpointError(arg + ": neither a checkpoint directory (no state.toml) nor a run directory "
-                                        "with a checkpoint that verifies");
-    }
-    if (const std::string why = checkpoint_problem(dir); !why.empty())
-        throw CheckpointError("checkpoint '" + dir + "': " + why);
+    const std::string dir = checkpoint_named(arg);
+    if (dir.empty())
+        throw CheckpointError(arg + ": neither a checkpoint directory (no state.toml) nor a run directory "
+                                    "(no checkpoints/)");
     return dir;
 }
 

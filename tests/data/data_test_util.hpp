@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "data/h5.hpp"
 #include "data/token_dataset.hpp"
 
 namespace llmtrain::test {
@@ -53,6 +54,7 @@ inline std::vector<uint64_t> write_sample(const std::string& path, int vocab, in
 /// in ways the writer refuses to.
 template <class Fn>
 void mutate(const std::string& path, Fn&& fn) {
+    llmtrain::h5::Lock lock;  // every HDF5 call of the process (data/h5.hpp)
     hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     ASSERT_GE(f, 0);
     fn(f);

@@ -37,6 +37,7 @@ void spit(const std::string& path, const std::string& bytes) {
 // can tell metadata from data when they corrupt bytes.
 std::vector<std::pair<uint64_t, uint64_t>> raw_data_ranges(const std::string& path) {
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    h5::Lock lock;  // every HDF5 call of the process (data/h5.hpp)
     hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
     hid_t tok = H5Dopen2(f, "tokens", H5P_DEFAULT);
     hid_t space = H5Dget_space(tok);
