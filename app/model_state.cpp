@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "app/interop/pretrained.hpp"
+#include "app/tp_state.hpp"
 #include "model/arch.hpp"
 #include "model/cuda/flash_attention.hpp"
 #include "model/dry_ops.hpp"
@@ -181,13 +182,16 @@ bool checkpoints_on(const Config& cfg) { return cfg.checkpoint.interval > 0 || c
 size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const ZeroEngine& engine, const AdamW& adam) {
     if (!checkpoints_on(cfg)) return 0;
     if (topo.tp() == 1) return topo.replica() == 0 ? adam.numel() : 0;
-    if (topo.world_rank() != topo.rank_of(topo.stage(), 0, 0, 0)) return 0;  // save_tp's gathering rank only
-    const ParamLayout full(gpt_config_of(cfg));  // the whole tensors (tp = 1), units numbered alike
+    if (topo.replica() != 0) return 0;
+    // save_tp: the whole tensors (tp = 1 layout, units numbered alike) of the stage's saved units,
+    // one piece per rank of replica 0 (app/tp_state.hpp tp_piece).
+    const ParamLayout full(gpt_config_of(cfg));
     const bool last_with_pipe = topo.pp() > 1 && topo.stage() == topo.pp() - 1;
-    size_t n = 0;
+    std::vector<int> held;
     for (int u = 0; u < int(full.units().size()); ++u)
-        if (engine.holds(u) && !(last_with_pipe && u == 0)) n += full.units()[size_t(u)].numel;
-    return n;
+        if (engine.holds(u) && !(last_with_pipe && u == 0)) held.push_back(u);
+    const int N = topo.zero_group_size();
+    return tp_piece(full, held, N * topo.tp(), topo.tp_index() * N + topo.zero_index()).numel;
 }
 
 size_t device_bytes(const MemBytes& b) {

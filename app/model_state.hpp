@@ -106,9 +106,10 @@ bool checkpoints_on(const Config& cfg);
 
 /// Elements of the host snapshot this rank's CheckpointSaver reserves at start (w, m and v of each:
 /// 3 x 4 bytes per element, pinned, MemCategory::host), 0 when checkpoints are off or the rank
-/// writes no part: with tp = 1 the ranks of replica 0, adam's shard (adam.numel()); with tp > 1 each
-/// stage's first rank (TP index 0 of replica 0, which gathers the stage for save_tp), the whole
-/// tensors of the units `engine` holds, without the last stage's copy of the tied wte when pp > 1.
+/// writes no part: with tp = 1 the ranks of replica 0, adam's shard (adam.numel()); with tp > 1 the
+/// ranks of replica 0 too, each its piece of the stage's whole tensors (app/tp_state.hpp tp_piece:
+/// the units `engine` holds, without the last stage's copy of the tied wte when pp > 1, cut over
+/// N x tp writers).
 size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const ZeroEngine& engine, const AdamW& adam);
 
 /// Bytes per MemCategory of the first rank (TP index 0) of pipeline stage `pp_stage` of a run of

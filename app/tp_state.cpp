@@ -1,117 +1,143 @@
-// app/tp_state.cpp — a tensor-parallel run's training state between TP parts and whole tensors (see tp_state.hpp).
+// app/tp_state.cpp — a tensor-parallel run's training state from TP parts to whole-tensor pieces (see tp_state.hpp).
 #include "app/tp_state.hpp"
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 
 namespace llmtrain {
 
-std::string gather_tp_stage(Comm& world, const Topology& topo, const ParamLayout& full, int zero_shard_multiple,
-                            const std::vector<int>& shard_units, const std::vector<int>& held, const float* mine,
-                            size_t ns, const std::function<float*(size_t)>& snapshot,
-                            std::vector<OptimShardView>& views) {
-    const int st = topo.stage(), N = topo.zero_group_size(), TP = topo.tp();
-    const int head = topo.rank_of(st, 0, 0, 0), me = topo.world_rank();
-    if (me != head) {
-        world.send(mine, 3 * ns, DType::f32, head);
-        return "";
+namespace {
+
+/// One run of a rank's shard inside a writer's piece: `count` elements from shard-local index
+/// `local` are flat elements [flat, flat + count) of the whole-model layout.
+struct ShareRun {
+    size_t local, flat, count;
+    bool replicated;
+    const std::string* name;  ///< the tensor's name (for the replicated copies' check)
+};
+
+/// The runs of the shard of ZeRO index z of `lay` (a TP rank's local layout, sharded over N)
+/// over the units marked in in_shard that land in [lo, hi) of `full`, in shard-local order.
+std::vector<ShareRun> share_runs(const ParamLayout& lay, const ParamLayout& full, const std::vector<bool>& in_shard,
+                                 int z, int N, size_t lo, size_t hi) {
+    std::vector<ShareRun> out;
+    if (lo >= hi) return out;
+    const std::vector<FlatRange> chunks = lay.shard(z, N);
+    std::vector<size_t> base(chunks.size(), 0);  // unit u's chunk in the shard-local buffer
+    size_t pos = 0;
+    for (size_t u = 0; u < chunks.size(); ++u) {
+        base[u] = pos;
+        if (in_shard[u]) pos += chunks[u].numel;
     }
-    size_t nf = 0;
-    for (int u : held) nf += full.units()[size_t(u)].numel;
-    float* w = snapshot(nf);
-    float *m = w + nf, *v = m + nf;
-    std::vector<size_t> at(full.units().size(), 0);  // a held unit's offset in the snapshot
-    std::vector<bool> saved(full.units().size(), false), in_shard(full.units().size(), false);
-    for (int u : shard_units) in_shard[size_t(u)] = true;
-    size_t off = 0;
-    for (int u : held) {
-        const ParamUnit& un = full.units()[size_t(u)];
-        at[size_t(u)] = off;
-        saved[size_t(u)] = true;
-        views.push_back({un.offset, un.offset + un.numel, m + off, v + off, w + off});
-        off += un.numel;
-    }
-    std::fill(w, w + 3 * nf, 0.0f);  // padding
-    std::string err;
-    std::vector<float> recv(3 * ns), lw, lm, lv;
-    for (int t = 0; t < TP; ++t) {
-        const ParamLayout lay(full.config(), zero_shard_multiple, TP, t);  // TP rank t's layout
-        // TP rank t's local state of this stage's units only, back to back: base[u] is where unit
-        // u's local elements start in lw/lm/lv, which hold nothing of the other stages.
-        std::vector<size_t> base(lay.units().size(), 0);
-        size_t nl = 0;
-        for (int u : shard_units) {
-            base[size_t(u)] = nl;
-            nl += lay.units()[size_t(u)].numel;
-        }
-        auto scratch_of = [&](size_t u, size_t flat) { return base[u] + (flat - lay.units()[u].offset); };
-        lw.assign(nl, 0.0f), lm.assign(nl, 0.0f), lv.assign(nl, 0.0f);
-        for (int z = 0; z < N; ++z) {  // TP rank t's local state, from its ZeRO group's shards
-            const int src = topo.rank_of(st, 0, z, t);
-            const float* p = mine;
-            if (src != me) {
-                world.recv(recv.data(), recv.size(), DType::f32, src);
-                p = recv.data();
-            }
-            const std::vector<FlatRange> chunks = lay.shard(z, N);  // chunk z of every unit; held ones back to back
-            size_t local = 0;
-            for (size_t u = 0; u < chunks.size(); ++u) {
-                if (!in_shard[u]) continue;
-                const FlatRange& c = chunks[u];
-                const long at = long(scratch_of(u, c.offset));
-                std::copy(p + local, p + local + c.numel, lw.begin() + at);
-                std::copy(p + ns + local, p + ns + local + c.numel, lm.begin() + at);
-                std::copy(p + 2 * ns + local, p + 2 * ns + local + c.numel, lv.begin() + at);
-                local += c.numel;
-            }
-        }
-        for (const ParamTensor& lt : lay.tensors()) {
-            const size_t u = size_t(lt.unit);
-            if (!saved[u]) continue;
-            const ParamTensor& ft = full.find(lt.name);
-            const size_t dst = at[u] + (ft.offset - full.units()[u].offset), src = scratch_of(u, lt.offset);
-            if (lt.split == TPSplit::replicated && t != 0) {
-                // Saved from TP rank 0; every other TP rank's copy must be the same bits (equal
-                // gradients, one clip scale: nothing may make them drift).
-                const size_t bytes = lt.numel * sizeof(float);
-                if (err.empty() && (std::memcmp(lw.data() + src, w + dst, bytes) != 0 ||
-                                    std::memcmp(lm.data() + src, m + dst, bytes) != 0 ||
-                                    std::memcmp(lv.data() + src, v + dst, bytes) != 0))
-                    err = "checkpoint: the replicated tensor " + lt.name + " of TP rank " + std::to_string(t) +
-                          " (world rank " + std::to_string(topo.rank_of(st, 0, 0, t)) +
-                          ") differs from TP rank 0's (weights or AdamW state)";
-                continue;
-            }
-            lay.place_local(lt, lw.data() + src, w + dst);
-            lay.place_local(lt, lm.data() + src, m + dst);
-            lay.place_local(lt, lv.data() + src, v + dst);
+    for (size_t i = 0; i < lay.tensors().size(); ++i) {  // the same tensor order at every tp
+        const ParamTensor& lt = lay.tensors()[i];
+        const ParamTensor& ft = full.tensors()[i];
+        const size_t u = size_t(lt.unit);
+        if (!in_shard[u] || ft.offset >= hi || ft.offset + ft.numel <= lo) continue;
+        const FlatRange& c = chunks[u];
+        const size_t a = std::max(lt.offset, c.offset), b = std::min(lt.offset + lt.numel, c.offset + c.numel);
+        if (a >= b) continue;
+        for (const TPRun& r : lay.local_runs(lt, a - lt.offset, b - lt.offset)) {
+            const size_t f0 = ft.offset + r.full, s = std::max(f0, lo), e = std::min(f0 + r.count, hi);
+            if (s < e)
+                out.push_back({base[u] + (lt.offset + r.local - c.offset) + (s - f0), s, e - s,
+                               lt.split == TPSplit::replicated, &lt.name});
         }
     }
-    return err;
+    return out;
 }
 
-void read_tp_local(const std::string& dir, const ParamLayout& full, const ParamLayout& local, float* w, float* m,
-                   float* v) {
-    const size_t nl = local.total_numel();
-    std::fill(w, w + nl, 0.0f), std::fill(m, m + nl, 0.0f), std::fill(v, v + nl, 0.0f);
-    {
-        std::vector<float> whole(full.total_numel());  // model.h5 reads whole
-        read_params(dir, full, whole.data());
-        local.cut_local_flat(full, whole.data(), w);
+size_t total_count(const std::vector<ShareRun>& runs) {
+    size_t n = 0;
+    for (const ShareRun& r : runs) n += r.count;
+    return n;
+}
+
+}  // namespace
+
+FlatRange tp_piece(const ParamLayout& full, const std::vector<int>& held, int writers, int w) {
+    if (held.empty()) throw std::invalid_argument("tp_piece: no unit to save");
+    const size_t lo = full.units()[size_t(held.front())].offset;
+    size_t hi = lo;
+    for (int u : held) {
+        const ParamUnit& un = full.units()[size_t(u)];
+        if (un.offset != hi) throw std::invalid_argument("tp_piece: the saved units are not contiguous");
+        hi += un.numel;
     }
-    // The moments unit by unit (read_optim takes a flat range): one unit of m and v on the host at a time.
-    std::vector<float> mu, vu;
-    for (size_t u = 0; u < full.units().size(); ++u) {
-        const ParamUnit& un = full.units()[u];
-        mu.resize(un.numel), vu.resize(un.numel);
-        read_optim(dir, full, un.offset, un.offset + un.numel, mu.data(), vu.data());
-        for (const ParamTensor& lt : local.tensors()) {
-            if (size_t(lt.unit) != u) continue;
-            const size_t at = full.find(lt.name).offset - un.offset;
-            local.cut_local(lt, mu.data() + at, m + lt.offset);
-            local.cut_local(lt, vu.data() + at, v + lt.offset);
+    const size_t q = (hi - lo + size_t(writers) - 1) / size_t(writers);
+    const size_t a = std::min(hi, lo + size_t(w) * q), b = std::min(hi, a + q);
+    return {a, b - a};
+}
+
+std::string exchange_tp_stage(Comm& world, const Topology& topo, const ParamLayout& full, int zero_shard_multiple,
+                              const std::vector<int>& shard_units, const std::vector<int>& held, const float* mine,
+                              size_t ns, const std::function<float*(size_t)>& snapshot,
+                              std::vector<OptimShardView>& views) {
+    const int st = topo.stage(), N = topo.zero_group_size(), TP = topo.tp(), W = N * TP;
+    const int me = topo.world_rank(), my_w = topo.tp_index() * N + topo.zero_index();
+    std::vector<bool> in_shard(full.units().size(), false);
+    for (int u : shard_units) in_shard[size_t(u)] = true;
+    std::vector<ParamLayout> lays;  // TP rank t's local layout
+    for (int t = 0; t < TP; ++t) lays.emplace_back(full.config(), zero_shard_multiple, TP, t);
+    const ParamLayout& mylay = lays[size_t(topo.tp_index())];
+    std::string err;
+    std::vector<float> buf;
+    for (int w = 0; w < W; ++w) {  // writer order: every rank of the stage's replica 0 agrees on it
+        const FlatRange piece = tp_piece(full, held, W, w);
+        const size_t lo = piece.offset, hi = piece.offset + piece.numel;
+        if (w != my_w) {  // send the writer my elements of its piece: w | m | v
+            const std::vector<ShareRun> runs = share_runs(mylay, full, in_shard, topo.zero_index(), N, lo, hi);
+            const size_t n = total_count(runs);
+            if (n == 0) continue;
+            buf.resize(3 * n);
+            size_t o = 0;
+            for (const ShareRun& r : runs) {
+                for (size_t g = 0; g < 3; ++g) std::copy_n(mine + g * ns + r.local, r.count, buf.data() + g * n + o);
+                o += r.count;
+            }
+            world.send(buf.data(), buf.size(), DType::f32, topo.rank_of(st, 0, w % N, w / N));
+            continue;
         }
+        float* wp = snapshot(piece.numel);
+        float* mp = wp + piece.numel;
+        float* vp = mp + piece.numel;
+        std::fill(wp, wp + 3 * piece.numel, 0.0f);  // padding
+        if (piece.numel > 0) views.push_back({lo, hi, mp, vp, wp});
+        for (int t = 0; t < TP; ++t)  // TP rank 0 first: the replicated tensors' copy that is saved
+            for (int z = 0; z < N; ++z) {
+                const std::vector<ShareRun> runs = share_runs(lays[size_t(t)], full, in_shard, z, N, lo, hi);
+                const size_t n = total_count(runs);
+                if (n == 0) continue;
+                const int src = topo.rank_of(st, 0, z, t);
+                const float* p = mine;  // my own shard: read in place, at its shard-local indices
+                size_t stride = ns;
+                if (src != me) {
+                    buf.resize(3 * n);
+                    world.recv(buf.data(), buf.size(), DType::f32, src);
+                    p = buf.data(), stride = n;
+                }
+                size_t o = 0;
+                for (const ShareRun& r : runs) {
+                    const size_t at = src == me ? r.local : o;
+                    o += r.count;
+                    const size_t dst = r.flat - lo, bytes = r.count * sizeof(float);
+                    if (!r.replicated || t == 0) {
+                        for (size_t g = 0; g < 3; ++g) std::memcpy(wp + g * piece.numel + dst, p + g * stride + at, bytes);
+                        continue;
+                    }
+                    // Saved from TP rank 0; every other TP rank's copy must be the same bits (equal
+                    // gradients, one clip scale: nothing may make them drift).
+                    bool same = true;
+                    for (size_t g = 0; g < 3; ++g)
+                        same = same && std::memcmp(wp + g * piece.numel + dst, p + g * stride + at, bytes) == 0;
+                    if (!same && err.empty())
+                        err = "checkpoint: the replicated tensor " + *r.name + " of TP rank " + std::to_string(t) +
+                              " (world rank " + std::to_string(src) + ") differs from TP rank 0's (weights or AdamW state)";
+                }
+            }
     }
+    return err;
 }
 
 }  // namespace llmtrain

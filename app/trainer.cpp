@@ -6,7 +6,9 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <stdexcept>
 
 #include "model/cpu/peak_flops.hpp"
@@ -80,6 +82,21 @@ void log_step_line(const StepStats& st, RunLog& log, Metrics* metrics) {
 
 int trainer_detail::stop_signal() { return g_stop_signal; }
 
+double peak_rss_mib() {
+    std::ifstream f("/proc/self/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.rfind("VmHWM:", 0) == 0) return std::strtod(line.c_str() + 6, nullptr) / 1024.0;  // "VmHWM:  1234 kB"
+    return -1.0;
+}
+
+bool reset_peak_rss() {
+    std::ofstream f("/proc/self/clear_refs");
+    f << "5";  // Linux >= 4.0: VmHWM = the current RSS
+    f.flush();
+    return bool(f);
+}
+
 void install_stop_signal_handlers() {
     struct sigaction sa;
     std::memset(&sa, 0, sizeof sa);
@@ -105,6 +122,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
     const double fpt = flops_per_token(I.shape.model, I.nparams(), I.T);
     const double peak = peak_flops_for(I.cfg, I.ops->name());
     if (metrics) I.report_memory(*metrics);
+    for (const std::string& l : I.rss_lines) log.line(l);
     if (I.step >= max_steps) {
         log.line("nothing to do: step " + std::to_string(I.step) + " >= run.max_steps " + std::to_string(max_steps));
         return;
@@ -171,6 +189,20 @@ void Trainer::Impl::report_step(int64_t s, const StepResult& r, Metrics& metrics
         metrics.set_offload_seconds("h2d", t.h2d);
         metrics.set_offload_seconds("wall", t.wall);
     }
+}
+
+std::string Trainer::Impl::peak_rss_line(const std::string& when) {
+    const int world = topo.world_size();
+    std::vector<float> peaks(size_t(world), 0.0f);  // MiB
+    peaks[size_t(rank)] = float(peak_rss_mib());
+    if (world > 1) comm.all_reduce_max(peaks.data(), peaks.size());
+    std::string line = "memory: peak RSS " + when + " (MiB, VmHWM):";
+    char buf[64];
+    for (int r = 0; r < world; ++r) {
+        std::snprintf(buf, sizeof buf, "%s rank %d %.1f", r ? "," : "", r, double(peaks[size_t(r)]));
+        line += buf;
+    }
+    return line;
 }
 
 void Trainer::Impl::log_peak_memory(RunLog& log) {

@@ -28,6 +28,12 @@ void install_stop_signal_handlers();
 /// docs/reference.md "Training FLOPs and MFU").
 double peak_flops_for(const Config& cfg, const std::string& backend_name);
 
+/// This process's peak resident set size in MiB (VmHWM of /proc/self/status), -1 where there is none.
+double peak_rss_mib();
+/// Resets the peak RSS to the current one (writes 5 to /proc/self/clear_refs, Linux >= 4.0), so
+/// that peak_rss_mib() then measures one phase; false where that is refused.
+bool reset_peak_rss();
+
 class Trainer {
 public:
     /// Builds the backend, model (initialized from run.seed), AdamW, the train and val loaders (this

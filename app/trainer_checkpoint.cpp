@@ -1,8 +1,8 @@
 // app/trainer_checkpoint.cpp — the trainer's side of checkpoints (the format and the saver are
 // app/checkpoint/'s): what each rank hands the saver (save, save_tp with tp > 1, the tied wte's
 // check), what state.toml records (train_state), the end-of-step decision to save or stop, and
-// reading a checkpoint back (Trainer::resume_from). Collective throughout: every rank makes the
-// same calls in the same order.
+// reading a checkpoint back (Trainer::resume_from: each rank reads only its own shard). Collective
+// throughout: every rank makes the same calls in the same order.
 #include "app/trainer_impl.hpp"
 
 #include <algorithm>
@@ -54,14 +54,15 @@ void Trainer::Impl::save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0,
     int k = -1;
     if (topo.replica() == 0) {
         const size_t ns = ms.adam->numel();
-        std::vector<float> mine(3 * ns);
+        std::vector<float> mine(3 * ns);  // this rank's shard: w | m | v
         ms.adam->state_to_host(ms.engine->param_shard(), mine.data(), mine.data() + ns, mine.data() + 2 * ns);
         err = tied_wte_problem(mine.data());
-        const std::string e = gather_tp_stage(comm, topo, *full_layout, zero_shard_multiple(topo.zero_group_size()),
-                                              tp_units(false), tp_units(true), mine.data(), ns,
-                                              [&](size_t n) { return saver->snapshot(n); }, views);
+        const std::string e = exchange_tp_stage(comm, topo, *full_layout, zero_shard_multiple(topo.zero_group_size()),
+                                                tp_units(false), tp_units(true), mine.data(), ns,
+                                                [&](size_t n) { return saver->snapshot(n); }, views);
         if (err.empty()) err = e;
-        if (topo.world_rank() == topo.rank_of(topo.stage(), 0, 0, 0)) k = topo.stage();
+        const int writers = topo.zero_group_size() * topo.tp();  // every rank of the stage's replica 0
+        k = topo.stage() * writers + topo.tp_index() * topo.zero_group_size() + topo.zero_index();
     }
     saver->submit(k, std::move(views), train_state(), err, trainer_detail::seconds_since(t0) - waited, log, metrics);
 }
@@ -153,35 +154,31 @@ std::string Trainer::resume_from(const std::string& dir) {
     if (const std::string why = model_identity_mismatch(st.model_identity, st.model, st.model_config_hash, I.cfg);
         !why.empty())
         throw CheckpointError("checkpoint '" + dir + "' holds another model than the config asks for: " + why);
-    const ParamLayout& layout = *I.ms.layout;
-    std::vector<float> host(layout.total_numel());
+    // This rank's own elements only (its ZeRO shard of its stage's units; with tp > 1 its TP part,
+    // read from the whole tensors): hyperslabs of model.h5 and of the optimizer parts, whatever
+    // layout wrote them (docs/checkpoints.md "By shard").
+    const bool peak_reset = reset_peak_rss();  // the resume's own peak, from the state built at start
+    const std::vector<FlatRange>& ranges = I.ms.adam->ranges();
     const size_t ns = I.ms.adam->numel();
-    std::vector<float> m(ns), v(ns), w;
-    size_t local = 0;
-    if (!I.full_layout) {
-        read_params(dir, layout, host.data());
-        for (const FlatRange& r : I.ms.adam->ranges()) {  // the optimizer shard, by flat offset: any old sharding
-            read_optim(dir, layout, r.offset, r.offset + r.numel, m.data() + local, v.data() + local);
-            w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
-            local += r.numel;
-        }
-    } else {
-        // tp > 1: the checkpoint holds whole tensors (written at any tp); this TP rank cuts its part.
-        std::vector<float> lm(layout.total_numel()), lv(layout.total_numel());
-        read_tp_local(dir, *I.full_layout, layout, host.data(), lm.data(), lv.data());
-        for (const FlatRange& r : I.ms.adam->ranges()) {
-            std::copy(lm.begin() + r.offset, lm.begin() + r.offset + r.numel, m.begin() + local);
-            std::copy(lv.begin() + r.offset, lv.begin() + r.offset + r.numel, v.begin() + local);
-            w.insert(w.end(), host.begin() + r.offset, host.begin() + r.offset + r.numel);
-            local += r.numel;
-        }
-    }
+    std::vector<float> w(ns), m(ns), v(ns);
+    read_params_ranges(dir, *I.ms.layout, ranges, w.data());
+    read_optim_ranges(dir, *I.ms.layout, ranges, m.data(), v.data());
     I.ms.adam->state_from_host(w.data(), m.data(), v.data());  // device and host parts alike
+    m = {}, v = {};
     // The checkpoint holds fp32 master weights. Rounded to nearest they would not be the bf16 params
     // the last step wrote stochastically; its rounding, keyed by (t, flat index), rebuilds them
     // exactly, for every copy of every element (docs/checkpoints.md "Resume").
-    if (I.cfg.training.stochastic_rounding && st.adam_t > 0) round_params_of_step(host.data(), host.size(), 0, st.adam_t);
-    I.ms.engine->load_params(host.data());  // every rank takes the part it holds
+    if (I.cfg.training.stochastic_rounding && st.adam_t > 0) {
+        size_t local = 0;
+        for (const FlatRange& r : ranges) {
+            round_params_of_step(w.data() + local, r.numel, r.offset, st.adam_t);
+            local += r.numel;
+        }
+    }
+    I.ms.engine->load_shard(w.data());  // stages 1, 2 gather the full params from the shards
+    w = {};
+    I.rss_lines.push_back(I.peak_rss_line(peak_reset ? "at resume (its own peak: reset before reading)"
+                                                     : "at resume (the process's peak: no reset on this system)"));
     I.run_id = st.run_id.empty() ? I.run_id : st.run_id;
     I.ms.adam->set_t(st.adam_t);
     I.step = I.start_step = st.step;

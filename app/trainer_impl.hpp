@@ -79,12 +79,17 @@ struct Trainer::Impl {
     int skipped_in_a_row = 0;           // consecutive non-finite steps
     std::unique_ptr<CheckpointSaver> saver;  // the checkpoint writer (background thread when async)
     std::unique_ptr<HellaSwagInLoop> hellaswag;  // run.eval_hellaswag_interval > 0
+    std::vector<std::string> rss_lines;  // "memory: peak RSS ..." at start and resume, logged by run()
 
     // --- app/trainer_setup.cpp: building the run
 
     /// The data (loaders, HellaSwag, the samples' tokenizer) first, then the backend, the model
     /// state (make_model_state), its initial weights and warm-up, the LR schedule and the saver.
     Impl(const Config& c, Comm& cm);
+
+    /// "memory: peak RSS <when> (MiB, VmHWM): rank 0 X, rank 1 Y, ..." (peak_rss_mib of every
+    /// rank). Collective: an all-reduce over every rank.
+    std::string peak_rss_line(const std::string& when);
 
     /// The whole model's parameters (with tp > 1 this rank holds about 1/tp of them).
     size_t nparams() const { return (full_layout ? *full_layout : *ms.layout).num_parameters(); }
@@ -143,10 +148,12 @@ struct Trainer::Impl {
     /// follows at a later step boundary (CheckpointSaver::poll) or at complete().
     void save(RunLog& log, Metrics* metrics);
 
-    /// save() with tp > 1: the ranks of replica 0 send their fp32 shards to their stage's first rank,
-    /// which writes the stage's whole tensors as part k = stage, laid out as full_layout (the files
-    /// of a tp = 1 run; app/tp_state.hpp). Costs that rank 12 bytes of host memory per parameter of
-    /// its stage (docs/parallelism.md "Tensor parallelism").
+    /// save() with tp > 1: the stage's whole tensors (full_layout: the files of a tp = 1 run) are
+    /// cut into one contiguous piece per rank of the stage's replica 0; the ranks exchange their
+    /// fp32 shards' elements over the world Comm so that each holds its piece, which it writes as
+    /// its own part k = stage x (N x tp) + tp_index x N + zero_index (app/tp_state.hpp). Costs each
+    /// of them 12 bytes of host memory per parameter of its stage / (N x tp)
+    /// (docs/parallelism.md "Tensor parallelism", docs/checkpoints.md "By shard").
     void save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0, double waited);
 
     /// With a pipeline, on replica 0 at its first and last stage: the two copies of the tied wte

@@ -59,18 +59,20 @@ Trainer::Impl::Impl(const Config& c, Comm& cm)
     sched.decay_steps = cfg.run.max_steps;
     sched.decay = parse_lr_decay(cfg.lr_schedule.decay);
     norm_scratch = static_cast<float*>(alloc->alloc(MemCategory::workspace, sizeof(float)));
-    // With tp > 1 a checkpoint holds the whole model like a tp = 1 one (so any tp resumes it):
-    // one part per pipeline stage, gathered on the stage's first rank (save_tp).
+    // With tp > 1 a checkpoint holds the whole model like a tp = 1 one (so any tp resumes it),
+    // each rank of replica 0 writing one piece of its stage's whole tensors (save_tp): one part per
+    // rank of replica 0 at any tp.
     if (topo.tp() > 1) full_layout = std::make_unique<ParamLayout>(shape.model);
     saver = std::make_unique<CheckpointSaver>(comm, *alloc, full_layout ? *full_layout : *ms.layout, cfg.run.run_dir,
-                                              topo.pp() * (full_layout ? 1 : topo.zero_group_size()),
-                                              cfg.checkpoint.keep_last, cfg.checkpoint.async);
+                                              topo.pp() * topo.zero_group_size() * topo.tp(),
+                                              cfg.checkpoint.keep_last, cfg.checkpoint.async, cfg.checkpoint.timeout_s);
     // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy; none
     // when checkpoints are off (checkpoint.interval = 0, checkpoint.at_end = false).
     if (const size_t n = checkpoint_snapshot_elems(cfg, topo, *ms.engine, *ms.adam)) saver->reserve(n);
 
     inputs.resize(size_t(B) * T);
     targets.resize(size_t(B) * T);
+    rss_lines.push_back(peak_rss_line("at start, after the init and the checkpoint snapshot's reserve"));
 }
 
 }  // namespace llmtrain

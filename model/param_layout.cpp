@@ -121,6 +121,15 @@ void ParamLayout::place_local(const ParamTensor& t, const float* local, float* f
     for_each_run(t, tp_, tp_rank_, [&](size_t fi, size_t li, size_t n) { std::copy_n(local + li, n, full + fi); });
 }
 
+std::vector<TPRun> ParamLayout::local_runs(const ParamTensor& t, size_t l0, size_t l1) const {
+    std::vector<TPRun> out;
+    for_each_run(t, tp_, tp_rank_, [&](size_t fi, size_t li, size_t n) {
+        const size_t lo = std::max(li, l0), hi = std::min(li + n, l1);
+        if (lo < hi) out.push_back({fi + (lo - li), lo, hi - lo});
+    });
+    return out;
+}
+
 void ParamLayout::cut_local_flat(const ParamLayout& full, const float* full_flat, float* local_flat) const {
     if (full.tp() != 1 || !(full.config() == cfg_))
         throw std::invalid_argument("ParamLayout::cut_local_flat: the source layout must be the same model at tp = 1");

@@ -106,6 +106,13 @@ struct ParamUnit {
     size_t numel = 0;   ///< padded element count (multiple of shard_multiple)
 };
 
+/// A run of a TP rank's part of a tensor inside the whole tensor (ParamLayout::local_runs):
+/// `count` elements from element `full` of the whole tensor (row-major, tensor-relative) are
+/// the local elements [local, local + count).
+struct TPRun {
+    size_t full = 0, local = 0, count = 0;
+};
+
 /// Elements [offset, offset + numel) of the flat buffer.
 struct FlatRange {
     size_t offset = 0;
@@ -146,6 +153,11 @@ public:
     /// The inverse: writes local (t.numel) into this rank's part of full (numel of t.full_shape);
     /// the other ranks' parts of full are left as they are.
     void place_local(const ParamTensor& t, const float* local, float* full) const;
+    /// The runs holding local elements [l0, l1) of tensor t (tensor-relative, l1 <= t.numel) in
+    /// the whole tensor, ascending in both indices (local -> whole is monotone): one run when
+    /// tp = 1 or t is replicated. Reading or drawing a rank's part of a tensor without the whole
+    /// (app/checkpoint/read_shard.cpp, model/gpt_init.cpp).
+    std::vector<TPRun> local_runs(const ParamTensor& t, size_t l0, size_t l1) const;
     /// Every tensor cut out of a whole-model buffer: full_flat is laid out as `full` (a layout of
     /// the same config with tp = 1, any padding); local_flat (total_numel()) gets each tensor's
     /// local part at its offset, padding untouched. Errors: std::invalid_argument if `full` has

@@ -7,6 +7,8 @@
 // everything in two flat buffers; the ZeRO engine (parallel/zero.hpp) holds shards, gathers units into
 // working buffers and starts the gradient reduction from grads_done().
 #pragma once
+#include <vector>
+
 #include "model/allocator.hpp"
 #include "model/param_layout.hpp"
 
@@ -28,6 +30,14 @@ public:
     /// Sets every parameter this store holds from full host fp32 values (layout.total_numel(),
     /// padding 0), cast to the act dtype. Synchronizes.
     virtual void load_params(const float* host) = 0;
+    /// The flat ranges this store keeps as its own, ascending, in the order load_shard() takes them
+    /// (ZeroEngine: its shard; FullParamStore: the whole buffer).
+    virtual std::vector<FlatRange> own_ranges() const = 0;
+    /// Sets every parameter this store holds from host fp32 values of own_ranges() only, back to
+    /// back (their total numel), cast to the act dtype: a ZeRO store all-gathers the full params it
+    /// keeps (stages 1, 2: collective over its ZeRO group), so no rank needs a host copy of more
+    /// than its own ranges (docs/checkpoints.md "By shard"). Synchronizes.
+    virtual void load_shard(const float* values) = 0;
     /// The host waits for event e, recorded on the current stream, where the model needs a value
     /// (its loss); `what` names the wait. A store whose collectives the stream may wait for (the
     /// ZeRO engine: its reduce-scatters and gathers) makes it a timed wait that ends a hung
@@ -54,6 +64,8 @@ public:
     void* acquire_grads(int u) override;
     void grads_done(int) override {}
     void load_params(const float* host) override;
+    std::vector<FlatRange> own_ranges() const override { return {{0, layout_.total_numel()}}; }
+    void load_shard(const float* values) override { load_params(values); }
 
 private:
     Allocator& alloc_;

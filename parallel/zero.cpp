@@ -303,45 +303,56 @@ void ZeroEngine::host_wait(Ops& ops, Event e, const char* what) {
                        what);
 }
 
-void ZeroEngine::load_params(const float* host) {
+void ZeroEngine::upload(const std::vector<Upload>& parts, const char* what) {
     // bf16 goes through an fp32 staging buffer of at most 4M elements (16 MiB): the planner and
     // --dry-run count the steady state, which a staging buffer of the whole stage would exceed.
     constexpr size_t kStage = size_t(1) << 22;
     const bool cast = ops_.act_dtype() != DType::f32;
     const size_t stage_numel = cast ? std::min(std::max(full_numel_, shard_numel_), kStage) : 0;
     void* staging = cast ? alloc_.alloc(MemCategory::workspace, stage_numel * 4) : nullptr;
-    auto put = [&](void* dst, const float* src, size_t n) {  // host fp32 -> device act dtype
+    for (const Upload& p : parts) {  // host fp32 -> device act dtype
         if (!cast) {
-            ops_.memcpy_h2d(dst, src, n * 4);
-            return;
+            ops_.memcpy_h2d(p.dst, p.src, p.n * 4);
+            continue;
         }
-        for (size_t i = 0; i < n; i += stage_numel) {
-            const size_t k = std::min(stage_numel, n - i);
-            ops_.memcpy_h2d(staging, src + i, k * 4);
+        for (size_t i = 0; i < p.n; i += stage_numel) {
+            const size_t k = std::min(stage_numel, p.n - i);
+            ops_.memcpy_h2d(staging, p.src + i, k * 4);
             // The next piece's upload queues behind this cast: the stream orders the staging reuse.
-            ops_.cast(static_cast<char*>(dst) + i * dtype_size(ops_.act_dtype()), ops_.act_dtype(), staging,
+            ops_.cast(static_cast<char*>(p.dst) + i * dtype_size(ops_.act_dtype()), ops_.act_dtype(), staging,
                       DType::f32, k);
         }
-    };
+    }
+    // Pageable sources are staged when an upload is queued (CUDA's rule), so the caller's may go
+    // after; the wait keeps the staging buffer alive until its last cast has read it.
+    host_wait_(what, {{&zero_, "zero group"}, {&replicas_, "replica group"}});
+    alloc_.release(staging);
+}
+
+void ZeroEngine::load_params(const float* host) {
+    std::vector<float> held, mine;
+    std::vector<Upload> parts;
     if (params_) {  // the units this stage holds, back to back
-        std::vector<float> held;
         held.reserve(full_numel_);
         for (size_t u = 0; u < layout_.units().size(); ++u) {
             const ParamUnit& pu = layout_.units()[u];
             if (held_[u]) held.insert(held.end(), host + pu.offset, host + pu.offset + pu.numel);
         }
-        put(params_, held.data(), full_numel_);
+        parts.push_back({params_, held.data(), full_numel_});
     }
     if (pshard_ != params_) {
-        std::vector<float> mine;
         mine.reserve(shard_numel_);
         for (const FlatRange& r : shard_) mine.insert(mine.end(), host + r.offset, host + r.offset + r.numel);
-        put(pshard_, mine.data(), shard_numel_);
+        parts.push_back({pshard_, mine.data(), shard_numel_});
     }
-    // Pageable sources are staged when an upload is queued (CUDA's rule), so `held` and `mine` may
-    // go; the wait keeps the staging buffer alive until its last cast has read it.
-    host_wait_("loading the parameters", {{&zero_, "zero group"}, {&replicas_, "replica group"}});
-    alloc_.release(staging);
+    upload(parts, "loading the parameters");
+    pemb_.unit = -1;
+}
+
+void ZeroEngine::load_shard(const float* values) {
+    upload({{pshard_, values, shard_numel_}}, "loading the parameter shard");
+    gather_params();  // stages 1, 2: the full params from every rank's shard (copies: the same bits)
+    host_wait_("gathering the loaded parameters", {{&zero_, "zero group"}, {&replicas_, "replica group"}});
     pemb_.unit = -1;
 }
 

@@ -103,6 +103,8 @@ public:
     void* acquire_grads(int u) override;
     void grads_done(int u) override;
     void load_params(const float* host) override;
+    std::vector<FlatRange> own_ranges() const override { return ranges_; }
+    void load_shard(const float* values) override;
     /// Timed (HostWait's poll and watchdog) against the ZeRO and replica groups.
     void host_wait(Ops& ops, Event e, const char* what) override;
 
@@ -124,6 +126,14 @@ private:
     char* full_at(void* base, int u) const;  // unit u in params_ / grads_
     char* shard_at(void* base, int u) const;  // unit u's chunk of a shard-local act-dtype buffer
     void* alloc_cat(MemCategory c, size_t bytes);
+    /// Host fp32 -> device act dtype: `n` elements from src into dst, for each part.
+    struct Upload {
+        void* dst;
+        const float* src;
+        size_t n;
+    };
+    /// Queues every part (through an fp32 staging buffer when casting), then the timed host wait (`what`).
+    void upload(const std::vector<Upload>& parts, const char* what);
 
     Allocator& alloc_;
     Ops& ops_;
