@@ -543,8 +543,8 @@ TEST_F(Ckpt, RawWrittenFilesHashAsOnDisk) {
 // A Llama checkpoint records its architecture in state.toml ([model] arch, n_kv_head and
 // intermediate_size resolved, tie_embeddings, rope_theta, norm_eps): read_train_state returns it and
 // checkpoint_model_config takes it with no run directory beside the checkpoint; the same keys edited
-// by hand (and resealed) no longer hash to model.config_hash and are refused. GPT-2's state.toml
-// keeps its five shape keys only (its hash text is unchanged).
+// by hand (and resealed) no longer match its [model_identity] and are refused. GPT-2's [model]
+// keeps its five shape keys only (its hash text is unchanged); [model_identity] names its arch.
 TEST_F(Ckpt, LlamaStateRecordsItsArchitecture) {
     Config c;
     c.model.n_layer = 2, c.model.n_head = 4, c.model.n_embd = 16, c.model.seq_len = 8, c.model.vocab_size = 50;
@@ -579,5 +579,15 @@ TEST_F(Ckpt, LlamaStateRecordsItsArchitecture) {
 
     const std::string gpt2 = save(ParamLayout(tiny()), 4, 0, random_flat(ParamLayout(tiny()), 4),
                                   random_flat(ParamLayout(tiny()), 5), random_flat(ParamLayout(tiny()), 6));
-    EXPECT_EQ(slurp(fs::path(gpt2) / "state.toml").find("arch"), std::string::npos);
+    const std::string g = slurp(fs::path(gpt2) / "state.toml");  // [model]: the five keys; the arch in [model_identity]
+    const size_t model_at = g.find("[model]\n"), identity_at = g.find("[model_identity]\n");
+    ASSERT_LT(model_at, identity_at);
+    EXPECT_EQ(g.substr(model_at, identity_at - model_at).find("arch"), std::string::npos) << g;
+    EXPECT_NE(g.find("arch = 'gpt2'", identity_at), std::string::npos) << g;
+    auto sorted = [](ModelIdentity id) {  // a TOML table keeps no order
+        std::sort(id.begin(), id.end());
+        return id;
+    };
+    EXPECT_EQ(sorted(read_train_state(gpt2).model_identity), sorted(model_identity(tiny())));
+    EXPECT_EQ(back.model_identity.size(), model_identity(st.model).size());  // the Llama's, all 11 keys
 }
