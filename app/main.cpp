@@ -19,6 +19,7 @@
 #include "app/metrics.hpp"
 #include "app/model_state.hpp"
 #include "app/plan/plan.hpp"
+#include "app/resume_choice.hpp"
 #include "app/run_log.hpp"
 #include "app/shared_storage.hpp"
 #include "app/plan/traffic.hpp"
@@ -161,16 +162,10 @@ int run(const CliArgs& args) {
     comm->all_reduce_max(async_votes, 2);
     if (async_votes[0] == async_votes[1])
         throw ConfigError("checkpoint.async: true on some ranks and false on others; give every rank the same config");
-    // Resume lookup on rank 0 alone (it tidies leftovers and checksums files); the others get its choice.
-    std::vector<std::string> ckpt_notes;
-    std::string ck;
-    if (rank == 0) {
-        ckpt_notes = recover_checkpoint_leftovers(cfg.run.run_dir);
-        ResumeChoice choice = resolve_resume(cfg.checkpoint.resume, cfg.run.run_dir, cfg.checkpoint.overwrite);
-        ck = choice.dir;
-        ckpt_notes.insert(ckpt_notes.end(), choice.skipped.begin(), choice.skipped.end());
-    }
-    broadcast_string(*comm, ck);
+    // Rank 0 chooses, every rank verifies its share of the choice (app/resume_choice.hpp).
+    const ResumeDecision resume = resume_choice(cfg, *comm);
+    const std::string& ck = resume.dir;
+    const std::vector<std::string>& ckpt_notes = resume.notes;
     const std::string resume_note = ck.empty() ? "" : trainer.resume_from(ck);
     std::unique_ptr<Metrics> metrics;
     if (cfg.metrics.enabled) {

@@ -34,6 +34,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -228,17 +229,27 @@ struct ResumeChoice {
     std::vector<std::string> skipped;
 };
 
+/// How resume lookup judges a candidate checkpoint directory: "" when usable, else why not.
+/// full_check (checkpoint_problem with every SHA-256) by default; resume on several ranks passes a
+/// check without the SHA-256s (checkpoint_problem(dir, 0, 0)) that also refuses the directories the
+/// ranks' shared verification refused (app/main.cpp), so no rank hashes a whole checkpoint alone.
+using CheckpointCheck = std::function<std::string(const std::string& dir)>;
+
+/// checkpoint_problem(dir): every SHA-256 checked by this process.
+std::string full_check(const std::string& dir);
+
 /// The newest checkpoint of run `run_id` under run_dir/checkpoints that verifies
 /// (checkpoint_problem() == ""), with the newer step_* directories skipped and why. dir is "" when
 /// none verifies (also when the run dir does not exist). Errors: CheckpointError when checkpoints/
 /// exists but cannot be listed.
-ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::string& run_id);
+ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::string& run_id,
+                                    const CheckpointCheck& check = full_check);
 
 /// The run a run dir continues: the run id in the state.toml of `latest`'s target when that file
 /// reads (its own state_sha256 matches), else that of the newest checkpoint that fully verifies,
 /// else nullopt (no usable checkpoint; "" is the id of format-1 checkpoints). `latest` is replaced only after a checkpoint is complete, so it
 /// names the run that wrote last; the fallback covers a `latest` lost or damaged after the fact.
-std::optional<std::string> current_run_id(const std::string& run_dir);
+std::optional<std::string> current_run_id(const std::string& run_dir, const CheckpointCheck& check = full_check);
 
 /// The checkpoint a run dir continues from, the one answer to "which checkpoint does a run dir
 /// mean" (resume through resolve_resume, llmtrain-export and llmtrain-eval through
@@ -247,7 +258,7 @@ std::optional<std::string> current_run_id(const std::string& run_dir);
 /// moved), else find_latest_checkpoint(run_dir, current_run_id(run_dir)) with a first note saying
 /// why `latest` was not followed (missing, unreadable, or its checkpoint does not verify). dir is
 /// "" when nothing verifies. Errors: CheckpointError when checkpoints/ exists but cannot be listed.
-ResumeChoice find_resume_checkpoint(const std::string& run_dir);
+ResumeChoice find_resume_checkpoint(const std::string& run_dir, const CheckpointCheck& check = full_check);
 
 /// The checkpoint `path` names, for the tools that take a checkpoint or a run directory
 /// (llmtrain-export, llmtrain-eval): path itself when it holds a state.toml, else, when it holds
@@ -263,7 +274,8 @@ std::string checkpoint_named(const std::string& path);
 ///          CheckpointError when it has some but none of the run verifies.
 ///  "none": from scratch; CheckpointError when the run dir already holds checkpoints, unless overwrite.
 ///  a path: that directory, which must verify. Errors: CheckpointError naming the path and reason.
-ResumeChoice resolve_resume(const std::string& resume, const std::string& run_dir, bool overwrite);
+ResumeChoice resolve_resume(const std::string& resume, const std::string& run_dir, bool overwrite,
+                            const CheckpointCheck& check = full_check);
 
 // ---- reading (read.cpp) ----
 

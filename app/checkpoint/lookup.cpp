@@ -12,7 +12,9 @@ namespace llmtrain {
 
 using namespace ckpt;
 
-std::optional<std::string> current_run_id(const std::string& run_dir) {
+std::string full_check(const std::string& dir) { return checkpoint_problem(dir); }
+
+std::optional<std::string> current_run_id(const std::string& run_dir, const CheckpointCheck& check) {
     const fs::path ckdir = fs::path(run_dir) / "checkpoints";
     std::string target;
     std::ifstream(ckdir / "latest") >> target;
@@ -25,11 +27,11 @@ std::optional<std::string> current_run_id(const std::string& run_dir) {
     }
     const auto all = step_dirs(ckdir);
     for (auto it = all.rbegin(); it != all.rend(); ++it)
-        if (checkpoint_problem(it->second.string()).empty()) return read_state_file(it->second.string()).st.run_id;
+        if (check(it->second.string()).empty()) return read_state_file(it->second.string()).st.run_id;
     return std::nullopt;
 }
 
-ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::string& run_id) {
+ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::string& run_id, const CheckpointCheck& check) {
     ResumeChoice c;
     const auto all = step_dirs(fs::path(run_dir) / "checkpoints");
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
@@ -37,7 +39,7 @@ ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::strin
         std::string why;
         try {
             const std::string other = read_state_file(d).st.run_id;
-            why = other == run_id ? checkpoint_problem(d) : "belongs to run " + other + ", not " + run_id;
+            why = other == run_id ? check(d) : "belongs to run " + other + ", not " + run_id;
         } catch (const CheckpointError& e) {
             why = e.what();
         }
@@ -51,7 +53,7 @@ ResumeChoice find_latest_checkpoint(const std::string& run_dir, const std::strin
     return c;
 }
 
-ResumeChoice find_resume_checkpoint(const std::string& run_dir) {
+ResumeChoice find_resume_checkpoint(const std::string& run_dir, const CheckpointCheck& check) {
     const fs::path ckdir = fs::path(run_dir) / "checkpoints";
     std::string target;
     std::ifstream(ckdir / "latest") >> target;
@@ -63,7 +65,7 @@ ResumeChoice find_resume_checkpoint(const std::string& run_dir) {
     } else {
         const fs::path dir = ckdir / target;
         std::error_code ec;
-        why = fs::is_directory(dir, ec) ? checkpoint_problem(dir.string()) : "it does not exist";
+        why = fs::is_directory(dir, ec) ? check(dir.string()) : "it does not exist";
         if (why.empty()) {
             ResumeChoice c{dir.string(), read_state_file(dir.string()).st.run_id, {}};
             for (const auto& [step, p] : step_dirs(ckdir)) {  // newer ones: abandoned by a rollback, or never published
@@ -84,9 +86,9 @@ ResumeChoice find_resume_checkpoint(const std::string& run_dir) {
         }
         why = "checkpoints/latest names " + target + ", which does not verify (" + why + ")";
     }
-    const auto rid = current_run_id(run_dir);
+    const auto rid = current_run_id(run_dir, check);
     ResumeChoice c;
-    if (rid) c = find_latest_checkpoint(run_dir, *rid);
+    if (rid) c = find_latest_checkpoint(run_dir, *rid, check);
     c.skipped.insert(c.skipped.begin(), "checkpoint: " + why + "; taking the newest checkpoint of the run that verifies");
     return c;
 }
@@ -109,12 +111,13 @@ std::string checkpoint_named(const std::string& path) {
     return dir;
 }
 
-ResumeChoice resolve_resume(const std::string& resume, const std::string& run_dir, bool overwrite) {
+ResumeChoice resolve_resume(const std::string& resume, const std::string& run_dir, bool overwrite,
+                            const CheckpointCheck& check) {
     const auto all = step_dirs(fs::path(run_dir) / "checkpoints");
     if (resume == "none") {
         if (all.empty() || overwrite) return {};
-        const auto rid = current_run_id(run_dir);
-        const ResumeChoice c = rid ? find_resume_checkpoint(run_dir) : ResumeChoice{};
+        const auto rid = current_run_id(run_dir, check);
+        const ResumeChoice c = rid ? find_resume_checkpoint(run_dir, check) : ResumeChoice{};
         const std::string which = rid ? "of run " + (rid->empty() ? std::string("(format 1)") : *rid) + " (it continues from " +
                                             fs::path(c.dir).filename().string() + ")"
                                       : "(none of them verifies)";
@@ -124,12 +127,12 @@ ResumeChoice resolve_resume(const std::string& resume, const std::string& run_di
     }
     if (resume == "auto") {
         if (all.empty()) return {};
-        ResumeChoice c = find_resume_checkpoint(run_dir);
+        ResumeChoice c = find_resume_checkpoint(run_dir, check);
         if (!c.dir.empty()) return c;
-        if (!current_run_id(run_dir)) {  // no run to follow: say why each step_<N> fails
+        if (!current_run_id(run_dir, check)) {  // no run to follow: say why each step_<N> fails
             for (auto it = all.rbegin(); it != all.rend(); ++it)
                 c.skipped.push_back("skipped " + it->second.filename().string() + ": " +
-                                    checkpoint_problem(it->second.string()));
+                                    check(it->second.string()));
         }
         std::string why;
         for (const auto& s : c.skipped) why += "\n  " + s;
@@ -140,7 +143,7 @@ ResumeChoice resolve_resume(const std::string& resume, const std::string& run_di
     std::error_code ec;
     if (!fs::is_directory(resume, ec))
         throw CheckpointError("checkpoint.resume: '" + resume + "' is not a directory");
-    const std::string why = checkpoint_problem(resume);
+    const std::string why = check(resume);
     if (!why.empty()) throw CheckpointError("checkpoint.resume: '" + resume + "' is not a complete checkpoint (" + why + ")");
     return ResumeChoice{resume, read_state_file(resume).st.run_id, {}};
 }

@@ -12,7 +12,9 @@
 #      commit: rank 1 ends the job within timeout_s + 5 s of the stop, naming rank 0 — a busy
 #      rank is waited for only while it answers;
 #   3. rank 0 SIGKILLed in the middle of its commit: the job ends within timeout_s + 5 s, and the
-#      last committed checkpoint still verifies.
+#      last committed checkpoint still verifies;
+#   4. resume with the ranks verifying their shares: one byte of step_3's model.h5 flipped, the
+#      rank whose share holds it refuses step_3 and the job resumes from step_2 (the newest intact).
 # Usage: slow_commit.sh <llmtrain> <mpiexec> <libslow_io.so> <tiny_data_dir> <work_dir>
 set -euo pipefail
 BIN=$1 MPI=$2 SLOW=$3 DATA=$4 WORK=$5
@@ -116,4 +118,21 @@ took=$(interrupt killed KILL)
 awk -v s="$took" -v t="$TIMEOUT" 'BEGIN { exit !(s < t + 5) }' || { cat "$WORK/killed.log"; fail "killed: the job ended $took s after rank 0 was killed"; }
 verify "$WORK/killed" >/dev/null || fail "killed: the committed checkpoints do not verify"
 echo "killed: the job ended $took s after rank 0 was killed mid-commit; step_1 intact"
+# 4. A damaged byte found by one rank's share of the resume verification.
+run4=$WORK/slow_async_true
+python3 - "$run4/checkpoints/step_3/model.h5" <<'EOF'
+import os, sys
+p = sys.argv[1]
+with open(p, "r+b") as f:  # a byte in the middle of the tensors' data
+    f.seek(os.path.getsize(p) // 2)
+    b = f.read(1)
+    f.seek(-1, 1)
+    f.write(bytes([b[0] ^ 0x40]))
+EOF
+"$MPI" --oversubscribe -np 2 -x OMP_NUM_THREADS=1 "$BIN" "${common[@]}" --set "run.run_dir=\"$run4\"" \
+    --set run.max_steps=4 >"$WORK/resume.log" 2>&1 || { cat "$WORK/resume.log"; fail "resume past a damaged step_3"; }
+grep -q "step_3 failed the ranks' shared verification (model.h5: SHA-256 of bytes" "$WORK/resume.log" ||
+    { cat "$WORK/resume.log"; fail "resume: the damaged slice was not reported"; }
+grep -q "resume: from $run4/checkpoints/step_2 at step 2" "$WORK/resume.log" || { cat "$WORK/resume.log"; fail "resume: not from step_2"; }
+echo "resume: step_3's damaged slice refused by the rank that checked it; resumed from step_2"
 echo "slow_commit: PASS"
