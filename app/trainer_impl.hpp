@@ -143,8 +143,8 @@ struct Trainer::Impl {
     /// Starts a checkpoint of the state after `step` (docs/checkpoints.md "Checkpoints"), collective:
     /// waits for the one in flight, then each rank of replica 0 (together they hold every shard
     /// once) copies its fp32 shard (weights, m, v) into the saver's host snapshot on the saver's own
-    /// stream, and the saver's writer thread writes it as optim_<k>.h5 and model_<k>.h5 (model.h5
-    /// when it is the only part) while training goes on; the commit
+    /// stream, and the saver's writer thread writes it as optim_<k>.h5 and its slices of model.h5
+    /// (model.h5 whole when it is the only part) while training goes on; the commit
     /// follows at a later step boundary (CheckpointSaver::poll) or at complete().
     void save(RunLog& log, Metrics* metrics);
 

@@ -4,26 +4,28 @@
 // docs/design.md "Formats", docs/checkpoints.md "Checkpoints". A checkpoint is the directory
 // <run_dir>/checkpoints/step_<N>/ holding
 //   model.h5       one fp32 dataset per parameter tensor, by GPT-2 name and global shape
-//                  (the fp32 master weights when the backend keeps them); assembled by the committing
-//                  rank (rank 0) from the ranks' model_<k>.h5 part files, which it then removes;
+//                  (the fp32 master weights when the backend keeps them); laid out by rank 0 at
+//                  the start, each writing rank then pwrites its own weights into it (its slices);
 //   optim_<k>.h5   written by the rank holding shard k: /m/<name> and /v/<name>, 1-D fp32 pieces of
 //                  each tensor that lies in one of the rank's flat-buffer segments, each with an int64
 //                  attribute `offset` (first element within the flattened tensor), so a run with
 //                  another sharding or padding can load them;
-//   state.toml     (format 3) step, tokens seen, loader position, sampler RNG, Adam step, model shape
+//   state.toml     (format 4) step, tokens seen, loader position, sampler RNG, Adam step, model shape
 //                  and config hash, world layout, backend/precision, the run id, the SHA-256 ([files])
-//                  and size ([bytes]) of every other file and, last, [integrity] state_sha256 over the
-//                  bytes before it. Written last: it marks completion. Formats 1 (no run id, no
-//                  checksums) and 2 (no sizes) still read.
+//                  and size ([bytes]) of every other file — model.h5 written by several ranks as
+//                  "sliced", its [slices] tiling the file, each with its own SHA-256 — and, last,
+//                  [integrity] state_sha256 over the bytes before it. Written last: it marks
+//                  completion. Formats 1 (no run id, no checksums), 2 (no sizes) and 3 (model.h5
+//                  hashed whole) still read.
 // HDF5 files are written without object timestamps, so the same tensors give the same bytes; HDF5
 // lays out each file and the raw data goes in by large pwrites, hashed from memory as it is written
 // (app/checkpoint/raw_h5.hpp). With one part (one writing rank) that rank writes model.h5 itself.
 // Protocol (after llm.c's DONE marker and Megatron's `latest` file): every rank that holds a shard
-// writes optim_<k>.h5 and model_<k>.h5 (its weights, /w pieces like the optimizer's; model.h5
-// itself when it is the only part) into
-// checkpoints/.tmp_step_<N>/, fsyncs and hashes them, and reports (name, bytes, SHA-256) to rank 0
-// (app/checkpoint/saver.hpp: no weights travel over MPI, no directory is listed); rank 0 checks each
-// reported file, assembles model.h5 from the model parts, writes state.toml listing exactly the
+// writes optim_<k>.h5 and its weights into model.h5 (model.h5 whole when it is the only part) in
+// checkpoints/.tmp_step_<N>/, fsyncs and hashes them, and reports (name, bytes, SHA-256, slices) to
+// rank 0 (app/checkpoint/saver.hpp: no weights travel over MPI, no directory is listed); rank 0
+// checks each reported file's size and that the slices cover every tensor once (no file is re-read:
+// docs/checkpoints.md "Who does what at a commit"), writes state.toml listing exactly the
 // reported files, fsyncs the directory, moves an existing step_<N> aside to .old_step_<N>, renames
 // the directory to step_<N>, fsyncs checkpoints/, removes .old_step_<N>, replaces checkpoints/latest
 // ("step_<N>") through latest.tmp and a rename, and only then prunes (each pruned step_<M> renamed
@@ -115,9 +117,8 @@ std::string checkpoint_tmp_dir(const std::string& run_dir, int64_t step);
 /// cannot be removed).
 std::string begin_checkpoint(const std::string& run_dir, int64_t step);
 
-/// model.h5, written unit by unit by one rank (the committing rank assembles it from the model parts,
-/// one unit on the host at a time; units in order let the SHA-256 follow the writes, any other order
-/// re-reads the file at close()). Errors: CheckpointError naming the file, tensor and HDF5 reason.
+/// model.h5, written unit by unit by one process (tools and tests that hold the weights unit by
+/// unit; units in order let the SHA-256 follow the writes, any other order re-reads the file at close()). Errors: CheckpointError naming the file, tensor and HDF5 reason.
 class ModelWriter {
 public:
     /// Creates tmp_dir/model.h5 (must not exist).

@@ -11,7 +11,7 @@
 // cache at ~5 GB/s), and it is CPU time the SHA-256 needs. So write_all() rewrites the whole file
 // image in 8 MiB blocks with O_DIRECT (the disk takes each block by DMA; four threads keep four
 // blocks in flight) while a second thread hashes the same bytes from memory; write() (model.h5
-// assembled unit by unit) and file systems that refuse O_DIRECT go through the page cache from a
+// written unit by unit: ModelWriter) and file systems that refuse O_DIRECT go through the page cache from a
 // 1 MiB buffer, with the kernel's write-back started every 64 MiB. HDF5's lock is held only while the
 // structure is made. The result is an ordinary HDF5 1.10 file (the reader opens it like any
 // other): each dataset's bytes are the little-endian fp32 values H5Dwrite would have put at the

@@ -9,8 +9,8 @@
 //            agree. The trainer queues the copy of its shard (weights, m, v) into snapshot() on
 //            the saver's own stream (begin_copy() ... end_copy(): after the step's queued work, by
 //            an event) and calls submit(): the writer thread waits for the copies, then writes
-//            optim_<k>.h5 and model_<k>.h5 (model.h5 itself when it is the only part), fsyncs and
-//            hashes them; training goes on at once. Before the next optimizer step the compute
+//            optim_<k>.h5 and its slices of model.h5 (which rank 0 laid out in begin(); model.h5
+//            whole when it is the only part), fsyncs and hashes them; training goes on at once. Before the next optimizer step the compute
 //            stream waits for the copies (before_update()), so the next forward and backward run
 //            beside them on a GPU; on the CPU backend copies run at once.
 //   step s+j at each step boundary (poll(); on a GPU it first confirms the copies are done and
@@ -18,13 +18,18 @@
 //            (a collective the loop already makes for the stop flag) and calls poll() with it: the
 //            same value on every rank, so every rank acts at the same step. 0 (no writer busy):
 //            the reports (file names, sizes, SHA-256, errors) are all-gathered; rank 0 checks that
-//            every expected part is there and starts the commit (model.h5 from the parts,
-//            state.toml, rename, `latest`) on its writer thread. 2 (a writer failed): every rank
+//            every expected part is there and starts the commit (model.h5's slices sealed,
+//            state.toml, rename, `latest`: no file re-read) on its writer thread. 2 (a writer failed): every rank
 //            throws CheckpointError; the temporary directory is removed, the last committed
 //            checkpoint stays.
 //   stop     complete() at the next checkpoint, a stop signal and the end of the run: every rank
 //            waits for its writer, agrees, rank 0 commits and waits; a failure throws everywhere.
 // With async = false submit() ends with complete(): the synchronous checkpoint.
+// Every wait of the training thread on file work — its writer thread, rank 0's commit, rank 0
+// opening the directory — runs under run_busy (parallel/nodes.hpp): the thread answers liveness
+// pings "busy: writing/committing checkpoint step_<N>", so a rank waiting on it in a collective keeps
+// waiting past parallel.timeout_s, up to checkpoint.timeout_s (docs/checkpoints.md "Who does what
+// at a commit").
 // Test hook: LLMTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=<ms> makes each writer sleep that long before
 // it writes (tests/app/test_train_e2e_faults.cpp: training goes on, checkpoints never overlap).
 #pragma once
@@ -50,7 +55,7 @@ namespace llmtrain {
 struct CheckpointTimes {
     double blocked_s = 0;  ///< the training thread's time in it: open, snapshot, agreement, waits
     double write_s = 0;    ///< the slowest rank's part write: files, fsync, SHA-256
-    double commit_s = 0;   ///< rank 0's commit: model.h5 from the parts, state.toml, renames, pruning
+    double commit_s = 0;   ///< rank 0's commit: model.h5's slices sealed, state.toml, renames, pruning
     double total_s = 0;    ///< from the snapshot to the commit
     uint64_t bytes = 0;    ///< the parts' bytes (model.h5 not included)
 };

@@ -1,6 +1,6 @@
 // app/checkpoint/write.cpp — the checkpoint write protocol (see checkpoint.hpp): temporary directory,
-// one optimizer shard file and one weight part per rank, model.h5 assembled from the parts,
-// checksummed state.toml, atomic publication, pruning and start-up recovery. HDF5 through data/h5.hpp; state.toml through TOML++.
+// one optimizer shard file per rank and model.h5 (whole from one writer, or sealed from the ranks'
+// slices: app/checkpoint/model_slices.cpp), checksummed state.toml, atomic publication, pruning and start-up recovery. HDF5 through data/h5.hpp; state.toml through TOML++.
 #include <hdf5.h>
 
 #include <algorithm>

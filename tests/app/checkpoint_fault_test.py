@@ -5,7 +5,7 @@
 # LLMTRAIN_TEST_KILL_AT_CHECKPOINT_OP=k (random k, seeded and printed), so it dies by SIGKILL just
 # before its k-th checkpoint operation: around the snapshot copy into host memory, in the
 # background writer thread's part writes (checkpoint.async = true, the default: training runs on
-# meanwhile), or in rank 0's commit (model.h5 assembly, state.toml, renames, `latest`, pruning);
+# meanwhile), or in the commit (state.toml, renames, `latest`, pruning);
 # sometimes the newest checkpoint is then damaged
 # (one byte flipped, or the file cut short). The next start must
 #   - resume from the checkpoint `latest` names when it is intact, else from the newest one that is
