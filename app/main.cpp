@@ -148,6 +148,13 @@ int run(const CliArgs& args) {
 
     install_stop_signal_handlers();
     auto comm = make_mpi_comm({}, CommOptions{cfg.parallel.timeout_s});
+    // checkpoint.async is the config's on every rank: every HDF5 call holds h5::Lock (data/h5.hpp), so no
+    // rank decides it from its local library; ranks started with different values are refused here,
+    // before anything is written.
+    float async_votes[2] = {cfg.checkpoint.async ? 1.0f : 0.0f, cfg.checkpoint.async ? 0.0f : 1.0f};
+    comm->all_reduce_max(async_votes, 2);
+    if (async_votes[0] == async_votes[1])
+        throw ConfigError("checkpoint.async: true on some ranks and false on others; give every rank the same config");
     RunLog log(rank == 0);
     if (cfg.pipeline.plan == "auto") plan_on_rank0(cfg, *comm, log);
     Trainer trainer(cfg, *comm);
@@ -156,12 +163,6 @@ int run(const CliArgs& args) {
         return kExitOk;
     }
     check_shared_run_dir(cfg.run.run_dir, *comm);  // before anything is written (exit 2 if a node sees another)
-    // checkpoint.async is the config's on every rank: every HDF5 call holds h5::Lock (data/h5.hpp), so no
-    // rank decides it from its local library; ranks started with different values are refused here.
-    float async_votes[2] = {cfg.checkpoint.async ? 1.0f : 0.0f, cfg.checkpoint.async ? 0.0f : 1.0f};
-    comm->all_reduce_max(async_votes, 2);
-    if (async_votes[0] == async_votes[1])
-        throw ConfigError("checkpoint.async: true on some ranks and false on others; give every rank the same config");
     // Rank 0 chooses, every rank verifies its share of the choice (app/resume_choice.hpp).
     const ResumeDecision resume = resume_choice(cfg, *comm);
     const std::string& ck = resume.dir;

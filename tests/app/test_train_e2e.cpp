@@ -135,6 +135,23 @@ TEST_F(E2E, LlamaResumeRefusesAnotherRopeThetaOrNormEps) {
     EXPECT_NE(same.out.find("step_2"), std::string::npos) << same.out;
 }
 
+// checkpoint.async is agreed at start: no rank decides it alone (every HDF5 call holds h5::Lock,
+// data/h5.hpp), and ranks launched with different values stop with exit 2 before writing anything.
+TEST_F(E2E, CheckpointAsyncDifferingBetweenRanksIsRefused) {
+    const fs::path rd = case_dir() / "run";
+    std::vector<std::string> args = {MPIEXEC, "--oversubscribe", "-np", "1"};
+    for (const char* async : {"true", "false"}) {
+        const auto one = llmtrain_args(rd, {"run.max_steps=2", std::string("checkpoint.async=") + async});
+        if (args.size() > 4) args.insert(args.end(), {":", "-np", "1"});
+        args.insert(args.end(), one.begin(), one.end());
+    }
+    Proc r = run(args);
+    EXPECT_EQ(r.code, 2) << r.err;
+    EXPECT_NE(r.err.find("llmtrain: error: checkpoint.async: true on some ranks and false on others"), std::string::npos)
+        << r.err;
+    EXPECT_FALSE(fs::exists(rd));
+}
+
 TEST_F(E2E, UnwritableRunDirFails) {
     std::ofstream(case_dir() / "a_file") << "not a directory";
     const fs::path rd = case_dir() / "a_file" / "run";
