@@ -5,13 +5,17 @@
 # A node is a network namespace plus a UTS namespace (its own hostname) and a mount namespace (its
 # own /dev/shm, and /etc/hosts naming every node), held by one sleeping process per node whose pid
 # the state dir keeps (entered through /proc/PID/ns, which every node can see).
-# Nodes hang on a bridge in the root namespace by veth pairs; the bridge has no address, so the
-# nodes reach each other and nothing else (10.213.K.0/24, inside the namespaces this script made).
+# Nodes hang on a bridge in the root namespace by veth pairs; the bridge has no address and no IPv6
+# on it or the veths, so the nodes reach each other and nothing else (10.213.K.0/24, inside the
+# namespaces this script made). With --slurm, a head node NAME-ctl (10.213.K.254, made the same way)
+# runs MUNGE, slurmctld and the client commands, and every node a slurmd (tools/cluster/slurm.sh).
 # `--rate` limits each node's link both ways with a tbf qdisc (netem is not in every kernel): the
 # inter-node link is the slow one, while ranks inside a node talk over shared memory.
 #
-#   cluster.sh up NAME NODES [--rate RATE]   make NAME (letters/digits, <= 6) with NODES nodes; RATE
-#                                            as tc writes it (200mbit, 1gbit); fails if NAME exists
+#   cluster.sh up NAME NODES [--rate RATE] [--slurm]
+#                                            make NAME (letters/digits, <= 6) with NODES nodes; RATE
+#                                            as tc writes it (200mbit, 1gbit); fails if NAME exists;
+#                                            --slurm: Slurm too, up once every node is idle
 #   cluster.sh rate NAME RATE|none           change (or remove) the limit on every node's link
 #   cluster.sh exec NAME I CMD...            run CMD in node I (0-based), in the caller's directory
 #   cluster.sh mpirun NAME ARGS...           from node 0: tools/job_guard.py mpirun with the
@@ -19,6 +23,8 @@
 #                                            R before ARGS, default 2), MPI's TCP between nodes,
 #                                            shared memory inside, then ARGS (the guard's
 #                                            --grace from JOB_GUARD_GRACE, default 5 s)
+#   cluster.sh slurm NAME CMD...             a Slurm command (sbatch, srun, sinfo, scontrol) on the
+#                                            head node, in the caller's directory
 #   cluster.sh cut NAME I | heal NAME I      take node I's link down / up (a cable pulled, put back)
 #   cluster.sh signal NAME I SIG             kill -SIG every process of node I (STOP, CONT, KILL)
 #   cluster.sh private NAME I DIR            node I sees an empty tmpfs over DIR (another file system)
@@ -29,13 +35,15 @@
 #
 # State: $LLMTRAIN_CLUSTER_DIR (default /run/llmtrain-cluster)/NAME. Interfaces: bridge lc-NAME,
 # veth lc-NAME-I on the bridge side and eth0 in the node. Hostnames NAME-nI.
-set -euo pipefail
+set -Eeuo pipefail
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 STATE_ROOT=${LLMTRAIN_CLUSTER_DIR:-/run/llmtrain-cluster}
+# shellcheck source=tools/cluster/slurm.sh
+source "$ROOT/tools/cluster/slurm.sh"
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
-usage() { sed -n '12,27p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '15,34p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 need_name() {
     [[ ${1:-} =~ ^[a-z][a-z0-9]{0,5}$ ]] || die "cluster name '${1:-}': expected 1-6 lowercase letters/digits, starting with a letter"
@@ -88,19 +96,56 @@ cmd_check() {
     ((ok)) || { echo "cluster.sh: skipped: cannot make UTS/mount namespaces or veth pairs here"; exit 77; }
 }
 
+# ipv6_off <dev> [CMD...]: no IPv6 on the interface (run through CMD, e.g. ip netns exec NS), so no
+# link-local address lets a node reach the host's services; nothing to do where the kernel has none.
+ipv6_off() {
+    local dev=$1
+    shift
+    "$@" sh -c "[ ! -e /proc/sys/net/ipv6/conf/$dev ] || echo 1 > /proc/sys/net/ipv6/conf/$dev/disable_ipv6"
+}
+
+# make_node <name> <i> <address> <hostname>: namespace, veth on the bridge, holder process.
+make_node() {
+    local name=$1 i=$2 addr=$3 host=$4 dir="$STATE_ROOT/$1"
+    local ns veth br="lc-$1"
+    ns=$(ns_of "$name" "$i")
+    veth=$(veth_of "$name" "$i")
+    ip netns add "$ns"
+    ip netns exec "$ns" sh -c '[ ! -e /proc/sys/net/ipv6 ] || { echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; }'
+    ip link add "$veth" type veth peer name eth0 netns "$ns"
+    ipv6_off "$veth"
+    ip link set "$veth" master "$br" up
+    ip -n "$ns" link set lo up
+    ip -n "$ns" addr add "$addr/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    # Own hostname, own /dev/shm, /etc/hosts naming the nodes, held by a sleeping process that
+    # writes its pid once they are ready.
+    setsid nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private sh -c "
+        hostname '$host' && mount -t tmpfs -o size=4g tmpfs /dev/shm && mount --bind '$dir/hosts' /etc/hosts &&
+        echo \$\$ > '$dir/n$i.pid.tmp' && exec sleep infinity" </dev/null >/dev/null 2>&1 &
+    local t
+    for ((t = 0; t < 100; t++)); do [[ -s $dir/n$i.pid.tmp ]] && break; sleep 0.05; done
+    mv "$dir/n$i.pid.tmp" "$dir/n$i.pid" || die "node $i did not start"
+}
+
 cmd_up() {
-    local name=${1:-} n=${2:-} rate=none
+    local name=${1:-} n=${2:-} rate=none slurm=0
     need_name "$name"
     [[ $n =~ ^[0-9]+$ ]] && ((n >= 1 && n <= 16)) || die "NODES: expected 1..16, got '$n'"
     shift 2
     while (($#)); do
         case $1 in
             --rate) rate=${2:?--rate needs a value}; shift 2 ;;
+            --slurm) slurm=1; shift ;;
             *) die "up: unknown option '$1'" ;;
         esac
     done
     local dir="$STATE_ROOT/$name"
     [[ -e $dir ]] && die "cluster '$name' exists ($dir): cluster.sh down $name first"
+    if ((slurm)); then
+        local why
+        why=$(slurm_check) || die "slurm: $why"
+    fi
     mkdir -p "$STATE_ROOT"
     # The subnet index: the lowest one no other cluster here holds.
     local k=1
@@ -109,46 +154,38 @@ cmd_up() {
     mkdir -p "$dir"
     echo "$k" >"$dir/subnet"
     echo "$n" >"$dir/nodes"
-    trap 'echo "cluster.sh: up failed; tearing down $name" >&2; cmd_down "$name"' ERR
-    local br="lc-$name"
-    ip link add "$br" type bridge
-    ip link set "$br" up
+    # Whatever fails from here on (a command, or die's exit) tears the half-made cluster down.
+    UP_NAME=$name
+    trap 'if [[ -n ${UP_NAME:-} ]]; then echo "cluster.sh: up failed; tearing down $UP_NAME" >&2; cmd_down "$UP_NAME"; fi' EXIT
+    ip link add "lc-$name" type bridge
+    ipv6_off "lc-$name"
+    ip link set "lc-$name" up
     {
         echo "127.0.0.1 localhost"
         for ((i = 0; i < n; i++)); do echo "10.213.$k.$((i + 1)) $name-n$i"; done
+        ((slurm)) && echo "10.213.$k.254 $name-ctl"
     } >"$dir/hosts"
     for ((i = 0; i < n; i++)); do
-        local ns veth
-        ns=$(ns_of "$name" "$i")
-        veth=$(veth_of "$name" "$i")
-        ip netns add "$ns"
-        ip link add "$veth" type veth peer name eth0 netns "$ns"
-        ip link set "$veth" master "$br" up
-        ip -n "$ns" link set lo up
-        ip -n "$ns" addr add "10.213.$k.$((i + 1))/24" dev eth0
-        ip -n "$ns" link set eth0 up
-        # Own hostname, own /dev/shm, /etc/hosts naming the nodes, held by a sleeping process that
-        # writes its pid once they are ready.
-        setsid nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private sh -c "
-            hostname '$name-n$i' && mount -t tmpfs -o size=4g tmpfs /dev/shm && mount --bind '$dir/hosts' /etc/hosts &&
-            echo \$\$ > '$dir/n$i.pid.tmp' && exec sleep infinity" </dev/null >/dev/null 2>&1 &
-        local t
-        for ((t = 0; t < 100; t++)); do [[ -s $dir/n$i.pid.tmp ]] && break; sleep 0.05; done
-        mv "$dir/n$i.pid.tmp" "$dir/n$i.pid" || die "node $i did not start"
-        set_rate "$veth" "$rate"
-        set_rate eth0 "$rate" ip netns exec "$ns"
+        make_node "$name" "$i" "10.213.$k.$((i + 1))" "$name-n$i"
+        set_rate "$(veth_of "$name" "$i")" "$rate"
+        set_rate eth0 "$rate" ip netns exec "$(ns_of "$name" "$i")"
     done
     echo "$rate" >"$dir/rate"
     # mpirun's agent: "rsh HOST COMMAND..." runs COMMAND in that node's namespaces.
-    cat >"$dir/rsh" <<EOF
-#!/usr/bin/env bash
-# Written by tools/cluster/cluster.sh: OpenMPI's plm_rsh_agent for cluster $name.
-host=\$1; shift
-exec "$ROOT/tools/cluster/cluster.sh" exec $name "\${host##*-n}" /bin/sh -c "\$*"
-EOF
+    {
+        echo '#!/usr/bin/env bash'
+        echo "# Written by tools/cluster/cluster.sh: OpenMPI's plm_rsh_agent for cluster $name."
+        echo 'host=$1; shift'
+        printf 'exec %q exec %q "${host##*-n}" /bin/sh -c "$*"\n' "$ROOT/tools/cluster/cluster.sh" "$name"
+    } >"$dir/rsh"
     chmod +x "$dir/rsh"
-    trap - ERR
-    echo "cluster.sh: $name up: $n nodes ($name-n0 .. $name-n$((n - 1)), 10.213.$k.0/24), link rate $rate"
+    if ((slurm)); then
+        make_node "$name" c "10.213.$k.254" "$name-ctl"
+        slurm_up "$name"
+    fi
+    UP_NAME=
+    trap - EXIT
+    echo "cluster.sh: $name up: $n nodes ($name-n0 .. $name-n$((n - 1)), 10.213.$k.0/24), link rate $rate$( ((slurm)) && echo ", Slurm (head node $name-ctl)")"
 }
 
 cmd_rate() {
@@ -203,8 +240,16 @@ cmd_signal() {
 cmd_private() {
     local name=${1:-} i=${2:?node} path=${3:?directory}
     need_name "$name"
-    mkdir -p "$path"
+    [[ -d $path ]] || die "private: '$path' is not a directory (make it first: the cluster creates nothing outside its state)"
     in_node "$name" "$i" mount -t tmpfs -o size=64m tmpfs "$path"
+}
+
+cmd_slurm() {
+    local name=${1:-}
+    need_name "$name"
+    shift
+    [[ -e $STATE_ROOT/$name/slurm/slurm.conf ]] || die "cluster '$name' has no Slurm (cluster.sh up $name N --slurm)"
+    slurm_client "$name" "$@"
 }
 
 cmd_host() { need_name "${1:-}"; echo "$1-n${2:?node}"; }
@@ -214,7 +259,7 @@ cmd_down() {
     need_name "$name"
     local dir="$STATE_ROOT/$name" i
     # Nodes by what exists, not by the state file (a failed `up` may have stopped half way).
-    for ((i = 0; i < 16; i++)); do
+    for i in $(seq 0 15) c; do
         local ns
         ns=$(ns_of "$name" "$i")
         if [[ -e /run/netns/$ns ]]; then
@@ -239,7 +284,7 @@ cmd_down() {
 cmd=$1
 shift
 case $cmd in
-    up | rate | exec | mpirun | cut | heal | signal | private | host | down | check)
+    up | rate | exec | mpirun | slurm | cut | heal | signal | private | host | down | check)
         [[ $cmd == check || $(id -u) == 0 ]] || die "needs root (network namespaces)"
         "cmd_$cmd" "$@" ;;
     *) usage ;;
