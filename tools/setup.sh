@@ -14,6 +14,7 @@ PKGS=(
   nlohmann-json3-dev
   python3-torch python3-h5py python3-sentencepiece python3-numpy
   nodejs
+  slurmd slurmctld slurm-client munge
 )
 SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; fi
