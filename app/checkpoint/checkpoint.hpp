@@ -65,8 +65,9 @@ struct TrainState {
     int adam_t = 0;                ///< AdamW steps taken (bias correction)
     std::string model_config_hash; ///< model_config_hash() of the run that wrote it
     GPTConfig model;               ///< model shape, for error messages
-    /// [model_identity] (format 4): model_identity(model) as written, key = value text
-    /// (app/config/config.hpp); empty when read from an older checkpoint (writing ignores it).
+    /// [model_identity] (format 4): every key that changes the model's function, key = value text,
+    /// as the trainer gives it (model_identity() in app/config/config.hpp) and written when not
+    /// empty; empty when read from an older checkpoint.
     std::vector<std::pair<std::string, std::string>> model_identity;
     int dp = 1;                    ///< data-parallel ranks
     int world_size = 1;
@@ -116,28 +117,6 @@ std::string checkpoint_tmp_dir(const std::string& run_dir, int64_t step);
 /// returns it. Errors: CheckpointError naming the path and the OS reason (also when the leftover
 /// cannot be removed).
 std::string begin_checkpoint(const std::string& run_dir, int64_t step);
-
-/// model.h5, written unit by unit by one process (tools and tests that hold the weights unit by
-/// unit; units in order let the SHA-256 follow the writes, any other order re-reads the file at close()). Errors: CheckpointError naming the file, tensor and HDF5 reason.
-class ModelWriter {
-public:
-    /// Creates tmp_dir/model.h5 (must not exist).
-    ModelWriter(const std::string& tmp_dir, const ParamLayout& layout);
-    ~ModelWriter();
-    ModelWriter(const ModelWriter&) = delete;
-    ModelWriter& operator=(const ModelWriter&) = delete;
-    /// values: host fp32, layout.units()[u].numel elements, unit-relative (element 0 = the unit's
-    /// offset); padding is ignored. Throws, before writing anything of the unit, when one of its
-    /// tensors holds a NaN or an infinity (naming the tensor and element).
-    void write_unit(int u, const float* values);
-    /// Flushes, closes and fsyncs model.h5 and returns it as a part. Errors: a unit was never
-    /// written; HDF5/OS failures.
-    PartInfo close();
-
-private:
-    struct Impl;
-    Impl* impl_;
-};
 
 /// Any rank k: writes tmp_dir/optim_<k>.h5 holding the m/v pieces of every tensor inside each of
 /// `views` (segments of the flat buffer; they must not overlap), fsyncs and hashes it. Throws

@@ -110,13 +110,11 @@ struct RawH5File::Impl {
     std::vector<uint64_t> addr;   // file address of dataset i's raw data
     std::vector<uint64_t> bytes;  // its size
     std::vector<size_t> order;    // dataset indices by address
-    std::vector<bool> written;
     int fd = -1;
     // The SHA-256 so far: the file's bytes [0, hashed_to), through dataset order[next - 1].
     Sha256 sha;
     uint64_t hashed_to = 0;
     size_t next = 0;
-    bool in_order = true;
 
     /// Feeds the file's bytes [lo, hi) as they are on disk into h.
     void hash_from_file(Sha256& h, uint64_t lo, uint64_t hi) const {
@@ -250,7 +248,6 @@ RawH5File::RawH5File(const fs::path& path, std::vector<RawDataset> datasets) : i
     const size_t n = I.ds.size();
     I.addr.resize(n);
     I.bytes.resize(n);
-    I.written.assign(n, false);
     {
         h5::Lock lock;
         const std::string& file = I.file;
@@ -313,37 +310,13 @@ RawH5File::~RawH5File() {
     delete impl_;
 }
 
-void RawH5File::write(size_t i, const float* data) {
-    Impl& I = *impl_;
-    if (i >= I.ds.size() || I.written[i])
-        throw CheckpointError("checkpoint: " + I.file + ": dataset " + std::to_string(i) + " out of range or written twice");
-    std::vector<char> bounce(kBounce);
-    I.write_data(i, data, bounce.data());
-    I.written[i] = true;
-    if (I.in_order && I.order[I.next] == i)
-        I.hash_next(I.sha, data);
-    else
-        I.in_order = false;
-}
-
 PartInfo RawH5File::finish() {
     Impl& I = *impl_;
-    for (size_t i = 0; i < I.ds.size(); ++i)
-        if (!I.written[i])
-            throw CheckpointError("checkpoint: " + I.file + ": dataset " + I.ds[i].group + "/" + I.ds[i].name +
-                                  " was never written");
     struct stat sb {};
     if (::fstat(I.fd, &sb) != 0) throw os_error("stat", I.file);
     const uint64_t size = uint64_t(sb.st_size);
-    std::string sha;
-    if (I.in_order) {  // the rest after the last dataset
-        I.hash_from_file(I.sha, I.hashed_to, size);
-        sha = I.sha.hex();
-    } else {  // written out of file order: hashed from the file as written
-        Sha256 h;
-        I.hash_from_file(h, 0, size);
-        sha = h.hex();
-    }
+    I.hash_from_file(I.sha, I.hashed_to, size);  // the rest after the last dataset
+    const std::string sha = I.sha.hex();
     fs_op();
     if (::fsync(I.fd) != 0) throw os_error("fsync", I.file);
     const int fd = I.fd;
@@ -377,7 +350,6 @@ PartInfo RawH5File::write_all() {
     }
     hasher.join();
     if (hash_error) std::rethrow_exception(hash_error);
-    I.written.assign(I.ds.size(), true);
     return finish();
 }
 

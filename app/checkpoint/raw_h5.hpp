@@ -10,8 +10,8 @@
 // of a large user buffer into the page cache ran at ~250-300 MB/s (from a 1 MiB buffer in the CPU's
 // cache at ~5 GB/s), and it is CPU time the SHA-256 needs. So write_all() rewrites the whole file
 // image in 8 MiB blocks with O_DIRECT (the disk takes each block by DMA; four threads keep four
-// blocks in flight) while a second thread hashes the same bytes from memory; write() (model.h5
-// written unit by unit: ModelWriter) and file systems that refuse O_DIRECT go through the page cache from a
+// blocks in flight) while a second thread hashes the same bytes from memory; the ranks' slices
+// of model.h5 (app/checkpoint/model_slices.cpp) and file systems that refuse O_DIRECT go through the page cache from a
 // 1 MiB buffer, with the kernel's write-back started every 64 MiB. HDF5's lock is held only while the
 // structure is made. The result is an ordinary HDF5 1.10 file (the reader opens it like any
 // other): each dataset's bytes are the little-endian fp32 values H5Dwrite would have put at the
@@ -59,7 +59,7 @@ struct RawDataset {
     std::string group;            ///< "" = the root group; else a group made before its first dataset
     std::string name;             ///< dataset name inside the group (e.g. "h.0.attn.c_attn.weight")
     std::vector<hsize_t> dims;    ///< shape; prod(dims) > 0
-    const float* data = nullptr;  ///< prod(dims) host floats for write_all(), else given to write()
+    const float* data = nullptr;  ///< prod(dims) host floats for write_all(); null: structure only
     bool has_offset = false;      ///< with an int64 attribute `offset` (optimizer and weight pieces)
     int64_t offset = 0;           ///< its value
 };
@@ -69,25 +69,20 @@ struct RawDataset {
 class RawH5File {
 public:
     /// Creates path (which must not exist) holding every dataset's structure, and opens it for the
-    /// raw data. Every fs_op() crash point of the old writer is kept: one at the create, one
+    /// raw data (destroyed without write_all(): the structure alone, for create_model_file). Every fs_op() crash point of the old writer is kept: one at the create, one
     /// before each dataset's data, one at the flush and one at the fsync.
     RawH5File(const std::filesystem::path& path, std::vector<RawDataset> datasets);
     ~RawH5File();
     RawH5File(const RawH5File&) = delete;
     RawH5File& operator=(const RawH5File&) = delete;
 
-    /// Writes dataset i's prod(dims) floats from data (any order; each once). When datasets come
-    /// in file order the SHA-256 follows along from data, else finish() reads the file back.
-    void write(size_t i, const float* data);
-    /// Every dataset written (else throws naming the first missing one): completes the SHA-256,
-    /// fsyncs and closes the file; returns it as a part (file name, size, SHA-256).
-    PartInfo finish();
     /// Writes every dataset from its RawDataset::data (the whole file image by O_DIRECT where the
     /// file system allows it) while a second thread hashes the image in file order from the same
-    /// buffers, then finish().
+    /// buffers, then fsyncs and closes the file; returns it as a part (file name, size, SHA-256).
     PartInfo write_all();
 
 private:
+    PartInfo finish();  // the SHA-256 completed, fsync, close
     struct Impl;
     Impl* impl_;
 };

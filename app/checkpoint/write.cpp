@@ -19,7 +19,6 @@
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/checkpoint/format.hpp"
 #include "app/checkpoint/raw_h5.hpp"
-#include "app/config/config.hpp"
 #include "data/h5.hpp"
 #include "model/arch.hpp"
 
@@ -112,8 +111,8 @@ std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& fil
         model.insert("rope_theta", double(spec.rope_theta));
         model.insert("norm_eps", double(spec.norm_eps));
     }
-    toml::table identity;  // every key that changes the model's function, as resume compares them
-    for (const auto& [k, v] : model_identity(st.model)) identity.insert(k, v);
+    toml::table identity;  // every key that changes the model's function, as the trainer gave them
+    for (const auto& [k, v] : st.model_identity) identity.insert(k, v);
     toml::table t{
         {"format_version", kFormatVersion},
         {"run_id", st.run_id},
@@ -123,13 +122,13 @@ std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& fil
         {"loader", toml::table{{"sample", int64_t(st.loader.sample)}, {"seed", int64_t(st.loader.seed)}}},
         {"sampler_rng", st.sampler_rng},
         {"model", std::move(model)},
-        {"model_identity", std::move(identity)},
         {"world", toml::table{{"dp", st.dp}, {"world_size", st.world_size}}},
         {"backend", toml::table{{"name", st.backend}, {"precision", st.precision}}},
         {"files", std::move(sums)},
         {"bytes", std::move(sizes)},
     };
     if (!sliced.empty()) t.insert("slices", std::move(sliced));
+    if (!identity.empty()) t.insert("model_identity", std::move(identity));
     std::ostringstream os;
     os << "# llmtrain checkpoint state (written last: its presence marks a complete checkpoint)\n" << t << "\n\n";
     const std::string body = os.str();
@@ -250,48 +249,6 @@ void require_finite(const float* x, size_t n, const std::string& what) {
 }
 
 }  // namespace ckpt
-
-struct ModelWriter::Impl {
-    const ParamLayout& layout;
-    fs::path path;
-    std::unique_ptr<RawH5File> file;
-    std::vector<bool> written;
-};
-
-ModelWriter::ModelWriter(const std::string& tmp_dir, const ParamLayout& layout)
-    : impl_(new Impl{layout, fs::path(tmp_dir) / "model.h5", {}, std::vector<bool>(layout.units().size())}) {
-    try {
-        impl_->file = std::make_unique<RawH5File>(impl_->path, model_datasets(layout));
-    } catch (...) {
-        delete impl_;
-        throw;
-    }
-}
-
-ModelWriter::~ModelWriter() { delete impl_; }
-
-void ModelWriter::write_unit(int u, const float* values) {
-    Impl& I = *impl_;
-    if (u < 0 || size_t(u) >= I.written.size() || !I.file)
-        throw CheckpointError("checkpoint: " + I.path.string() + ": bad unit " + std::to_string(u) + " or file closed");
-    const size_t base = I.layout.units()[u].offset;
-    const auto& ts = I.layout.tensors();
-    for (const auto& t : ts)
-        if (t.unit == u) require_finite(values + (t.offset - base), t.numel, t.name);
-    for (size_t i = 0; i < ts.size(); ++i)
-        if (ts[i].unit == u) I.file->write(i, values + (ts[i].offset - base));
-    I.written[u] = true;
-}
-
-PartInfo ModelWriter::close() {
-    Impl& I = *impl_;
-    for (size_t u = 0; u < I.written.size(); ++u)
-        if (!I.written[u]) throw CheckpointError("checkpoint: " + I.path.string() + ": unit " + std::to_string(u) + " was never written");
-    if (!I.file) throw CheckpointError("checkpoint: " + I.path.string() + ": closed twice");
-    PartInfo info = I.file->finish();
-    I.file.reset();
-    return info;
-}
 
 PartInfo write_model_file(const std::string& tmp_dir, const ParamLayout& layout, const std::vector<OptimShardView>& views) {
     const fs::path p = fs::path(tmp_dir) / "model.h5";

@@ -212,13 +212,12 @@ TEST_F(Ckpt, NonFiniteValuesAreRefused) {
                   std::string::npos) << e.what();
     }
     EXPECT_FALSE(fs::exists(fs::path(tmp) / "optim_1.h5"));
-    // The model writer checks a unit before writing any tensor of it: the unit stays unwritten.
-    ModelWriter mw(tmp, L);
-    const size_t u = size_t(t.unit);
-    EXPECT_THROW(mw.write_unit(int(u), bad.data() + L.units()[u].offset), CheckpointError);
-    for (size_t k = 0; k < L.units().size(); ++k)
-        if (k != u) mw.write_unit(int(k), p.data() + L.units()[k].offset);
-    EXPECT_THROW(mw.close(), CheckpointError);  // unit u was never written
+    // A rank's slices of model.h5 are checked before any is written: the file keeps its zeros.
+    create_model_file(tmp, L);
+    const std::string before = slurp(fs::path(tmp) / "model.h5");
+    EXPECT_THROW(write_model_slices(tmp, L, {OptimShardView{0, L.total_numel(), m.data(), v.data(), bad.data()}}),
+                 CheckpointError);
+    EXPECT_EQ(slurp(fs::path(tmp) / "model.h5"), before);
     abort_checkpoint(tmp);
     EXPECT_FALSE(fs::exists(tmp));
 }
@@ -389,9 +388,8 @@ TEST_F(Ckpt, ReadOptimRefusesOverlappingShards) {
     auto p = random_flat(L, 1), m = p, v = p;
     const size_t n = L.total_numel(), cut = L.tensors()[3].offset + 5;
     const std::string tmp = begin_checkpoint(dir.string(), 1);
-    ModelWriter mw(tmp, L);
-    for (size_t u = 0; u < L.units().size(); ++u) mw.write_unit(int(u), p.data() + L.units()[u].offset);
-    const std::vector<PartInfo> parts = {mw.close(), write_optim_shard(tmp, 0, L, {OptimShardView{0, cut + 10, m.data(), v.data()}}),
+    const std::vector<PartInfo> parts = {write_model_file(tmp, L, {OptimShardView{0, n, m.data(), v.data(), p.data()}}),
+                                         write_optim_shard(tmp, 0, L, {OptimShardView{0, cut + 10, m.data(), v.data()}}),
                                          write_optim_shard(tmp, 1, L, {OptimShardView{cut, n - 10, m.data() + cut, v.data() + cut}})};
     const std::string d = commit_checkpoint(dir.string(), tmp, some_state(1), L, parts, 0);
     std::vector<float> m2(n), v2(n);
@@ -488,10 +486,10 @@ TEST_F(Ckpt, LargeTensorsGoInRowBlocks) {
 
 // The writers let HDF5 lay out each file, put the raw data in with pwrite and hash it from memory
 // (app/checkpoint/raw_h5.hpp): the size and SHA-256 they report must be those of the file on disk
-// (sha256_file_hex reads it back independently), whether model.h5 comes straight from one view
-// (write_model_file, the single writing rank), unit by unit in file order (the hash follows the
-// writes) or in reverse order (hashed from the file at close); the three files are byte-identical
-// and read back bit for bit. A view that does not hold a tensor whole is refused before any file.
+// (sha256_file_hex reads it back independently; a sliced model.h5's slices through
+// checkpoint_problem after the commit), whether model.h5 comes straight from one view
+// (write_model_file, the single writing rank) or in slices from one writer per unit, in unit order
+// or in reverse; the three files are byte-identical and read back bit for bit. A view that does not hold a tensor whole is refused before any file.
 TEST_F(Ckpt, RawWrittenFilesHashAsOnDisk) {
     ParamLayout L(tiny(), 4);  // padded: the padding (NaN) must never reach a file
     auto p = random_flat(L, 31), m = random_flat(L, 32), v = random_flat(L, 33);
@@ -504,24 +502,25 @@ TEST_F(Ckpt, RawWrittenFilesHashAsOnDisk) {
     std::vector<std::string> model_bytes;
     for (int how = 0; how < 3; ++how) {
         const std::string tmp = begin_checkpoint(dir.string(), 10 + how);
-        PartInfo part;
+        std::vector<PartInfo> parts;
         if (how == 0) {
-            part = write_model_file(tmp, L, {all});
+            parts.push_back(write_model_file(tmp, L, {all}));
+            check(tmp, parts.back());
         } else {
-            ModelWriter mw(tmp, L);
+            create_model_file(tmp, L);
             const int nu = int(L.units().size());
             for (int i = 0; i < nu; ++i) {
-                const int u = how == 1 ? i : nu - 1 - i;
-                mw.write_unit(u, p.data() + L.units()[size_t(u)].offset);
+                const auto& un = L.units()[size_t(how == 1 ? i : nu - 1 - i)];
+                parts.push_back(write_model_slices(
+                    tmp, L, {OptimShardView{un.offset, un.offset + un.numel, nullptr, nullptr, p.data() + un.offset}}));
             }
-            part = mw.close();
         }
-        EXPECT_EQ(part.name, "model.h5");
-        check(tmp, part);
+        for (const PartInfo& part : parts) EXPECT_EQ(part.name, "model.h5");
         const PartInfo optim = write_optim_shard(tmp, 0, L, {all});
         check(tmp, optim);
-        model_bytes.push_back(slurp(fs::path(tmp) / "model.h5"));
-        const std::string d = commit_checkpoint(dir.string(), tmp, some_state(10 + how), L, {part, optim}, 0);
+        parts.push_back(optim);
+        const std::string d = commit_checkpoint(dir.string(), tmp, some_state(10 + how), L, parts, 0);
+        model_bytes.push_back(slurp(fs::path(d) / "model.h5"));
         EXPECT_EQ(checkpoint_problem(d), "");
         expect_reads_back(d, L, p, m, v);
     }
@@ -543,8 +542,8 @@ TEST_F(Ckpt, RawWrittenFilesHashAsOnDisk) {
 // A Llama checkpoint records its architecture in state.toml ([model] arch, n_kv_head and
 // intermediate_size resolved, tie_embeddings, rope_theta, norm_eps): read_train_state returns it and
 // checkpoint_model_config takes it with no run directory beside the checkpoint; the same keys edited
-// by hand (and resealed) no longer match its [model_identity] and are refused. GPT-2's [model]
-// keeps its five shape keys only (its hash text is unchanged); [model_identity] names its arch.
+// by hand (and resealed) no longer hash to model.config_hash and are refused. GPT-2's state.toml
+// keeps its five shape keys only (its hash text is unchanged).
 TEST_F(Ckpt, LlamaStateRecordsItsArchitecture) {
     Config c;
     c.model.n_layer = 2, c.model.n_head = 4, c.model.n_embd = 16, c.model.seq_len = 8, c.model.vocab_size = 50;
@@ -579,15 +578,20 @@ TEST_F(Ckpt, LlamaStateRecordsItsArchitecture) {
 
     const std::string gpt2 = save(ParamLayout(tiny()), 4, 0, random_flat(ParamLayout(tiny()), 4),
                                   random_flat(ParamLayout(tiny()), 5), random_flat(ParamLayout(tiny()), 6));
-    const std::string g = slurp(fs::path(gpt2) / "state.toml");  // [model]: the five keys; the arch in [model_identity]
-    const size_t model_at = g.find("[model]\n"), identity_at = g.find("[model_identity]\n");
-    ASSERT_LT(model_at, identity_at);
-    EXPECT_EQ(g.substr(model_at, identity_at - model_at).find("arch"), std::string::npos) << g;
-    EXPECT_NE(g.find("arch = 'gpt2'", identity_at), std::string::npos) << g;
-    auto sorted = [](ModelIdentity id) {  // a TOML table keeps no order
+    EXPECT_EQ(slurp(fs::path(gpt2) / "state.toml").find("arch"), std::string::npos);  // no identity given either
+}
+
+// [model_identity] is written as the trainer gives it and read back (a TOML table keeps no order).
+TEST_F(Ckpt, ModelIdentityReadsBack) {
+    ParamLayout L(tiny());
+    auto p = random_flat(L, 1), m = p, v = p;
+    TrainState st = some_state(2);
+    st.model_identity = model_identity(tiny());
+    const std::string d = save_checkpoint(dir.string(), st, L, p.data(), {OptimShardView{0, L.total_numel(), m.data(), v.data()}}, 0);
+    auto sorted = [](ModelIdentity id) {
         std::sort(id.begin(), id.end());
         return id;
     };
-    EXPECT_EQ(sorted(read_train_state(gpt2).model_identity), sorted(model_identity(tiny())));
-    EXPECT_EQ(back.model_identity.size(), model_identity(st.model).size());  // the Llama's, all 11 keys
+    EXPECT_EQ(sorted(read_train_state(d).model_identity), sorted(model_identity(tiny())));
+    EXPECT_TRUE(read_train_state(save(L, 4, 0, p, m, v)).model_identity.empty());  // none given, none written
 }
