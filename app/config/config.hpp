@@ -189,8 +189,8 @@ std::string legacy_model_config_hash(const GPTConfig& g);
 
 /// Why a checkpoint cannot hold cfg's model, or "" when it can: `recorded` is its state.toml
 /// [model_identity] (empty before format 4; then `recorded_model`, its [model] keys, stands in when
-/// they hash to recorded_hash as written then, else recorded_hash alone is compared with the
-/// legacy hash). Names the first differing key: "model.rope_theta: the checkpoint has 10000, the
+/// they hash to recorded_hash, by the legacy or the current text, else recorded_hash alone is
+/// compared with cfg's two hashes). Names the first differing key: "model.rope_theta: the checkpoint has 10000, the
 /// config 500000".
 std::string model_identity_mismatch(const ModelIdentity& recorded, const GPTConfig& recorded_model,
                                     const std::string& recorded_hash, const Config& cfg);

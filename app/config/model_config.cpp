@@ -78,17 +78,18 @@ std::string model_identity_mismatch(const ModelIdentity& recorded, const GPTConf
                                     const std::string& recorded_hash, const Config& cfg) {
     const ModelIdentity mine = model_identity(gpt_config_of(cfg));
     ModelIdentity theirs = recorded;
-    if (theirs.empty()) {  // before format 4: [model]'s keys, when they are the ones that were hashed
+    if (theirs.empty()) {  // no [model_identity]: [model]'s keys, when they are the ones that were hashed
         try {
-            if (legacy_model_config_hash(recorded_model) == recorded_hash) theirs = model_identity(recorded_model);
+            const ModelIdentity id = model_identity(recorded_model);
+            if (identity_hash(id, true) == recorded_hash || identity_hash(id, false) == recorded_hash) theirs = id;
         } catch (const std::invalid_argument&) {
             // an invalid recorded shape: only the hash can be compared
         }
         if (theirs.empty())
-            return legacy_model_config_hash(gpt_config_of(cfg)) == recorded_hash
+            return identity_hash(mine, true) == recorded_hash || identity_hash(mine, false) == recorded_hash
                        ? ""
                        : "its model config hash " + recorded_hash + " differs from the config's " +
-                             legacy_model_config_hash(gpt_config_of(cfg)) + " (state.toml has no [model_identity] to name the key)";
+                             identity_hash(mine, false) + " (state.toml has no [model_identity] to name the key)";
     }
     auto find = [](const ModelIdentity& id, const std::string& key) -> const std::string* {
         for (const auto& [k, v] : id)
