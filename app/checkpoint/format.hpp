@@ -66,16 +66,6 @@ struct StateFile {
     std::vector<PartInfo> files;  ///< empty in format 1; bytes is 0 (unknown) in format 2
 };
 
-/// Fills outs[g] (host fp32, end - begin elements each; padding elements set to 0) for flat elements
-/// [begin, end) of layout from the 1-D pieces /<groups[g]>/<tensor name> (int64 attribute `offset`)
-/// in `files`; only tensors overlapping the range are looked up. Errors: CheckpointError when a
-/// file is unreadable, a tensor has a piece in one group but not in another (or their shapes or
-/// offsets differ), a piece lies outside its tensor, two files hold the same element (naming
-/// both), or some parameter element of the range is in none (`where` names the checkpoint).
-void read_pieces(const std::vector<std::string>& files, const std::vector<std::string>& groups,
-                 const ParamLayout& layout, size_t begin, size_t end, const std::vector<float*>& outs,
-                 const std::string& where);
-
 /// Reads and checks dir/state.toml: TOML syntax, every key, and (format 2) the self-checksum.
 /// Errors: CheckpointError naming the file and the key or the mismatch.
 StateFile read_state_file(const std::string& dir);

@@ -207,12 +207,6 @@ void read_all(const h5::Handle& ds, const std::vector<hsize_t>& dims, float* out
     h5::check_status<CheckpointError>(io_rows(ds.get(), dims, out, false), file + ": cannot read dataset " + name);
 }
 
-/// A 1-D piece of a tensor in one shard file: flat range [lo, hi) of the layout.
-struct Piece {
-    size_t lo, hi;
-    size_t file;  ///< index into the file list
-};
-
 }  // namespace
 
 std::string checkpoint_problem(const std::string& dir, int share, int shares) {
@@ -268,102 +262,10 @@ void read_params(const std::string& dir, const ParamLayout& layout, float* param
     }
 }
 
-namespace ckpt {
-
-void read_pieces(const std::vector<std::string>& files, const std::vector<std::string>& groups,
-                 const ParamLayout& layout, size_t begin, size_t end, const std::vector<float*>& outs,
-                 const std::string& where) {
-    for (float* o : outs) std::fill(o, o + (end - begin), 0.0f);
-    if (files.empty()) throw CheckpointError("checkpoint '" + where + "': no shard file");
-    std::vector<Piece> pieces;  // every piece overlapping the range, for the overlap check
-    std::vector<float> buf;
-    const size_t G = groups.size();
-    for (size_t fi = 0; fi < files.size(); ++fi) {
-        const std::string& file = files[fi];
-        h5::Handle f = open_read(file);
-        {
-            h5::Lock lock;  // the group checks; the tensors' reads lock block by block
-            for (const auto& g : groups)
-                if (H5Lexists(f.get(), g.c_str(), H5P_DEFAULT) <= 0)
-                    throw CheckpointError(file + ": group " + g + " is missing");
-        }
-        for (const auto& t : layout.tensors()) {
-            if (t.offset >= end || t.offset + t.numel <= begin) continue;
-            std::vector<std::vector<hsize_t>> dims(G);
-            std::vector<h5::Handle> ds(G);
-            for (size_t g = 0; g < G; ++g) ds[g] = open_f32(f.get(), groups[g] + "/" + t.name, dims[g], file);
-            for (size_t g = 1; g < G; ++g)
-                if (ds[g].valid() != ds[0].valid()) {
-                    const std::string& has = ds[0].valid() ? groups[0] : groups[g];
-                    const std::string& lacks = ds[0].valid() ? groups[g] : groups[0];
-                    throw CheckpointError(file + ": tensor " + t.name + " has a /" + has + " piece but no /" + lacks +
-                                          " piece");
-                }
-            if (!ds[0].valid()) continue;
-            std::vector<int64_t> off(G, -1);
-            for (size_t g = 0; g < G; ++g) {
-                h5::Lock lock;
-                h5::Handle at(h5c(H5Aopen(ds[g].get(), "offset", H5P_DEFAULT), file + ": " + t.name + ": no offset attribute"));
-                h5::check_status<CheckpointError>(H5Aread(at.get(), H5T_NATIVE_INT64, &off[g]),
-                                                  file + ": " + t.name + ": cannot read offset");
-                if (dims[g].size() != 1 || dims[g] != dims[0] || off[g] != off[0])
-                    throw CheckpointError(file + ": tensor " + t.name + ": its /" + groups[0] + " and /" + groups[g] +
-                                          " pieces differ in shape or offset");
-            }
-            const hsize_t len = dims[0][0];
-            if (off[0] < 0 || size_t(off[0]) + len > t.numel)
-                throw CheckpointError(file + ": " + t.name + ": piece [" + std::to_string(off[0]) + ", +" +
-                                      std::to_string(len) + ") outside the tensor's " + std::to_string(t.numel) +
-                                      " elements");
-            const size_t plo = t.offset + size_t(off[0]), phi = plo + len;
-            const size_t lo = std::max(plo, begin), hi = std::min(phi, end);
-            if (lo >= hi) continue;
-            pieces.push_back({plo, phi, fi});
-            buf.resize(len);
-            for (size_t g = 0; g < G; ++g) {
-                read_all(ds[g], dims[g], buf.data(), groups[g] + "/" + t.name, file);
-                std::copy(buf.begin() + (lo - plo), buf.begin() + (hi - plo), outs[g] + (lo - begin));
-            }
-        }
-    }
-    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.lo < b.lo; });
-    size_t covered = 0;  // parameter elements of [begin, end) filled
-    for (size_t i = 0; i < pieces.size(); ++i) {
-        if (i > 0 && pieces[i].lo < pieces[i - 1].hi)
-            throw CheckpointError("checkpoint '" + where + "': " + files[pieces[i - 1].file] + " and " +
-                                  files[pieces[i].file] + " both hold flat elements [" + std::to_string(pieces[i].lo) +
-                                  ", " + std::to_string(std::min(pieces[i].hi, pieces[i - 1].hi)) + ")");
-        covered += std::min(pieces[i].hi, end) - std::max(pieces[i].lo, begin);
-    }
-    size_t want = 0;
-    for (const auto& t : layout.tensors()) {
-        const size_t lo = std::max(t.offset, begin), hi = std::min(t.offset + t.numel, end);
-        if (lo < hi) want += hi - lo;
-    }
-    if (covered != want)
-        throw CheckpointError("checkpoint '" + where + "': the shards cover " + std::to_string(covered) + " of " +
-                              std::to_string(want) + " parameter elements of flat range [" + std::to_string(begin) +
-                              ", " + std::to_string(end) + ")");
-}
-
-}  // namespace ckpt
-
 void read_optim(const std::string& dir, const ParamLayout& layout, size_t begin, size_t end, float* m,
                 float* v) {
-    // The shard files state.toml lists (never a directory listing), or, format 1, those present.
-    std::vector<std::string> files;
-    const StateFile sf = read_state_file(dir);
-    for (const PartInfo& f : sf.files)
-        if (f.name.rfind("optim_", 0) == 0) files.push_back((fs::path(dir) / f.name).string());
-    if (sf.version < 2) {
-        std::error_code ec;
-        for (const auto& e : fs::directory_iterator(dir, ec)) {
-            const std::string n = e.path().filename().string();
-            if (n.rfind("optim_", 0) == 0 && e.path().extension() == ".h5") files.push_back(e.path().string());
-        }
-    }
-    std::sort(files.begin(), files.end());
-    read_pieces(files, {"m", "v"}, layout, begin, end, {m, v}, dir);
+    // Of each piece only the elements in [begin, end) are read (app/checkpoint/read_shard.cpp).
+    read_optim_ranges(dir, layout, {{begin, end - begin}}, m, v);
 }
 
 }  // namespace llmtrain

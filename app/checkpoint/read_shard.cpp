@@ -268,11 +268,14 @@ void read_optim_ranges(const std::string& dir, const ParamLayout& layout, const 
         std::vector<Piece>& ps = pieces[ti];
         std::sort(ps.begin(), ps.end(), [](const Piece& a, const Piece& b) { return a.lo < b.lo; });
         for (size_t k = 1; k < ps.size(); ++k)
-            if (ps[k].lo < ps[k - 1].hi)
+            if (ps[k].lo < ps[k - 1].hi) {
+                const ParamTensor& t = layout.tensors()[ti];
+                const size_t lo = ps[k].lo, hi = std::min(ps[k].hi, ps[k - 1].hi);
+                const size_t at = layout.tp() == 1 ? t.offset : 0;  // flat indices at tp 1, else the tensor's
                 throw CheckpointError("checkpoint '" + dir + "': " + files[ps[k - 1].file] + " and " + files[ps[k].file] +
-                                      " both hold elements [" + std::to_string(ps[k].lo) + ", " +
-                                      std::to_string(std::min(ps[k].hi, ps[k - 1].hi)) + ") of " +
-                                      layout.tensors()[ti].name);
+                                      " both hold " + (layout.tp() == 1 ? "flat elements [" : "elements [") +
+                                      std::to_string(at + lo) + ", " + std::to_string(at + hi) + ") (tensor " + t.name + ")");
+            }
         for (; i < needs.size() && needs[i].tensor == ti; ++i)
             for (const TPRun& q : needs[i].runs) {
                 size_t covered = 0;
