@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# tools/setup.sh — install the Debian packages llmtrain needs to build, run and test, and fetch the
-# data the tests read: GPT-2's ranks and the js-tiktoken reference encoder (data/gpt2, by
-# tools/fetch_gpt2.sh), the cl100k_base and o200k_base ranks (data/tiktoken, by tools/fetch_tiktoken.sh)
-# and the Brown corpus text (data/brown, by tools/fetch_brown.sh).
+# tools/setup.sh — install the Debian packages llmtrain needs to build, run and test (Chromium: the
+# report's browser test, tests/report), and fetch the data the tests read: GPT-2's ranks and the
+# js-tiktoken reference encoder (data/gpt2, by tools/fetch_gpt2.sh), the cl100k_base and o200k_base
+# ranks (data/tiktoken, by tools/fetch_tiktoken.sh) and the Brown corpus text (data/brown, by
+# tools/fetch_brown.sh).
 # Idempotent: apt-get skips what is already installed, the fetch scripts what is already there.
 # Needs root (or sudo).
 set -euo pipefail
@@ -14,6 +15,7 @@ PKGS=(
   nlohmann-json3-dev
   python3-torch python3-h5py python3-sentencepiece python3-numpy
   nodejs
+  chromium fonts-dejavu-core
   slurmd slurmctld slurm-client munge
 )
 SUDO=""
