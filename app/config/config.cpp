@@ -204,6 +204,8 @@ struct Field {
     std::function<std::string(const toml::node& n, Config& cfg)> read;
     /// The member's value in TOML syntax.
     std::function<std::string(const Config& cfg)> write;
+    /// When set and true, to_toml leaves the key out (data.train beside data.sources).
+    std::function<bool(const Config& cfg)> omit;
     std::string name() const { return section + "." + key; }
 };
 
@@ -253,9 +255,72 @@ Field list_field(const char* section, const char* key, Sec Config::*sec, std::ve
     return f;
 }
 
+/// The table of one [[data.sources]] entry into src; "" or "[i].<key>: <complaint>".
+std::string read_source(const toml::node& n, size_t i, DataSource& src) {
+    const std::string at = std::string(1, '[') + std::to_string(i) + "]";
+    const toml::table* t = n.as_table();
+    if (!t) return at + ": expected a table (name, path, weight, val), got " + describe(n);
+    for (const auto& [key, v] : *t) {
+        const std::string k(key.str());
+        std::string err;
+        if (k == "name" || k == "path" || k == "val") {
+            std::string& dst = k == "name" ? src.name : k == "path" ? src.path : src.val;
+            err = read_value(v, dst);
+            if (err.empty() && k != "val" && dst.empty()) err = "expected a non-empty string";
+        } else if (k == "weight") {
+            err = read_value(v, src.weight);
+            if (err.empty() && !(src.weight > 0)) err = "expected a number > 0, got " + value_text(src.weight);
+        } else {
+            err = "unknown key (a source has name, path, weight, val)";
+        }
+        if (!err.empty()) return at + "." + k + ": " + err;
+    }
+    if (src.name.empty()) return at + ": name: missing";
+    if (src.path.empty()) return at + ": path: missing";
+    return "";
+}
+
+/// data.sources: an array of tables ([[data.sources]] or inline), names unique; printed inline.
+Field sources_field() {
+    Field f;
+    f.section = "data";
+    f.key = "sources";
+    f.read = [](const toml::node& n, Config& cfg) -> std::string {
+        const toml::array* arr = n.as_array();
+        if (!arr) return "expected an array of tables ([[data.sources]]), got " + describe(n);
+        std::vector<DataSource> list(arr->size());
+        for (size_t i = 0; i < arr->size(); ++i) {
+            if (auto err = read_source(*arr->get(i), i, list[i]); !err.empty()) return err;
+            for (size_t j = 0; j < i; ++j)
+                if (list[j].name == list[i].name)
+                    return std::string(1, '[') + std::to_string(i) + "].name: " + quote(list[i].name) +
+                           " is already the name of source [" + std::to_string(j) + "]";
+        }
+        cfg.data.sources = std::move(list);
+        return "";
+    };
+    f.write = [](const Config& cfg) {
+        std::string out = "[";
+        for (size_t i = 0; i < cfg.data.sources.size(); ++i) {
+            const DataSource& s = cfg.data.sources[i];
+            out += std::string(i ? ",\n  " : "\n  ") + "{ name = " + quote(s.name) + ", path = " + quote(s.path) +
+                   ", weight = " + value_text(s.weight) + ", val = " + quote(s.val) + " }";
+        }
+        return out + (cfg.data.sources.empty() ? "]" : ",\n]");
+    };
+    return f;
+}
+
 /// "<key>: <complaint>", or "<key>[i]: ..." for a list element's complaint.
 std::string complaint(const Field& f, const std::string& err) {
     return f.name() + (err.front() == '[' ? "" : ": ") + err;
+}
+
+/// data.train, left out of to_toml beside data.sources (both set is an error: config_checks.cpp).
+Field train_field() {
+    Field f = field("data", "train", &Config::data, &DataConfig::train, non_empty());
+    f.omit = [](const Config& cfg) { return !cfg.data.sources.empty(); };
+    return f;
 }
 
 /// Every key, in section order and in the order to_toml prints them (docs/configuration.md mirrors it).
@@ -297,8 +362,9 @@ const std::vector<Field>& fields() {
         field("model", "matmul_autotune", &C::model, &ModelConfig::matmul_autotune),
         field("model", "init_from", &C::model, &ModelConfig::init_from),
 
-        field("data", "train", &C::data, &DataConfig::train, non_empty()),
+        train_field(),
         field("data", "val", &C::data, &DataConfig::val, non_empty()),
+        sources_field(),
         field("data", "hellaswag", &C::data, &DataConfig::hellaswag),
 
         field("training", "micro_batch_size", &C::training, &TrainingConfig::micro_batch_size, at_least(1)),
@@ -319,9 +385,12 @@ const std::vector<Field>& fields() {
         field("optimizer", "offload_chunk_mb", &C::optimizer, &OptimizerConfig::offload_chunk_mb, positive<float>()),
 
         field("lr_schedule", "decay", &C::lr_schedule, &LRScheduleConfig::decay,
-              one_of({"cosine", "linear", "constant"})),
+              one_of({"cosine", "linear", "constant", "wsd"})),
         field("lr_schedule", "warmup_steps", &C::lr_schedule, &LRScheduleConfig::warmup_steps, at_least(0)),
         field("lr_schedule", "min_lr", &C::lr_schedule, &LRScheduleConfig::min_lr, non_negative<float>()),
+        field("lr_schedule", "decay_ratio", &C::lr_schedule, &LRScheduleConfig::decay_ratio, unit_interval(false)),
+        field("lr_schedule", "decay_type", &C::lr_schedule, &LRScheduleConfig::decay_type,
+              one_of({"linear", "sqrt", "cosine"})),
 
         field("parallel", "dp", &C::parallel, &ParallelConfig::dp, at_least(0)),
         field("parallel", "pp", &C::parallel, &ParallelConfig::pp, at_least(1)),
@@ -551,6 +620,7 @@ std::string to_toml(const Config& cfg) {
             section = f.section;
             out += "\n[" + section + "]\n";
         }
+        if (f.omit && f.omit(cfg)) continue;
         out += f.key + " = " + f.write(cfg) + "\n";
     }
     return out;

@@ -57,9 +57,19 @@ struct ModelConfig {
     friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
+/// One source of a training mixture ([[data.sources]], docs/data.md "Sources").
+struct DataSource {
+    std::string name;                   ///< unique; labels its log figures, metrics and checkpoint state
+    std::string path;                   ///< a token file or a glob of shards ("data/web/train_*.h5")
+    double weight = 1.0;                ///< > 0: its share of the training windows is weight / sum of weights
+    std::string val;                    ///< its own val file or glob; "" = no per-source val loss
+    friend bool operator==(const DataSource&, const DataSource&) = default;
+};
+
 struct DataConfig {
-    std::string train = "data/brown/train.h5";
+    std::string train = "data/brown/train.h5";  ///< a file or a glob of shards; unused with sources
     std::string val = "data/brown/val.h5";
+    std::vector<DataSource> sources;    ///< a training mixture instead of train; empty = train alone
     std::string hellaswag;              ///< HellaSwag items (six-line text, plain or gzip); "" = the project's copy
     friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
@@ -84,9 +94,11 @@ struct OptimizerConfig {
 };
 
 struct LRScheduleConfig {
-    std::string decay = "cosine";       ///< "cosine" | "linear" | "constant"
+    std::string decay = "cosine";       ///< "cosine" | "linear" | "constant" | "wsd" (warmup-stable-decay)
     int warmup_steps = 100;
     float min_lr = 1e-4f;
+    float decay_ratio = 0.1f;           ///< wsd: the share of run.max_steps at the end that decays (torchtitan's name)
+    std::string decay_type = "linear";  ///< wsd: the decay's shape, "linear" | "sqrt" | "cosine" (torchtitan's name)
     friend bool operator==(const LRScheduleConfig&, const LRScheduleConfig&) = default;
 };
 

@@ -2,6 +2,7 @@
 // app/config/config.cpp, which reads and prints the keys one by one.
 #include "app/config/config_checks.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <stdexcept>
 
@@ -27,6 +28,18 @@ void check_across_keys(const Config& c, const ConfigOrigins& origins, const std:
     if (!c.run.trace.empty() && (c.run.trace.size() != 2 || c.run.trace[0] > c.run.trace[1]))
         fail(at({"run.trace"}), "run.trace: expected [first, last] steps with first <= last, got " +
                                     std::to_string(c.run.trace.size()) + " entries");
+    if (!c.data.sources.empty() && origins.count("data.train"))
+        fail(at({"data.train"}), "data.train: not used beside data.sources (a mixture); give one or the other "
+                                 "(a single file is a mixture of one: [[data.sources]] with its name and path)");
+    if (const auto& ls = c.lr_schedule; ls.decay == "wsd") {
+        // WSD's decay takes the last round(decay_ratio * max_steps) steps (optim/lr_schedule.hpp).
+        const long decay = std::lround(double(ls.decay_ratio) * double(c.run.max_steps));
+        if (ls.warmup_steps + decay > c.run.max_steps)
+            fail(at({"lr_schedule.decay_ratio", "lr_schedule.warmup_steps", "run.max_steps"}),
+                 "lr_schedule.decay_ratio: warmup_steps (" + std::to_string(ls.warmup_steps) + ") + the decay's " +
+                     std::to_string(decay) + " steps (decay_ratio x max_steps) exceed run.max_steps (" +
+                     std::to_string(c.run.max_steps) + ")");
+    }
     const auto& m = c.model;
     if (m.n_embd % m.n_head != 0)
         fail(at({"model.n_head", "model.n_embd"}), "model.n_head: expected a divisor of model.n_embd (" +
