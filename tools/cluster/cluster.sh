@@ -25,7 +25,8 @@
 #                                            --grace from JOB_GUARD_GRACE, default 5 s)
 #   cluster.sh slurm NAME CMD...             a Slurm command (sbatch, srun, sinfo, scontrol) on the
 #                                            head node, in the caller's directory
-#   cluster.sh cut NAME I | heal NAME I      take node I's link down / up (a cable pulled, put back)
+#   cluster.sh cut NAME I | heal NAME I      take node I's link down / up (a cable pulled, put back);
+#                                            heal also starts node I's slurmd if it was killed
 #   cluster.sh signal NAME I SIG             kill -SIG every process of node I (STOP, CONT, KILL)
 #   cluster.sh private NAME I DIR            node I sees an empty tmpfs over DIR (another file system)
 #   cluster.sh host NAME I                   print node I's hostname
@@ -43,7 +44,7 @@ STATE_ROOT=${LLMTRAIN_CLUSTER_DIR:-/run/llmtrain-cluster}
 source "$ROOT/tools/cluster/slurm.sh"
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
-usage() { sed -n '15,34p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '15,35p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 need_name() {
     [[ ${1:-} =~ ^[a-z][a-z0-9]{0,5}$ ]] || die "cluster name '${1:-}': expected 1-6 lowercase letters/digits, starting with a letter"
@@ -226,7 +227,13 @@ cmd_mpirun() {
 }
 
 cmd_cut() { need_name "${1:-}"; ip link set "$(veth_of "$1" "${2:?node}")" down; }
-cmd_heal() { need_name "${1:-}"; ip link set "$(veth_of "$1" "${2:?node}")" up; }
+cmd_heal() {
+    local name=${1:-} i=${2:?node}
+    need_name "$name"
+    ip link set "$(veth_of "$name" "$i")" up
+    [[ -e $STATE_ROOT/$name/slurm/slurm.conf ]] && slurmd_up "$name" "$i"
+    return 0
+}
 
 cmd_signal() {
     local name=${1:-} i=${2:?node} sig=${3:?signal}
@@ -235,6 +242,18 @@ cmd_signal() {
     holder=$(cat "$STATE_ROOT/$name/n$i.pid")
     pids=$(ip netns pids "$(ns_of "$name" "$i")" 2>/dev/null | grep -vx "$holder" || true)
     [[ -z $pids ]] || kill "-$sig" $pids 2>/dev/null || true
+    # KILL returns once they are gone (or zombies), so what is started next does not race them.
+    if [[ $sig == KILL || $sig == 9 ]]; then
+        local t p
+        for ((t = 0; t < 60; t++)); do
+            local alive=0
+            for p in $pids; do
+                [[ $(awk '{print $3}' "/proc/$p/stat" 2>/dev/null) =~ ^[^ZX]$ ]] && alive=1
+            done
+            ((alive)) || break
+            sleep 0.05
+        done
+    fi
 }
 
 cmd_private() {

@@ -89,11 +89,7 @@ slurm_up() {
         die "slurm: munged did not start ($dir/munge/log)"
     in_node "$name" c env SLURM_CONF="$dir/slurm/slurm.conf" slurmctld -i </dev/null >/dev/null 2>&1 ||
         die "slurm: slurmctld did not start ($dir/slurm/slurmctld.log)"
-    for ((i = 0; i < n; i++)); do
-        in_node "$name" "$i" env SLURM_CONF="$dir/slurm/$name-n$i/conf/slurm.conf" \
-            slurmd -N "$name-n$i" -f "$dir/slurm/$name-n$i/conf/slurm.conf" </dev/null >/dev/null 2>&1 ||
-            die "slurm: slurmd on node $i did not start ($dir/slurm/$name-n$i/slurmd.log)"
-    done
+    for ((i = 0; i < n; i++)); do slurmd_up "$name" "$i"; done
     local t idle=0
     for ((t = 0; t < 150; t++)); do
         idle=$(slurm_client "$name" sinfo -h -N -t idle -o %N 2>/dev/null | sort -u | grep -c . || true)
@@ -101,6 +97,15 @@ slurm_up() {
         sleep 0.2
     done
     ((idle == n)) || die "slurm: $idle of $n nodes idle after 30 s ($(slurm_client "$name" sinfo -N 2>&1 | tr '\n' ';'))"
+}
+
+# slurmd_up <name> <i>: starts node I's slurmd unless it runs (its pid file names a live slurmd).
+slurmd_up() {
+    local name=$1 i=$2 nd="$STATE_ROOT/$1/slurm/$1-n$2" pid
+    pid=$(cat "$nd/slurmd.pid" 2>/dev/null || true)
+    [[ -n $pid && $(cat "/proc/$pid/comm" 2>/dev/null) == slurmd* && $(awk '{print $3}' "/proc/$pid/stat") != Z ]] && return 0
+    in_node "$name" "$i" env SLURM_CONF="$nd/conf/slurm.conf" slurmd -N "$name-n$i" -f "$nd/conf/slurm.conf" \
+        </dev/null >/dev/null 2>&1 || die "slurm: slurmd on node $i did not start ($nd/slurmd.log)"
 }
 
 # slurm_client <name> CMD...: a Slurm command on the head node, in the caller's directory.

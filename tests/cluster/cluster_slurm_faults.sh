@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# tests/cluster/cluster_slurm_faults.sh — node faults under Slurm on the simulated cluster (2 nodes x 2
+# ranks, the inter-node link at 40 Mbit/s), the job submitted as docs/multinode.md's batch script,
+# parallel.timeout_s = 6, ZeRO-3 in node-local groups, a checkpoint every 10 steps.
+#
+# Usage: cluster_slurm_faults.sh <llmtrain> <mpiexec> <tiny_data_dir> <work_dir>
+# Each fault comes after the first committed checkpoint: node 1's processes stopped (SIGSTOP, slurmd
+# included), killed (SIGKILL, while the next checkpoint is being written: its writers held back 3 s),
+# and its link cut. Each time the job step (srun and the ranks on node 0) must end within
+# timeout_s + 8 s of the fault, with an error line naming node 1's host, and `latest` must name a
+# complete checkpoint with nothing later committed.
+# The cut is then left to the script's carrying on: Slurm (or tools/slurm_requeue.sh) requeues the
+# job, it restarts on node 0 alone (world 2, grad_accum_steps 2 for the same global batch) from the
+# last committed checkpoint (no step lost beyond it), and reaches max_steps; its log says "restart 1";
+# its losses after the resumed step and its final model.h5 must be bitwise those of 2 ranks on one
+# machine resumed from a copy of the same checkpoint (mpirun -np 2 here).
+set -euo pipefail
+BIN=$1 LOCAL_MPI=$2 DATA=$3 WORK=$4
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+CLUSTER_NAME=slf
+PY=${LLMTRAIN_PYTHON:-/usr/bin/python3}
+TIMEOUT=6
+M=40
+source "$ROOT/tests/cluster/cluster_lib.sh"
+source "$ROOT/tests/cluster/slurm_lib.sh"
+rm -rf "$WORK" && mkdir -p "$WORK"
+cluster_up 2 --slurm --rate 40mbit
+export OMP_NUM_THREADS=1
+cd "$WORK"
+HOST1=$(bash "$CLUSTER" host "$CLUSTER_NAME" 1)
+
+# restore_node1: the job cancelled, every process of node 1 gone, its link up, its slurmd started,
+# undrained; waits until the queue is empty and both nodes are idle and responding.
+restore_node1() {
+    slurm scancel "$JOB"
+    bash "$CLUSTER" signal "$CLUSTER_NAME" 1 KILL
+    bash "$CLUSTER" heal "$CLUSTER_NAME" 1
+    local t
+    for ((t = 0; t < 300; t++)); do
+        slurm scontrol update nodename="$HOST1" state=resume >/dev/null 2>&1 || true
+        [[ -z $(slurm squeue -h) && $(slurm sinfo -h -N -o %t | sort | uniq -c | awk '{print $1, $2}') == "2 idle" ]] && return 0
+        sleep 0.2
+    done
+    echo "FAILED: node 1 not back after 60 s"; slurm sinfo -N; exit 1
+}
+
+# fault <name> <what>: submit, wait for the first commit (for kill, the next one's writing too),
+# inject, wait for the step to end; checks the time, the error line and the checkpoints. Leaves the
+# job (requeued or failed) in place; JOB is its id.
+fault() {
+    local name=$1 what=$2
+    run_toml "$WORK/$name" $M 10 >"$WORK/$name.toml"
+    doc_script "$WORK/$name.toml" >"$WORK/$name.sbatch"
+    if [[ $what == kill ]]; then export LLMTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=3000; fi
+    JOB=$(TIMEOUT=$TIMEOUT slurm sbatch --parsable -o "$WORK/$name.log" "$WORK/$name.sbatch")
+    unset LLMTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS
+    local i ck="$WORK/$name/checkpoints"
+    for ((i = 0; i < 900; i++)); do
+        if [[ -f $ck/latest ]] && { [[ $what != kill ]] || compgen -G "$ck/.tmp_step_*" >/dev/null; }; then break; fi
+        sleep 0.1
+    done
+    [[ -f $ck/latest ]] || { echo "FAILED: $name: no checkpoint after 90 s"; cat "$WORK/$name.log"; exit 1; }
+    BEFORE=$(cat "$ck/latest")
+    local srun_pids
+    srun_pids=$(pgrep -f "srun --mpi=pmix .*$WORK/$name.toml" | paste -sd' ')
+    [[ -n $srun_pids ]] || { echo "FAILED: $name: no srun running"; tail -20 "$WORK/$name.log"; exit 1; }
+    case $what in
+        cut) bash "$CLUSTER" cut "$CLUSTER_NAME" 1 ;;
+        stop) bash "$CLUSTER" signal "$CLUSTER_NAME" 1 STOP ;;
+        kill) bash "$CLUSTER" signal "$CLUSTER_NAME" 1 KILL ;;
+    esac
+    local t0=$SECONDS
+    # The step has ended when its srun has (on node 0, after its tasks there; node 1's may be stuck).
+    # shellcheck disable=SC2086
+    while kill -0 $srun_pids 2>/dev/null; do
+        ((SECONDS - t0 <= 60)) || { echo "FAILED: $name: the step still runs 60 s after the fault"; tail -20 "$WORK/$name.log"; exit 1; }
+        sleep 0.2
+    done
+    local took=$((SECONDS - t0))
+    echo "$name: $what at $BEFORE; the job step ended after $took s"
+    ((took <= TIMEOUT + 8)) || { echo "FAILED: $name: the step took $took s to end (limit $((TIMEOUT + 8)))"; tail -30 "$WORK/$name.log"; exit 1; }
+    grep -q "^slurm: job $JOB on $CLUSTER_NAME-n\[0-1\], restart 0$" "$WORK/$name.log" ||
+        { echo "FAILED: $name: the job did not start on both nodes"; head -3 "$WORK/$name.log"; exit 1; }
+    grep -E "error: .*($HOST1|node 1 \($HOST1\))" "$WORK/$name.log" | head -2 | cut -c1-300 || true
+    grep -qE "error: .*($HOST1|node 1 \($HOST1\))" "$WORK/$name.log" ||
+        { echo "FAILED: $name: no error line naming node 1 ($HOST1)"; tail -30 "$WORK/$name.log"; exit 1; }
+    if [[ $what != kill ]]; then
+        grep -q "did not complete within parallel.timeout_s = $TIMEOUT s.*no answer to a liveness ping .* on node 1 ($HOST1)" "$WORK/$name.log" ||
+            { echo "FAILED: $name: no rank error naming node 1 ($HOST1)"; tail -30 "$WORK/$name.log"; exit 1; }
+    fi
+    "$PY" - "$ck" <<'PY'
+import os, sys, re
+ck = sys.argv[1]
+latest = open(os.path.join(ck, 'latest')).read().strip()
+assert os.path.isfile(os.path.join(ck, latest, 'state.toml')), f'{ck}: latest names {latest}, which has no state.toml'
+n = int(latest.split('_')[1])
+later = [d for d in os.listdir(ck) if re.fullmatch(r'step_\d+', d) and int(d[5:]) > n]
+assert not later, f'{ck}: {later} committed after latest {latest}'
+print(f'{ck}: latest {latest} is complete; nothing later committed')
+PY
+}
+
+fault stop stop
+restore_node1
+fault kill kill
+restore_node1
+
+# The cut, carried on: the requeued job finishes on node 0 alone.
+fault cut cut
+end=$(slurm_job_wait "$JOB" 150)
+[[ $end == "COMPLETED 0:0" ]] || { echo "FAILED: cut: the job ended $end"; tail -30 "$WORK/cut.log"; exit 1; }
+grep -q "^slurm: job $JOB on .*, restart 1$" "$WORK/cut.log" || { echo "FAILED: cut: no 'restart 1' line"; cat "$WORK/cut.log"; exit 1; }
+grep -q "nodes: world 2 on 1 node" "$WORK/cut.log" || { echo "FAILED: cut: the restart was not on one node"; cat "$WORK/cut.log"; exit 1; }
+grep -q "micro_batch_size 2 x grad_accum_steps 2 x dp 2 = global_batch_size 8" "$WORK/cut.log" ||
+    { echo "FAILED: cut: the global batch was not kept by grad accumulation"; grep '^batch:' "$WORK/cut.log"; exit 1; }
+since=$(sed -n 's/^resume: from .* at step \([0-9]*\).*dp changed from 4 to 2.*/\1/p' "$WORK/cut.log" | head -1)
+[[ $since == "${BEFORE#step_}" ]] || { echo "FAILED: cut: resumed at step '$since', the last commit before the cut was $BEFORE"; grep '^resume' "$WORK/cut.log"; exit 1; }
+grep -h "^slurm\(_requeue.sh\)\?:" "$WORK/cut.log"
+# The reference: 2 ranks on one machine resumed from a copy of the same checkpoint.
+mkdir -p "$WORK/ref/checkpoints"
+cp -a "$WORK/cut/checkpoints/$BEFORE" "$WORK/ref/checkpoints/"
+echo "$BEFORE" >"$WORK/ref/checkpoints/latest"
+"$LOCAL_MPI" --oversubscribe -x OMP_NUM_THREADS=1 -np 2 "$BIN" --config "$WORK/cut.toml" --set parallel.zero_group_size=2 \
+    --set "run.run_dir=\"$WORK/ref\"" --set parallel.timeout_s=600 >"$WORK/ref.log" 2>&1 || { echo "FAILED: reference"; cat "$WORK/ref.log"; exit 1; }
+"$PY" - "$WORK/ref" "$WORK/cut" "$since" "$M" <<'PY'
+import sys, h5py, numpy as np
+ref, run, since, M = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def losses(d):  # the last line of each train step after `since` (a resumed run logs its steps again)
+    out = {}
+    for l in list(open(d + '/losses.tsv'))[1:]:
+        r = l.rstrip('\n').split('\t')
+        if r[1] == 'train' and int(r[0]) > since: out[int(r[0])] = r[2]
+    return out
+a, b = losses(ref), losses(run)
+assert sorted(a) == sorted(b) == list(range(since + 1, M + 1)), f'{run}: steps {sorted(b)[:3]}..., reference {sorted(a)[:3]}...'
+bad = [s for s in a if a[s] != b[s]]
+assert not bad, f'{run}: step {bad[0]} loss {b[bad[0]]} != {a[bad[0]]}'
+fa, fb = h5py.File(f'{ref}/checkpoints/step_{M}/model.h5', 'r'), h5py.File(f'{run}/checkpoints/step_{M}/model.h5', 'r')
+assert sorted(fa) == sorted(fb)
+for k in fa:
+    assert np.array_equal(fa[k][()], fb[k][()]), f'{run}: tensor {k} differs'
+print(f'{run}: carried on from step {since} on one node; {len(a)} losses and {len(fa)} tensors bitwise equal to 2 ranks resumed from the same checkpoint')
+PY
+echo "cluster_slurm_faults: stop, kill and cut ended the step in time naming node 1; the cut job carried on to step $M"
