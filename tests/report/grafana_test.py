@@ -14,6 +14,7 @@ Prometheus scraping a real run: every panel's PromQL query returns data.
    variables' label_values queries. Then SIGTERM stops the run at a step.
 Every process started here is stopped by its pid. Exit 0 passed, 1 failed (the message says which query).
 """
+import atexit
 import json
 import math
 import os
@@ -34,13 +35,13 @@ procs = []
 
 
 def fail(msg):
+    stop_all()
     print(f"FAIL: {msg}")
     for name in ("train.log", "prom.log"):
         path = os.path.join(WORK, name)
         if os.path.exists(path):
             print(f"--- tail of {path}")
             print("".join(open(path, errors="replace").readlines()[-15:]), end="")
-    stop_all()
     sys.exit(1)
 
 
@@ -59,6 +60,9 @@ def stop(p):
 def stop_all():
     for p in reversed(procs):
         stop(p)
+
+
+atexit.register(stop_all)  # also when this script itself fails
 
 
 def free_port():

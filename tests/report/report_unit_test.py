@@ -114,6 +114,23 @@ class ReadRun(unittest.TestCase):
         self.assertEqual((mem["params (MiB)"], mem["peak device (MiB)"], mem["peak RSS (MiB)"]), (0.5, 3.25, 31.5))
 
 
+class Thin(unittest.TestCase):
+    def test_long_series_become_bucket_means(self):
+        pts = [(s, float(s % 3)) for s in range(1, 10)]  # y: 1 2 0 1 2 0 1 2 0
+        self.assertEqual(charts.thin(pts, 3), [(2.0, 1.0), (5.0, 1.0), (8.0, 1.0)])
+        self.assertEqual(charts.thin(pts, 4), [(2.0, 1.0), (5.0, 1.0), (8.0, 1.0)])  # ceil(9 / 4) = 3 a bucket
+        self.assertEqual(charts.thin(pts, 9), pts)
+        self.assertEqual(charts.thin(pts[:7], 3), [(2.0, 1.0), (5.0, 1.0), (7.0, 1.0)])  # a short last bucket
+
+    def test_chart_says_it_thinned(self):
+        run = {"name": "x", "train": [(s, 1.0) for s in range(1, 2 * charts.MAX_POINTS + 2)], "val": [],
+               "tokens_per_step": None, "lr": [], "grad_norm": [], "throughput": [], "mfu": [], "evals": {},
+               "checkpoints": [], "skipped": [], "starts": []}
+        loss = charts.build_charts([run])[0]
+        self.assertEqual(loss["title"], "Loss by step (means of 3 points)")
+        self.assertEqual(len(loss["data"][0]), -(-(2 * charts.MAX_POINTS + 1) // 3))
+
+
 class SeveralRuns(unittest.TestCase):
     def test_config_differences_and_overlay(self):
         with tempfile.TemporaryDirectory() as tmp:

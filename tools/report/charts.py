@@ -4,11 +4,28 @@ Every chart is a plain dict the page's script (report.js) draws with uPlot witho
   {"id", "title", "x": x-axis label, "y": y-axis label, "data": [xs, ys_1, ..., ys_n] (aligned: None
    where a series has no point at that x), "series": [{"label", "color", "dash", "points"}],
    "markers": [{"x", "color", "kind": "restart" | "skipped"}]}
-so the number of series a chart must show is len(series) (the browser test checks it). A chart with
+so the number of series a chart must show is len(series) (the browser test checks it). Series longer
+than MAX_POINTS are thinned (thin). A chart with
 no data in any run is left out. Colors: one per run (PALETTE, in the order given), train solid,
 validation dashed with points.
 """
+MAX_POINTS = 4000  # per series: longer ones are thinned to bucket means (thin)
+MAX_MARKED = 120  # a series with "points" draws them only up to this many points
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+
+
+def thin(pts, max_points=MAX_POINTS):
+    """[(x, y)] with at most max_points points: past that, consecutive buckets of ceil(len / max_points)
+    points each become one point at their mean x and mean y (a moving average; a page of 280k-step runs
+    stays a few MB and draws at once). Shorter series come back as they are."""
+    if len(pts) <= max_points:
+        return pts
+    k = -(-len(pts) // max_points)
+    out = []
+    for i in range(0, len(pts), k):
+        b = pts[i:i + k]
+        out.append((sum(x for x, _ in b) / len(b), sum(y for _, y in b) / len(b)))
+    return out
 
 
 def _align(columns):
@@ -29,6 +46,12 @@ def _chart(cid, title, x, y, lines, markers=()):
     lines = [(s, pts) for s, pts in lines if pts]
     if not lines:
         return None
+    longest = max(len(pts) for _, pts in lines)
+    if longest > MAX_POINTS:
+        title += f" (means of {-(-longest // MAX_POINTS)} points)"
+        lines = [(s, thin(pts)) for s, pts in lines]
+    # Points only where they can be told apart; a long series is a line.
+    lines = [(dict(s, points=s["points"] and len(pts) <= MAX_MARKED), pts) for s, pts in lines]
     return {"id": cid, "title": title, "x": x, "y": y, "data": _align([pts for _, pts in lines]),
             "series": [s for s, _ in lines], "markers": list(markers)}
 
