@@ -31,6 +31,8 @@ struct Metrics::Impl {
     prometheus::Family<prometheus::Gauge>* offload;
     prometheus::Family<prometheus::Gauge>* attention;
     prometheus::Family<prometheus::Gauge>* hellaswag;
+    prometheus::Family<prometheus::Counter>* source_tokens;  // label source: a mixture's
+    prometheus::Family<prometheus::Gauge>* source_val_loss;
     prometheus::Gauge* attention_now = nullptr;  // the series set to 1
 
     prometheus::Gauge* gauge(const std::string& name, const std::string& help) {
@@ -108,6 +110,18 @@ Metrics::Metrics(const std::string& listen, int port_offset, const std::string& 
                        .Labels(m.labels)
                        .Register(*m.registry);
 
+    m.source_tokens = &prometheus::BuildCounter()
+                           .Name("llmtrain_source_tokens_total")
+                           .Help("Training tokens drawn from each source of the data mixture (label source: its name).")
+                           .Labels(m.labels)
+                           .Register(*m.registry);
+    m.source_val_loss = &prometheus::BuildGauge()
+                             .Name("llmtrain_source_val_loss")
+                             .Help("Validation loss of the last evaluation on each source's own val data (label "
+                                   "source), nats per token.")
+                             .Labels(m.labels)
+                             .Register(*m.registry);
+
     m.server = std::make_unique<MetricsServer>(addr, [&m] {
         std::vector<prometheus::MetricFamily> families;
         {
@@ -150,6 +164,14 @@ void Metrics::set_attention(const std::string& path) {
 
 void Metrics::set_hellaswag_accuracy(const std::string& norm, double accuracy) {
     impl_->hellaswag->Add({{"norm", norm}}).Set(accuracy);
+}
+
+void Metrics::add_source_tokens(const std::string& source, double tokens) {
+    impl_->source_tokens->Add({{"source", source}}).Increment(tokens);
+}
+
+void Metrics::set_source_val_loss(const std::string& source, double loss) {
+    impl_->source_val_loss->Add({{"source", source}}).Set(loss);
 }
 
 void Metrics::observe_checkpoint_seconds(double s) {

@@ -56,6 +56,10 @@ public:
     /// llmtrain_eval_hellaswag_accuracy{norm}: the last HellaSwag evaluation's accuracy, 0..1; norm
     /// "none" (acc: the lowest summed loss) or "tokens" (acc_norm: the lowest mean loss per token).
     void set_hellaswag_accuracy(const std::string& norm, double accuracy);
+    /// llmtrain_source_tokens_total{source}: training tokens drawn from a mixture's source (data.sources).
+    void add_source_tokens(const std::string& source, double tokens);
+    /// llmtrain_source_val_loss{source}: the last val loss on a source's own val data (data.sources val).
+    void set_source_val_loss(const std::string& source, double loss);
 
 private:
     struct Impl;

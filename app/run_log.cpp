@@ -103,4 +103,10 @@ void RunLog::eval_record(int64_t step, const std::string& kind, double value) {
     std::fflush(tsv_);
 }
 
+void RunLog::source_tokens_record(int64_t step, const std::string& source, uint64_t tokens) {
+    if (!enabled_ || !tsv_) return;
+    std::fprintf(tsv_, "%lld\ttokens:%s\t%llu\t\t\n", (long long)step, source.c_str(), (unsigned long long)tokens);
+    std::fflush(tsv_);
+}
+
 }  // namespace llmtrain

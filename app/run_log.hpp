@@ -4,6 +4,8 @@
 // Only rank 0 writes; other ranks' RunLog is silent. Files are opened in append mode and never
 // truncated, so a resumed run continues the same log; after a resume a step may appear twice in
 // losses.tsv (it ran again after the last checkpoint), and the later line is the one that counts.
+// Kinds in losses.tsv: train, val, val:<source> (a mixture source's own val loss), hellaswag...,
+// tokens:<source> (a mixture source's tokens so far, at each log line): docs/training.md "Logs".
 #pragma once
 #include <cstdint>
 #include <cstdio>
@@ -52,6 +54,9 @@ public:
     /// Appends "<step>\t<kind>\t<value>\t\t" to losses.tsv (another evaluation's figure, e.g. kind
     /// "hellaswag" with an accuracy in the loss column).
     void eval_record(int64_t step, const std::string& kind, double value);
+    /// Appends "<step>\ttokens:<source>\t<tokens>\t\t": training tokens drawn from a mixture's
+    /// source so far (the count in the loss column, an integer).
+    void source_tokens_record(int64_t step, const std::string& source, uint64_t tokens);
 
 private:
     void to_file(const std::string& text);

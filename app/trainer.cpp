@@ -128,6 +128,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
         return;
     }
     StepWindow window(I.start_step, max_steps, I.tokens_per_step(), fpt, peak, I.topo.world_size());
+    for (const SourceState& src : I.train->state().sources) I.source_reported.push_back(src.position);  // from here
     while (I.step < max_steps) {
         const auto t0 = Clock::now();
         StepResult r;
@@ -139,12 +140,32 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
         log.train_record(s, r.loss, r.lr, r.norm);
         I.count_skipped(s, r, log, metrics);  // throws past training.max_skipped_steps
         if (metrics) I.report_step(s, r, *metrics);
-        if (s % I.cfg.run.log_interval == 0 || s == I.start_step + 1 || s == max_steps)
-            log_step_line(window.close(s, r), log, metrics);
+        const bool log_line = s % I.cfg.run.log_interval == 0 || s == I.start_step + 1 || s == max_steps;
+        if (log_line) log_step_line(window.close(s, r), log, metrics);
+        I.report_sources(s, log_line, log, metrics);
         I.eval_and_sample(s, log, metrics);
         if (I.checkpoint_and_maybe_stop(s, log, metrics)) return;
     }
     I.log_peak_memory(log);
+}
+
+void Trainer::Impl::report_sources(int64_t s, bool log_line, RunLog& log, Metrics* metrics) {
+    if (cfg.data.sources.empty()) return;
+    const LoaderState st = train->state();  // every source's position: the same on every rank
+    uint64_t total = 0;
+    for (const SourceState& src : st.sources) total += src.position;
+    std::string line = "step " + std::to_string(s) + "/" + std::to_string(cfg.run.max_steps) + " | tokens by source:";
+    for (size_t k = 0; k < st.sources.size(); ++k) {
+        const SourceState& src = st.sources[k];
+        if (metrics) metrics->add_source_tokens(src.name, double((src.position - source_reported[k]) * uint64_t(T)));
+        source_reported[k] = src.position;
+        if (!log_line) continue;
+        char share[32];
+        std::snprintf(share, sizeof share, " (%.2f%%)", 100.0 * double(src.position) / double(total));
+        line += std::string(k ? "," : "") + " " + src.name + " " + format_thousands(double(src.position * uint64_t(T))) + share;
+        log.source_tokens_record(s, src.name, src.position * uint64_t(T));
+    }
+    if (log_line) log.line(line);
 }
 
 void Trainer::Impl::report_memory(Metrics& metrics) const {

@@ -9,12 +9,12 @@
 
 namespace llmtrain {
 
-float Trainer::Impl::evaluate() {
-    val->restore(LoaderState{0, cfg.run.seed});
-    const uint64_t n = cfg.run.eval_steps > 0 ? uint64_t(cfg.run.eval_steps) : val->batches_per_epoch();
+float Trainer::Impl::evaluate(DataLoader& loader) {
+    loader.restore(LoaderState{0, cfg.run.seed, {}});
+    const uint64_t n = cfg.run.eval_steps > 0 ? uint64_t(cfg.run.eval_steps) : loader.batches_per_epoch();
     double sum = 0;
     for (uint64_t i = 0; i < n; ++i) {
-        val->next(inputs.data(), targets.data());
+        loader.next(inputs.data(), targets.data());
         sum += ms.pipe ? ms.pipe->evaluate(inputs.data(), targets.data()) : ms.gpt->evaluate(inputs.data(), targets.data());
     }
     return dp_mean(float(sum / double(n)));
@@ -24,12 +24,22 @@ void Trainer::Impl::eval_and_sample(int64_t s, RunLog& log, Metrics* metrics) {
     const auto& rc = cfg.run;
     const int64_t max_steps = rc.max_steps;
     if (rc.eval_interval > 0 && (s % rc.eval_interval == 0 || s == max_steps)) {
-        const float vl = evaluate();
+        const float vl = evaluate(*val);
         log.val_record(s, vl);
         char buf[64];
         std::snprintf(buf, sizeof buf, "val loss %.4f", vl);
-        log.line("step " + std::to_string(s) + "/" + std::to_string(max_steps) + " | " + buf);
+        std::string line = "step " + std::to_string(s) + "/" + std::to_string(max_steps) + " | " + buf;
         if (metrics) metrics->set_val_loss(vl);
+        for (size_t k = 0; k < source_val.size(); ++k) {  // a mixture's sources with their own val data
+            if (!source_val[k]) continue;
+            const std::string& name = cfg.data.sources[k].name;
+            const float v = evaluate(*source_val[k]);
+            log.eval_record(s, "val:" + name, v);
+            std::snprintf(buf, sizeof buf, " | %.4f", v);
+            line += " | " + name + buf;
+            if (metrics) metrics->set_source_val_loss(name, v);
+        }
+        log.line(line);
     }
     if (hellaswag && (s % rc.eval_hellaswag_interval == 0 || s == max_steps))  // app/eval/hellaswag_eval.hpp
         HellaSwagInLoop::report(s, max_steps, hellaswag->evaluate(*ms.gpt, ms.pipe.get(), last_stage(),

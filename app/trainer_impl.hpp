@@ -68,6 +68,10 @@ struct Trainer::Impl {
     ModelState ms;
     LRSchedule sched;
     std::unique_ptr<DataLoader> train, val;  // val: only with run.eval_interval > 0
+    // A mixture's sources (data.sources), in order: each one's own val loader (nullptr without
+    // `val` or with run.eval_interval = 0), and its stream position last reported to the metrics.
+    std::vector<std::unique_ptr<DataLoader>> source_val;
+    std::vector<uint64_t> source_reported;
     std::optional<Tokenizer> tokenizer;  // rank 0 with samples enabled
     float* norm_scratch = nullptr;       // (1) device fp32
     std::vector<int32_t> inputs, targets;  // (B,T) host int32
@@ -120,8 +124,9 @@ struct Trainer::Impl {
 
     // --- app/trainer_eval.cpp: val loss, HellaSwag and samples between steps
 
-    /// Mean val loss over eval_steps micro-batches per rank (0: the whole file), from the file's start.
-    float evaluate();
+    /// Mean val loss of `loader` (val, or a source's) over eval_steps micro-batches per rank (0:
+    /// the whole file), from the file's start.
+    float evaluate(DataLoader& loader);
 
     /// After step `s`, as their intervals ask: the val loss (evaluate, logged), HellaSwag, then the
     /// samples. Collective: every rank calls it after every step.
@@ -195,6 +200,11 @@ struct Trainer::Impl {
     /// Step `s`'s gauges and counters, seen together by a scrape: loss, lr, norm, tokens, step time,
     /// memory, and the offloaded optimizer's phase times after an update.
     void report_step(int64_t s, const StepResult& r, Metrics& metrics) const;
+
+    /// A mixture's tokens per source after step `s` (its stream positions x seq_len): added to
+    /// llmtrain_source_tokens_total, and at a log line logged and written to losses.tsv
+    /// (tokens:<source>). Nothing without data.sources.
+    void report_sources(int64_t s, bool log_line, RunLog& log, Metrics* metrics);
 
     /// Every rank's device peak (the Allocator's, host excluded), logged in MiB: what --dry-run and
     /// llmtrain-plan predict. Collective.

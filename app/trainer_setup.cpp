@@ -4,6 +4,7 @@
 // apart from what it runs on.
 #include "app/trainer_impl.hpp"
 
+#include "data/sharded_dataset.hpp"
 #include "data/token_dataset.hpp"
 #include "model/backend.hpp"
 
@@ -26,15 +27,21 @@ Trainer::Impl::Impl(const Config& c, Comm& cm)
     lo.seed = cfg.run.seed;
     lo.shuffle = true;
     lo.vocab_size = cfg.model.vocab_size;
+    for (const DataSource& s : cfg.data.sources) lo.sources.push_back(SourceSpec{s.name, s.path, s.weight});
     train = std::make_unique<DataLoader>(lo);
+    lo.sources.clear();
     if (cfg.run.eval_interval > 0) {  // else never read: a val set too small for B x dp is no error
         lo.path = cfg.data.val;
         lo.shuffle = false;
         lo.expect_tokenizer_sha256 = train->info().tokenizer_sha256;  // val must be tokenized alike
         val = std::make_unique<DataLoader>(lo);
+        for (const DataSource& s : cfg.data.sources) {  // per-source val losses (docs/data.md "Sources")
+            lo.path = s.val;
+            source_val.push_back(s.val.empty() ? nullptr : std::make_unique<DataLoader>(lo));
+        }
     }
     if (rank == 0 && cfg.run.sample_interval > 0) {
-        TokenDataset ds(cfg.data.train);
+        TokenDataset ds(expand_data_path(train->info().path).front());  // the (first) source's first shard
         tokenizer.emplace(Tokenizer::from_dataset(ds));
     }
     ops = make_backend(cfg.run.backend, cfg.training.precision, shape.cuda);
@@ -58,6 +65,8 @@ Trainer::Impl::Impl(const Config& c, Comm& cm)
     sched.warmup_steps = cfg.lr_schedule.warmup_steps;
     sched.decay_steps = cfg.run.max_steps;
     sched.decay = parse_lr_decay(cfg.lr_schedule.decay);
+    sched.decay_ratio = cfg.lr_schedule.decay_ratio;
+    sched.decay_type = parse_wsd_decay_type(cfg.lr_schedule.decay_type);
     norm_scratch = static_cast<float*>(alloc->alloc(MemCategory::workspace, sizeof(float)));
     // With tp > 1 a checkpoint holds the whole model like a tp = 1 one (so any tp resumes it),
     // each rank of replica 0 writing one piece of its stage's whole tensors (save_tp): one part per

@@ -57,7 +57,7 @@ struct CheckpointError : std::runtime_error {
 struct TrainState {
     int64_t step = 0;              ///< optimizer steps completed
     uint64_t tokens_seen = 0;      ///< training tokens consumed over all ranks
-    LoaderState loader;            ///< train loader's stream position (the same on every rank, in any layout)
+    LoaderState loader;            ///< train loader's stream position (the same on every rank, in any layout), a mixture's per source ([[loader.sources]])
     /// [loader] {epoch, batch} of a checkpoint written before stream positions (each rank's
     /// micro-batch index; `loader` is then unset): resume converts it in the layout it was written in.
     std::optional<std::pair<uint64_t, uint64_t>> legacy_loader;

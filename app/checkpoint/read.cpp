@@ -118,7 +118,19 @@ StateFile read_state_file(const std::string& dir) {
     } else {
         const int64_t sample = need_int("loader.sample");
         if (sample < 0) throw CheckpointError(file + ": loader.sample: expected >= 0, got " + std::to_string(sample));
-        st.loader = LoaderState{uint64_t(sample), uint64_t(need_int("loader.seed"))};  // the seed as its 64 bits
+        st.loader = LoaderState{uint64_t(sample), uint64_t(need_int("loader.seed")), {}};  // the seed as its 64 bits
+        if (const toml::array* sources = t.at_path("loader.sources").as_array())  // a mixture's (absent: one path)
+            for (size_t i = 0; i < sources->size(); ++i) {
+                const std::string at = file + ": loader.sources[" + std::to_string(i) + "]";
+                const toml::node& n = *sources->get(i);
+                auto name = n.at_path("name").value_exact<std::string>();
+                auto weight = n.at_path("weight").value<double>();
+                auto position = n.at_path("position").value_exact<int64_t>();
+                auto drawn = n.at_path("drawn").value_exact<int64_t>();
+                if (!name || !weight || !position || *position < 0 || !drawn || *drawn < 0)
+                    throw CheckpointError(at + ": expected name, weight, position >= 0 and drawn >= 0");
+                st.loader.sources.push_back(SourceState{*name, *weight, uint64_t(*position), uint64_t(*drawn)});
+            }
     }
     st.sampler_rng = need_str("sampler_rng");
     st.model_config_hash = need_str("model.config_hash");

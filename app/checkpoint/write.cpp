@@ -111,6 +111,14 @@ std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& fil
         model.insert("rope_theta", double(spec.rope_theta));
         model.insert("norm_eps", double(spec.norm_eps));
     }
+    toml::table loader{{"sample", int64_t(st.loader.sample)}, {"seed", int64_t(st.loader.seed)}};
+    if (!st.loader.sources.empty()) {  // a mixture: [[loader.sources]] (data/loader.hpp SourceState)
+        toml::array sources;
+        for (const SourceState& s : st.loader.sources)
+            sources.push_back(toml::table{{"name", s.name}, {"weight", s.weight}, {"position", int64_t(s.position)},
+                                          {"drawn", int64_t(s.drawn)}});
+        loader.insert("sources", std::move(sources));
+    }
     toml::table identity;  // every key that changes the model's function, as the trainer gave them
     for (const auto& [k, v] : st.model_identity) identity.insert(k, v);
     toml::table t{
@@ -119,7 +127,7 @@ std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& fil
         {"step", st.step},
         {"tokens_seen", int64_t(st.tokens_seen)},
         {"adam_t", st.adam_t},
-        {"loader", toml::table{{"sample", int64_t(st.loader.sample)}, {"seed", int64_t(st.loader.seed)}}},
+        {"loader", std::move(loader)},
         {"sampler_rng", st.sampler_rng},
         {"model", std::move(model)},
         {"world", toml::table{{"dp", st.dp}, {"world_size", st.world_size}}},
