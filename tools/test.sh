@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # tools/test.sh — build llmtrain (Release) and run the whole test suite with ctest.
-# This is the README's second command and exactly what .ci/run calls.
+# This is the README's second command and exactly what .ci/run calls. It first runs tools/setup.sh
+# (idempotent): the tests' references (PyTorch, Prometheus, Chromium, ...) that tools/quickstart.sh
+# leaves out, and the test data.
 # Usage: tools/test.sh [--sanitize] [extra ctest args, e.g. -L model or -R resume]
 #   --sanitize  the Sanitize build (Debug + ASan + UBSan) in build-sanitize instead, without the
 #               CUDA emulator and its suites (docs/testing.md "Sanitize"); must be the first argument.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+bash tools/setup.sh
 BUILD_TYPE=Release
 BUILD=${LLMTRAIN_BUILD_DIR:-build}
 CONFIGURE_ARGS=()
