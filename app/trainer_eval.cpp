@@ -35,7 +35,7 @@ void Trainer::Impl::eval_and_sample(int64_t s, RunLog& log, Metrics* metrics) {
             const std::string& name = cfg.data.sources[k].name;
             const float v = evaluate(*source_val[k]);
             log.eval_record(s, "val:" + name, v);
-            std::snprintf(buf, sizeof buf, " | %.4f", v);
+            std::snprintf(buf, sizeof buf, " %.4f", v);
             line += " | " + name + buf;
             if (metrics) metrics->set_source_val_loss(name, v);
         }
