@@ -8,9 +8,11 @@
 #include <algorithm>
 #include <csignal>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "app/tp_state.hpp"
+#include "parallel/nodes.hpp"
 
 namespace llmtrain {
 
@@ -162,8 +164,14 @@ std::string Trainer::resume_from(const std::string& dir) {
     const std::vector<FlatRange>& ranges = I.ms.adam->ranges();
     const size_t ns = I.ms.adam->numel();
     std::vector<float> w(ns), m(ns), v(ns);
-    read_params_ranges(dir, *I.ms.layout, ranges, w.data());
-    read_optim_ranges(dir, *I.ms.layout, ranges, m.data(), v.data());
+    // File work only: meanwhile this rank answers liveness pings "busy: reading ..." (a rank that
+    // read faster waits for it in the next collective past parallel.timeout_s, docs/checkpoints.md
+    // "Who does what at a commit").
+    run_busy("reading checkpoint " + std::filesystem::path(dir).filename().string(),
+             I.cfg.checkpoint.timeout_s > 0 ? I.cfg.checkpoint.timeout_s : 1e9, [&] {
+                 read_params_ranges(dir, *I.ms.layout, ranges, w.data());
+                 read_optim_ranges(dir, *I.ms.layout, ranges, m.data(), v.data());
+             });
     I.ms.adam->state_from_host(w.data(), m.data(), v.data());  // device and host parts alike
     m = {}, v = {};
     // The checkpoint holds fp32 master weights. Rounded to nearest they would not be the bf16 params
