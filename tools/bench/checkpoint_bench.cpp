@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
     fs::remove_all(dir);
     fs::create_directories(dir);
     RunLog log(true);
-    CheckpointSaver saver(*comm, alloc, L, dir, 1, /*keep_last=*/1, true);
+    CheckpointSaver saver(*comm, alloc, L, dir, 1, /*keep_last=*/1, true, /*busy_limit_s=*/0);
     saver.reserve(n);  // as the trainer does at start
 
     // Three rounds, each: the bare copy (the same state_to_host into the same pinned buffers,
