@@ -13,11 +13,14 @@ end by itself (a healthy abort takes it 2-4 s); then it kills the launcher's pro
 again 1 s later since mpirun takes the first as "abort already in progress", SIGKILL 1 s after that)
 and says so.
 
-Exit status: the launcher's when it ended by itself (its signal as 128+N); 1 when the guard had to
-kill it after a rank failed; 2 for a bad command line. SIGINT/SIGTERM to the guard go to the launcher.
+Exit status: the launcher's when it ended by itself (its signal as 128+N); when the guard had to kill
+it after a rank failed, the code that rank passed to MPI_Abort as the launcher printed it (OpenMPI's
+"with errorcode N", MPICH's "MPI_Abort(comm, N)": 2 for a config error, as llmtrain exits), else 1;
+2 for a bad command line. SIGINT, SIGTERM and SIGHUP to the guard go to the launcher.
 Details: docs/multinode.md "When a node fails".
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -25,6 +28,8 @@ import threading
 import time
 
 MARK = b"llmtrain: error:"
+# The abort code as the launchers print it: OpenMPI "with errorcode 2.", MPICH "MPI_Abort(..., 2)".
+ABORT_CODE = re.compile(rb"with errorcode (\d+)|MPI_Abort\([^,()]*, (\d+)\)")
 
 
 def main(argv):
@@ -45,16 +50,19 @@ def main(argv):
         print(f"job_guard.py: cannot start {argv[0]!r}: {e}", file=sys.stderr)
         return 2
     failed_at = []  # time of the first rank error seen
+    abort_codes = []  # codes passed to MPI_Abort, as the launcher reported them
     lock = threading.Lock()
 
     def pump(src, dst):
         for line in iter(src.readline, b""):
             dst.write(line)
             dst.flush()
-            if MARK in line:
-                with lock:
-                    if not failed_at:
-                        failed_at.append(time.monotonic())
+            m = ABORT_CODE.search(line)
+            with lock:
+                if MARK in line and not failed_at:
+                    failed_at.append(time.monotonic())
+                if m:
+                    abort_codes.append(int(m.group(1) or m.group(2)))
 
     threads = [threading.Thread(target=pump, args=(proc.stdout, sys.stdout.buffer), daemon=True),
                threading.Thread(target=pump, args=(proc.stderr, sys.stderr.buffer), daemon=True)]
@@ -67,8 +75,8 @@ def main(argv):
         except ProcessLookupError:
             pass
 
-    signal.signal(signal.SIGINT, forward)
-    signal.signal(signal.SIGTERM, forward)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, forward)
 
     killed = False
     while proc.poll() is None:
@@ -91,7 +99,8 @@ def main(argv):
     for t in threads:
         t.join(1)
     if killed:
-        return 1
+        with lock:
+            return abort_codes[0] if abort_codes and 0 < abort_codes[0] < 256 else 1
     rc = proc.returncode
     return 128 - rc if rc < 0 else rc
 
