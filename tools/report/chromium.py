@@ -21,6 +21,7 @@ import time
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          "--disable-default-apps", "--disable-extensions", "--mute-audio", "--hide-scrollbars",
+         "--disable-dev-shm-usage",  # containers give /dev/shm 64 MB: a renderer could crash
          "--remote-debugging-pipe"]
 
 

@@ -25,9 +25,10 @@ h2 { font-size: 16px; margin: 22px 0 8px; border-bottom: 1px solid #ddd; padding
           vertical-align: -1px; }
 table { border-collapse: collapse; font-size: 12.5px; margin: 4px 0; }
 th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: right; white-space: nowrap; }
-th { background: #f4f4f4; font-weight: 600; }
+th { background: #f4f4f4; font-weight: 600; white-space: normal; vertical-align: bottom; }
 td:first-child, th:first-child { text-align: left; }
 td.text, th.text { text-align: left; white-space: normal; }
+td.path, th.path { text-align: left; white-space: normal; overflow-wrap: anywhere; min-width: 10em; }
 .grid { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 12px 20px; }
 .chart { min-height: 300px; }
 .uplot .u-title { font-size: 14px; font-weight: 600; }
@@ -53,13 +54,16 @@ def _fmt(v):
     return str(v)
 
 
-def _table(columns, rows, text_columns=()):
-    """An HTML table of rows (dicts) over columns; cells escaped; text_columns left-aligned and wrapping."""
-    head = "".join(f"<th{' class=text' if c in text_columns else ''}>{html.escape(c)}</th>" for c in columns)
+def _table(columns, rows, text_columns=(), path_columns=()):
+    """An HTML table of rows (dicts) over columns; cells escaped; text_columns left-aligned and wrapping
+    at spaces, path_columns anywhere."""
+    def _cls(c):
+        return " class=text" if c in text_columns else " class=path" if c in path_columns else ""
+
+    head = "".join(f"<th{_cls(c)}>{html.escape(c)}</th>" for c in columns)
     body = []
     for r in rows:
-        cells = "".join(f"<td{' class=text' if c in text_columns else ''}>{html.escape(_fmt(r.get(c)))}</td>"
-                        for c in columns)
+        cells = "".join(f"<td{_cls(c)}>{html.escape(_fmt(r.get(c)))}</td>" for c in columns)
         body.append(f"<tr>{cells}</tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
@@ -120,7 +124,7 @@ def render(runs, title="llmtrain report"):
  (docs/report.md)</div>
 <div class="runs">{run_list}</div>
 <h2>Summary</h2>
-{_table(_columns(summary), summary, text_columns=("dir",))}
+{_table(_columns(summary), summary, path_columns=("dir",))}
 <h2>Curves</h2>
 <p class="note">Solid: training; dashed with points: validation (or, for HellaSwag, acc_norm; for checkpoints,
 the slowest rank's write).{' Vertical lines on the step charts: dashed, a resume from a checkpoint; dotted, a'
