@@ -46,13 +46,13 @@ EOF
 
 # doc_script <config>: the first bash block of docs/multinode.md's "## Slurm" section (the batch
 # script) with 2 tasks a node instead of 8, no GPUs, this build's binary, this tree's
-# tools/slurm_requeue.sh and <config>; fails if the
+# tools/job_guard.py and tools/slurm_requeue.sh, and <config>; fails if the
 # doc no longer has what it replaces.
 doc_script() {
     local s
     s=$(awk '/^## Slurm$/ {on = 1} on && /^```bash$/ {in_ = 1; next} in_ && /^```$/ {exit} in_' "$ROOT/docs/multinode.md")
     local want
-    for want in "--ntasks-per-node=8" " --gpus-per-node=8" "build/app/llmtrain" "--config run.toml" "zero_group_size=8" "tools/slurm_requeue.sh"; do
+    for want in "--ntasks-per-node=8" " --gpus-per-node=8" "build/app/llmtrain" "--config run.toml" "zero_group_size=8" "tools/job_guard.py" "tools/slurm_requeue.sh"; do
         [[ $s == *"$want"* ]] || { echo "FAILED: docs/multinode.md's Slurm script has no '$want'" >&2; return 1; }
     done
     s=${s//--ntasks-per-node=8/--ntasks-per-node=2}
@@ -61,5 +61,6 @@ doc_script() {
     s=${s//--config run.toml/--config $1}
     s=${s//zero_group_size=8/zero_group_size=2}
     s=${s//tools\/slurm_requeue.sh/$ROOT\/tools\/slurm_requeue.sh}
+    s=${s//tools\/job_guard.py/$ROOT\/tools\/job_guard.py}
     printf '%s\n' "$s"
 }

@@ -11,8 +11,9 @@
 # key and socket (AuthInfo socket=), slurm.conf, per-node spool dirs, logs. Each slurmd reads its own
 # copy of the config dir, identical but for mpi.conf's PMIxCliTmpDirBase: the pmix plugin's per-step
 # client dirs (spmix_appdir_<uid>_<job>.<step>) would collide in the one /tmp that all nodes share.
-# Timers are short so a lost node is seen in seconds, not minutes (SlurmdTimeout, MessageTimeout,
-# KillWait); the node is then marked DOWN and a requeued job goes to the nodes left.
+# Timers are short so a lost node is seen in seconds, not minutes (SlurmdTimeout 10 s, MessageTimeout
+# 5 s, KillWait 2 s); the node is then marked DOWN and a requeued job goes to the nodes left.
+# SLURM_DEFAULT_TIMERS=1 at `up` keeps Slurm's defaults instead (300 s, 10 s, 30 s), as most sites.
 
 SLURM_LIB=/usr/lib/x86_64-linux-gnu/slurm-wlm
 
@@ -52,10 +53,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 MpiDefault=none
 ReturnToService=2
-SlurmctldTimeout=10
-SlurmdTimeout=10
-MessageTimeout=5
-KillWait=2
+$(if [[ ${SLURM_DEFAULT_TIMERS:-0} != 1 ]]; then
+    printf '%s\n' SlurmctldTimeout=10 SlurmdTimeout=10 MessageTimeout=5 KillWait=2
+fi)
 InactiveLimit=0
 MinJobAge=300
 SchedulerType=sched/backfill
