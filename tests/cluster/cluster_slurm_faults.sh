@@ -6,9 +6,10 @@
 # Usage: cluster_slurm_faults.sh <llmtrain> <mpiexec> <tiny_data_dir> <work_dir>
 # Each fault comes after the first committed checkpoint: node 1's processes stopped (SIGSTOP, slurmd
 # included), killed (SIGKILL, while the next checkpoint is being written: its writers held back 3 s),
-# and its link cut. Each time the job step (srun and the ranks on node 0) must end within
-# timeout_s + 10 s of the fault (the 1.2 s probe, srun's KillWait + 2 s wait for the lost node's tasks), with an error line naming node 1's host, and `latest` must name a
-# complete checkpoint with nothing later committed.
+# and its link cut. Each time the job step (srun, after the ranks on node 0) must end within
+# timeout_s + 10 s of the fault (the 1.2 s probe; srun's KillWait + 2 s wait for the lost node's
+# tasks), with an error line naming node 1's host, and `latest` must name a complete checkpoint with
+# nothing later committed. Measured: 11-13 s (docs/multinode.md "Faults under Slurm").
 # The cut is then left to the script's carrying on: Slurm (or tools/slurm_requeue.sh) requeues the
 # job, it restarts on node 0 alone (world 2, grad_accum_steps 2 for the same global batch) from the
 # last committed checkpoint (no step lost beyond it), and reaches max_steps; its log says "restart 1";
