@@ -5,7 +5,8 @@ the console said nothing wrong, and the page asked for nothing but itself (no ne
 
   browser_test.py LLMTRAIN TINY_DATA_DIR REPORT_TOOL WORK_DIR
 
-The runs (tests/app's tiny data, 2 layers x 32 wide, 32 tokens per step): "a" 20 steps at lr 1e-2;
+The runs (tests/app's tiny data, 2 layers x 32 wide, 32 tokens per step): "a" 20 steps at lr 1e-2 on a
+mixture of two sources (the same file at weights 0.75 and 0.25, each with its val loss);
 "b" at lr 3e-3 with HellaSwag every 4 steps on two items, stopped at step 12 and resumed to 20. The
 reference for every figure is the run dir itself, read here with the csv module, not by the tool.
 The page, its PNG (the tool's --png) and the test's own screenshot stay in WORK_DIR as artifacts.
@@ -34,8 +35,22 @@ def check(cond, msg):
         fail(msg)
 
 
-def train(name, lr, max_steps, extra=""):
-    """Runs llmtrain on the tiny data into WORK/<name>; fails the test on a non-zero exit."""
+MIXTURE = """[[data.sources]]
+name = "x"
+path = "{DATA}/train.h5"
+weight = 0.75
+val = "{DATA}/val.h5"
+[[data.sources]]
+name = "y"
+path = "{DATA}/train.h5"
+weight = 0.25
+val = "{DATA}/val.h5"
+""".format(DATA=DATA)
+
+
+def train(name, lr, max_steps, extra="", data=f'train = "{DATA}/train.h5"\n', mixture=""):
+    """Runs llmtrain on the tiny data (or on the mixture's sources) into WORK/<name>; fails the test on a
+    non-zero exit."""
     vocab = open(os.path.join(DATA, "vocab_size.txt")).read().strip()
     cfg = os.path.join(WORK, f"{name}.toml")
     with open(cfg, "w") as f:
@@ -56,8 +71,7 @@ n_embd = 32
 seq_len = 16
 vocab_size = {vocab}
 [data]
-train = "{DATA}/train.h5"
-val = "{DATA}/val.h5"
+{data}val = "{DATA}/val.h5"
 hellaswag = "{WORK}/items.txt"
 [training]
 micro_batch_size = 2
@@ -70,7 +84,7 @@ min_lr = 1e-3
 interval = 10
 [metrics]
 enabled = false
-""")
+{mixture}""")
     p = subprocess.run([LLMTRAIN, "--config", cfg], capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, OMP_NUM_THREADS="1"))
     check(p.returncode == 0, f"llmtrain {name} exited {p.returncode}: {p.stderr[-2000:]}")
@@ -87,7 +101,7 @@ os.makedirs(WORK)
 # Two HellaSwag items (context, label, four endings) in the tiny data's words, short for seq_len 16.
 with open(os.path.join(WORK, "items.txt"), "w") as f:
     f.write("\n".join(["the cat", "0", "sat", "fox", "river", "over", "a big", "1", "dog", "tree", "the", "sun"]) + "\n")
-train("a", "1e-2", 20)
+train("a", "1e-2", 20, mixture=MIXTURE, data="")
 train("b", "3e-3", 12, "eval_hellaswag_interval = 4")
 train("b", "3e-3", 20, "eval_hellaswag_interval = 4")
 html_path, png_path = os.path.join(WORK, "report.html"), os.path.join(WORK, "report.png")
@@ -100,6 +114,7 @@ check(os.path.getsize(png_path) > 20000, f"{png_path}: {os.path.getsize(png_path
 expected = {
     "loss_step": ["a train", "a val", "b train", "b val"],
     "loss_tokens": ["a train", "a val", "b train", "b val"],
+    "val_sources": ["a x", "a y"], "tokens_sources": ["a x", "a y"],  # run b has one file, no sources
     "lr": ["a", "b"], "grad_norm": ["a", "b"], "throughput": ["a", "b"], "mfu": ["a", "b"],
     "hellaswag": ["b acc", "b acc_norm"],  # run a has no HellaSwag
     "checkpoint_blocked": ["a blocked", "b blocked", "a write (slowest rank)", "b write (slowest rank)"],
@@ -151,6 +166,13 @@ for run in ("a", "b"):
             check(sorted(got) == sorted(ref), f"{cid} {run} {kind}: steps {sorted(got)}, losses.tsv {sorted(ref)}")
             bad = [s for s in ref if abs(got[s] - ref[s]) > 1e-6 * abs(ref[s])]
             check(not bad, f"{cid} {run} {kind}: steps {bad} differ from losses.tsv (rel. tolerance 1e-6)")
+for src in ("x", "y"):
+    for cid, kind in (("val_sources", f"val:{src}"), ("tokens_sources", f"tokens:{src}")):
+        ref = tsv("a", kind)
+        col = expected[cid].index(f"a {src}")
+        got = {x: y for x, y in zip(drawn[cid]["x"], drawn[cid]["data"][col]) if y is not None}
+        check(got == ref, f"{cid} a {src}: {got}, losses.tsv {kind} {ref}")
+check(tsv("a", "tokens:x")[20] == 3 * tsv("a", "tokens:y")[20], "the mixture did not draw x:y as 3:1 by step 20")
 hs = tsv("b", "hellaswag")
 col = expected["hellaswag"].index("b acc")
 got = {x: y for x, y in zip(drawn["hellaswag"]["x"], drawn["hellaswag"]["data"][col]) if y is not None}

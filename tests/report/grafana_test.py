@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """tests/report/grafana_test.py — the Grafana dashboard (tools/grafana/llmtrain.json) against a real
-Prometheus scraping a real run: every panel's PromQL query returns data.
+Prometheus scraping real runs: every panel's PromQL query returns data.
 
   grafana_test.py LLMTRAIN TINY_DATA_DIR DASHBOARD_JSON WORK_DIR MPIEXEC [PROMETHEUS]
 
 1. The JSON is a dashboard Grafana imports as is: unique panel ids, a grid position each, every query
    on the ${datasource} variable, the variables job and run defined.
-2. llmtrain trains tests/app's tiny data on 2 ranks (mpirun: per-rank step times, 2 scrape targets)
-   with val loss, HellaSwag and checkpoints every few hundred steps, each rank serving its metrics on
-   an OS-picked port; Debian's prometheus scrapes both every second.
+2. llmtrain trains tests/app's tiny data twice: on 2 ranks (mpirun: per-rank step times, 2 scrape
+   targets) with HellaSwag, and on 1 rank on a mixture of two sources (the same file; one with its own
+   val loss); both with val loss and checkpoints every few hundred steps, each rank serving its metrics
+   on an OS-picked port; Debian's prometheus scrapes the 3 targets every second.
 3. Each panel query, with Grafana's variables put in ($job, $run: all; $__rate_interval: 5s), is asked
    of Prometheus's HTTP API until it answers at least one finite sample (90 s at most); so are the
-   variables' label_values queries. Then SIGTERM stops the run at a step.
+   variables' label_values queries. Then SIGTERM stops both runs.
 Every process started here is stopped by its pid. Exit 0 passed, 1 failed (the message says which query).
 """
 import atexit
@@ -37,7 +38,7 @@ procs = []
 def fail(msg):
     stop_all()
     print(f"FAIL: {msg}")
-    for name in ("train.log", "prom.log"):
+    for name in ("grafanatest.log", "grafanamix.log", "prom.log"):
         path = os.path.join(WORK, name)
         if os.path.exists(path):
             print(f"--- tail of {path}")
@@ -94,22 +95,45 @@ for name in ("job", "run"):
     queries.append((f"variable {name}", variables[name]["query"]["query"]))
 print(f"dashboard: {len(panels)} panels, {len(queries)} queries")
 
-# 2. A run on 2 ranks, scraped by prometheus.
+# 2. Two runs, scraped by prometheus: "grafanatest" on 2 ranks with HellaSwag, "grafanamix" on one rank
+# on a mixture (one data.train and HellaSwag's tokenizer come from it: no mixture there).
 shutil.rmtree(WORK, ignore_errors=True)
 os.makedirs(WORK)
 with open(os.path.join(WORK, "items.txt"), "w") as f:
     f.write("\n".join(["the cat", "0", "sat", "fox", "river", "over", "a big", "1", "dog", "tree", "the", "sun"]) + "\n")
 vocab = open(os.path.join(DATA, "vocab_size.txt")).read().strip()
-with open(os.path.join(WORK, "run.toml"), "w") as f:
-    f.write(f"""[run]
-name = "grafanatest"
-run_dir = "{WORK}/run"
+ONE_FILE = f"""[data]
+train = "{DATA}/train.h5"
+val = "{DATA}/val.h5"
+hellaswag = "{WORK}/items.txt"
+"""
+MIXTURE = f"""[data]
+val = "{DATA}/val.h5"
+[[data.sources]]
+name = "x"
+path = "{DATA}/train.h5"
+weight = 0.75
+val = "{DATA}/val.h5"
+[[data.sources]]
+name = "y"
+path = "{DATA}/train.h5"
+weight = 0.25
+"""
+env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+
+
+def start_run(name, ranks, data, hellaswag_interval):
+    """Starts llmtrain (under mpirun when ranks > 1) training "forever"; returns (process, metrics ports)."""
+    with open(os.path.join(WORK, f"{name}.toml"), "w") as f:
+        f.write(f"""[run]
+name = "{name}"
+run_dir = "{WORK}/{name}"
 backend = "cpu"
 max_steps = 100000000
 log_interval = 50
 eval_interval = 300
 eval_steps = 2
-eval_hellaswag_interval = 300
+eval_hellaswag_interval = {hellaswag_interval}
 sample_interval = 0
 [model]
 n_layer = 2
@@ -117,10 +141,6 @@ n_head = 2
 n_embd = 32
 seq_len = 16
 vocab_size = {vocab}
-[data]
-train = "{DATA}/train.h5"
-val = "{DATA}/val.h5"
-hellaswag = "{WORK}/items.txt"
 [training]
 micro_batch_size = 2
 [lr_schedule]
@@ -131,20 +151,27 @@ interval = 1000
 keep_last = 1
 [metrics]
 listen = "127.0.0.1:0"
-""")
-env = dict(os.environ, OMP_NUM_THREADS="1", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-train_log = open(os.path.join(WORK, "train.log"), "w")
-train = subprocess.Popen([MPIEXEC, "--oversubscribe", "-np", "2", LLMTRAIN, "--config", f"{WORK}/run.toml"],
-                         stdout=train_log, stderr=subprocess.STDOUT, env=env)
-procs.append(train)
-ports = []
-deadline = time.monotonic() + 60
-while len(ports) < 2:
-    if time.monotonic() > deadline or train.poll() is not None:
-        fail(f"the run did not say where both ranks listen within 60 s (exit {train.poll()})")
-    time.sleep(0.2)
-    ports = re.findall(r"^metrics(?: \(rank \d+\))?: listening on http://127\.0\.0\.1:(\d+)/metrics$",
-                       open(os.path.join(WORK, "train.log"), errors="replace").read(), re.M)
+{data}""")
+    log_path = os.path.join(WORK, f"{name}.log")
+    argv = [LLMTRAIN, "--config", f"{WORK}/{name}.toml"]
+    if ranks > 1:
+        argv = [MPIEXEC, "--oversubscribe", "-np", str(ranks)] + argv
+    p = subprocess.Popen(argv, stdout=open(log_path, "w"), stderr=subprocess.STDOUT, env=env)
+    procs.append(p)
+    deadline = time.monotonic() + 60
+    while True:
+        ports = re.findall(r"^metrics(?: \(rank \d+\))?: listening on http://127\.0\.0\.1:(\d+)/metrics$",
+                           open(log_path, errors="replace").read(), re.M)
+        if len(ports) == ranks:
+            return p, ports
+        if time.monotonic() > deadline or p.poll() is not None:
+            fail(f"run {name} did not say where its {ranks} ranks listen within 60 s (exit {p.poll()})")
+        time.sleep(0.2)
+
+
+train, ports = start_run("grafanatest", 2, ONE_FILE, 300)
+mix, mix_ports = start_run("grafanamix", 1, MIXTURE, 0)
+ports += mix_ports
 prom_port = free_port()
 with open(os.path.join(WORK, "prometheus.yml"), "w") as f:
     f.write(f"""global:
@@ -191,8 +218,9 @@ def label_values(expr):
 pending = list(queries)
 deadline = time.monotonic() + 90
 while pending and time.monotonic() < deadline:
-    if train.poll() is not None:
-        fail(f"the run exited ({train.returncode}) while the queries waited")
+    for p in (train, mix):
+        if p.poll() is not None:
+            fail(f"a run exited ({p.returncode}) while the queries waited")
     if prom.poll() is not None:
         fail("prometheus exited")
     still = []
@@ -212,10 +240,11 @@ if pending:
 ranks = {s["metric"]["rank"] for s in query('llmtrain_step{run="grafanatest"}')}
 if ranks != {"0", "1"}:
     fail(f"ranks {ranks} in prometheus, expected 0 and 1")
-if label_values('label_values(llmtrain_step{job=~".*"}, run)') != ["grafanatest"]:
-    fail("the run variable does not list 'grafanatest'")
+if label_values('label_values(llmtrain_step{job=~".*"}, run)') != ["grafanamix", "grafanatest"]:
+    fail("the run variable does not list 'grafanamix' and 'grafanatest'")
 stop(prom)
-stop(train)  # mpirun forwards SIGTERM to the ranks, then exits non-zero itself: the log says how they stopped
-if not re.search(r"^stopping after step \d+ on SIGTERM$", open(os.path.join(WORK, "train.log")).read(), re.M):
-    fail("the run did not stop at a step on SIGTERM")
+stop(train)  # mpirun forwards SIGTERM to the ranks and exits non-zero itself, maybe before their last lines
+stop(mix)
+if not re.search(r"^stopping after step \d+ on SIGTERM$", open(os.path.join(WORK, "grafanamix.log")).read(), re.M):
+    fail("run grafanamix did not stop at a step on SIGTERM")
 print(f"grafana_test: passed; {len(queries)} queries answered")

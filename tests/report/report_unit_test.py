@@ -26,6 +26,11 @@ LOSSES = """step\tkind\tloss\tlr\tgrad_norm
 4\thellaswag\t0.25\t\t
 4\thellaswag_norm\t0.5\t\t
 4\tval_web\t6.5\t\t
+2\ttokens:web\t96\t\t
+2\ttokens:code\t32\t\t
+2\tval:web\t5.125\t\t
+4\ttokens:web\t192\t\t
+4\ttokens:code\t64\t\t
 3\ttrain\t5\t0.002\t1.75
 4\ttrain\t4.5\t0.002\t1.25
 """
@@ -76,7 +81,9 @@ class ReadRun(unittest.TestCase):
         self.assertEqual(self.run["grad_norm"], [(1, 2.5), (2, 2.0), (3, 1.75), (4, 1.25)])
         self.assertEqual(self.run["val"], [(2, 5.375)])
         self.assertEqual(self.run["evals"], {"hellaswag": [(4, 0.25)], "hellaswag_norm": [(4, 0.5)],
-                                             "val_web": [(4, 6.5)]})
+                                             "val_web": [(4, 6.5)], "val:web": [(2, 5.125)],
+                                             "tokens:web": [(2, 96.0), (4, 192.0)],
+                                             "tokens:code": [(2, 32.0), (4, 64.0)]})
 
     def test_log_figures(self):
         r = self.run
@@ -93,8 +100,12 @@ class ReadRun(unittest.TestCase):
 
     def test_charts(self):
         cs = {c["id"]: c for c in charts.build_charts([self.run])}
-        self.assertEqual(list(cs), ["loss_step", "loss_tokens", "lr", "grad_norm", "throughput", "mfu", "hellaswag",
-                                    "eval_val_web", "checkpoint_blocked"])
+        self.assertEqual(list(cs), ["loss_step", "loss_tokens", "val_sources", "tokens_sources", "lr", "grad_norm",
+                                    "throughput", "mfu", "hellaswag", "eval_val_web", "checkpoint_blocked"])
+        # A mixture's sources: one run, a color each, sorted by name.
+        self.assertEqual([s["label"] for s in cs["tokens_sources"]["series"]], ["code", "web"])
+        self.assertEqual(cs["tokens_sources"]["data"], [[2, 4], [32.0, 64.0], [96.0, 192.0]])
+        self.assertEqual(cs["val_sources"]["data"], [[2], [5.125]])
         # One run: labels without the run's name; aligned columns with None where a series has no point.
         self.assertEqual([s["label"] for s in cs["loss_step"]["series"]], ["train", "val"])
         self.assertEqual(cs["loss_tokens"]["data"], [[64, 128, 192, 256], [5.5, 5.25, 5.0, 4.5],
@@ -141,6 +152,11 @@ class SeveralRuns(unittest.TestCase):
         loss = charts.build_charts([a, b])[0]
         self.assertEqual([s["label"] for s in loss["series"]], ["a train", "a val", "b train", "b val"])
         self.assertEqual(len({s["color"] for s in loss["series"]}), 2)
+        # Several runs: the sources in the run's color, a dash pattern each.
+        tok = next(c for c in charts.build_charts([a, b]) if c["id"] == "tokens_sources")
+        self.assertEqual([(s["label"], s["color"], s["dash"]) for s in tok["series"]],
+                         [("a code", charts.PALETTE[0], None), ("a web", charts.PALETTE[0], charts.SOURCE_DASH[1]),
+                          ("b code", charts.PALETTE[1], None), ("b web", charts.PALETTE[1], charts.SOURCE_DASH[1])])
 
     def test_page_is_self_contained_and_script_safe(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -5,12 +5,14 @@ Every chart is a plain dict the page's script (report.js) draws with uPlot witho
    where a series has no point at that x), "series": [{"label", "color", "dash", "points"}],
    "markers": [{"x", "color", "kind": "restart" | "skipped"}]}
 so the number of series a chart must show is len(series) (the browser test checks it). Series longer
-than MAX_POINTS are thinned (thin). A chart with
-no data in any run is left out. Colors: one per run (PALETTE, in the order given), train solid,
-validation dashed with points.
+than MAX_POINTS are thinned (thin). A chart with no data in any run is left out. Colors: one per run
+(PALETTE, in the order given), train solid, validation dashed with points; a mixture's sources
+(losses.tsv kinds val:<source>, tokens:<source>) get a dash pattern each within their run's color.
 """
 MAX_POINTS = 4000  # per series: longer ones are thinned to bucket means (thin)
 MAX_MARKED = 120  # a series with "points" draws them only up to this many points
+DASHED = [6, 4]  # validation, acc_norm, checkpoint writes
+SOURCE_DASH = [None, [6, 4], [2, 3], [10, 3, 2, 3]]  # a mixture's sources within one run's color
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 
 
@@ -56,8 +58,24 @@ def _chart(cid, title, x, y, lines, markers=()):
             "series": [s for s, _ in lines], "markers": list(markers)}
 
 
-def _series(label, color, dash=False, points=False):
+def _series(label, color, dash=None, points=False):
+    """dash: None (solid) or a canvas dash pattern [on, off, ...] in pixels."""
     return {"label": label, "color": color, "dash": dash, "points": points}
+
+
+def _by_source(runs, colors, prefix, points):
+    """Lines of the losses.tsv kinds "<prefix><source>" (a mixture, docs/data.md "Sources"): with one
+    run a color per source; with several the run's color and a dash pattern per source."""
+    sources = sorted({k[len(prefix):] for r in runs for k in r["evals"] if k.startswith(prefix)})
+    lines = []
+    for r, c in zip(runs, colors):
+        for i, src in enumerate(sources):
+            if len(runs) > 1:
+                s = _series(f"{r['name']} {src}", c, SOURCE_DASH[i % len(SOURCE_DASH)], points)
+            else:
+                s = _series(src, PALETTE[i % len(PALETTE)], None, points)
+            lines.append((s, r["evals"].get(prefix + src, [])))
+    return lines
 
 
 def _markers(runs, colors):
@@ -85,12 +103,16 @@ def build_charts(runs):
     loss_lines, token_lines = [], []
     for run, c in zip(runs, colors):
         loss_lines += [(_series(name(run, "train"), c), run["train"]),
-                       (_series(name(run, "val"), c, dash=True, points=True), run["val"])]
+                       (_series(name(run, "val"), c, dash=DASHED, points=True), run["val"])]
         token_lines += [(_series(name(run, "train"), c), by_tokens(run, run["train"])),
-                        (_series(name(run, "val"), c, dash=True, points=True), by_tokens(run, run["val"]))]
+                        (_series(name(run, "val"), c, dash=DASHED, points=True), by_tokens(run, run["val"]))]
     charts = [
         _chart("loss_step", "Loss by step", "step", "loss (nats/token)", loss_lines, marks),
         _chart("loss_tokens", "Loss by tokens", "training tokens", "loss (nats/token)", token_lines),
+        _chart("val_sources", "Validation loss by source", "step", "loss (nats/token)",
+               _by_source(runs, colors, "val:", points=True)),
+        _chart("tokens_sources", "Training tokens by source", "step", "tokens",
+               _by_source(runs, colors, "tokens:", points=False)),
         _chart("lr", "Learning rate", "step", "lr", [(_series(r["name"], c), r["lr"]) for r, c in zip(runs, colors)],
                marks),
         _chart("grad_norm", "Gradient norm (before clipping)", "step", "L2 norm",
@@ -101,12 +123,13 @@ def build_charts(runs):
                [(_series(r["name"], c, points=True), [(s, 100 * v) for s, v in r["mfu"]])
                 for r, c in zip(runs, colors)]),
     ]
-    eval_kinds = sorted({k for r in runs for k in r["evals"]})
+    eval_kinds = sorted({k for r in runs for k in r["evals"] if not k.startswith(("val:", "tokens:"))})
     hs = [k for k in ("hellaswag", "hellaswag_norm") if k in eval_kinds]
     if hs:
         label = {"hellaswag": "acc", "hellaswag_norm": "acc_norm"}
+        dash = {"hellaswag": None, "hellaswag_norm": DASHED}
         charts.append(_chart("hellaswag", "HellaSwag accuracy", "step", "accuracy (%)",
-                             [(_series(name(r, label[k]), c, dash=(k == "hellaswag_norm"), points=True),
+                             [(_series(name(r, label[k]), c, dash=dash[k], points=True),
                                [(s, 100 * v) for s, v in r["evals"].get(k, [])])
                               for r, c in zip(runs, colors) for k in hs]))
     for k in eval_kinds:
@@ -117,7 +140,7 @@ def build_charts(runs):
     charts.append(_chart("checkpoint_blocked", "Checkpoints: training blocked", "step", "seconds",
                          [(_series(name(r, "blocked"), c, points=True), [(s, b) for s, b, _ in r["checkpoints"]])
                           for r, c in zip(runs, colors)] +
-                         [(_series(name(r, "write (slowest rank)"), c, dash=True, points=True),
+                         [(_series(name(r, "write (slowest rank)"), c, dash=DASHED, points=True),
                            [(s, w) for s, _, w in r["checkpoints"]]) for r, c in zip(runs, colors)]))
     return [c for c in charts if c]
 

@@ -49,6 +49,8 @@ def _fmt(v):
         return f"{v:,.0f}" if abs(v) >= 1e4 else f"{v:.4g}"
     if v == "":
         return '""'
+    if isinstance(v, dict):  # an array-of-tables entry, e.g. one of data.sources
+        return "{" + ", ".join(f"{k} = {_fmt(x)}" for k, x in v.items()) + "}"
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(_fmt(x) for x in v) + "]"
     return str(v)
@@ -104,7 +106,7 @@ def render(runs, title="llmtrain report"):
     else:
         names = [r["name"] for r in runs]
         rows = [dict([("key", k)] + list(zip(names, vs))) for k, vs in diffs]
-        diff_html = _table(["key"] + names, rows)
+        diff_html = _table(["key"] + names, rows, text_columns=names)
     starts = [{"run": r["name"], "start": kind, "at step": step, "log line": text}
               for r in runs for kind, step, text in r["starts"]]
     has_markers = any(c["markers"] for c in chart_list)

@@ -59,7 +59,7 @@
         label: s.label,
         stroke: s.color,
         width: 1.6,
-        dash: s.dash ? [6, 4] : undefined,
+        dash: s.dash || undefined,
         spanGaps: true,
         points: {show: s.points, size: 5, fill: s.color, stroke: s.color},
       }))),

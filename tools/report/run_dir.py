@@ -2,8 +2,10 @@
 
 A run dir (docs/report.md, "What it reads") holds, written by rank 0 (app/run_log.hpp):
   losses.tsv   step, kind, loss, lr, grad_norm: kind "train" every step, "val" every evaluation, "hellaswag" /
-               "hellaswag_norm" (accuracy in the loss column) every HellaSwag evaluation, any other kind an
-               evaluation of its own; after a resume a step may appear twice and the later line counts
+               "hellaswag_norm" (accuracy in the loss column) every HellaSwag evaluation, with a mixture
+               (data.sources) "val:<source>" and "tokens:<source>" (tokens drawn so far, every log line),
+               any other kind an evaluation of its own; after a resume a step may appear twice and the
+               later line counts
   log.txt      the human log: step lines (tokens/s, MFU), checkpoint lines (training blocked s), skipped steps,
                "start:" / "resume:" lines (one per process start), the start-up memory and batch lines
   config.toml  every key of the run's config, as the last start wrote it
