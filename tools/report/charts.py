@@ -146,6 +146,7 @@ def build_charts(runs):
 
 
 def _last(pts):
+    """The y of the last (x, y), or None for no points."""
     return pts[-1][1] if pts else None
 
 

@@ -134,6 +134,7 @@ def tokens_per_step(config, log):
 
 
 def _finite(v):
+    """True for a number that is neither None, NaN nor infinite."""
     return v is not None and math.isfinite(v)
 
 
