@@ -35,6 +35,7 @@ TEST_PKGS=(
   python3-torch python3-h5py python3-sentencepiece python3-numpy
   chromium fonts-dejavu-core
   slurmd slurmctld slurm-client munge
+  mpich libmpich-dev
 )
 PKGS=("${BUILD_PKGS[@]}")
 if [ -z "$BUILD_ONLY" ]; then PKGS+=("${TEST_PKGS[@]}"); fi
