@@ -124,6 +124,7 @@ make_node() {
     setsid nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private sh -c "
         hostname '$host' && mount -t tmpfs -o size=4g tmpfs /dev/shm && mount --bind '$dir/hosts' /etc/hosts &&
         echo \$\$ > '$dir/n$i.pid.tmp' && exec sleep infinity" </dev/null >/dev/null 2>&1 &
+    disown  # its end, at `down`, is no news to this shell
     local t
     for ((t = 0; t < 100; t++)); do [[ -s $dir/n$i.pid.tmp ]] && break; sleep 0.05; done
     mv "$dir/n$i.pid.tmp" "$dir/n$i.pid" || die "node $i did not start"
