@@ -14,9 +14,8 @@
 // ID table, the metadata cache, the error stack). So every HDF5 call of the process is made while
 // holding h5::Lock, one process-wide recursive mutex: correct with any build of the library (with
 // a thread-safe one, such as Debian's 1.10.8, only its own global lock is doubled), and nothing is
-// decided per rank from the local library. Callers hold a Lock for one short step (an open, one row block of a
-// checkpoint tensor, one loader read), never for a whole file: the loader's I/O thread then waits
-// for one block at most. The raw data of checkpoint files goes in by pwrite, outside the lock
+// decided per rank from the local library. Callers hold a Lock for one short step (an open, one hyperslab read
+// of a rank's share of a checkpoint tensor at resume, one loader read), never for a whole file. The raw data of checkpoint files goes in by pwrite, outside the lock
 // (app/checkpoint/raw_h5.hpp).
 #pragma once
 #include <hdf5.h>
@@ -68,7 +67,7 @@ public:
 
 /// The innermost description of this thread's most recent HDF5 error: read from the error stack
 /// while this thread holds a Lock, else the one kept when its last outermost Lock was released
-/// (so a function that locks per block, such as the checkpoint's io_rows, can report after it
+/// (so a function that locks per step, such as the checkpoint's readers, can report after it
 /// returns). "unknown HDF5 error" when there is none.
 std::string last_error();
 

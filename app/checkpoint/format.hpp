@@ -22,16 +22,6 @@ constexpr int kFormatVersion = 4;
 /// The line that starts state.toml's trailing self-checksum section.
 constexpr const char* kIntegrityHeader = "[integrity]\n";
 
-/// The most fp32 elements one HDF5 read or write of a checkpoint moves (16 MiB). Every HDF5 call
-/// holds the process-wide h5::Lock (data/h5.hpp); io_rows takes it per row block of at most this
-/// size, so the data loaders' I/O threads wait for one block at most, never for a whole tensor
-/// (GPT-2 1.5B's wte: 320 MB).
-constexpr size_t kIoElems = size_t(1) << 22;
-
-/// Reads (write = false) or writes the fp32 dataset ds (dims) from/to host data in row blocks of
-/// at most kIoElems elements (one row when a row is larger). Returns the HDF5 status (< 0: error).
-herr_t io_rows(hid_t ds, const std::vector<hsize_t>& dims, float* data, bool write);
-
 /// model.h5's datasets: every tensor of the layout by GPT-2 name and global shape, at the root.
 std::vector<RawDataset> model_datasets(const ParamLayout& layout);
 

@@ -322,7 +322,7 @@ PartInfo RawH5File::finish() {
     const int fd = I.fd;
     I.fd = -1;
     if (::close(fd) != 0) throw os_error("close", I.file);
-    return PartInfo{I.path.filename().string(), size, sha};
+    return PartInfo{I.path.filename().string(), size, sha, {}};
 }
 
 PartInfo RawH5File::write_all() {

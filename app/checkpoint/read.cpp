@@ -99,7 +99,7 @@ StateFile read_state_file(const std::string& dir) {
         for (const auto& [k, v] : *files) {
             auto s = v.value_exact<std::string>();
             if (!s) throw CheckpointError(file + ": files." + std::string(k.str()) + ": not a string");
-            PartInfo p{std::string(k.str()), 0, *s};
+            PartInfo p{std::string(k.str()), 0, *s, {}};
             if (sf.version >= 3) {  // every listed file has its size
                 auto b = t["bytes"][k.str()].value_exact<int64_t>();
                 if (!b || *b <= 0) throw CheckpointError(file + ": bytes." + p.name + ": missing or not a positive integer");
@@ -174,52 +174,7 @@ StateFile read_state_file(const std::string& dir) {
 
 }  // namespace ckpt
 
-namespace {
-
 using namespace ckpt;
-
-/// The checkpoint file dir/name must exist; returns its path.
-std::string require_file(const std::string& dir, const std::string& name) {
-    fs::path p = fs::path(dir) / name;
-    std::error_code ec;
-    if (!fs::is_regular_file(p, ec)) throw CheckpointError("checkpoint '" + dir + "': missing " + name);
-    return p.string();
-}
-
-std::string shape_str(const std::vector<hsize_t>& d) {
-    std::string s = "[";
-    for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
-    return s + "]";
-}
-
-hid_t h5c(hid_t id, const std::string& context) { return h5::check<CheckpointError>(id, context); }
-
-/// Opens file read-only (under the HDF5 lock, data/h5.hpp). Errors: CheckpointError naming it.
-h5::Handle open_read(const std::string& file) {
-    h5::Lock lock;
-    return h5::Handle(h5c(H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), "checkpoint: cannot open " + file));
-}
-
-/// Opens dataset `name` under loc and returns its dims; an empty handle when it does not exist.
-h5::Handle open_f32(hid_t loc, const std::string& name, std::vector<hsize_t>& dims, const std::string& file) {
-    h5::Lock lock;
-    if (H5Lexists(loc, name.c_str(), H5P_DEFAULT) <= 0) return {};
-    h5::Handle ds(h5c(H5Dopen2(loc, name.c_str(), H5P_DEFAULT), file + ": cannot open dataset " + name));
-    h5::Handle sp(h5c(H5Dget_space(ds.get()), file + ": cannot read the shape of " + name));
-    const int rank = H5Sget_simple_extent_ndims(sp.get());
-    if (rank < 0) throw CheckpointError(file + ": cannot read the shape of " + name);
-    dims.assign(size_t(rank), 0);
-    H5Sget_simple_extent_dims(sp.get(), dims.data(), nullptr);
-    return ds;
-}
-
-/// The whole dataset ds (shape dims) into out, in row blocks (io_rows).
-void read_all(const h5::Handle& ds, const std::vector<hsize_t>& dims, float* out, const std::string& name,
-              const std::string& file) {
-    h5::check_status<CheckpointError>(io_rows(ds.get(), dims, out, false), file + ": cannot read dataset " + name);
-}
-
-}  // namespace
 
 std::string checkpoint_problem(const std::string& dir, int share, int shares) {
     try {
@@ -259,19 +214,8 @@ std::string checkpoint_problem(const std::string& dir, int share, int shares) {
 TrainState read_train_state(const std::string& dir) { return read_state_file(dir).st; }
 
 void read_params(const std::string& dir, const ParamLayout& layout, float* params) {
-    const std::string file = require_file(dir, "model.h5");
-    std::fill(params, params + layout.total_numel(), 0.0f);
-    h5::Handle f = open_read(file);
-    for (const auto& t : layout.tensors()) {
-        const std::vector<hsize_t> want(t.shape.begin(), t.shape.end());
-        std::vector<hsize_t> dims;
-        h5::Handle ds = open_f32(f.get(), t.name, dims, file);
-        if (!ds.valid()) throw CheckpointError(file + ": tensor " + t.name + " is missing");
-        if (dims != want)
-            throw CheckpointError(file + ": tensor " + t.name + " has shape " + shape_str(dims) +
-                                  " in the checkpoint but " + shape_str(want) + " in the model");
-        read_all(ds, dims, params + t.offset, t.name, file);
-    }
+    // Every element: one range over the whole flat buffer (app/checkpoint/read_shard.cpp).
+    read_params_ranges(dir, layout, {{0, layout.total_numel()}}, params);
 }
 
 void read_optim(const std::string& dir, const ParamLayout& layout, size_t begin, size_t end, float* m,

@@ -35,28 +35,6 @@ void fs_op() {
     if (++count == kill_at) std::raise(SIGKILL);
 }
 
-herr_t io_rows(hid_t ds, const std::vector<hsize_t>& dims, float* data, bool write) {
-    hsize_t row = 1;  // elements of one row
-    for (size_t i = 1; i < dims.size(); ++i) row *= dims[i];
-    const hsize_t block = std::max<hsize_t>(1, hsize_t(kIoElems) / std::max<hsize_t>(row, 1));
-    for (hsize_t r0 = 0; r0 < dims[0]; r0 += block) {
-        std::vector<hsize_t> start(dims.size(), 0), count(dims);
-        start[0] = r0;
-        count[0] = std::min(block, dims[0] - r0);
-        h5::Lock lock;  // one block at a time (data/h5.hpp): another thread's HDF5 call waits for one block at most
-        h5::Handle fspace(H5Dget_space(ds));
-        h5::Handle mspace(H5Screate_simple(int(count.size()), count.data(), nullptr));
-        if (!fspace.valid() || !mspace.valid() ||
-            H5Sselect_hyperslab(fspace.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0)
-            return -1;
-        float* p = data + r0 * row;
-        const herr_t st = write ? H5Dwrite(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, p)
-                                : H5Dread(ds, H5T_NATIVE_FLOAT, mspace.get(), fspace.get(), H5P_DEFAULT, p);
-        if (st < 0) return st;
-    }
-    return 0;
-}
-
 int64_t step_of(const std::string& name) {
     if (name.rfind("step_", 0) != 0 || name.size() == 5 || name.size() > 23) return -1;
     for (size_t i = 5; i < name.size(); ++i)
@@ -280,7 +258,7 @@ PartInfo describe_part(const std::string& tmp_dir, const std::string& name) {
     const uintmax_t n = fs::file_size(p, ec);
     if (ec) throw CheckpointError("checkpoint: cannot read the size of '" + p.string() + "': " + ec.message());
     try {
-        return PartInfo{name, uint64_t(n), sha256_file_hex(p.string())};
+        return PartInfo{name, uint64_t(n), sha256_file_hex(p.string()), {}};
     } catch (const DataError& e) {
         throw CheckpointError(std::string("checkpoint: ") + e.what());
     }

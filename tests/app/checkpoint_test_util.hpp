@@ -47,7 +47,7 @@ inline TrainState some_state(int64_t step, const std::string& run_id = "run-a") 
     st.run_id = run_id;
     st.step = step;
     st.tokens_seen = 123456789012ull;
-    st.loader = {3017, 0xF000000000000005ull};  // a seed above INT64_MAX round-trips as its 64 bits
+    st.loader = {3017, 0xF000000000000005ull, {}};  // a seed above INT64_MAX round-trips as its 64 bits
     std::mt19937_64 rng(99);
     rng.discard(5);
     std::ostringstream os;

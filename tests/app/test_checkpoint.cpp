@@ -311,7 +311,7 @@ TEST_F(Ckpt, CommitChecksTheReportedParts) {
     };
     auto [tmp, parts] = parts_of(1);
     auto missing = parts;
-    missing.push_back({"optim_1.h5", 100, std::string(64, '0')});
+    missing.push_back({"optim_1.h5", 100, std::string(64, '0'), {}});
     EXPECT_NE(commit_error(tmp, missing).find("optim_1.h5 was reported with 100 bytes but is missing"), std::string::npos);
     auto longer = parts;
     longer[0].bytes += 1;
@@ -469,10 +469,9 @@ TEST_F(Ckpt, ReadsLoaderEpochBatchOfOlderCheckpoints) {
     }
 }
 
-// A tensor larger than one HDF5 call's block (format.hpp kIoElems, 4M elements) is written and read
-// in row blocks: wte of 50304 x 128 = 6.4M elements takes two (32768 rows, then the rest); it comes
-// back bit for bit, in model.h5 (2-D) and in the 1-D optimizer pieces.
-TEST_F(Ckpt, LargeTensorsGoInRowBlocks) {
+// A large tensor (wte of 50304 x 128 = 6.4M elements, 25 MiB) is written by pwrite and read back by
+// one hyperslab: it comes back bit for bit, in model.h5 (2-D) and in the 1-D optimizer pieces.
+TEST_F(Ckpt, LargeTensorsRoundTrip) {
     GPTConfig g = tiny();
     g.vocab_size = 50257;
     g.n_embd = 128;

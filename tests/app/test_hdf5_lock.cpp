@@ -73,7 +73,7 @@ TrainState state_of(int64_t step, const GPTConfig& model) {
     TrainState st;
     st.run_id = "lock-test";
     st.step = step;
-    st.loader = {0, 1};
+    st.loader = {0, 1, {}};
     st.sampler_rng = "0";
     st.model_config_hash = "0";
     st.model = model;
