@@ -15,6 +15,11 @@ cluster_up() {  # cluster_up <nodes> [--rate R] [--slurm]
     if [[ " $* " == *" --slurm "* ]]; then
         why=$(bash -c "source '$ROOT/tools/cluster/slurm.sh' && slurm_check") || skip_or_fail "cluster.sh: skipped: $why"
     fi
+    # One run per cluster name at a time on this machine (another build dir's run of the same test
+    # would tear this one's cluster down): wait for the name's lock, held until this shell exits.
+    mkdir -p "${LLMTRAIN_CLUSTER_DIR:-/run/llmtrain-cluster}"
+    exec {CLUSTER_LOCK}>"${LLMTRAIN_CLUSTER_DIR:-/run/llmtrain-cluster}/$CLUSTER_NAME.lock"
+    flock -w 900 "$CLUSTER_LOCK" || { echo "FAILED: cluster name $CLUSTER_NAME still in use after 900 s"; exit 1; }
     bash "$CLUSTER" down "$CLUSTER_NAME"  # a leftover of a killed earlier run
     trap 'bash "$CLUSTER" down "$CLUSTER_NAME"' EXIT
     bash "$CLUSTER" up "$CLUSTER_NAME" "$@"

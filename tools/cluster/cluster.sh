@@ -112,7 +112,8 @@ make_node() {
     ns=$(ns_of "$name" "$i")
     veth=$(veth_of "$name" "$i")
     ip netns add "$ns"
-    ip netns exec "$ns" sh -c '[ ! -e /proc/sys/net/ipv6 ] || { echo 1 > /proc/sys/net/ipv6/conf/all/disable_ipv6; echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6; }'
+    ipv6_off all nsenter --net="/run/netns/$ns"
+    ipv6_off default nsenter --net="/run/netns/$ns"
     ip link add "$veth" type veth peer name eth0 netns "$ns"
     ipv6_off "$veth"
     ip link set "$veth" master "$br" up
