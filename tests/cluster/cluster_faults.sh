@@ -90,25 +90,7 @@ PY
 
 # same_as_reference <run> <resumed step>: train losses after that step and the final weights, bitwise.
 same_as_reference() {
-    "$PY" - "$WORK/ref" "$WORK/$1" "$2" "$M" <<'PY'
-import sys, h5py, numpy as np
-ref, run, since, M = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-def losses(d):  # the last line of each train step (a resumed run logs its steps again)
-    out = {}
-    for l in list(open(d + '/losses.tsv'))[1:]:
-        r = l.rstrip('\n').split('\t')
-        if r[1] == 'train' and int(r[0]) > since: out[int(r[0])] = r[2]
-    return out
-a, b = losses(ref), losses(run)
-assert sorted(a) == sorted(b) == list(range(since + 1, M + 1)), f'{run}: steps {sorted(b)[:3]}..., reference {sorted(a)[:3]}...'
-bad = [s for s in a if a[s] != b[s]]
-assert not bad, f'{run}: step {bad[0]} loss {b[bad[0]]} != {a[bad[0]]}'
-fa, fb = h5py.File(f'{ref}/checkpoints/step_{M}/model.h5', 'r'), h5py.File(f'{run}/checkpoints/step_{M}/model.h5', 'r')
-assert sorted(fa) == sorted(fb)
-for k in fa:
-    assert np.array_equal(fa[k][()], fb[k][()]), f'{run}: tensor {k} differs'
-print(f'{run}: resumed after step {since}, {len(a)} losses and {len(fa)} tensors bitwise equal to the unbroken run')
-PY
+    "$PY" "$ROOT/tests/cluster/same_after.py" "$WORK/ref" "$WORK/$1" "$2" "$M" "the unbroken run"
 }
 resumed_step() { sed -n 's/^resume: from .* at step \([0-9]*\).*/\1/p' "$WORK/$1.log" | head -1; }
 

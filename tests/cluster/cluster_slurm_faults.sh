@@ -125,23 +125,5 @@ cp -a "$WORK/cut/checkpoints/$BEFORE" "$WORK/ref/checkpoints/"
 echo "$BEFORE" >"$WORK/ref/checkpoints/latest"
 "$LOCAL_MPI" --oversubscribe -x OMP_NUM_THREADS=1 -np 2 "$BIN" --config "$WORK/cut.toml" --set parallel.zero_group_size=2 \
     --set "run.run_dir=\"$WORK/ref\"" --set parallel.timeout_s=600 >"$WORK/ref.log" 2>&1 || { echo "FAILED: reference"; cat "$WORK/ref.log"; exit 1; }
-"$PY" - "$WORK/ref" "$WORK/cut" "$since" "$M" <<'PY'
-import sys, h5py, numpy as np
-ref, run, since, M = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-def losses(d):  # the last line of each train step after `since` (a resumed run logs its steps again)
-    out = {}
-    for l in list(open(d + '/losses.tsv'))[1:]:
-        r = l.rstrip('\n').split('\t')
-        if r[1] == 'train' and int(r[0]) > since: out[int(r[0])] = r[2]
-    return out
-a, b = losses(ref), losses(run)
-assert sorted(a) == sorted(b) == list(range(since + 1, M + 1)), f'{run}: steps {sorted(b)[:3]}..., reference {sorted(a)[:3]}...'
-bad = [s for s in a if a[s] != b[s]]
-assert not bad, f'{run}: step {bad[0]} loss {b[bad[0]]} != {a[bad[0]]}'
-fa, fb = h5py.File(f'{ref}/checkpoints/step_{M}/model.h5', 'r'), h5py.File(f'{run}/checkpoints/step_{M}/model.h5', 'r')
-assert sorted(fa) == sorted(fb)
-for k in fa:
-    assert np.array_equal(fa[k][()], fb[k][()]), f'{run}: tensor {k} differs'
-print(f'{run}: carried on from step {since} on one node; {len(a)} losses and {len(fa)} tensors bitwise equal to 2 ranks resumed from the same checkpoint')
-PY
+"$PY" "$ROOT/tests/cluster/same_after.py" "$WORK/ref" "$WORK/cut" "$since" "$M" "2 ranks resumed from the same checkpoint (carried on by Slurm on one node)"
 echo "cluster_slurm_faults: stop, kill and cut ended the step in time naming node 1; the cut job carried on to step $M"
