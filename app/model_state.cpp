@@ -76,7 +76,7 @@ std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, 
 }
 
 ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator& alloc, const Topology& topo,
-                            const CommFactory& comms) {
+                            const CommFactory& comms, int doc_eos) {
     ModelState s;
     const GPTConfig& g = shape.model;
     const int N = topo.zero_group_size(), P = topo.pp(), st = topo.stage();
@@ -90,6 +90,9 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
     go.checkpoint_layers = plan.checkpointed;
     go.contexts = P > 1 ? max_in_flight(schedule, st, P, std::max(1, cfg.training.grad_accum_steps)) : 1;
     go.shard_multiple = zero_shard_multiple(N);
+    go.doc_eos = doc_eos;
+    go.doc_mask = cfg.data.document_mask;
+    go.doc_positions = cfg.data.reset_position_ids;
     s.layout = std::make_unique<ParamLayout>(g, go.shard_multiple, topo.tp(), topo.tp_index());
     s.zero_comm = comms(topo.zero_group(), false);
     s.replica_comm = comms(topo.replica_group(), false);
@@ -170,7 +173,7 @@ MemBytes estimate_memory(const Config& cfg, const RunShape& shape, int pp_stage)
             const int me = int(std::find(ranks.begin(), ranks.end(), rank) - ranks.begin());
             return make_dry_comm(int(ranks.size()), me);
         };
-        ModelState s = make_model_state(cfg, shape, alloc, topo, dry);
+        ModelState s = make_model_state(cfg, shape, alloc, topo, dry, 0);  // any eos: memory only
         for (int k = 0; k < int(MemCategory::count); ++k) out[k] = alloc.current(MemCategory(k));
         out[size_t(MemCategory::host)] += 3 * sizeof(float) * checkpoint_snapshot_elems(cfg, topo, *s.engine, *s.adam);
     }

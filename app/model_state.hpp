@@ -91,8 +91,10 @@ std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, 
 /// AdamW, and with pp > 1 the pipeline stage and its Comms, over alloc; the Comms come from
 /// `comms`, asked for in the same order on every rank. Parameters are not initialized. Errors: as
 /// stage_plan, ZeroEngine, GPT and AdamW (std::invalid_argument, std::runtime_error), CommError.
+/// doc_eos: the training data's eos_id, which ends each document for data.document_mask and
+/// data.reset_position_ids (GPTOptions::doc_eos); unused when both are off.
 ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator& alloc, const Topology& topo,
-                            const CommFactory& comms);
+                            const CommFactory& comms, int doc_eos = -1);
 
 /// The run's first weights and a fresh optimizer state (t = 0, m = v = 0): GPT-2's random init from
 /// run.seed, or the weights of model.init_from (app/interop/pretrained.hpp), whose fp32 values are

@@ -33,6 +33,11 @@ std::vector<std::string> Trainer::summary() const {
     out.push_back("backend: " + std::string(I.ops->name()) + ", precision " + c.training.precision + ", world " +
                   std::to_string(world_size()) + ", dp " + std::to_string(I.dp) + ", tp " + std::to_string(I.topo.tp()));
     out.push_back("attention: " + std::string(I.ops->attention_name()) + " (" + I.ops->attention_reason() + ")");
+    if (c.data.document_mask || c.data.reset_position_ids)  // docs/attention.md "Document masking"
+        out.push_back(std::string("documents: ") +
+                      (c.data.document_mask ? "attention masked to each document" : "attention across documents") +
+                      (c.data.reset_position_ids ? ", positions restart at each document" : ", positions run on") +
+                      " (a document ends at eos id " + std::to_string(I.train->info().eos_id) + ")");
     out.push_back("parallel: zero_stage " + std::to_string(c.parallel.zero_stage) + ", grad_reduce_dtype " +
                   c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
     out.push_back("model: " + arch_shape_of(I.shape.model) + " | " + format_thousands(double(I.nparams())) +

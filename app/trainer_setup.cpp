@@ -53,7 +53,7 @@ Trainer::Impl::Impl(const Config& c, Comm& cm)
     const CommFactory comms = [&](const std::vector<int>& ranks, bool host) {
         return host ? make_mpi_comm(ranks, co) : make_comm(*ops, ranks, co);
     };
-    ms = make_model_state(cfg, shape, *alloc, topo, comms);
+    ms = make_model_state(cfg, shape, *alloc, topo, comms, train->info().eos_id);
     init_weights(cfg, *ms.gpt, *ms.adam, ms.engine->param_shard());  // random, or model.init_from's file
     if (ms.pipe) ms.pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
     else if (std::string(ops->name()) == "cuda") {  // the same, without a pipeline (docs/cuda.md "First step")

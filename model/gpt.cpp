@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "model/documents.hpp"
 #include "model/gpt_impl.hpp"
 
 namespace llmtrain {
@@ -125,6 +126,26 @@ Context& GPT::Impl::context(int ctx) {
     return ctxs[static_cast<size_t>(ctx)];
 }
 
+void GPT::Impl::set_documents(Context& c, const int* host_tokens) {
+    if (c.doc_start == nullptr && c.pos == nullptr) return;
+    const size_t N = n_rows();
+    doc_host.resize(3 * N);
+    int* ds = doc_host.data();
+    int* pos = ds + N;
+    if (host_tokens == nullptr) {  // no host copy given: read the ids back (a host wait)
+        int* ids = ds + 2 * N;
+        ops.memcpy_d2h(ids, c.tokens, N * 4);
+        ops.synchronize();
+        host_tokens = ids;
+    }
+    document_starts(host_tokens, opt.doc_eos, opt.B, opt.T, ds, pos);
+    if (c.doc_start != nullptr) ops.memcpy_h2d(c.doc_start, ds, N * 4);  // pageable: staged at the call
+    if (c.pos != nullptr) ops.memcpy_h2d(c.pos, pos, N * 4);
+    // Learned positions: the embedding backward groups positions by their id as it does tokens (CUDA
+    // buckets them on the host): the host's ids spare it a copy back (Ops::encoder_host_tokens).
+    if (c.pos != nullptr && wpe != kNoTensor) ops.encoder_host_tokens(c.pos, pos, static_cast<int>(N));
+}
+
 GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, ParamStore* store) {
     GPTOptions opt = opt_in;
     if (opt.l1 < 0) opt.l1 = cfg.n_layer;
@@ -145,6 +166,12 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
                                     " checkpointed layers, but the range has " + std::to_string(opt.l1 - opt.l0));
     if (opt.contexts < 1)
         throw std::invalid_argument("GPT: activation contexts must be >= 1, got " + std::to_string(opt.contexts));
+    if ((opt.doc_mask || opt.doc_positions) && opt.doc_eos < 0)
+        throw std::invalid_argument("GPT: data.document_mask / data.reset_position_ids need the dataset's eos_id, got " +
+                                    std::to_string(opt.doc_eos));
+    if ((opt.doc_mask || opt.doc_positions) && (opt.l0 != 0 || opt.l1 != cfg.n_layer))
+        throw std::invalid_argument("GPT: data.document_mask / data.reset_position_ids need the whole model on "
+                                    "each rank (parallel.pp = 1): the boundaries come from the token ids");
     Impl& m = *impl_;
     m.n_local = opt.l1 - opt.l0;
     m.n_ckpt = opt.checkpoint_layers >= 0
@@ -187,6 +214,8 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         for (int i = 0; i < m.n_local; ++i)
             c.acts.push_back(i < m.n_ckpt ? m.recompute : m.make_acts(MemCategory::activations));
         if (m.first) c.tokens = static_cast<int*>(m.get(MemCategory::activations, N * 4));
+        if (opt.doc_mask) c.doc_start = static_cast<int*>(m.get(MemCategory::activations, N * 4));
+        if (opt.doc_positions) c.pos = static_cast<int*>(m.get(MemCategory::activations, N * 4));
         if (m.last) {
             c.lnf = m.get(MemCategory::activations, N * C * es);  // whole rows (gathered with sp): the LM head's input
             if (m.spec.norm == NormKind::layernorm)  // RMSNorm keeps no mean
@@ -253,8 +282,15 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
     if (m.first) {
         m.ops.memcpy_d2d(c.tokens, tokens, static_cast<size_t>(N) * 4);  // the backward reads this copy
         if (host_tokens != nullptr) m.ops.encoder_host_tokens(c.tokens, host_tokens, N);
+        m.set_documents(c, host_tokens);
         const void* we = st.acquire_params(0, m.unit_of_local(0));
-        if (m.tp == nullptr) {
+        if (c.pos != nullptr && m.wpe != kNoTensor) {  // learned positions restarting at each document
+            void* part = m.sp ? m.tmp : c.res[0];
+            const int v0 = m.tp == nullptr ? 0 : m.v0, nv = m.tp == nullptr ? m.cfg.padded_vocab_size() : m.Vpt;
+            m.ops.encoder_forward_pos(part, c.tokens, c.pos, m.P(we, m.wte), m.P(we, m.wpe), B, T, C, v0, nv);
+            if (m.sp) m.sum_rows(part, c.res[0]);
+            else m.tp_sum(part, static_cast<size_t>(N) * C);
+        } else if (m.tp == nullptr) {
             m.ops.encoder_forward(c.res[0], c.tokens, m.P(we, m.wte), m.P(we, m.wpe), B, T, C);
         } else {  // vocab-parallel: the owner of each token's row writes it, the others 0; then the sum
             // (with sp reduce-scattered: this rank's rows only; tmp is free before the first layer)
@@ -354,7 +390,11 @@ void GPT::backward(const void* dact_out, void* dact_in, int ctx) {
     }
     if (m.first) {
         if (ge == nullptr) ge = st.acquire_grads(0);
-        if (m.tp == nullptr)
+        if (c.pos != nullptr && m.wpe != kNoTensor)
+            m.ops.encoder_backward_pos(m.G(ge, m.wte), m.G(ge, m.wpe), m.tp == nullptr ? m.dres : m.gather_rows(m.dres),
+                                       c.tokens, c.pos, B, T, C, m.tp == nullptr ? 0 : m.v0,
+                                       m.tp == nullptr ? m.cfg.padded_vocab_size() : m.Vpt);
+        else if (m.tp == nullptr)
             m.ops.encoder_backward(m.G(ge, m.wte), m.G(ge, m.wpe), m.dres, c.tokens, B, T, C);
         else  // with sp the gradient of the whole (B,T,C) embedding is gathered first
             m.ops.encoder_backward_vocab(m.G(ge, m.wte), m.G(ge, m.wpe), m.gather_rows(m.dres), c.tokens, B, T, C,
@@ -402,7 +442,7 @@ float GPT::evaluate(const int* inputs, const int* targets) {
     const size_t N = m.n_rows();
     m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
     m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
-    forward(m.tok_dev, nullptr, m.tgt_dev, 0.0f, false);
+    forward(m.tok_dev, nullptr, m.tgt_dev, 0.0f, false, 0, m.opt.doc_eos >= 0 ? inputs : nullptr);
     float* slot = m.loss_slot(static_cast<size_t>(m.loss_pending));  // a slot no queued micro-batch holds
     m.ops.memcpy_d2h(slot, m.ctxs[0].losses, N * 4);
     m.record_ready();
@@ -418,7 +458,7 @@ std::vector<float> GPT::logits_at(const int* inputs, int pos) {
                                 std::to_string(m.opt.T) + ")");
     const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T;
     m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
-    forward(m.tok_dev, nullptr, nullptr, 0.0f, false);
+    forward(m.tok_dev, nullptr, nullptr, 0.0f, false, 0, m.opt.doc_eos >= 0 ? inputs : nullptr);
     logit_row(0, pos, m.logit_row);
     std::vector<float> out(m.cfg.vocab_size);
     m.ops.memcpy_d2h(out.data(), m.logit_row, out.size() * 4);

@@ -50,6 +50,15 @@ struct GPTOptions {
     /// the (B,T) flattening), all-gathered before the column-parallel matmuls and reduce-scattered
     /// after the row-parallel ones. act_in / act_out / dact_* are then this rank's (N/tp, C) rows.
     bool sequence_parallel = false;
+    /// Documents inside a window (data.document_mask, data.reset_position_ids; docs/attention.md
+    /// "Document masking"): doc_eos is the token id that ends a document (the dataset's eos_id), the
+    /// boundaries model/documents.hpp finds from the token ids. doc_mask: attention stays inside a
+    /// document (block-causal); doc_positions: positions (RoPE angles or learned rows) restart at 0
+    /// at each document. Either needs doc_eos >= 0 and the whole model (l0 = 0, l1 = n_layer: every
+    /// layer reads the boundaries the token ids give).
+    int doc_eos = -1;
+    bool doc_mask = false;
+    bool doc_positions = false;
 };
 
 class GPT {

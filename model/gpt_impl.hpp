@@ -7,6 +7,7 @@
 //   res[i]    (N,C)  the residual stream entering local layer i; res[n] leaves the range   activations
 //   acts[i]          what layer i keeps for backward (LayerActs below)                    activations
 //   tokens    (N) int32: the micro-batch's token ids (first stage only)                   activations
+//   doc_start, pos (N) int32: document starts and positions (document masking only)       activations
 //   lnf (N,C), lnf_mean (N, LayerNorm only)/rstd (N) fp32, logits (N,Vp), losses (N) fp32 (last stage) activations
 // and, shared by the contexts:
 //   recompute        one LayerActs shared by all checkpointed layers                      workspace
@@ -65,6 +66,8 @@ struct Context {
     std::vector<void*> res;       // n_local + 1 buffers (R,C)
     std::vector<LayerActs> acts;  // n_local; checkpointed layers point at the shared `recompute`
     int* tokens = nullptr;        // (N) first stage
+    int* doc_start = nullptr;     // (N) int32, with doc_mask: model/documents.hpp (null: causal)
+    int* pos = nullptr;           // (N) int32, with doc_positions: position inside the document (null: t)
     void *lnf = nullptr, *logits = nullptr;  // logits (N,Vpt): this TP rank's vocabulary columns
     float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
     bool have_logit_grad = false;
@@ -112,6 +115,10 @@ struct GPT::Impl {
     void *tmp = nullptr, *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr, *dbuf_f = nullptr;
     void *gath = nullptr, *lng = nullptr;  // sp only: (N,C) gathered rows; (4C) norm grads of R rows
     int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
+    std::vector<int> doc_host;                   // (2,B,T) doc_start then pos, built on the host per forward
+    /// With doc_mask or doc_positions: c.doc_start and c.pos from the micro-batch's ids (host_tokens
+    /// when given, else copied back from c.tokens); nothing otherwise (gpt.cpp).
+    void set_documents(Context& c, const int* host_tokens);
     float* logit_row = nullptr;                  // (Vp) fp32 for logits_at
     float* logit_part = nullptr;                 // (Vpt) fp32, this rank's part of it (tp > 1)
     float *cls_stats = nullptr, *cls_all = nullptr;  // (N,3), (tp,N,3) fp32: vocab-parallel loss (tp > 1)

@@ -245,6 +245,50 @@ public:
         attention_backward(dqkv, dout, qkv, out, lse, B, T, NH * HS, NH);
     }
 
+    // ---- document masking (data.document_mask, data.reset_position_ids; docs/attention.md
+    // "Document masking"). doc_start (B,T) device int32: for position t of row b, the position in
+    // that row where its document starts, so 0 <= doc_start[b,t] <= t, nondecreasing along t and
+    // equal across one document. Null: one document per row (the plain ops above, which the
+    // defaults call); a non-null one on a backend without the op throws std::logic_error. ----
+    /// attention_forward_gqa with block-causal masking: query t sees keys j with
+    /// doc_start[b,t] <= j <= t only (Megatron-LM's --reset-attention-mask).
+    virtual void attention_forward_doc(void* out, float* lse, const void* qkv, const int* doc_start, int B, int T,
+                                       int NH, int NKV, int HS) {
+        if (doc_start != nullptr) missing("attention_forward_doc");
+        attention_forward_gqa(out, lse, qkv, B, T, NH, NKV, HS);
+    }
+    /// The backward of attention_forward_doc (attention_backward_gqa under the same mask).
+    virtual void attention_backward_doc(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                        const float* lse, const int* doc_start, int B, int T, int NH, int NKV,
+                                        int HS) {
+        if (doc_start != nullptr) missing("attention_backward_doc");
+        attention_backward_gqa(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS);
+    }
+    /// rope_forward with the angle of position pos[b,t] ((B,T) device int32, >= 0) instead of t
+    /// (Megatron-LM's --reset-position-ids: pos = t - doc_start). Null: pos = t.
+    virtual void rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
+        if (pos != nullptr) missing("rope_forward_pos");
+        rope_forward(qkv, B, T, NH, NKV, HS, theta);
+    }
+    /// rope_backward with positions pos as rope_forward_pos.
+    virtual void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
+        if (pos != nullptr) missing("rope_backward_pos");
+        rope_backward(dqkv, B, T, NH, NKV, HS, theta);
+    }
+    /// encoder_forward_vocab with the learned position of row pos[b,t] ((B,T) device int32 in
+    /// [0, T)) instead of t. Null: pos = t.
+    virtual void encoder_forward_pos(void* out, const int* inp, const int* pos, const void* wte, const void* wpe,
+                                     int B, int T, int C, int v0, int nv) {
+        if (pos != nullptr) missing("encoder_forward_pos");
+        encoder_forward_vocab(out, inp, wte, wpe, B, T, C, v0, nv);
+    }
+    /// encoder_backward_vocab with dwpe[pos[b,t]] += dout[b,t] (deterministic, as the vocab form).
+    virtual void encoder_backward_pos(void* dwte, void* dwpe, const void* dout, const int* inp, const int* pos,
+                                      int B, int T, int C, int v0, int nv) {
+        if (pos != nullptr) missing("encoder_backward_pos");
+        encoder_backward_vocab(dwte, dwpe, dout, inp, B, T, C, v0, nv);
+    }
+
     /// out[i] = gelu_tanh(inp[i]) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), Hendrycks & Gimpel 2016.
     virtual void gelu_forward(void* out, const void* inp, size_t n) = 0;
     /// dinp[i] = gelu_tanh'(inp[i]) * dout[i] (overwritten; dinp may alias dout).

@@ -366,6 +366,8 @@ const std::vector<Field>& fields() {
         field("data", "val", &C::data, &DataConfig::val, non_empty()),
         sources_field(),
         field("data", "hellaswag", &C::data, &DataConfig::hellaswag),
+        field("data", "document_mask", &C::data, &DataConfig::document_mask),
+        field("data", "reset_position_ids", &C::data, &DataConfig::reset_position_ids),
 
         field("training", "micro_batch_size", &C::training, &TrainingConfig::micro_batch_size, at_least(1)),
         field("training", "global_batch_size", &C::training, &TrainingConfig::global_batch_size, at_least(0)),

@@ -71,6 +71,8 @@ struct DataConfig {
     std::string val = "data/brown/val.h5";
     std::vector<DataSource> sources;    ///< a training mixture instead of train; empty = train alone
     std::string hellaswag;              ///< HellaSwag items (six-line text, plain or gzip); "" = the project's copy
+    bool document_mask = false;         ///< attention only within a document of a packed window (model/documents.hpp)
+    bool reset_position_ids = false;    ///< positions restart at 0 at each document of a window
     friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 

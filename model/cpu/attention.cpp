@@ -22,20 +22,18 @@ namespace llmtrain {
 
 namespace {
 constexpr int kBq = 64;  // query rows per block
-}
 
-/// out (B,T,C), lse (B,NH,T) fp32 from qkv (B,T,3C) = [q | k | v], head h at columns h*HS: the
-/// grouped-query form with NKV = NH (bitwise the same arithmetic).
-void CpuOps::attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
-    attention_forward_gqa(out, lse, qkv, B, T, NH, NH, C / NH);
+/// The first key position row t of batch row b sees: ds[b,t] under document masking, else 0.
+inline int first_key(const int* ds, int b, int T, int t) {
+    return ds == nullptr ? 0 : ds[static_cast<size_t>(b) * T + t];
 }
 
 /// out (B,T,NH*HS), lse (B,NH,T) fp32 from qkv (B,T,(NH + 2 NKV)*HS) = [q | k | v]; query head h
-/// reads key/value head h / (NH/NKV) (Ainslie et al. 2023).
-/// out_i = sum_{j<=i} softmax_j(q_i.k_j / sqrt(HS)) v_j; lse_i = log sum_{j<=i} exp(q_i.k_j / sqrt(HS)).
-void CpuOps::attention_forward_gqa(void* out, float* lse, const void* qkv_, int B, int T, int NH, int NKV, int HS) {
-    const float* qkv = static_cast<const float*>(qkv_);
-    float* o = static_cast<float*>(out);
+/// reads key/value head h / (NH/NKV) (Ainslie et al. 2023). ds: null (causal) or doc_start (B,T)
+/// (ops.hpp), lo_i = ds[b,i]: out_i = sum_{lo_i<=j<=i} softmax_j(q_i.k_j / sqrt(HS)) v_j;
+/// lse_i = log sum_{lo_i<=j<=i} exp(q_i.k_j / sqrt(HS)). A query block's scores start at the key
+/// its first row sees (ds is nondecreasing): keys before it are skipped, as FlashAttention's blocks.
+void forward(float* o, float* lse, const float* qkv, const int* ds, int B, int T, int NH, int NKV, int HS) {
     const int C = NH * HS, W = (NH + 2 * NKV) * HS, group = NH / NKV;  // W: row stride of qkv
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel
@@ -51,49 +49,43 @@ void CpuOps::attention_forward_gqa(void* out, float* lse, const void* qkv_, int 
             float* ob = o + static_cast<size_t>(b) * T * C + h * HS;          // row stride C
             float* lrow = lse + static_cast<size_t>(bh) * T;
             for (int i0 = 0; i0 < T; i0 += kBq) {
-                const int nq = std::min(kBq, T - i0), nk = i0 + nq;  // keys 0..nk-1 are visible
+                const int nq = std::min(kBq, T - i0), j0 = first_key(ds, b, T, i0);
+                const int nk = i0 + nq - j0;  // keys j0..i0+nq-1 are visible to some row
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
-                            q + static_cast<size_t>(i0) * W, W, k, W, 0.0f, S.data(), nk);
+                            q + static_cast<size_t>(i0) * W, W, k + static_cast<size_t>(j0) * W, W, 0.0f,
+                            S.data(), nk);
                 for (int r = 0; r < nq; ++r) {
-                    const int i = i0 + r;
+                    const int i = i0 + r, lo = first_key(ds, b, T, i) - j0, hi = i - j0;  // visible: [lo, hi]
                     float* s = S.data() + static_cast<size_t>(r) * nk;
-                    float mx = s[0];
+                    float mx = s[lo];
 #pragma omp simd reduction(max : mx)
-                    for (int j = 1; j <= i; ++j) mx = s[j] > mx ? s[j] : mx;  // vectorizes; std::max does not
+                    for (int j = lo + 1; j <= hi; ++j) mx = s[j] > mx ? s[j] : mx;  // vectorizes; std::max does not
                     float sum = 0.0f;
 #pragma omp simd reduction(+ : sum)
-                    for (int j = 0; j <= i; ++j) {
+                    for (int j = lo; j <= hi; ++j) {
                         s[j] = cpu::vexp(s[j] - mx);
                         sum += s[j];
                     }
                     const float inv = 1.0f / sum;
-                    for (int j = 0; j <= i; ++j) s[j] *= inv;
-                    for (int j = i + 1; j < nk; ++j) s[j] = 0.0f;  // causal mask
+                    for (int j = lo; j <= hi; ++j) s[j] *= inv;
+                    for (int j = 0; j < lo; ++j) s[j] = 0.0f;       // earlier documents
+                    for (int j = hi + 1; j < nk; ++j) s[j] = 0.0f;  // causal mask
                     lrow[i] = mx + std::log(sum);
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, 1.0f, S.data(), nk,
-                            v, W, 0.0f, ob + static_cast<size_t>(i0) * C, C);
+                            v + static_cast<size_t>(j0) * W, W, 0.0f, ob + static_cast<size_t>(i0) * C, C);
             }
         }
     }
-}
-
-/// dqkv (B,T,3C) (overwritten) from dout (B,T,C): the grouped-query form with NKV = NH.
-void CpuOps::attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
-                                int B, int T, int C, int NH) {
-    attention_backward_gqa(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH);
 }
 
 /// dqkv (B,T,(NH + 2 NKV)*HS) (overwritten) from dout (B,T,NH*HS), with P recomputed as
 /// exp(q.k*scale - lse): dV = P^T dO; dP = dO V^T; dS = P (dP - rowsum(dO o O)); dQ = scale dS K;
 /// dK = scale dS^T Q. OpenMP over (batch, key/value head): the NH/NKV query heads of a group run in
 /// order inside one thread, each adding into its group's dK and dV, so no two threads write alike.
-void CpuOps::attention_backward_gqa(void* dqkv_, const void* dout_, const void* qkv_, const void* out_,
-                                    const float* lse, int B, int T, int NH, int NKV, int HS) {
-    const float* qkv = static_cast<const float*>(qkv_);
-    const float* o = static_cast<const float*>(out_);
-    const float* dout = static_cast<const float*>(dout_);
-    float* dqkv = static_cast<float*>(dqkv_);
+/// ds: as forward (masked probabilities are 0, so their dS is too).
+void backward(float* dqkv, const float* dout, const float* qkv, const float* o, const float* lse, const int* ds,
+              int B, int T, int NH, int NKV, int HS) {
     const int C = NH * HS, W = (NH + 2 * NKV) * HS, group = NH / NKV;
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel
@@ -117,24 +109,26 @@ void CpuOps::attention_backward_gqa(void* dqkv_, const void* dout_, const void* 
                 const float* dob = dout + ooff;
                 const float* lrow = lse + (static_cast<size_t>(b) * NH + h) * T;
                 for (int i0 = 0; i0 < T; i0 += kBq) {
-                    const int nq = std::min(kBq, T - i0), nk = i0 + nq;
+                    const int nq = std::min(kBq, T - i0), j0 = first_key(ds, b, T, i0), nk = i0 + nq - j0;
+                    const size_t k0 = static_cast<size_t>(j0) * W;  // keys j0..i0+nq-1
                     const float* qb = q + static_cast<size_t>(i0) * W;
                     const float* dob_i = dob + static_cast<size_t>(i0) * C;
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale, qb, W, k, W, 0.0f,
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale, qb, W, k + k0, W, 0.0f,
                                 P.data(), nk);
                     for (int r = 0; r < nq; ++r) {
-                        const int i = i0 + r;
+                        const int i = i0 + r, lo = first_key(ds, b, T, i) - j0, hi = i - j0;
                         float* p = P.data() + static_cast<size_t>(r) * nk;
                         const float l = lrow[i];
+                        for (int j = 0; j < lo; ++j) p[j] = 0.0f;
 #pragma omp simd
-                        for (int j = 0; j <= i; ++j) p[j] = cpu::vexp(p[j] - l);
-                        for (int j = i + 1; j < nk; ++j) p[j] = 0.0f;
+                        for (int j = lo; j <= hi; ++j) p[j] = cpu::vexp(p[j] - l);
+                        for (int j = hi + 1; j < nk; ++j) p[j] = 0.0f;
                     }
-                    // dV[0:nk] += P^T (nk, nq) @ dO_blk (nq, HS)
+                    // dV[j0:] += P^T (nk, nq) @ dO_blk (nq, HS)
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, 1.0f, P.data(), nk, dob_i, C,
-                                1.0f, dv, W);
-                    // dP (nq, nk) = dO_blk @ V[0:nk]^T
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, 1.0f, dob_i, C, v, W, 0.0f,
+                                1.0f, dv + k0, W);
+                    // dP (nq, nk) = dO_blk @ V[j0:]^T
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, 1.0f, dob_i, C, v + k0, W, 0.0f,
                                 dP.data(), nk);
                     for (int r = 0; r < nq; ++r) {
                         const int i = i0 + r;
@@ -147,15 +141,54 @@ void CpuOps::attention_backward_gqa(void* dqkv_, const void* dout_, const void* 
 #pragma omp simd
                         for (int j = 0; j < nk; ++j) ds[j] = p[j] * (ds[j] - D);  // masked p = 0 -> 0
                     }
-                    // dQ_blk (nq, HS) = scale dS @ K[0:nk];  dK[0:nk] += scale dS^T @ Q_blk
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, scale, dP.data(), nk, k, W,
-                                0.0f, dq + static_cast<size_t>(i0) * W, W);
+                    // dQ_blk (nq, HS) = scale dS @ K[j0:];  dK[j0:] += scale dS^T @ Q_blk
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, scale, dP.data(), nk, k + k0,
+                                W, 0.0f, dq + static_cast<size_t>(i0) * W, W);
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, scale, dP.data(), nk, qb, W,
-                                1.0f, dk, W);
+                                1.0f, dk + k0, W);
                 }
             }
         }
     }
+}
+
+}  // namespace
+
+/// out (B,T,C), lse (B,NH,T) fp32 from qkv (B,T,3C) = [q | k | v], head h at columns h*HS: the
+/// grouped-query form with NKV = NH (bitwise the same arithmetic).
+void CpuOps::attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
+    attention_forward_gqa(out, lse, qkv, B, T, NH, NH, C / NH);
+}
+
+/// Causal grouped-query attention (ops.hpp): forward() above with no document mask.
+void CpuOps::attention_forward_gqa(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV, int HS) {
+    forward(static_cast<float*>(out), lse, static_cast<const float*>(qkv), nullptr, B, T, NH, NKV, HS);
+}
+
+/// Block-causal (document-masked) attention (ops.hpp): forward() above with doc_start (B,T) int32.
+void CpuOps::attention_forward_doc(void* out, float* lse, const void* qkv, const int* doc_start, int B, int T,
+                                   int NH, int NKV, int HS) {
+    forward(static_cast<float*>(out), lse, static_cast<const float*>(qkv), doc_start, B, T, NH, NKV, HS);
+}
+
+/// dqkv (B,T,3C) (overwritten) from dout (B,T,C): the grouped-query form with NKV = NH.
+void CpuOps::attention_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                int B, int T, int C, int NH) {
+    attention_backward_gqa(dqkv, dout, qkv, out, lse, B, T, NH, NH, C / NH);
+}
+
+/// The causal backward (ops.hpp): backward() above with no document mask.
+void CpuOps::attention_backward_gqa(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                    int B, int T, int NH, int NKV, int HS) {
+    backward(static_cast<float*>(dqkv), static_cast<const float*>(dout), static_cast<const float*>(qkv),
+             static_cast<const float*>(out), lse, nullptr, B, T, NH, NKV, HS);
+}
+
+/// The block-causal backward (ops.hpp): backward() above with doc_start (B,T) int32.
+void CpuOps::attention_backward_doc(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                    const int* doc_start, int B, int T, int NH, int NKV, int HS) {
+    backward(static_cast<float*>(dqkv), static_cast<const float*>(dout), static_cast<const float*>(qkv),
+             static_cast<const float*>(out), lse, doc_start, B, T, NH, NKV, HS);
 }
 
 }  // namespace llmtrain

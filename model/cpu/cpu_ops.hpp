@@ -56,6 +56,10 @@ public:
                                int C, int v0, int nv) override;
     void encoder_backward_vocab(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T,
                                 int C, int v0, int nv) override;
+    void encoder_forward_pos(void* out, const int* inp, const int* pos, const void* wte, const void* wpe, int B,
+                             int T, int C, int v0, int nv) override;
+    void encoder_backward_pos(void* dwte, void* dwpe, const void* dout, const int* inp, const int* pos, int B, int T,
+                              int C, int v0, int nv) override;
     // layernorm.cpp
     void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
                            const void* bias, int N, int C) override;
@@ -80,6 +84,10 @@ public:
                                int HS) override;
     void attention_backward_gqa(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                                 int B, int T, int NH, int NKV, int HS) override;
+    void attention_forward_doc(void* out, float* lse, const void* qkv, const int* doc_start, int B, int T, int NH,
+                               int NKV, int HS) override;
+    void attention_backward_doc(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                const int* doc_start, int B, int T, int NH, int NKV, int HS) override;
     bool implements(OpFamily) const override { return true; }
     // rmsnorm.cpp
     void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
@@ -91,6 +99,8 @@ public:
     // rope.cpp
     void rope_forward(void* qkv, int B, int T, int NH, int NKV, int HS, float theta) override;
     void rope_backward(void* dqkv, int B, int T, int NH, int NKV, int HS, float theta) override;
+    void rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) override;
+    void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) override;
     // swiglu.cpp
     void swiglu_forward(void* out, const void* inp, int N, int F) override;
     void swiglu_backward(void* dinp, const void* dout, const void* inp, int N, int F) override;

@@ -24,8 +24,14 @@ void CpuOps::encoder_backward(void* dwte, void* dwpe, const void* dout, const in
 /// out (B,T,C) = wte[inp - v0] (nv,C) + wpe[t] where v0 <= inp[b,t] < v0 + nv, else 0 (the whole
 /// row, wpe included), so the group's sum has one non-zero term per position. fp32. Source:
 /// Megatron-LM's VocabParallelEmbedding (Shoeybi et al. 2019).
-void CpuOps::encoder_forward_vocab(void* out_, const int* inp, const void* wte_, const void* wpe_, int B, int T,
+void CpuOps::encoder_forward_vocab(void* out, const int* inp, const void* wte, const void* wpe, int B, int T,
                                    int C, int v0, int nv) {
+    encoder_forward_pos(out, inp, nullptr, wte, wpe, B, T, C, v0, nv);
+}
+
+/// encoder_forward_vocab with the position row pos[b,t] ((B,T) int32 in [0, T); null: t) of wpe.
+void CpuOps::encoder_forward_pos(void* out_, const int* inp, const int* pos, const void* wte_, const void* wpe_,
+                                 int B, int T, int C, int v0, int nv) {
     float* out = static_cast<float*>(out_);
     const float* wte = static_cast<const float*>(wte_);
     const float* wpe = static_cast<const float*>(wpe_);
@@ -42,7 +48,7 @@ void CpuOps::encoder_forward_vocab(void* out_, const int* inp, const void* wte_,
             std::copy(e, e + C, o);
             continue;
         }
-        const float* p = wpe + static_cast<size_t>(bt % T) * C;
+        const float* p = wpe + static_cast<size_t>(pos == nullptr ? bt % T : pos[bt]) * C;
         for (int c = 0; c < C; ++c) o[c] = e[c] + p[c];
     }
 }
@@ -51,8 +57,14 @@ void CpuOps::encoder_forward_vocab(void* out_, const int* inp, const void* wte_,
 /// sum over b of dout[b,t] for every position. Deterministic without atomics and independent of the
 /// thread count: each thread owns a slice of channels and visits the (b,t) rows in order, so every
 /// sum has the same order whatever the range (a slice's rows are bitwise those of the whole table).
-void CpuOps::encoder_backward_vocab(void* dwte_, void* dwpe_, const void* dout_, const int* inp, int B, int T,
+void CpuOps::encoder_backward_vocab(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T,
                                     int C, int v0, int nv) {
+    encoder_backward_pos(dwte, dwpe, dout, inp, nullptr, B, T, C, v0, nv);
+}
+
+/// encoder_backward_vocab with dwpe[pos[b,t]] += dout[b,t] (null pos: t), in the same fixed order.
+void CpuOps::encoder_backward_pos(void* dwte_, void* dwpe_, const void* dout_, const int* inp, const int* pos,
+                                  int B, int T, int C, int v0, int nv) {
     float* dwte = static_cast<float*>(dwte_);
     float* dwpe = static_cast<float*>(dwpe_);
     const float* dout = static_cast<const float*>(dout_);
@@ -69,7 +81,7 @@ void CpuOps::encoder_backward_vocab(void* dwte_, void* dwpe_, const void* dout_,
                 for (int c = c0; c < c1; ++c) w[c] += d[c];
             }
             if (dwpe == nullptr) continue;  // no learned positions (Llama)
-            float* p = dwpe + static_cast<size_t>(bt % T) * C;
+            float* p = dwpe + static_cast<size_t>(pos == nullptr ? bt % T : pos[bt]) * C;
             for (int c = c0; c < c1; ++c) p[c] += d[c];
         }
     }

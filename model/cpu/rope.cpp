@@ -26,16 +26,18 @@ void rope_tables(std::vector<float>& cs, std::vector<float>& sn, int T, int HS, 
 }
 
 /// Turns the NH + NKV heads of HS channels at the start of every row of x (B*T rows of
-/// (NH + 2 NKV) * HS) by +angle (sign 1) or -angle (sign -1).
-void rotate(float* x, int B, int T, int NH, int NKV, int HS, float theta, float sign) {
+/// (NH + 2 NKV) * HS) by +angle (sign 1) or -angle (sign -1) of position pos[b,t] ((B,T) int32 in
+/// [0, T)), or t when pos is null.
+void rotate(float* x, const int* pos, int B, int T, int NH, int NKV, int HS, float theta, float sign) {
     std::vector<float> cs, sn;
     rope_tables(cs, sn, T, HS, theta);
     const int half = HS / 2, heads = NH + NKV;
     const size_t row = static_cast<size_t>(NH + 2 * NKV) * HS;
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; ++bt) {
-        const float* c = cs.data() + static_cast<size_t>(bt % T) * half;
-        const float* s = sn.data() + static_cast<size_t>(bt % T) * half;
+        const size_t p = pos == nullptr ? static_cast<size_t>(bt % T) : static_cast<size_t>(pos[bt]);
+        const float* c = cs.data() + p * half;
+        const float* s = sn.data() + p * half;
         float* r = x + static_cast<size_t>(bt) * row;
         for (int h = 0; h < heads; ++h) {  // q heads, then k heads: contiguous
             float* lo = r + static_cast<size_t>(h) * HS;
@@ -54,12 +56,22 @@ void rotate(float* x, int B, int T, int NH, int NKV, int HS, float theta, float 
 
 /// qkv (B,T,(NH + 2 NKV)*HS): q and k heads rotated in place by t * theta^(-2i/HS) (ops.hpp).
 void CpuOps::rope_forward(void* qkv, int B, int T, int NH, int NKV, int HS, float theta) {
-    rotate(static_cast<float*>(qkv), B, T, NH, NKV, HS, theta, 1.0f);
+    rotate(static_cast<float*>(qkv), nullptr, B, T, NH, NKV, HS, theta, 1.0f);
 }
 
 /// dqkv: the q and k heads' gradients turned back (the rotation's transpose) in place.
 void CpuOps::rope_backward(void* dqkv, int B, int T, int NH, int NKV, int HS, float theta) {
-    rotate(static_cast<float*>(dqkv), B, T, NH, NKV, HS, theta, -1.0f);
+    rotate(static_cast<float*>(dqkv), nullptr, B, T, NH, NKV, HS, theta, -1.0f);
+}
+
+/// qkv: rope_forward at positions pos (B,T) int32 in [0, T) (ops.hpp, reset_position_ids).
+void CpuOps::rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
+    rotate(static_cast<float*>(qkv), pos, B, T, NH, NKV, HS, theta, 1.0f);
+}
+
+/// dqkv: rope_backward at positions pos (B,T) int32 in [0, T).
+void CpuOps::rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
+    rotate(static_cast<float*>(dqkv), pos, B, T, NH, NKV, HS, theta, -1.0f);
 }
 
 }  // namespace llmtrain
