@@ -18,6 +18,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include "parallel/comm.hpp"
 #include "parallel/nodes.hpp"
@@ -62,11 +63,15 @@ struct Outgoing {
 };
 std::list<Outgoing> g_out;
 int64_t g_seq = 0;  // this rank's newest probe
+// Messages (pings and pongs) sent to / received from each world rank on g_live, for the drain at
+// close_liveness_channel (MPI thread only).
+std::vector<int64_t> g_sent, g_received;
 
 void send_bytes(const void* p, size_t n, int dest, int tag) {
     Outgoing& o = g_out.emplace_back();
     o.bytes.assign(static_cast<const char*>(p), static_cast<const char*>(p) + n);
     if (MPI_Isend(o.bytes.data(), int(n), MPI_BYTE, dest, tag, g_live, &o.req) != MPI_SUCCESS) g_out.pop_back();
+    else ++g_sent[size_t(dest)];
 }
 
 /// Forgets the sends MPI has completed.
@@ -122,6 +127,32 @@ void open_liveness_channel() {
     if (MPI_Comm_dup(MPI_COMM_WORLD, &g_live) != MPI_SUCCESS)
         throw CommError("MPI: MPI_Comm_dup failed (the liveness pings' communicator)");
     MPI_Comm_set_errhandler(g_live, MPI_ERRORS_RETURN);
+    int n = 0;
+    MPI_Comm_size(g_live, &n);
+    g_sent.assign(size_t(n), 0);
+    g_received.assign(size_t(n), 0);
+}
+
+void close_liveness_channel() {
+    if (g_live == MPI_COMM_NULL || !mpi_active()) return;
+    const size_t n = g_sent.size();
+    std::vector<int64_t> to_me(n, 0);  // what each rank sent to this one
+    if (MPI_Alltoall(g_sent.data(), 1, MPI_INT64_T, to_me.data(), 1, MPI_INT64_T, g_live) == MPI_SUCCESS) {
+        for (size_t src = 0; src < n; ++src)
+            for (int64_t k = g_received[src]; k < to_me[src]; ++k) {  // a late pong, an unanswered ping
+                MPI_Message msg;
+                MPI_Status st;
+                if (MPI_Mprobe(int(src), MPI_ANY_TAG, g_live, &msg, &st) != MPI_SUCCESS) break;
+                int bytes = 0;
+                MPI_Get_count(&st, MPI_BYTE, &bytes);
+                std::vector<char> sink(size_t(std::max(bytes, 1)));
+                MPI_Mrecv(sink.data(), bytes, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+            }
+        for (Outgoing& o : g_out) MPI_Wait(&o.req, MPI_STATUS_IGNORE);  // all matched now
+    }
+    g_out.clear();
+    MPI_Comm_free(&g_live);
+    g_live = MPI_COMM_NULL;
 }
 
 void serve_liveness() {
@@ -134,6 +165,7 @@ void serve_liveness() {
         if (MPI_Improbe(MPI_ANY_SOURCE, kPing, g_live, &flag, &msg, &st) != MPI_SUCCESS || !flag) return;
         int64_t seq = 0;
         MPI_Mrecv(&seq, int(sizeof seq), MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+        ++g_received[size_t(st.MPI_SOURCE)];
         const Pong p = answer(seq);
         send_bytes(&p, sizeof p, st.MPI_SOURCE, kPong);
     }
@@ -212,6 +244,7 @@ std::vector<PeerAnswer> probe_peers(const std::vector<int>& ranks, double second
             if (MPI_Improbe(MPI_ANY_SOURCE, kPong, g_live, &flag, &msg, &st) != MPI_SUCCESS || !flag) break;
             Pong p{};
             MPI_Mrecv(&p, int(sizeof p), MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+            ++g_received[size_t(st.MPI_SOURCE)];
             if (p.seq != seq) continue;
             const auto it = std::lower_bound(peers.begin(), peers.end(), st.MPI_SOURCE);
             if (it == peers.end() || *it != st.MPI_SOURCE) continue;

@@ -42,7 +42,9 @@ void mpi_init_once(int* argc, char*** argv) {
 }
 
 void mpi_finalize() {
-    if (g_we_initialized && mpi_active()) MPI_Finalize();
+    if (!g_we_initialized || !mpi_active()) return;
+    close_liveness_channel();  // no ping or pong left unmatched (parallel/nodes.hpp)
+    MPI_Finalize();
 }
 
 void mpi_abort(int code) {

@@ -157,4 +157,13 @@ private:
 /// Opens the liveness pings' communicator (a duplicate of the world). Called by discover_nodes.
 void open_liveness_channel();
 
+/// Closes the liveness pings' communicator before MPI_Finalize (called by mpi_finalize; collective:
+/// every rank): the ranks exchange how many pings and pongs each sent to each (MPI_Alltoall), each
+/// receives and drops those it has not received yet (a pong that came after its probe gave up, a
+/// ping sent as the job ended), waits for its own sends, and frees the communicator. MPI requires
+/// every message matched before MPI_Finalize; MPICH over UCX's TCP hung in MPI_Finalize flushing one
+/// that was not (tests/cluster/cluster_equivalence.sh under hydra). No-op when the channel is not
+/// open or MPI is not active; errors are ignored (the process is ending).
+void close_liveness_channel();
+
 }  // namespace llmtrain
