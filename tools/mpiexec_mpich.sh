@@ -6,6 +6,8 @@
 #   -x VAR=VALUE      -genv VAR VALUE
 #   -x VAR            dropped (hydra passes the whole environment: -genvall is its default)
 #   --mca ...         an error: OpenMPI's parameters mean nothing to MPICH
+#   -f FILE, -launcher L, -launcher-exec X, -iface IF, -ppn N   hydra's own: passed as they are
+#                     (tools/cluster/cluster.sh mpiexec: hydra across the simulated cluster's nodes)
 # Everything else (-np N, the program and its arguments) is passed as it is.
 set -euo pipefail
 args=()
@@ -17,7 +19,9 @@ while (($#)); do
             if [[ $2 == *=* ]]; then args+=(-genv "${2%%=*}" "${2#*=}"); fi
             shift 2 ;;
         --mca) echo "mpiexec_mpich.sh: '--mca $2 ...' is OpenMPI's; MPICH has no equivalent here" >&2; exit 2 ;;
-        -np | -n) args+=("$1" "$2"); shift 2 ;;
+        -np | -n | -f | -launcher | -launcher-exec | -iface | -ppn)
+            [[ $# -ge 2 ]] || { echo "mpiexec_mpich.sh: $1 needs a value" >&2; exit 2; }
+            args+=("$1" "$2"); shift 2 ;;
         *) args+=("$@"); break ;;
     esac
 done

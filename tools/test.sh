@@ -6,6 +6,10 @@
 # Usage: tools/test.sh [--sanitize] [extra ctest args, e.g. -L model or -R resume]
 #   --sanitize  the Sanitize build (Debug + ASan + UBSan) in build-sanitize instead, without the
 #               CUDA emulator and its suites (docs/testing.md "Sanitize"); must be the first argument.
+# The MPICH variant (docs/testing.md "The MPICH variant"): without extra ctest args and without
+# --sanitize, it also builds the targets of the tests labelled `mpich` against MPICH in build-mpich
+# (-DLLMTRAIN_MPI=mpich, no CUDA) and runs `ctest -L mpich` there after the main suite; its result
+# counts in the exit status. LLMTRAIN_TEST_MPICH=0 leaves it out, saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
@@ -19,22 +23,41 @@ if [[ ${1:-} == --sanitize ]]; then
   # No nvcc backend (never runs here) and no emulator (cuda, cuda_emu labels): docs/testing.md.
   CONFIGURE_ARGS=(-DCMAKE_CUDA_COMPILER=NOTFOUND -DLLMTRAIN_CUDA_EMU=OFF)
 fi
+MPICH=0
+[[ $BUILD_TYPE == Release && $# == 0 ]] && MPICH=1
+MPICH_BUILD=${LLMTRAIN_MPICH_BUILD_DIR:-build-mpich}
+# What the `mpich`-labelled tests run, and the tiny dataset fixture they need.
+MPICH_TARGETS=(llmtrain make_tiny_dataset zero_resave test_mpi_comm test_hier_comm test_liveness test_mpi_timeout)
 JOBS=${JOBS:-$(nproc)}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE="$BUILD_TYPE" "${CONFIGURE_ARGS[@]}"
 cmake --build "$BUILD" -j "$JOBS"
+mpich_status=0
+if ((MPICH)) && [[ ${LLMTRAIN_TEST_MPICH:-1} != 0 ]]; then
+  { cmake -S . -B "$MPICH_BUILD" -DCMAKE_BUILD_TYPE=Release -DLLMTRAIN_MPI=mpich \
+      -DCMAKE_CUDA_COMPILER=NOTFOUND -DLLMTRAIN_CUDA_EMU=OFF &&
+    cmake --build "$MPICH_BUILD" -j "$JOBS" --target "${MPICH_TARGETS[@]}"; } || mpich_status=$?
+  ((mpich_status == 0)) || echo "tools/test.sh: the MPICH build ($MPICH_BUILD) FAILED; its tests are not run"
+elif ((MPICH)); then
+  MPICH=0
+  echo "tools/test.sh: WARNING: the MPICH variant is left out (LLMTRAIN_TEST_MPICH=0)"
+fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPICH_BUILD=$(cd "$MPICH_BUILD" 2>/dev/null && pwd || echo "$MPICH_BUILD")
 cd "$BUILD"
-# ctest's "N% tests passed, M tests failed out of K" stays the last ctest summary; after it come one
-# loud line if the CUDA emulator (so the cuda and cuda_emu suites) was not built, and, last, the
-# skipped tests (exit 77, docs/testing.md "Skips") counted and grouped by the reason they printed,
-# read from ctest's JUnit file. The exit status is ctest's.
+# After ctest's "N% tests passed, M tests failed out of K" come one loud line if the CUDA emulator (so
+# the cuda and cuda_emu suites) was not built, the MPICH variant's ctest with its own such summary,
+# and, last, the skipped tests (exit 77, docs/testing.md "Skips") counted and grouped by the reason
+# they printed, read from each ctest's JUnit file (the MPICH variant's on a line of its own). The
+# exit status is the main ctest's, or, where that passed, the MPICH variant's (its build's or ctest's).
 rm -f ctest-junit.xml
 status=0
 ctest --output-on-failure -j "$JOBS" --timeout 600 --output-junit "$PWD/ctest-junit.xml" "$@" || status=$?
 if [[ $(sed -n 's/^CUDA_EMU_AVAILABLE:INTERNAL=//p' CMakeCache.txt) != ON ]]; then
   echo "tools/test.sh: WARNING: the cuda and cuda_emu suites were NOT built: $(sed -n 's/^CUDA_EMU_MISSING:INTERNAL=//p' CMakeCache.txt)"
 fi
-python3 - ctest-junit.xml <<'EOF' || echo "tools/test.sh: could not summarize skipped tests from ctest-junit.xml"
+# summarize <junit file> <label>: the skipped tests counted and grouped by the reason they printed.
+summarize() {
+  python3 - "$1" "$2" <<'EOF' || echo "tools/test.sh: could not summarize skipped tests from $1"
 import os, re, sys, xml.etree.ElementTree as ET
 cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
 groups = {}  # reason -> test names
@@ -56,6 +79,16 @@ def names(ns):
     return p[: max(p.rfind("."), p.rfind("_")) + 1] + "*"
 parts = [f"{len(ns)} {r!r} ({names(ns)})" for r, ns in sorted(groups.items(), key=lambda g: -len(g[1]))]
 n = sum(len(ns) for ns in groups.values())
-print(f"tools/test.sh: {n} of {total} tests skipped" + (": " + "; ".join(parts) if parts else ""))
+print(f"tools/test.sh{sys.argv[2]}: {n} of {total} tests skipped" + (": " + "; ".join(parts) if parts else ""))
 EOF
+}
+if ((MPICH && mpich_status == 0)); then
+  echo "tools/test.sh: the MPICH variant: ctest -L mpich in $MPICH_BUILD"
+  rm -f "$MPICH_BUILD/ctest-junit.xml"
+  (cd "$MPICH_BUILD" && ctest --output-on-failure -j "$JOBS" --timeout 600 -L mpich \
+    --output-junit "$MPICH_BUILD/ctest-junit.xml") || mpich_status=$?
+fi
+summarize ctest-junit.xml ""
+[[ $MPICH == 1 && -f $MPICH_BUILD/ctest-junit.xml ]] && summarize "$MPICH_BUILD/ctest-junit.xml" " (MPICH variant, $MPICH_BUILD)"
+((status != 0)) || status=$mpich_status
 exit "$status"

@@ -3,6 +3,10 @@
 # (tools/cluster/cluster.sh) named by the caller, tear it down on every exit, and skip (exit 77)
 # where namespaces cannot be made — except under CI (CI=true), where a skip would hide the suite,
 # so it fails instead. Needs ROOT (the source tree) and CLUSTER_NAME set by the caller.
+# LLMTRAIN_MPI (ctest sets it from the build's CMake option; default openmpi) picks the launcher: with
+# mpich, cmpi runs MPICH's hydra (cluster.sh mpiexec) and the cluster's name gets an "m" (eq -> eqm),
+# so an MPICH build's run neither waits for nor tears down the OpenMPI build's cluster of that test.
+if [[ ${LLMTRAIN_MPI:-openmpi} == mpich ]]; then CLUSTER_NAME+=m; fi
 CLUSTER="$ROOT/tools/cluster/cluster.sh"
 skip_or_fail() {  # skip_or_fail <why>: exit 77 saying why, or fail under CI
     if [[ ${CI:-} == true ]]; then echo "FAILED: CI must run the cluster tests: $1"; exit 1; fi
@@ -37,5 +41,11 @@ slurm_job_wait() {
     done
     slurm scontrol show job "$1" | sed -n 's/.*JobState=\([A-Z_]*\).*/\1/p; s/.* ExitCode=\([0-9:]*\).*/\1/p' | paste -sd' '
 }
-# cmpi MPIRUN-ARGS...: mpirun across the cluster, 2 ranks per node, through tools/job_guard.py.
-cmpi() { bash "$CLUSTER" mpirun "$CLUSTER_NAME" --ranks-per-node 2 -x OMP_NUM_THREADS=1 "$@"; }
+# cmpi MPIRUN-ARGS...: the build's launcher across the cluster, 2 ranks per node, through
+# tools/job_guard.py: OpenMPI's mpirun, or MPICH's hydra (which takes mpirun's -np, -x, --oversubscribe
+# through tools/mpiexec_mpich.sh).
+cmpi() {
+    local launcher=mpirun
+    [[ ${LLMTRAIN_MPI:-openmpi} == mpich ]] && launcher=mpiexec
+    bash "$CLUSTER" "$launcher" "$CLUSTER_NAME" --ranks-per-node 2 -x OMP_NUM_THREADS=1 "$@"
+}

@@ -23,6 +23,11 @@
 #                                            R before ARGS, default 2), MPI's TCP between nodes,
 #                                            shared memory inside, then ARGS (the guard's
 #                                            --grace from JOB_GUARD_GRACE, default 5 s)
+#   cluster.sh mpiexec NAME ARGS...          the same for an MPICH build: MPICH's hydra
+#                                            (tools/mpiexec_mpich.sh, which takes mpirun's -np, -x,
+#                                            --oversubscribe) with a hydra hostfile (NAME-nI:R), the
+#                                            cluster's rsh agent as its launcher, -iface eth0
+#                                            (UCX takes shared memory between these nodes too)
 #   cluster.sh slurm NAME CMD...             a Slurm command (sbatch, srun, sinfo, scontrol) on the
 #                                            head node, in the caller's directory
 #   cluster.sh cut NAME I | heal NAME I      take node I's link down / up (a cable pulled, put back);
@@ -44,7 +49,7 @@ STATE_ROOT=${LLMTRAIN_CLUSTER_DIR:-/run/llmtrain-cluster}
 source "$ROOT/tools/cluster/slurm.sh"
 
 die() { echo "cluster.sh: $*" >&2; exit 1; }
-usage() { sed -n '15,35p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '15,40p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 need_name() {
     [[ ${1:-} =~ ^[a-z][a-z0-9]{0,5}$ ]] || die "cluster name '${1:-}': expected 1-6 lowercase letters/digits, starting with a letter"
@@ -121,7 +126,8 @@ make_node() {
     ip -n "$ns" addr add "$addr/24" dev eth0
     ip -n "$ns" link set eth0 up
     # Own hostname, own /dev/shm, /etc/hosts naming the nodes, held by a sleeping process that
-    # writes its pid once they are ready.
+    # writes its pid once they are ready. (The host's boot id stays: UCX, MPICH's transport, takes
+    # the nodes for one machine by it; docs/multinode.md "OpenMPI and MPICH" says why.)
     setsid nsenter --net="/run/netns/$ns" unshare --uts --mount --propagation private sh -c "
         hostname '$host' && mount -t tmpfs -o size=4g tmpfs /dev/shm && mount --bind '$dir/hosts' /etc/hosts &&
         echo \$\$ > '$dir/n$i.pid.tmp' && exec sleep infinity" </dev/null >/dev/null 2>&1 &
@@ -174,10 +180,10 @@ cmd_up() {
         set_rate eth0 "$rate" ip netns exec "$(ns_of "$name" "$i")"
     done
     echo "$rate" >"$dir/rate"
-    # mpirun's agent: "rsh HOST COMMAND..." runs COMMAND in that node's namespaces.
+    # The launchers' agent: "rsh HOST COMMAND..." runs COMMAND in that node's namespaces.
     {
         echo '#!/usr/bin/env bash'
-        echo "# Written by tools/cluster/cluster.sh: OpenMPI's plm_rsh_agent for cluster $name."
+        echo "# Written by tools/cluster/cluster.sh: OpenMPI's plm_rsh_agent and hydra's -launcher-exec for cluster $name."
         echo 'host=$1; shift'
         printf 'exec %q exec %q "${host##*-n}" /bin/sh -c "$*"\n' "$ROOT/tools/cluster/cluster.sh" "$name"
     } >"$dir/rsh"
@@ -226,6 +232,22 @@ cmd_mpirun() {
         --mca plm_rsh_agent "$dir/rsh" --mca plm_rsh_no_tree_spawn 1 \
         --mca oob_tcp_if_include "10.213.$k.0/24" --mca btl_tcp_if_include "10.213.$k.0/24" \
         --mca btl self,vader,tcp --map-by slot --bind-to none "$@"
+}
+
+# MPICH's hydra from node 0, as cmd_mpirun: one proxy per node started through the rsh agent (hydra's
+# "-launcher rsh" runs "AGENT HOST COMMAND..."), the control connections on eth0. The ranks fill node
+# 0's R slots first (the hostfile's NAME-nI:R), then node 1's: the order Topology expects.
+cmd_mpiexec() {
+    local name=${1:-} rpn=2
+    need_name "$name"
+    shift
+    if [[ ${1:-} == --ranks-per-node ]]; then rpn=$2; shift 2; fi
+    local dir="$STATE_ROOT/$name" n
+    n=$(nodes_of "$name")
+    for ((i = 0; i < n; i++)); do echo "$name-n$i:$rpn"; done >"$dir/hostfile.hydra"
+    cmd_exec "$name" 0 python3 "$ROOT/tools/job_guard.py" --grace "${JOB_GUARD_GRACE:-5}" \
+        bash "$ROOT/tools/mpiexec_mpich.sh" -f "$dir/hostfile.hydra" -launcher rsh -launcher-exec "$dir/rsh" \
+        -iface eth0 "$@"
 }
 
 cmd_cut() { need_name "${1:-}"; ip link set "$(veth_of "$1" "${2:?node}")" down; }
@@ -305,7 +327,7 @@ cmd_down() {
 cmd=$1
 shift
 case $cmd in
-    up | rate | exec | mpirun | slurm | cut | heal | signal | private | host | down | check)
+    up | rate | exec | mpirun | mpiexec | slurm | cut | heal | signal | private | host | down | check)
         [[ $cmd == check || $(id -u) == 0 ]] || die "needs root (network namespaces)"
         "cmd_$cmd" "$@" ;;
     *) usage ;;
