@@ -12,6 +12,10 @@
 //   D_i = dO_i . O_i;  P_ij = exp(s_ij - lse_i);  dP_ij = dO_i . v_j;  dS_ij = P_ij (dP_ij - D_i)
 //   dv_j = sum_i P_ij dO_i,  dk_j = scale sum_i dS_ij q_i   (kernel over key rows)
 //   dq_i = scale sum_j dS_ij k_j                             (kernel over query rows)
+// Document masking (doc non-null, Ops::attention_forward_doc's doc_start (B,T) int32): row i sees
+// keys doc[b,i] <= j <= i only. Key tiles wholly before a warp's document are skipped (and, for the
+// block, those before its first row's document are never loaded); the key/value kernel's walk over
+// query tiles ends at the first query whose document starts after the block's last key.
 #include "model/cuda/kernels.cuh"
 
 namespace llmtrain::cuda {
@@ -25,6 +29,11 @@ constexpr int kDimsPerLane = kMaxHS / kWarpSize;
 template <typename T>
 __device__ inline const T* qkv_row(const T* qkv, int b, int i, int h, int part, int T_, int C, int HS) {
     return qkv + (static_cast<size_t>(b) * T_ + i) * 3 * C + part * C + h * HS;
+}
+
+/// The first key row i of batch row b sees: doc[b,i] with documents, else 0.
+__device__ inline int first_key(const int* doc, int b, int T_, int i) {
+    return doc == nullptr ? 0 : doc[static_cast<size_t>(b) * T_ + i];
 }
 
 /// Copies rows [r0, r0+kTile) (those < T) of one head's q, k or v (part) into tile (kTile x ld) fp32.
@@ -41,7 +50,7 @@ __device__ inline void load_tile(float* tile, int ld, const T* src, int b, int r
 /// smem: K tile (kTile x HS+1), V tile (kTile x HS), per-warp q row (kRows x HS) and
 /// probability row (kRows x kTile), all fp32.
 template <typename T>
-__global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH) {
+__global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T_, int C, int NH, const int* doc) {
     EXTERN_SHARED(float, smem);
     const int HS = C / NH, b = blockIdx.z, h = blockIdx.y;
     const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
@@ -56,21 +65,22 @@ __global__ void attention_forward_kernel(T* out, float* lse, const T* qkv, int T
     __syncwarp(kFullMask);
     float m = -INFINITY, l = 0.0f, o[kDimsPerLane] = {};
     const int last_key = min(i0 + kRows, T_);  // keys [0, last_key) are needed by some row of the block
-    for (int k0 = 0; k0 < last_key; k0 += kTile) {
+    const int lo = i < T_ ? first_key(doc, b, T_, i) : 0;  // this row's first key
+    for (int k0 = first_key(doc, b, T_, i0) / kTile * kTile; k0 < last_key; k0 += kTile) {
         __syncthreads();  // the previous tile is no longer read
         load_tile(ks, HS + 1, qkv, b, k0, h, 1, T_, C, HS);
         load_tile(vs, HS, qkv, b, k0, h, 2, T_, C, HS);
         __syncthreads();
-        if (i >= T_ || k0 > i) continue;  // warp-uniform: this row sees no key of the tile
+        if (i >= T_ || k0 > i || k0 + kTile <= lo) continue;  // warp-uniform: this row sees no key of the tile
         const int j = k0 + lane;
         float s = -INFINITY;
-        if (j <= i) {
+        if (j <= i && j >= lo) {
             float dot = 0.0f;
             for (int d = 0; d < HS; d++) dot += qs[d] * ks[lane * (HS + 1) + d];
             s = dot * scale;
         }
-        const float m_new = fmaxf(m, warp_max(s));  // finite: key k0 <= i is in the tile
-        const float p = j <= i ? expf(s - m_new) : 0.0f;
+        const float m_new = fmaxf(m, warp_max(s));  // finite: key max(k0, lo) <= i is in the tile
+        const float p = j <= i && j >= lo ? expf(s - m_new) : 0.0f;
         const float corr = expf(m - m_new);  // 0 on the first tile (m = -inf)
         l = l * corr + warp_sum(p);
         for (int r = 0; r < kDimsPerLane; r++) o[r] *= corr;
@@ -122,11 +132,24 @@ __global__ void attention_delta_kernel(float* delta, const T* dout, const T* out
 /// P and dS rows (kTile each).
 template <typename T>
 __global__ void attention_backward_kv_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                                             const float* delta, int T_, int C, int NH) {
+                                             const float* delta, int T_, int C, int NH, const int* doc) {
     EXTERN_SHARED(float, smem);
     const int HS = C / NH, b = blockIdx.z, h = blockIdx.y;
     const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
     const int j0 = blockIdx.x * kRows, j = j0 + warp;
+    // Queries [j0, q_end) see some key of the block: with documents, up to the first query whose
+    // document starts after the block's last key (doc is nondecreasing along t: a binary search).
+    int q_end = T_;
+    if (doc != nullptr) {
+        const int j_last = min(j0 + kRows, T_) - 1;
+        int a = j0, z = T_;
+        while (a < z) {
+            const int mid = (a + z) / 2;
+            if (first_key(doc, b, T_, mid) > j_last) z = mid;
+            else a = mid + 1;
+        }
+        q_end = a;
+    }
     float* qs = smem;                        // (kTile, HS+1)
     float* dos = qs + kTile * (HS + 1);      // (kTile, HS+1)
     float* lses = dos + kTile * (HS + 1);    // (kTile)
@@ -143,7 +166,7 @@ __global__ void attention_backward_kv_kernel(T* dqkv, const T* dout, const T* qk
         }
     __syncwarp(kFullMask);
     float dk[kDimsPerLane] = {}, dv[kDimsPerLane] = {};
-    for (int q0 = j0; q0 < T_; q0 += kTile) {
+    for (int q0 = j0; q0 < q_end; q0 += kTile) {
         __syncthreads();
         load_tile(qs, HS + 1, qkv, b, q0, h, 0, T_, C, HS);
         for (int x = threadIdx.x; x < kTile * HS; x += blockDim.x) {
@@ -160,7 +183,7 @@ __global__ void attention_backward_kv_kernel(T* dqkv, const T* dout, const T* qk
         if (j >= T_) continue;  // warp-uniform
         const int i = q0 + lane;
         float p = 0.0f, ds = 0.0f;
-        if (i < T_ && i >= j) {
+        if (i < T_ && i >= j && first_key(doc, b, T_, i) <= j) {
             float s = 0.0f, dp = 0.0f;
             for (int d = 0; d < HS; d++) {
                 s += qs[lane * (HS + 1) + d] * kw[d];
@@ -205,11 +228,12 @@ inline size_t attention_backward_kv_smem(int HS) {
 /// k and v tiles (kTile x HS+1 each), per-warp q and dO rows and dS row (kTile).
 template <typename T>
 __global__ void attention_backward_q_kernel(T* dqkv, const T* dout, const T* qkv, const float* lse,
-                                            const float* delta, int T_, int C, int NH) {
+                                            const float* delta, int T_, int C, int NH, const int* doc) {
     EXTERN_SHARED(float, smem);
     const int HS = C / NH, b = blockIdx.z, h = blockIdx.y;
     const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
     const int i0 = blockIdx.x * kRows, i = i0 + warp;
+    const int lo = i < T_ ? first_key(doc, b, T_, i) : 0;  // this row's first key
     float* ks = smem;                         // (kTile, HS+1)
     float* vs = ks + kTile * (HS + 1);        // (kTile, HS+1)
     float* qw = vs + kTile * (HS + 1) + warp * 2 * HS;  // this warp's q row, then its dO row
@@ -229,15 +253,15 @@ __global__ void attention_backward_q_kernel(T* dqkv, const T* dout, const T* qkv
     __syncwarp(kFullMask);
     float dq[kDimsPerLane] = {};
     const int last_key = min(i0 + kRows, T_);
-    for (int k0 = 0; k0 < last_key; k0 += kTile) {
+    for (int k0 = first_key(doc, b, T_, i0) / kTile * kTile; k0 < last_key; k0 += kTile) {
         __syncthreads();
         load_tile(ks, HS + 1, qkv, b, k0, h, 1, T_, C, HS);
         load_tile(vs, HS + 1, qkv, b, k0, h, 2, T_, C, HS);
         __syncthreads();
-        if (i >= T_ || k0 > i) continue;  // warp-uniform
+        if (i >= T_ || k0 > i || k0 + kTile <= lo) continue;  // warp-uniform
         const int j = k0 + lane;
         float ds = 0.0f;
-        if (j <= i) {
+        if (j <= i && j >= lo) {
             float s = 0.0f, dp = 0.0f;
             for (int d = 0; d < HS; d++) {
                 s += qw[d] * ks[lane * (HS + 1) + d];
@@ -277,10 +301,11 @@ static void check_heads(int C, int NH) {
 }
 
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream) {
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream,
+                       const int* doc) {
     check_heads(C, NH);
     launch(attention_forward_kernel<T>, dim3(ceil_div(T_, kRows), NH, B), dim3(kRows * kWarpSize),
-           attention_forward_smem(C / NH), stream, out, lse, qkv, T_, C, NH);
+           attention_forward_smem(C / NH), stream, out, lse, qkv, T_, C, NH, doc);
 }
 
 template <typename T>
@@ -292,15 +317,15 @@ void attention_delta(float* delta, const T* dout, const T* out, int B, int T_, i
 
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
-                        int C, int NH, float* scratch, cudaStream_t stream) {
+                        int C, int NH, float* scratch, cudaStream_t stream, const int* doc) {
     check_heads(C, NH);
     attention_delta(scratch, dout, out, B, T_, C, NH, stream);
     const float* delta = scratch;
     const dim3 grid(ceil_div(T_, kRows), NH, B);
     launch(attention_backward_kv_kernel<T>, grid, dim3(kRows * kWarpSize), attention_backward_kv_smem(C / NH),
-           stream, dqkv, dout, qkv, lse, delta, T_, C, NH);
+           stream, dqkv, dout, qkv, lse, delta, T_, C, NH, doc);
     launch(attention_backward_q_kernel<T>, grid, dim3(kRows * kWarpSize), attention_backward_q_smem(C / NH),
-           stream, dqkv, dout, qkv, lse, delta, T_, C, NH);
+           stream, dqkv, dout, qkv, lse, delta, T_, C, NH, doc);
 }
 
 size_t attention_backward_scratch_bytes(int B, int T_, int NH) {
@@ -308,10 +333,11 @@ size_t attention_backward_scratch_bytes(int B, int T_, int NH) {
 }
 
 #define INSTANTIATE(T)                                                                                \
-    template void attention_forward<T>(T*, float*, const T*, int, int, int, int, cudaStream_t);      \
+    template void attention_forward<T>(T*, float*, const T*, int, int, int, int, cudaStream_t,       \
+                                       const int*);                                                  \
     template void attention_delta<T>(float*, const T*, const T*, int, int, int, int, cudaStream_t);  \
     template void attention_backward<T>(T*, const T*, const T*, const T*, const float*, int, int, int, \
-                                        int, float*, cudaStream_t);
+                                        int, float*, cudaStream_t, const int*);
 INSTANTIATE(float)
 INSTANTIATE(__nv_bfloat16)
 #undef INSTANTIATE

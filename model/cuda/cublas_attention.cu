@@ -127,49 +127,59 @@ __global__ void merge_heads_kernel(T* dst, const S* src, int B, int T_, int NH, 
     }
 }
 
+/// The first key query row i of head bh sees: doc[b,i] (b = bh / NH) under document masking
+/// (Ops::attention_forward_doc's doc_start, (B,T) int32), else 0.
+__device__ __forceinline__ int first_key(const int* doc, int bh, int NH, int T_, int i) {
+    return doc == nullptr ? 0 : doc[static_cast<size_t>(bh / NH) * T_ + i];
+}
+
 /// Forward row kernel: for query rows i = q0 + r (r < rows) of every head bh, with S (BH, rows, Tk):
-/// lse[bh*T + i] = log sum_{j<=i} exp(S_ij) and P_ij = exp(S_ij - lse_i) for j <= i, 0 after.
-/// One warp per row; each lane keeps a running max and sum over its keys, merged by butterflies.
+/// lse[bh*T + i] = log sum_{lo<=j<=i} exp(S_ij) and P_ij = exp(S_ij - lse_i) for lo <= j <= i, 0
+/// elsewhere, lo = first_key (0 without documents). One warp per row; each lane keeps a running max
+/// and sum over its keys, merged by butterflies.
 template <typename T>
-__global__ void causal_softmax_kernel(T* P, float* lse, const float* S, int BH, int rows, int Tk, int q0, int T_) {
+__global__ void causal_softmax_kernel(T* P, float* lse, const float* S, int BH, int rows, int Tk, int q0, int T_,
+                                      const int* doc, int NH) {
     const int lane = threadIdx.x % kWarpSize;
     const size_t row = static_cast<size_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarpSize;
     if (row >= static_cast<size_t>(BH) * rows) return;  // warp-uniform
     const int bh = static_cast<int>(row / rows), i = q0 + static_cast<int>(row % rows);
     const float* s = S + row * Tk;
     T* p = P + row * Tk;
+    const int lo = first_key(doc, bh, NH, T_, i);
     float m = -INFINITY, l = 0.0f;
-    for (int j = lane; j <= i; j += kWarpSize) {
+    for (int j = lo + lane; j <= i; j += kWarpSize) {
         const float m_new = fmaxf(m, s[j]);
         l = l * expf(m - m_new) + expf(s[j] - m_new);  // expf(-inf) = 0 on a lane's first key
         m = m_new;
     }
-    const float m_row = warp_max(m);  // finite: key 0 <= i is lane 0's
+    const float m_row = warp_max(m);  // finite: key lo <= i is lane 0's
     const float l_row = warp_sum(l * expf(m - m_row));  // a lane without keys adds 0 * exp(-inf)
     const float lse_i = m_row + logf(l_row);
-    for (int j = lane; j < Tk; j += kWarpSize) p[j] = from_float<T>(j <= i ? expf(s[j] - lse_i) : 0.0f);
+    for (int j = lane; j < Tk; j += kWarpSize) p[j] = from_float<T>(j <= i && j >= lo ? expf(s[j] - lse_i) : 0.0f);
     if (lane == 0) lse[static_cast<size_t>(bh) * T_ + i] = lse_i;
 }
 
-/// Backward: P (BH, rows, Tk) = exp(S - lse_i) for keys j <= i, 0 after (rows i = q0 + r).
+/// Backward: P (BH, rows, Tk) = exp(S - lse_i) for keys lo <= j <= i, 0 elsewhere (rows i = q0 + r).
 template <typename T>
 __global__ void causal_probs_kernel(T* P, const float* S, const float* lse, int BH, int rows, int Tk, int q0,
-                                    int T_) {
+                                    int T_, const int* doc, int NH) {
     const size_t n = static_cast<size_t>(BH) * rows * Tk;
     for (size_t x = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; x < n;
          x += static_cast<size_t>(gridDim.x) * blockDim.x) {
         const size_t row = x / Tk;
         const int j = static_cast<int>(x % Tk), bh = static_cast<int>(row / rows);
         const int i = q0 + static_cast<int>(row % rows);
-        P[x] = from_float<T>(j <= i ? expf(S[x] - lse[static_cast<size_t>(bh) * T_ + i]) : 0.0f);
+        const bool seen = j <= i && j >= first_key(doc, bh, NH, T_, i);
+        P[x] = from_float<T>(seen ? expf(S[x] - lse[static_cast<size_t>(bh) * T_ + i]) : 0.0f);
     }
 }
 
-/// Backward row kernel: dS_ij = P_ij (dP_ij - D_i) written over P for keys j <= i (P stays 0 after),
+/// Backward row kernel: dS_ij = P_ij (dP_ij - D_i) written over P for keys lo <= j <= i (P stays 0 elsewhere),
 /// D_i = dout_i . out_i over head h's dims of position i, read from the (B,T,C) tensors. One warp per row.
 template <typename T>
 __global__ void softmax_backward_kernel(T* P, const float* dP, const T* dout, const T* out, int BH, int rows, int Tk,
-                                        int q0, int T_, int C, int NH) {
+                                        int q0, int T_, int C, int NH, const int* doc) {
     const int lane = threadIdx.x % kWarpSize, HS = C / NH;
     const size_t row = static_cast<size_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarpSize;
     if (row >= static_cast<size_t>(BH) * rows) return;  // warp-uniform
@@ -180,7 +190,8 @@ __global__ void softmax_backward_kernel(T* P, const float* dP, const T* dout, co
     D = warp_sum(D);
     T* p = P + row * Tk;
     const float* dp = dP + row * Tk;
-    for (int j = lane; j <= i; j += kWarpSize) p[j] = from_float<T>(to_float(p[j]) * (dp[j] - D));
+    for (int j = first_key(doc, bh, NH, T_, i) + lane; j <= i; j += kWarpSize)
+        p[j] = from_float<T>(to_float(p[j]) * (dp[j] - D));
 }
 
 /// Throws std::invalid_argument unless C splits into NH heads and NKV divides NH.
@@ -223,7 +234,8 @@ CublasAttentionPlan cublas_attention_plan(bool backward, int B, int T, int C, in
 
 template <typename T>
 void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
-                              int NKV, const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream) {
+                              int NKV, const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream,
+                              const int* doc) {
     check_heads(C, NH, NKV);
     const int HS = C / NH, BH = B * NH, Tq = plan.tile_rows;
     const Layout l = layout_of(false, B, T_, C, NH, sizeof(T), Tq);
@@ -243,7 +255,7 @@ void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T
         batched_gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, Tk, rows, HS, scale, k, HS, head, q + q0 * HS, HS, head, 0.0f,
                      S, CUDA_R_32F, Tk, tile, BH);
         launch(causal_softmax_kernel<T>, dim3(row_grid(BH, rows)), dim3(kRowWarps * kWarpSize), 0, stream, P, lse, S,
-               BH, rows, Tk, q0, T_);
+               BH, rows, Tk, q0, T_, doc, NH);
         // O_t^T (HS x rows) = V^T-view (HS x Tk) * P^T-view (Tk x rows)
         batched_gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, HS, rows, Tk, 1.0f, v, HS, head, P, Tk, tile, 0.0f,
                      o + q0 * HS, cuda_type<T>(), HS, head, BH);
@@ -255,7 +267,8 @@ void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T
 template <typename T>
 void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, const T* qkv, const T* out,
                                const float* lse, int B, int T_, int C, int NH, int NKV,
-                               const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream) {
+                               const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream,
+                               const int* doc) {
     check_heads(C, NH, NKV);
     const int HS = C / NH, BH = B * NH, Tq = plan.tile_rows;
     const Layout l = layout_of(true, B, T_, C, NH, sizeof(T), Tq);
@@ -279,7 +292,7 @@ void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, co
         batched_gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, Tk, rows, HS, scale, k, HS, head, q + q0 * HS, HS, head, 0.0f,
                      S, CUDA_R_32F, Tk, tile, BH);
         launch(causal_probs_kernel<T>, dim3(elementwise_grid(elems, kBlock)), dim3(kBlock), 0, stream, P,
-               static_cast<const float*>(S), lse, BH, rows, Tk, q0, T_);
+               static_cast<const float*>(S), lse, BH, rows, Tk, q0, T_, doc, NH);
         // dV^T (HS x Tk) += dO_t^T-view (HS x rows) * P (rows x Tk)
         batched_gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, HS, Tk, rows, 1.0f, dO + q0 * HS, HS, head, P, Tk, tile, 1.0f,
                      dv, CUDA_R_32F, HS, head, BH);
@@ -287,7 +300,7 @@ void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, co
         batched_gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, Tk, rows, HS, 1.0f, v, HS, head, dO + q0 * HS, HS, head, 0.0f,
                      S, CUDA_R_32F, Tk, tile, BH);
         launch(softmax_backward_kernel<T>, dim3(row_grid(BH, rows)), dim3(kRowWarps * kWarpSize), 0, stream, P,
-               static_cast<const float*>(S), dout, out, BH, rows, Tk, q0, T_, C, NH);
+               static_cast<const float*>(S), dout, out, BH, rows, Tk, q0, T_, C, NH, doc);
         // dQ_t^T (HS x rows) = K^T-view (HS x Tk) * dS^T-view (Tk x rows) * scale
         batched_gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, HS, rows, Tk, scale, k, HS, head, P, Tk, tile, 0.0f,
                      dq + q0 * HS, CUDA_R_32F, HS, head, BH);
@@ -302,10 +315,10 @@ void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, co
 
 #define INSTANTIATE(T)                                                                                            \
     template void cublas_attention_forward<T>(cublasHandle_t, T*, float*, const T*, int, int, int, int, int,     \
-                                              const CublasAttentionPlan&, void*, cudaStream_t);                  \
+                                              const CublasAttentionPlan&, void*, cudaStream_t, const int*);      \
     template void cublas_attention_backward<T>(cublasHandle_t, T*, const T*, const T*, const T*, const float*,   \
                                                int, int, int, int, int, const CublasAttentionPlan&, void*,       \
-                                               cudaStream_t);
+                                               cudaStream_t, const int*);
 INSTANTIATE(float)
 INSTANTIATE(__nv_bfloat16)
 #undef INSTANTIATE

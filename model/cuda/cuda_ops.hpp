@@ -114,6 +114,14 @@ public:
     /// std::invalid_argument for v0 < 0 or nv < 1.
     void encoder_backward_vocab(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C,
                                 int v0, int nv) override;
+    /// Learned positions at pos (B,T) int32 (reset_position_ids): encoder_forward_vocab's kernel with
+    /// row pos[b,t] of wpe. Its backward buckets the positions by their id as the tokens are (one
+    /// more token slot: encoder_host_tokens(pos, host ids) spares its copy back), so dwpe[p] sums
+    /// its positions in a fixed order, without atomics.
+    void encoder_forward_pos(void* out, const int* inp, const int* pos, const void* wte, const void* wpe, int B,
+                             int T, int C, int v0, int nv) override;
+    void encoder_backward_pos(void* dwte, void* dwpe, const void* dout, const int* inp, const int* pos, int B, int T,
+                              int C, int v0, int nv) override;
 
     // ---- layers (cuda_ops_layers.cu): rows of n_embd in 16-byte packs, 16-byte aligned tensors ----
     void layernorm_forward(void* out, float* mean, float* rstd, const void* inp, const void* weight,
@@ -160,6 +168,18 @@ public:
                                int HS) override;
     void attention_backward_gqa(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                                 int B, int T, int NH, int NKV, int HS) override;
+    /// Document masking (docs/attention.md "Document masking"): cublas masks in its softmax kernels,
+    /// FlashAttention-2 (native bf16, head size 64 or 128) skips the key blocks before a block's
+    /// documents, attention.cu (other shapes, fp32) skips its tiles alike. cuDNN's graph has no
+    /// document mask here: with cuDNN active these calls go to FlashAttention-2 (else attention.cu),
+    /// said once on stderr and in attention_reason().
+    void attention_forward_doc(void* out, float* lse, const void* qkv, const int* doc_start, int B, int T, int NH,
+                               int NKV, int HS) override;
+    void attention_backward_doc(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                const int* doc_start, int B, int T, int NH, int NKV, int HS) override;
+    /// Rotary positions at pos (B,T) int32 (reset_position_ids): rope.cu with a position per row.
+    void rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) override;
+    void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) override;
 
     // ---- activations and the classifier (cuda_ops_layers.cu) ----
     void gelu_forward(void* out, const void* inp, size_t n) override;
@@ -274,9 +294,12 @@ private:
     /// Throws std::invalid_argument naming `op` unless [v0, v0 + nv) is a non-empty vocab slice.
     static void require_vocab_range(int v0, int nv, const char* op);
     /// encoder_forward over the token rows [v0, v0 + nv) (the whole table: 0, INT_MAX), then the
-    /// token-id bookkeeping for the backward (see encoder_backward).
+    /// token-id bookkeeping for the backward (see encoder_backward); with pos (B,T) int32 (null: t)
+    /// the rows of wpe, and the same bookkeeping for pos's ids (the backward buckets them into dwpe).
     void encoder_forward_range(void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C, int v0,
-                               int nv);
+                               int nv, const int* pos = nullptr);
+    /// The token-id bookkeeping of a forward that read the N ids at `ids` (see encoder_backward).
+    void note_forward_ids(const int* ids, int N);
     /// encoder_backward over the token rows [v0, v0 + nv) (the whole table: 0, INT_MAX): the buckets
     /// of inp's ids, of which the run with tokens in the range is launched (dwte row = token - v0).
     void encoder_backward_range(void* dwte, void* dwpe, const void* dout, const int* inp, int B, int T, int C, int v0,
@@ -326,6 +349,7 @@ private:
     int smem_optin_;                    ///< the device's cudaDevAttrMaxSharedMemoryPerBlockOptin (flash_tile)
     bool cudnn_gqa_refused_ = false;    ///< cuDNN refused its grouped-query graph: the expanded copy instead
     std::string gqa_note_;              ///< which grouped-query route cuDNN took, for attention_reason()
+    std::string doc_note_;              ///< where document-masked calls went with cuDNN active (attention_reason())
     cudaStream_t stream_ = nullptr;
     LtContext lt_;
     cublasHandle_t blas_ = nullptr;  ///< set when the attention path is cublas

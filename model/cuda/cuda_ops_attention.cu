@@ -22,7 +22,7 @@
 namespace llmtrain::cuda {
 
 std::string CudaOps::attention_reason() const {
-    return cudnn_active() ? attention_.why + gqa_note_ : attention_.why;
+    return cudnn_active() ? attention_.why + gqa_note_ + doc_note_ : attention_.why;
 }
 
 void CudaOps::attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C, int NH) {
@@ -142,6 +142,75 @@ void CudaOps::attention_backward_gqa(void* dqkv, const void* dout, const void* q
     dispatch([&](auto t) { cuda::gqa_expand(as<decltype(t)>(q3), as<decltype(t)>(qkv), B, T, NH, NKV, HS, stream_); });
     attention_backward(d3, dout, q3, out, lse, B, T, C, NH);
     dispatch([&](auto t) { cuda::gqa_reduce(as<decltype(t)>(dqkv), as<decltype(t)>(d3), B, T, NH, NKV, HS, stream_); });
+}
+
+// Document masking: doc null is the causal op. cublas takes the mask in its softmax kernels;
+// otherwise FlashAttention-2 where its shapes allow (cuDNN active included: its fused graph gets no
+// mask here, said once), else attention.cu on the expanded multi-head copy (gqa.cu) when NKV < NH.
+void CudaOps::attention_forward_doc(void* out, float* lse, const void* qkv, const int* doc, int B, int T, int NH,
+                                    int NKV, int HS) {
+    if (doc == nullptr) return attention_forward_gqa(out, lse, qkv, B, T, NH, NKV, HS);
+    require_gqa(NH, NKV);
+    const int C = NH * HS;
+    if (blas_ != nullptr && !cudnn_active()) {
+        const auto plan = cuda::cublas_attention_plan(false, B, T, C, NH, dtype_size(act_), opt_.attention_workspace_mb);
+        void* ws = scratch_for(plan.workspace_bytes);
+        bind_blas();
+        return dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::cublas_attention_forward(blas_, as<X>(out), lse, as<X>(qkv), B, T, C, NH, NKV, plan, ws, stream_, doc);
+        });
+    }
+    const bool flash = act_ == DType::bf16 && cuda::flash_attention_supported(C, NH);
+    if (cudnn_active() && doc_note_.empty()) {
+        doc_note_ = std::string("; document masking: ") + (flash ? "FlashAttention-2" : "attention.cu") +
+                    " (the cuDNN graph here has no document mask)";
+        std::fprintf(stderr, "llmtrain: attention: cudnn%s\n", doc_note_.c_str());
+    }
+    if (flash) return cuda::flash_attention_forward(as<bf16>(out), lse, as<bf16>(qkv), B, T, C, NH, NKV, stream_, doc);
+    const void* q3 = qkv;
+    if (NKV != NH) {
+        void* e = gqa_for(static_cast<size_t>(B) * T * 3 * C * dtype_size(act_));
+        dispatch([&](auto t) { cuda::gqa_expand(as<decltype(t)>(e), as<decltype(t)>(qkv), B, T, NH, NKV, HS, stream_); });
+        q3 = e;
+    }
+    dispatch([&](auto t) {
+        using X = decltype(t);
+        cuda::attention_forward(as<X>(out), lse, as<X>(q3), B, T, C, NH, stream_, doc);
+    });
+}
+
+void CudaOps::attention_backward_doc(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                     const int* doc, int B, int T, int NH, int NKV, int HS) {
+    if (doc == nullptr) return attention_backward_gqa(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS);
+    require_gqa(NH, NKV);
+    const int C = NH * HS;
+    if (blas_ != nullptr && !cudnn_active()) {
+        const auto plan = cuda::cublas_attention_plan(true, B, T, C, NH, dtype_size(act_), opt_.attention_workspace_mb);
+        void* ws = scratch_for(plan.workspace_bytes);
+        bind_blas();
+        return dispatch([&](auto t) {
+            using X = decltype(t);
+            cuda::cublas_attention_backward(blas_, as<X>(dqkv), as<X>(dout), as<X>(qkv), as<X>(out), lse, B, T, C, NH,
+                                            NKV, plan, ws, stream_, doc);
+        });
+    }
+    if (act_ == DType::bf16 && cuda::flash_attention_supported(C, NH))
+        return cuda::flash_attention_backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B, T,
+                                              C, NH, NKV, flash_tile(HS), flash_scratch(B, T, C, NH), stream_, doc);
+    const size_t n3 = static_cast<size_t>(B) * T * 3 * C, es = dtype_size(act_);
+    char* buf = NKV != NH ? static_cast<char*>(gqa_for(2 * n3 * es)) : nullptr;
+    const void* q3 = NKV != NH ? buf : qkv;
+    void* d3 = NKV != NH ? buf + n3 * es : dqkv;
+    if (NKV != NH)
+        dispatch([&](auto t) { cuda::gqa_expand(as<decltype(t)>(buf), as<decltype(t)>(qkv), B, T, NH, NKV, HS, stream_); });
+    float* scratch = scratch_for(cuda::attention_backward_scratch_bytes(B, T, NH));
+    dispatch([&](auto t) {
+        using X = decltype(t);
+        cuda::attention_backward(as<X>(d3), as<X>(dout), as<X>(q3), as<X>(out), lse, B, T, C, NH, scratch, stream_, doc);
+    });
+    if (NKV != NH)
+        dispatch([&](auto t) { cuda::gqa_reduce(as<decltype(t)>(dqkv), as<decltype(t)>(d3), B, T, NH, NKV, HS, stream_); });
 }
 
 void CudaOps::require_gqa(int NH, int NKV) {

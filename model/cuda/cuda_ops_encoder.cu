@@ -43,6 +43,20 @@ void CudaOps::encoder_backward_vocab(void* dwte, void* dwpe, const void* dout, c
     encoder_backward_range(dwte, dwpe, dout, inp, B, T, C, v0, nv);
 }
 
+void CudaOps::encoder_forward_pos(void* out, const int* inp, const int* pos, const void* wte, const void* wpe, int B,
+                                  int T, int C, int v0, int nv) {
+    require_vocab_range(v0, nv, "encoder_forward_pos");
+    encoder_forward_range(out, inp, wte, wpe, B, T, C, v0, nv, pos);
+}
+
+void CudaOps::encoder_backward_pos(void* dwte, void* dwpe, const void* dout, const int* inp, const int* pos, int B,
+                                   int T, int C, int v0, int nv) {
+    require_vocab_range(v0, nv, "encoder_backward_pos");
+    encoder_backward_range(dwte, nullptr, dout, inp, B, T, C, v0, nv);
+    if (dwpe == nullptr || pos == nullptr) return;
+    encoder_backward_range(dwpe, nullptr, dout, pos, B, T, C, 0, T);  // dwpe's rows: the positions' ids
+}
+
 void CudaOps::require_vocab_range(int v0, int nv, const char* op) {
     if (v0 < 0 || nv < 1)
         throw std::invalid_argument(std::string("cuda ") + op + ": expected a vocab slice v0 >= 0, nv >= 1, got v0 " +
@@ -50,12 +64,17 @@ void CudaOps::require_vocab_range(int v0, int nv, const char* op) {
 }
 
 void CudaOps::encoder_forward_range(void* out, const int* inp, const void* wte, const void* wpe, int B, int T, int C,
-                                    int v0, int nv) {
+                                    int v0, int nv, const int* pos) {
     dispatch([&](auto t) {
         using X = decltype(t);
-        cuda::encoder_forward(as<X>(out), inp, as<X>(wte), as<X>(wpe), B, T, C, v0, nv, stream_);
+        cuda::encoder_forward(as<X>(out), inp, as<X>(wte), as<X>(wpe), B, T, C, v0, nv, stream_, pos);
     });
-    const int N = B * T;
+    note_forward_ids(inp, B * T);
+    if (pos != nullptr && wpe != nullptr) note_forward_ids(pos, B * T);
+}
+
+void CudaOps::note_forward_ids(const int* ids, int N) {
+    const int* inp = ids;
     TokenSlot& c = token_slot_for(inp, N);
     c.have_buckets = c.hinted;
     c.copy_started = !c.hinted;

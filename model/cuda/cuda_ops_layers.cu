@@ -150,6 +150,16 @@ void CudaOps::rope_backward(void* dqkv, int B, int T, int NH, int NKV, int HS, f
     dispatch([&](auto t) { cuda::rope(as<decltype(t)>(dqkv), table, B, T, NH, NKV, HS, true, stream_); });
 }
 
+void CudaOps::rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
+    const float* table = rope_table_for(T, HS, theta);
+    dispatch([&](auto t) { cuda::rope(as<decltype(t)>(qkv), table, B, T, NH, NKV, HS, false, stream_, pos); });
+}
+
+void CudaOps::rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
+    const float* table = rope_table_for(T, HS, theta);
+    dispatch([&](auto t) { cuda::rope(as<decltype(t)>(dqkv), table, B, T, NH, NKV, HS, true, stream_, pos); });
+}
+
 void CudaOps::swiglu_forward(void* out, const void* inp, int N, int F) {
     dispatch([&](auto t) { cuda::swiglu_forward(as<decltype(t)>(out), as<decltype(t)>(inp), N, F, stream_); });
 }

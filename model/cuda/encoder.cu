@@ -21,16 +21,17 @@
 namespace llmtrain::cuda {
 
 /// out (N,C) T, inp (N) int32 with N = B*T, wte (nv,C) T holding token rows [v0, v0 + nv),
-/// wpe (maxT,C) T, or null for no positions (Llama: out = wte row). A position whose token is
+/// wpe (maxT,C) T, or null for no positions (Llama: out = wte row); the row of position n is
+/// pos[n] ((N) int32, reset_position_ids) or, with pos null, n mod T. A position whose token is
 /// outside that range gets exact zeros.
 template <typename T>
 __global__ void encoder_forward_kernel(T* out, const int* inp, const T* wte, const T* wpe, int N,
-                                       int T_, int C, int v0, int nv) {
+                                       int T_, int C, int v0, int nv, const int* pos_ids) {
     const size_t total = static_cast<size_t>(N) * C;
     for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < total;
          i += static_cast<size_t>(gridDim.x) * blockDim.x) {
         const int n = static_cast<int>(i / C), c = static_cast<int>(i % C);
-        const int t = n % T_;
+        const int t = pos_ids == nullptr ? n % T_ : pos_ids[n];
         const int row = inp[n] - v0;
         const float pos = wpe != nullptr ? to_float(wpe[static_cast<size_t>(t) * C + c]) : 0.0f;
         out[i] = row >= 0 && row < nv ? from_float<T>(to_float(wte[static_cast<size_t>(row) * C + c]) + pos)
@@ -40,11 +41,11 @@ __global__ void encoder_forward_kernel(T* out, const int* inp, const T* wte, con
 
 template <typename T>
 void encoder_forward(T* out, const int* inp, const T* wte, const T* wpe, int B, int T_, int C, int v0,
-                     int nv, cudaStream_t stream) {
+                     int nv, cudaStream_t stream, const int* pos) {
     const int block = 256;
     const size_t n = static_cast<size_t>(B) * T_ * C;
     launch(encoder_forward_kernel<T>, dim3(elementwise_grid(n, block)), dim3(block), 0, stream, out,
-           inp, wte, wpe, B * T_, T_, C, v0, nv);
+           inp, wte, wpe, B * T_, T_, C, v0, nv, pos);
 }
 
 /// One block per bucket (distinct token): dwte[token[k] - token0, c] += sum over the bucket's
@@ -105,7 +106,8 @@ void encoder_backward(T* dwte, T* dwpe, const T* dout, const EncoderBuckets& buc
 }
 
 #define INSTANTIATE(T)                                                                            \
-    template void encoder_forward<T>(T*, const int*, const T*, const T*, int, int, int, int, int, cudaStream_t); \
+    template void encoder_forward<T>(T*, const int*, const T*, const T*, int, int, int, int, int, cudaStream_t, \
+                                     const int*);                                                \
     template void encoder_backward<T>(T*, T*, const T*, const EncoderBuckets&, int, int, int, cudaStream_t);
 INSTANTIATE(float)
 INSTANTIATE(__nv_bfloat16)

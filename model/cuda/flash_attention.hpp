@@ -146,9 +146,12 @@ FlashBackwardTile flash_backward_tile_on_device(int head_size);
 /// in flash_backward.cu (llmtrain_cuda, llmtrain_cuda_emu). Errors: std::invalid_argument naming
 /// the tile when it is neither, or needs more than the device's opt-in shared memory; as
 /// flash_attention_backward for shapes and pointers; a failed CUDA call throws as CUDA_CHECK does.
+/// doc: null (causal) or the document starts (B,T) int32 of document masking, as
+/// flash_attention_backward's (kernels.cuh).
 void flash_attention_backward_tiled(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                                     const __nv_bfloat16* out, const float* lse, int B, int T, int C, int NH, int NKV,
-                                    FlashBackwardTile tile, float* scratch, CUstream_st* stream);
+                                    FlashBackwardTile tile, float* scratch, CUstream_st* stream,
+                                    const int* doc = nullptr);
 
 /// The largest dynamic shared memory any flash kernel needs at this head size (64 or 128) with the
 /// small backward tile: what a device must allow per block (cudaDevAttrMaxSharedMemoryPerBlockOptin)

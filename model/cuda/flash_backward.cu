@@ -26,6 +26,11 @@
 // (flash_backward_row_split). P and dS enter the mma rounded to bf16, as in
 // FlashAttention-2 and cuDNN (the error bound of tests/cuda/attention_bound.hpp).
 // Rows past T are zero-filled by cp.async (src-size 0) and masked where they would contribute.
+// Document masking (doc non-null, Ops::attention_backward_doc's doc_start (B,T) int32): a key block's
+// walk ends at the first query whose document starts after the block's last key (query blocks
+// past it are skipped), a warp whose keys all precede the step's first row's document is not live,
+// elements with j < doc[i] are masked, and the dQ sum of row i starts at key block doc[i] / KEYS
+// (the partials of earlier blocks are never written).
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -93,7 +98,7 @@ __device__ inline float* dq_stage_piece(bf16* q, int warp, int rr, int p) {
 template <int HS, int KEYS, int ROWS>
 __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     flash_backward_kernel(bf16* dqkv, float* dq_part, const bf16* dout, const bf16* qkv, const float* lse,
-                          const float* delta, int T_, int C, int NH, int NKV, BwdPart part) {
+                          const float* delta, int T_, int C, int NH, int NKV, BwdPart part, const int* doc) {
     constexpr int kRows = ROWS;  // queries per step
     constexpr int kKeys = KEYS, kThreads = kBwdThreads<KEYS>, kWarps = kThreads / kWarpSize;
     constexpr int kLd = kTileLd<HS>, kLdS = kRows + 8;
@@ -116,7 +121,19 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
     const bf16* xb = qkv + static_cast<size_t>(b) * T_ * stride;
     const int q_first = j0 > part.qa ? j0 : part.qa;  // the first query row of each head's walk
-    const int nqb = ceil_div(part.qb - q_first, kRows);  // query blocks from there (q0 = q_first, + kRows, ..)
+    const int* dr = doc == nullptr ? nullptr : doc + static_cast<size_t>(b) * T_;  // row b's document starts
+    int q_stop = part.qb;  // the walk's end: with documents, the first query past the block's keys' documents
+    if (dr != nullptr) {
+        const int j_last = min(j0 + kKeys, T_) - 1;
+        int lo = j0, hi = T_;  // the first i in [j0, T) with dr[i] > j_last (dr is nondecreasing)
+        while (lo < hi) {
+            const int mid = (lo + hi) / 2;
+            if (dr[mid] > j_last) hi = mid;
+            else lo = mid + 1;
+        }
+        q_stop = min(q_stop, lo);
+    }
+    const int nqb = q_stop > q_first ? ceil_div(q_stop - q_first, kRows) : 0;  // query blocks (q0 = q_first, + kRows, ..)
     const int nr = part.r1 - part.r0, n_it = nr * nqb;
     static_assert(kRows <= kThreads);
     // A step's query head and first row: (h0 + r0, q_first), (h0 + r0, q_first + kRows), .. below qb, then the
@@ -127,7 +144,7 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     };
     auto next = [&](Pos p) {
         p.q0 += kRows;
-        if (p.q0 >= part.qb) p.q0 = q_first, p.h++;
+        if (p.q0 >= q_stop) p.q0 = q_first, p.h++;
         return p;
     };
     // Queues the Q and dO of the step at p (cp.async) into stage st.
@@ -198,7 +215,7 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
         // KEYS: warps 4-7 of 128 keys against 64 rows, warps 2-3 of 64 keys against 32). S^T and
         // dP^T live only in the live branch (zeroing them for both was 32 register moves a step in
         // SASS).
-        const bool live = jw < T_ && jw <= q0 + kRows - 1;
+        const bool live = jw < T_ && jw <= q0 + kRows - 1 && (dr == nullptr || dr[q0] <= jw + 15);
         // This lane's bf16 pair of dS^T: row g + 8r of the warp's keys, query columns n*8 + 2t4, + 1.
         auto dst_pair = [&](int n, int r) {
             return reinterpret_cast<uint32_t*>(dss + (warp * 16 + g + 8 * r) * kLdS + n * 8 + 2 * t4);
@@ -241,14 +258,15 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
                         bool keep = true;
                         if constexpr (decltype(masked)::value) {
                             const int i = q0 + qi + (e % 2), j = jw + g + 8 * (e / 2);
-                            keep = i < T_ && i >= j;
+                            keep = i < T_ && i >= j && (dr == nullptr || dr[i] <= j);
                         }
                         s[n][e] = keep ? p : 0.0f;
                         dp[n][e] = keep ? ds : 0.0f;
                     }
                 }
             };
-            if (q0 < jw + 15 || q0 + kRows > T_) softmax(std::true_type{});
+            if (q0 < jw + 15 || q0 + kRows > T_ || (dr != nullptr && dr[min(q0 + kRows, T_) - 1] > jw))
+                softmax(std::true_type{});
             else softmax(std::false_type{});
             for (int n = 0; n < kNS; n++)  // dS^T rows of the warp's keys
                 for (int r = 0; r < 2; r++) *dst_pair(n, r) = ptx::pack_bf16x2(dp[n][2 * r], dp[n][2 * r + 1]);
@@ -310,6 +328,9 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
             __syncwarp();  // every lane's reads before any lane's next copy into these rows
         }
     }
+    // With documents a row chunk's launch may hold no query this key block sees (n_it = 0): the K, V
+    // and first Q/dO copies issued above must land before the block exits or reuses K's rows.
+    if (n_it == 0) ptx::cp_async_wait<0>();
     if (!last) {  // a later launch goes on from here
         for (int n = 0; n < kND; n++)
             for (int e = 0; e < 4; e++) {
@@ -349,7 +370,8 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
 /// of a row. grid (ceil((qb - qa)*HS/8 / 256), ng x (r1 - r0) heads, batch rows of the chunk),
 /// block 256; batch row b0 + blockIdx.z.
 template <int HS, int KEYS>
-__global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_, int C, int NH, int NKV, BwdPart part) {
+__global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_, int C, int NH, int NKV, BwdPart part,
+                                       const int* doc) {
     constexpr int kChunks = HS / 8;
     const int x = blockIdx.x * blockDim.x + threadIdx.x;
     if (x >= (part.qb - part.qa) * kChunks) return;
@@ -361,8 +383,13 @@ __global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_,
     const float* src = dq_part + slot * flash_dq_chunk_rows(kKeys, part.qa, part.qb) * HS + d;
     float acc[8] = {};
     size_t first = 0;  // the first row of key block kb
+    const int kb_lo = doc == nullptr ? 0 : doc[static_cast<size_t>(b) * T_ + i] / kKeys;  // blocks before: no partial
     for (int kb = 0; kb <= i / kKeys; kb++) {
         const int from = kb * kKeys > part.qa ? kb * kKeys : part.qa;  // key block kb's first row here
+        if (kb < kb_lo) {
+            first += part.qb - from;
+            continue;
+        }
         const float* p = src + (first + i - from) * HS;
         const float4 lo = *reinterpret_cast<const float4*>(p), hi = *reinterpret_cast<const float4*>(p + 4);
         acc[0] += lo.x, acc[1] += lo.y, acc[2] += lo.z, acc[3] += lo.w;
@@ -379,14 +406,15 @@ __global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_,
 /// Queues the fused kernel (tile KEYS x ROWS) over `part` and its dQ sum; nb batch rows.
 template <int HS, int KEYS, int ROWS>
 static void backward_part(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta,
-                          float* dq_part, int nb, int T_, int C, int NH, int NKV, BwdPart part, cudaStream_t stream) {
+                          float* dq_part, int nb, int T_, int C, int NH, int NKV, BwdPart part, cudaStream_t stream,
+                          const int* doc) {
     constexpr int kBlock = 256;
     launch_flash<kBwdThreads<KEYS>>(flash_backward_kernel<HS, KEYS, ROWS>, dim3(part.ng * nb, ceil_div(part.qb, KEYS)),
                                     kBwdSmem<HS, KEYS, ROWS>, stream, dqkv, dq_part, dout, qkv, lse, delta, T_, C, NH,
-                                    NKV, part);
+                                    NKV, part, doc);
     launch(flash_dq_reduce_kernel<HS, KEYS>, dim3(ceil_div((part.qb - part.qa) * (HS / 8), kBlock),
                                                   part.ng * (part.r1 - part.r0), nb),
-           dim3(kBlock), 0, stream, dqkv, static_cast<const float*>(dq_part), T_, C, NH, NKV, part);
+           dim3(kBlock), 0, stream, dqkv, static_cast<const float*>(dq_part), T_, C, NH, NKV, part, doc);
 }
 
 /// The fused backward with tile (KEYS, ROWS) and its dQ sum, in batch chunks while one batch row's
@@ -397,7 +425,7 @@ static void backward_part(bf16* dqkv, const bf16* dout, const bf16* qkv, const f
 /// partials of one query chunk.
 template <int HS, int KEYS, int ROWS>
 static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, float* scratch, int B,
-                           int T_, int C, int NH, int NKV, cudaStream_t stream) {
+                           int T_, int C, int NH, int NKV, cudaStream_t stream, const int* doc) {
     const size_t delta_floats = (static_cast<size_t>(B) * NH * T_ * sizeof(float) + 255) / 256 * 256 / sizeof(float);
     float* work = scratch + delta_floats;
     const int group = NH / NKV;
@@ -405,7 +433,7 @@ static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
         const int chunk = flash_backward_batch_chunk(B, T_, C, NH, KEYS);  // batch rows whose partials fit
         for (int b0 = 0; b0 < B; b0 += chunk)
             backward_part<HS, KEYS, ROWS>(dqkv, dout, qkv, lse, scratch, work, std::min(chunk, B - b0), T_, C, NH, NKV,
-                                          BwdPart{b0, 0, NKV, 0, group, 0, T_, nullptr}, stream);
+                                          BwdPart{b0, 0, NKV, 0, group, 0, T_, nullptr}, stream, doc);
         return;
     }
     const FlashRowSplit split = flash_backward_row_split(T_, HS, NKV, KEYS);
@@ -419,7 +447,7 @@ static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
                         dqkv, dout, qkv, lse, scratch, dq_part, 1, T_, C, NH, NKV,
                         BwdPart{b, g0, std::min(split.kv_heads, NKV - g0), r, r + 1, qa,
                                 std::min(T_, qa + split.query_rows), carry},
-                        stream);
+                        stream, doc);
 }
 
 /// The current device's cudaDevAttrMaxSharedMemoryPerBlockOptin.
@@ -437,13 +465,14 @@ FlashBackwardTile flash_backward_tile_on_device(int head_size) {
 /// D, then the fused backward and its dQ sum with the tile (the head size's large or small one:
 /// validated by the callers).
 static void run_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
-                         int T_, int C, int NH, int NKV, FlashBackwardTile tile, float* scratch, cudaStream_t stream) {
+                         int T_, int C, int NH, int NKV, FlashBackwardTile tile, float* scratch, cudaStream_t stream,
+                         const int* doc) {
     attention_delta(scratch, dout, out, B, T_, C, NH, stream);
     const bool large = tile == flash_backward_tile_large(C / NH);
-    if (C / NH == 64 && large) flash_backward<64, 128, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
-    else if (C / NH == 64) flash_backward<64, 128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
-    else if (large) flash_backward<128, 128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
-    else flash_backward<128, 64, 32>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream);
+    if (C / NH == 64 && large) flash_backward<64, 128, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
+    else if (C / NH == 64) flash_backward<64, 128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
+    else if (large) flash_backward<128, 128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
+    else flash_backward<128, 64, 32>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
 }
 
 /// Throws std::invalid_argument naming the tile unless it is head size hs's large or small one.
@@ -456,7 +485,7 @@ static void check_tile(int hs, FlashBackwardTile tile) {
 
 void flash_attention_backward_tiled(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse,
                                     int B, int T_, int C, int NH, int NKV, FlashBackwardTile tile, float* scratch,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, const int* doc) {
     check_flash(T_, C, NH, NKV, {dqkv, dout, qkv, out, scratch});
     const int hs = C / NH;
     check_tile(hs, tile);
@@ -467,15 +496,15 @@ void flash_attention_backward_tiled(bf16* dqkv, const bf16* dout, const bf16* qk
                                     " keys x " + std::to_string(tile.rows) + " rows at head size " +
                                     std::to_string(hs) + " needs " + std::to_string(need) +
                                     " B of shared memory per block; the device allows " + std::to_string(optin));
-    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, tile, scratch, stream);
+    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, tile, scratch, stream, doc);
 }
 
 void flash_attention_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf16* out, const float* lse, int B,
                               int T_, int C, int NH, int NKV, FlashBackwardTile tile, float* scratch,
-                              cudaStream_t stream) {
+                              cudaStream_t stream, const int* doc) {
     check_flash(T_, C, NH, NKV, {dqkv, dout, qkv, out, scratch});
     check_tile(C / NH, tile);  // the device's tile, the caller's (CudaOps::flash_tile): no device lookup per call
-    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, tile, scratch, stream);
+    run_backward(dqkv, dout, qkv, out, lse, B, T_, C, NH, NKV, tile, scratch, stream, doc);
 }
 
 }  // namespace llmtrain::cuda

@@ -25,6 +25,12 @@
 //   0.39 of cuDNN's TFLOP/s), each K and V fragment read from shared memory serves two m16 tiles:
 //   ldmatrix traffic per mma 0.31 instead of 0.5 of a 512-byte x4 load (head size 64's is 0.25).
 // Rows past T are zero-filled by cp.async (src-size 0) and masked where they would contribute.
+// Document masking (doc non-null: Ops::attention_forward_doc's doc_start (B,T) int32): row i sees
+// keys doc[b,i] <= j <= i only. The walk starts at the key block of the block's first row's
+// document start (the blocks before it are never loaded: docs/attention.md "Document masking"
+// counts them), a warp skips the blocks wholly before its first row's document, and the element
+// mask of a block that crosses a warp's document starts sets those scores to -inf; a row whose
+// keys in a block are all masked keeps m = -inf there and adds nothing (the softmax's m_use).
 #include <cmath>
 
 #include "model/cuda/flash_tiles.cuh"
@@ -50,14 +56,18 @@ struct FwdAcc {
 /// most key blocks) starts before any shorter one: the grid ends on short blocks, a short tail.
 struct FwdBlock {
     int b, h, i0, iw, n_kb;  // batch row, head, first row, the warp's first row, key blocks with a key <= the last row
+    int kb0;                 // the first key block any row sees (0 without documents)
+    int lo_w, hi_w;          // document starts of the warp's first and last row (0 without documents)
+    const int* doc;          // batch row b's document starts (T_), or null
     size_t stride;           // elements between positions in qkv
     const bf16 *q, *k, *v;   // column 0 of head h's q and of its key/value head's k and v at position 0
     bool active;             // warp-uniform: the warp has a row < T
-    /// Whether the warp computes key block k0 .. k0 + 63: active and not every key past its rows.
-    __device__ bool sees(int k0) const { return active && k0 <= iw + 16 * kMT - 1; }
+    /// Whether the warp computes key block k0 .. k0 + 63: active, not every key past its rows, and
+    /// not every key before its first row's document.
+    __device__ bool sees(int k0) const { return active && k0 <= iw + 16 * kMT - 1 && k0 + kKeys > lo_w; }
 };
 template <int HS>
-__device__ __forceinline__ FwdBlock fwd_block(const bf16* qkv, int T_, int C, int NH, int NKV) {
+__device__ __forceinline__ FwdBlock fwd_block(const bf16* qkv, int T_, int C, int NH, int NKV, const int* doc) {
     FwdBlock f;
     f.b = blockIdx.z;
     f.h = blockIdx.x;
@@ -70,6 +80,10 @@ __device__ __forceinline__ FwdBlock fwd_block(const bf16* qkv, int T_, int C, in
     f.k = x + C + (f.h / (NH / NKV)) * HS;
     f.v = f.k + static_cast<size_t>(NKV) * HS;
     f.active = f.iw < T_;
+    f.doc = doc == nullptr ? nullptr : doc + static_cast<size_t>(f.b) * T_;
+    f.kb0 = f.doc == nullptr ? 0 : f.doc[f.i0] / kKeys;
+    f.lo_w = f.doc == nullptr || !f.active ? 0 : f.doc[f.iw];
+    f.hi_w = f.doc == nullptr || !f.active ? 0 : f.doc[min(f.iw + 16 * kMT, T_) - 1];
     return f;
 }
 
@@ -110,12 +124,24 @@ __device__ __forceinline__ void fwd_scores(float (&s)[kMT][kKeys / 8][4], QA qa,
 }
 
 /// The online softmax of key block k0 .. k0 + 63 for the warp's rows iw .. iw + 31: s (the scores)
-/// becomes P = exp2(s log2e/sqrt(HS) - m_new), 0 at keys past the row; m, l updated, O rescaled by
-/// exp2(m_old - m_new) where some row of the warp has a new max.
+/// becomes P = exp2(s log2e/sqrt(HS) - m_new), 0 at keys past the row (and, with documents, before
+/// the row's document); m, l updated, O rescaled by exp2(m_old - m_new) where some row of the warp
+/// has a new max.
 template <int HS>
-__device__ __forceinline__ void fwd_softmax(float (&s)[kMT][kKeys / 8][4], FwdAcc<HS>& acc, int k0, int iw) {
+__device__ __forceinline__ void fwd_softmax(float (&s)[kMT][kKeys / 8][4], FwdAcc<HS>& acc, int k0,
+                                            const FwdBlock& f, int T_) {
+    const int iw = f.iw;
     const int lane = threadIdx.x % kWarpSize, g = lane / 4, t4 = lane % 4;
     const float sl2 = kLog2e / sqrtf(static_cast<float>(HS));  // a constant of HS
+    if (f.doc != nullptr && k0 < f.hi_w) {  // warp-uniform: some key of the block precedes some row's document
+        for (int mt = 0; mt < kMT; mt++)
+            for (int r = 0; r < 2; r++) {
+                const int lo = f.doc[min(iw + mt * 16 + g + 8 * r, T_ - 1)] - k0 - 2 * t4;  // rows past T: any
+                for (int n = 0; n < kKeys / 8; n++)
+                    for (int c = 0; c < 2; c++)
+                        if (n * 8 + c < lo) s[mt][n][2 * r + c] = -INFINITY;
+            }
+    }
     if (k0 + kKeys - 1 > iw) {  // some key of the block lies past some row of the warp: mask it
         // Key k0 + n*8 + 2*t4 + c lies past row iw + mt*16 + g + 8r when n*8 + c - mt*16 - 8r > d:
         // one register and a constant per element, in a pass of its own (index arithmetic inside the
@@ -134,15 +160,18 @@ __device__ __forceinline__ void fwd_softmax(float (&s)[kMT][kKeys / 8][4], FwdAc
             for (int n = 0; n < kKeys / 8; n++) mx = fmaxf(mx, fmaxf(s[mt][n][2 * r], s[mt][n][2 * r + 1]));
             mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 1));
             mx = fmaxf(mx, __shfl_xor_sync(kFullMask, mx, 2));
-            // Finite: key 0 is visible to every row in block 0, and m is finite after it.
+            // Causal: finite (key 0 is visible to every row in block 0, and m is finite after it).
+            // With documents a row may see no key yet: m_new = -inf, and m_use = 0 keeps every
+            // exp2 at 0 (not -inf - -inf); where m_new is finite m_use is m_new, the same bits.
             const float m_new = fmaxf(acc.m[mt][r], mx * sl2);
-            corr[mt][r] = ptx::ex2_approx(acc.m[mt][r] - m_new);  // 0 on the first block (m = -inf)
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;
+            corr[mt][r] = ptx::ex2_approx(acc.m[mt][r] - m_use);  // 0 on the first block (m = -inf)
             grew |= m_new != acc.m[mt][r];
             acc.m[mt][r] = m_new;
             float sum = 0.0f;
             for (int n = 0; n < kKeys / 8; n++)
                 for (int c = 0; c < 2; c++) {
-                    const float p = ptx::ex2_approx(fmaf(s[mt][n][2 * r + c], sl2, -m_new));  // 0 where masked
+                    const float p = ptx::ex2_approx(fmaf(s[mt][n][2 * r + c], sl2, -m_use));  // 0 where masked
                     s[mt][n][2 * r + c] = p;
                     sum += p;
                 }
@@ -201,15 +230,15 @@ __device__ __forceinline__ void fwd_store(bf16* out, float* lse, const FwdAcc<HS
 /// its V 64 rows after; Q's 128 rows fill stage 1 until their fragments are in registers.
 template <int HS>
 __global__ void __launch_bounds__(kFwdThreads, 1)
-    flash_forward_qreg_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, int NKV) {
+    flash_forward_qreg_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, int NKV, const int* doc) {
     constexpr int kLd = kTileLd<HS>;
     EXTERN_SHARED(bf16, kv);
     bf16* qs = kv + 2 * kKeys * kLd;
     const int warp = threadIdx.x / kWarpSize;
-    const FwdBlock f = fwd_block<HS>(qkv, T_, C, NH, NKV);
+    const FwdBlock f = fwd_block<HS>(qkv, T_, C, NH, NKV, doc);
     copy_rows<HS, kFwdRows, kFwdThreads>(qs, f.q, f.stride, f.i0, T_);
-    copy_rows<HS, kKeys, kFwdThreads>(kv, f.k, f.stride, 0, T_);
-    copy_rows<HS, kKeys, kFwdThreads>(kv + kKeys * kLd, f.v, f.stride, 0, T_);
+    copy_rows<HS, kKeys, kFwdThreads>(kv, f.k, f.stride, f.kb0 * kKeys, T_);
+    copy_rows<HS, kKeys, kFwdThreads>(kv + kKeys * kLd, f.v, f.stride, f.kb0 * kKeys, T_);
     ptx::cp_async_commit();
     ptx::cp_async_wait<0>();
     __syncthreads();
@@ -219,8 +248,8 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
     __syncthreads();  // every warp has its Q fragments: stage 1 may take key block 1
     FwdAcc<HS> acc;
     fwd_init(acc);
-    for (int kb = 0; kb < f.n_kb; kb++) {
-        const int stage = kb % 2, k0 = kb * kKeys;
+    for (int kb = f.kb0; kb < f.n_kb; kb++) {
+        const int stage = (kb - f.kb0) % 2, k0 = kb * kKeys;
         if (kb + 1 < f.n_kb) {  // block kb + 1 into the other stage (its last reader passed the barrier below)
             bf16* next = kv + (stage ^ 1) * 2 * kKeys * kLd;
             copy_rows<HS, kKeys, kFwdThreads>(next, f.k, f.stride, k0 + kKeys, T_);
@@ -238,7 +267,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
                 for (int e = 0; e < 4; e++) a[e] = qf[mt][kk][e];
             };
             fwd_scores<HS>(s, qa, ks);
-            fwd_softmax(s, acc, k0, f.iw);
+            fwd_softmax(s, acc, k0, f, T_);
             fwd_pv(acc, s, ks + kKeys * kLd);
         }
         __syncthreads();  // block kb's stage is no longer read: the next step's copy may overwrite it
@@ -251,19 +280,19 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
 /// (128 rows), then K (64), then V (64).
 template <int HS>
 __global__ void __launch_bounds__(kFwdThreads, 1)
-    flash_forward_qsmem_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, int NKV) {
+    flash_forward_qsmem_kernel(bf16* out, float* lse, const bf16* qkv, int T_, int C, int NH, int NKV, const int* doc) {
     constexpr int kLd = kTileLd<HS>;
     EXTERN_SHARED(bf16, qs);
     bf16* ks = qs + kFwdRows * kLd;
     bf16* vs = ks + kKeys * kLd;
-    const FwdBlock f = fwd_block<HS>(qkv, T_, C, NH, NKV);
+    const FwdBlock f = fwd_block<HS>(qkv, T_, C, NH, NKV, doc);
     const bf16* qw = qs + (threadIdx.x / kWarpSize) * kMT * 16 * kLd;  // the warp's 32 rows of Q
     copy_rows<HS, kFwdRows, kFwdThreads>(qs, f.q, f.stride, f.i0, T_);
-    copy_rows<HS, kKeys, kFwdThreads>(ks, f.k, f.stride, 0, T_);
+    copy_rows<HS, kKeys, kFwdThreads>(ks, f.k, f.stride, f.kb0 * kKeys, T_);
     ptx::cp_async_commit();
     FwdAcc<HS> acc;
     fwd_init(acc);
-    for (int kb = 0; kb < f.n_kb; kb++) {
+    for (int kb = f.kb0; kb < f.n_kb; kb++) {
         const int k0 = kb * kKeys;
         ptx::cp_async_wait<0>();
         __syncthreads();  // K of block kb (and Q) landed; every warp is past block kb - 1's P V: V's buffer is free
@@ -280,7 +309,7 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
             ptx::cp_async_commit();
         }
         if (run) {
-            fwd_softmax(s, acc, k0, f.iw);
+            fwd_softmax(s, acc, k0, f, T_);
             fwd_pv(acc, s, vs);
         }
     }
@@ -288,15 +317,15 @@ __global__ void __launch_bounds__(kFwdThreads, 1)
 }
 
 void flash_attention_forward(bf16* out, float* lse, const bf16* qkv, int B, int T_, int C, int NH, int NKV,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, const int* doc) {
     check_flash(T_, C, NH, NKV, {out, qkv});
     const dim3 grid(NH, ceil_div(T_, kFwdRows), B);
     if (C / NH == 64)
         launch_flash<kFwdThreads>(flash_forward_qreg_kernel<64>, grid, flash_forward_smem_bytes(64), stream, out, lse,
-                                  qkv, T_, C, NH, NKV);
+                                  qkv, T_, C, NH, NKV, doc);
     else
         launch_flash<kFwdThreads>(flash_forward_qsmem_kernel<128>, grid, flash_forward_smem_bytes(128), stream, out,
-                                  lse, qkv, T_, C, NH, NKV);
+                                  lse, qkv, T_, C, NH, NKV, doc);
 }
 
 }  // namespace llmtrain::cuda

@@ -26,10 +26,11 @@ namespace llmtrain::cuda {
 // ---- encoder.cu ----
 /// out (B,T,C) = wte[inp - v0] + wpe[t] where v0 <= inp < v0 + nv, else exact zeros; inp (B,T) int32
 /// device, wte (nv,C) the token rows [v0, v0 + nv). The whole table is v0 = 0, nv = INT_MAX. wpe
-/// null: no positions (Llama), out = wte[inp - v0].
+/// null: no positions (Llama), out = wte[inp - v0]. pos (B,T) int32 device: the row of wpe of each
+/// position (reset_position_ids), null: t.
 template <typename T>
 void encoder_forward(T* out, const int* inp, const T* wte, const T* wpe, int B, int T_, int C, int v0, int nv,
-                     cudaStream_t stream);
+                     cudaStream_t stream, const int* pos = nullptr);
 
 /// Positions grouped by token for the deterministic wte gradient, on the device: bucket k holds
 /// token bucket_token[k] and positions[bucket_start[k] .. bucket_start[k+1]) in ascending order;
@@ -78,9 +79,11 @@ size_t rmsnorm_backward_scratch_bytes(int N, int C);
 // ---- rope.cu (Llama; Su et al. 2021) ----
 /// Rotary embedding in place on the q and k heads of qkv (B,T,(NH + 2 NKV)*HS), HuggingFace's
 /// rotate-half pairs (Ops::rope_forward); backward = true turns a gradient back (angle -a). table:
-/// rope_table (rope_table.hpp) at (T_, HS) and the model's theta, on the device.
+/// rope_table (rope_table.hpp) at (T_, HS) and the model's theta, on the device. pos (B,T) int32
+/// device in [0, T): each position's angle row (Ops::rope_forward_pos); null: t.
 template <typename T>
-void rope(T* qkv, const float* table, int B, int T_, int NH, int NKV, int HS, bool backward, cudaStream_t stream);
+void rope(T* qkv, const float* table, int B, int T_, int NH, int NKV, int HS, bool backward, cudaStream_t stream,
+          const int* pos = nullptr);
 
 // ---- swiglu.cu (Llama; Shazeer 2020) ----
 /// out (N,F) = silu(gate) * up, inp (N,2F) = [gate | up] per row.
@@ -138,13 +141,15 @@ void matmul_backward(LtContext& lt, T* dinp, T* dweight, T* dbias, const T* dout
 size_t matmul_backward_scratch_bytes(int N, int OC);
 
 // ---- attention.cu ----
-/// out (B,T,C), lse (B,NH,T) fp32 from qkv (B,T,3C). Errors: std::invalid_argument if C/NH > 128.
+/// out (B,T,C), lse (B,NH,T) fp32 from qkv (B,T,3C). doc: null (causal), or Ops::attention_forward_doc's
+/// doc_start (B,T) int32 on the device (block-causal). Errors: std::invalid_argument if C/NH > 128.
 template <typename T>
-void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream);
-/// dqkv (B,T,3C) overwritten.
+void attention_forward(T* out, float* lse, const T* qkv, int B, int T_, int C, int NH, cudaStream_t stream,
+                       const int* doc = nullptr);
+/// dqkv (B,T,3C) overwritten; doc as attention_forward.
 template <typename T>
 void attention_backward(T* dqkv, const T* dout, const T* qkv, const T* out, const float* lse, int B, int T_,
-                        int C, int NH, float* scratch, cudaStream_t stream);
+                        int C, int NH, float* scratch, cudaStream_t stream, const int* doc = nullptr);
 size_t attention_backward_scratch_bytes(int B, int T_, int NH);
 /// delta (B,NH,T) fp32 = rowsum(dout o out) per head (FlashAttention-2's D), from dout, out (B,T,C).
 template <typename T>
@@ -153,12 +158,13 @@ void attention_delta(float* delta, const T* dout, const T* out, int B, int T_, i
 // ---- flash_forward.cu, flash_backward.cu (model.attention = "native" in bf16, head size 64 or 128) ----
 /// As attention_forward, bf16, on tensor cores (mma.sync, FlashAttention-2); grouped-query when
 /// NKV < NH (qkv (B,T,(NH + 2 NKV)*HS), C = NH*HS, query head h reading key/value head h / (NH/NKV);
-/// NKV = NH: qkv (B,T,3C)).
+/// NKV = NH: qkv (B,T,3C)). doc: null (causal) or Ops::attention_forward_doc's doc_start (B,T) int32 on
+/// the device (block-causal; key blocks wholly before a block's documents are skipped).
 /// Errors: std::invalid_argument for a shape flash_attention_supported rejects, NKV not dividing
 /// NH, a batch row of qkv of 2^31 elements or more (T x (C + 2 NKV HS)), or a pointer not 16-byte
 /// aligned.
 void flash_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* qkv, int B, int T_, int C, int NH,
-                             int NKV, cudaStream_t stream);
+                             int NKV, cudaStream_t stream, const int* doc = nullptr);
 /// As attention_backward (dqkv overwritten), on tensor cores: a fused kernel and a fixed-order dQ sum,
 /// with the backward tile `tile` (flash_attention.hpp): the device's, flash_backward_tile(C / NH,
 /// its opt-in shared memory per block), which the caller keeps (CudaOps::flash_tile; not looked up
@@ -166,10 +172,11 @@ void flash_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
 /// and the dQ partials), 16-byte aligned. Errors: as flash_attention_forward, and
 /// std::invalid_argument for a tile other than the head size's large or small one; a tile the
 /// device cannot hold fails its launch (CudaError): flash_attention_backward_tiled
-/// (flash_attention.hpp) checks that by name.
+/// (flash_attention.hpp) checks that by name. doc: as flash_attention_forward (a key block's walk
+/// over the queries ends where their documents start after its keys).
 void flash_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T_, int C, int NH, int NKV,
-                              FlashBackwardTile tile, float* scratch, cudaStream_t stream);
+                              FlashBackwardTile tile, float* scratch, cudaStream_t stream, const int* doc = nullptr);
 
 // ---- cublas_attention.cu (model.attention = "cublas"; the tiling is cublas_attention.hpp's) ----
 /// As attention_forward, on tensor cores: per tile of plan.tile_rows query rows, S = QK^T/sqrt(HS)
@@ -177,17 +184,22 @@ void flash_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
 /// (Ainslie et al. 2023): qkv (B,T,(NH + 2 NKV)*HS), C = NH*HS, query head h reading key/value head
 /// h / (NH/NKV); NKV = NH is multi-head (qkv (B,T,3C)). `handle` must already be bound
 /// to `stream` (and its cuBLAS workspace); `workspace` is device memory of plan.workspace_bytes.
+/// doc: null, or Ops::attention_forward_doc's doc_start (B,T) int32 on the device: query i then
+/// sees keys doc[b,i] <= j <= i only, the mask applied in the softmax kernels (the GEMMs still
+/// cover every causal key of the tile).
 /// Errors: std::invalid_argument if C % NH != 0; CudaError when a cuBLAS call fails.
 template <typename T>
 void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T* qkv, int B, int T_, int C,
-                              int NH, int NKV, const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream);
+                              int NH, int NKV, const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream,
+                              const int* doc = nullptr);
 /// dqkv (B,T,(NH + 2 NKV)*HS) overwritten, recomputing P per tile from qkv and lse (FlashAttention-2's
 /// backward equations; a key/value head's gradient summed over its query heads); same handle, plan
 /// (backward = true) and workspace rules as the forward.
 template <typename T>
 void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, const T* qkv, const T* out,
                                const float* lse, int B, int T_, int C, int NH, int NKV,
-                               const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream);
+                               const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream,
+                               const int* doc = nullptr);
 
 // ---- gelu.cu ----
 template <typename T>

@@ -41,9 +41,11 @@ void rope_table(float* table, int T_, int HS, float theta, cudaStream_t stream) 
 }
 
 /// qkv (B*T rows of (NH + 2 NKV)*HS): the NH + NKV heads at the start of each row turned by
-/// sign * a_i, cos and sin from table (T x HS/2 float2). Grid-stride over N * (NH + NKV) * HS/2 pairs.
+/// sign * a_i, cos and sin from table (T x HS/2 float2) at row pos[n] of the (B,T) positions
+/// (int32 in [0, T); null: t = n mod T). Grid-stride over N * (NH + NKV) * HS/2 pairs.
 template <typename T>
-__global__ void rope_kernel(T* qkv, const float2* table, int N, int T_, int NH, int NKV, int HS, float sign) {
+__global__ void rope_kernel(T* qkv, const float2* table, const int* pos, int N, int T_, int NH, int NKV, int HS,
+                            float sign) {
     const int half = HS / 2, heads = NH + NKV;
     const size_t row = static_cast<size_t>(NH + 2 * NKV) * HS;
     const size_t total = static_cast<size_t>(N) * heads * half;
@@ -53,7 +55,7 @@ __global__ void rope_kernel(T* qkv, const float2* table, int N, int T_, int NH, 
         const size_t nh = x / half;
         const int h = static_cast<int>(nh % heads);
         const size_t n = nh / heads;
-        const int t = static_cast<int>(n % T_);
+        const int t = pos == nullptr ? static_cast<int>(n % T_) : pos[n];
         const float2 cs = table[static_cast<size_t>(t) * half + i];
         const float c = cs.x, s = sign * cs.y;
         T* lo = qkv + n * row + static_cast<size_t>(h) * HS + i;
@@ -65,14 +67,16 @@ __global__ void rope_kernel(T* qkv, const float2* table, int N, int T_, int NH, 
 }
 
 template <typename T>
-void rope(T* qkv, const float* table, int B, int T_, int NH, int NKV, int HS, bool backward, cudaStream_t stream) {
+void rope(T* qkv, const float* table, int B, int T_, int NH, int NKV, int HS, bool backward, cudaStream_t stream,
+          const int* pos) {
     const int block = 256;
     const size_t pairs = static_cast<size_t>(B) * T_ * (NH + NKV) * (HS / 2);
     launch(rope_kernel<T>, dim3(elementwise_grid(pairs, block)), dim3(block), 0, stream, qkv,
-           reinterpret_cast<const float2*>(table), B * T_, T_, NH, NKV, HS, backward ? -1.0f : 1.0f);
+           reinterpret_cast<const float2*>(table), pos, B * T_, T_, NH, NKV, HS, backward ? -1.0f : 1.0f);
 }
 
-#define INSTANTIATE(T) template void rope<T>(T*, const float*, int, int, int, int, int, bool, cudaStream_t);
+#define INSTANTIATE(T) \
+    template void rope<T>(T*, const float*, int, int, int, int, int, bool, cudaStream_t, const int*);
 INSTANTIATE(float)
 INSTANTIATE(__nv_bfloat16)
 #undef INSTANTIATE

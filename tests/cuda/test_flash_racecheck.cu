@@ -14,6 +14,7 @@
 // - The kernels: forward and backward (both backward tiles at both head sizes, grouped-query too)
 //   at shapes with partial, diagonal and skipped blocks run without a fault, in batch chunks and in
 //   row chunks (the dQ workspace cap forced to 1 byte), and so do attention.cu's fp32 kernels;
+//   with document masking too (skipped key blocks, shortened walks, rows with no key in a block);
 //   their results are test_flash_attention's, test_flash_long's and test_cuda_ops' to check.
 #include <cuda_bf16.h>
 #include <gtest/gtest.h>
@@ -90,8 +91,9 @@ std::vector<__nv_bfloat16> random_bf16(size_t n, unsigned seed) {
 }
 
 /// Forward, then backward with `tile`, at (B, T, NH query heads, NKV key/value heads, head size
-/// HS); fails on any kernel fault (a hazard's report included).
-void run_flash(int B, int T, int NH, int NKV, int HS, cuda::FlashBackwardTile tile) {
+/// HS), block-causal over the documents starting at `starts` (in every batch row) when given; fails
+/// on any kernel fault (a hazard's report included).
+void run_flash(int B, int T, int NH, int NKV, int HS, cuda::FlashBackwardTile tile, std::vector<int> starts = {}) {
     SCOPED_TRACE("B " + std::to_string(B) + " T " + std::to_string(T) + " NH " + std::to_string(NH) + " NKV " +
                  std::to_string(NKV) + " HS " + std::to_string(HS) + ", backward " + std::to_string(tile.keys) +
                  " keys x " + std::to_string(tile.rows) + " rows");
@@ -101,9 +103,15 @@ void run_flash(int B, int T, int NH, int NKV, int HS, cuda::FlashBackwardTile ti
     DeviceArray<__nv_bfloat16> out(rows * C), dqkv(rows * (C + 2 * NKV * HS));
     DeviceArray<float> lse(static_cast<size_t>(B) * NH * T);
     DeviceArray<float> scratch(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH, tile.keys) / sizeof(float) + 4);
-    cuda::flash_attention_forward(out.p, lse.p, qkv.p, B, T, C, NH, NKV, nullptr);
+    std::vector<int> ds(rows, 0);
+    for (size_t r = 0; r < rows; r++)
+        for (int s : starts)
+            if (s <= static_cast<int>(r % T)) ds[r] = s;
+    DeviceArray<int> doc(ds);
+    const int* d = starts.empty() ? nullptr : doc.p;
+    cuda::flash_attention_forward(out.p, lse.p, qkv.p, B, T, C, NH, NKV, nullptr, d);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << emu::last_error_message();
-    cuda::flash_attention_backward(dqkv.p, dout.p, qkv.p, out.p, lse.p, B, T, C, NH, NKV, tile, scratch.p, nullptr);
+    cuda::flash_attention_backward(dqkv.p, dout.p, qkv.p, out.p, lse.p, B, T, C, NH, NKV, tile, scratch.p, nullptr, d);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << emu::last_error_message();
 }
 
@@ -195,4 +203,30 @@ TEST(Racecheck, FlashRowChunksHaveNoHazard) {
         run_flash(1, 300, 4, 2, hs, cuda::flash_backward_tile_small(hs));
     }
     cuda::flash_dq_workspace_cap = cuda::kFlashDqWorkspaceCap;
+}
+
+/// Document masking (documents from 0, 70, 200 and 201: skipped key blocks, walks that end early, a
+/// row with no key in a block it computes), grouped-query, at both head sizes in both tiles, in row
+/// chunks, and attention.cu's fp32 kernels (tiles skipped, the key kernel's walk cut short).
+TEST(Racecheck, FlashDocumentMaskHasNoHazard) {
+    const std::vector<int> starts = {0, 70, 200, 201};
+    for (int hs : {64, 128}) {
+        run_flash(1, 300, 2, 1, hs, cuda::flash_backward_tile_large(hs), starts);
+        run_flash(1, 300, 2, 1, hs, cuda::flash_backward_tile_small(hs), starts);
+    }
+    cuda::flash_dq_workspace_cap = 1;
+    run_flash(1, 300, 2, 1, 64, cuda::flash_backward_tile_large(64), starts);
+    cuda::flash_dq_workspace_cap = cuda::kFlashDqWorkspaceCap;
+    const int B = 1, T = 150, NH = 2, C = 128;
+    const size_t n = static_cast<size_t>(B) * T * C;
+    std::vector<float> x(3 * n, 0.5f), g(n, 0.25f);
+    std::vector<int> ds(T);
+    for (int t = 0; t < T; t++) ds[size_t(t)] = t < 70 ? 0 : t < 100 ? 70 : t < 101 ? 100 : 101;
+    DeviceArray<float> qkv(x), dout(g), out(n), dqkv(3 * n), lse(static_cast<size_t>(B) * NH * T);
+    DeviceArray<float> scratch(cuda::attention_backward_scratch_bytes(B, T, NH) / sizeof(float) + 4);
+    DeviceArray<int> doc(ds);
+    cuda::attention_forward(out.p, lse.p, qkv.p, B, T, C, NH, nullptr, doc.p);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << emu::last_error_message();
+    cuda::attention_backward(dqkv.p, dout.p, qkv.p, out.p, lse.p, B, T, C, NH, scratch.p, nullptr, doc.p);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << emu::last_error_message();
 }
