@@ -195,9 +195,12 @@ void CudaOps::attention_backward_doc(void* dqkv, const void* dout, const void* q
                                             NKV, plan, ws, stream_, doc);
         });
     }
-    if (act_ == DType::bf16 && cuda::flash_attention_supported(C, NH))
+    if (act_ == DType::bf16 && cuda::flash_attention_supported(C, NH)) {  // the small tile (flash_backward.cu)
+        const cuda::FlashBackwardTile small = cuda::flash_backward_tile_small(HS);
+        float* ws = scratch_for(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH, small.keys));
         return cuda::flash_attention_backward(as<bf16>(dqkv), as<bf16>(dout), as<bf16>(qkv), as<bf16>(out), lse, B, T,
-                                              C, NH, NKV, flash_tile(HS), flash_scratch(B, T, C, NH), stream_, doc);
+                                              C, NH, NKV, small, ws, stream_, doc);
+    }
     const size_t n3 = static_cast<size_t>(B) * T * 3 * C, es = dtype_size(act_);
     char* buf = NKV != NH ? static_cast<char*>(gqa_for(2 * n3 * es)) : nullptr;
     const void* q3 = NKV != NH ? buf : qkv;

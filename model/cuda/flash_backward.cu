@@ -30,7 +30,9 @@
 // walk ends at the first query whose document starts after the block's last key (query blocks
 // past it are skipped), a warp whose keys all precede the step's first row's document is not live,
 // elements with j < doc[i] are masked, and the dQ sum of row i starts at key block doc[i] / KEYS
-// (the partials of earlier blocks are never written).
+// (the partials of earlier blocks are never written). It runs the small tile, whatever the device's
+// (flash_backward_tile_small: the large tiles, at 255 registers, spill with the mask's four), so
+// its scratch is flash_attention_backward_scratch_bytes(.., flash_backward_tile_small(HS).keys).
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -95,7 +97,7 @@ __device__ inline float* dq_stage_piece(bf16* q, int warp, int rr, int p) {
 /// Occupancy: at ~240-255 registers a thread (255 allowed by __launch_bounds__(threads, 1)), a
 /// 256-thread block holds an SM's 64K registers and a 128-thread block half of them: 8 warps per SM
 /// in every tile (1 block of 8 or 2 of 4).
-template <int HS, int KEYS, int ROWS>
+template <int HS, int KEYS, int ROWS, bool DOC>
 __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     flash_backward_kernel(bf16* dqkv, float* dq_part, const bf16* dout, const bf16* qkv, const float* lse,
                           const float* delta, int T_, int C, int NH, int NKV, BwdPart part, const int* doc) {
@@ -121,18 +123,25 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
     const size_t stride = static_cast<size_t>(C) + 2 * static_cast<size_t>(NKV) * HS;
     const bf16* xb = qkv + static_cast<size_t>(b) * T_ * stride;
     const int q_first = j0 > part.qa ? j0 : part.qa;  // the first query row of each head's walk
-    const int* dr = doc == nullptr ? nullptr : doc + static_cast<size_t>(b) * T_;  // row b's document starts
-    int q_stop = part.qb;  // the walk's end: with documents, the first query past the block's keys' documents
-    if (dr != nullptr) {
-        const int j_last = min(j0 + kKeys, T_) - 1;
-        int lo = j0, hi = T_;  // the first i in [j0, T) with dr[i] > j_last (dr is nondecreasing)
+    // Documents: the queries that see key j are j .. lim(j) - 1, lim(j) the first query whose
+    // document starts after j (T without documents; doc is nondecreasing along t: a binary search).
+    // The walk stops at lim of the block's last key; the lane's two keys jw + g, jw + g + 8 keep
+    // their lim (2 registers: the element mask compares indices only, as the causal one), and the
+    // warp's smallest, lim(jw), picks the masked softmax as T does without documents.
+    // DOC = false (no documents) makes every lim T_ at compile time: the causal kernel's registers.
+    const int* dr = DOC ? doc + static_cast<size_t>(b) * T_ : nullptr;  // row b's document starts
+    auto lim = [&](int j) {
+        if (!DOC || j >= T_) return T_;
+        int lo = j, hi = T_;
         while (lo < hi) {
             const int mid = (lo + hi) / 2;
-            if (dr[mid] > j_last) hi = mid;
+            if (dr[mid] > j) hi = mid;
             else lo = mid + 1;
         }
-        q_stop = min(q_stop, lo);
-    }
+        return lo;
+    };
+    const int q_stop = min(part.qb, lim(min(j0 + kKeys, T_) - 1));  // the walk's end
+    const int lim_r0 = lim(jw + g), lim_r1 = lim(jw + g + 8), lim_w = lim(jw);
     const int nqb = q_stop > q_first ? ceil_div(q_stop - q_first, kRows) : 0;  // query blocks (q0 = q_first, + kRows, ..)
     const int nr = part.r1 - part.r0, n_it = nr * nqb;
     static_assert(kRows <= kThreads);
@@ -215,7 +224,7 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
         // KEYS: warps 4-7 of 128 keys against 64 rows, warps 2-3 of 64 keys against 32). S^T and
         // dP^T live only in the live branch (zeroing them for both was 32 register moves a step in
         // SASS).
-        const bool live = jw < T_ && jw <= q0 + kRows - 1 && (dr == nullptr || dr[q0] <= jw + 15);
+        const bool live = jw < T_ && jw <= q0 + kRows - 1;
         // This lane's bf16 pair of dS^T: row g + 8r of the warp's keys, query columns n*8 + 2t4, + 1.
         auto dst_pair = [&](int n, int r) {
             return reinterpret_cast<uint32_t*>(dss + (warp * 16 + g + 8 * r) * kLdS + n * 8 + 2 * t4);
@@ -258,15 +267,14 @@ __global__ void __launch_bounds__(kBwdThreads<KEYS>, 1)
                         bool keep = true;
                         if constexpr (decltype(masked)::value) {
                             const int i = q0 + qi + (e % 2), j = jw + g + 8 * (e / 2);
-                            keep = i < T_ && i >= j && (dr == nullptr || dr[i] <= j);
+                            keep = i < (e / 2 ? lim_r1 : lim_r0) && i >= j;  // T_ without documents
                         }
                         s[n][e] = keep ? p : 0.0f;
                         dp[n][e] = keep ? ds : 0.0f;
                     }
                 }
             };
-            if (q0 < jw + 15 || q0 + kRows > T_ || (dr != nullptr && dr[min(q0 + kRows, T_) - 1] > jw))
-                softmax(std::true_type{});
+            if (q0 < jw + 15 || q0 + kRows > lim_w) softmax(std::true_type{});
             else softmax(std::false_type{});
             for (int n = 0; n < kNS; n++)  // dS^T rows of the warp's keys
                 for (int r = 0; r < 2; r++) *dst_pair(n, r) = ptx::pack_bf16x2(dp[n][2 * r], dp[n][2 * r + 1]);
@@ -404,12 +412,12 @@ __global__ void flash_dq_reduce_kernel(bf16* dqkv, const float* dq_part, int T_,
 }
 
 /// Queues the fused kernel (tile KEYS x ROWS) over `part` and its dQ sum; nb batch rows.
-template <int HS, int KEYS, int ROWS>
+template <int HS, int KEYS, int ROWS, bool DOC>
 static void backward_part(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, const float* delta,
                           float* dq_part, int nb, int T_, int C, int NH, int NKV, BwdPart part, cudaStream_t stream,
                           const int* doc) {
     constexpr int kBlock = 256;
-    launch_flash<kBwdThreads<KEYS>>(flash_backward_kernel<HS, KEYS, ROWS>, dim3(part.ng * nb, ceil_div(part.qb, KEYS)),
+    launch_flash<kBwdThreads<KEYS>>(flash_backward_kernel<HS, KEYS, ROWS, DOC>, dim3(part.ng * nb, ceil_div(part.qb, KEYS)),
                                     kBwdSmem<HS, KEYS, ROWS>, stream, dqkv, dq_part, dout, qkv, lse, delta, T_, C, NH,
                                     NKV, part, doc);
     launch(flash_dq_reduce_kernel<HS, KEYS>, dim3(ceil_div((part.qb - part.qa) * (HS / 8), kBlock),
@@ -423,7 +431,7 @@ static void backward_part(bf16* dqkv, const bf16* dout, const bf16* qkv, const f
 /// them. scratch: D, then (from the next 256 bytes) the dQ workspace: the partials of
 /// flash_backward_batch_chunk(.., KEYS) batch rows, or the split's dK/dV carry and then the
 /// partials of one query chunk.
-template <int HS, int KEYS, int ROWS>
+template <int HS, int KEYS, int ROWS, bool DOC>
 static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const float* lse, float* scratch, int B,
                            int T_, int C, int NH, int NKV, cudaStream_t stream, const int* doc) {
     const size_t delta_floats = (static_cast<size_t>(B) * NH * T_ * sizeof(float) + 255) / 256 * 256 / sizeof(float);
@@ -432,7 +440,7 @@ static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
     if (!flash_backward_splits_rows(T_, C, NH, KEYS)) {
         const int chunk = flash_backward_batch_chunk(B, T_, C, NH, KEYS);  // batch rows whose partials fit
         for (int b0 = 0; b0 < B; b0 += chunk)
-            backward_part<HS, KEYS, ROWS>(dqkv, dout, qkv, lse, scratch, work, std::min(chunk, B - b0), T_, C, NH, NKV,
+            backward_part<HS, KEYS, ROWS, DOC>(dqkv, dout, qkv, lse, scratch, work, std::min(chunk, B - b0), T_, C, NH, NKV,
                                           BwdPart{b0, 0, NKV, 0, group, 0, T_, nullptr}, stream, doc);
         return;
     }
@@ -443,7 +451,7 @@ static void flash_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const 
         for (int g0 = 0; g0 < NKV; g0 += split.kv_heads)
             for (int r = 0; r < group; r++)  // each key block's walk: query head by head, ..
                 for (int qa = 0; qa < T_; qa += split.query_rows)  // .. query block by query block
-                    backward_part<HS, KEYS, ROWS>(
+                    backward_part<HS, KEYS, ROWS, DOC>(
                         dqkv, dout, qkv, lse, scratch, dq_part, 1, T_, C, NH, NKV,
                         BwdPart{b, g0, std::min(split.kv_heads, NKV - g0), r, r + 1, qa,
                                 std::min(T_, qa + split.query_rows), carry},
@@ -468,11 +476,16 @@ static void run_backward(bf16* dqkv, const bf16* dout, const bf16* qkv, const bf
                          int T_, int C, int NH, int NKV, FlashBackwardTile tile, float* scratch, cudaStream_t stream,
                          const int* doc) {
     attention_delta(scratch, dout, out, B, T_, C, NH, stream);
+    if (doc != nullptr) {  // documents: the small tile (the large ones spill with the mask's registers)
+        if (C / NH == 64) flash_backward<64, 128, 64, true>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
+        else flash_backward<128, 64, 32, true>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
+        return;
+    }
     const bool large = tile == flash_backward_tile_large(C / NH);
-    if (C / NH == 64 && large) flash_backward<64, 128, 128>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
-    else if (C / NH == 64) flash_backward<64, 128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
-    else if (large) flash_backward<128, 128, 64>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
-    else flash_backward<128, 64, 32>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
+    if (C / NH == 64 && large) flash_backward<64, 128, 128, false>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
+    else if (C / NH == 64) flash_backward<64, 128, 64, false>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
+    else if (large) flash_backward<128, 128, 64, false>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
+    else flash_backward<128, 64, 32, false>(dqkv, dout, qkv, lse, scratch, B, T_, C, NH, NKV, stream, doc);
 }
 
 /// Throws std::invalid_argument naming the tile unless it is head size hs's large or small one.

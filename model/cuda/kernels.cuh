@@ -173,7 +173,8 @@ void flash_attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16
 /// std::invalid_argument for a tile other than the head size's large or small one; a tile the
 /// device cannot hold fails its launch (CudaError): flash_attention_backward_tiled
 /// (flash_attention.hpp) checks that by name. doc: as flash_attention_forward (a key block's walk
-/// over the queries ends where their documents start after its keys).
+/// over the queries ends where their documents start after its keys); with doc the backward runs
+/// the head size's small tile whatever `tile` is, and scratch must be sized for its keys.
 void flash_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, const __nv_bfloat16* qkv,
                               const __nv_bfloat16* out, const float* lse, int B, int T_, int C, int NH, int NKV,
                               FlashBackwardTile tile, float* scratch, cudaStream_t stream, const int* doc = nullptr);

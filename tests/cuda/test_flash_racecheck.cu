@@ -102,7 +102,8 @@ void run_flash(int B, int T, int NH, int NKV, int HS, cuda::FlashBackwardTile ti
     DeviceArray<__nv_bfloat16> qkv(random_bf16(rows * (C + 2 * NKV * HS), 1)), dout(random_bf16(rows * C, 2));
     DeviceArray<__nv_bfloat16> out(rows * C), dqkv(rows * (C + 2 * NKV * HS));
     DeviceArray<float> lse(static_cast<size_t>(B) * NH * T);
-    DeviceArray<float> scratch(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH, tile.keys) / sizeof(float) + 4);
+    const int keys = starts.empty() ? tile.keys : cuda::flash_backward_tile_small(HS).keys;  // documents: the small tile
+    DeviceArray<float> scratch(cuda::flash_attention_backward_scratch_bytes(B, T, C, NH, keys) / sizeof(float) + 4);
     std::vector<int> ds(rows, 0);
     for (size_t r = 0; r < rows; r++)
         for (int s : starts)

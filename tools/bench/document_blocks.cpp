@@ -2,9 +2,9 @@
 // dataset's windows (docs/attention.md "Document masking"): reads training micro-batches as the
 // trainer does (data/loader.hpp: shuffled windows of T + 1 tokens, B a micro-batch), cuts them into
 // documents at the file's eos_id (model/documents.hpp) and counts FlashAttention-2's tiles: forward
-// key blocks (128 query rows x 64 keys, flash_forward.cu) and backward query steps (128 keys x 128
-// rows, head size 64's large tile, flash_backward.cu), causal against masked; also the fraction of
-// (query, key) scores inside documents. Host only: it runs no kernel.
+// key blocks (128 query rows x 64 keys, flash_forward.cu) and backward query steps (128 keys x 64
+// rows, the small tile the masked backward runs at head size 64, flash_backward.cu), causal against
+// masked; also the fraction of (query, key) scores inside documents. Host only: it runs no kernel.
 //
 //   document_blocks FILE.h5 [T=1024] [micro_batches=64] [B=8]
 #include <cstdio>
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
         loader.next(in.data(), tgt.data());
         document_starts(in.data(), eos, B, T, ds.data(), nullptr);
         const BlockCounts f = document_block_counts(ds.data(), B, T, 128, 64);
-        const BlockCounts g = document_backward_counts(ds.data(), B, T, 128, 128);
+        const BlockCounts g = document_backward_counts(ds.data(), B, T, 128, 64);
         fwd.causal += f.causal, fwd.visited += f.visited, bwd.causal += g.causal, bwd.visited += g.visited;
         for (size_t i = 0; i < ds.size(); ++i) {
             const int t = int(i % size_t(T));
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
     std::printf("forward key blocks (128 x 64): %llu of %llu visited, %.1f%% skipped\n",
                 static_cast<unsigned long long>(fwd.visited), static_cast<unsigned long long>(fwd.causal),
                 100.0 * double(fwd.causal - fwd.visited) / double(fwd.causal));
-    std::printf("backward query steps (128 keys x 128 rows): %llu of %llu walked, %.1f%% skipped\n",
+    std::printf("backward query steps (128 keys x 64 rows): %llu of %llu walked, %.1f%% skipped\n",
                 static_cast<unsigned long long>(bwd.visited), static_cast<unsigned long long>(bwd.causal),
                 100.0 * double(bwd.causal - bwd.visited) / double(bwd.causal));
     return 0;
