@@ -25,7 +25,7 @@ struct Metrics::Impl {
     prometheus::Labels labels;  // {run, rank}
     prometheus::Gauge *step, *loss, *val_loss, *learning_rate, *grad_norm, *tokens_per_second, *mfu, *checkpoint_seconds,
         *checkpoint_blocked_seconds, *checkpoint_write_seconds;
-    prometheus::Counter *tokens_total, *checkpoints_total, *skipped_steps_total;
+    prometheus::Counter *tokens_total, *checkpoints_total, *skipped_steps_total, *restarts_total;
     prometheus::Histogram* step_seconds;
     prometheus::Family<prometheus::Gauge>* memory;
     prometheus::Family<prometheus::Gauge>* offload;
@@ -75,6 +75,7 @@ Metrics::Metrics(const std::string& listen, int port_offset, const std::string& 
     m.checkpoints_total = m.counter("llmtrain_checkpoints_total", "Checkpoints written.");
     m.skipped_steps_total =
         m.counter("llmtrain_skipped_steps_total", "Steps skipped without an update: loss or gradient norm not finite.");
+    m.restarts_total = m.counter("llmtrain_restarts_total", "Times this run was started again from its own checkpoints.");
     // Step time: 1 ms .. 100 s in a 1-2.5-5 progression.
     m.step_seconds = &prometheus::BuildHistogram()
                           .Name("llmtrain_step_seconds")
@@ -151,6 +152,7 @@ void Metrics::set_memory_bytes(const std::string& category, double bytes) {
     impl_->memory->Add({{"category", category}}).Set(bytes);
 }
 void Metrics::add_skipped_step() { impl_->skipped_steps_total->Increment(); }
+void Metrics::add_restarts(int64_t n) { impl_->restarts_total->Increment(double(n)); }
 void Metrics::set_offload_seconds(const std::string& phase, double seconds) {
     impl_->offload->Add({{"phase", phase}}).Set(seconds);
 }

@@ -47,6 +47,9 @@ public:
     /// llmtrain_checkpoint_write_seconds (its slowest rank's part write: files, fsync, SHA-256).
     void set_checkpoint_phase_seconds(double blocked, double write);
     void add_skipped_step();                     ///< llmtrain_skipped_steps_total (non-finite loss or norm)
+    /// llmtrain_restarts_total += n: at start, the times this run was started again from its own
+    /// checkpoints (state.toml's restarts + 1 at a resume, 0 from scratch; docs/multinode.md "Carrying on").
+    void add_restarts(int64_t n);
     /// llmtrain_offload_seconds{phase}: the last step's time in phase "d2h", "host_adam", "h2d" or
     /// "wall" of the offloaded optimizer (docs/parallelism.md "Optimizer offload").
     void set_offload_seconds(const std::string& phase, double seconds);

@@ -121,7 +121,10 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
     const int64_t max_steps = I.cfg.run.max_steps;
     const double fpt = flops_per_token(I.shape.model, I.nparams(), I.T);
     const double peak = peak_flops_for(I.cfg, I.ops->name());
-    if (metrics) I.report_memory(*metrics);
+    if (metrics) {
+        I.report_memory(*metrics);
+        metrics->add_restarts(I.restarts);
+    }
     for (const std::string& l : I.rss_lines) log.line(l);
     if (I.step >= max_steps) {
         log.line("nothing to do: step " + std::to_string(I.step) + " >= run.max_steps " + std::to_string(max_steps));

@@ -107,6 +107,7 @@ TrainState Trainer::Impl::train_state() const {
     st.backend = ops->name();
     st.precision = cfg.training.precision;
     st.run_id = run_id;
+    st.restarts = restarts;
     return st;
 }
 
@@ -189,6 +190,7 @@ std::string Trainer::resume_from(const std::string& dir) {
     I.rss_lines.push_back(I.peak_rss_line(peak_reset ? "at resume (its own peak: reset before reading)"
                                                      : "at resume (the process's peak: no reset on this system)"));
     I.run_id = st.run_id.empty() ? I.run_id : st.run_id;
+    I.restarts = st.restarts + 1;
     I.ms.adam->set_t(st.adam_t);
     I.step = I.start_step = st.step;
     I.tokens_seen = st.tokens_seen;
@@ -197,7 +199,8 @@ std::string Trainer::resume_from(const std::string& dir) {
     rng >> I.sampler_rng;
     if (!rng) throw CheckpointError(dir + "/state.toml: sampler_rng: not a std::mt19937_64 state");
     std::string note = "resume: from " + dir + " at step " + std::to_string(st.step) + " (" +
-                       format_thousands(double(st.tokens_seen)) + " tokens seen)";
+                       format_thousands(double(st.tokens_seen)) + " tokens seen), restart " +
+                       std::to_string(I.restarts) + " of this run";
     if (st.dp != I.dp)  // the data stream goes on unchanged (data/loader.hpp)
         note += "; dp changed from " + std::to_string(st.dp) + " to " + std::to_string(I.dp);
     if (I.train->state().seed != I.cfg.run.seed)

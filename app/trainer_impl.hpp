@@ -80,6 +80,7 @@ struct Trainer::Impl {
     int64_t step = 0, start_step = 0;
     uint64_t tokens_seen = 0;
     std::string run_id = new_run_id();  // replaced by the checkpoint's on resume
+    int64_t restarts = 0;               // this run's starts from its own checkpoints, this one included
     int skipped_in_a_row = 0;           // consecutive non-finite steps
     std::unique_ptr<CheckpointSaver> saver;  // the checkpoint writer (background thread when async)
     std::unique_ptr<HellaSwagInLoop> hellaswag;  // run.eval_hellaswag_interval > 0

@@ -73,6 +73,9 @@ struct TrainState {
     int world_size = 1;
     std::string backend, precision;
     std::string run_id;            ///< new_run_id() of the run's start from scratch, kept across resumes ("" in format 1)
+    /// Times this run was started again from one of its own checkpoints before this state was
+    /// written (0 for a run never resumed; absent, so 0, in checkpoints written before it existed).
+    int64_t restarts = 0;
 };
 
 /// One segment of a rank's optimizer state: AdamW m and v for flat-buffer elements [begin, end), host fp32.

@@ -113,6 +113,10 @@ StateFile read_state_file(const std::string& dir) {
     st.step = need_int("step");
     st.tokens_seen = uint64_t(need_int("tokens_seen"));
     st.adam_t = int(need_int("adam_t"));
+    if (t["restarts"]) {  // absent before restarts were counted: 0
+        st.restarts = need_int("restarts");
+        if (st.restarts < 0) throw CheckpointError(file + ": restarts: expected >= 0, got " + std::to_string(st.restarts));
+    }
     if (t.at_path("loader.epoch")) {  // written before stream positions: this rank's micro-batch index
         st.legacy_loader = {uint64_t(need_int("loader.epoch")), uint64_t(need_int("loader.batch"))};
     } else {

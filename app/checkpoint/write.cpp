@@ -104,6 +104,7 @@ std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& fil
         {"run_id", st.run_id},
         {"step", st.step},
         {"tokens_seen", int64_t(st.tokens_seen)},
+        {"restarts", st.restarts},
         {"adam_t", st.adam_t},
         {"loader", std::move(loader)},
         {"sampler_rng", st.sampler_rng},

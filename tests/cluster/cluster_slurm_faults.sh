@@ -118,6 +118,7 @@ grep -q "micro_batch_size 2 x grad_accum_steps 2 x dp 2 = global_batch_size 8" "
     { echo "FAILED: cut: the global batch was not kept by grad accumulation"; grep '^batch:' "$WORK/cut.log"; exit 1; }
 since=$(sed -n 's/^resume: from .* at step \([0-9]*\).*dp changed from 4 to 2.*/\1/p' "$WORK/cut.log" | head -1)
 [[ $since == "${BEFORE#step_}" ]] || { echo "FAILED: cut: resumed at step '$since', the last commit before the cut was $BEFORE"; grep '^resume' "$WORK/cut.log"; exit 1; }
+grep -q "^resume: from .*, restart 1 of this run" "$WORK/cut.log" || { echo "FAILED: cut: the resume line does not count restart 1"; grep '^resume' "$WORK/cut.log"; exit 1; }
 grep -h "^slurm\(_requeue.sh\)\?:" "$WORK/cut.log"
 # The reference: 2 ranks on one machine resumed from a copy of the same checkpoint.
 mkdir -p "$WORK/ref/checkpoints"

@@ -91,6 +91,7 @@ TEST(Metrics, ScrapeShowsEveryMetricWithRunAndRankLabels) {
     m.observe_checkpoint_seconds(0.5);
     m.set_attention("cudnn");
     m.set_attention("cublas");  // a fallback: the old path drops to 0
+    m.add_restarts(2);
 
     const std::string text = http_get(m.port(), "/metrics");
     ASSERT_FALSE(text.empty()) << "no answer on port " << m.port();
@@ -107,6 +108,7 @@ TEST(Metrics, ScrapeShowsEveryMetricWithRunAndRankLabels) {
         {"llmtrain_mfu_ratio{" + L + "}", 0.125},
         {"llmtrain_checkpoint_seconds{" + L + "}", 0.5},
         {"llmtrain_checkpoints_total{" + L + "}", 2},
+        {"llmtrain_restarts_total{" + L + "}", 2},
         {"llmtrain_memory_bytes{category=\"params\"," + L + "}", 4096},
         {"llmtrain_memory_bytes{category=\"activations\"," + L + "}", 2048},
         {"llmtrain_attention_info{path=\"cublas\"," + L + "}", 1},
@@ -127,7 +129,8 @@ TEST(Metrics, ScrapeShowsEveryMetricWithRunAndRankLabels) {
     }
     // Types as Prometheus expects them; bucket bounds span 1 ms .. 100 s.
     for (const char* t : {"# TYPE llmtrain_loss gauge", "# TYPE llmtrain_tokens_total counter",
-                          "# TYPE llmtrain_checkpoints_total counter", "# TYPE llmtrain_step_seconds histogram",
+                          "# TYPE llmtrain_checkpoints_total counter", "# TYPE llmtrain_restarts_total counter",
+                          "# TYPE llmtrain_step_seconds histogram",
                           "# TYPE llmtrain_memory_bytes gauge"})
         EXPECT_NE(text.find(t), std::string::npos) << t;
     int buckets = 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tests/metrics/prometheus_test.sh — a real training run watched from outside: curl scrapes its
 # /metrics while it trains, then Debian's prometheus server scrapes it every second and the test asks
-# prometheus's HTTP API for llmtrain_loss. Finally SIGTERM stops the run (exit 0, checkpoint saved).
+# prometheus's HTTP API for llmtrain_loss. SIGTERM stops the run (exit 0, checkpoint saved); started
+# again it resumes, counted as restart 1 in the log, llmtrain_restarts_total and state.toml.
 #
 #   prometheus_test.sh LLMTRAIN LLMTRAIN_PREP [PROMETHEUS]     (PROMETHEUS defaults to /usr/bin/prometheus)
 # Loopback addresses only; every wait is bounded; every process started here is stopped by its pid.
@@ -106,6 +107,7 @@ for name in llmtrain_step llmtrain_loss llmtrain_learning_rate llmtrain_grad_nor
 done
 grep -q "^llmtrain_step_seconds_bucket{$L,le=\"+Inf\"} [0-9]" "$W/scrape.txt" || die "step_seconds buckets missing"
 grep -q "^llmtrain_memory_bytes{$L,category=\"params\"} [0-9]" "$W/scrape.txt" || die "memory_bytes{category=params} missing"
+grep -q "^llmtrain_restarts_total{$L} 0$" "$W/scrape.txt" || die "llmtrain_restarts_total{$L} is not 0 at a start from scratch"
 # HellaSwag over 2 items: each accuracy is 0, 0.5 or 1.
 for norm in none tokens; do
   acc=$(sed -n "s|^llmtrain_eval_hellaswag_accuracy{norm=\"$norm\",$L} \(.*\)$|\1|p;s|^llmtrain_eval_hellaswag_accuracy{$L,norm=\"$norm\"} \(.*\)$|\1|p" "$W/scrape.txt")
@@ -172,4 +174,35 @@ done
 TRAIN_PID=""
 [ "$rc" = 0 ] || die "llmtrain exited $rc after SIGTERM, expected 0"
 ls -d "$W"/run/checkpoints/step_* > /dev/null 2>&1 || die "no checkpoint after SIGTERM"
+
+# 5. Started again, the run resumes from that checkpoint: the log says "restart 1 of this run" and
+#    llmtrain_restarts_total is 1; stopped again the same way.
+OMP_NUM_THREADS=1 "$LLMTRAIN" --config "$W/run.toml" > "$W/train.log" 2>&1 &
+TRAIN_PID=$!
+PORT=""
+for _ in $(seq 1 600); do
+  PORT=$(sed -n 's|^metrics: listening on http://127\.0\.0\.1:\([0-9]*\)/metrics$|\1|p' "$W/train.log" | head -n 1)
+  [ -n "$PORT" ] && grep -q "^resume: from .*, restart 1 of this run" "$W/train.log" && break
+  kill -0 "$TRAIN_PID" 2>/dev/null || die "llmtrain exited before resuming"
+  sleep 0.1
+done
+grep -q "^resume: from .*, restart 1 of this run" "$W/train.log" || die "no 'resume: ... restart 1 of this run' line within 60 s"
+restarts=""
+for _ in $(seq 1 300); do
+  curl -sf --max-time 5 "http://127.0.0.1:$PORT/metrics" > "$W/scrape.txt" || die "curl /metrics failed after the resume"
+  restarts=$(sed -n "s|^llmtrain_restarts_total{$L} \(.*\)$|\1|p" "$W/scrape.txt")
+  [ -n "$restarts" ] && grep -q "^llmtrain_step{$L} " "$W/scrape.txt" && break
+  sleep 0.2
+done
+[ "$restarts" = 1 ] || die "llmtrain_restarts_total = '$restarts' after one resume, expected 1"
+kill -TERM "$TRAIN_PID"
+rc=""
+for _ in $(seq 1 300); do
+  if ! kill -0 "$TRAIN_PID" 2>/dev/null; then wait "$TRAIN_PID"; rc=$?; break; fi
+  sleep 0.1
+done
+TRAIN_PID=""
+[ "$rc" = 0 ] || die "the resumed llmtrain exited '$rc' after SIGTERM, expected 0"
+grep -q "^restarts = 1$" "$W/run/checkpoints/$(cat "$W/run/checkpoints/latest")/state.toml" ||
+  die "the resumed run's checkpoint does not say restarts = 1"
 echo "prometheus_test: passed"
