@@ -54,7 +54,10 @@ std::vector<std::string> node_report(const Topology& layout, const NodeMap& node
     for (int n = 0; n < nodes.nodes(); ++n) {
         const auto r = nodes.ranks_on(n);
         where += (n ? "; " : ": ") + nodes.node_name(n) + (r.size() == 1 ? " rank " : " ranks ");
-        for (size_t i = 0; i < r.size(); ++i) where += (i ? "," : "") + std::to_string(r[i]);
+        for (size_t i = 0; i < r.size(); ++i) {  // piece by piece: a literal + to_string trips GCC 12's -Wrestrict
+            if (i) where += ',';
+            where += std::to_string(r[i]);
+        }
     }
     if (nodes.nodes() <= 1) return {"nodes: " + nodes.describe()};
     lines.push_back("nodes: " + nodes.describe() + where);

@@ -41,8 +41,9 @@ std::string rank_list(const std::vector<int>& r) {
         while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
         if (!s.empty()) s += ", ";
         s += std::to_string(r[i]);
-        if (j >= i + 2) s += "-" + std::to_string(r[j]);
-        else if (j == i + 1) s += ", " + std::to_string(r[j]);
+        // Appended piece by piece: `", " + std::to_string(...)` trips GCC 12's false -Wrestrict.
+        if (j >= i + 2) s.append("-").append(std::to_string(r[j]));
+        else if (j == i + 1) s.append(", ").append(std::to_string(r[j]));
         i = j + 1;
     }
     return s;
