@@ -76,16 +76,7 @@ fault() {
             { echo "FAILED: $name: no error naming the operation and ranks 2, 3 on node 1 ($host)"; tail -30 "$WORK/$name.log"; exit 1; }
     fi
     # Nothing half-written committed: latest is complete and no step after it exists as step_N.
-    "$PY" - "$ck" <<'PY'
-import os, sys, re
-ck = sys.argv[1]
-latest = open(os.path.join(ck, 'latest')).read().strip()
-assert os.path.isfile(os.path.join(ck, latest, 'state.toml')), f'{ck}: latest names {latest}, which has no state.toml'
-n = int(latest.split('_')[1])
-later = [d for d in os.listdir(ck) if re.fullmatch(r'step_\d+', d) and int(d[5:]) > n]
-assert not later, f'{ck}: {later} committed after latest {latest}'
-print(f'{ck}: latest {latest} is complete; nothing later committed')
-PY
+    "$PY" "$ROOT/tests/cluster/nothing_half_committed.py" "$ck"
 }
 
 # same_as_reference <run> <resumed step>: train losses after that step and the final weights, bitwise.

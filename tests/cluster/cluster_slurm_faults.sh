@@ -91,16 +91,7 @@ fault() {
         grep -q "did not complete within parallel.timeout_s = $TIMEOUT s.*no answer to a liveness ping .* on node 1 ($HOST1)" "$WORK/$name.log" ||
             { echo "FAILED: $name: no rank error naming node 1 ($HOST1)"; tail -30 "$WORK/$name.log"; exit 1; }
     fi
-    "$PY" - "$ck" <<'PY'
-import os, sys, re
-ck = sys.argv[1]
-latest = open(os.path.join(ck, 'latest')).read().strip()
-assert os.path.isfile(os.path.join(ck, latest, 'state.toml')), f'{ck}: latest names {latest}, which has no state.toml'
-n = int(latest.split('_')[1])
-later = [d for d in os.listdir(ck) if re.fullmatch(r'step_\d+', d) and int(d[5:]) > n]
-assert not later, f'{ck}: {later} committed after latest {latest}'
-print(f'{ck}: latest {latest} is complete; nothing later committed')
-PY
+    "$PY" "$ROOT/tests/cluster/nothing_half_committed.py" "$ck"
 }
 
 fault stop stop
