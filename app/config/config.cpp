@@ -26,6 +26,7 @@
 #include <map>
 #include <sstream>
 
+#include "app/config/key_checks.hpp"
 #include "app/config/listen.hpp"
 #include "app/config/toml_text.hpp"
 #include "model/arch.hpp"
@@ -119,78 +120,7 @@ std::string read_value(const toml::node& n, std::string& out) {
     return "";
 }
 
-/// A range check: "" when the value is fine, else what was expected ("an integer >= 1").
-template <class T>
-using Check = std::function<std::string(const T&)>;
-
-Check<int> at_least(int lo) {
-    return [lo](const int& v) { return v >= lo ? "" : "an integer >= " + std::to_string(lo); };
-}
-
-Check<int> between(int lo, int hi) {
-    return [lo, hi](const int& v) {
-        return v >= lo && v <= hi ? "" : "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
-    };
-}
-
-template <class T>
-Check<T> positive() {
-    return [](const T& v) { return v > 0 ? "" : "a number > 0"; };
-}
-
-template <class T>
-Check<T> non_negative() {
-    return [](const T& v) { return v >= 0 ? "" : "a number >= 0"; };
-}
-
-/// (0, 1].
-Check<float> fraction() {
-    return [](const float& v) -> std::string { return v > 0 && v <= 1 ? "" : "a number in (0, 1]"; };
-}
-
-/// [0, 1) when open_top, else [0, 1].
-Check<float> unit_interval(bool open_top) {
-    return [open_top](const float& v) -> std::string {
-        const bool ok = v >= 0 && (open_top ? v < 1 : v <= 1);
-        return ok ? "" : open_top ? "a number in [0, 1)" : "a number in [0, 1]";
-    };
-}
-
-Check<std::string> one_of(std::vector<std::string> allowed) {
-    return [allowed](const std::string& v) -> std::string {
-        if (std::find(allowed.begin(), allowed.end(), v) != allowed.end()) return "";
-        std::string want = "one of";
-        for (size_t i = 0; i < allowed.size(); ++i) want += (i ? ", " : " ") + quote(allowed[i]);
-        return want;
-    };
-}
-
-Check<std::string> pipeline_schedule() {
-    return [](const std::string& v) -> std::string {
-        try {
-            parse_pipeline_schedule(v);
-            return "";
-        } catch (const std::invalid_argument&) {
-            return "one of \"1f1b\", \"gpipe\"";
-        }
-    };
-}
-
-Check<std::string> non_empty() {
-    return [](const std::string& v) { return v.empty() ? "a non-empty string" : ""; };
-}
-
-Check<std::string> listen_address() {
-    return [](const std::string& v) -> std::string {
-        try {
-            parse_listen(v);
-            return "";
-        } catch (const std::invalid_argument&) {
-            return "\"host:port\" with a host (IPv4 address or host name) and a port in [0, 65535]; "
-                   "a bare port would bind every interface";
-        }
-    };
-}
+using namespace key_checks;  // the range checks of the table below (app/config/key_checks.hpp)
 
 // ---------------------------------------------------------------------------------------------
 // The table of keys
