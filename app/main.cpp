@@ -58,27 +58,33 @@ void prepare_run_dir(const Config& cfg, RunLog& log) {
 /// "127.0.0.1:9400" -> "127.0.0.1" (the host part of metrics.listen).
 std::string listen_host(const std::string& listen) { return listen.substr(0, listen.rfind(':')); }
 
-/// parallel.pp and parallel.tp against a world of `world` ranks (`what` names it in the message):
-/// pp must divide it, and pp x tp too (exit 2).
+/// parallel.pp, parallel.tp and parallel.cp against a world of `world` ranks (`what` names it in the
+/// message): pp must divide it, pp x tp too, and pp x tp x cp (exit 2).
 void check_world(const Config& cfg, int world, const std::string& what) {
-    const int pp = cfg.parallel.pp, tp = cfg.parallel.tp;
+    const int pp = cfg.parallel.pp, tp = cfg.parallel.tp, cp = cfg.parallel.cp;
     if (world % pp != 0)
         throw ConfigError("parallel.pp: expected a divisor of " + what + ", got " + std::to_string(pp));
     if (world % (pp * tp) != 0)
         throw ConfigError("parallel.tp: expected parallel.pp x parallel.tp (" + std::to_string(pp) + " x " +
                           std::to_string(tp) + ") to divide " + what + ", got tp " + std::to_string(tp));
+    if (world % (pp * tp * cp) != 0)
+        throw ConfigError("parallel.cp: expected parallel.pp x parallel.tp x parallel.cp (" + std::to_string(pp) + " x " +
+                          std::to_string(tp) + " x " + std::to_string(cp) + ") to divide " + what + ", got cp " +
+                          std::to_string(cp));
 }
 
-/// parallel.zero_stage / zero_group_size against the world: a group size must divide dp (exit 2).
+/// parallel.zero_stage / zero_group_size against the world: a group size must divide dp x cp, the
+/// ranks a gradient is averaged over (exit 2).
 void check_zero_config(const Config& cfg, int rank) {
     const auto& p = cfg.parallel;
+    const int dp = p.dp * p.cp;
     if (p.zero_stage == 0 && p.zero_group_size != 0)
         throw ConfigError("parallel.zero_group_size: expected 0 with parallel.zero_stage = 0 (plain data parallelism "
                           "shards nothing), got " + std::to_string(p.zero_group_size));
-    if (p.zero_group_size != 0 && p.dp % p.zero_group_size != 0)
-        throw ConfigError("parallel.zero_group_size: expected 0 or a divisor of dp = " + std::to_string(p.dp) +
+    if (p.zero_group_size != 0 && dp % p.zero_group_size != 0)
+        throw ConfigError("parallel.zero_group_size: expected 0 or a divisor of dp x cp = " + std::to_string(dp) +
                           ", got " + std::to_string(p.zero_group_size));
-    const int group = p.zero_group_size == 0 ? p.dp : p.zero_group_size;
+    const int group = p.zero_group_size == 0 ? dp : p.zero_group_size;
     if (p.zero_stage > 0 && group == 1 && rank == 0)
         std::fprintf(stderr, "llmtrain: warning: parallel.zero_stage = %d over a ZeRO group of one rank shards "
                      "nothing\n", p.zero_stage);
@@ -115,7 +121,8 @@ int run(const CliArgs& args) {
     Config cfg = load_config(args.config_path, args.overrides);
     if (args.world_size > 0) {  // --dry-run --world-size N: count one rank of an N-rank run, allocate nothing
         check_world(cfg, args.world_size, "--world-size " + std::to_string(args.world_size));
-        if (cfg.parallel.dp == 0) cfg.parallel.dp = args.world_size / (cfg.parallel.pp * cfg.parallel.tp);
+        if (cfg.parallel.dp == 0)
+            cfg.parallel.dp = args.world_size / (cfg.parallel.pp * cfg.parallel.tp * cfg.parallel.cp);
         check_zero_config(cfg, 0);
         resolve_batch(cfg, cfg.parallel.dp);
         if (world_rank() == 0) {
@@ -132,12 +139,13 @@ int run(const CliArgs& args) {
     }
     const int world = world_size(), rank = world_rank();
     check_world(cfg, world, "the number of ranks (" + std::to_string(world) + ")");
-    const int dp = world / (cfg.parallel.pp * cfg.parallel.tp);  // world = pp x dp x tp
+    const int dp = world / (cfg.parallel.pp * cfg.parallel.tp * cfg.parallel.cp);  // world = pp x dp x cp x tp
     if (cfg.parallel.dp == 0) cfg.parallel.dp = dp;
     if (cfg.parallel.dp != dp)
-        throw ConfigError("parallel.dp: expected the number of ranks / (parallel.pp x parallel.tp) (" +
+        throw ConfigError("parallel.dp: expected the number of ranks / (parallel.pp x parallel.tp x parallel.cp) (" +
                           std::to_string(world) + " / (" + std::to_string(cfg.parallel.pp) + " x " +
-                          std::to_string(cfg.parallel.tp) + ") = " + std::to_string(dp) + "), got " +
+                          std::to_string(cfg.parallel.tp) + " x " + std::to_string(cfg.parallel.cp) + ") = " +
+                          std::to_string(dp) + "), got " +
                           std::to_string(cfg.parallel.dp));
     check_zero_config(cfg, rank);
     resolve_batch(cfg, cfg.parallel.dp);
@@ -181,7 +189,7 @@ int run(const CliArgs& args) {
     if (rank == 0) prepare_run_dir(cfg, log);
     comm->barrier();  // the run dir exists before any rank goes on
     for (const auto& l : trainer.summary()) log.line(l);
-    const Topology layout(world, rank, cfg.parallel.pp, cfg.parallel.zero_group_size, cfg.parallel.tp);
+    const Topology layout(world, rank, cfg.parallel.pp, cfg.parallel.zero_group_size, cfg.parallel.tp, cfg.parallel.cp);
     for (const auto& l : node_report(layout, node_map(), cfg.parallel.zero_stage)) log.line(l);
     for (const auto& l : ckpt_notes) log.line(l);
     const std::string& from = cfg.model.init_from;

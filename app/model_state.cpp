@@ -50,6 +50,7 @@ RunShape run_shape(const Config& cfg, int world) {
     r.world = world;
     r.pp = cfg.parallel.pp;
     r.tp = cfg.parallel.tp;
+    r.cp = cfg.parallel.cp;
     r.zero_stage = cfg.parallel.zero_stage;
     r.zero_group = zero_group_of(cfg);
     r.precision = precision_dtype(cfg);
@@ -101,6 +102,10 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
         s.tp_host_comm = comms(topo.tp_group(), true);
         go.tp = s.tp_group.get();
         go.sequence_parallel = cfg.parallel.sequence_parallel;
+    }
+    if (topo.cp() > 1) {  // the same group interface as TP's, over the ranks that share a window
+        s.cp_group = std::make_unique<TpGroup>(comms(topo.cp_group(), false));
+        go.cp = s.cp_group.get();
     }
     ZeroOptions zo;
     zo.stage = shape.zero_stage;

@@ -32,6 +32,8 @@ struct ModelState {
     // host buffers (the gradient norm's sum over the TP ranks).
     std::unique_ptr<TpGroup> tp_group;
     std::unique_ptr<Comm> tp_host_comm;
+    // With parallel.cp > 1 (else null): the GPT's context-parallel group (device buffers).
+    std::unique_ptr<TpGroup> cp_group;
     std::unique_ptr<ZeroEngine> engine;
     std::unique_ptr<GPT> gpt;
     std::unique_ptr<AdamW> adam;
@@ -66,13 +68,14 @@ struct RunShape {
     GPTConfig model;                  ///< cfg.model as the model's configuration
     std::vector<StageLayers> stages;  ///< every pipeline stage's layers and recomputed layers
     int world = 1, pp = 1, tp = 1;    ///< ranks, pipeline stages, tensor-parallel width
+    int cp = 1;                       ///< context-parallel ranks per window (parallel.cp)
     int zero_stage = 0;               ///< parallel.zero_stage
     int zero_group = 1;               ///< ZeRO group size (1 at ZeRO stage 0: plain DP; 0: all of dp)
     DType precision = DType::f32;     ///< the device compute dtype
     OffloadConfig offload;            ///< the optimizer's offload
     CudaBackendOptions cuda;          ///< the CUDA backend's options (the CPU ignores them)
     /// The topology of this shape seen from world rank `rank`. Errors: as Topology.
-    Topology topology(int rank) const { return Topology(world, rank, pp, zero_group, tp); }
+    Topology topology(int rank) const { return Topology(world, rank, pp, zero_group, tp, cp); }
 };
 
 /// cfg's shape on `world` ranks. Errors: std::invalid_argument naming the key, as stage_plan.

@@ -31,7 +31,8 @@ std::vector<std::string> Trainer::summary() const {
     std::vector<std::string> out;
     out.push_back("llmtrain: run '" + c.run.name + "' in " + c.run.run_dir);
     out.push_back("backend: " + std::string(I.ops->name()) + ", precision " + c.training.precision + ", world " +
-                  std::to_string(world_size()) + ", dp " + std::to_string(I.dp) + ", tp " + std::to_string(I.topo.tp()));
+                  std::to_string(world_size()) + ", dp " + std::to_string(I.topo.data_parallel()) + ", tp " +
+                  std::to_string(I.topo.tp()) + (I.topo.cp() > 1 ? ", cp " + std::to_string(I.topo.cp()) : std::string()));
     out.push_back("attention: " + std::string(I.ops->attention_name()) + " (" + I.ops->attention_reason() + ")");
     if (c.data.document_mask || c.data.reset_position_ids)  // docs/attention.md "Document masking"
         out.push_back(std::string("documents: ") +
@@ -47,7 +48,7 @@ std::vector<std::string> Trainer::summary() const {
     char fpt[64];
     std::snprintf(fpt, sizeof fpt, "%.3g", flops_per_token(I.shape.model, I.nparams(), I.T));
     out.push_back("batch: micro_batch_size " + std::to_string(I.B) + " x grad_accum_steps " + std::to_string(I.accum) +
-                  " x dp " + std::to_string(I.dp) + " = global_batch_size " +
+                  " x dp " + std::to_string(I.topo.data_parallel()) + " = global_batch_size " +
                   std::to_string(c.training.global_batch_size) + " sequences = " +
                   format_thousands(double(I.tokens_per_step())) + " tokens per step | " + fpt +
                   " training FLOPs per token");

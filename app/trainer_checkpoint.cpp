@@ -102,7 +102,7 @@ TrainState Trainer::Impl::train_state() const {
     st.model_config_hash = model_config_hash(cfg);
     st.model_identity = model_identity(gpt_config_of(cfg));  // what resume_from compares
     st.model = shape.model;
-    st.dp = dp;
+    st.dp = topo.data_parallel();  // the data stream's ranks (dp / cp)
     st.world_size = world_size();
     st.backend = ops->name();
     st.precision = cfg.training.precision;
@@ -114,11 +114,11 @@ TrainState Trainer::Impl::train_state() const {
 LoaderState Trainer::Impl::legacy_loader_state(const TrainState& st, const std::string& dir) const {
     const auto [epoch, batch] = *st.legacy_loader;
     const uint64_t bpe = train->batches_per_epoch();
-    if (st.dp != dp || batch >= bpe || epoch * bpe + batch != uint64_t(st.step) * uint64_t(accum))
+    if (st.dp != topo.data_parallel() || batch >= bpe || epoch * bpe + batch != uint64_t(st.step) * uint64_t(accum))
         throw CheckpointError(
             dir + "/state.toml: [loader] epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch) +
             " (an older llmtrain's micro-batch index per rank, at dp " + std::to_string(st.dp) + ", step " +
-            std::to_string(st.step) + ") does not fit dp " + std::to_string(dp) + ", micro_batch_size " +
+            std::to_string(st.step) + ") does not fit dp " + std::to_string(topo.data_parallel()) + ", micro_batch_size " +
             std::to_string(B) + ", grad_accum_steps " + std::to_string(accum) +
             "; resume it once with the dp, micro_batch_size and grad_accum_steps it was written with (its "
             "next checkpoint then resumes in any layout)");
@@ -201,8 +201,8 @@ std::string Trainer::resume_from(const std::string& dir) {
     std::string note = "resume: from " + dir + " at step " + std::to_string(st.step) + " (" +
                        format_thousands(double(st.tokens_seen)) + " tokens seen), restart " +
                        std::to_string(I.restarts) + " of this run";
-    if (st.dp != I.dp)  // the data stream goes on unchanged (data/loader.hpp)
-        note += "; dp changed from " + std::to_string(st.dp) + " to " + std::to_string(I.dp);
+    if (st.dp != I.topo.data_parallel())  // the data stream goes on unchanged (data/loader.hpp)
+        note += "; dp changed from " + std::to_string(st.dp) + " to " + std::to_string(I.topo.data_parallel());
     if (I.train->state().seed != I.cfg.run.seed)
         note += "; the data order keeps the checkpoint's seed " + std::to_string(I.train->state().seed);
     if (st.backend != I.ops->name() || st.precision != I.cfg.training.precision)

@@ -22,8 +22,10 @@ Trainer::Impl::Impl(const Config& c, Comm& cm)
     lo.path = cfg.data.train;
     lo.B = B;
     lo.T = T;
-    lo.rank = topo.dp_index();  // data is sharded by the global dp index (a TP group reads the same batches)
-    lo.world = dp;
+    // Data is sharded by the data index: a TP group and a CP group read the same batches (each CP rank
+    // then keeps its chunks of every window, model/context_parallel.hpp).
+    lo.rank = topo.data_index();
+    lo.world = topo.data_parallel();
     lo.seed = cfg.run.seed;
     lo.shuffle = true;
     lo.vocab_size = cfg.model.vocab_size;

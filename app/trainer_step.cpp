@@ -32,8 +32,9 @@ void Trainer::Impl::same_replicated_grads() {
 bool Trainer::Impl::train_step(float* loss, float* lr, float* norm) {
     *lr = sched.at(int(step));
     ms.engine->begin_step();
-    // dloss is d(loss)/d(per-position loss): the step's loss is the mean over B*T*accum positions.
-    const float dloss = 1.0f / (float(B) * float(T) * float(accum));
+    // dloss is d(loss)/d(per-position loss): each rank's loss is the mean over its B*T*accum
+    // positions (B*T/cp of each window with context parallelism), averaged over the dp ranks below.
+    const float dloss = 1.0f / (float(B) * float(T / topo.cp()) * float(accum));
     double sum = 0;
     if (ms.pipe) {
         sum = ms.pipe->train(accum, [&](int, int* in, int* tgt) { train->next(in, tgt); }, dloss);

@@ -19,6 +19,7 @@ public:
     const char* name() const override { return "dry-run"; }
     DType act_dtype() const override { return t_; }
     bool implements(OpFamily) const override { return true; }  // it counts every architecture's memory
+    bool implements_attention_rows() const override { return true; }
 
     void* malloc(size_t bytes) override {
         const uintptr_t p = next_;

@@ -127,7 +127,8 @@ Context& GPT::Impl::context(int ctx) {
 }
 
 void GPT::Impl::set_documents(Context& c, const int* host_tokens) {
-    if (c.doc_start == nullptr && c.pos == nullptr) return;
+    // With cp the whole-model helpers set both from the window (cp_take): a rank's rows alone cannot.
+    if ((c.doc_start == nullptr && c.pos == nullptr) || cpg != nullptr) return;
     const size_t N = n_rows();
     doc_host.resize(3 * N);
     int* ds = doc_host.data();
@@ -149,6 +150,18 @@ void GPT::Impl::set_documents(Context& c, const int* host_tokens) {
 GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, ParamStore* store) {
     GPTOptions opt = opt_in;
     if (opt.l1 < 0) opt.l1 = cfg.n_layer;
+    const int ncp = opt.cp != nullptr ? opt.cp->size() : 1;
+    if (ncp > 1) {  // from here on T is this rank's rows of a window (model/gpt_cp.cpp)
+        if (opt.T % (2 * ncp) != 0 || opt.l0 != 0 || opt.l1 != cfg.n_layer || opt.contexts != 1)
+            throw std::invalid_argument("GPT: context parallelism over cp = " + std::to_string(ncp) +
+                                        " ranks needs T = " + std::to_string(opt.T) +
+                                        " a multiple of 2 x cp, the whole model and one activation context");
+        if (!alloc.ops().implements_attention_rows())
+            throw std::invalid_argument(std::string("parallel.cp: the ") + alloc.ops().name() +
+                                        " backend has no attention over a window's rows yet (run it with "
+                                        "run.backend = \"cpu\")");
+        opt.T /= ncp;
+    }
     impl_ = std::make_unique<Impl>(cfg, opt, alloc);  // validates cfg (ParamLayout)
     if (opt.B < 1) throw std::invalid_argument("GPT: micro_batch_size must be >= 1, got " + std::to_string(opt.B));
     if (opt.T < 1 || opt.T > cfg.seq_len)
@@ -173,6 +186,8 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         throw std::invalid_argument("GPT: data.document_mask / data.reset_position_ids need the whole model on "
                                     "each rank (parallel.pp = 1): the boundaries come from the token ids");
     Impl& m = *impl_;
+    m.Tw = opt_in.T;
+    if (ncp > 1) m.cpg = opt.cp, m.ncp = ncp, m.cp_rank = opt.cp->rank();
     m.n_local = opt.l1 - opt.l0;
     m.n_ckpt = opt.checkpoint_layers >= 0
                    ? opt.checkpoint_layers
@@ -214,8 +229,9 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         for (int i = 0; i < m.n_local; ++i)
             c.acts.push_back(i < m.n_ckpt ? m.recompute : m.make_acts(MemCategory::activations));
         if (m.first) c.tokens = static_cast<int*>(m.get(MemCategory::activations, N * 4));
-        if (opt.doc_mask) c.doc_start = static_cast<int*>(m.get(MemCategory::activations, N * 4));
-        if (opt.doc_positions) c.pos = static_cast<int*>(m.get(MemCategory::activations, N * 4));
+        // With cp the document starts are the window's (B,Tw) and every row has its window position.
+        if (opt.doc_mask) c.doc_start = static_cast<int*>(m.get(MemCategory::activations, N * m.ncp * 4));
+        if (opt.doc_positions || m.ncp > 1) c.pos = static_cast<int*>(m.get(MemCategory::activations, N * 4));
         if (m.last) {
             c.lnf = m.get(MemCategory::activations, N * C * es);  // whole rows (gathered with sp): the LM head's input
             if (m.spec.norm == NormKind::layernorm)  // RMSNorm keeps no mean
@@ -242,6 +258,12 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
     m.dbuf_c = m.get(MemCategory::workspace, N * C * es);
     m.dbuf_4c = m.get(MemCategory::workspace, N * size_t(std::max(m.Mt, m.Qt)) * es);  // (N,Mt) and (N,Qt)
     if (m.spec.mlp == MlpKind::swiglu) m.dbuf_f = m.get(MemCategory::workspace, N * size_t(m.Ft) * es);  // d fch
+    if (m.ncp > 1) {  // the window's q|k|v, the gather's order, and the window's d q|k|v (gpt_cp.cpp)
+        const size_t window_qkv = N * m.ncp * size_t(m.Qt) * es;
+        m.cp_full = m.get(MemCategory::workspace, window_qkv);
+        m.cp_stage = m.get(MemCategory::workspace, window_qkv);
+        m.cp_dfull = m.get(MemCategory::workspace, window_qkv);
+    }
     m.tok_dev = static_cast<int*>(m.get(MemCategory::workspace, N * 4));
     m.tgt_dev = static_cast<int*>(m.get(MemCategory::workspace, N * 4));
 }
@@ -416,8 +438,12 @@ void GPT::forward_backward(const int* inputs, const int* targets, float dloss) {
     Impl& m = *impl_;
     require_whole_model(m.opt, m.cfg.n_layer, "forward_backward");
     const size_t N = m.n_rows();
-    m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);  // pageable sources: staged at the call
-    m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
+    if (m.cpg != nullptr) {
+        inputs = m.cp_take(m.ctxs[0], inputs, targets);  // this rank's rows, copied (gpt_cp.cpp)
+    } else {
+        m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);  // pageable sources: staged at the call
+        m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
+    }
     forward(m.tok_dev, nullptr, m.tgt_dev, dloss, true, 0, inputs);
     backward(nullptr, nullptr);
     m.ops.memcpy_d2h(m.loss_slot(static_cast<size_t>(m.loss_pending++)), m.ctxs[0].losses, N * 4);
@@ -440,8 +466,12 @@ float GPT::evaluate(const int* inputs, const int* targets) {
     Impl& m = *impl_;
     require_whole_model(m.opt, m.cfg.n_layer, "evaluate");
     const size_t N = m.n_rows();
-    m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
-    m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
+    if (m.cpg != nullptr) {
+        inputs = m.cp_take(m.ctxs[0], inputs, targets);
+    } else {
+        m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
+        m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
+    }
     forward(m.tok_dev, nullptr, m.tgt_dev, 0.0f, false, 0, m.opt.doc_eos >= 0 ? inputs : nullptr);
     float* slot = m.loss_slot(static_cast<size_t>(m.loss_pending));  // a slot no queued micro-batch holds
     m.ops.memcpy_d2h(slot, m.ctxs[0].losses, N * 4);
@@ -453,6 +483,7 @@ float GPT::evaluate(const int* inputs, const int* targets) {
 std::vector<float> GPT::logits_at(const int* inputs, int pos) {
     Impl& m = *impl_;
     require_whole_model(m.opt, m.cfg.n_layer, "logits_at");
+    if (m.cpg != nullptr) throw std::logic_error("GPT::logits_at: not with context parallelism (a rank holds part of a window)");
     if (pos < 0 || pos >= m.opt.T)
         throw std::out_of_range("GPT::logits_at: position " + std::to_string(pos) + " outside [0, " +
                                 std::to_string(m.opt.T) + ")");
@@ -487,7 +518,7 @@ void GPT::warm_up(int micro_batches) {
     Impl& m = *impl_;
     require_whole_model(m.opt, m.cfg.n_layer, "warm_up");
     for (int k = 0; k < micro_batches; ++k) m.loss_slot(static_cast<size_t>(k));
-    const std::vector<int> zeros(m.n_rows(), 0);  // token 0: any valid id does
+    const std::vector<int> zeros(static_cast<size_t>(m.opt.B) * m.Tw, 0);  // a whole window; token 0: any valid id does
     forward_backward(zeros.data(), zeros.data(), 1.0f);
     take_loss_sum();
     m.ops.synchronize();  // start-up, not a step: every queue drained

@@ -50,6 +50,13 @@ struct GPTOptions {
     /// the (B,T) flattening), all-gathered before the column-parallel matmuls and reduce-scattered
     /// after the row-parallel ones. act_in / act_out / dact_* are then this rank's (N/tp, C) rows.
     bool sequence_parallel = false;
+    /// The context-parallel group (not owned; model/gpt_cp.cpp, docs/parallelism.md "Context
+    /// parallelism"); null or a group of one: none. With cp ranks, T stays the window's length: the
+    /// whole-model helpers take (B,T) windows and this rank keeps T/cp rows of each (chunks i and
+    /// 2cp-1-i of 2cp), so act_rows(), losses() and the layer-range API are (B,T/cp). Needs the whole
+    /// model (l0 = 0, l1 = n_layer), one context, T a multiple of 2cp and a backend with
+    /// Ops::attention_forward_rows. Every rank of the group calls the helpers alike.
+    TensorParallel* cp = nullptr;
     /// Documents inside a window (data.document_mask, data.reset_position_ids; docs/attention.md
     /// "Document masking"): doc_eos is the token id that ends a document (the dataset's eos_id), the
     /// boundaries model/documents.hpp finds from the token ids. doc_mask: attention stays inside a

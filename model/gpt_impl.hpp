@@ -114,11 +114,36 @@ struct GPT::Impl {
     LayerActs recompute;
     void *tmp = nullptr, *dres = nullptr, *dbuf_c = nullptr, *dbuf_4c = nullptr, *dbuf_f = nullptr;
     void *gath = nullptr, *lng = nullptr;  // sp only: (N,C) gathered rows; (4C) norm grads of R rows
+    // Context parallelism (GPTOptions::cp, model/gpt_cp.cpp): opt.T is this rank's Tl = Tw/cp rows of
+    // each Tw-token window, chunks cp_rank and 2cp-1-cp_rank of its 2cp chunks (load balance for the
+    // causal mask). cp_full (B,Tw,Qt): the window's q|k|v all-gathered; cp_stage (cp,B,Tl,Qt): the
+    // gather's rank-major order; cp_dfull (B,Tw,Qt): d q|k|v of this rank's queries (workspace).
+    TensorParallel* cpg = nullptr;  // null: no context parallelism
+    int ncp = 1, cp_rank = 0, Tw = 0;
+    void *cp_full = nullptr, *cp_stage = nullptr, *cp_dfull = nullptr;
+    std::vector<int> cp_host;  // (2,B,Tl) this rank's inputs then targets, taken from the window's
     int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
     std::vector<int> doc_host;                   // (2,B,T) doc_start then pos, built on the host per forward
     /// With doc_mask or doc_positions: c.doc_start and c.pos from the micro-batch's ids (host_tokens
     /// when given, else copied back from c.tokens); nothing otherwise (gpt.cpp).
     void set_documents(Context& c, const int* host_tokens);
+
+    // ---- context parallelism (gpt_cp.cpp) ----
+    /// Window row of local row t (in [0, Tl)): chunk cp_rank for t < Tl/2, else chunk 2cp-1-cp_rank.
+    int cp_window_row(int t) const;
+    /// The whole-model helpers' start with cp: this rank's rows of the window's inputs and targets
+    /// ((B,Tw) host int32; targets may be null) into tok_dev / tgt_dev, and c.pos (the window
+    /// positions of its rows, restarted at each document with doc_positions) and c.doc_start (the
+    /// window's, (B,Tw)) from the window's inputs. Returns this rank's inputs (B,Tl) on the host.
+    const int* cp_take(Context& c, const int* inputs, const int* targets);
+    /// Attention of this rank's rows against the window: a.qkv (B,Tl,Qt) all-gathered into cp_full,
+    /// then the two chunks' rows (Ops::attention_forward_rows) into a.atty and a.att_lse.
+    void cp_attention_forward(Context& c, const LayerActs& a);
+    /// Its backward: dbuf_4c (B,Tl,Qt) = d a.qkv from dbuf_c = d a.atty, the window's d q|k|v of each
+    /// rank's queries summed over the group (reduce-scatter, rank order).
+    void cp_attention_backward(Context& c, const LayerActs& a);
+    /// cp_stage (cp,B,Tl,Qt) rank-major <-> cp_full-shaped (B,Tw,Qt) window order, copied by chunks.
+    void cp_permute(void* window, void* stage, bool to_window);
     float* logit_row = nullptr;                  // (Vp) fp32 for logits_at
     float* logit_part = nullptr;                 // (Vpt) fp32, this rank's part of it (tp > 1)
     float *cls_stats = nullptr, *cls_all = nullptr;  // (N,3), (tp,N,3) fp32: vocab-parallel loss (tp > 1)

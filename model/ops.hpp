@@ -33,6 +33,14 @@ inline size_t dtype_size(DType t) { return t == DType::f32 ? 4 : t == DType::bf1
 /// every pure virtual op; llama adds RMSNorm, rotary positions, SwiGLU and grouped-query attention.
 enum class OpFamily : uint8_t { gpt2, llama };
 
+/// The query rows an attention call computes (context parallelism, docs/parallelism.md "Context
+/// parallelism"): rows [q0, q0 + nq) of the (B,T) window, whose outputs go to rows [o0, o0 + nq) of
+/// (B,Tout,...) out / dout buffers and (B,NH,Tout) lse. all(T) is the whole window in place.
+struct AttentionRows {
+    int q0 = 0, nq = 0, Tout = 0, o0 = 0;
+    static AttentionRows all(int T) { return {0, T, T, 0}; }
+};
+
 /// Opaque stream and event handles (cudaStream_t / cudaEvent_t on CUDA; dummies on the CPU).
 using Stream = void*;
 using Event = void*;
@@ -264,8 +272,31 @@ public:
         if (doc_start != nullptr) missing("attention_backward_doc");
         attention_backward_gqa(dqkv, dout, qkv, out, lse, B, T, NH, NKV, HS);
     }
+    // ---- context parallelism (parallel.cp, docs/parallelism.md "Context parallelism"): each rank
+    // holds the whole window's q|k|v (all-gathered) and computes its own query rows against it. ----
+    /// attention_forward_doc (doc_start may be null: causal) for the query rows `rows` only: qkv
+    /// (B,T,(NH + 2 NKV)*HS) and doc_start (B,T) are the whole window; out (B,rows.Tout,NH*HS) and
+    /// lse (B,NH,rows.Tout) fp32 get rows [o0, o0 + nq). Default: std::logic_error naming the op.
+    virtual void attention_forward_rows(void* out, float* lse, const void* qkv, const int* doc_start, int B, int T,
+                                        int NH, int NKV, int HS, const AttentionRows& rows) {
+        (void)out, (void)lse, (void)qkv, (void)doc_start, (void)B, (void)T, (void)NH, (void)NKV, (void)HS, (void)rows;
+        missing("attention_forward_rows");
+    }
+    /// The backward of attention_forward_rows: dout, out (B,rows.Tout,NH*HS) and lse at rows [o0,
+    /// o0 + nq); dqkv (B,T,(NH + 2 NKV)*HS) gets dQ of window rows [q0, q0 + nq) (written) and this
+    /// call's dK and dV of every key row (added: the caller zeroes dqkv before the first call).
+    virtual void attention_backward_rows(void* dqkv, const void* dout, const void* qkv, const void* out,
+                                         const float* lse, const int* doc_start, int B, int T, int NH, int NKV,
+                                         int HS, const AttentionRows& rows) {
+        (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)doc_start, (void)B, (void)T, (void)NH,
+            (void)NKV, (void)HS, (void)rows;
+        missing("attention_backward_rows");
+    }
+    /// Whether this backend has the two ops above (GPT refuses parallel.cp > 1 without them).
+    virtual bool implements_attention_rows() const { return false; }
     /// rope_forward with the angle of position pos[b,t] ((B,T) device int32, >= 0) instead of t
-    /// (Megatron-LM's --reset-position-ids: pos = t - doc_start). Null: pos = t.
+    /// (Megatron-LM's --reset-position-ids: pos = t - doc_start; context parallelism: the global
+    /// position). Null: pos = t.
     virtual void rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
         if (pos != nullptr) missing("rope_forward_pos");
         rope_forward(qkv, B, T, NH, NKV, HS, theta);
@@ -276,7 +307,7 @@ public:
         rope_backward(dqkv, B, T, NH, NKV, HS, theta);
     }
     /// encoder_forward_vocab with the learned position of row pos[b,t] ((B,T) device int32 in
-    /// [0, T)) instead of t. Null: pos = t.
+    /// [0, seq_len): global positions under context parallelism) instead of t. Null: pos = t.
     virtual void encoder_forward_pos(void* out, const int* inp, const int* pos, const void* wte, const void* wpe,
                                      int B, int T, int C, int v0, int nv) {
         if (pos != nullptr) missing("encoder_forward_pos");

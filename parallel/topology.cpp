@@ -5,8 +5,8 @@
 
 namespace llmtrain {
 
-Topology::Topology(int world_size, int world_rank, int pp, int zero_group_size, int tp)
-    : world_(world_size), rank_(world_rank), pp_(pp), tp_(tp) {
+Topology::Topology(int world_size, int world_rank, int pp, int zero_group_size, int tp, int cp)
+    : world_(world_size), rank_(world_rank), pp_(pp), tp_(tp), cp_(cp) {
     if (world_ < 1 || rank_ < 0 || rank_ >= world_)
         throw std::invalid_argument("Topology: rank " + std::to_string(rank_) + " outside world of " +
                                     std::to_string(world_));
@@ -17,6 +17,9 @@ Topology::Topology(int world_size, int world_rank, int pp, int zero_group_size, 
         throw std::invalid_argument("parallel.tp: expected a divisor of world size / pp = " +
                                     std::to_string(world_ / pp_) + ", got " + std::to_string(tp_));
     dp_ = world_ / (pp_ * tp_);
+    if (cp_ < 1 || dp_ % cp_ != 0)
+        throw std::invalid_argument("parallel.cp: expected a divisor of world size / (pp x tp) = " + std::to_string(dp_) +
+                                    ", got " + std::to_string(cp_));
     zg_ = zero_group_size == 0 ? dp_ : zero_group_size;
     if (zg_ < 1 || zg_ > dp_ || dp_ % zg_ != 0)
         throw std::invalid_argument("parallel.zero_group_size: expected 0 or a divisor of dp = " + std::to_string(dp_) +
@@ -57,6 +60,13 @@ std::vector<int> Topology::tp_group() const {
     return g;
 }
 
+std::vector<int> Topology::cp_group() const {
+    std::vector<int> g;
+    for (int d = data_index() * cp_; d < (data_index() + 1) * cp_; ++d)
+        g.push_back(rank_of(stage(), d / zg_, d % zg_, tp_index()));
+    return g;
+}
+
 std::string Topology::describe() const {
     auto list = [](const std::vector<int>& g, char open, char close) {
         std::string s(1, open);
@@ -68,7 +78,9 @@ std::string Topology::describe() const {
         return s;
     };
     std::string s = "world " + std::to_string(world_) + " = pp " + std::to_string(pp_) + " x dp " + std::to_string(dp_) +
-                    (tp_ > 1 ? " x tp " + std::to_string(tp_) : std::string()) + " (" + std::to_string(replicas()) +
+                    (tp_ > 1 ? " x tp " + std::to_string(tp_) : std::string()) +
+                    (cp_ > 1 ? " (" + std::to_string(dp_ / cp_) + " data x cp " + std::to_string(cp_) + ")" : std::string()) +
+                    " (" + std::to_string(replicas()) +
                     " replicas x zero_group_size " + std::to_string(zg_) + ")";
     std::string zg = "; ZeRO groups", rg = "; replica groups", tg = "; TP groups";
     for (int st = 0; st < pp_; ++st)

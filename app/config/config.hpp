@@ -105,10 +105,11 @@ struct LRScheduleConfig {
 };
 
 struct ParallelConfig {
-    int dp = 0;                         ///< data-parallel ranks; 0 = world size / pp
+    int dp = 0;                         ///< data-parallel ranks; 0 = world size / (pp x tp x cp)
     int pp = 1;                         ///< pipeline stages (1 until the pipeline lands)
     int tp = 1;                         ///< tensor-parallel ranks per layer (Megatron column/row split); world = pp x dp x tp
     bool sequence_parallel = false;     ///< with tp > 1: the residual stream and LayerNorms on 1/tp of the rows each
+    int cp = 1;                         ///< context-parallel ranks per window (the sequence split); world = pp x dp x cp x tp
     int zero_stage = 0;                 ///< 0 plain DP, 1 optimizer state, 2 + grads, 3 + params sharded
     int zero_group_size = 0;            ///< ranks a ZeRO group shards over; 0 = all dp ranks
     std::string grad_reduce_dtype = "fp32";  ///< "fp32" | "bf16": gradients on the wire; unset: training.precision (load_config)

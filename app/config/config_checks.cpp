@@ -17,6 +17,29 @@ namespace {
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) { throw ConfigError(where + ": " + what); }
 
+/// parallel.cp > 1 (docs/parallelism.md "Context parallelism"): seq_len splits into 2 cp chunks,
+/// the whole model on each rank (no pipeline), and nothing that runs one rank's model alone.
+template <class At>
+void check_context_parallel(const Config& c, const At& at) {
+    const int cp = c.parallel.cp;
+    if (c.model.seq_len % (2 * cp) != 0)
+        fail(at({"parallel.cp", "model.seq_len"}),
+             "parallel.cp: expected model.seq_len = " + std::to_string(c.model.seq_len) + " to be a multiple of 2 x cp = " +
+                 std::to_string(2 * cp) + " (each rank holds two of the 2 x cp chunks of a window), got cp " +
+                 std::to_string(cp));
+    if (c.parallel.pp > 1)
+        fail(at({"parallel.cp", "parallel.pp"}), "parallel.cp: not with parallel.pp = " + std::to_string(c.parallel.pp) +
+                                                     " yet (context parallelism splits the whole model's sequence)");
+    if (c.run.sample_interval > 0)
+        fail(at({"run.sample_interval", "parallel.cp"}),
+             "run.sample_interval: expected 0 with parallel.cp > 1 (generation runs one rank's model alone, which "
+             "holds only its share of a window)");
+    if (c.run.eval_hellaswag_interval > 0)
+        fail(at({"run.eval_hellaswag_interval", "parallel.cp"}),
+             "run.eval_hellaswag_interval: expected 0 with parallel.cp > 1 (HellaSwag in the loop scores whole "
+             "windows on each rank)");
+}
+
 }  // namespace
 
 void check_across_keys(const Config& c, const ConfigOrigins& origins, const std::string& file) {
@@ -147,6 +170,7 @@ void check_across_keys(const Config& c, const ConfigOrigins& origins, const std:
              "parallel.sequence_parallel: expected micro_batch_size x seq_len = " +
                  std::to_string(int64_t(t.micro_batch_size) * m.seq_len) + " to be a multiple of parallel.tp = " +
                  std::to_string(p.tp) + " (each TP rank holds 1/tp of the rows), got true");
+    if (p.cp > 1) check_context_parallel(c, at);
     if (p.pp > 1 && p.zero_stage >= 2)
         fail(at({"parallel.zero_stage", "parallel.pp"}),
              "parallel.zero_stage: ZeRO-2/3 need one micro-batch's gradients per unit, but a pipeline accumulates "

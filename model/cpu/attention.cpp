@@ -33,7 +33,10 @@ inline int first_key(const int* ds, int b, int T, int t) {
 /// (ops.hpp), lo_i = ds[b,i]: out_i = sum_{lo_i<=j<=i} softmax_j(q_i.k_j / sqrt(HS)) v_j;
 /// lse_i = log sum_{lo_i<=j<=i} exp(q_i.k_j / sqrt(HS)). A query block's scores start at the key
 /// its first row sees (ds is nondecreasing): keys before it are skipped, as FlashAttention's blocks.
-void forward(float* o, float* lse, const float* qkv, const int* ds, int B, int T, int NH, int NKV, int HS) {
+/// rows: the query rows computed and where they go (ops.hpp AttentionRows; all(T): the whole window
+/// into (B,T) buffers), blocks of kBq from rows.q0.
+void forward(float* o, float* lse, const float* qkv, const int* ds, int B, int T, int NH, int NKV, int HS,
+             const AttentionRows& rows) {
     const int C = NH * HS, W = (NH + 2 * NKV) * HS, group = NH / NKV;  // W: row stride of qkv
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel
@@ -46,10 +49,12 @@ void forward(float* o, float* lse, const float* qkv, const int* ds, int B, int T
             const float* q = base + h * HS;
             const float* k = base + C + g * HS;
             const float* v = base + C + (NKV + g) * HS;
-            float* ob = o + static_cast<size_t>(b) * T * C + h * HS;          // row stride C
-            float* lrow = lse + static_cast<size_t>(bh) * T;
-            for (int i0 = 0; i0 < T; i0 += kBq) {
-                const int nq = std::min(kBq, T - i0), j0 = first_key(ds, b, T, i0);
+            // query row i of the window goes to out row i + shift of (B,Tout,C) and lse (B,NH,Tout)
+            const int shift = rows.o0 - rows.q0, qend = rows.q0 + rows.nq;
+            float* ob = o + static_cast<size_t>(b) * rows.Tout * C + h * HS + static_cast<ptrdiff_t>(shift) * C;
+            float* lrow = lse + static_cast<size_t>(bh) * rows.Tout + shift;
+            for (int i0 = rows.q0; i0 < qend; i0 += kBq) {
+                const int nq = std::min(kBq, qend - i0), j0 = first_key(ds, b, T, i0);
                 const int nk = i0 + nq - j0;  // keys j0..i0+nq-1 are visible to some row
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, nk, HS, scale,
                             q + static_cast<size_t>(i0) * W, W, k + static_cast<size_t>(j0) * W, W, 0.0f,
@@ -83,9 +88,10 @@ void forward(float* o, float* lse, const float* qkv, const int* ds, int B, int T
 /// exp(q.k*scale - lse): dV = P^T dO; dP = dO V^T; dS = P (dP - rowsum(dO o O)); dQ = scale dS K;
 /// dK = scale dS^T Q. OpenMP over (batch, key/value head): the NH/NKV query heads of a group run in
 /// order inside one thread, each adding into its group's dK and dV, so no two threads write alike.
-/// ds: as forward (masked probabilities are 0, so their dS is too).
+/// ds: as forward (masked probabilities are 0, so their dS is too). rows: as forward; dQ is written
+/// for those rows only, dK and dV (every key row) are zeroed first when zero_kv, else added to.
 void backward(float* dqkv, const float* dout, const float* qkv, const float* o, const float* lse, const int* ds,
-              int B, int T, int NH, int NKV, int HS) {
+              int B, int T, int NH, int NKV, int HS, const AttentionRows& rows, bool zero_kv) {
     const int C = NH * HS, W = (NH + 2 * NKV) * HS, group = NH / NKV;
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
 #pragma omp parallel
@@ -97,19 +103,20 @@ void backward(float* dqkv, const float* dout, const float* qkv, const float* o, 
             const size_t boff = static_cast<size_t>(b) * T * W;
             const float *k = qkv + boff + C + g * HS, *v = qkv + boff + C + (NKV + g) * HS;
             float *dk = dqkv + boff + C + g * HS, *dv = dqkv + boff + C + (NKV + g) * HS;
-            for (int t = 0; t < T; ++t) {  // dK and dV accumulate over query blocks and the group's heads
+            for (int t = 0; zero_kv && t < T; ++t) {  // dK and dV accumulate over query blocks and the group's heads
                 std::memset(dk + static_cast<size_t>(t) * W, 0, HS * sizeof(float));
                 std::memset(dv + static_cast<size_t>(t) * W, 0, HS * sizeof(float));
             }
+            const int shift = rows.o0 - rows.q0, qend = rows.q0 + rows.nq;  // window row i: out row i + shift
             for (int h = g * group; h < (g + 1) * group; ++h) {
-                const size_t ooff = static_cast<size_t>(b) * T * C + h * HS;
+                const ptrdiff_t ooff = static_cast<ptrdiff_t>(b) * rows.Tout * C + h * HS + static_cast<ptrdiff_t>(shift) * C;
                 const float* q = qkv + boff + h * HS;
                 float* dq = dqkv + boff + h * HS;
                 const float* ob = o + ooff;
                 const float* dob = dout + ooff;
-                const float* lrow = lse + (static_cast<size_t>(b) * NH + h) * T;
-                for (int i0 = 0; i0 < T; i0 += kBq) {
-                    const int nq = std::min(kBq, T - i0), j0 = first_key(ds, b, T, i0), nk = i0 + nq - j0;
+                const float* lrow = lse + (static_cast<size_t>(b) * NH + h) * rows.Tout + shift;
+                for (int i0 = rows.q0; i0 < qend; i0 += kBq) {
+                    const int nq = std::min(kBq, qend - i0), j0 = first_key(ds, b, T, i0), nk = i0 + nq - j0;
                     const size_t k0 = static_cast<size_t>(j0) * W;  // keys j0..i0+nq-1
                     const float* qb = q + static_cast<size_t>(i0) * W;
                     const float* dob_i = dob + static_cast<size_t>(i0) * C;
@@ -162,13 +169,20 @@ void CpuOps::attention_forward(void* out, float* lse, const void* qkv, int B, in
 
 /// Causal grouped-query attention (ops.hpp): forward() above with no document mask.
 void CpuOps::attention_forward_gqa(void* out, float* lse, const void* qkv, int B, int T, int NH, int NKV, int HS) {
-    forward(static_cast<float*>(out), lse, static_cast<const float*>(qkv), nullptr, B, T, NH, NKV, HS);
+    forward(static_cast<float*>(out), lse, static_cast<const float*>(qkv), nullptr, B, T, NH, NKV, HS, AttentionRows::all(T));
 }
 
 /// Block-causal (document-masked) attention (ops.hpp): forward() above with doc_start (B,T) int32.
 void CpuOps::attention_forward_doc(void* out, float* lse, const void* qkv, const int* doc_start, int B, int T,
                                    int NH, int NKV, int HS) {
-    forward(static_cast<float*>(out), lse, static_cast<const float*>(qkv), doc_start, B, T, NH, NKV, HS);
+    forward(static_cast<float*>(out), lse, static_cast<const float*>(qkv), doc_start, B, T, NH, NKV, HS,
+            AttentionRows::all(T));
+}
+
+/// Query rows of the window only (ops.hpp, context parallelism): forward() above over rows.
+void CpuOps::attention_forward_rows(void* out, float* lse, const void* qkv, const int* doc_start, int B, int T,
+                                    int NH, int NKV, int HS, const AttentionRows& rows) {
+    forward(static_cast<float*>(out), lse, static_cast<const float*>(qkv), doc_start, B, T, NH, NKV, HS, rows);
 }
 
 /// dqkv (B,T,3C) (overwritten) from dout (B,T,C): the grouped-query form with NKV = NH.
@@ -181,14 +195,22 @@ void CpuOps::attention_backward(void* dqkv, const void* dout, const void* qkv, c
 void CpuOps::attention_backward_gqa(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                                     int B, int T, int NH, int NKV, int HS) {
     backward(static_cast<float*>(dqkv), static_cast<const float*>(dout), static_cast<const float*>(qkv),
-             static_cast<const float*>(out), lse, nullptr, B, T, NH, NKV, HS);
+             static_cast<const float*>(out), lse, nullptr, B, T, NH, NKV, HS, AttentionRows::all(T), true);
 }
 
 /// The block-causal backward (ops.hpp): backward() above with doc_start (B,T) int32.
 void CpuOps::attention_backward_doc(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                                     const int* doc_start, int B, int T, int NH, int NKV, int HS) {
     backward(static_cast<float*>(dqkv), static_cast<const float*>(dout), static_cast<const float*>(qkv),
-             static_cast<const float*>(out), lse, doc_start, B, T, NH, NKV, HS);
+             static_cast<const float*>(out), lse, doc_start, B, T, NH, NKV, HS, AttentionRows::all(T), true);
+}
+
+/// The backward of attention_forward_rows (ops.hpp): backward() above over rows, dK and dV added to.
+void CpuOps::attention_backward_rows(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                     const int* doc_start, int B, int T, int NH, int NKV, int HS,
+                                     const AttentionRows& rows) {
+    backward(static_cast<float*>(dqkv), static_cast<const float*>(dout), static_cast<const float*>(qkv),
+             static_cast<const float*>(out), lse, doc_start, B, T, NH, NKV, HS, rows, false);
 }
 
 }  // namespace llmtrain

@@ -88,6 +88,12 @@ public:
                                int NKV, int HS) override;
     void attention_backward_doc(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                                 const int* doc_start, int B, int T, int NH, int NKV, int HS) override;
+    void attention_forward_rows(void* out, float* lse, const void* qkv, const int* doc_start, int B, int T, int NH,
+                                int NKV, int HS, const AttentionRows& rows) override;
+    void attention_backward_rows(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                 const int* doc_start, int B, int T, int NH, int NKV, int HS,
+                                 const AttentionRows& rows) override;
+    bool implements_attention_rows() const override { return true; }
     bool implements(OpFamily) const override { return true; }
     // rmsnorm.cpp
     void rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,

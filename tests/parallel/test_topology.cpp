@@ -84,5 +84,30 @@ TEST(Topology, RejectsATpThatDoesNotDivide) {
     EXPECT_THROW(Topology(8, 0, 1, 3, 2), std::invalid_argument);  // zero_group_size 3 of dp 4
 }
 
+// Context parallelism inside dp (topology.hpp): cp consecutive dp indices share a data index, and
+// the CP group is those ranks of one stage and TP index; the closed form enumerated rank by rank.
+TEST(Topology, CpGroupsAreConsecutiveDpIndicesOfOneDataShard) {
+    const int world = 16, pp = 2, tp = 2, cp = 2;  // dp 4 per stage: 2 data shards x cp 2
+    std::set<V> cp_groups;
+    for (int rank = 0; rank < world; ++rank) {
+        const Topology t(world, rank, pp, 0, tp, cp);
+        ASSERT_EQ(t.dp(), 4);
+        ASSERT_EQ(t.data_parallel(), 2);
+        EXPECT_EQ(t.cp_index(), t.dp_index() % cp);
+        EXPECT_EQ(t.data_index(), t.dp_index() / cp);
+        V want;
+        for (int c = 0; c < cp; ++c)  // dp index d = data * cp + c, world rank t + tp * (d + dp * s)
+            want.push_back(t.tp_index() + tp * ((t.data_index() * cp + c) + 4 * t.stage()));
+        EXPECT_EQ(t.cp_group(), want) << "rank " << rank;
+        EXPECT_EQ(t.cp_group()[size_t(t.cp_index())], rank);
+        cp_groups.insert(t.cp_group());
+    }
+    EXPECT_EQ(cp_groups.size(), 8u);  // world / cp groups, disjoint
+    EXPECT_EQ(Topology(4, 0, 1, 0, 1, 2).describe(),
+              "world 4 = pp 1 x dp 4 (2 data x cp 2) (1 replicas x zero_group_size 4); ZeRO groups [0,1,2,3]; "
+              "replica groups (0) (1) (2) (3)");
+    EXPECT_THROW(Topology(6, 0, 1, 0, 1, 4), std::invalid_argument);  // cp 4 of dp 6
+}
+
 }  // namespace
 }  // namespace llmtrain

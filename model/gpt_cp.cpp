@@ -1,0 +1,98 @@
+// model/gpt_cp.cpp — context parallelism inside the GPT (GPTOptions::cp; docs/parallelism.md
+// "Context parallelism"): the cp ranks of a group hold the same (B,Tw) windows and each runs the
+// whole model on its Tl = Tw/cp rows of every window. Everything but attention is per token, so
+// only attention talks: each layer all-gathers the group's q|k|v, each rank computes its own query
+// rows against the whole window, and in backward the window's d q|k|v is summed back to the rows'
+// owners (reduce-scatter). This is the Llama 3 paper's all-gather scheme (Dubey et al. 2024,
+// §3.3.2), not a ring: K/V are small beside Q with grouped-query attention, one collective per
+// layer is simpler than a ring's cp steps, and any mask (document masking included) is the plain
+// attention over the gathered window. Load balance for the causal mask (as Megatron-LM and the
+// Llama 3 paper): the window is cut into 2cp chunks and rank i holds chunks i and 2cp-1-i, so every
+// rank's queries see the same number of keys.
+#include <cstring>
+#include <stdexcept>
+
+#include "model/documents.hpp"
+#include "model/gpt_impl.hpp"
+
+namespace llmtrain {
+
+int GPT::Impl::cp_window_row(int t) const {
+    const int half = opt.T / 2;  // rows per chunk
+    return t < half ? cp_rank * half + t : (2 * ncp - 1 - cp_rank) * half + (t - half);
+}
+
+const int* GPT::Impl::cp_take(Context& c, const int* inputs, const int* targets) {
+    const int B = opt.B, Tl = opt.T;
+    const size_t N = n_rows(), Nw = static_cast<size_t>(B) * Tw;
+    cp_host.resize(2 * N);
+    int* in = cp_host.data();
+    int* tg = in + N;
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < Tl; ++t) {
+            const size_t w = static_cast<size_t>(b) * Tw + cp_window_row(t), l = static_cast<size_t>(b) * Tl + t;
+            in[l] = inputs[w];
+            if (targets != nullptr) tg[l] = targets[w];
+        }
+    ops.memcpy_h2d(tok_dev, in, N * 4);  // pageable sources: staged at the call
+    if (targets != nullptr) ops.memcpy_h2d(tgt_dev, tg, N * 4);
+    // Documents come from the whole window (a document may start on another rank's chunk).
+    doc_host.resize(2 * Nw + N);
+    int* ds = doc_host.data();
+    int* wpos = ds + Nw;
+    int* pos = wpos + Nw;
+    const bool docs = opt.doc_mask || opt.doc_positions;
+    if (docs) document_starts(inputs, opt.doc_eos, B, Tw, ds, wpos);
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < Tl; ++t) {
+            const int wt = cp_window_row(t);
+            pos[static_cast<size_t>(b) * Tl + t] = opt.doc_positions ? wpos[static_cast<size_t>(b) * Tw + wt] : wt;
+        }
+    if (c.doc_start != nullptr) ops.memcpy_h2d(c.doc_start, ds, Nw * 4);
+    ops.memcpy_h2d(c.pos, pos, N * 4);
+    if (wpe != kNoTensor) ops.encoder_host_tokens(c.pos, pos, static_cast<int>(N));
+    return in;
+}
+
+void GPT::Impl::cp_permute(void* window, void* stage, bool to_window) {
+    const int B = opt.B, Tl = opt.T, half = Tl / 2;
+    const size_t row = static_cast<size_t>(Qt) * es, bytes = half * row;  // one chunk of one batch row
+    for (int r = 0; r < ncp; ++r)
+        for (int k = 0; k < 2; ++k) {
+            const int chunk = k == 0 ? r : 2 * ncp - 1 - r;
+            for (int b = 0; b < B; ++b) {
+                char* w = static_cast<char*>(window) + (static_cast<size_t>(b) * Tw + size_t(chunk) * half) * row;
+                char* s = static_cast<char*>(stage) + ((static_cast<size_t>(r) * B + b) * Tl + size_t(k) * half) * row;
+                if (to_window) ops.memcpy_d2d(w, s, bytes);
+                else ops.memcpy_d2d(s, w, bytes);
+            }
+        }
+}
+
+void GPT::Impl::cp_attention_forward(Context& c, const LayerActs& a) {
+    const int B = opt.B, Tl = opt.T, half = Tl / 2;
+    cpg->all_gather(cp_stage, a.qkv, n_rows() * size_t(Qt), ops.act_dtype());
+    cp_permute(cp_full, cp_stage, true);
+    for (int k = 0; k < 2; ++k) {  // local rows [k*half, (k+1)*half) are window chunk `chunk`
+        const int chunk = k == 0 ? cp_rank : 2 * ncp - 1 - cp_rank;
+        ops.attention_forward_rows(a.atty, a.att_lse, cp_full, c.doc_start, B, Tw, NHt, NKVt, spec.HS,
+                                   AttentionRows{chunk * half, half, Tl, k * half});
+    }
+}
+
+void GPT::Impl::cp_attention_backward(Context& c, const LayerActs& a) {
+    const int B = opt.B, Tl = opt.T, half = Tl / 2;
+    const size_t n = n_rows() * size_t(Qt);
+    cpg->all_gather(cp_stage, a.qkv, n, ops.act_dtype());  // gathered again, not kept: memory stays Tl per layer
+    cp_permute(cp_full, cp_stage, true);
+    ops.memset(cp_dfull, 0, n * ncp * es);
+    for (int k = 0; k < 2; ++k) {
+        const int chunk = k == 0 ? cp_rank : 2 * ncp - 1 - cp_rank;
+        ops.attention_backward_rows(cp_dfull, dbuf_c, cp_full, a.atty, a.att_lse, c.doc_start, B, Tw, NHt, NKVt,
+                                    spec.HS, AttentionRows{chunk * half, half, Tl, k * half});
+    }
+    cp_permute(cp_dfull, cp_stage, false);
+    cpg->reduce_scatter(dbuf_4c, cp_stage, n, ops.act_dtype());  // each rank's rows, summed in rank order
+}
+
+}  // namespace llmtrain

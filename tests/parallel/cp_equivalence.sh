@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# tests/parallel/cp_equivalence.sh — parallel.cp (context parallelism, docs/parallelism.md "Context
+# parallelism") through the llmtrain binary (CPU backend, one OpenMP thread per rank, 6 steps of a
+# 2-layer, 4-head model at seq_len 16) against cp = 1 at the same global batch: cp 2 and cp 4
+# against one process; cp 2 x dp 2 against dp 2; cp 2 with ZeRO-3 and cp 2 x tp 2 against one
+# process; a Llama (grouped-query attention, rotary positions at the window's positions) with
+# document masking and positions restarting per document at cp 2 against the same at cp 1. The
+# cp 2 run's step-3 checkpoint resumed at cp 1 and cp 4 continues the unbroken run.
+# Tolerances: losses 1e-5 relative, weights 1e-4 absolute (the c_attn key bias excepted), as
+# tp_equivalence.sh and for the same reason: the ranks' partial d k|v are summed over the CP group
+# and each rank's parameter gradients over its Tw/cp tokens are summed by the gradient all-reduce,
+# both reassociating fp32 sums (measured: see the printed figures).
+# Also: a seq_len that 2 x cp does not divide and run.sample_interval > 0 are exit 2 naming the key;
+# --dry-run at cp against the real run's Allocator peak of every rank (2%), and the per-rank peaks
+# at cp 1, 2 and 4 printed (activations ∝ T/cp).
+# Usage: cp_equivalence.sh <llmtrain> <mpiexec> <tiny_data_dir> <work_dir>
+set -euo pipefail
+BIN=$1 MPI=$2 DATA=$3 WORK=$4
+VOCAB=$(cat "$DATA/vocab_size.txt")
+PY=${LLMTRAIN_PYTHON:-/usr/bin/python3}
+rm -rf "$WORK" && mkdir -p "$WORK"
+source "$(dirname "$0")/equivalence_lib.sh"
+
+H4=(--set model.n_head=4 --set checkpoint.interval=3 --set run.sample_interval=0)
+LT=1e-5 WT=1e-4
+# Refusals: exit 2 naming the key, nothing written.
+set +e
+"$MPI" --oversubscribe -np 2 "$BIN" --set parallel.cp=2 --set model.seq_len=18 --set "run.run_dir=\"$WORK/bad_t\"" \
+    >"$WORK/bad_t.log" 2>&1
+code_t=$?
+"$MPI" --oversubscribe -np 2 "$BIN" --set parallel.cp=2 --set run.sample_interval=5 \
+    --set "run.run_dir=\"$WORK/bad_s\"" >"$WORK/bad_s.log" 2>&1
+code_s=$?
+set -e
+[ $code_t = 2 ] && [ ! -e "$WORK/bad_t" ] && grep -q "parallel.cp: expected model.seq_len = 18 to be a multiple of 2 x cp = 4" \
+    "$WORK/bad_t.log" || { echo "bad_t: exit $code_t"; cat "$WORK/bad_t.log"; exit 1; }
+[ $code_s = 2 ] && [ ! -e "$WORK/bad_s" ] && grep -q "run.sample_interval: expected 0 with parallel.cp > 1" \
+    "$WORK/bad_s.log" || { echo "bad_s: exit $code_s"; cat "$WORK/bad_s.log"; exit 1; }
+
+run 1 ref "${H4[@]}"
+run 2 cp2 "${H4[@]}" --set parallel.cp=2
+compare ref cp2 $LT 0 $WT
+grep -q "(1 data x cp 2)" "$WORK/cp2.log" || { echo "cp2: no CP layout in the start-up log"; exit 1; }
+run 4 cp4 "${H4[@]}" --set parallel.cp=4
+compare ref cp4 $LT 0 $WT
+run 2 dp2 "${H4[@]}"
+run 4 cp2dp2 "${H4[@]}" --set parallel.cp=2
+compare dp2 cp2dp2 $LT 0 $WT
+grep -q "x dp 2 = global_batch_size 4 " "$WORK/cp2dp2.log" || { echo "cp2dp2: global batch not 2 x dp 2"; exit 1; }
+run 2 cp2z3 "${H4[@]}" --set parallel.cp=2 --set parallel.zero_stage=3
+compare ref cp2z3 $LT 0 $WT
+run 4 cp2tp2 "${H4[@]}" --set parallel.cp=2 --set parallel.tp=2
+compare ref cp2tp2 $LT 0 $WT
+DOC=(--set data.document_mask=true --set data.reset_position_ids=true)
+run 1 llama_doc "${H4[@]}" "${LLAMA[@]}" "${DOC[@]}"
+run 2 llama_doc_cp2 "${H4[@]}" "${LLAMA[@]}" "${DOC[@]}" --set parallel.cp=2
+compare llama_doc llama_doc_cp2 $LT 0 $WT
+# Training goes on from the cp 2 step-3 checkpoint at cp 1 and cp 4 as the unbroken run did.
+CK=(--set "checkpoint.resume=\"$WORK/cp2/checkpoints/step_3\"")
+run 1 cp2_then_1 "${H4[@]}" "${CK[@]}"
+compare ref cp2_then_1 $LT 3 $WT
+run 4 cp2_then_4 "${H4[@]}" "${CK[@]}" --set parallel.cp=4
+compare ref cp2_then_4 $LT 3 $WT
+
+# --dry-run --world-size N at cp N (device total of the run's ZeRO-0 row) against the Allocator's
+# peak of every rank of the real run, 2 steps of a wider, longer model (n_embd 128, seq_len 256),
+# within 2%; the peaks by cp printed.
+mem() {  # mem <cp>
+    local cp=$1 name=mem$1
+    local S=(--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=128 --set model.seq_len=256
+             --set "model.vocab_size=$VOCAB" --set "data.train=\"$DATA/train.h5\"" --set "data.val=\"$DATA/val.h5\""
+             --set metrics.enabled=false --set training.micro_batch_size=2 --set run.eval_interval=0
+             --set run.sample_interval=0 --set checkpoint.interval=0 --set run.max_steps=2 --set parallel.cp="$cp")
+    "$BIN" "${S[@]}" --dry-run --world-size "$cp" >"$WORK/$name.dry" 2>&1 || { echo "FAILED: dry $name"; cat "$WORK/$name.dry"; exit 1; }
+    "$MPI" --oversubscribe -np "$cp" "$BIN" "${S[@]}" --set "run.run_dir=\"$WORK/$name\"" >"$WORK/$name.log" 2>&1 ||
+        { echo "FAILED: $name"; cat "$WORK/$name.log"; exit 1; }
+    "$PY" - "$WORK/$name.dry" "$WORK/$name.log" "$cp" <<'PY'
+import re, sys
+dry, log, cp = open(sys.argv[1]).read(), open(sys.argv[2]).read(), int(sys.argv[3])
+row = [l.split() for l in dry.splitlines() if re.match(r'^ +0 +[0-9]', l)][0]
+predicted = float(row[row.index('|') - 1])
+peaks = [float(x) for x in re.findall(r'rank [0-9]+ \(stage [0-9]+\) ([0-9.]+)', log.split('peak device memory')[1].splitlines()[0])]
+assert len(peaks) == cp, f'cp {cp}: {len(peaks)} peaks in the log'
+worst = max(abs(p - predicted) / predicted for p in peaks)
+assert worst <= 0.02, f'cp {cp}: dry run {predicted} MiB vs the ranks\' peaks {peaks}'
+print(f'cp {cp}: per-rank peak {max(peaks):.1f} MiB (dry run {predicted:.1f} MiB, within {worst:.1%})')
+PY
+}
+mem 1
+mem 2
+mem 4
+echo "cp_equivalence: cp 2 and 4 track cp 1 alone and with dp, ZeRO-3, tp, document masking and resume"
