@@ -19,6 +19,7 @@ const char* group_kind_name(GroupKind k) {
         case GroupKind::replica: return "replica";
         case GroupKind::pipeline: return "pipeline";
         case GroupKind::embedding: return "embedding";
+        case GroupKind::cp: return "cp";
         default: return "?";
     }
 }
@@ -82,13 +83,14 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
     const ParamLayout layout(g, zero_shard_multiple(N), tp, 0);  // every TP rank's units are as large
     const std::vector<StageLayers>& plan = shape.stages;
     const bool sp = tp > 1 && cfg.parallel.sequence_parallel;
-    const double rows = double(cfg.training.micro_batch_size) * cfg.model.seq_len;  // B·T
+    const int cp = shape.cp;
+    const double rows = double(cfg.training.micro_batch_size) * cfg.model.seq_len / cp;  // B·T/cp, this rank's
     const double act = rows * cfg.model.n_embd * es;                               // one (B·T, C) activation
     const double psi0 = double(layout.units()[0].numel);
 
     // Per pipeline stage s: the bytes one rank sends per step in each kind of group.
     const size_t stages = size_t(pp);
-    std::vector<double> v_tp(stages), v_zero(stages), v_rep(stages), v_pipe(stages);
+    std::vector<double> v_tp(stages), v_zero(stages), v_rep(stages), v_pipe(stages), v_cp(stages);
     for (int s = 0; s < pp; ++s) {
         const StageLayers& st = plan[size_t(s)];
         const bool first = s == 0, last = s == pp - 1;
@@ -106,6 +108,10 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
             const double ends = (first ? 1 : 0) + (last ? 1 : 0);  // embedding's and head's (SP: 0.5 + 0.5 each)
             v_tp[size_t(s)] = m * ((n_ar + ends) * 2.0 * (tp - 1) / tp * act + (last ? (tp - 1) * rows * 12 : 0));
         }
+        if (cp > 1) {  // (3 + recomputed) collectives of the window's q|k|v per layer, each (cp-1)/cp of it sent
+            const double window_qkv = rows * cp * ArchSpec(g).qkv_width(tp) * es;
+            v_cp[size_t(s)] = m * (3.0 * (st.l1 - st.l0) + st.checkpointed) * (cp - 1) / cp * window_qkv;
+        }
         if (zs >= 1 && N > 1) {
             const double rs = (zs >= 2 ? m : 1) * psi * rb;
             const double ag = (zs == 3 ? 2 * m * (psi - held0) + held0 : psi) * es;
@@ -122,10 +128,12 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
     GroupTraffic& gz = by[size_t(GroupKind::zero)];
     GroupTraffic& gp = by[size_t(GroupKind::pipeline)];
     GroupTraffic& ge = by[size_t(GroupKind::embedding)];
+    GroupTraffic& gc = by[size_t(GroupKind::cp)];
     for (int r = 0; r < world; ++r) {  // each group once, at its first member
         const Topology t = shape.topology(r);
         const size_t s = size_t(t.stage());
         if (tp > 1 && t.tp_index() == 0) add_ring(gt, t.tp_group(), v_tp[s], ranks_per_node);
+        if (cp > 1 && t.cp_index() == 0) add_ring(gc, t.cp_group(), v_cp[s], ranks_per_node);
         if (zs >= 1 && N > 1 && t.zero_index() == 0) add_ring(gz, t.zero_group(), v_zero[s], ranks_per_node);
         if (R > 1 && t.replica() == 0) add_ring(gr, t.replica_group(), v_rep[s], ranks_per_node);
         if (pp > 1 && s == 0) {
@@ -153,6 +161,7 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
     by[size_t(GroupKind::replica)].ops = "all-reduce of the gradient shard";
     gp.ops = "activations forward, their gradients back, per micro-batch";
     ge.ops = "all-reduce of the tied wte's gradient (first and last stage)";
+    gc.ops = "all-gathers of the window's q|k|v per layer: forward, backward (and recompute); reduce-scatter of its gradient";
 
     StepTraffic out;
     out.world = world;
@@ -160,7 +169,8 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
     out.nodes = (world + ranks_per_node - 1) / ranks_per_node;
     out.tp = tp;
     out.pp = pp;
-    out.dp = probe.dp();
+    out.dp = probe.data_parallel();
+    out.cp = cp;
     out.zero_stage = zs;
     out.micro_batches = int(m);
     for (const GroupTraffic& k : by)
@@ -175,9 +185,10 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
 std::vector<std::string> traffic_report(const StepTraffic& t) {
     std::vector<std::string> out;
     char buf[400];
-    std::snprintf(buf, sizeof buf, "traffic per step at zero_stage %d, pp %d x dp %d x tp %d, %d micro-batch%s: world %d "
+    const std::string cp = t.cp > 1 ? " x cp " + std::to_string(t.cp) : std::string();
+    std::snprintf(buf, sizeof buf, "traffic per step at zero_stage %d, pp %d x dp %d%s x tp %d, %d micro-batch%s: world %d "
                   "on %d node%s of %d ranks (node n: ranks [%d n, %d n + %d)); MiB each rank sends (ring collectives: "
-                  "a group on k > 1 nodes has k of its P hops crossing):", t.zero_stage, t.pp, t.dp, t.tp,
+                  "a group on k > 1 nodes has k of its P hops crossing):", t.zero_stage, t.pp, t.dp, cp.c_str(), t.tp,
                   t.micro_batches, t.micro_batches == 1 ? "" : "es", t.world, t.nodes, t.nodes == 1 ? "" : "s",
                   t.ranks_per_node, t.ranks_per_node, t.ranks_per_node, t.ranks_per_node);
     out.push_back(buf);

@@ -19,7 +19,9 @@
 // (backward) of each micro-batch cross the boundary between stages s and s + 1 when those two ranks
 // are on different nodes. Left out (scalars or under 0.1%): the loss and gradient-norm sums, the
 // clip scale's broadcast, the TP group's broadcast of replicated gradients, sequence parallelism's
-// LayerNorm-gradient all-reduces; eval and checkpoints.
+// LayerNorm-gradient all-reduces; eval and checkpoints. Context parallelism (model/gpt_cp.cpp): per
+// layer and micro-batch an all-gather of the window's q|k|v (B·T, Qt) forward, again in backward
+// (and in a recomputed forward), and a reduce-scatter of its gradient.
 #pragma once
 #include <string>
 #include <vector>
@@ -30,8 +32,8 @@
 namespace llmtrain {
 
 /// The kinds of group a training step communicates over.
-enum class GroupKind : int { tp, dp, zero, replica, pipeline, embedding, count };
-/// "tp", "dp", "zero", "replica", "pipeline", "embedding".
+enum class GroupKind : int { tp, dp, zero, replica, pipeline, embedding, cp, count };
+/// "tp", "dp", "zero", "replica", "pipeline", "embedding", "cp".
 const char* group_kind_name(GroupKind k);
 
 /// One group kind's traffic per optimizer step. Bytes.
@@ -52,6 +54,7 @@ struct GroupTraffic {
 struct StepTraffic {
     int world = 1, ranks_per_node = 1, nodes = 1;
     int tp = 1, pp = 1, dp = 1, zero_stage = 0, micro_batches = 1;  ///< the run's grid, ZeRO stage, micro-batches per step
+    int cp = 1;                        ///< context-parallel ranks (dp counts the data-parallel ones)
     std::vector<GroupTraffic> groups;  ///< the kinds with traffic (groups of more than one rank), GroupKind order
     double total = 0;                  ///< bytes every rank sends per step, summed over the job
     double crossing = 0;               ///< of total, bytes crossing node boundaries per step

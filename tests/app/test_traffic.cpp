@@ -74,6 +74,30 @@ TEST(Traffic, FlatDataParallelOverTwoNodes) {
     EXPECT_EQ(step_traffic(c, run_shape(c, 16), 16).crossing, 0.0);
 }
 
+TEST(Traffic, ContextParallelGathersTheWindowsQkvPerLayer) {
+    // 8 ranks, 4 per node, cp 2 (dp 4 data shards x cp 2): CP groups are 2 consecutive ranks, inside a
+    // node; per layer and micro-batch 3 collectives of the window's q|k|v (B*T, 3C) plus one per
+    // recomputed layer (4 of tiny()'s 8), each rank sending (cp-1)/cp of it (fp32 on the CPU).
+    const Config c = tiny({"parallel.cp=2", "run.sample_interval=0"});
+    const StepTraffic t = step_traffic(c, run_shape(c, 8), 4);
+    EXPECT_EQ(t.cp, 2);
+    EXPECT_EQ(t.dp, 4);
+    const GroupTraffic* g = kind(t, GroupKind::cp);
+    ASSERT_NE(g, nullptr);
+    EXPECT_EQ(g->size, 2);
+    EXPECT_EQ(g->groups, 4);
+    EXPECT_EQ(g->spanning, 0);
+    const double v = m * (3.0 * 8 + 4) * 0.5 * (rows * 3 * C * 4);
+    expect_rel(g->per_rank, v, "per rank");
+    expect_rel(g->total, 8 * v, "total");
+    EXPECT_EQ(g->crossing, 0.0);
+    // The gradient's all-reduce runs over dp x cp = 8 ranks on 2 nodes.
+    const GroupTraffic* d = kind(t, GroupKind::dp);
+    ASSERT_NE(d, nullptr);
+    EXPECT_EQ(d->size, 8);
+    EXPECT_NE(traffic_report(t)[0].find("pp 1 x dp 4 x cp 2 x tp 1"), std::string::npos) << traffic_report(t)[0];
+}
+
 TEST(Traffic, ZeroThreeFlatAndInNodeLocalGroups) {
     // bf16 training, gradients reduced in fp32 (es 2, rb 4: a swap would show).
     const Config flat = tiny({"run.backend=\"cuda\"", "training.precision=\"bf16\"", "parallel.grad_reduce_dtype=\"fp32\"", "parallel.zero_stage=3"});
