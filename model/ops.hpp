@@ -283,8 +283,8 @@ public:
         missing("attention_forward_rows");
     }
     /// The backward of attention_forward_rows: dout, out (B,rows.Tout,NH*HS) and lse at rows [o0,
-    /// o0 + nq); dqkv (B,T,(NH + 2 NKV)*HS) gets dQ of window rows [q0, q0 + nq) (written) and this
-    /// call's dK and dV of every key row (added: the caller zeroes dqkv before the first call).
+    /// o0 + nq); dqkv (B,T,(NH + 2 NKV)*HS) += this call's gradient: dQ of window rows [q0, q0 + nq),
+    /// dK and dV of every key row (the caller zeroes dqkv before its first call).
     virtual void attention_backward_rows(void* dqkv, const void* dout, const void* qkv, const void* out,
                                          const float* lse, const int* doc_start, int B, int T, int NH, int NKV,
                                          int HS, const AttentionRows& rows) {

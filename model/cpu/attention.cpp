@@ -88,8 +88,8 @@ void forward(float* o, float* lse, const float* qkv, const int* ds, int B, int T
 /// exp(q.k*scale - lse): dV = P^T dO; dP = dO V^T; dS = P (dP - rowsum(dO o O)); dQ = scale dS K;
 /// dK = scale dS^T Q. OpenMP over (batch, key/value head): the NH/NKV query heads of a group run in
 /// order inside one thread, each adding into its group's dK and dV, so no two threads write alike.
-/// ds: as forward (masked probabilities are 0, so their dS is too). rows: as forward; dQ is written
-/// for those rows only, dK and dV (every key row) are zeroed first when zero_kv, else added to.
+/// ds: as forward (masked probabilities are 0, so their dS is too). rows: as forward; dQ of those
+/// rows and dK, dV of every key row: written (dK, dV zeroed first) when zero_kv, else added to.
 void backward(float* dqkv, const float* dout, const float* qkv, const float* o, const float* lse, const int* ds,
               int B, int T, int NH, int NKV, int HS, const AttentionRows& rows, bool zero_kv) {
     const int C = NH * HS, W = (NH + 2 * NKV) * HS, group = NH / NKV;
@@ -150,7 +150,7 @@ void backward(float* dqkv, const float* dout, const float* qkv, const float* o, 
                     }
                     // dQ_blk (nq, HS) = scale dS @ K[j0:];  dK[j0:] += scale dS^T @ Q_blk
                     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, nk, scale, dP.data(), nk, k + k0,
-                                W, 0.0f, dq + static_cast<size_t>(i0) * W, W);
+                                W, zero_kv ? 0.0f : 1.0f, dq + static_cast<size_t>(i0) * W, W);
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, nk, HS, nq, scale, dP.data(), nk, qb, W,
                                 1.0f, dk + k0, W);
                 }

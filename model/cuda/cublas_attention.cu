@@ -106,7 +106,8 @@ __global__ void split_heads_kernel(T* dst, const T* src, int B, int T_, int NH, 
 /// (B, T, (NH + 2 NKV)*HS), and a key/value head's gradient is the sum, in head order in fp32, of
 /// its NH/NKV query heads' (one term, the plain copy, when NKV = NH).
 template <typename T, typename S>
-__global__ void merge_heads_kernel(T* dst, const S* src, int B, int T_, int NH, int NKV, int HS, int parts) {
+__global__ void merge_heads_kernel(T* dst, const S* src, int B, int T_, int NH, int NKV, int HS, int parts,
+                                   bool accumulate = false) {
     const int C = NH * HS, group = NH / NKV;
     const size_t width = parts == 1 ? static_cast<size_t>(C) : static_cast<size_t>(NH + 2 * NKV) * HS;
     const size_t n = static_cast<size_t>(B) * T_ * width, per_part = static_cast<size_t>(B) * NH * T_ * HS;
@@ -114,16 +115,34 @@ __global__ void merge_heads_kernel(T* dst, const S* src, int B, int T_, int NH, 
          x += static_cast<size_t>(gridDim.x) * blockDim.x) {
         const size_t bt = x / width, b = bt / T_, t = bt % T_;
         const int col = static_cast<int>(x % width);
+        const float before = accumulate ? to_float(dst[x]) : 0.0f;  // added to last, after the heads' sum
         if (col < C) {
             const int h = col / HS, d = col % HS;
-            dst[x] = from_float<T>(to_float(src[((b * NH + h) * T_ + t) * HS + d]));
+            dst[x] = from_float<T>(to_float(src[((b * NH + h) * T_ + t) * HS + d]) + before);
             continue;
         }
         const int kv = col - C, part = 1 + kv / (NKV * HS), g = kv % (NKV * HS) / HS, d = kv % HS;
         const S* p = src + part * per_part + ((b * NH + static_cast<size_t>(g) * group) * T_ + t) * HS + d;
         float acc = to_float(p[0]);
         for (int j = 1; j < group; j++) acc += to_float(p[static_cast<size_t>(j) * T_ * HS]);
-        dst[x] = from_float<T>(acc);
+        dst[x] = from_float<T>(acc + before);
+    }
+}
+
+/// Window rows [q0, q0 + nq) between a per-head tensor (B*NH, T, HS) and a (B, Tout, NH*HS) tensor
+/// at rows [o0, o0 + nq): kToHeads copies the (B,Tout,C) src into the per-head dst, else the
+/// per-head src into the (B,Tout,C) dst. One thread per element of the nq rows.
+template <typename T, bool kToHeads>
+__global__ void rows_heads_kernel(T* dst, const T* src, int B, int T_, int NH, int HS, int q0, int nq, int Tout,
+                                  int o0) {
+    const size_t n = static_cast<size_t>(B) * nq * NH * HS;
+    for (size_t x = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; x < n;
+         x += static_cast<size_t>(gridDim.x) * blockDim.x) {
+        const int c = static_cast<int>(x % (static_cast<size_t>(NH) * HS)), r = static_cast<int>(x / NH / HS % nq);
+        const size_t b = x / NH / HS / nq;
+        const size_t h = ((b * NH + c / HS) * T_ + q0 + r) * HS + c % HS, o = (b * Tout + o0 + r) * NH * HS + c;
+        if (kToHeads) dst[h] = src[o];
+        else dst[o] = src[h];
     }
 }
 
@@ -134,12 +153,12 @@ __device__ __forceinline__ int first_key(const int* doc, int bh, int NH, int T_,
 }
 
 /// Forward row kernel: for query rows i = q0 + r (r < rows) of every head bh, with S (BH, rows, Tk):
-/// lse[bh*T + i] = log sum_{lo<=j<=i} exp(S_ij) and P_ij = exp(S_ij - lse_i) for lo <= j <= i, 0
+/// lse[bh*Tout + i + shift] = log sum_{lo<=j<=i} exp(S_ij) and P_ij = exp(S_ij - lse_i) for lo <= j <= i, 0
 /// elsewhere, lo = first_key (0 without documents). One warp per row; each lane keeps a running max
 /// and sum over its keys, merged by butterflies.
 template <typename T>
 __global__ void causal_softmax_kernel(T* P, float* lse, const float* S, int BH, int rows, int Tk, int q0, int T_,
-                                      const int* doc, int NH) {
+                                      const int* doc, int NH, int Tout, int shift) {
     const int lane = threadIdx.x % kWarpSize;
     const size_t row = static_cast<size_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarpSize;
     if (row >= static_cast<size_t>(BH) * rows) return;  // warp-uniform
@@ -157,13 +176,14 @@ __global__ void causal_softmax_kernel(T* P, float* lse, const float* S, int BH, 
     const float l_row = warp_sum(l * expf(m - m_row));  // a lane without keys adds 0 * exp(-inf)
     const float lse_i = m_row + logf(l_row);
     for (int j = lane; j < Tk; j += kWarpSize) p[j] = from_float<T>(j <= i && j >= lo ? expf(s[j] - lse_i) : 0.0f);
-    if (lane == 0) lse[static_cast<size_t>(bh) * T_ + i] = lse_i;
+    if (lane == 0) lse[static_cast<size_t>(bh) * Tout + i + shift] = lse_i;  // lse (B*NH, Tout), row i + shift
 }
 
-/// Backward: P (BH, rows, Tk) = exp(S - lse_i) for keys lo <= j <= i, 0 elsewhere (rows i = q0 + r).
+/// Backward: P (BH, rows, Tk) = exp(S - lse_i) for keys lo <= j <= i, 0 elsewhere (rows i = q0 + r;
+/// lse_i at bh*Tout + i + shift).
 template <typename T>
 __global__ void causal_probs_kernel(T* P, const float* S, const float* lse, int BH, int rows, int Tk, int q0,
-                                    int T_, const int* doc, int NH) {
+                                    int T_, const int* doc, int NH, int Tout, int shift) {
     const size_t n = static_cast<size_t>(BH) * rows * Tk;
     for (size_t x = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; x < n;
          x += static_cast<size_t>(gridDim.x) * blockDim.x) {
@@ -171,20 +191,21 @@ __global__ void causal_probs_kernel(T* P, const float* S, const float* lse, int 
         const int j = static_cast<int>(x % Tk), bh = static_cast<int>(row / rows);
         const int i = q0 + static_cast<int>(row % rows);
         const bool seen = j <= i && j >= first_key(doc, bh, NH, T_, i);
-        P[x] = from_float<T>(seen ? expf(S[x] - lse[static_cast<size_t>(bh) * T_ + i]) : 0.0f);
+        P[x] = from_float<T>(seen ? expf(S[x] - lse[static_cast<size_t>(bh) * Tout + i + shift]) : 0.0f);
     }
 }
 
 /// Backward row kernel: dS_ij = P_ij (dP_ij - D_i) written over P for keys lo <= j <= i (P stays 0 elsewhere),
-/// D_i = dout_i . out_i over head h's dims of position i, read from the (B,T,C) tensors. One warp per row.
+/// D_i = dout_i . out_i over head h's dims of position i, read from the (B,Tout,C) tensors at row
+/// i + shift. One warp per row.
 template <typename T>
 __global__ void softmax_backward_kernel(T* P, const float* dP, const T* dout, const T* out, int BH, int rows, int Tk,
-                                        int q0, int T_, int C, int NH, const int* doc) {
+                                        int q0, int T_, int C, int NH, const int* doc, int Tout, int shift) {
     const int lane = threadIdx.x % kWarpSize, HS = C / NH;
     const size_t row = static_cast<size_t>(blockIdx.x) * kRowWarps + threadIdx.x / kWarpSize;
     if (row >= static_cast<size_t>(BH) * rows) return;  // warp-uniform
     const int bh = static_cast<int>(row / rows), i = q0 + static_cast<int>(row % rows);
-    const size_t off = (static_cast<size_t>(bh / NH) * T_ + i) * C + static_cast<size_t>(bh % NH) * HS;
+    const size_t off = (static_cast<size_t>(bh / NH) * Tout + i + shift) * C + static_cast<size_t>(bh % NH) * HS;
     float D = 0.0f;
     for (int d = lane; d < HS; d += kWarpSize) D += to_float(dout[off + d]) * to_float(out[off + d]);
     D = warp_sum(D);
@@ -202,6 +223,21 @@ void check_heads(int C, int NH, int NKV) {
     if (NKV <= 0 || NH % NKV != 0)
         throw std::invalid_argument("cuda cublas attention: n_kv_head " + std::to_string(NKV) +
                                     " must divide n_head " + std::to_string(NH));
+}
+
+/// A call's query rows [q0, end) of the window and where their outputs go: row i of the window is
+/// row i + shift of the (B,Tout,...) out, dout and lse (the whole window: [0, T), Tout T, shift 0).
+struct RowRange {
+    int q0, end, Tout, shift;
+};
+RowRange row_range(const CublasRows& rows, int T_) {
+    if (rows.nq < 0) return {0, T_, T_, 0};
+    if (rows.q0 < 0 || rows.q0 + rows.nq > T_ || rows.o0 < 0 || rows.o0 + rows.nq > rows.Tout)
+        throw std::invalid_argument("cuda cublas attention: rows [" + std::to_string(rows.q0) + ", +" +
+                                    std::to_string(rows.nq) + ") of T = " + std::to_string(T_) + " into rows [" +
+                                    std::to_string(rows.o0) + ", +" + std::to_string(rows.nq) + ") of Tout = " +
+                                    std::to_string(rows.Tout));
+    return {rows.q0, rows.q0 + rows.nq, rows.Tout, rows.o0 - rows.q0};
 }
 
 unsigned row_grid(int BH, int rows) { return static_cast<unsigned>(ceil_div<size_t>(static_cast<size_t>(BH) * rows, kRowWarps)); }
@@ -235,7 +271,7 @@ CublasAttentionPlan cublas_attention_plan(bool backward, int B, int T, int C, in
 template <typename T>
 void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T* qkv, int B, int T_, int C, int NH,
                               int NKV, const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream,
-                              const int* doc) {
+                              const int* doc, const CublasRows& rows) {
     check_heads(C, NH, NKV);
     const int HS = C / NH, BH = B * NH, Tq = plan.tile_rows;
     const Layout l = layout_of(false, B, T_, C, NH, sizeof(T), Tq);
@@ -246,29 +282,31 @@ void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T
     float* S = reinterpret_cast<float*>(ws + l.scores);
     T* P = reinterpret_cast<T*>(ws + l.probs);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
+    const RowRange r = row_range(rows, T_);
     launch(split_heads_kernel<T>, dim3(elementwise_grid(3 * n, kBlock)), dim3(kBlock), 0, stream, q, qkv, B, T_, NH,
            NKV, HS, 3);
-    for (int q0 = 0; q0 < T_; q0 += Tq) {
-        const int rows = std::min(Tq, T_ - q0), Tk = q0 + rows;
+    for (int q0 = r.q0; q0 < r.end; q0 += Tq) {
+        const int rows = std::min(Tq, r.end - q0), Tk = q0 + rows;
         const long long tile = static_cast<long long>(rows) * Tk;
         // S^T (Tk x rows) = K^T-view^T (Tk x HS) * Q_t^T-view (HS x rows)
         batched_gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, Tk, rows, HS, scale, k, HS, head, q + q0 * HS, HS, head, 0.0f,
                      S, CUDA_R_32F, Tk, tile, BH);
         launch(causal_softmax_kernel<T>, dim3(row_grid(BH, rows)), dim3(kRowWarps * kWarpSize), 0, stream, P, lse, S,
-               BH, rows, Tk, q0, T_, doc, NH);
+               BH, rows, Tk, q0, T_, doc, NH, r.Tout, r.shift);
         // O_t^T (HS x rows) = V^T-view (HS x Tk) * P^T-view (Tk x rows)
         batched_gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, HS, rows, Tk, 1.0f, v, HS, head, P, Tk, tile, 0.0f,
                      o + q0 * HS, cuda_type<T>(), HS, head, BH);
     }
-    launch(merge_heads_kernel<T, T>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, out,
-           static_cast<const T*>(o), B, T_, NH, NKV, HS, 1);
+    const size_t nr = static_cast<size_t>(B) * (r.end - r.q0) * C;  // the rows' outputs, back in position order
+    launch(rows_heads_kernel<T, false>, dim3(elementwise_grid(nr, kBlock)), dim3(kBlock), 0, stream, out,
+           static_cast<const T*>(o), B, T_, NH, HS, r.q0, r.end - r.q0, r.Tout, r.q0 + r.shift);
 }
 
 template <typename T>
 void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, const T* qkv, const T* out,
                                const float* lse, int B, int T_, int C, int NH, int NKV,
                                const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream,
-                               const int* doc) {
+                               const int* doc, const CublasRows& rows) {
     check_heads(C, NH, NKV);
     const int HS = C / NH, BH = B * NH, Tq = plan.tile_rows;
     const Layout l = layout_of(true, B, T_, C, NH, sizeof(T), Tq);
@@ -282,17 +320,20 @@ void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, co
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     launch(split_heads_kernel<T>, dim3(elementwise_grid(3 * n, kBlock)), dim3(kBlock), 0, stream, q, qkv, B, T_, NH,
            NKV, HS, 3);
-    launch(split_heads_kernel<T>, dim3(elementwise_grid(n, kBlock)), dim3(kBlock), 0, stream, dO, dout, B, T_, NH,
-           NKV, HS, 1);
-    CUDA_CHECK(cudaMemsetAsync(dk, 0, 2 * n * sizeof(float), stream));  // dk, dv accumulate over tiles
-    for (int q0 = 0; q0 < T_; q0 += Tq) {
-        const int rows = std::min(Tq, T_ - q0), Tk = q0 + rows;
+    const RowRange r = row_range(rows, T_);
+    const size_t nr = static_cast<size_t>(B) * (r.end - r.q0) * C;
+    launch(rows_heads_kernel<T, true>, dim3(elementwise_grid(nr, kBlock)), dim3(kBlock), 0, stream, dO, dout, B, T_,
+           NH, HS, r.q0, r.end - r.q0, r.Tout, r.q0 + r.shift);
+    // dk, dv accumulate over tiles; dq too is cleared, since rows outside [q0, end) are none of the tiles'
+    CUDA_CHECK(cudaMemsetAsync(dq, 0, 3 * n * sizeof(float), stream));
+    for (int q0 = r.q0; q0 < r.end; q0 += Tq) {
+        const int rows = std::min(Tq, r.end - q0), Tk = q0 + rows;
         const long long tile = static_cast<long long>(rows) * Tk;
         const size_t elems = static_cast<size_t>(BH) * rows * Tk;
         batched_gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, Tk, rows, HS, scale, k, HS, head, q + q0 * HS, HS, head, 0.0f,
                      S, CUDA_R_32F, Tk, tile, BH);
         launch(causal_probs_kernel<T>, dim3(elementwise_grid(elems, kBlock)), dim3(kBlock), 0, stream, P,
-               static_cast<const float*>(S), lse, BH, rows, Tk, q0, T_, doc, NH);
+               static_cast<const float*>(S), lse, BH, rows, Tk, q0, T_, doc, NH, r.Tout, r.shift);
         // dV^T (HS x Tk) += dO_t^T-view (HS x rows) * P (rows x Tk)
         batched_gemm(handle, CUBLAS_OP_N, CUBLAS_OP_T, HS, Tk, rows, 1.0f, dO + q0 * HS, HS, head, P, Tk, tile, 1.0f,
                      dv, CUDA_R_32F, HS, head, BH);
@@ -300,7 +341,7 @@ void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, co
         batched_gemm(handle, CUBLAS_OP_T, CUBLAS_OP_N, Tk, rows, HS, 1.0f, v, HS, head, dO + q0 * HS, HS, head, 0.0f,
                      S, CUDA_R_32F, Tk, tile, BH);
         launch(softmax_backward_kernel<T>, dim3(row_grid(BH, rows)), dim3(kRowWarps * kWarpSize), 0, stream, P,
-               static_cast<const float*>(S), dout, out, BH, rows, Tk, q0, T_, C, NH, doc);
+               static_cast<const float*>(S), dout, out, BH, rows, Tk, q0, T_, C, NH, doc, r.Tout, r.shift);
         // dQ_t^T (HS x rows) = K^T-view (HS x Tk) * dS^T-view (Tk x rows) * scale
         batched_gemm(handle, CUBLAS_OP_N, CUBLAS_OP_N, HS, rows, Tk, scale, k, HS, head, P, Tk, tile, 0.0f,
                      dq + q0 * HS, CUDA_R_32F, HS, head, BH);
@@ -310,15 +351,16 @@ void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, co
     }
     const size_t dqkv_elems = static_cast<size_t>(B) * T_ * (NH + 2 * NKV) * HS;
     launch(merge_heads_kernel<T, float>, dim3(elementwise_grid(dqkv_elems, kBlock)), dim3(kBlock), 0, stream, dqkv,
-           static_cast<const float*>(dq), B, T_, NH, NKV, HS, 3);
+           static_cast<const float*>(dq), B, T_, NH, NKV, HS, 3, rows.nq >= 0);
 }
 
 #define INSTANTIATE(T)                                                                                            \
     template void cublas_attention_forward<T>(cublasHandle_t, T*, float*, const T*, int, int, int, int, int,     \
-                                              const CublasAttentionPlan&, void*, cudaStream_t, const int*);      \
+                                              const CublasAttentionPlan&, void*, cudaStream_t, const int*,       \
+                                              const CublasRows&);                                                 \
     template void cublas_attention_backward<T>(cublasHandle_t, T*, const T*, const T*, const T*, const float*,   \
                                                int, int, int, int, int, const CublasAttentionPlan&, void*,       \
-                                               cudaStream_t, const int*);
+                                               cudaStream_t, const int*, const CublasRows&);
 INSTANTIATE(float)
 INSTANTIATE(__nv_bfloat16)
 #undef INSTANTIATE

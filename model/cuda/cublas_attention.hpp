@@ -18,6 +18,14 @@ struct CublasAttentionPlan {
     size_t workspace_bytes = 0; ///< the whole device workspace: fixed part + score_bytes (256-byte aligned parts)
 };
 
+/// The query rows a call computes (Ops::attention_forward_rows, context parallelism): window rows
+/// [q0, q0 + nq) (nq < 0: the whole window, the default), their outputs at rows [o0, o0 + nq) of
+/// (B,Tout,C) out / dout and (B*NH,Tout) lse; the backward then adds its dq|dk|dv to dqkv
+/// (accumulate) instead of overwriting it.
+struct CublasRows {
+    int q0 = 0, nq = -1, Tout = 0, o0 = 0;
+};
+
 /// The plan for B, T, C, NH (model/ops.hpp's attention shapes) with act dtype of act_bytes (4 or 2)
 /// bytes and a score budget of limit_mb MiB (model.attention_workspace_mb). Fixed part: forward
 /// 4 act tensors (B,NH,T,HS) (q, k, v, out per head), backward 4 act (q, k, v, dout) and 3 fp32

@@ -63,6 +63,7 @@ CudaOps::~CudaOps() {
         cudaEventDestroy(c.ready);
     }
     if (blas_ != nullptr) cublasDestroy(blas_);
+    if (rows_blas_ != nullptr) cublasDestroy(rows_blas_);
     cudaFree(lt_.workspace);
     cublasLtDestroy(lt_.handle);
     note_internal_memory(-static_cast<std::ptrdiff_t>(internal_bytes()));

@@ -177,6 +177,15 @@ public:
                                int NKV, int HS) override;
     void attention_backward_doc(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
                                 const int* doc_start, int B, int T, int NH, int NKV, int HS) override;
+    /// Context parallelism's attention over some query rows of a window (ops.hpp): always the cuBLAS
+    /// path (cublas_attention.cu with CublasRows; its handle made on first use), whatever
+    /// model.attention says, document mask included.
+    void attention_forward_rows(void* out, float* lse, const void* qkv, const int* doc_start, int B, int T, int NH,
+                                int NKV, int HS, const AttentionRows& rows) override;
+    void attention_backward_rows(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                 const int* doc_start, int B, int T, int NH, int NKV, int HS,
+                                 const AttentionRows& rows) override;
+    bool implements_attention_rows() const override { return true; }
     /// Rotary positions at pos (B,T) int32 (reset_position_ids): rope.cu with a position per row.
     void rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) override;
     void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) override;
@@ -271,7 +280,7 @@ private:
 #endif
     /// Points the cuBLAS handle at the current stream and at the cuBLASLt workspace (cublasSetStream
     /// resets the workspace to cuBLAS's own pool, whose memory the Allocator would not see).
-    void bind_blas();
+    void bind_blas(cublasHandle_t h = nullptr);  ///< h (default blas_) on stream_ with the cuBLASLt workspace
     /// The tile of FlashAttention-2's backward on this device at this head size
     /// (flash_backward_tile of its opt-in shared memory, read once): what both the scratch below
     /// and the launch take, so they cannot disagree.
@@ -353,6 +362,7 @@ private:
     cudaStream_t stream_ = nullptr;
     LtContext lt_;
     cublasHandle_t blas_ = nullptr;  ///< set when the attention path is cublas
+    cublasHandle_t rows_blas_ = nullptr;  ///< context parallelism's rows (always cuBLAS), made on first use
     std::unordered_map<cudaStream_t, Buffer> scratch_;
     std::unordered_map<cudaStream_t, Buffer> gqa_;  ///< grouped-query attention's expanded qkv / dqkv
     std::map<std::tuple<int, int, float>, Buffer> rope_tables_;  ///< rope_table_for's, by (T, HS, theta)

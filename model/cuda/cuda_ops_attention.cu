@@ -222,6 +222,37 @@ void CudaOps::require_gqa(int NH, int NKV) {
                                     std::to_string(NH));
 }
 
+// Context parallelism (model/gpt_cp.cpp): the cuBLAS path's query tiles restricted to the rows.
+void CudaOps::attention_forward_rows(void* out, float* lse, const void* qkv, const int* doc, int B, int T, int NH,
+                                     int NKV, int HS, const AttentionRows& rows) {
+    require_gqa(NH, NKV);
+    const int C = NH * HS;
+    if (rows_blas_ == nullptr && cublasCreate(&rows_blas_) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasCreate failed");
+    const auto plan = cuda::cublas_attention_plan(false, B, T, C, NH, dtype_size(act_), opt_.attention_workspace_mb);
+    void* ws = scratch_for(plan.workspace_bytes);
+    bind_blas(rows_blas_);
+    dispatch([&](auto t) {
+        using X = decltype(t);
+        cuda::cublas_attention_forward(rows_blas_, as<X>(out), lse, as<X>(qkv), B, T, C, NH, NKV, plan, ws, stream_, doc,
+                                       cuda::CublasRows{rows.q0, rows.nq, rows.Tout, rows.o0});
+    });
+}
+
+void CudaOps::attention_backward_rows(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                                      const int* doc, int B, int T, int NH, int NKV, int HS, const AttentionRows& rows) {
+    require_gqa(NH, NKV);
+    const int C = NH * HS;
+    if (rows_blas_ == nullptr && cublasCreate(&rows_blas_) != CUBLAS_STATUS_SUCCESS) throw CudaError("cublasCreate failed");
+    const auto plan = cuda::cublas_attention_plan(true, B, T, C, NH, dtype_size(act_), opt_.attention_workspace_mb);
+    void* ws = scratch_for(plan.workspace_bytes);
+    bind_blas(rows_blas_);
+    dispatch([&](auto t) {
+        using X = decltype(t);
+        cuda::cublas_attention_backward(rows_blas_, as<X>(dqkv), as<X>(dout), as<X>(qkv), as<X>(out), lse, B, T, C, NH,
+                                        NKV, plan, ws, stream_, doc, cuda::CublasRows{rows.q0, rows.nq, rows.Tout, rows.o0});
+    });
+}
+
 #ifdef LLMTRAIN_HAVE_CUDNN
 
 bool CudaOps::cudnn_plans_or_fallback(int B, int T, int C, int NH) {
@@ -262,9 +293,10 @@ bool CudaOps::cudnn_gqa_native(int B, int T, int C, int NH, int NKV) {
 
 #endif
 
-void CudaOps::bind_blas() {
-    if (cublasSetStream(blas_, stream_) != CUBLAS_STATUS_SUCCESS ||
-        cublasSetWorkspace(blas_, lt_.workspace, lt_.workspace_bytes) != CUBLAS_STATUS_SUCCESS)
+void CudaOps::bind_blas(cublasHandle_t h) {
+    if (h == nullptr) h = blas_;
+    if (cublasSetStream(h, stream_) != CUBLAS_STATUS_SUCCESS ||
+        cublasSetWorkspace(h, lt_.workspace, lt_.workspace_bytes) != CUBLAS_STATUS_SUCCESS)
         throw CudaError("cuda cublas attention: cublasSetStream/cublasSetWorkspace failed");
 }
 

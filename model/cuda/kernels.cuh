@@ -189,18 +189,20 @@ void flash_attention_backward(__nv_bfloat16* dqkv, const __nv_bfloat16* dout, co
 /// sees keys doc[b,i] <= j <= i only, the mask applied in the softmax kernels (the GEMMs still
 /// cover every causal key of the tile).
 /// Errors: std::invalid_argument if C % NH != 0; CudaError when a cuBLAS call fails.
+/// rows: the whole window (default) or some query rows of it (CublasRows; Ops::attention_forward_rows).
 template <typename T>
 void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T* qkv, int B, int T_, int C,
                               int NH, int NKV, const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream,
-                              const int* doc = nullptr);
+                              const int* doc = nullptr, const CublasRows& rows = {});
 /// dqkv (B,T,(NH + 2 NKV)*HS) overwritten, recomputing P per tile from qkv and lse (FlashAttention-2's
 /// backward equations; a key/value head's gradient summed over its query heads); same handle, plan
-/// (backward = true) and workspace rules as the forward.
+/// (backward = true) and workspace rules as the forward. With rows of a window (nq >= 0): dout, out
+/// and lse at the rows' places, and dqkv added to (the rows' dQ, every key's dK and dV).
 template <typename T>
 void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, const T* qkv, const T* out,
                                const float* lse, int B, int T_, int C, int NH, int NKV,
                                const CublasAttentionPlan& plan, void* workspace, cudaStream_t stream,
-                               const int* doc = nullptr);
+                               const int* doc = nullptr, const CublasRows& rows = {});
 
 // ---- gelu.cu ----
 template <typename T>
