@@ -17,12 +17,17 @@
 #   3. cpu trains 2 steps and checkpoints, cuda (fp32) resumes to step 3: step 3 matches run 1's cpu
 #      loss within 1e-4; 4. the reverse (cuda checkpoints, cpu resumes), same check;
 #   5. cuda in bf16 checkpoints (fp32 master weights saved), cpu resumes: within 5e-3;
+#   (4 and 5 resume from the step-2 checkpoint that the 3-step cuda fp32 and bf16 runs of 1 and 2
+#   write on the way, copied alone into a fresh run directory, instead of from 2-step cuda runs of
+#   their own: the same checkpoint bits, since writing a checkpoint changes nothing in the run, and
+#   4 emulated steps fewer;)
 #   6. training.stochastic_rounding = true reaches the backend: 2 bf16 steps whose step-2 loss
 #      differs from the round-to-nearest run's (the params after step 1 differ) yet stays within 5e-3 of cpu;
 #   7. model.attention = "cublas": 3 fp32 steps with attention_workspace_mb = 1 (query tiles of 64 of
 #      the 256 rows) within 1e-4 of cpu, and 3 bf16 steps in one tile with every layer recomputed
 #      (activation_checkpoint.ratio = 1) within 5e-3;
-# About 9 s per emulated step on 2 cores (tiny.toml's 4 layers at seq_len 256); 22 emulated steps.
+# 18 emulated steps of tiny.toml's 4 layers at seq_len 256 (22 before 4 and 5 reused the runs of 1
+# and 2: 145 s in a CI run; CPU time alone, 134 s -> 112 s, so ~120 s expected).
 set -euo pipefail
 LLMTRAIN=$1 EMU=$2 CONFIG=$3 DATA=$4 WORK=$5
 VOCAB=$(cat "$DATA/vocab_size.txt")
@@ -32,10 +37,10 @@ rm -rf "$WORK" && mkdir -p "$WORK"
 source "$(dirname "$0")/emu_train_lib.sh"
 
 run "$LLMTRAIN" "$WORK/cpu" cpu fp32 3
-run "$EMU" "$WORK/cuda_fp32" cuda fp32 3
+run "$EMU" "$WORK/cuda_fp32" cuda fp32 3 --set checkpoint.interval=2
 compare "cuda fp32 vs cpu" "$WORK/cpu" "$WORK/cuda_fp32" 1e-4 1
 compare_weights "cuda fp32 vs cpu" "$WORK/cpu" "$WORK/cuda_fp32"
-run "$EMU" "$WORK/cuda_bf16" cuda bf16 3
+run "$EMU" "$WORK/cuda_bf16" cuda bf16 3 --set checkpoint.interval=2
 grep -q "attention: native (auto: this build has no cuDNN; FlashAttention-2" "$WORK/cuda_bf16.log" ||
     { echo "auto in bf16 at head size 64 without cuDNN did not pick native (FlashAttention-2)"; exit 1; }
 compare "cuda bf16 (auto: native, FlashAttention-2 on emulated tensor cores) vs cpu" "$WORK/cpu" "$WORK/cuda_bf16" 5e-3 1
@@ -49,14 +54,17 @@ run "$LLMTRAIN" "$WORK/cpu_then_cuda" cpu fp32 2
 run "$EMU" "$WORK/cpu_then_cuda" cuda fp32 3
 compare "cpu checkpoint resumed on cuda" "$WORK/cpu" "$WORK/cpu_then_cuda" 1e-4 3
 
-run "$EMU" "$WORK/cuda_then_cpu" cuda fp32 2
+resume_dir "$WORK/cuda_fp32" 2 "$WORK/cuda_then_cpu"
 run "$LLMTRAIN" "$WORK/cuda_then_cpu" cpu fp32 3
 compare "cuda checkpoint resumed on cpu" "$WORK/cpu" "$WORK/cuda_then_cpu" 1e-4 3
-grep -q "resum" "$WORK/cuda_then_cpu.log" || { echo "the cpu run did not report resuming"; exit 1; }
+grep -q "resume: from .*step_2 at step 2 .*written by backend cuda/fp32" "$WORK/cuda_then_cpu.log" ||
+    { echo "the cpu run did not report resuming from the cuda fp32 step-2 checkpoint"; exit 1; }
 
-run "$EMU" "$WORK/bf16_then_cpu" cuda bf16 2
+resume_dir "$WORK/cuda_bf16" 2 "$WORK/bf16_then_cpu"
 run "$LLMTRAIN" "$WORK/bf16_then_cpu" cpu fp32 3
 compare "cuda bf16 checkpoint resumed on cpu" "$WORK/cpu" "$WORK/bf16_then_cpu" 5e-3 3
+grep -q "resume: from .*step_2 at step 2 .*written by backend cuda/bf16" "$WORK/bf16_then_cpu.log" ||
+    { echo "the cpu run did not report resuming from the cuda bf16 step-2 checkpoint"; exit 1; }
 run "$EMU" "$WORK/bf16_sr" cuda bf16 2 --set training.stochastic_rounding=true
 compare "cuda bf16 stochastic rounding vs cpu" "$WORK/cpu" "$WORK/bf16_sr" 5e-3 1
 step2_loss() { awk -F'\t' '$1 == 2 && $2 == "train" { print $3 }' "$1/losses.tsv"; }

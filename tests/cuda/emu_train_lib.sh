@@ -5,18 +5,28 @@
 # CONFIG, DATA and VOCAB; the functions exit 1 with what differed. (emu_lib.sh is the mpirun
 # scripts' counterpart: emu_zero.sh, emu_tp.sh.)
 
-# run <binary> <run_dir> <backend> <precision> <max_steps> [--set overrides...]: log in <run_dir>.log
+# run <binary> <run_dir> <backend> <precision> <max_steps> [--set overrides...]: log in <run_dir>.log.
+# The overrides come last, so they win over the settings here (checkpoint.interval=0: only the final
+# checkpoint, unless one is asked for).
 run() {
     local bin=$1 rd=$2 backend=$3 prec=$4 steps=$5
     shift 5
-    "$bin" --config "$CONFIG" "$@" \
+    "$bin" --config "$CONFIG" \
         --set "run.run_dir=\"$rd\"" --set "run.backend=\"$backend\"" --set "training.precision=\"$prec\"" \
         --set "run.max_steps=$steps" --set "model.vocab_size=$VOCAB" \
         --set "data.train=\"$DATA/train.h5\"" --set "data.val=\"$DATA/val.h5\"" \
         --set training.micro_batch_size=2 --set training.grad_accum_steps=1 --set run.log_interval=1 \
         --set run.eval_interval=0 --set run.sample_interval=0 --set metrics.enabled=false \
-        --set checkpoint.interval=0 --set lr_schedule.warmup_steps=2 >"$rd.log" 2>&1 ||
+        --set checkpoint.interval=0 --set lr_schedule.warmup_steps=2 "$@" >"$rd.log" 2>&1 ||
         { echo "FAILED: $bin ($backend $prec) exited $?; log:"; cat "$rd.log"; exit 1; }
+}
+
+# resume_dir <run dir> <step> <new run dir>: a run directory holding only <run dir>'s checkpoint of
+# step <step> (no losses.tsv, so the resumed run's losses are the only ones there)
+resume_dir() {
+    rm -rf "$3" && mkdir -p "$3/checkpoints"
+    cp -r "$1/checkpoints/step_$2" "$3/checkpoints/"
+    echo "step_$2" >"$3/checkpoints/latest"
 }
 
 # compare <name> <reference run dir> <run dir> <relative tolerance> [first step, default every step]:
