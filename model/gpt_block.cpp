@@ -71,7 +71,7 @@ void GPT::Impl::layer_forward(Context& c, int i, const void* w, const LayerActs&
     const void* x = c.res[i];
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p.ln1w), P(p.ln1b), R);
     ops.matmul_forward(a.qkv, nullptr, gather_rows(a.ln1), P(p.qkvw), P(p.qkvb), N, C, Qt);  // column-parallel
-    if (spec.pos == PosKind::rotary) ops.rope_forward_pos(a.qkv, c.pos, B, T, NHt, NKVt, HS, spec.rope_theta);
+    if (spec.pos == PosKind::rotary) ops.rope_forward_pos(a.qkv, c.pos, B, T, NHt, NKVt, HS, spec.rope_theta, Tw);
     if (cpg != nullptr) cp_attention_forward(c, a);  // this rank's rows against the whole window (gpt_cp.cpp)
     else ops.attention_forward_doc(a.atty, a.att_lse, a.qkv, c.doc_start, B, T, NHt, NKVt, HS);  // local heads
     ops.matmul_forward(tmp, nullptr, a.atty, P(p.attprojw), bias_here ? P(p.attprojb) : nullptr, N, Ct, C);
@@ -121,7 +121,7 @@ void GPT::Impl::layer_backward(Context& c, int i, const void* w, void* g, const 
     if (cpg != nullptr) cp_attention_backward(c, a);  // d qkv (N,Qt), summed over the CP group (gpt_cp.cpp)
     else ops.attention_backward_doc(dbuf_4c, dbuf_c, a.qkv, a.atty, a.att_lse, c.doc_start, B, T, NHt, NKVt,
                                     HS);  // d qkv (N,Qt)
-    if (spec.pos == PosKind::rotary) ops.rope_backward_pos(dbuf_4c, c.pos, B, T, NHt, NKVt, HS, spec.rope_theta);
+    if (spec.pos == PosKind::rotary) ops.rope_backward_pos(dbuf_4c, c.pos, B, T, NHt, NKVt, HS, spec.rope_theta, Tw);
     ops.matmul_backward(dbuf_c, G(p.qkvw), G(p.qkvb), dbuf_4c, gather_rows(a.ln1), P(p.qkvw), nullptr, N, C,
                         Qt);  // dbuf_c = d ln1 (partial sums over the local heads)
     const void* dln1 = sum_rows(dbuf_c, tmp);

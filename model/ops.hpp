@@ -297,12 +297,18 @@ public:
     /// rope_forward with the angle of position pos[b,t] ((B,T) device int32, >= 0) instead of t
     /// (Megatron-LM's --reset-position-ids: pos = t - doc_start; context parallelism: the global
     /// position). Null: pos = t.
-    virtual void rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
+    /// n_pos: a bound on the positions, pos < n_pos (the angle table's rows; T, or the window's
+    /// length under context parallelism).
+    virtual void rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
+                                  int n_pos) {
+        (void)n_pos;
         if (pos != nullptr) missing("rope_forward_pos");
         rope_forward(qkv, B, T, NH, NKV, HS, theta);
     }
     /// rope_backward with positions pos as rope_forward_pos.
-    virtual void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
+    virtual void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
+                                   int n_pos) {
+        (void)n_pos;
         if (pos != nullptr) missing("rope_backward_pos");
         rope_backward(dqkv, B, T, NH, NKV, HS, theta);
     }

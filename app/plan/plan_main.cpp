@@ -98,6 +98,9 @@ int main(int argc, char** argv) {
     }
     try {
         const Config cfg = load_config(config_path, overrides);
+        if (cfg.parallel.cp > 1)  // docs/parallelism.md "Context parallelism": counted by --dry-run, not planned
+            throw ConfigError("parallel.cp: llmtrain-plan plans at cp 1 only, got " + std::to_string(cfg.parallel.cp) +
+                              " (llmtrain --dry-run --world-size N counts a cp layout's memory and traffic)");
         opt.device_memory = parse_bytes(memory);
         if (opt.tp > 0 && opt.world % opt.tp != 0)
             throw ConfigError("--tp: expected a divisor of --world-size " + std::to_string(opt.world) + ", got " +

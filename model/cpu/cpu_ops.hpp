@@ -105,8 +105,10 @@ public:
     // rope.cpp
     void rope_forward(void* qkv, int B, int T, int NH, int NKV, int HS, float theta) override;
     void rope_backward(void* dqkv, int B, int T, int NH, int NKV, int HS, float theta) override;
-    void rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) override;
-    void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) override;
+    void rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
+                          int n_pos) override;
+    void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
+                           int n_pos) override;
     // swiglu.cpp
     void swiglu_forward(void* out, const void* inp, int N, int F) override;
     void swiglu_backward(void* dinp, const void* dout, const void* inp, int N, int F) override;

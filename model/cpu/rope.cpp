@@ -1,7 +1,6 @@
 // model/cpu/rope.cpp — rotary position embedding (Su et al. 2021, RoFormer) in HuggingFace's
 // rotate-half convention, forward and backward, in place on the q and k heads of a packed
 // [q | k | v] activation. fp32 with the angles' cos and sin from double; OpenMP over positions.
-#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -27,14 +26,11 @@ void rope_tables(std::vector<float>& cs, std::vector<float>& sn, int T, int HS, 
 }
 
 /// Turns the NH + NKV heads of HS channels at the start of every row of x (B*T rows of
-/// (NH + 2 NKV) * HS) by +angle (sign 1) or -angle (sign -1) of position pos[b,t] ((B,T) int32, >= 0:
-/// global positions under context parallelism), or t when pos is null.
-void rotate(float* x, const int* pos, int B, int T, int NH, int NKV, int HS, float theta, float sign) {
+/// (NH + 2 NKV) * HS) by +angle (sign 1) or -angle (sign -1) of position pos[b,t] ((B,T) int32 in
+/// [0, n_pos): window positions under context parallelism), or t when pos is null.
+void rotate(float* x, const int* pos, int B, int T, int NH, int NKV, int HS, float theta, float sign, int n_pos) {
     std::vector<float> cs, sn;
-    int n_pos = T;  // table rows: positions [0, T), or up to the largest given (context parallelism's are global)
-    if (pos != nullptr)
-        for (int bt = 0; bt < B * T; ++bt) n_pos = std::max(n_pos, pos[bt] + 1);
-    rope_tables(cs, sn, n_pos, HS, theta);
+    rope_tables(cs, sn, pos == nullptr ? T : n_pos, HS, theta);
     const int half = HS / 2, heads = NH + NKV;
     const size_t row = static_cast<size_t>(NH + 2 * NKV) * HS;
 #pragma omp parallel for schedule(static)
@@ -60,22 +56,24 @@ void rotate(float* x, const int* pos, int B, int T, int NH, int NKV, int HS, flo
 
 /// qkv (B,T,(NH + 2 NKV)*HS): q and k heads rotated in place by t * theta^(-2i/HS) (ops.hpp).
 void CpuOps::rope_forward(void* qkv, int B, int T, int NH, int NKV, int HS, float theta) {
-    rotate(static_cast<float*>(qkv), nullptr, B, T, NH, NKV, HS, theta, 1.0f);
+    rotate(static_cast<float*>(qkv), nullptr, B, T, NH, NKV, HS, theta, 1.0f, T);
 }
 
 /// dqkv: the q and k heads' gradients turned back (the rotation's transpose) in place.
 void CpuOps::rope_backward(void* dqkv, int B, int T, int NH, int NKV, int HS, float theta) {
-    rotate(static_cast<float*>(dqkv), nullptr, B, T, NH, NKV, HS, theta, -1.0f);
+    rotate(static_cast<float*>(dqkv), nullptr, B, T, NH, NKV, HS, theta, -1.0f, T);
 }
 
-/// qkv: rope_forward at positions pos (B,T) int32, >= 0 (ops.hpp: reset_position_ids, context parallelism).
-void CpuOps::rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
-    rotate(static_cast<float*>(qkv), pos, B, T, NH, NKV, HS, theta, 1.0f);
+/// qkv: rope_forward at positions pos (B,T) int32 in [0, n_pos) (ops.hpp: reset_position_ids, context parallelism).
+void CpuOps::rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
+                              int n_pos) {
+    rotate(static_cast<float*>(qkv), pos, B, T, NH, NKV, HS, theta, 1.0f, n_pos);
 }
 
-/// dqkv: rope_backward at positions pos (B,T) int32, >= 0.
-void CpuOps::rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
-    rotate(static_cast<float*>(dqkv), pos, B, T, NH, NKV, HS, theta, -1.0f);
+/// dqkv: rope_backward at positions pos (B,T) int32 in [0, n_pos).
+void CpuOps::rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
+                               int n_pos) {
+    rotate(static_cast<float*>(dqkv), pos, B, T, NH, NKV, HS, theta, -1.0f, n_pos);
 }
 
 }  // namespace llmtrain

@@ -187,8 +187,10 @@ public:
                                  const AttentionRows& rows) override;
     bool implements_attention_rows() const override { return true; }
     /// Rotary positions at pos (B,T) int32 (reset_position_ids): rope.cu with a position per row.
-    void rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) override;
-    void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) override;
+    void rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
+                          int n_pos) override;
+    void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
+                           int n_pos) override;
 
     // ---- activations and the classifier (cuda_ops_layers.cu) ----
     void gelu_forward(void* out, const void* inp, size_t n) override;

@@ -54,7 +54,8 @@ void CudaOps::encoder_backward_pos(void* dwte, void* dwpe, const void* dout, con
     require_vocab_range(v0, nv, "encoder_backward_pos");
     encoder_backward_range(dwte, nullptr, dout, inp, B, T, C, v0, nv);
     if (dwpe == nullptr || pos == nullptr) return;
-    encoder_backward_range(dwpe, nullptr, dout, pos, B, T, C, 0, T);  // dwpe's rows: the positions' ids
+    // dwpe's rows: the positions' ids, any row of wpe (context parallelism's reach past this call's T)
+    encoder_backward_range(dwpe, nullptr, dout, pos, B, T, C, 0, INT_MAX);
 }
 
 void CudaOps::require_vocab_range(int v0, int nv, const char* op) {

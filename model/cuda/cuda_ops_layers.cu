@@ -150,13 +150,15 @@ void CudaOps::rope_backward(void* dqkv, int B, int T, int NH, int NKV, int HS, f
     dispatch([&](auto t) { cuda::rope(as<decltype(t)>(dqkv), table, B, T, NH, NKV, HS, true, stream_); });
 }
 
-void CudaOps::rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
-    const float* table = rope_table_for(T, HS, theta);
+void CudaOps::rope_forward_pos(void* qkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
+                               int n_pos) {
+    const float* table = rope_table_for(pos == nullptr ? T : n_pos, HS, theta);  // a row per position
     dispatch([&](auto t) { cuda::rope(as<decltype(t)>(qkv), table, B, T, NH, NKV, HS, false, stream_, pos); });
 }
 
-void CudaOps::rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta) {
-    const float* table = rope_table_for(T, HS, theta);
+void CudaOps::rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
+                                int n_pos) {
+    const float* table = rope_table_for(pos == nullptr ? T : n_pos, HS, theta);
     dispatch([&](auto t) { cuda::rope(as<decltype(t)>(dqkv), table, B, T, NH, NKV, HS, true, stream_, pos); });
 }
 

@@ -80,7 +80,7 @@ size_t rmsnorm_backward_scratch_bytes(int N, int C);
 /// Rotary embedding in place on the q and k heads of qkv (B,T,(NH + 2 NKV)*HS), HuggingFace's
 /// rotate-half pairs (Ops::rope_forward); backward = true turns a gradient back (angle -a). table:
 /// rope_table (rope_table.hpp) at (T_, HS) and the model's theta, on the device. pos (B,T) int32
-/// device in [0, T): each position's angle row (Ops::rope_forward_pos); null: t.
+/// device in [0, the table's rows): each position's angle row (Ops::rope_forward_pos); null: t.
 template <typename T>
 void rope(T* qkv, const float* table, int B, int T_, int NH, int NKV, int HS, bool backward, cudaStream_t stream,
           const int* pos = nullptr);

@@ -95,8 +95,8 @@ TEST_P(DocumentsTest, RopeAtPositions) {
     for (int k = 0; k < 2; k++) {
         Ops& o = *backends[k];
         DevBuf dx = upload(o, x, o.act_dtype()), dg = upload(o, g, o.act_dtype()), dp = upload_ints(o, pos);
-        o.rope_forward_pos(dx.ptr, dp.as<int>(), Bq, Tq, NH, NKV, HS, 10000.0f);
-        o.rope_backward_pos(dg.ptr, dp.as<int>(), Bq, Tq, NH, NKV, HS, 10000.0f);
+        o.rope_forward_pos(dx.ptr, dp.as<int>(), Bq, Tq, NH, NKV, HS, 10000.0f, Tq);
+        o.rope_backward_pos(dg.ptr, dp.as<int>(), Bq, Tq, NH, NKV, HS, 10000.0f, Tq);
         res[k][0] = download(o, dx.ptr, n, o.act_dtype());
         res[k][1] = download(o, dg.ptr, n, o.act_dtype());
     }

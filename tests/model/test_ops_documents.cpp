@@ -132,7 +132,7 @@ TEST(CpuDocuments, RopeAtPositionsIsRopeOfEachDocument) {
     for (int i = 0; i < B * T; ++i) pos[size_t(i)] = i % T - ds[size_t(i)];
     const auto x = randu(size_t(B) * T * W, 14);
     std::vector<float> y = x, plain = x;
-    ops.rope_forward_pos(y.data(), pos.data(), B, T, NH, NKV, HS, 10000.0f);
+    ops.rope_forward_pos(y.data(), pos.data(), B, T, NH, NKV, HS, 10000.0f, T);
     ops.rope_forward(plain.data(), B, T, NH, NKV, HS, 10000.0f);
     // Row 0's second document (positions 4..8) rotated as a sequence of its own: rows 0..4 of plain
     // hold positions 0..4 of the same op; rotate that document's rows alone and compare bitwise.
@@ -140,7 +140,7 @@ TEST(CpuDocuments, RopeAtPositionsIsRopeOfEachDocument) {
     ops.rope_forward(doc.data(), 1, 5, NH, NKV, HS, 10000.0f);
     for (size_t i = 0; i < doc.size(); ++i) ASSERT_EQ(y[4 * W + i], doc[i]) << i;
     for (size_t i = size_t(T) * W; i < y.size(); ++i) ASSERT_EQ(y[i], plain[i]) << i;  // row 1: one document
-    ops.rope_backward_pos(y.data(), pos.data(), B, T, NH, NKV, HS, 10000.0f);  // the inverse rotation
+    ops.rope_backward_pos(y.data(), pos.data(), B, T, NH, NKV, HS, 10000.0f, T);  // the inverse rotation
     expect_close("rope round trip", y, to_double(x), 0, 1e-6);
 }
 

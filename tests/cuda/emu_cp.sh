@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# tests/cuda/emu_cp.sh — parallel.cp on the CUDA backend under cuda_emu: llmtrain-emu (each layer's
+# q|k|v all-gathered and its gradient reduce-scattered over NcclComm on the emulated NCCL, the
+# attention of each rank's rows on the cuBLAS path, model/gpt_cp.cpp) trains 3 steps under mpirun,
+# against the CPU llmtrain in one process with the same data and seed (emu_lib.sh's settings, no
+# samples: cp > 1 refuses them). Tolerances as emu_tp.sh's: fp32 losses within 1e-4 relative and
+# weights within compare_weights.py's; bf16 losses within 5e-3. Cases: cp 2 (fp32), cp 2 in bf16,
+# a Llama (grouped-query attention, rotary positions at window positions) with document masking at
+# cp 2, and cp 2 x dp 2 at ZeRO-1 on 4 emulated ranks against 2 CPU ranks.
+# Usage: emu_cp.sh <llmtrain> <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
+set -euo pipefail
+CPU=$1 EMU=$2 MPI=$3 DATA=$4 WORK=$5
+VOCAB=$(cat "$DATA/vocab_size.txt")
+rm -rf "$WORK" && mkdir -p "$WORK"
+
+# shellcheck source=tests/cuda/emu_lib.sh
+source "$(dirname "$0")/emu_lib.sh"
+NS=(--set run.sample_interval=0)
+CUDA=(--set 'run.backend="cuda"' --set parallel.cp=2 "${NS[@]}")
+LLAMA=(--set 'model.arch="llama"' --set model.n_head=4 --set model.n_kv_head=2 --set model.intermediate_size=64
+       --set data.document_mask=true --set data.reset_position_ids=true)
+
+run "$CPU" 1 cpu "${NS[@]}"
+run "$EMU" 2 cp2 "${CUDA[@]}"
+grep -q "(1 data x cp 2)" "$WORK/cp2.log" || { echo "cp2: no CP layout in the start-up log"; exit 1; }
+compare cpu cp2 1e-4
+weights cpu cp2
+run "$EMU" 2 cp2_bf16 "${CUDA[@]}" --set 'training.precision="bf16"'
+compare cpu cp2_bf16 5e-3
+run "$CPU" 1 cpu_llama "${NS[@]}" "${LLAMA[@]}"
+run "$EMU" 2 cp2_llama "${CUDA[@]}" "${LLAMA[@]}"
+compare cpu_llama cp2_llama 1e-4
+weights cpu_llama cp2_llama
+run "$CPU" 2 cpu_dp2 "${NS[@]}"
+run "$EMU" 4 cp2_dp2_z1 "${CUDA[@]}" --set parallel.zero_stage=1
+compare cpu_dp2 cp2_dp2_z1 1e-4
+weights cpu_dp2 cp2_dp2_z1
+echo "emu_cp: all comparisons passed"
