@@ -15,10 +15,10 @@ import subprocess
 import sys
 
 # docs/x.md "Section", x.md "Section" or [x.md](...) "Section"; the quote may open the next comment
-# line (// or #) or be escaped (a C++ string literal)
-CITATION = re.compile(r'(?:docs/)?([a-z_]+\.md)(?:\]\([^)]*\))?\s+(?:(?://|#)\s*)?\\?"([^"\n\\]+(?:\n[^"\n\\]*){0,2})\\?"')
-# a line break inside a citation, with the comment marker of the next line
-WRAP = re.compile(r'\s*\n\s*(?://|#)?\s*')
+# line (//, /// or #) or be escaped (a C++ string literal)
+CITATION = re.compile(r'(?:docs/)?([a-z_]+\.md)(?:\]\([^)]*\))?\s+(?:(?:///?|#)\s*)?\\?"([^"\n\\]+(?:\n[^"\n\\]*){0,2})\\?"')
+# a line break inside a citation, with the comment marker of the next line (//, /// or #)
+WRAP = re.compile(r'\s*\n\s*(?:///?|#)?\s*')
 
 
 def sections(path):
