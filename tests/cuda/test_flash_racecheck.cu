@@ -39,6 +39,9 @@ namespace {
 ///   2: threads 0 and 32 store s[0] (write after write)
 ///   3: lane 0 of warp 0 stores s[0], then lane 1 loads it (read after write within a warp: the
 ///      barrier there is a __syncwarp)
+///   4: every lane of warp 0 loads s[0], then lane 0 stores it (write after read within a warp,
+///      barrier __syncwarp; in the reverse order lane 0 is the last to load it, so a check against
+///      the last reader alone would miss it there)
 /// ("then": in program order and in the emulator's forward order; the reverse order runs warp 1
 /// (lane 1) first, so there 0 and 1 (3) meet as each other's hazard.)
 __global__ void planted_kernel(float* out, int mode) {
@@ -68,6 +71,11 @@ __global__ void planted_kernel(float* out, int mode) {
             if (i == 0) s[0] = -1.0f;
             if (mode & 16) __syncwarp();
             if (i == 1) v = s[0];
+            break;
+        case 4:
+            if (warp0) v = s[0];
+            if (mode & 16) __syncwarp();
+            if (i == 0) s[0] = -1.0f;
             break;
     }
     out[i] = v;
@@ -119,16 +127,17 @@ void run_flash(int B, int T, int NH, int NKV, int HS, cuda::FlashBackwardTile ti
 }  // namespace
 
 TEST(Racecheck, PlantedHazardsFaultInEveryOrderAndABarrierEndsThem) {
-    const char* needles[] = {"read after write", "write after read", "write after write", "read after write"};
+    const char* needles[] = {"read after write", "write after read", "write after write", "read after write",
+                             "read after write"};
     for (const char* order : emu_test::kThreadOrders) {
         emu_test::ScopedOrder scoped(order);
-        for (int mode = 0; mode < 4; mode++) {
+        for (int mode = 0; mode < 5; mode++) {
             SCOPED_TRACE(std::string(order) + ", mode " + std::to_string(mode));
             {
                 DeviceArray<float> out(64);
                 llmtrain::launch(planted_kernel, 1, 64, 64 * sizeof(float), nullptr, out.p, mode);
                 const std::string report = emu_test::expect_fault(
-                    mode == 3 ? "with no __syncwarp (or __syncthreads) between" : "with no __syncthreads between");
+                    mode >= 3 ? "with no __syncwarp (or __syncthreads) between" : "with no __syncthreads between");
                 if (std::string(order) == "forward") {  // in the reverse order 0 and 1 (3) meet as each other
                     EXPECT_NE(report.find(needles[mode]), std::string::npos) << report;
                 }

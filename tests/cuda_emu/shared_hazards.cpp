@@ -44,6 +44,7 @@ struct Word {
     uint32_t write_epoch = 0;  ///< the interval of the last write (0: none)
     uint32_t read_epoch = 0;   ///< the interval of `readers`
     uint32_t readers = 0;      ///< warps (bit w) that read it in read_epoch
+    uint32_t read_lanes = 0;   ///< lanes (bit l) of `read`'s warp that read it since its __syncwarp `read.sync`
     Where write;               ///< the last write
     Where read;                ///< the last of the reads in read_epoch
     uint16_t copy = kNoCopy;   ///< copy_in_flight (first word of a 16-byte chunk only)
@@ -188,8 +189,10 @@ void shared_access(const void* p, size_t n, SharedAccess kind, std::source_locat
             if (written_here)
                 hazard("read after write", a, now, describe(w.write), barrier(w.write),
                        "the write is visible to another thread only after a barrier that follows it");
-            if (w.read_epoch != t_epoch) w.readers = 0, w.read_epoch = t_epoch;
+            if (w.read_epoch != t_epoch) w.readers = 0, w.read_lanes = 0, w.read_epoch = t_epoch;
+            if (w.read.thread / 32 != warp || w.read.sync != now.sync) w.read_lanes = 0;  // those are ordered or another warp's
             w.readers |= 1u << warp;
+            w.read_lanes |= 1u << (t % 32);
             w.read = now;
             continue;
         }
@@ -201,9 +204,16 @@ void shared_access(const void* p, size_t n, SharedAccess kind, std::source_locat
                    w.read.thread / 32 != warp ? describe(w.read)  // else an earlier reader of another warp
                                               : "a read by warp " + std::to_string(std::countr_zero(others)),
                    "__syncthreads", "on a GPU the write may land before that read");
-        if (w.read_epoch == t_epoch && w.read.thread / 32 == warp && unordered(w.read))
-            hazard("write after read", a, now, describe(w.read), barrier(w.read),
-                   "on a GPU the write may land before that read");
+        // Every lane of this warp that read it since this warp's last __syncwarp, not only the last
+        // reader: which lane read last depends on the thread order.
+        if (const uint32_t lanes = w.read_epoch == t_epoch && w.read.thread / 32 == warp && w.read.sync == now.sync
+                                       ? w.read_lanes & ~(1u << (t % 32))
+                                       : 0)
+            hazard("write after read", a, now,
+                   w.read.thread != t ? describe(w.read)
+                                      : "a read by thread " + std::to_string(warp * 32 + std::countr_zero(lanes)) +
+                                            " of warp " + std::to_string(warp),
+                   barrier(w.read), "on a GPU the write may land before that read");
         w.write_epoch = t_epoch;
         w.write = now;
     }
