@@ -82,8 +82,9 @@ void check_zero_config(const Config& cfg, int rank) {
         throw ConfigError("parallel.zero_group_size: expected 0 with parallel.zero_stage = 0 (plain data parallelism "
                           "shards nothing), got " + std::to_string(p.zero_group_size));
     if (p.zero_group_size != 0 && dp % p.zero_group_size != 0)
-        throw ConfigError("parallel.zero_group_size: expected 0 or a divisor of dp x cp = " + std::to_string(dp) +
-                          ", got " + std::to_string(p.zero_group_size));
+        throw ConfigError(std::string("parallel.zero_group_size: expected 0 or a divisor of ") +
+                          (p.cp > 1 ? "dp x cp = " : "dp = ") + std::to_string(dp) + ", got " +
+                          std::to_string(p.zero_group_size));
     const int group = p.zero_group_size == 0 ? dp : p.zero_group_size;
     if (p.zero_stage > 0 && group == 1 && rank == 0)
         std::fprintf(stderr, "llmtrain: warning: parallel.zero_stage = %d over a ZeRO group of one rank shards "

@@ -79,15 +79,14 @@ void batched_gemm(cublasHandle_t h, cublasOperation_t opa, cublasOperation_t opb
                                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-/// dst (parts, B*NH, T, HS) = src regrouped by head; one thread per dst element. parts = 3: src is
-/// qkv (B, T, (NH + 2 NKV)*HS) and query head h reads key/value head h / (NH/NKV) (grouped-query
-/// attention, Ainslie et al. 2023: the K and V heads of a group are copied to each of its query
-/// heads); parts = 1: src is (B, T, NH*HS) (dout).
+/// dst (3, B*NH, T, HS) = q | k | v of qkv (B, T, (NH + 2 NKV)*HS) regrouped by head; query head h
+/// reads key/value head h / (NH/NKV) (grouped-query attention, Ainslie et al. 2023: the K and V
+/// heads of a group are copied to each of its query heads). One thread per dst element.
 template <typename T>
-__global__ void split_heads_kernel(T* dst, const T* src, int B, int T_, int NH, int NKV, int HS, int parts) {
+__global__ void split_heads_kernel(T* dst, const T* src, int B, int T_, int NH, int NKV, int HS) {
     const int C = NH * HS, group = NH / NKV;
-    const size_t width = parts == 1 ? static_cast<size_t>(C) : static_cast<size_t>(NH + 2 * NKV) * HS;
-    const size_t n = static_cast<size_t>(parts) * B * NH * T_ * HS;
+    const size_t width = static_cast<size_t>(NH + 2 * NKV) * HS;
+    const size_t n = 3 * static_cast<size_t>(B) * NH * T_ * HS;
     for (size_t x = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; x < n;
          x += static_cast<size_t>(gridDim.x) * blockDim.x) {
         const int d = static_cast<int>(x % HS), t = static_cast<int>(x / HS % T_);
@@ -101,30 +100,29 @@ __global__ void split_heads_kernel(T* dst, const T* src, int B, int T_, int NH, 
     }
 }
 
-/// dst (B, T, width) of T from src (parts, B*NH, T, HS) of S (T or fp32), put back in position
-/// order; one thread per dst element. parts = 1: dst (B, T, NH*HS). parts = 3: dst is dqkv
-/// (B, T, (NH + 2 NKV)*HS), and a key/value head's gradient is the sum, in head order in fp32, of
-/// its NH/NKV query heads' (one term, the plain copy, when NKV = NH).
-template <typename T, typename S>
-__global__ void merge_heads_kernel(T* dst, const S* src, int B, int T_, int NH, int NKV, int HS, int parts,
-                                   bool accumulate = false) {
+/// dqkv (B, T, (NH + 2 NKV)*HS) of T from src (3, B*NH, T, HS) fp32 (dq | dk | dv per head), put
+/// back in position order: a key/value head's gradient is the sum, in head order in fp32, of its
+/// NH/NKV query heads' (one term, the plain copy, when NKV = NH). accumulate: added to dqkv's
+/// values (after that sum) instead of overwriting them. One thread per dqkv element.
+template <typename T>
+__global__ void merge_heads_kernel(T* dst, const float* src, int B, int T_, int NH, int NKV, int HS, bool accumulate) {
     const int C = NH * HS, group = NH / NKV;
-    const size_t width = parts == 1 ? static_cast<size_t>(C) : static_cast<size_t>(NH + 2 * NKV) * HS;
+    const size_t width = static_cast<size_t>(NH + 2 * NKV) * HS;
     const size_t n = static_cast<size_t>(B) * T_ * width, per_part = static_cast<size_t>(B) * NH * T_ * HS;
     for (size_t x = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; x < n;
          x += static_cast<size_t>(gridDim.x) * blockDim.x) {
         const size_t bt = x / width, b = bt / T_, t = bt % T_;
         const int col = static_cast<int>(x % width);
-        const float before = accumulate ? to_float(dst[x]) : 0.0f;  // added to last, after the heads' sum
+        const float before = accumulate ? to_float(dst[x]) : 0.0f;
         if (col < C) {
             const int h = col / HS, d = col % HS;
-            dst[x] = from_float<T>(to_float(src[((b * NH + h) * T_ + t) * HS + d]) + before);
+            dst[x] = from_float<T>(src[((b * NH + h) * T_ + t) * HS + d] + before);
             continue;
         }
         const int kv = col - C, part = 1 + kv / (NKV * HS), g = kv % (NKV * HS) / HS, d = kv % HS;
-        const S* p = src + part * per_part + ((b * NH + static_cast<size_t>(g) * group) * T_ + t) * HS + d;
-        float acc = to_float(p[0]);
-        for (int j = 1; j < group; j++) acc += to_float(p[static_cast<size_t>(j) * T_ * HS]);
+        const float* p = src + part * per_part + ((b * NH + static_cast<size_t>(g) * group) * T_ + t) * HS + d;
+        float acc = p[0];
+        for (int j = 1; j < group; j++) acc += p[static_cast<size_t>(j) * T_ * HS];
         dst[x] = from_float<T>(acc + before);
     }
 }
@@ -284,7 +282,7 @@ void cublas_attention_forward(cublasHandle_t handle, T* out, float* lse, const T
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     const RowRange r = row_range(rows, T_);
     launch(split_heads_kernel<T>, dim3(elementwise_grid(3 * n, kBlock)), dim3(kBlock), 0, stream, q, qkv, B, T_, NH,
-           NKV, HS, 3);
+           NKV, HS);
     for (int q0 = r.q0; q0 < r.end; q0 += Tq) {
         const int rows = std::min(Tq, r.end - q0), Tk = q0 + rows;
         const long long tile = static_cast<long long>(rows) * Tk;
@@ -319,7 +317,7 @@ void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, co
     T* P = reinterpret_cast<T*>(ws + l.probs);           // P, then dS
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     launch(split_heads_kernel<T>, dim3(elementwise_grid(3 * n, kBlock)), dim3(kBlock), 0, stream, q, qkv, B, T_, NH,
-           NKV, HS, 3);
+           NKV, HS);
     const RowRange r = row_range(rows, T_);
     const size_t nr = static_cast<size_t>(B) * (r.end - r.q0) * C;
     launch(rows_heads_kernel<T, true>, dim3(elementwise_grid(nr, kBlock)), dim3(kBlock), 0, stream, dO, dout, B, T_,
@@ -350,8 +348,8 @@ void cublas_attention_backward(cublasHandle_t handle, T* dqkv, const T* dout, co
                      dk, CUDA_R_32F, HS, head, BH);
     }
     const size_t dqkv_elems = static_cast<size_t>(B) * T_ * (NH + 2 * NKV) * HS;
-    launch(merge_heads_kernel<T, float>, dim3(elementwise_grid(dqkv_elems, kBlock)), dim3(kBlock), 0, stream, dqkv,
-           static_cast<const float*>(dq), B, T_, NH, NKV, HS, 3, rows.nq >= 0);
+    launch(merge_heads_kernel<T>, dim3(elementwise_grid(dqkv_elems, kBlock)), dim3(kBlock), 0, stream, dqkv,
+           static_cast<const float*>(dq), B, T_, NH, NKV, HS, rows.nq >= 0);
 }
 
 #define INSTANTIATE(T)                                                                                            \
