@@ -20,9 +20,9 @@
 #pragma once
 #include <cstdint>
 
-#ifdef EMU_BUILD
-#include "tests/cuda_emu/device_ptx.hpp"  // declares llmtrain::cuda::ptx for the emulator
-#else
+// In the emulated build the emulator's prelude (force-included there, never by product code)
+// declares llmtrain::cuda::ptx; only nvcc sees the inline PTX below.
+#ifndef EMU_BUILD
 
 namespace llmtrain::cuda::ptx {
 
