@@ -147,6 +147,13 @@ void GPT::Impl::set_documents(Context& c, const int* host_tokens) {
     if (c.pos != nullptr && wpe != kNoTensor) ops.encoder_host_tokens(c.pos, pos, static_cast<int>(N));
 }
 
+const int* GPT::Impl::upload_batch(const int* inputs, const int* targets) {
+    if (cpg != nullptr) return cp_take(ctxs[0], inputs, targets);  // this rank's rows of the windows (gpt_cp.cpp)
+    ops.memcpy_h2d(tok_dev, inputs, n_rows() * 4);  // pageable sources: staged at the call
+    ops.memcpy_h2d(tgt_dev, targets, n_rows() * 4);
+    return inputs;
+}
+
 GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, ParamStore* store) {
     GPTOptions opt = opt_in;
     if (opt.l1 < 0) opt.l1 = cfg.n_layer;
@@ -438,12 +445,7 @@ void GPT::forward_backward(const int* inputs, const int* targets, float dloss) {
     Impl& m = *impl_;
     require_whole_model(m.opt, m.cfg.n_layer, "forward_backward");
     const size_t N = m.n_rows();
-    if (m.cpg != nullptr) {
-        inputs = m.cp_take(m.ctxs[0], inputs, targets);  // this rank's rows, copied (gpt_cp.cpp)
-    } else {
-        m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);  // pageable sources: staged at the call
-        m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
-    }
+    inputs = m.upload_batch(inputs, targets);
     forward(m.tok_dev, nullptr, m.tgt_dev, dloss, true, 0, inputs);
     backward(nullptr, nullptr);
     m.ops.memcpy_d2h(m.loss_slot(static_cast<size_t>(m.loss_pending++)), m.ctxs[0].losses, N * 4);
@@ -466,12 +468,7 @@ float GPT::evaluate(const int* inputs, const int* targets) {
     Impl& m = *impl_;
     require_whole_model(m.opt, m.cfg.n_layer, "evaluate");
     const size_t N = m.n_rows();
-    if (m.cpg != nullptr) {
-        inputs = m.cp_take(m.ctxs[0], inputs, targets);
-    } else {
-        m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
-        m.ops.memcpy_h2d(m.tgt_dev, targets, N * 4);
-    }
+    inputs = m.upload_batch(inputs, targets);
     forward(m.tok_dev, nullptr, m.tgt_dev, 0.0f, false, 0, m.opt.doc_eos >= 0 ? inputs : nullptr);
     float* slot = m.loss_slot(static_cast<size_t>(m.loss_pending));  // a slot no queued micro-batch holds
     m.ops.memcpy_d2h(slot, m.ctxs[0].losses, N * 4);

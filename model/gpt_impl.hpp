@@ -128,6 +128,11 @@ struct GPT::Impl {
     /// when given, else copied back from c.tokens); nothing otherwise (gpt.cpp).
     void set_documents(Context& c, const int* host_tokens);
 
+    /// The whole-model helpers' batch: inputs and targets (B,T) host int32 (the windows with cp)
+    /// into tok_dev and tgt_dev (this rank's rows with cp, via cp_take). Returns the host ids of
+    /// what was uploaded (B, act rows per batch row).
+    const int* upload_batch(const int* inputs, const int* targets);
+
     // ---- context parallelism (gpt_cp.cpp) ----
     /// Window row of local row t (in [0, Tl)): chunk cp_rank for t < Tl/2, else chunk 2cp-1-cp_rank.
     int cp_window_row(int t) const;
