@@ -131,6 +131,13 @@ void reset_ldmatrix_banks();
 /// else the H100's 232448.
 int smem_optin();
 
+/// The emulated device's compute capability as 10 * major + minor (90 for sm_90, 89, 80, 100,
+/// 120): $CUDA_EMU_CC, read at each call, when it is an integer in [50, 129], else 90 (the H100
+/// profile). cudaGetDeviceProperties' major/minor,
+/// cudaDevAttrComputeCapabilityMajor/Minor and the emulated cuBLASLt's FP8 rules follow it; the
+/// rest of the profile (SM count, memory, shared memory) stays the H100's.
+int compute_capability();
+
 // ---- errors and launches ----
 
 /// The detailed message of the most recent error on this host thread ("" if none): the emulator's

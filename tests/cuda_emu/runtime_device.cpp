@@ -4,7 +4,9 @@
 // per block) so that code sizing launches from device properties picks production-like values.
 // $CUDA_EMU_DEVICE_COUNT devices (default 1) may be selected; they all share one emulated memory
 // and one set of streams. $CUDA_EMU_SMEM_OPTIN lowers the opt-in shared memory per block (e.g. to
-// an sm_86's 99 KiB) for tests of code that sizes kernels by it (emu::smem_optin). cudaDeviceReset
+// an sm_86's 99 KiB) for tests of code that sizes kernels by it (emu::smem_optin); $CUDA_EMU_CC
+// changes the reported compute capability (e.g. 80 or 89, for code and cuBLASLt rules that depend
+// on it: emu::compute_capability). cudaDeviceReset
 // frees everything and clears a sticky error.
 #include <cstdlib>
 #include <cstring>
@@ -49,7 +51,7 @@ cudaDeviceProp h100_profile() {
     p.maxThreadsDim[0] = p.maxThreadsDim[1] = 1024, p.maxThreadsDim[2] = 64;
     p.maxGridSize[0] = 2147483647, p.maxGridSize[1] = p.maxGridSize[2] = 65535;
     p.totalConstMem = 65536;
-    p.major = 9, p.minor = 0;
+    p.major = emu::compute_capability() / 10, p.minor = emu::compute_capability() % 10;
     p.textureAlignment = 512, p.texturePitchAlignment = 32;
     p.multiProcessorCount = 132;
     p.canMapHostMemory = 1;
@@ -83,6 +85,14 @@ int smem_optin() {
     char* end = nullptr;
     const long v = std::strtol(env, &end, 10);
     return *end == '\0' && v >= 49152 && v <= kH100 ? int(v) : int(kH100);
+}
+
+int compute_capability() {
+    const char* env = std::getenv("CUDA_EMU_CC");
+    if (env == nullptr || *env == '\0') return 90;
+    char* end = nullptr;
+    const long v = std::strtol(env, &end, 10);
+    return *end == '\0' && v >= 50 && v <= 129 ? int(v) : 90;
 }
 
 }  // namespace emu
