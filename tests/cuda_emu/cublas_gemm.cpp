@@ -3,7 +3,7 @@
 // Design (the usual packed GEMM, as in GotoBLAS/BLIS): op(A) is copied to fp32 panels of MR rows
 // (k x MR each, zero-padded), op(B) to fp32 blocks of NR columns (k x NR each); a micro-kernel
 // keeps an MR x NR tile of D in vector registers and walks k in increasing order. Converting on
-// the way in makes every input type one fp32 kernel; the fixed order over k makes results
+// the way in makes every input type (FP8 included, decoded exactly) one fp32 kernel; the fixed order over k makes results
 // independent of the blocking. The epilogue (cublasLtEpilogue_t) is applied per tile on the fp32
 // value before the single rounding to D's type.
 #include "tests/cuda_emu/cublas_gemm.hpp"
@@ -18,6 +18,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "model/fp8.hpp"
 #include "tests/cuda_emu/emu.hpp"
 
 namespace emu::blas {
@@ -27,9 +28,13 @@ size_t element_size(cudaDataType t) {
         case CUDA_R_32F: return 4;
         case CUDA_R_16BF: return 2;
         case CUDA_R_16F: return 2;
+        case CUDA_R_8F_E4M3: return 1;
+        case CUDA_R_8F_E5M2: return 1;
         default: return 0;
     }
 }
+
+bool is_fp8(cudaDataType t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
 
 int64_t span_elements(int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t batch_stride) {
     if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
@@ -71,7 +76,7 @@ bool compute_type_supported(cublasComputeType_t t) {
 }
 
 bool types_supported(cudaDataType a, cudaDataType b, cudaDataType c) {
-    return element_size(a) != 0 && a == b && (c == a || c == CUDA_R_32F);
+    return element_size(a) != 0 && !is_fp8(a) && a == b && (c == a || c == CUDA_R_32F);
 }
 
 cublasStatus_t fail(cublasStatus_t status, const char* function, const std::string& why) {
@@ -109,6 +114,10 @@ void submit(cudaStream_t stream, const Gemm& g, const char* what) {
     }
     if (epilogue_uses_aux(g.epilogue))
         check_operand({g.aux, g.aux_type, g.aux_ld, g.aux_batch_stride}, g.m, g.n, g.batch, "aux");
+    if (g.a_scale != nullptr)
+        emu::check_device_range(g.a_scale, sizeof(float) * (g.scale_outer_vec ? g.m : 1), "A scale");
+    if (g.b_scale != nullptr)
+        emu::check_device_range(g.b_scale, sizeof(float) * (g.scale_outer_vec ? g.n : 1), "B scale");
     emu::enqueue(stream, [g] { run(g); }, what);
 }
 
@@ -142,7 +151,23 @@ float load(const void* base, cudaDataType t, int64_t i) {
         case CUDA_R_32F: return static_cast<const float*>(base)[i];
         case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
         case CUDA_R_16F: return __half2float(static_cast<const __half*>(base)[i]);
+        case CUDA_R_8F_E4M3: return llmtrain::e4m3_to_f32(static_cast<const uint8_t*>(base)[i]);
+        case CUDA_R_8F_E5M2: return llmtrain::e5m2_to_f32(static_cast<const uint8_t*>(base)[i]);
         default: throw std::logic_error("cuda_emu gemm: unsupported element type");
+    }
+}
+
+// Fills s[0..count) with the dequantization scales at `p`: count floats when `vec`, else one float
+// repeated; all 1 when p is null (cuBLASLt's default).
+void load_scales(const void* p, bool vec, int64_t count, std::vector<float>& s) {
+    s.assign(static_cast<size_t>(count), 1.0f);
+    if (p == nullptr) return;
+    if (vec) {
+        std::memcpy(s.data(), p, sizeof(float) * static_cast<size_t>(count));
+    } else {
+        float v;
+        std::memcpy(&v, p, sizeof v);
+        std::fill(s.begin(), s.end(), v);
     }
 }
 
@@ -203,8 +228,10 @@ void micro_kernel(int64_t k, const float* ap, const float* bp, float* tile) {
 }
 
 // One batch entry. a..aux are the entry's base pointers (already offset by the batch strides).
+// sa (length m) and sb (length n) are the dequantization scales (all 1 without FP8 scales).
 void run_one(const Gemm& g, const void* a, const void* b, const void* c, void* d, void* bias,
-             void* aux, std::vector<float>& ap, std::vector<float>& bp) {
+             void* aux, std::vector<float>& ap, std::vector<float>& bp, const std::vector<float>& sa,
+             const std::vector<float>& sb) {
     const cublasLtEpilogue_t e = g.epilogue;
     const bool add_bias = epilogue_reads_bias(e);
     const bool gelu_fwd = e == CUBLASLT_EPILOGUE_GELU || e == CUBLASLT_EPILOGUE_GELU_BIAS ||
@@ -246,7 +273,7 @@ void run_one(const Gemm& g, const void* a, const void* b, const void* c, void* d
                 const int64_t j = j0 + cc;
                 for (int64_t r = 0; r < mr; ++r) {
                     const int64_t i = i0 + r;
-                    float v = g.alpha * tile[cc * MR + r];
+                    float v = (g.alpha * sa[i] * sb[j]) * tile[cc * MR + r];
                     if (g.beta != 0.0f) v += g.beta * load(c, g.c.type, i + j * g.c.ld);
                     if (add_bias) v += load(bias, g.bias_type, i);
                     if (gelu_fwd) {
@@ -272,7 +299,9 @@ void run(const Gemm& problem) {
     Gemm g = problem;
     if (!reads_inputs(g)) g.k = 0;  // D = beta*C (+ epilogue) without touching A and B
     // Packing buffers are reused across calls: the emulated backend runs many small GEMMs.
-    thread_local std::vector<float> ap, bp;
+    thread_local std::vector<float> ap, bp, sa, sb;
+    load_scales(g.a_scale, g.scale_outer_vec, g.m, sa);  // the same for every batch entry
+    load_scales(g.b_scale, g.scale_outer_vec, g.n, sb);
     for (int64_t bi = 0; bi < g.batch; ++bi) {
         const void* a = byte_ptr(g.a.data, g.a.type, bi * g.a.batch_stride);
         const void* b = byte_ptr(g.b.data, g.b.type, bi * g.b.batch_stride);
@@ -282,7 +311,7 @@ void run(const Gemm& problem) {
                             : nullptr;
         void* aux = g.aux ? const_cast<char*>(byte_ptr(g.aux, g.aux_type, bi * g.aux_batch_stride))
                           : nullptr;
-        run_one(g, a, b, c, d, bias, aux, ap, bp);
+        run_one(g, a, b, c, d, bias, aux, ap, bp, sa, sb);
     }
 }
 

@@ -45,9 +45,19 @@ struct Gemm {
     cudaDataType aux_type = CUDA_R_32F;
     int64_t aux_ld = 0;
     int64_t aux_batch_stride = 0;
+    /// FP8 dequantization scales (cuBLASLt's A_SCALE_POINTER, B_SCALE_POINTER): emulated device
+    /// floats, read when the GEMM runs; null means 1. One float each (tensorwide scaling), or with
+    /// scale_outer_vec m floats for A and n for B, the same for every batch entry:
+    /// D(i,j) = epilogue((alpha * a_scale[i] * b_scale[j]) * sum_p op(A)(i,p) op(B)(p,j) + beta C(i,j)).
+    const void* a_scale = nullptr;
+    const void* b_scale = nullptr;
+    bool scale_outer_vec = false;
 };
 
-/// Bytes of one element of `t` (fp32, bf16, fp16), 0 for any other type.
+/// True for the OFP8 element types CUDA_R_8F_E4M3 and CUDA_R_8F_E5M2 (cuBLASLt inputs only).
+bool is_fp8(cudaDataType t);
+
+/// Bytes of one element of `t` (fp32 4, bf16 and fp16 2, e4m3 and e5m2 1), 0 for any other type.
 size_t element_size(cudaDataType t);
 
 /// Elements spanned by `batch` column-major rows x cols matrices with leading dimension ld,
@@ -70,22 +80,25 @@ float gelu_grad(float x);
 bool compute_type_supported(cublasComputeType_t t);
 
 /// True when A and B share one type (fp32, bf16, fp16) and C/D is that type or fp32, the
-/// combinations cuBLAS offers with fp32 compute.
+/// combinations cuBLAS offers with fp32 compute. FP8 is not among them: cuBLASLt's FP8 rules are
+/// checked by cublaslt_fp8.hpp.
 bool types_supported(cudaDataType a, cudaDataType b, cudaDataType c);
 
 /// Reports why `function` refused its arguments on stderr ("cuda_emu: <function>: <why>") and
 /// returns `status`, so that a failing CUBLAS_CHECK in the backend comes with a reason.
 cublasStatus_t fail(cublasStatus_t status, const char* function, const std::string& why);
 
-/// Checks that A, B (when read), C (when beta != 0), D, bias and aux lie inside emulated device
-/// allocations and queues run(g) on `stream`; the product is computed when the stream is
+/// Checks that A, B (when read), C (when beta != 0), D, bias, aux and the scales lie inside emulated
+/// device allocations and queues run(g) on `stream`; the product is computed when the stream is
 /// synchronized. Errors: emu::Error from emu::check_device_range / emu::enqueue.
 void submit(cudaStream_t stream, const Gemm& g, const char* what);
 
 /// Computes the problem on host memory, now. Preconditions (checked by the callers): types are
-/// fp32/bf16/fp16, leading dimensions cover the matrices, strides are non-negative.
-/// Accumulates each dot product in fp32 over k in increasing order, so results do not depend on
-/// blocking; bf16/fp16 outputs are rounded to nearest even once, at the end.
+/// fp32/bf16/fp16 (A and B also e4m3/e5m2, decoded exactly by model/fp8.hpp), leading dimensions
+/// cover the matrices, strides are non-negative. Accumulates each dot product in fp32 over k in
+/// increasing order, so results do not depend on blocking (products of two FP8 values are exact in
+/// fp32); the scales multiply alpha first, (alpha * a_scale) * b_scale in fp32; bf16/fp16 outputs
+/// are rounded to nearest even once, at the end.
 void run(const Gemm& g);
 
 }  // namespace emu::blas

@@ -4,9 +4,10 @@
 // The descriptor types of cublasLt.h are "semi-opaque" fixed-size structs (so that the *Init
 // functions can fill caller-owned storage); each holds one of the plain structs below, built in
 // place. Attributes are set and read with the exact sizes the header documents; an attribute
-// that would change results in a way not emulated (scale pointers, amax, ...) is refused with
-// CUBLAS_STATUS_NOT_SUPPORTED instead of being ignored. cublasLtMatmul validates like cuBLASLt,
-// then queues the shared GEMM (cublas_gemm.hpp) on its stream.
+// that would change results in a way not emulated (C/D scales, amax, block scaling, ...) is refused
+// with CUBLAS_STATUS_NOT_SUPPORTED instead of being ignored. cublasLtMatmul validates like cuBLASLt
+// (FP8 problems by cublaslt_fp8.hpp's rules), then queues the shared GEMM (cublas_gemm.hpp) on its
+// stream.
 #include <cublasLt.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <string>
 
 #include "tests/cuda_emu/cublas_gemm.hpp"
+#include "tests/cuda_emu/cublaslt_fp8.hpp"
 #include "tests/cuda_emu/emu.hpp"
 
 struct cublasLtContext {
@@ -57,7 +59,13 @@ struct MatmulDesc {
     int64_t aux_batch_stride = 0;
     int32_t aux_type = -1;
     int32_t sm_count_target = 0;
-    int8_t fast_accum = 0;
+    int8_t fast_accum = 0;  ///< FP8 only; accepted, no effect (the emulation always accumulates in fp32)
+    emu::blas::LtScales scales;  ///< A/B_SCALE_POINTER and A/B_SCALE_MODE (FP8 only)
+    const void* c_scale = nullptr;  ///< C/D_SCALE_POINTER, AMAX_D_POINTER: only NULL is accepted
+    const void* d_scale = nullptr;
+    void* amax_d = nullptr;
+    int32_t c_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;  ///< only SCALAR_32F is accepted
+    int32_t d_scale_mode = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;
 };
 
 /// A heuristic preference: only the workspace limit matters here.
@@ -147,6 +155,15 @@ Field desc_field(MatmulDesc& d, cublasLtMatmulDescAttributes_t attr) {
         case CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE: return field(d.aux_type);
         case CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET: return field(d.sm_count_target);
         case CUBLASLT_MATMUL_DESC_FAST_ACCUM: return field(d.fast_accum);  // fp8 only: no effect
+        case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: return field(d.scales.a);
+        case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: return field(d.scales.b);
+        case CUBLASLT_MATMUL_DESC_A_SCALE_MODE: return field(d.scales.a_mode);
+        case CUBLASLT_MATMUL_DESC_B_SCALE_MODE: return field(d.scales.b_mode);
+        case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER: return field(d.c_scale);
+        case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: return field(d.d_scale);
+        case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: return field(d.amax_d);
+        case CUBLASLT_MATMUL_DESC_C_SCALE_MODE: return field(d.c_scale_mode);
+        case CUBLASLT_MATMUL_DESC_D_SCALE_MODE: return field(d.d_scale_mode);
         default: return {nullptr, 0};
     }
 }
@@ -210,12 +227,17 @@ cublasStatus_t describe(const char* fn, cublasLtHandle_t handle, cublasLtMatmulD
 
     for (auto [l, name] : {std::pair{&A, "A"}, {&B, "B"}, {&C, "C"}, {&D, "D"}})
         if (cublasStatus_t s = check_layout(*l, name, fn); s != CUBLAS_STATUS_SUCCESS) return s;
-    if (!emu::blas::types_supported(static_cast<cudaDataType>(A.type), static_cast<cudaDataType>(B.type),
-                                    static_cast<cudaDataType>(D.type)) ||
-        C.type != D.type)
-        return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn,
-                    "type combination A=" + std::to_string(A.type) + " B=" + std::to_string(B.type) +
-                        " C=" + std::to_string(C.type) + " D=" + std::to_string(D.type));
+    const bool fp8 = emu::blas::is_fp8(static_cast<cudaDataType>(A.type)) ||
+                     emu::blas::is_fp8(static_cast<cudaDataType>(B.type));
+    if (!fp8) {  // FP8 type combinations: check_fp8_problem below
+        if (cublasStatus_t s = emu::blas::check_no_fp8_scales(fn, md.scales); s != CUBLAS_STATUS_SUCCESS) return s;
+        if (!emu::blas::types_supported(static_cast<cudaDataType>(A.type), static_cast<cudaDataType>(B.type),
+                                        static_cast<cudaDataType>(D.type)) ||
+            C.type != D.type)
+            return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn,
+                        "type combination A=" + std::to_string(A.type) + " B=" + std::to_string(B.type) +
+                            " C=" + std::to_string(C.type) + " D=" + std::to_string(D.type));
+    }
 
     // op(A) is m x k, op(B) k x n, C and D m x n.
     const bool ta = md.transa != CUBLAS_OP_N, tb = md.transb != CUBLAS_OP_N;
@@ -230,12 +252,21 @@ cublasStatus_t describe(const char* fn, cublasLtHandle_t handle, cublasLtMatmulD
         return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "batch counts of A, B, C and D differ");
 
     const auto d_type = static_cast<cudaDataType>(D.type);
-    const cudaDataType bias_type = md.bias_type == -1 ? d_type : static_cast<cudaDataType>(md.bias_type);
+    if (fp8) {
+        const emu::blas::LtFp8Problem p{md.compute_type, md.transa, md.transb,
+                                        static_cast<cudaDataType>(A.type), static_cast<cudaDataType>(B.type),
+                                        static_cast<cudaDataType>(C.type), d_type,
+                                        static_cast<int64_t>(m), static_cast<int64_t>(n), static_cast<int64_t>(k),
+                                        A.ld, B.ld, C.ld, D.ld, D.batch_count, epi, md.bias_type, md.scales};
+        if (cublasStatus_t s = emu::blas::check_fp8_problem(fn, p); s != CUBLAS_STATUS_SUCCESS) return s;
+    }
+    const cudaDataType default_bias = fp8 ? emu::blas::fp8_default_bias_type(d_type) : d_type;
+    const cudaDataType bias_type = md.bias_type == -1 ? default_bias : static_cast<cudaDataType>(md.bias_type);
     const cudaDataType aux_type = md.aux_type == -1 ? d_type : static_cast<cudaDataType>(md.aux_type);
     if (emu::blas::epilogue_reads_bias(epi) || emu::blas::epilogue_writes_bias(epi)) {
         if (md.bias == nullptr)
             return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "epilogue needs CUBLASLT_MATMUL_DESC_BIAS_POINTER");
-        if (bias_type != d_type && bias_type != CUDA_R_32F)
+        if (!fp8 && bias_type != d_type && bias_type != CUDA_R_32F)  // FP8: checked by check_fp8_problem
             return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "bias data type must be D's type or CUDA_R_32F");
     }
     if (emu::blas::epilogue_uses_aux(epi)) {
@@ -267,6 +298,9 @@ cublasStatus_t describe(const char* fn, cublasLtHandle_t handle, cublasLtMatmulD
     g->aux_type = aux_type;
     g->aux_ld = md.aux_ld;
     g->aux_batch_stride = md.aux_batch_stride;
+    g->a_scale = md.scales.a;
+    g->b_scale = md.scales.b;
+    g->scale_outer_vec = md.scales.a_mode == CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
     return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -360,7 +394,10 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t matmulDesc) {
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
                                               const void* buf, size_t sizeInBytes) {
     if (matmulDesc == nullptr) return CUBLAS_STATUS_INVALID_VALUE;
-    return set_field(desc_field(get(matmulDesc), attr), buf, sizeInBytes, "cublasLtMatmulDescSetAttribute", attr);
+    const char* fn = "cublasLtMatmulDescSetAttribute";
+    if (cublasStatus_t s = emu::blas::check_scale_attribute(attr, buf, sizeInBytes, fn); s != CUBLAS_STATUS_SUCCESS)
+        return s;
+    return set_field(desc_field(get(matmulDesc), attr), buf, sizeInBytes, fn, attr);
 }
 
 cublasStatus_t cublasLtMatmulDescGetAttribute(cublasLtMatmulDesc_t matmulDesc, cublasLtMatmulDescAttributes_t attr,
@@ -446,8 +483,9 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
 
 /// D = epilogue(alpha op(A) op(B) + beta C) (+ bias/aux outputs), column-major, fp32 compute,
 /// queued on `stream`. beta == 0: C is not read (it may hold NaN). C and D may be the same buffer.
-/// alpha/beta are host floats read now. Errors: the statuses describe() returns, and
-/// CUBLAS_STATUS_INVALID_VALUE for a buffer outside emulated device memory.
+/// alpha/beta are host floats read now; FP8 scales are device floats read when the product runs.
+/// Errors: the statuses describe() returns, CUBLAS_STATUS_NOT_SUPPORTED for an FP8 operand not
+/// 16-byte aligned, and CUBLAS_STATUS_INVALID_VALUE for a buffer outside emulated device memory.
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t computeDesc, const void* alpha,
                               const void* A, cublasLtMatrixLayout_t Adesc, const void* B,
                               cublasLtMatrixLayout_t Bdesc, const void* beta, const void* C,
@@ -466,6 +504,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
     g.alpha = *static_cast<const float*>(alpha);
     g.beta = *static_cast<const float*>(beta);
     if (g.beta != 0.0f && C == nullptr) return fail(CUBLAS_STATUS_INVALID_VALUE, fn, "beta != 0 but C is null");
+    if (emu::blas::is_fp8(g.a.type) || emu::blas::is_fp8(g.b.type))
+        if (cublasStatus_t s = emu::blas::check_fp8_pointers(fn, A, B, C, D); s != CUBLAS_STATUS_SUCCESS) return s;
     g.a.data = A;
     g.b.data = B;
     g.c.data = C;
