@@ -38,6 +38,7 @@ namespace emu::blas {
 
 namespace {
 
+// The enumerator's name of the types FP8 problems involve, for messages.
 const char* type_name(cudaDataType t) {
     switch (t) {
         case CUDA_R_32F: return "CUDA_R_32F";
@@ -49,11 +50,13 @@ const char* type_name(cudaDataType t) {
     }
 }
 
+// "A=... B=... C=... D=...", for messages.
 std::string types(const LtFp8Problem& p) {
     return std::string("A=") + type_name(p.a_type) + " B=" + type_name(p.b_type) + " C=" + type_name(p.c_type) +
            " D=" + type_name(p.d_type);
 }
 
+// The name of an attribute check_scale_attribute looks at; nullptr for any other.
 const char* scale_attribute_name(cublasLtMatmulDescAttributes_t attr) {
     switch (attr) {
         case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER: return "CUBLASLT_MATMUL_DESC_C_SCALE_POINTER";
@@ -67,11 +70,12 @@ const char* scale_attribute_name(cublasLtMatmulDescAttributes_t attr) {
     }
 }
 
+// "CUBLASLT_MATMUL_DESC_..._POINTER (attribute 19)", for messages (attr: one scale_attribute_name knows).
 std::string attribute(cublasLtMatmulDescAttributes_t attr) {
     return std::string(scale_attribute_name(attr)) + " (attribute " + std::to_string(attr) + ")";
 }
 
-// The types of the FP8 table (3.4.17) without FP8 outputs, which are not emulated.
+// The types of the FP8 table (3.4.17) without FP8 outputs, which are not emulated. NOT_SUPPORTED.
 cublasStatus_t check_types(const char* fn, const LtFp8Problem& p) {
     if (!is_fp8(p.a_type) || !is_fp8(p.b_type))
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn, "FP8 needs both A and B FP8 (" + types(p) + ")");
@@ -87,7 +91,8 @@ cublasStatus_t check_types(const char* fn, const LtFp8Problem& p) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
-// TN (on 8.9, 9.0 and 12.x) and the dimension half of the 16-byte rule, A and B 1-byte elements.
+// TN (3.4.17: on 8.9, 9.0 and 12.x) and the dimension half of 2.1.11's 16-byte rule (A and B have
+// 1-byte elements; D is held to C's rule since C may be D). NOT_SUPPORTED, naming the value.
 cublasStatus_t check_layout_rules(const char* fn, const LtFp8Problem& p, int cc) {
     const bool tn_required = cc == 89 || cc == 90 || cc / 10 == 12;
     if (tn_required && (p.transa != CUBLAS_OP_T || p.transb != CUBLAS_OP_N))
@@ -121,7 +126,8 @@ cublasStatus_t check_layout_rules(const char* fn, const LtFp8Problem& p, int cc)
     return CUBLAS_STATUS_SUCCESS;
 }
 
-// Epilogues and the bias type with FP8 inputs.
+// Epilogues with FP8 inputs (DEFAULT and BIAS emulated) and the bias type of 3.4.17's FP8 table.
+// NOT_SUPPORTED.
 cublasStatus_t check_epilogue(const char* fn, const LtFp8Problem& p) {
     if (p.epilogue != CUBLASLT_EPILOGUE_DEFAULT && p.epilogue != CUBLASLT_EPILOGUE_BIAS)
         return fail(CUBLAS_STATUS_NOT_SUPPORTED, fn,
@@ -135,6 +141,8 @@ cublasStatus_t check_epilogue(const char* fn, const LtFp8Problem& p) {
     return CUBLAS_STATUS_SUCCESS;
 }
 
+// The A/B scale modes (3.1.4 table and 3.1.4.3): both SCALAR_32F, or both OUTER_VEC_32F on 9.0 with
+// batch count 1 (more batches: not emulated). NOT_SUPPORTED.
 cublasStatus_t check_scale_modes(const char* fn, const LtFp8Problem& p, int cc) {
     const int32_t a = p.scales.a_mode, b = p.scales.b_mode;
     constexpr int32_t kScalar = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F;

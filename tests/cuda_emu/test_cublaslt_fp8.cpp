@@ -35,9 +35,11 @@ constexpr cudaDataType E4M3 = CUDA_R_8F_E4M3, E5M2 = CUDA_R_8F_E5M2, BF16 = CUDA
 constexpr int32_t kScalar = CUBLASLT_MATMUL_MATRIX_SCALE_SCALAR_32F, kOuter = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
 constexpr float kSentinel = 1280.0f;  // exact in bf16, fp16, fp32
 
+/// True for the two FP8 types; bytes per element of the tested types.
 bool fp8(cudaDataType t) { return t == E4M3 || t == E5M2; }
 size_t bytes_of(cudaDataType t) { return fp8(t) ? 1 : t == F32 ? 4 : 2; }
 
+/// The value of FP8 code c of type t (model/fp8.hpp); NaN/Inf for those codes.
 double decode_fp8(uint8_t c, cudaDataType t) {
     return llmtrain::fp8_to_f32(c, t == E4M3 ? llmtrain::Fp8Format::kE4M3 : llmtrain::Fp8Format::kE5M2);
 }
@@ -64,6 +66,7 @@ std::vector<uint8_t> encode(const std::vector<float>& v, cudaDataType t) {
     }
     return out;
 }
+/// Element i of bytes b holding type t (bf16/fp16/fp32) as a float.
 float decode(const std::vector<uint8_t>& b, cudaDataType t, size_t i) {
     if (t == F32) { float f; std::memcpy(&f, &b[4 * i], 4); return f; }
     if (t == BF16) { __nv_bfloat16 h; std::memcpy(&h, &b[2 * i], 2); return __bfloat162float(h); }
@@ -166,6 +169,7 @@ struct CublasLtFp8 : ::testing::Test {
     Outcome run(const Problem& p, uint32_t seed = 1);
 };
 
+/// A column-major layout with a batch count and stride (elements).
 cublasLtMatrixLayout_t layout(cudaDataType t, int64_t rows, int64_t cols, int64_t ld, int32_t batch, int64_t stride) {
     cublasLtMatrixLayout_t l = nullptr;
     EXPECT_EQ(cublasLtMatrixLayoutCreate(&l, t, rows, cols, ld), CUBLAS_STATUS_SUCCESS);
