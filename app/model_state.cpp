@@ -8,6 +8,7 @@
 #include "app/tp_state.hpp"
 #include "model/arch.hpp"
 #include "model/cuda/flash_attention.hpp"
+#include "model/cuda/fp8_linear.hpp"
 #include "model/dry_ops.hpp"
 #include "parallel/comm.hpp"
 
@@ -94,6 +95,7 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
     go.doc_eos = doc_eos;
     go.doc_mask = cfg.data.document_mask;
     go.doc_positions = cfg.data.reset_position_ids;
+    go.fp8 = parse_fp8_recipe(cfg.training.fp8);  // validated by the config
     s.layout = std::make_unique<ParamLayout>(g, go.shard_multiple, topo.tp(), topo.tp_index());
     s.zero_comm = comms(topo.zero_group(), false);
     s.replica_comm = comms(topo.replica_group(), false);
@@ -327,7 +329,28 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
                       cuda::kFlashDqWorkspaceCap / 1048576.0, bytes / 1048576.0);
         out.push_back(buf);
     }
+    if (cfg.training.fp8 != "off") out.push_back(fp8_workspace_line(cfg, shape));
     return out;
+}
+
+std::string fp8_workspace_line(const Config& cfg, const RunShape& shape) {
+    const ArchSpec spec(shape.model);
+    const int tp = shape.tp, C = cfg.model.n_embd;
+    const int N = cfg.training.micro_batch_size * cfg.model.seq_len / shape.cp;  // this rank's rows
+    // The block's four linear layers (in -> out widths on one TP rank); the largest call sizes it.
+    const int widths[4][2] = {{C, spec.qkv_width(tp)}, {spec.NH / tp * spec.HS, C}, {C, spec.mlp_in_width(tp)},
+                              {spec.F / tp, C}};
+    size_t bytes = 0, copies = 0, scales = 0;
+    for (const auto& w : widths) {
+        const cuda::Fp8Workspace ws = cuda::fp8_linear_workspace(N, w[0], w[1]);
+        if (ws.bytes > bytes) bytes = ws.bytes, copies = ws.scales[0], scales = ws.bytes - ws.scales[0];
+    }
+    char buf[400];
+    std::snprintf(buf, sizeof buf, "(CUDA, training.fp8 = \"%s\": one linear layer call's FP8 copies (4 x %.1f MiB: "
+                  "the backward's dout, weight^T, dout^T, inp^T) and scales (%.1f KiB), %.1f MiB per rank, counted as "
+                  "workspace; docs/fp8.md.)", cfg.training.fp8.c_str(), double(copies) / 4 / 1048576.0,
+                  double(scales) / 1024.0, double(bytes) / 1048576.0);
+    return buf;
 }
 
 }  // namespace llmtrain

@@ -139,4 +139,9 @@ std::pair<double, double> append_memory_columns(std::string& row, const MemBytes
 /// bytes by category, next to the paper's model-state formula (docs/reference.md "ZeRO memory").
 std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape);
 
+/// The dry run's FP8 line (training.fp8 != "off"): the CUDA backend's FP8 workspace for the largest
+/// of a block's linear layer calls at this rank's rows and widths (model/cuda/fp8_linear.hpp), in
+/// MiB. Never throws.
+std::string fp8_workspace_line(const Config& cfg, const RunShape& shape);
+
 }  // namespace llmtrain

@@ -1,7 +1,7 @@
 // model/fp8.hpp — fp32 <-> FP8 (e4m3 and e5m2) as raw bits, on the host and in CUDA kernels (the
 // functions are __host__ __device__ under nvcc and plain inline functions elsewhere, the emulator
-// included), and the amax-based scales of current ("just-in-time") scaling. Issue 44's first piece:
-// no GEMM uses it yet (docs/cuda.md "FP8 (in progress)").
+// included), the amax-based scales of current ("just-in-time") scaling, and training.fp8's recipes.
+// The FP8 linear layers built on them: docs/fp8.md.
 //
 // Source: OCP 8-bit Floating Point Specification (OFP8), revision 1.0, 2023. A code is
 // S.EEEE.MMM (e4m3) or S.EEEEE.MM (e5m2): sign bit, biased exponent field e, mantissa field m.
@@ -29,6 +29,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 #if defined(__CUDACC__)
 #define LLMTRAIN_FP8_HD __host__ __device__
@@ -186,6 +188,29 @@ inline float fp8_tensor_scale(const float* x, size_t n, Fp8Format f) {
 /// Host: per-row scales of a row-major [rows, cols] matrix x into scales[0..rows).
 inline void fp8_row_scales(const float* x, size_t rows, size_t cols, Fp8Format f, float* scales) {
     for (size_t r = 0; r < rows; ++r) scales[r] = fp8_scale_from_amax(fp8_amax(x + r * cols, cols), f);
+}
+
+// ---- training.fp8: which operands share a scale (docs/fp8.md "Recipes") ----
+
+/// How a linear layer's GEMM operands are scaled when FP8 is on. Weights and activations are e4m3,
+/// output gradients e5m2; every scale is current (from the operand's amax at that call).
+enum class Fp8Recipe : uint8_t {
+    off,         ///< no FP8: the compute dtype throughout
+    tensorwise,  ///< one scale per operand (torchao's "tensorwise", TransformerEngine's current scaling)
+    rowwise,     ///< one scale per row of each operand along the product's outer dimension ("rowwise")
+};
+
+/// training.fp8's spelling of `r`: "off", "tensorwise", "rowwise".
+inline const char* fp8_recipe_name(Fp8Recipe r) {
+    return r == Fp8Recipe::tensorwise ? "tensorwise" : r == Fp8Recipe::rowwise ? "rowwise" : "off";
+}
+
+/// "off" | "tensorwise" | "rowwise" -> Fp8Recipe. Errors: std::invalid_argument naming training.fp8.
+inline Fp8Recipe parse_fp8_recipe(const std::string& s) {
+    if (s == "off") return Fp8Recipe::off;
+    if (s == "tensorwise") return Fp8Recipe::tensorwise;
+    if (s == "rowwise") return Fp8Recipe::rowwise;
+    throw std::invalid_argument("training.fp8: expected \"off\", \"tensorwise\" or \"rowwise\", got \"" + s + "\"");
 }
 
 }  // namespace llmtrain

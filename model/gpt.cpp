@@ -36,6 +36,9 @@ GPT::Impl::Impl(const GPTConfig& c, const GPTOptions& o, Allocator& a)
         throw std::invalid_argument(std::string("model.arch = \"") + arch_name(c.arch) + "\": the " + ops.name() +
                                     " backend has no RMSNorm, rotary, SwiGLU or grouped-query attention ops yet "
                                     "(run it with run.backend = \"cpu\")");
+    if (o.fp8 != Fp8Recipe::off && !ops.fp8_unsupported(o.fp8).empty())
+        throw std::invalid_argument(std::string("training.fp8 = \"") + fp8_recipe_name(o.fp8) +
+                                    "\": " + ops.fp8_unsupported(o.fp8));
     if (sp && ntp < 2)
         throw std::invalid_argument("GPT: sequence_parallel needs a tensor-parallel group of tp > 1, got tp = " +
                                     std::to_string(ntp));

@@ -66,6 +66,10 @@ struct GPTOptions {
     int doc_eos = -1;
     bool doc_mask = false;
     bool doc_positions = false;
+    /// training.fp8 (docs/fp8.md): the blocks' linear layers through the backend's FP8 GEMMs
+    /// (Ops::matmul_forward_fp8); the embedding, LM head, norms and attention stay in the compute
+    /// dtype. The constructor refuses it when Ops::fp8_unsupported() says why not.
+    Fp8Recipe fp8 = Fp8Recipe::off;
 };
 
 class GPT {

@@ -59,6 +59,20 @@ void GPT::Impl::norm_backward(void* dx, void* dw, void* db, const void* dout, co
     else ops.rmsnorm_backward(dx, dw, dout, x, w, rstd, rows, cfg.n_embd);
 }
 
+void GPT::Impl::linear_forward(void* out, void* pre_gelu, const void* inp, const void* w, const void* b, int N, int C,
+                               int OC) {
+    if (opt.fp8 == Fp8Recipe::off) return ops.matmul_forward(out, pre_gelu, inp, w, b, N, C, OC);
+    ops.matmul_forward_fp8(opt.fp8, pre_gelu != nullptr ? pre_gelu : out, inp, w, b, N, C, OC);
+    if (pre_gelu != nullptr) ops.gelu_forward(out, pre_gelu, static_cast<size_t>(N) * OC);
+}
+
+void GPT::Impl::linear_backward(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
+                                const void* pre_gelu, int N, int C, int OC) {
+    if (opt.fp8 == Fp8Recipe::off) return ops.matmul_backward(dinp, dw, db, dout, inp, w, pre_gelu, N, C, OC);
+    ops.matmul_backward_fp8(opt.fp8, dinp, dw, db, dout, inp, w, N, C, OC);
+    if (pre_gelu != nullptr) ops.gelu_backward(dinp, pre_gelu, dinp, static_cast<size_t>(N) * C);  // elementwise: in place
+}
+
 /// With tp > 1, the row-parallel matmuls' partial sums are all-reduced (their replicated bias, if
 /// any, added on TP rank 0 only, so it is counted once); recomputation repeats the first
 /// all-reduce. With sp the norms and residual adds run on this rank's R rows: ln1 and ln2 are
@@ -70,21 +84,21 @@ void GPT::Impl::layer_forward(Context& c, int i, const void* w, const LayerActs&
     const bool bias_here = tp_rank == 0;
     const void* x = c.res[i];
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p.ln1w), P(p.ln1b), R);
-    ops.matmul_forward(a.qkv, nullptr, gather_rows(a.ln1), P(p.qkvw), P(p.qkvb), N, C, Qt);  // column-parallel
+    linear_forward(a.qkv, nullptr, gather_rows(a.ln1), P(p.qkvw), P(p.qkvb), N, C, Qt);  // column-parallel
     if (spec.pos == PosKind::rotary) ops.rope_forward_pos(a.qkv, c.pos, B, T, NHt, NKVt, HS, spec.rope_theta, Tw);
     if (cpg != nullptr) cp_attention_forward(c, a);  // this rank's rows against the whole window (gpt_cp.cpp)
     else ops.attention_forward_doc(a.atty, a.att_lse, a.qkv, c.doc_start, B, T, NHt, NKVt, HS);  // local heads
-    ops.matmul_forward(tmp, nullptr, a.atty, P(p.attprojw), bias_here ? P(p.attprojb) : nullptr, N, Ct, C);
+    linear_forward(tmp, nullptr, a.atty, P(p.attprojw), bias_here ? P(p.attprojb) : nullptr, N, Ct, C);
     const void* att = sum_rows(tmp, gath);  // row-parallel: sum of the partial products
     residual_norm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, att, P(p.ln2w), P(p.ln2b), R);
     if (spec.mlp == MlpKind::gelu) {
-        ops.matmul_forward(a.fch, a.fch_pre, gather_rows(a.ln2), P(p.fcw), P(p.fcb), N, C, Ft);  // column-parallel
+        linear_forward(a.fch, a.fch_pre, gather_rows(a.ln2), P(p.fcw), P(p.fcb), N, C, Ft);  // column-parallel
     } else {  // [gate | up] in one matmul (the two tensors are packed), then silu(gate) * up
-        ops.matmul_forward(a.fch_pre, nullptr, gather_rows(a.ln2), P(p.fcw), nullptr, N, C, Mt);
+        linear_forward(a.fch_pre, nullptr, gather_rows(a.ln2), P(p.fcw), nullptr, N, C, Mt);
         ops.swiglu_forward(a.fch, a.fch_pre, N, Ft);
     }
     if (!write_out) return;  // recomputation needs only the layer's internals
-    ops.matmul_forward(tmp, nullptr, a.fch, P(p.fcprojw), bias_here ? P(p.fcprojb) : nullptr, N, Ft, C);
+    linear_forward(tmp, nullptr, a.fch, P(p.fcprojw), bias_here ? P(p.fcprojb) : nullptr, N, Ft, C);
     const void* mlp = sum_rows(tmp, gath);
     ops.residual_forward(c.res[i + 1], a.res2, mlp, static_cast<size_t>(R) * C);
 }
@@ -104,25 +118,25 @@ void GPT::Impl::layer_backward(Context& c, int i, const void* w, void* g, const 
     const int k2 = norm_slots();  // lng slot of the second norm's weight
     // MLP branch: out = res2 + proj(act(fc(ln2))); dbuf_4c = d fch_pre (N,Mt)
     if (spec.mlp == MlpKind::gelu) {
-        ops.matmul_backward(dbuf_4c, G(p.fcprojw), G(p.fcprojb), gather_rows(dres), a.fch, P(p.fcprojw), a.fch_pre,
+        linear_backward(dbuf_4c, G(p.fcprojw), G(p.fcprojb), gather_rows(dres), a.fch, P(p.fcprojw), a.fch_pre,
                             N, Ft, C);  // GELU backward fused
     } else {
-        ops.matmul_backward(dbuf_f, G(p.fcprojw), G(p.fcprojb), gather_rows(dres), a.fch, P(p.fcprojw), nullptr, N,
+        linear_backward(dbuf_f, G(p.fcprojw), G(p.fcprojb), gather_rows(dres), a.fch, P(p.fcprojw), nullptr, N,
                             Ft, C);  // dbuf_f = d fch (N,Ft)
         ops.swiglu_backward(dbuf_4c, dbuf_f, a.fch_pre, N, Ft);
     }
-    ops.matmul_backward(dbuf_c, G(p.fcw), G(p.fcb), dbuf_4c, gather_rows(a.ln2), P(p.fcw), nullptr, N, C, Mt);
+    linear_backward(dbuf_c, G(p.fcw), G(p.fcb), dbuf_4c, gather_rows(a.ln2), P(p.fcw), nullptr, N, C, Mt);
     const void* dln2 = sum_rows(dbuf_c, tmp);
     norm_backward(dres, ln_grad(g, p.ln2w, k2), ln_grad(g, p.ln2b, k2 + 1), dln2, a.res2, P(p.ln2w), a.ln2_mean,
                   a.ln2_rstd, R);  // dres = d res2
     // attention branch: res2 = x + proj(attention(positions(qkv(ln1))))
-    ops.matmul_backward(dbuf_c, G(p.attprojw), G(p.attprojb), gather_rows(dres), a.atty, P(p.attprojw), nullptr, N,
+    linear_backward(dbuf_c, G(p.attprojw), G(p.attprojb), gather_rows(dres), a.atty, P(p.attprojw), nullptr, N,
                         Ct, C);  // dbuf_c = d atty (N,Ct)
     if (cpg != nullptr) cp_attention_backward(c, a);  // d qkv (N,Qt), summed over the CP group (gpt_cp.cpp)
     else ops.attention_backward_doc(dbuf_4c, dbuf_c, a.qkv, a.atty, a.att_lse, c.doc_start, B, T, NHt, NKVt,
                                     HS);  // d qkv (N,Qt)
     if (spec.pos == PosKind::rotary) ops.rope_backward_pos(dbuf_4c, c.pos, B, T, NHt, NKVt, HS, spec.rope_theta, Tw);
-    ops.matmul_backward(dbuf_c, G(p.qkvw), G(p.qkvb), dbuf_4c, gather_rows(a.ln1), P(p.qkvw), nullptr, N, C,
+    linear_backward(dbuf_c, G(p.qkvw), G(p.qkvb), dbuf_4c, gather_rows(a.ln1), P(p.qkvw), nullptr, N, C,
                         Qt);  // dbuf_c = d ln1 (partial sums over the local heads)
     const void* dln1 = sum_rows(dbuf_c, tmp);
     norm_backward(dres, ln_grad(g, p.ln1w, 0), ln_grad(g, p.ln1b, 1), dln1, c.res[i], P(p.ln1w), a.ln1_mean,

@@ -208,6 +208,14 @@ struct GPT::Impl {
     /// dx (rows,C) +=, dw (C) +=, db (C) += (LayerNorm only) from dout.
     void norm_backward(void* dx, void* dw, void* db, const void* dout, const void* x, const void* w,
                        const float* mean, const float* rstd, int rows);
+    /// A block's linear layer, as Ops::matmul_forward; with opt.fp8 on, the FP8 GEMM
+    /// (Ops::matmul_forward_fp8) and GELU as its own op after it (docs/fp8.md). The LM head stays in
+    /// the compute dtype.
+    void linear_forward(void* out, void* pre_gelu, const void* inp, const void* w, const void* b, int N, int C, int OC);
+    /// As Ops::matmul_backward; with opt.fp8 on, Ops::matmul_backward_fp8 and then GELU's backward
+    /// in place on dinp.
+    void linear_backward(void* dinp, void* dw, void* db, const void* dout, const void* inp, const void* w,
+                         const void* pre_gelu, int N, int C, int OC);
     /// Norm-gradient slots per norm in lng: 2 (weight, bias) with biases, else 1.
     int norm_slots() const { return spec.bias ? 2 : 1; }
     /// Forward of local layer i (parameters at w) from c.res[i] into the activations `a`; writes

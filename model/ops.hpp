@@ -21,6 +21,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "model/fp8.hpp"
+
 namespace llmtrain {
 
 /// Element type of a tensor. u8 is raw bytes (control data moved by Comm; no op computes on it).
@@ -174,6 +176,35 @@ public:
     virtual void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout,
                                  const void* inp, const void* weight, const void* pre_gelu,
                                  int N, int C, int OC) = 0;
+
+    // ---- FP8 linear layers (training.fp8; docs/fp8.md). q4(x) / q5(x): x times its current scale
+    // (fp8_scale_from_amax of the operand's amax: one per tensor, or one per row along the product's
+    // outer dimension with Fp8Recipe::rowwise), rounded to e4m3 / e5m2 (model/fp8.hpp); products of
+    // the FP8 values summed in fp32, then times the two inverse scales. No GELU epilogue: the caller
+    // runs gelu_forward / gelu_backward. ----
+    /// "" when this backend runs the two ops below with recipe r, else why not (the backend, or the
+    /// device's compute capability). The GPT refuses training.fp8 with this text.
+    virtual std::string fp8_unsupported(Fp8Recipe r) const {
+        (void)r;
+        return std::string("the ") + name() + " backend has no FP8 linear layers";
+    }
+    /// out(N,OC) = q4(inp)(N,C) @ q4(weight)(OC,C)^T + bias(OC) (bias may be null), out in act dtype.
+    /// Rowwise: inp's scales per row n, weight's per row oc.
+    virtual void matmul_forward_fp8(Fp8Recipe r, void* out, const void* inp, const void* weight, const void* bias,
+                                    int N, int C, int OC) {
+        (void)r, (void)out, (void)inp, (void)weight, (void)bias, (void)N, (void)C, (void)OC;
+        missing("matmul_forward_fp8");
+    }
+    /// dinp(N,C) = q5(dout) @ q4(weight) (overwritten); dweight(OC,C) += q5(dout)^T @ q4(inp);
+    /// dbias(OC) += column sums of dout itself (not quantized; skipped when null). Rowwise: for dinp
+    /// dout's scales per row n and weight's per column c; for dweight dout's per column oc and inp's
+    /// per column c (each product's scales are constant along its summed index).
+    virtual void matmul_backward_fp8(Fp8Recipe r, void* dinp, void* dweight, void* dbias, const void* dout,
+                                     const void* inp, const void* weight, int N, int C, int OC) {
+        (void)r, (void)dinp, (void)dweight, (void)dbias, (void)dout, (void)inp, (void)weight, (void)N, (void)C,
+            (void)OC;
+        missing("matmul_backward_fp8");
+    }
 
     /// Causal multi-head self-attention, never materializing (B,NH,T,T) scores in device memory.
     /// qkv (B,T,3C) holds [q | k | v], each (NH,HS) per position; out (B,T,C); lse (B,NH,T) fp32 is the

@@ -305,6 +305,7 @@ const std::vector<Field>& fields() {
         field("training", "precision", &C::training, &TrainingConfig::precision, one_of({"fp32", "bf16"})),
         field("training", "grad_clip", &C::training, &TrainingConfig::grad_clip, non_negative<float>()),
         field("training", "stochastic_rounding", &C::training, &TrainingConfig::stochastic_rounding),
+        field("training", "fp8", &C::training, &TrainingConfig::fp8, one_of({"off", "tensorwise", "rowwise"})),
         field("training", "max_skipped_steps", &C::training, &TrainingConfig::max_skipped_steps, at_least(1)),
 
         field("optimizer", "lr", &C::optimizer, &OptimizerConfig::lr, positive<float>()),

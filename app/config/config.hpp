@@ -83,6 +83,7 @@ struct TrainingConfig {
     std::string precision = "fp32";     ///< "fp32" | "bf16" (bf16: cuda only)
     float grad_clip = 1.0f;             ///< 0 disables
     bool stochastic_rounding = false;   ///< bf16 params rounded stochastically from the fp32 master weights
+    std::string fp8 = "off";            ///< "off" | "tensorwise" | "rowwise": the blocks' linear layers in FP8 (docs/fp8.md)
     int max_skipped_steps = 10;         ///< consecutive non-finite steps (skipped, no update) before the run stops
     friend bool operator==(const TrainingConfig&, const TrainingConfig&) = default;
 };

@@ -2,7 +2,7 @@
 //
 // It is the reference the CUDA backend is tested against and the default without a GPU. "Device"
 // memory is host memory, streams and events are dummies and every op runs at once. The ops are
-// spread over one file per concept (memory.cpp, encoder.cpp, layernorm.cpp, rmsnorm.cpp, matmul.cpp,
+// spread over one file per concept (memory.cpp, encoder.cpp, layernorm.cpp, rmsnorm.cpp, matmul.cpp, matmul_fp8.cpp,
 // attention.cpp, rope.cpp, gelu.cpp, swiglu.cpp, classifier.cpp, adamw.cpp; OpenBLAS setup in
 // blas_setup.cpp); their
 // contracts are in model/ops.hpp.
@@ -75,6 +75,12 @@ public:
                         const void* bias, int N, int C, int OC) override;
     void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                          const void* weight, const void* pre_gelu, int N, int C, int OC) override;
+    // matmul_fp8.cpp: FP8's numerics in fp32 (the CUDA backend's reference; not a speed-up)
+    std::string fp8_unsupported(Fp8Recipe) const override { return ""; }
+    void matmul_forward_fp8(Fp8Recipe r, void* out, const void* inp, const void* weight, const void* bias, int N,
+                            int C, int OC) override;
+    void matmul_backward_fp8(Fp8Recipe r, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                             const void* weight, int N, int C, int OC) override;
     // attention.cpp
     void attention_forward(void* out, float* lse, const void* qkv, int B, int T, int C,
                            int NH) override;

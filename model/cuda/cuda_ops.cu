@@ -37,6 +37,11 @@ CudaOps::CudaOps(DType act, const CudaBackendOptions& opt, AttentionChoice choic
     lt_.workspace = internal_malloc(kLtWorkspaceBytes);
     lt_.workspace_bytes = kLtWorkspaceBytes;
     lt_.autotune = opt_.matmul_autotune;
+    int device = 0, major = 0, minor = 0;
+    CUDA_CHECK(cudaGetDevice(&device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    cc_ = major * 10 + minor;
     for (BucketBuffer& b : buckets_) CUDA_CHECK(cudaEventCreateWithFlags(&b.done, cudaEventDisableTiming));
     if (opt_.attention == Attention::cublas && cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS)
         throw CudaError("cublasCreate failed");
@@ -52,6 +57,7 @@ CudaOps::~CudaOps() {
 #endif
     for (auto& [s, buf] : scratch_) cudaFree(buf.ptr);
     for (auto& [s, buf] : gqa_) cudaFree(buf.ptr);
+    for (auto& [s, buf] : fp8_) cudaFree(buf.ptr);
     for (auto& [key, buf] : rope_tables_) cudaFree(buf.ptr);
     for (BucketBuffer& b : buckets_) {
         cudaFree(b.dev);
@@ -119,7 +125,7 @@ Stream CudaOps::create_stream() {
 }
 
 void CudaOps::destroy_stream(Stream s) {
-    for (auto* m : {&scratch_, &gqa_}) {
+    for (auto* m : {&scratch_, &gqa_, &fp8_}) {
         auto it = m->find(static_cast<cudaStream_t>(s));
         if (it == m->end()) continue;
         CUDA_CHECK(cudaStreamSynchronize(it->first));

@@ -18,7 +18,8 @@
 // casts, the backend's buffers, make_cuda_backend), cuda_ops_attention.cu (attention, grouped-query
 // included, and the choice among cuDNN, cublas, FlashAttention-2 and the CUDA-core kernels),
 // cuda_ops_encoder.cu (the embedding and its backward's token buckets), cuda_ops_layers.cu (norms,
-// matmuls, activations, rope, residual, classifier) and cuda_ops_optim.cu (AdamW, norms, scaling).
+// matmuls, activations, rope, residual, classifier), cuda_ops_fp8.cu (the FP8 linear layers) and
+// cuda_ops_optim.cu (AdamW, norms, scaling).
 // The Ops overrides' contracts are model/ops.hpp's; the comments here say what is CUDA-specific.
 #pragma once
 #include <cstddef>
@@ -137,6 +138,12 @@ public:
                         int C, int OC) override;
     void matmul_backward(void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
                          const void* weight, const void* pre_gelu, int N, int C, int OC) override;
+    // ---- FP8 linear layers (cuda_ops_fp8.cu): compute capability 8.9+ ----
+    std::string fp8_unsupported(Fp8Recipe r) const override;
+    void matmul_forward_fp8(Fp8Recipe r, void* out, const void* inp, const void* weight, const void* bias, int N,
+                            int C, int OC) override;
+    void matmul_backward_fp8(Fp8Recipe r, void* dinp, void* dweight, void* dbias, const void* dout, const void* inp,
+                             const void* weight, int N, int C, int OC) override;
 
     // ---- attention (cuda_ops_attention.cu) ----
     const char* attention_name() const override { return llmtrain::attention_name(attention_.path); }
@@ -367,6 +374,8 @@ private:
     cublasHandle_t rows_blas_ = nullptr;  ///< context parallelism's rows (always cuBLAS), made on first use
     std::unordered_map<cudaStream_t, Buffer> scratch_;
     std::unordered_map<cudaStream_t, Buffer> gqa_;  ///< grouped-query attention's expanded qkv / dqkv
+    std::unordered_map<cudaStream_t, Buffer> fp8_;  ///< the FP8 linear layers' copies and scales (fp8_linear.hpp)
+    int cc_ = 0;  ///< the device's compute capability, major * 10 + minor (fp8_unsupported)
     std::map<std::tuple<int, int, float>, Buffer> rope_tables_;  ///< rope_table_for's, by (T, HS, theta)
     BucketBuffer buckets_[kBucketBuffers];
     int next_bucket_ = 0;

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "model/adamw_math.hpp"
+#include "model/fp8.hpp"
 #include "model/cuda/common.cuh"
 #include "model/cuda/cublas_attention.hpp"
 #include "model/cuda/flash_attention.hpp"
@@ -139,6 +140,36 @@ template <typename T>
 void matmul_backward(LtContext& lt, T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
                      const T* weight, const T* pre_gelu, int N, int C, int OC, float* scratch, cudaStream_t stream);
 size_t matmul_backward_scratch_bytes(int N, int OC);
+/// dbias (OC) += column sums of dout (N,OC), deterministic (reduce.cuh); scratch of
+/// matmul_backward_scratch_bytes(N, OC).
+template <typename T>
+void bias_backward(T* dbias, const T* dout, int N, int OC, float* scratch, cudaStream_t stream);
+/// FP8 GEMM, cuBLASLt's "TN" layout (the only one Ada and Hopper run): D (m x n column-major, ld m,
+/// T) = a_scale[i] * b_scale[j] * sum_k A(k,i) B(k,j) [+ bias (m, T)] [+ D if accumulate], A (k x m)
+/// and B (k x n) column-major FP8 of formats fa, fb with leading dimension k (row-major: A is (m,k),
+/// B is (n,k)); the scales are device fp32 inverse scales, one each or, with outer_vec, m and n of
+/// them. Products summed in fp32. Errors: CudaError when cuBLASLt refuses (e.g. k or a leading
+/// dimension not a multiple of 16, a device below compute capability 8.9).
+template <typename T>
+void matmul_fp8(LtContext& lt, T* D, const uint8_t* A, Fp8Format fa, const float* a_scale, const uint8_t* B,
+                Fp8Format fb, const float* b_scale, bool outer_vec, int m, int n, int k, bool accumulate,
+                const T* bias, cudaStream_t stream);
+
+// ---- fp8_quantize.cu: current scaling (docs/fp8.md) ----
+/// Which scales an FP8 copy of x (R, Cc) uses: one, one per row r, one per column c.
+enum class Fp8Axis : int { tensor, rows, cols };
+/// scales[0, n) = fp8_scale_from_amax of x's amax along `axis` for format f, scales[n, 2n) their
+/// inverses; n = 1, R or Cc. x (R, Cc) row-major T. Deterministic (a max, in any order).
+template <typename T>
+void fp8_scales(float* scales, const T* x, int R, int Cc, Fp8Axis axis, Fp8Format f, cudaStream_t stream);
+/// q = fp8(x * scale) (format f, saturating, model/fp8.hpp), (R, Cc) or with transpose (Cc, R);
+/// scales as fp8_scales made them for the same axis.
+template <typename T>
+void fp8_quantize(uint8_t* q, const T* x, const float* scales, int R, int Cc, Fp8Axis axis, bool transpose,
+                  Fp8Format f, cudaStream_t stream);
+/// out (N, OC) += bias (OC) on every row.
+template <typename T>
+void add_bias(T* out, const T* bias, int N, int OC, cudaStream_t stream);
 
 // ---- attention.cu ----
 /// out (B,T,C), lse (B,NH,T) fp32 from qkv (B,T,3C). doc: null (causal), or Ops::attention_forward_doc's
