@@ -161,6 +161,77 @@ class Bench(unittest.TestCase):
         self.assertIn("| PyTorch compiled | 451.9K | 36.8% | - | 15,012 | 0.85x | - | - |", table)
 
 
+class Llmc(unittest.TestCase):
+    """llm.c's train_gpt2cu log (tests/gpu/samples/llmc-124m.log, in train_gpt2.cu's printf formats:
+    its tok/s column is an exponential moving average, so each step's tokens/s comes from its ms)."""
+    MS = [1278.53, 496.10, 494.02, 493.75, 493.41, 494.60, 493.12, 493.98, 494.25, 493.66]
+
+    def test_llmc_log(self):
+        with open(os.path.join(SAMPLES, "llmc-124m.log")) as f:
+            line = gpu_report.llmc_bench_line("gpt2-124m-llmc", f.read(), build="own attention")
+        r = gpu_report.parse_bench(line)["gpt2-124m-llmc"]
+        per_step = [262144 / m * 1e3 for m in self.MS]
+        steady = sum(per_step[3:]) / 7
+        self.assertEqual(r["tok_s"], round(steady))
+        self.assertAlmostEqual(r["first_x"], round(steady / per_step[0], 2))
+        self.assertEqual(r["peak_mib"], 15196)  # "device memory usage: 15196 MiB / 81079 MiB"
+        self.assertEqual(r["steps"], 7)
+        self.assertEqual(r["build"], "own attention")
+        # llm.c's own MFU (its device table: 989.4 TFLOP/s for an H100 SXM), the printed one-decimal means
+        mfu = 100 * steady * (6 * 124475904 + 6 * 12 * 1024 * 768) / 989.4e12
+        self.assertAlmostEqual(r["mfu"], mfu, delta=0.1)
+
+    def test_llmc_that_did_not_start(self):
+        line = gpu_report.llmc_bench_line("x-llmc", "Bad magic in the data file\n")
+        self.assertIn("did not start", gpu_report.parse_bench(line)["x-llmc"]["error"])
+
+    def rows(self, text):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "bench-all.txt"), "w") as f:
+                f.write(text)
+            return Summary.rows(None, d)
+
+    def test_ratios_against_llmc_in_the_same_call(self):
+        out, t = self.rows(
+            "bench: label=gpt2-124m-native tok_s=480000 mfu=39.0 first_x=1.3 peak_mib=- ckpt_s=- steps=7\n"
+            "bench: label=gpt2-124m-cudnn tok_s=515000 mfu=41.8 first_x=1.3 peak_mib=15519 ckpt_s=- steps=7\n"
+            "bench: label=gpt2-124m-cudnn+fp8_tensorwise tok_s=540000 mfu=43.9 first_x=1.4 peak_mib=- ckpt_s=- steps=7\n"
+            "bench: label=gpt2-124m-llmc tok_s=530000 mfu=43.1 first_x=2.59 peak_mib=15196 ckpt_s=- steps=7 "
+            "build=\"own attention\"\n"
+            "bench: label=gpt2-1.5b-cudnn tok_s=46000 mfu=45.6 first_x=1.3 peak_mib=- ckpt_s=- steps=7\n"
+            "bench: label=gpt2-1.5b-cudnn+fp8_tensorwise tok_s=51000 mfu=50.6 first_x=1.3 peak_mib=- ckpt_s=- steps=7\n"
+            "bench: label=gpt2-1.5b-llmc tok_s=50000 mfu=49.6 first_x=1.3 peak_mib=44552 ckpt_s=- steps=7\n")
+        self.assertEqual(t["GPT-2 124M llm.c (own attention)"][1:],
+                         ["530.0K (43.1% MFU, 15,196 MiB after allocation)", "llm.c documented 531.1K (H100)",
+                          "1.00x documented", "info"])
+        # every path against llm.c measured in this call (515/530, 480/530), not the documented 531.1K
+        self.assertEqual(t["GPT-2 124M cudnn"][2:4], ["llm.c (this call) 530.0K", "0.97x llm.c"])
+        self.assertEqual(t["GPT-2 124M native"][3], "0.91x llm.c")
+        self.assertEqual(t["GPT-2 124M cudnn+fp8_tensorwise"][3], "1.02x llm.c")
+        self.assertEqual(t["GPT-2 124M FP8 tensorwise over bf16 (cudnn)"][1:],
+                         ["540.0K vs 515.0K", "", "1.05x", "info"])
+        self.assertEqual(t["GPT-2 124M fastest path vs llm.c (this call)"][1:],
+                         ["cudnn+fp8_tensorwise 540.0K", ">= 1.00x llm.c 530.0K", "1.02x", "PASS"])
+        # 1.5B: FP8 over bf16 51/46 = 1.11 < 1.15; FP8 against llm.c 51/50 = 1.02 < 1.05
+        self.assertEqual(t["GPT-2 1.5B FP8 tensorwise over bf16 (cudnn)"][3:], ["1.11x", "FAIL"])
+        self.assertEqual(t["GPT-2 1.5B FP8 vs llm.c (this call)"][1:],
+                         ["cudnn+fp8_tensorwise 51.0K", ">= 1.05x llm.c 50.0K", "1.02x", "FAIL"])
+        self.assertEqual(t["GPT-2 1.5B llm.c"][4], "info")
+        # llm.c is neither "the fastest path" nor the path whose first step is held to the target
+        self.assertEqual(t["GPT-2 124M fastest path"][1], "cudnn+fp8_tensorwise 540.0K")
+        self.assertIn("GPT-2 124M first step / steady (cudnn+fp8_tensorwise)", t)
+
+    def test_llmc_not_in_the_bundle(self):
+        out, t = self.rows(
+            "bench: label=gpt2-124m-cudnn tok_s=515000 mfu=41.8 first_x=1.3 peak_mib=- ckpt_s=- steps=7\n"
+            "bench: label=gpt2-124m-llmc error=\"not run: no llm.c in the bundle (tools/gpu/bundle.sh LLMC_SRC)\"\n"
+            "bench: label=gpt2-1.5b-llmc error=\"llm.c has no train_gpt2cu and did not build here\"\n")
+        self.assertEqual(t["GPT-2 124M llm.c"][4], "info")
+        self.assertEqual(t["GPT-2 124M cudnn"][2:4], ["llm.c 531.1K", "0.97x llm.c"])  # the documented figure
+        self.assertNotIn("GPT-2 124M fastest path vs llm.c (this call)", t)
+        self.assertEqual(t["GPT-2 1.5B llm.c"][4], "FAIL")
+
+
 class Summary(unittest.TestCase):
     def rows(self, logdir):
         out = gpu_report.summary(logdir)

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tools/gpu/gpu_report.py — the GPU acceptance suite's comparisons and its summary table
-(tools/gpu/run.sh and tools/bench/gpu_bench.sh call it; docs/cuda.md "GPU acceptance"). Standard
+(tools/gpu/run.sh and tools/bench/gpu_bench.sh call it; docs/gpu_acceptance.md). Standard
 library only: it runs on the lent GPU machine's python3 and in the CPU tests (tests/gpu).
 
   compare-train REF RUN --name N [--from K] [--to K] [--tol T]
@@ -15,6 +15,8 @@ library only: it runs on the lent GPU machine's python3 and in the CPU tests (te
   bench-line LABEL LOG
       The "bench:" line of one llmtrain log (gpu_bench.sh's runs): tokens/s and MFU after 3 warm-up
       steps, first step / steady, peak device memory, checkpoint seconds.
+  llmc-line LABEL LOG [--build B]
+      The same line from one llm.c train_gpt2cu log (run.sh's llm.c steps; tools/gpu/llmc_report.py).
   bench-table FILE...
       The "bench:" lines of gpu_bench.sh and torch_gpt_gpu.py in FILEs, as a markdown table per
       model with tokens/s, MFU, first step / steady, peak memory, and the ratios to llm.c's H100
@@ -23,7 +25,9 @@ library only: it runs on the lent GPU machine's python3 and in the CPU tests (te
       The acceptance table (markdown) from the logs run.sh keeps in LOGDIR: test_cuda_gpu*.log (the
       whole binary, or the parts run.sh quick runs apart), check-*.txt (compare-train / compare-val
       lines), attention-*.txt (attention_bench: each path's TFLOP/s and its error against the
-      reference path), bench*.txt, offload.txt, plan.txt, checkpoint.txt, and steps.tsv (a row for
+      reference path), bench*.txt (llmtrain's runs, FP8 ones too, PyTorch's and llm.c's: each
+      path's ratio to llm.c measured in the same call, else to its documented figure; FP8 over
+      bf16; issue 44's targets against llm.c), offload.txt, plan.txt, checkpoint.txt, and steps.tsv (a row for
       each step that timed out, crashed or was skipped; then a second table of every step: its box,
       seconds and exit status).
 """
@@ -32,6 +36,8 @@ import glob
 import os
 import re
 import sys
+
+from llmc_report import fp8_rows, is_ours, llmc_bench_line, llmc_rows, LLMC_PATH, target_rows
 
 # llm.c on one H100 80GB SXM (master f1e2ace, nvcc 13, no recompute), tokens/s; docs/cuda.md.
 LLMC = {"gpt2-124m": 531.1e3, "gpt2-1.5b": 47.5e3}
@@ -283,9 +289,11 @@ def check_rows(text):
 
 
 def throughput_rows(runs):
-    """Rows per model: each llmtrain path (tokens/s, MFU, peak memory, checkpoint seconds; ratios
-    to llm.c and to PyTorch; cublas held to its target), PyTorch, the fastest path against the
-    target, and the first step / steady of the default path (auto), else of the fastest."""
+    """Rows per model: llm.c measured in the same call (llmc_report), each llmtrain path (tokens/s,
+    MFU, peak memory, checkpoint seconds; ratios to llm.c, measured in the same call where it ran,
+    else its documented H100 figure, and to PyTorch; cublas held to its target), PyTorch, each FP8
+    run over bf16, the fastest path against the target, issue 44's targets against llm.c, and the
+    first step / steady of the default path (auto), else of the fastest."""
     rows = []
     order = list(LLMC)
     models = sorted({split_label(lb)[0] for lb in runs}, key=lambda m: (order.index(m) if m in order else len(order), m))
@@ -293,9 +301,14 @@ def throughput_rows(runs):
         mn = MODEL_NAMES.get(model, model)
         paths = {split_label(lb)[1]: r for lb, r in runs.items() if split_label(lb)[0] == model}
         torch = num(paths.get("torch", {}), "tok_s")
-        llmc = LLMC.get(model)
+        llmc, llmc_name = LLMC.get(model), "llm.c"
+        rows += llmc_rows(mn, paths.get(LLMC_PATH), llmc, kilo, num)
+        if num(paths.get(LLMC_PATH, {}), "tok_s"):
+            llmc, llmc_name = num(paths[LLMC_PATH], "tok_s"), "llm.c (this call)"
         for path, r in paths.items():
             t = num(r, "tok_s")
+            if path == LLMC_PATH:
+                continue
             if path == "torch":
                 mfu = num(r, "mfu")
                 got = kilo(t) + (f" ({mfu:.1f}% MFU)" if mfu is not None else "") if t else r.get("error", "-")
@@ -310,7 +323,7 @@ def throughput_rows(runs):
             if num(r, "ckpt_s"):
                 extra.append(f"checkpoint {num(r, 'ckpt_s'):.1f} s")
             measured = f"{kilo(t)} ({num(r, 'mfu'):.1f}% MFU" + "".join(", " + e for e in extra) + ")"
-            ref = [f"llm.c {kilo(llmc)}"] if llmc else []
+            ref = [f"{llmc_name} {kilo(llmc)}"] if llmc else []
             ratio = [f"{t / llmc:.2f}x llm.c"] if llmc else []
             if torch:
                 ref.append(f"PyTorch {kilo(torch)}")
@@ -321,14 +334,16 @@ def throughput_rows(runs):
                 ratio.append(f"{t / CUBLAS_TARGET[model]:.2f}x target")
                 verdict = "PASS" if t >= CUBLAS_TARGET[model] else "FAIL"
             rows.append((f"{mn} {path}", measured, ", ".join(ref), ", ".join(ratio), verdict))
-        ours = {p: num(r, "tok_s") for p, r in paths.items() if p != "torch" and num(r, "tok_s")}
+        rows += fp8_rows(model, mn, paths, kilo, num)
+        rows += target_rows(model, mn, paths, kilo, num)
+        ours = {p: num(r, "tok_s") for p, r in paths.items() if is_ours(p) and num(r, "tok_s")}
         if ours and model in TARGET:
             best = max(ours, key=ours.get)
             t = ours[best]
             rows.append((f"{mn} fastest path", f"{best} {kilo(t)}", f">= {kilo(TARGET[model])} (1.05x llm.c)",
                          f"{t / TARGET[model]:.2f}x target", "PASS" if t >= TARGET[model] else "FAIL"))
         # First step: the default path's (auto) when it ran, else the fastest one's.
-        firsts = {p: num(r, "first_x") for p, r in paths.items() if p != "torch" and num(r, "first_x")}
+        firsts = {p: num(r, "first_x") for p, r in paths.items() if is_ours(p) and num(r, "first_x")}
         if firsts:
             fastest = max(ours, key=ours.get) if ours else None
             p = "auto" if "auto" in firsts else fastest if fastest in firsts else next(iter(firsts))
@@ -537,6 +552,10 @@ def main():
     p = sub.add_parser("bench-line")
     p.add_argument("label")
     p.add_argument("log")
+    p = sub.add_parser("llmc-line")
+    p.add_argument("label")
+    p.add_argument("log")
+    p.add_argument("--build", default="-")
     p = sub.add_parser("bench-table")
     p.add_argument("files", nargs="+")
     p = sub.add_parser("summary")
@@ -554,6 +573,9 @@ def main():
     elif a.cmd == "bench-line":
         with open(a.log, errors="replace") as f:
             code, line = 0, llmtrain_bench_line(a.label, f.read())
+    elif a.cmd == "llmc-line":
+        with open(a.log, errors="replace") as f:
+            code, line = 0, llmc_bench_line(a.label, f.read(), build=a.build)
     elif a.cmd == "bench-table":
         code, line = 0, "\n".join(bench_table(read_bench(a.files)))
     else:
