@@ -1,6 +1,7 @@
 // tests/cuda/test_cuda_gpt.cpp — the whole GPT on the emulated CUDA backend against the CPU backend:
 // one full training step (forward, backward, AdamW), and a 10-step loss trajectory with global-norm
-// clipping, also with every layer checkpointed (recomputed in backward) on the CUDA side; and the
+// clipping, also with every layer checkpointed (recomputed in backward) on the CUDA side, and with
+// training.fp8 (at a shape whose widths are multiples of 16, n_embd 64, B 2, T 16); and the
 // Allocator's byte count against the emulator's count of live device memory.
 // Config: n_layer 2, n_head 3, n_embd 48, seq_len 17, vocab 101 (padded 128), B 3, T 17 — the
 // odd sizes of the op tests, small enough for ~seconds under the emulator.
@@ -31,19 +32,39 @@ GPTConfig tiny_config() {
 }
 constexpr int kB = 3, kT = 17, kN = kB * kT;
 
-/// Inputs and next-token targets of step `s`: a noisy arithmetic pattern the model can learn.
-void batch(int s, std::vector<int>& inp, std::vector<int>& tgt) {
+/// A model's config, micro-batch and training.fp8 recipe.
+struct Shape {
+    GPTConfig cfg = tiny_config();
+    int B = kB, T = kT;
+    Fp8Recipe fp8 = Fp8Recipe::off;
+};
+
+/// The FP8 runs' shape: every linear layer's widths (64, 192, 256) and the rows (2 x 16) multiples
+/// of 16, as cuBLASLt's FP8 GEMMs need.
+Shape fp8_shape(Fp8Recipe r) {
+    Shape s;
+    s.cfg.n_head = 4;
+    s.cfg.n_embd = 64;
+    s.cfg.seq_len = 16;
+    s.B = 2, s.T = 16, s.fp8 = r;
+    return s;
+}
+
+/// Inputs and next-token targets of step `s` for B rows of T: a noisy arithmetic pattern the model
+/// can learn.
+void batch(int s, std::vector<int>& inp, std::vector<int>& tgt, int B = kB, int T = kT) {
     std::mt19937 rng(1000 + s);
-    inp.resize(kN + 1);
-    for (int b = 0; b < kB; b++) {
+    const int N = B * T;
+    inp.resize(N + 1);
+    for (int b = 0; b < B; b++) {
         int x = static_cast<int>(rng() % 101);
-        for (int t = 0; t <= kT; t++) {
-            if (b * kT + t <= kN) inp[b * kT + t] = x;
+        for (int t = 0; t <= T; t++) {
+            if (b * T + t <= N) inp[b * T + t] = x;
             x = (x * 3 + 7 + static_cast<int>(rng() % 2)) % 101;
         }
     }
-    tgt.assign(inp.begin() + 1, inp.begin() + 1 + kN);
-    inp.resize(kN);
+    tgt.assign(inp.begin() + 1, inp.begin() + 1 + N);
+    inp.resize(N);
 }
 
 /// One model with its allocator and optimizer on one backend.
@@ -53,13 +74,15 @@ struct Model {
     std::unique_ptr<GPT> gpt;
     std::unique_ptr<AdamW> opt;
     float* scratch = nullptr;
-    Model(std::unique_ptr<Ops> o, float ckpt_ratio) : ops(std::move(o)) {
+    Shape sh;
+    Model(std::unique_ptr<Ops> o, float ckpt_ratio, const Shape& shape = {}) : ops(std::move(o)), sh(shape) {
         alloc = std::make_unique<Allocator>(*ops);
         GPTOptions go;
-        go.B = kB;
-        go.T = kT;
+        go.B = sh.B;
+        go.T = sh.T;
         go.checkpoint_ratio = ckpt_ratio;
-        gpt = std::make_unique<GPT>(tiny_config(), go, *alloc);
+        go.fp8 = sh.fp8;
+        gpt = std::make_unique<GPT>(sh.cfg, go, *alloc);
         gpt->init_params(42);
         scratch = static_cast<float*>(alloc->alloc(MemCategory::workspace, 256));
     }
@@ -86,9 +109,9 @@ struct Model {
     /// One training step; returns the loss. Clips the global norm at 1.
     float step(int s) {
         std::vector<int> inp, tgt;
-        batch(s, inp, tgt);
+        batch(s, inp, tgt, sh.B, sh.T);
         gpt->zero_grads();
-        gpt->forward_backward(inp.data(), tgt.data(), 1.0f / kN);
+        gpt->forward_backward(inp.data(), tgt.data(), 1.0f / float(sh.B * sh.T));
         const float loss = static_cast<float>(gpt->take_loss_sum());
         const float norm = grad_norm(*ops, gpt->grads(), numel(), scratch);
         opt->step(gpt->params(), gpt->grads(), 1e-3f, clip_scale(norm, 1.0f));
@@ -101,9 +124,9 @@ class GptTest : public testing::TestWithParam<std::string> {
 protected:
     void SetUp() override { bf16 = GetParam() == "bf16"; }
     /// The CPU and CUDA models, starting from identical (in bf16 mode: bf16-rounded) weights.
-    std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> models(float cuda_ckpt_ratio) {
-        auto cpu = std::make_unique<Model>(make_cpu_backend(), 0.0f);
-        auto cuda = std::make_unique<Model>(make_cuda_backend(GetParam()), cuda_ckpt_ratio);
+    std::pair<std::unique_ptr<Model>, std::unique_ptr<Model>> models(float cuda_ckpt_ratio, const Shape& sh = {}) {
+        auto cpu = std::make_unique<Model>(make_cpu_backend(), 0.0f, sh);
+        auto cuda = std::make_unique<Model>(make_cuda_backend(GetParam()), cuda_ckpt_ratio, sh);
         if (bf16) {
             auto p = cpu->params();
             for (float& x : p) x = bf16_round(x);
@@ -195,6 +218,31 @@ TEST_P(GptTest, TenStepTrajectory) {
 TEST_P(GptTest, TenStepTrajectoryWithCheckpointing) {
     auto [cpu, cuda] = models(1.0f);
     trajectory(*this, bf16, *cpu, *cuda);
+}
+
+/// training.fp8 (docs/fp8.md): 6 steps of the FP8 GPT (rowwise in fp32, tensorwise in bf16) on the emulated CUDA backend (cuBLASLt's FP8
+/// GEMMs) against the CPU backend's FP8 numerics, the CUDA side recomputing every layer; then the
+/// FP8 run against the unquantized CPU run.
+TEST_P(GptTest, Fp8TrajectoryMatchesCpu) {
+    {
+        const Fp8Recipe r = bf16 ? Fp8Recipe::tensorwise : Fp8Recipe::rowwise;  // one recipe each: emulation is slow
+        auto [cpu, cuda] = models(1.0f, fp8_shape(r));
+        Model plain(make_cpu_backend(), 0.0f, fp8_shape(Fp8Recipe::off));
+        cpu->make_optimizer();
+        cuda->make_optimizer();
+        plain.make_optimizer();
+        for (int s = 0; s < 6; s++) {
+            const float lc = cpu->step(s), lg = cuda->step(s), lp = plain.step(s);
+            // The same FP8 codes while the weights agree (fp32: bitwise equal losses for 4 steps);
+            // once the fp32 sums' order (or bf16's roundings) moves a value across an FP8 rounding
+            // boundary, a code moves by one FP8 step: fp32 5e-4 relative (9e-5 seen), bf16 3e-3
+            // (6.4e-4 seen).
+            EXPECT_NEAR(lg, lc, (bf16 ? 3e-3 : 5e-4) * lc) << fp8_recipe_name(r) << " step " << s;
+            // FP8 against no FP8: each operand rounded by up to 2^-4 (relative, random in sign), at
+            // loss ~4.8: 5e-3 relative (6e-4 seen). A wrong scale or code is off by far more.
+            EXPECT_NEAR(lc, lp, 5e-3 * lp) << fp8_recipe_name(r) << " step " << s;
+        }
+    }
 }
 
 /// The Allocator accounts every byte of device memory the program holds, the backend's own
