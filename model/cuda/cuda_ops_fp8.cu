@@ -89,13 +89,15 @@ void CudaOps::matmul_backward_fp8(Fp8Recipe r, void* dinp, void* dweight, void* 
     // transposed to (C,OC)). dweight = dout^T @ inp sums over n: dout's per column oc and inp's per
     // column c (both copies transposed: (OC,N), (C,N)).
     const Copy dy = copy_at(base, ws, 0, N, OC, rows), wt = copy_at(base, ws, 1, OC, C, cols);
-    const Copy dyt = copy_at(base, ws, 2, N, OC, cols), xt = copy_at(base, ws, 3, N, C, cols);
+    Copy dyt = copy_at(base, ws, 2, N, OC, cols);
+    const Copy xt = copy_at(base, ws, 3, N, C, cols);
+    if (!rw) dyt.scales = dy.scales;  // tensorwise: dout's one scale serves both of its copies
     dispatch([&](auto t) {
         using X = decltype(t);
         if (dbias != nullptr) bias_backward(as<X>(dbias), as<X>(dout), N, OC, scratch, stream_);
         fp8_scales(dy.scales, as<X>(dout), N, OC, dy.axis, kE5M2, stream_);
         fp8_scales(wt.scales, as<X>(weight), OC, C, wt.axis, kE4M3, stream_);
-        fp8_scales(dyt.scales, as<X>(dout), N, OC, dyt.axis, kE5M2, stream_);
+        if (rw) fp8_scales(dyt.scales, as<X>(dout), N, OC, dyt.axis, kE5M2, stream_);
         fp8_scales(xt.scales, as<X>(inp), N, C, xt.axis, kE4M3, stream_);
         fp8_quantize(dy.q, as<X>(dout), dy.scales, N, OC, dy.axis, false, kE5M2, stream_);
         fp8_quantize(wt.q, as<X>(weight), wt.scales, OC, C, wt.axis, true, kE4M3, stream_);
