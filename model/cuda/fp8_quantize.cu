@@ -111,7 +111,9 @@ __global__ void quantize_kernel(uint8_t* q, const T* x, const float* scale, Fp8A
 template <typename T>
 __global__ void quantize_transpose_kernel(uint8_t* q, const T* x, const float* scale, Fp8Axis axis, int R, int Cc,
                                           Fp8Format f) {
-    __shared__ uint8_t tile[kTile][kTile + 1];
+    // Codes kept one per 32-bit word: neighbouring lanes' stores never share a word (the emulator's
+    // racecheck tracks words; +1 column: the transposed reads fall in distinct banks).
+    __shared__ uint32_t tile[kTile][kTile + 1];
     const int r0 = blockIdx.y * kTile, c0 = blockIdx.x * kTile;
     for (int j = threadIdx.y; j < kTile; j += kTileRows) {
         const int r = r0 + j, c = c0 + threadIdx.x;
@@ -120,7 +122,7 @@ __global__ void quantize_transpose_kernel(uint8_t* q, const T* x, const float* s
     __syncthreads();
     for (int j = threadIdx.y; j < kTile; j += kTileRows) {
         const int c = c0 + j, r = r0 + threadIdx.x;  // q's row c, column r
-        if (r < R && c < Cc) q[size_t(c) * R + r] = tile[threadIdx.x][j];
+        if (r < R && c < Cc) q[size_t(c) * R + r] = uint8_t(tile[threadIdx.x][j]);
     }
 }
 

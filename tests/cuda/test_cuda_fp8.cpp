@@ -20,6 +20,9 @@ struct Fp8Case {
     Fp8Recipe recipe;
 };
 
+/// gtest prints a case by its name (not its bytes) in test names and failures.
+void PrintTo(const Fp8Case& c, std::ostream* os) { *os << c.mode.precision << "/" << c.mode.order << "/" << fp8_recipe_name(c.recipe); }
+
 class Fp8Test : public testing::TestWithParam<Fp8Case> {
 protected:
     void SetUp() override {

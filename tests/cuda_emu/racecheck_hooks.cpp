@@ -33,6 +33,33 @@ LLMTRAIN_RACECHECK_HOOKS(8)
 LLMTRAIN_RACECHECK_HOOKS(16)
 #undef LLMTRAIN_RACECHECK_HOOKS
 
+// Atomic operations (device atomics: emu::detail::atomic_update's load and compare-exchange, the
+// native integer atomics) are done here, untraced: atomics do not race with each other, and an
+// atomic against a plain access to the same word in one launch is not checked. `mo` (the memory
+// orders) are ignored: every operation is sequentially consistent.
+#define LLMTRAIN_RACECHECK_ATOMICS(N, T)                                                                      \
+    extern "C" T __tsan_atomic##N##_load(const volatile T* a, int) { return __atomic_load_n(a, __ATOMIC_SEQ_CST); } \
+    extern "C" void __tsan_atomic##N##_store(volatile T* a, T v, int) { __atomic_store_n(a, v, __ATOMIC_SEQ_CST); } \
+    extern "C" T __tsan_atomic##N##_exchange(volatile T* a, T v, int) {                                       \
+        return __atomic_exchange_n(a, v, __ATOMIC_SEQ_CST);                                                    \
+    }                                                                                                         \
+    extern "C" T __tsan_atomic##N##_fetch_add(volatile T* a, T v, int) {                                      \
+        return __atomic_fetch_add(a, v, __ATOMIC_SEQ_CST);                                                     \
+    }                                                                                                         \
+    extern "C" T __tsan_atomic##N##_fetch_sub(volatile T* a, T v, int) {                                      \
+        return __atomic_fetch_sub(a, v, __ATOMIC_SEQ_CST);                                                     \
+    }                                                                                                         \
+    extern "C" int __tsan_atomic##N##_compare_exchange_strong(volatile T* a, T* c, T v, int, int) {           \
+        return __atomic_compare_exchange_n(a, c, v, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                \
+    }                                                                                                         \
+    extern "C" int __tsan_atomic##N##_compare_exchange_weak(volatile T* a, T* c, T v, int, int) {             \
+        return __atomic_compare_exchange_n(a, c, v, true, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);                 \
+    }
+LLMTRAIN_RACECHECK_ATOMICS(16, short)
+LLMTRAIN_RACECHECK_ATOMICS(32, int)
+LLMTRAIN_RACECHECK_ATOMICS(64, long long)
+#undef LLMTRAIN_RACECHECK_ATOMICS
+
 extern "C" {
 void __tsan_read_range(void* p, unsigned long n) { plain(p, n, false, __builtin_return_address(0)); }
 void __tsan_write_range(void* p, unsigned long n) { plain(p, n, true, __builtin_return_address(0)); }
