@@ -15,8 +15,8 @@
 namespace llmtrain::cuda {
 
 /// The FP8 workspace's pieces for one call at (N, C, OC): byte offsets from its start, each
-/// 256-byte aligned. The four copies (a, b, c, d) hold N*C, N*OC, C*OC and C*N... bytes as their
-/// call places them; each has a float slot array of 2 * max(N, C, OC) (scale, then inverse scale).
+/// 256-byte aligned. Four copies of max(N*C, N*OC, C*OC) bytes (1 byte per element), each with a
+/// float array of 2 * max(N, C, OC) (its scales, then their inverses).
 struct Fp8Workspace {
     size_t copy[4];   ///< offsets of the four FP8 copies (1 byte per element)
     size_t scales[4]; ///< offsets of their float scale arrays: [0, dim) scales, [dim, 2 dim) inverses
