@@ -38,14 +38,24 @@
 #   Q2. a quick call whose budget (19 s) is below a step's 20 s minimum: the steps are
 #       reported as skipped, the checkpoint as not run (optional), STATE removed.
 #
-# Usage: run_sh_test.sh <repo root> <python3> <work dir> <llmtrain> <make_tiny_dataset> [quick]
-#   <llmtrain>, <make_tiny_dataset>: this build's (tests/gpu/CMakeLists.txt passes their target files)
+# llm.c (issue 44): the bundle carries a stand-in llmc/train_gpt2cu (a script that checks its
+# arguments and its input shard as llm.c's dataloader does — magic 20240520, version 1, the size
+# the header's count gives, at least B*T+1 tokens — and prints train_gpt2.cu's lines) and the real
+# llmc_shard; FP8 runs (training.fp8) run faster in the stand-in llmtrain (600K against 500K tok/s).
+#   Q1 also: quick's fp8-124m and llmc-124m steps in place, within their boxes; rows for llm.c measured
+#       in the call, FP8 over bf16 (1.20x), every path's ratio to llm.c (this call) and issue 44's
+#       124M target; Q3. a bundle without llm.c: its step reported "not run" (info), the call passes.
+#   1c. the llmc stage: 124M and 1.5B, FP8 tensorwise and rowwise, llm.c at d12 and d48.
+#
+# Usage: run_sh_test.sh <repo root> <python3> <work dir> <llmtrain> <make_tiny_dataset> <llmc_shard> [quick]
+#   <llmtrain>, <make_tiny_dataset>, <llmc_shard>: this build's (tests/gpu/CMakeLists.txt passes their target files)
 set -euo pipefail
-SRC=$1 PY=$2 W=$3 LLMTRAIN=$4 MAKE_TINY_DATASET=$5 MODE=${6:-all}
-for x in "$LLMTRAIN" "$MAKE_TINY_DATASET"; do [ -x "$x" ] || { echo "run_sh_test: no executable $x"; exit 2; }; done
+SRC=$1 PY=$2 W=$3 LLMTRAIN=$4 MAKE_TINY_DATASET=$5 LLMC_SHARD=$6 MODE=${7:-all}
+for x in "$LLMTRAIN" "$MAKE_TINY_DATASET" "$LLMC_SHARD"; do [ -x "$x" ] || { echo "run_sh_test: no executable $x"; exit 2; }; done
 LLMTRAIN=$(realpath "$LLMTRAIN")  # the stand-in runs it from the repo root
 rm -rf "$W" && mkdir -p "$W/bin" "$W/b/llmtrain-gpu/app" "$W/b/llmtrain-gpu/tests/cuda" "$W/b/llmtrain-gpu/tests/app" \
-    "$W/b/llmtrain-gpu/tools/bench" "$W/b/llmtrain-gpu/lib" "$W/b/llmtrain-gpu/openmpi/bin"
+    "$W/b/llmtrain-gpu/tools/bench" "$W/b/llmtrain-gpu/lib" "$W/b/llmtrain-gpu/openmpi/bin" \
+    "$W/b/llmtrain-gpu/tools/prep" "$W/b/llmtrain-gpu/llmc/src"
 B=$W/b/llmtrain-gpu
 
 cat >"$W/bin/nvidia-smi" <<'EOF'
@@ -92,11 +102,11 @@ EOF
     cat <<'EOF'
 args=("$@")
 declare -A set=()
-print=0
+print=0 cfg=/dev/null
 while [ $# -gt 0 ]; do
     case $1 in
         --set) set[${2%%=*}]=${2#*=}; shift 2 ;;
-        --config) shift 2 ;;
+        --config) cfg=$2; shift 2 ;;
         --print-config) print=1; shift ;;
         *) echo "stand-in llmtrain: unexpected $1"; exit 2 ;;
     esac
@@ -104,11 +114,13 @@ done
 v() { local x=${set[$1]:-$2}; x=${x#\"}; echo "${x%\"}"; }
 [ "$(v model.attention native)" = auto ] && { echo "model.attention: expected native, cublas or cudnn"; exit 2; }
 if [ $print = 1 ]; then
-    printf '%s\n' "n_layer = 12" "n_head = 12" "n_embd = 768" "seq_len = 1024" "vocab_size = 50257" \
+    nl=$(awk '$1 == "n_layer" { print $3 }' "$cfg")  # the config's (GPT-2 1.5B: 48), for llm.c's -e d<n_layer>
+    printf '%s\n' "n_layer = $nl" "n_head = 12" "n_embd = 768" "seq_len = 1024" "vocab_size = 50257" \
         "micro_batch_size = $(v training.micro_batch_size 32)" "grad_accum_steps = $(v training.grad_accum_steps 8)"
     exit 0
 fi
 real() { env -u OMPI_MCA_mca_base_component_path -u OPAL_PKGDATADIR "$REAL" "$@"; }
+fp8=$(v training.fp8 off)  # kept in the dry run: the CPU backend computes FP8's numerics in fp32
 small=(--set 'run.backend="cpu"' --set 'training.precision="fp32"' --set training.stochastic_rounding=false
        --set 'model.attention="native"' --set model.n_layer=1 --set model.n_head=1 --set model.n_kv_head=0
        --set model.n_embd=16 --set parallel.pp=1 --set parallel.tp=1 --set parallel.dp=0 --set parallel.zero_group_size=0)
@@ -122,7 +134,8 @@ rc=$?
 [ $rc = 0 ] || { echo "$out"; exit $rc; }
 grep "^data: " <<<"$out" | sed 's/^/(stand-in llmtrain: dry run) /'
 rd=$(v run.run_dir runs/x) max=$(v run.max_steps 10) ev=$(v run.eval_interval 0) att=$(v model.attention native)
-sr=$(v training.stochastic_rounding false) cpu=0
+sr=$(v training.stochastic_rounding false) cpu=0 fast=0
+[ "$fp8" != off ] && fast=1
 [ "$(v run.backend cuda)" = cpu ] && cpu=1
 mkdir -p "$rd"
 start=0
@@ -137,7 +150,7 @@ for ((s = start + 1; s <= max; s++)); do
     [ "$(v parallel.zero_group_size 0)" = 2 ] && noise=1000  # sub-DP drifts 1e-4 from the 1-rank run
     printf -v norm '%.9g' "$((10000000 + s * 10000 + noise))e-7"
     printf '%d\ttrain\t%s\t0.0006\t%s\n' $s "$loss" "$norm" >>"$rd/losses.tsv"
-    tok=$(( s == 1 ? 250000 : 500000 ))
+    tok=$(( s == 1 ? 250000 : fast ? 600000 : 500000 ))
     echo "step $s/$max | loss $loss | lr 6.00e-04 | norm $norm | $tok tok/s | MFU 40.0% | 00:00:01 elapsed | ETA 00:00:01"
     if [ "$ev" -gt 0 ] && [ $((s % ev)) = 0 ]; then
         printf -v val '%.9g' "$((5000000 - s * 1000 + cpu))e-6"
@@ -186,6 +199,40 @@ for p in "${paths[@]}"; do
     fi
 done
 EOF
+# A stand-in llm.c train_gpt2cu (steps_llmc.sh's arguments; the shard checked as llmc/dataloader.h
+# does) printing train_gpt2.cu's lines: 262144 tokens in 504.12 ms (520K tok/s) after a slow step 1.
+cat >"$B/llmc/train_gpt2cu" <<'EOF'
+#!/usr/bin/env bash
+declare -A o=()
+while [ $# -gt 0 ]; do o[$1]=$2; shift 2; done
+die() { echo "stand-in train_gpt2cu: $*"; exit 1; }
+[[ ${o[-e]} =~ ^d(12|48)$ ]] || die "-e ${o[-e]}: expected d12 or d48"
+[ "${o[-r]}" = 0 ] && [ "${o[-s]}" = 0 ] && [ "${o[-v]}" -gt 0 ] || die "expected -r 0 -s 0 -v > 0"
+B=${o[-b]} T=${o[-t]} D=${o[-d]} X=${o[-x]}
+[ "$D" = $((B * T * 8)) ] || die "-d $D: expected B*T*8"
+for f in "${o[-i]}" "${o[-j]}"; do
+    read -r magic version n < <(od -An -t d4 -N 12 "$f") || die "cannot read $f"
+    [ "$magic $version" = "20240520 1" ] || { echo "Bad magic in the data file"; exit 1; }
+    [ "$(stat -c %s "$f")" = $((1024 + 2 * n)) ] || { echo "Error: file size is not as expected"; exit 1; }
+    [ "$n" -ge $((B * T + 1)) ] || die "assertion failed: shard_ntok >= B*T+1 ($n tokens in $f)"
+done
+echo "| micro batch size B    | $B |"
+echo "| num_layers L          | ${o[-e]#d} |"
+echo "batch_size B=$B * seq_len T=$T * num_processes=1 and total_batch_size=$D"
+echo "=> setting grad_accum_steps=8"
+echo "device memory usage: 15196 MiB / 81559 MiB"
+echo "val loss 11.012345"
+for ((s = 1; s <= X; s++)); do
+    ms=504.12
+    [ $s = 1 ] && ms=1280.00
+    printf 'step %4d/%d | loss %7.6f (%+.2fz)| norm %6.4f (%+.2fz)| lr %.2e | %s ms | %.1f%% bf16 MFU | %.0f tok/s\n' \
+        $s "$X" 11.0 0 15.0 0 0.0003 "$ms" 42.0 520000
+done
+echo "val loss 10.512345"
+echo "total average iteration time: 504.120000 ms"
+EOF
+printf "%s\n" "llm.c f1e2ace (stand-in), own attention (train_gpt2cu)" >"$B/llmc/BUILD.txt"
+cp "$LLMC_SHARD" "$B/tools/prep/llmc_shard"  # the real one
 cat >"$B/tools/bench/offload_bench" <<'EOF'
 #!/usr/bin/env bash
 echo "double-buffered vs serial: 1.60x (goal >= 1.5x); wall / max(d2h, host_adam, h2d) = 1.05 (goal <= 1.10)"
@@ -201,7 +248,7 @@ cat >"$B/app/llmtrain-plan" <<'EOF'
 echo "times measured on the cuda backend (bf16), micro-batch 8 x 1024, median of 5: layer F 2.951 ms, B 6.010 ms, recompute 2.950 ms"
 echo "best: pp 1 x dp 8, 1 micro-batches per step, ZeRO-1: predicted step 0.4500 s (1F1B simulated), 145636 tokens/s"
 EOF
-chmod +x "$W/bin/"* "$B"/app/* "$B"/tests/*/* "$B"/tools/bench/* "$B"/openmpi/bin/*
+chmod +x "$W/bin/"* "$B"/app/* "$B"/tests/*/* "$B"/tools/bench/* "$B"/openmpi/bin/* "$B/llmc/train_gpt2cu"
 tar -C "$W/b" -czf "$W/bundle.tar.gz" llmtrain-gpu
 
 export TORCH=0 PATH=$W/bin:$PATH PYTHON=$PY STEPS=5 BROWN=$W/no-brown BUNDLE=$W/bundle.tar.gz STATE=$W/state
@@ -232,8 +279,8 @@ if [ "$MODE" = quick ]; then
         "$W/steps.tsv" || fail "a step ran past its box"
     [ "$(awk -F'\t' '$2 == "attention-124m" { print $3 }' "$W/steps.tsv")" = 124 ] || fail "the hung step was not killed at its box"
     expect=(test_cuda_gpu-gpu test_cuda_gpu-rest attention-124m attention-hs128 profile determinism-native determinism-cudnn
-            paths-native-cudnn resume-nearest train-124m torch-124m multirank-ref zero1-np2 pp2-np2 tp2-np2 llama-tiny
-            checkpoint-1.5b)
+            paths-native-cudnn resume-nearest train-124m fp8-124m llmc-124m torch-124m multirank-ref zero1-np2 pp2-np2
+            tp2-np2 llama-tiny checkpoint-1.5b)
     [ "$(cut -f2 "$W/steps.tsv" | tr '\n' ' ')" = "${expect[*]} " ] || fail "quick's steps, in order: ${expect[*]}"
     for st in "${expect[@]}"; do grep -q "^| quick/$st | [0-9]* | [0-9]* | " "$S" || fail "no steps-table row for $st"; done
     grep -q "^| quick/checkpoint-1.5b | [0-9]* | [0-9]* | ran to its end |" "$S" || fail "checkpoint did not run with time left"
@@ -261,6 +308,15 @@ if [ "$MODE" = quick ]; then
     row "resume tiny bf16 nearest" "$S" | grep -q "| SAME (steps 11-20" || fail "resume nearest"
     row "GPT-2 124M native" "$S" | grep -qv "checkpoint" || fail "training native"
     row "GPT-2 124M cudnn" "$S" | grep -qv "checkpoint" || fail "quick's cudnn run wrote its checkpoint"
+    # issue 44: llm.c measured in the call is every path's reference; FP8 over bf16; the 124M target
+    row "GPT-2 124M llm.c (own attention)" "$S" | grep -q "| 520.0K (42.0% MFU, 15,196 MiB after allocation) | .* | info |" ||
+        fail "llm.c's row"
+    row "GPT-2 124M cudnn" "$S" | grep -q "| llm.c (this call) 520.0K | 0.96x llm.c | info |" || fail "cudnn vs llm.c"
+    row "GPT-2 124M cudnn+fp8_tensorwise" "$S" | grep -q "600.0K .* 1.15x llm.c" || fail "the FP8 run"
+    row "GPT-2 124M FP8 tensorwise over bf16 (cudnn)" "$S" | grep -q "| 600.0K vs 500.0K |  | 1.20x | info |" ||
+        fail "FP8 over bf16"
+    row "GPT-2 124M fastest path vs llm.c (this call)" "$S" | grep -q "| cudnn+fp8_tensorwise 600.0K | >= 1.00x llm.c 520.0K | 1.15x | PASS |" ||
+        fail "issue 44's 124M target"
     for l in zero1 pp2; do
         row "multirank $l np2" "$S" | grep -q "| PASS (steps 1-10: loss and grad norm within relative 1e-05" || fail "multirank $l"
     done
@@ -321,6 +377,27 @@ row "multirank resume zero3 np2 to pp2xdp2 np4" "$S" | grep -q "| PASS (steps 1-
 row "determinism native" "$S" >/dev/null
 ! grep -q "| step multirank" "$S" || fail "a multirank step did not run to its end"
 [ -z "$(find "$W/state/runs" -mindepth 1 -maxdepth 1 -name 'mr-*')" ] || fail "multirank run directories left behind"
+
+# 1c. the llmc stage (issue 44's table): 124M and 1.5B, bf16 cudnn, FP8 tensorwise and rowwise, llm.c at d12 and d48
+OUT=$W/out1c STEPS=5 bash "$SRC/tools/gpu/run.sh" llmc >"$W/llmc.log" 2>&1 || { cat "$W/llmc.log"; fail "llmc exited $?"; }
+S=$W/out1c/summary.md
+no_start_errors "$W/out1c/logs.tar.gz"
+for m in "124M" "1.5B"; do
+    row "GPT-2 $m FP8 rowwise over bf16 (cudnn)" "$S" | grep -q "| 1.20x |" || fail "FP8 rowwise at $m"
+    row "GPT-2 $m llm.c (own attention)" "$S" | grep -q "| info |" || fail "llm.c at $m"
+done
+row "GPT-2 1.5B FP8 tensorwise over bf16 (cudnn)" "$S" | grep -q "| >= 1.15x | 1.20x | PASS |" || fail "1.5B FP8 target"
+row "GPT-2 1.5B FP8 vs llm.c (this call)" "$S" | grep -q "| >= 1.05x llm.c 520.0K | 1.15x | PASS |" || fail "1.5B vs llm.c"
+tar -xzOf "$W/out1c/logs.tar.gz" logs/llmc-gpt2-1.5b.log | grep -q "^| num_layers L *| 48 |" ||
+    fail "llm.c at 1.5B was not d48 (configs/gpt2-1.5b.toml's n_layer)"
+! grep -q "| step llmc" "$S" || fail "an llmc step did not run to its end"
+# Q3. a bundle without llm.c: its step says so (an info row) and passes
+mv "$W/state/llmtrain-gpu/llmc" "$W/llmc-aside"
+STATE=$W/state bash "$SRC/tools/gpu/run.sh" _step llmc gpt2-124m 5 30 >"$W/nollmc.log" 2>&1 || fail "llmc without llm.c exited $?"
+mv "$W/llmc-aside" "$W/state/llmtrain-gpu/llmc"
+mkdir -p "$W/nollmc" && cp "$W/state/logs/bench-gpt2-124m-llmc.txt" "$W/nollmc/"
+"$PY" "$SRC/tools/gpu/gpu_report.py" summary "$W/nollmc" >"$W/nollmc.md"
+row "GPT-2 124M llm.c" "$W/nollmc.md" | grep -q "| not run: no llm.c in the bundle .* | info |" || fail "no llm.c: not an info row"
 
 # 2. a call whose budget is spent before its steps: each is reported as skipped
 OUT=$W/out2 BUDGET=5 bash "$SRC/tools/gpu/run.sh" bench1.5b >"$W/budget.log" 2>&1 || fail "run.sh (budget) exited $?"

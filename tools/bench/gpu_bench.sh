@@ -22,6 +22,8 @@
 #               at 124M, ~120 s at 1.5B on an H100) unless TORCH_TIMEOUT says otherwise
 #   ATTENTION_BENCH (1) 0: no attention_bench before each model's runs (tools/gpu/run.sh quick runs it
 #               as a step of its own)
+#   FP8         (empty: bf16) "tensorwise" or "rowwise": every llmtrain run with training.fp8 = FP8,
+#               labelled <model>-<path>+fp8_<FP8> (tools/gpu/run.sh's FP8 steps, beside bf16 runs)
 # Data: tests/app/make_tiny_dataset's synthetic tokens (ids < 320) for llmtrain and PyTorch; the
 # models keep GPT-2's 50,257-token vocabulary, so the compute per token is GPT-2's (throughput does
 # not depend on the token values). Each step is 8 micro-batches of the config's micro_batch_size
@@ -50,6 +52,9 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-300}
 TORCH_TIMEOUT=${TORCH_TIMEOUT:-$((RUN_TIMEOUT + 120))}
 ATTENTION_BENCH=${ATTENTION_BENCH:-1}
 PYTHON=${PYTHON:-python3}
+FP8=${FP8:-}
+fp8_args=()
+[ -n "$FP8" ] && fp8_args=(--set "training.fp8=\"$FP8\"")
 source tools/gpu/llmtrain_run.sh
 [ -x "$BIN" ] || { echo "gpu_bench: $BIN not found: build with CUDA first (cmake --build $BUILD)"; exit 2; }
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || { echo "gpu_bench: no GPU"; exit 2; }
@@ -136,8 +141,8 @@ for model in $MODELS; do
         stop=$STEPS
         at_end=false  # the runs stopped after their last step allocate no host snapshot (checkpoint.at_end)
         [ "$attention" = "$CHECKPOINT" ] && stop=0 at_end=true
-        bench "$model-$attention" "$model" "$stop" -- --set "model.attention=\"$attention\"" \
-            --set "checkpoint.at_end=$at_end" "$@"
+        bench "$model-$attention${FP8:++fp8_$FP8}" "$model" "$stop" -- --set "model.attention=\"$attention\"" \
+            --set "checkpoint.at_end=$at_end" "${fp8_args[@]}" "$@"
     done
     [ "$TORCH_OK" = 1 ] && torch_bench "$model" "$@"
 done

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# tools/gpu/run.sh — the GPU acceptance suite (docs/cuda.md "GPU acceptance"), on a machine with a
+# tools/gpu/run.sh — the GPU acceptance suite (docs/gpu_acceptance.md), on a machine with a
 # GPU and tools/gpu/bundle.sh's bundle: every step time-boxed, the suite going on past a failure,
 # every step's log kept, and one markdown table last (tools/gpu/gpu_report.py summary).
 #
-# Usage: tools/gpu/run.sh [STAGE...]      STAGE: quick, tests, checks, bench124m, bench1.5b, multirank,
-#                                         checkpoint or all (default: all = tests checks bench124m bench1.5b)
+# Usage: tools/gpu/run.sh [STAGE...]      STAGE: quick, tests, checks, bench124m, bench1.5b, llmc, multirank,
+#                                         checkpoint or all (default: all = tests checks bench124m bench1.5b llmc)
 #   quick      one call that decides (the 15-minute rule below): in value order, each step boxed,
 #              BUDGET 400 s (under 7 minutes of wall time on an H100 with the unpacking and the table):
 #                test_cuda_gpu's GPU-only suites (cuDNN, FlashAttention at GPT-2 shapes) 100 s, then the
@@ -15,10 +15,12 @@
 #                backward under ncu at both shapes 40 s (stall reasons, throughputs: logs/profile.txt);
 #                determinism native 60 s and cudnn 60 s (3 steps, twice each), native against cudnn
 #                at step 1, resume with round-to-nearest 60 s; GPT-2 124M training native and cudnn
-#                100 s, PyTorch compiled 120 s; multirank over MpiCudaComm: the 1-rank run, ZeRO-1,
+#                100 s, cudnn with training.fp8 = "tensorwise" 45 s, llm.c's train_gpt2cu at the same
+#                shape and steps 45 s (tools/gpu/steps_llmc.sh), PyTorch compiled 120 s; multirank over MpiCudaComm: the 1-rank run, ZeRO-1,
 #                pp 2 and tp 2 on 2 ranks, 40 s each; llama-tiny fp32 and bf16 (GQA FlashAttention-2)
 #                against the CPU backend 60 s; then, only if >= 90 s are left, checkpoint_bench
-#                at 1.5B. Expected about 6 minutes (estimates in docs/cuda.md "GPU acceptance"). STATE
+#                at 1.5B. Expected about 375 s of steps, 6.6 minutes with the setup (estimates in
+#                docs/gpu_acceptance.md; the H200 ran the older steps in 162 s). STATE
 #                is removed at its end (nothing stays on the lent disk); OUT gets 3 files.
 #   tests      test_cuda_gpu on the device
 #   checks     determinism: the same short GPT-2 124M run twice with each attention path (native,
@@ -29,7 +31,11 @@
 #   bench124m  tools/bench/gpu_bench.sh on GPT-2 124M: attention alone and training with each path,
 #              PyTorch compiled at the same shape (tools/bench/torch_gpt_gpu.py)
 #   bench1.5b  offload_bench; llmtrain-plan --profile on GPT-2 1.5B; then the 124M stage's runs at
-#              GPT-2 1.5B (native left out), the cudnn run's end-of-run checkpoint timed
+#              GPT-2 1.5B (native left out; no recompute, activation_checkpoint.ratio = 0), the cudnn
+#              run's end-of-run checkpoint timed
+#   llmc       issue 44's comparison, one call (~4-5 minutes): at GPT-2 124M, then 1.5B, cudnn in bf16,
+#              with training.fp8 = "tensorwise" and "rowwise", and llm.c's train_gpt2cu at the same
+#              shape, steps and tokens (a bundle without llm.c: "not run", an info row)
 #   multirank  every distributed layout on 2 and 4 ranks of the one GPU over parallel.comm = "mpi"
 #              (NCCL refuses two ranks on one device): tiny fp32, 10 steps, against the 1-rank run;
 #              ZeRO-1 + offload against ZeRO-1 bitwise; a resume from ZeRO-3 on 2 ranks into pp 2 x dp 2
@@ -63,6 +69,7 @@ export STATE=${STATE:-/tmp/llmtrain-gpu}
 export LOGS=$STATE/logs RUNS=$STATE/runs DIR=$STATE/llmtrain-gpu PYTHON=${PYTHON:-python3}
 export STEPS=${STEPS:-10} BROWN=${BROWN:-data/brown} DATA=$STATE/data
 source tools/gpu/llmtrain_run.sh
+source tools/gpu/steps_llmc.sh
 report() { "$PYTHON" tools/gpu/gpu_report.py "$@"; }
 LLMTRAIN=$DIR/app/llmtrain
 
@@ -307,16 +314,17 @@ step_multirank_resume() {
     return 0
 }
 
+# step_bench <model> [s per run] [llmtrain args]: gpu_bench.sh, every path and PyTorch
 step_bench() {
-    MODELS=$1 BUILD=$DIR LOGDIR=$LOGS/bench-$1 RUN_TIMEOUT=${2:-300} bash tools/bench/gpu_bench.sh "$STEPS" |
+    MODELS=$1 BUILD=$DIR LOGDIR=$LOGS/bench-$1 RUN_TIMEOUT=${2:-300} bash tools/bench/gpu_bench.sh "$STEPS" "${@:3}" |
         tee "$LOGS/bench-$1.txt"
 }
 
-# step_bench_paths <model> <paths> <steps> <s per run>: llmtrain's training runs alone (no attention_bench,
-# no PyTorch), each stopped after its last step (no end-of-run checkpoint).
+# step_bench_paths <model> <paths> <steps> <s per run> [llmtrain args]: llmtrain's training runs alone (no
+# attention_bench, no PyTorch), each stopped after its last step (no end-of-run checkpoint).
 step_bench_paths() {
     MODELS=$1 ATTENTIONS=$2 TORCH=0 ATTENTION_BENCH=0 CHECKPOINT=none BUILD=$DIR LOGDIR=$LOGS/bench-$1 RUN_TIMEOUT=$4 \
-        bash tools/bench/gpu_bench.sh "$3" | tee "$LOGS/bench-$1-train.txt"
+        bash tools/bench/gpu_bench.sh "$3" "${@:5}" | tee "$LOGS/bench-$1-train.txt"
 }
 
 # step_bench_torch <model> <steps> <s>: PyTorch compiled alone at the model's shape (torch.compile included).
@@ -383,7 +391,7 @@ box() { local b=$(($1 * ${BOX_SCALE:-100} / 100)); echo $((b > 0 ? b : 1)); }
 GPU_FIRST='Gpu/*:CudnnAttentionBackward.*:*FlashAttention*'
 
 # One call that decides (the 15-minute rule, header): value order, each step boxed (a box is the most
-# it may take; the expected times, from the 58d410c timings, are in docs/cuda.md "GPU acceptance"),
+# it may take; the expected times, from the 58d410c timings, are in docs/gpu_acceptance.md),
 # the call going on past failures; the boxes add up to more than BUDGET, so whatever runs late pushes
 # the last steps out (reported as skipped), never the first.
 stage_quick() {
@@ -399,6 +407,9 @@ stage_quick() {
     step quick paths-native-cudnn "$(box 15)" paths_agree native cudnn
     step quick resume-nearest "$(box 60)" resume nearest false
     step quick train-124m "$(box 100)" bench_paths gpt2-124m "native cudnn" 8 "$(box 45)"
+    # issue 44: FP8 beside the bf16 cudnn run, then llm.c at the same shape, steps and tokens
+    step quick fp8-124m "$(box 45)" bench_fp8 gpt2-124m cudnn 8 "$(box 40)" tensorwise
+    step quick llmc-124m "$(box 45)" llmc gpt2-124m 8 "$(box 45)"
     step quick torch-124m "$(box 120)" bench_torch gpt2-124m 8 "$(box 110)"
     step quick multirank-ref "$(box 40)" multirank_ref
     step quick zero1-np2 "$(box 40)" multirank 2 zero1 --set parallel.zero_stage=1
@@ -453,7 +464,24 @@ stage_bench124m() {
 stage_bench1_5b() {
     step bench1.5b offload 90 offload
     step bench1.5b plan 180 plan
-    step bench1.5b gpt2-1.5b 480 bench gpt2-1.5b 200
+    # no recompute (gpt2-1.5b.toml recomputes every layer): as the documented H100 figures, llm.c's
+    # -r 0 and the llmc stage, whose runs at 1.5B share these labels
+    step bench1.5b gpt2-1.5b 480 bench gpt2-1.5b 200 --set activation_checkpoint.ratio=0
+}
+
+# issue 44's table in one call: per model, bf16 cudnn, FP8 tensorwise and rowwise, llm.c (STEPS each);
+# no recompute on either side (llm.c's -r 0; gpt2-1.5b.toml recomputes every layer: ratio 0 here and
+# in bench1.5b; 44 GB at micro-batch 8 on an H100, docs/cuda.md "Measured on an H100").
+stage_llmc() {
+    local r0=(--set activation_checkpoint.ratio=0)
+    step llmc train-124m 60 bench_paths gpt2-124m cudnn "$STEPS" 50
+    step llmc fp8-124m 60 bench_fp8 gpt2-124m cudnn "$STEPS" 50 tensorwise
+    step llmc fp8row-124m 60 bench_fp8 gpt2-124m cudnn "$STEPS" 50 rowwise
+    step llmc llmc-124m 60 llmc gpt2-124m "$STEPS" 60
+    step llmc train-1.5b 110 bench_paths gpt2-1.5b cudnn "$STEPS" 100 "${r0[@]}"
+    step llmc fp8-1.5b 110 bench_fp8 gpt2-1.5b cudnn "$STEPS" 100 tensorwise "${r0[@]}"
+    step llmc llmc-1.5b 110 llmc gpt2-1.5b "$STEPS" 110
+    step llmc fp8row-1.5b 110 bench_fp8 gpt2-1.5b cudnn "$STEPS" 100 rowwise "${r0[@]}"
 }
 
 stage_multirank() {
@@ -480,8 +508,8 @@ stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(all)
 for s in "${stages[@]}"; do
     case $s in
-        quick | tests | checks | bench124m | bench1.5b | multirank | checkpoint | all) ;;
-        *) echo "run.sh: unknown stage '$s' (expected quick, tests, checks, bench124m, bench1.5b, multirank, checkpoint or all)"; exit 2 ;;
+        quick | tests | checks | bench124m | bench1.5b | llmc | multirank | checkpoint | all) ;;
+        *) echo "run.sh: unknown stage '$s' (expected quick, tests, checks, bench124m, bench1.5b, llmc, multirank, checkpoint or all)"; exit 2 ;;
     esac
 done
 BUNDLE=${BUNDLE:-.gpu/bundle.tar.gz}
@@ -528,9 +556,10 @@ for s in "${stages[@]}"; do
         checks) stage_checks ;;
         bench124m) stage_bench124m ;;
         bench1.5b) stage_bench1_5b ;;
+        llmc) stage_llmc ;;
         multirank) stage_multirank ;;
         checkpoint) stage_checkpoint ;;
-        all) stage_tests; stage_checks; stage_bench124m; stage_bench1_5b ;;
+        all) stage_tests; stage_checks; stage_bench124m; stage_bench1_5b; stage_llmc ;;
     esac
 done
 
