@@ -1,6 +1,6 @@
 // model/cuda/fp8.cuh — FP8 in the CUDA backend's kernels: model/fp8.hpp's conversions (the same
 // functions on the host, in the emulator and under nvcc) applied to the compute dtype with a scale.
-// Issue 44's first piece; no kernel uses it yet (docs/cuda.md "FP8 (in progress)"). Being a .cuh of
+// The FP8 linear layers quantize through it (fp8_quantize.cu; docs/fp8.md). Being a .cuh of
 // model/cuda, it is compiled by the nvcc gate (tests/cuda_emu/nvcc_gate.sh) for sm_80 and sm_90,
 // which keeps model/fp8.hpp honest device code.
 #pragma once
