@@ -4,10 +4,13 @@
 // normalized gates, route scale; Switch/DeepSeek-V3 balance loss alpha * E * sum f_e P_e), each
 // forward piece on its own, and the whole layer's backward (router + dispatch + experts + combine +
 // aux loss) against central finite differences of a double forward that never permutes (each token
-// runs its k experts directly). Also: ties in the top-k, an expert with no tokens, k = 1 and 2.
+// runs its k experts directly). Also: ties in the top-k, an expert with no tokens, k = 1 and 2, and
+// the experts' forward/backward bitwise alike with 1 and 2 OpenMP threads.
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
+
+#include <omp.h>
 
 #include "model/moe.hpp"
 #include "tests/model/moe_layer_run.hpp"
@@ -304,6 +307,35 @@ TEST(MoeOps, AuxLossIsAlphaAtPerfectBalance) {
     for (int n = 0; n < N; ++n) one[n * E] = 1.0f;
     const std::vector<int> zeros(N, 0);
     EXPECT_NEAR(moe_aux_loss(nullptr, one.data(), zeros.data(), N, E, 1, MoeScore::softmax, 1.0f), 4.0f, 1e-6);
+}
+
+TEST(MoeOps, ExpertsDoNotDependOnTheThreadCount) {
+    // Each expert's rows are computed by one thread: 1 and 2 threads give the same bits.
+    Cfg c;
+    c.N = 64;
+    c.C = 16;
+    c.E = 6;
+    c.F = 24;
+    const Data d = make_data(c, 7, true);
+    const LayerRun r = run_layer(c, d);  // the plan and the grouped rows
+    const auto dyg = randu(r.yg.size(), 8);
+    auto experts = [&](int threads) {
+        const int saved = omp_get_max_threads();
+        omp_set_num_threads(threads);
+        std::vector<std::vector<float>> o{std::vector<float>(r.yg.size()), std::vector<float>(r.gu.size()),
+                                          std::vector<float>(r.h.size()), std::vector<float>(r.xg.size()),
+                                          std::vector<float>(d.w13.size(), 0.0f), std::vector<float>(d.w2.size(), 0.0f)};
+        std::vector<float> dgu(r.gu.size()), dh(r.h.size());
+        moe_experts_forward(o[0].data(), o[1].data(), o[2].data(), r.xg.data(), d.w13.data(), d.w2.data(),
+                            r.offsets.data(), c.E, c.C, c.F);
+        moe_experts_backward(o[3].data(), o[4].data(), o[5].data(), dgu.data(), dh.data(), dyg.data(),
+                             r.xg.data(), o[1].data(), o[2].data(), d.w13.data(), d.w2.data(),
+                             r.offsets.data(), c.E, c.C, c.F);
+        omp_set_num_threads(saved);
+        return o;
+    };
+    const auto one = experts(1), two = experts(2);
+    for (size_t i = 0; i < one.size(); ++i) EXPECT_EQ(one[i], two[i]) << "output " << i;
 }
 
 }  // namespace
