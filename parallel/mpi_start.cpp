@@ -5,8 +5,10 @@
 // its node in that node map, whatever the launcher (no environment variable is read).
 #include <mpi.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "parallel/comm.hpp"
 #include "parallel/nodes.hpp"
@@ -48,7 +50,12 @@ void mpi_finalize() {
 }
 
 void mpi_abort(int code) {
-    if (mpi_active() && world_size() > 1) MPI_Abort(MPI_COMM_WORLD, code);
+    if (mpi_active() && world_size() > 1) {
+        // The launcher forwards what the rank just wrote (its "llmtrain: error:" line) before the
+        // abort tears the job down: MPICH's hydra drops what it has not forwarded yet.
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        MPI_Abort(MPI_COMM_WORLD, code);
+    }
     std::exit(code);
 }
 
