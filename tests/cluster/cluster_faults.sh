@@ -46,6 +46,10 @@ clean_nodes() { for n in 0 1; do bash "$CLUSTER" signal "$CLUSTER_NAME" $n KILL;
 fault() {
     local name=$1 what=$2 extra=()
     [[ $what == kill ]] && extra=(-x LLMTRAIN_TEST_CHECKPOINT_WRITE_DELAY_MS=3000)
+    # MPICH: UCX over TCP on eth0 only, so the fault cuts ranks off (by default UCX takes shared memory
+    # between the namespaces, which share the boot id); a run that ends by a fault never reaches
+    # MPI_Finalize, where MPICH 4.0.2 over UCX's TCP can hang (pmodels/mpich#6596).
+    [[ ${LLMTRAIN_MPI:-openmpi} == mpich ]] && extra+=(-x UCX_TLS=tcp,self -x UCX_NET_DEVICES=eth0)
     # shellcheck disable=SC2046
     cmpi "${extra[@]}" -np 4 "$BIN" $(args "$name") >"$WORK/$name.log" 2>&1 &
     local job=$! i ck="$WORK/$name/checkpoints"
