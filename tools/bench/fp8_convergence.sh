@@ -6,8 +6,9 @@
 # between the two train-loss curves (each smoothed over 50 logged steps, as single steps are
 # noisy) and its tokens/s. Same seed, same batches: the gaps are what FP8's rounding does.
 #
-# Usage: tools/bench/fp8_convergence.sh <llmtrain> <brown dir> [STEPS] [config...]
-#   defaults: STEPS 1000, configs/tiny.toml configs/llama-tiny.toml
+# Usage: [RECIPES="off tensorwise"] tools/bench/fp8_convergence.sh <llmtrain> <brown dir> [STEPS] [config...]
+#   defaults: STEPS 1000, configs/tiny.toml configs/llama-tiny.toml, RECIPES "off tensorwise rowwise"
+#   ("off" first: the gaps are measured against it)
 # e.g.   tools/bench/fp8_convergence.sh build/app/llmtrain data/brown 1000
 set -euo pipefail
 BIN=$1 BROWN=$2 STEPS=${3:-1000}
@@ -25,7 +26,7 @@ echo "$STEPS steps each, cpu backend, $(getconf _NPROCESSORS_ONLN) cores:"
 printf '%-18s %-10s %-30s %-14s %10s\n' config fp8 "val losses (every eval)" "max |d train|" "tokens/s"
 for cfg in "${CONFIGS[@]}"; do
     name=$(basename "$cfg" .toml)
-    for fp8 in off tensorwise rowwise; do
+    for fp8 in ${RECIPES:-off tensorwise rowwise}; do
         rd=$WORK/$name-$fp8
         "$BIN" --config "$cfg" --set "run.run_dir=\"$rd\"" --set "run.max_steps=$STEPS" --set "training.fp8=\"$fp8\"" \
             --set "data.train=\"$BROWN/train.h5\"" --set "data.val=\"$BROWN/val.h5\"" --set run.log_interval=1 \
