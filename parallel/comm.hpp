@@ -38,9 +38,9 @@ void mpi_init_once(int* argc, char*** argv);
 bool mpi_active();
 /// Finalizes MPI if we initialized it.
 void mpi_finalize();
-/// Ends every rank of the job with exit code `code` (MPI_Abort, 0.3 s after the call: MPICH's hydra
-/// dropped the error line a rank had just written in 4 of 8 cluster_faults runs, 0 of 8 with the
-/// wait); a plain exit with one rank.
+/// Ends every rank of the job with exit code `code` (MPI_Abort; in an MPICH build 0.3 s after the
+/// call: hydra dropped the error line a rank had just written in 4 of 8 cluster_faults runs, 0 of 8
+/// with the wait); a plain exit with one rank.
 [[noreturn]] void mpi_abort(int code);
 int world_rank();
 int world_size();

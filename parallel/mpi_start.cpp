@@ -51,9 +51,11 @@ void mpi_finalize() {
 
 void mpi_abort(int code) {
     if (mpi_active() && world_size() > 1) {
-        // The launcher forwards what the rank just wrote (its "llmtrain: error:" line) before the
-        // abort tears the job down: MPICH's hydra drops what it has not forwarded yet.
+#ifdef MPICH_VERSION
+        // Hydra forwards what the rank just wrote (its "llmtrain: error:" line) before the abort
+        // tears the job down: it drops what it has not forwarded yet. (OpenMPI's mpirun does not.)
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
+#endif
         MPI_Abort(MPI_COMM_WORLD, code);
     }
     std::exit(code);
