@@ -101,7 +101,9 @@ void CpuOps::matmul_backward_fp8(Fp8Recipe r, void* dinp, void* dweight, void* d
     // dweight's product sums over n: dout's scales per column oc, inp's per column c.
     const Axis adyc = axis_of(r, Axis::cols), ax = axis_of(r, Axis::cols);
     const Quantized qdy = quantize(dy, N, OC, ady, Fp8Format::kE5M2);
-    const Quantized qdyc = r == Fp8Recipe::rowwise ? quantize(dy, N, OC, adyc, Fp8Format::kE5M2) : qdy;
+    Quantized qdy_cols;  // rowwise only: tensorwise's one scale serves both products
+    if (r == Fp8Recipe::rowwise) qdy_cols = quantize(dy, N, OC, adyc, Fp8Format::kE5M2);
+    const Quantized& qdyc = r == Fp8Recipe::rowwise ? qdy_cols : qdy;
     const Quantized qw = quantize(static_cast<const float*>(weight), OC, C, aw, Fp8Format::kE4M3);
     const Quantized qx = quantize(static_cast<const float*>(inp), N, C, ax, Fp8Format::kE4M3);
     std::vector<float> pw(size_t(OC) * C, 0.0f);  // q5(dout)^T @ q4(inp), before its scales
