@@ -45,8 +45,11 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # A plain llmtrain (no mpirun: hundreds of the suite's starts) starts Open MPI as an isolated
 # singleton, without forking its orted daemon, as the GPU bundle's does (tools/gpu/bundle_env.sh):
 # ~0.4 s less per start (app_checkpoint_faults 52.9 -> 38.4 s, config_cli_errors 35.7 -> 27.4 s
-# alone). Jobs under mpirun, and MPICH, do not read it.
-export OMPI_MCA_ess_singleton_isolated=1
+# alone). Jobs under mpirun, and MPICH, do not read it. The point-to-point layer is named: ob1 is what
+# Open MPI picks here anyway, and naming it skips opening the cm layer's PSM/PSM2 transports, which
+# found no hardware after ~0.25 s at every MPI_Init (a singleton's --print-config 0.62 -> 0.36 s,
+# median of 8; config_cli_errors 15 -> 9 s alone).
+export OMPI_MCA_ess_singleton_isolated=1 OMPI_MCA_pml=ob1
 MPICH_BUILD=$(cd "$MPICH_BUILD" 2>/dev/null && pwd || echo "$MPICH_BUILD")
 cd "$BUILD"
 # After ctest's "N% tests passed, M tests failed out of K" come one loud line if the CUDA emulator (so
