@@ -198,7 +198,12 @@ int run(const CliArgs& args) {
     log.line(resume_note.empty()
                  ? "start: from scratch" + weights + " (checkpoint.resume = \"" + cfg.checkpoint.resume + "\")"
                  : resume_note);
-    trainer.run(log, metrics.get());
+    try {
+        trainer.run(log, metrics.get());
+    } catch (const std::exception& e) {
+        log.error(e.what());  // the run dir's log.txt says why the run stopped; main's fail() tells stderr
+        throw;
+    }
     return kExitOk;
 }
 

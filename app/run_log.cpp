@@ -85,6 +85,10 @@ void RunLog::warn(const std::string& text) {
     to_file(text);
 }
 
+void RunLog::error(const std::string& what) {
+    if (enabled_ && log_) to_file("llmtrain: error: " + what);
+}
+
 void RunLog::train_record(int64_t step, float loss, float lr, float grad_norm) {
     if (!enabled_ || !tsv_) return;
     std::fprintf(tsv_, "%lld\ttrain\t%.9g\t%.9g\t%.9g\n", (long long)step, loss, lr, grad_norm);

@@ -46,6 +46,10 @@ public:
     void line(const std::string& text);
     /// A line to stderr and log.txt (warnings).
     void warn(const std::string& text);
+    /// "llmtrain: error: <what>" to log.txt only, once the file is open (before open() it is
+    /// dropped: no run directory has been written to yet). For the error that ends a run: main
+    /// prints the same line to stderr, and log.txt keeps why the run stopped.
+    void error(const std::string& what);
     /// Appends "<step>\ttrain\t<loss>\t<lr>\t<grad_norm>" to losses.tsv; floats with %.9g, which
     /// round-trips every fp32 value exactly.
     void train_record(int64_t step, float loss, float lr, float grad_norm);

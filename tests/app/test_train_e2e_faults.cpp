@@ -62,6 +62,8 @@ TEST_F(E2E, NonFiniteStepsAreSkippedThenTheRunStops) {
     EXPECT_EQ(p.err.rfind("llmtrain: error: stopping at step 4: 3 steps in a row had a non-finite loss or gradient "
                           "norm (training.max_skipped_steps)", 0), 0u) << p.err;
     const std::string log = read_file(rd / "log.txt");
+    // The error that ended the run is in log.txt too, as its last line, not only on stderr.
+    EXPECT_NE(log.rfind("\nllmtrain: error: stopping at step 4: 3 steps in a row"), std::string::npos) << log;
     for (int s = 2; s <= 4; ++s) {
         const std::string tail = ": not finite, no update (" + std::to_string(s - 1) +
                                  " in a row, limit training.max_skipped_steps = 3)";
