@@ -31,8 +31,8 @@ int sample_top_k(const std::vector<float>& logits, int k, float temperature, std
 
 std::vector<int32_t> generate(GPT& gpt, int eos_id, int n_tokens, int top_k, float temperature,
                               std::mt19937_64& rng) {
-    return generate([&](const int* in, int pos) { return gpt.logits_at(in, pos); }, gpt.options().B, gpt.options().T,
-                    eos_id, n_tokens, top_k, temperature, rng);
+    return generate([&](const int* in, int pos) { return gpt.logits_at(in, pos); }, gpt.options().B,
+                    gpt.window_length(), eos_id, n_tokens, top_k, temperature, rng);
 }
 
 std::vector<int32_t> generate(const LogitsAt& logits_at, int B, int T, int eos_id, int n_tokens, int top_k,

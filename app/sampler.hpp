@@ -25,7 +25,8 @@ using LogitsAt = std::function<std::vector<float>(const int* inputs, int pos)>;
 /// after an EOS.
 std::vector<int32_t> generate(const LogitsAt& logits_at, int B, int T, int eos_id, int n_tokens, int top_k,
                               float temperature, std::mt19937_64& rng);
-/// generate() with the model's whole layer range (GPT::logits_at).
+/// generate() with the model's whole layer range (GPT::logits_at) on (B, GPT::window_length()) rows;
+/// with context parallelism collective over the CP group.
 std::vector<int32_t> generate(GPT& gpt, int eos_id, int n_tokens, int top_k, float temperature,
                               std::mt19937_64& rng);
 

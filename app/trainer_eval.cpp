@@ -43,12 +43,13 @@ void Trainer::Impl::eval_and_sample(int64_t s, RunLog& log, Metrics* metrics) {
     }
     if (hellaswag && (s % rc.eval_hellaswag_interval == 0 || s == max_steps))  // app/eval/hellaswag_eval.hpp
         HellaSwagInLoop::report(s, max_steps, hellaswag->evaluate(*ms.gpt, ms.pipe.get(), last_stage(),
-                                                                  topo.tp_index() == 0, comm), log, metrics);
+                                                                  topo.tp_index() == 0 && topo.cp_index() == 0, comm),
+                                  log, metrics);
     if (rc.sample_interval > 0 && s % rc.sample_interval == 0 && samples_here()) sample(s, log);
 }
 
 bool Trainer::Impl::samples_here() const {
-    return rank == 0 || (cfg.parallel.zero_stage == 3 && topo.replica() == 0) ||
+    return rank == 0 || topo.cp() > 1 || (cfg.parallel.zero_stage == 3 && topo.replica() == 0) ||
            ((ms.pipe || topo.tp() > 1) && topo.replica() == 0 && topo.zero_index() == 0);
 }
 

@@ -137,7 +137,9 @@ struct Trainer::Impl {
     /// its whole group samples in step (every rank draws the same tokens: same gathered weights,
     /// same RNG); so does rank 0's pipeline, every stage of it, the last stage's logits broadcast to
     /// all; rank 0 prints. With tp > 1 rank 0's whole TP group samples (its logits are gathered
-    /// over the group).
+    /// over the group). With cp > 1 every rank samples: a CP group runs each forward together
+    /// (GPT::logits_at), and the closure of rank 0's CP, ZeRO-3 and TP groups may span any
+    /// replica, so all ranks draw alike (the other CP groups in parallel, no wall time added).
     bool samples_here() const;
 
     /// After step `s`, on the ranks samples_here() names: run.sample_tokens tokens from the model

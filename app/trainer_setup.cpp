@@ -16,8 +16,10 @@ Trainer::Impl::Impl(const Config& c, Comm& cm)
       sampler_rng(c.run.seed),
       trace(std::make_unique<StepTrace>(c.run.trace, c.run.max_steps, c.run.run_dir, rank, topo.stage())) {
     // Data first: a bad file fails before any large allocation. HellaSwag's tokenizer is read
-    // before the loaders' I/O threads start (HDF5 may not be thread-safe).
-    if (cfg.run.eval_hellaswag_interval > 0) hellaswag = std::make_unique<HellaSwagInLoop>(cfg, topo.dp_index(), dp);
+    // before the loaders' I/O threads start (HDF5 may not be thread-safe). Items are split by the
+    // data index: a CP group scores the same items together, each rank its rows of every window.
+    if (cfg.run.eval_hellaswag_interval > 0)
+        hellaswag = std::make_unique<HellaSwagInLoop>(cfg, topo.data_index(), topo.data_parallel());
     LoaderOptions lo;
     lo.path = cfg.data.train;
     lo.B = B;

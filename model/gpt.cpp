@@ -153,7 +153,7 @@ void GPT::Impl::set_documents(Context& c, const int* host_tokens) {
 const int* GPT::Impl::upload_batch(const int* inputs, const int* targets) {
     if (cpg != nullptr) return cp_take(ctxs[0], inputs, targets);  // this rank's rows of the windows (gpt_cp.cpp)
     ops.memcpy_h2d(tok_dev, inputs, n_rows() * 4);  // pageable sources: staged at the call
-    ops.memcpy_h2d(tgt_dev, targets, n_rows() * 4);
+    if (targets != nullptr) ops.memcpy_h2d(tgt_dev, targets, n_rows() * 4);
     return inputs;
 }
 
@@ -483,20 +483,24 @@ float GPT::evaluate(const int* inputs, const int* targets) {
 std::vector<float> GPT::logits_at(const int* inputs, int pos) {
     Impl& m = *impl_;
     require_whole_model(m.opt, m.cfg.n_layer, "logits_at");
-    if (m.cpg != nullptr) throw std::logic_error("GPT::logits_at: not with context parallelism (a rank holds part of a window)");
-    if (pos < 0 || pos >= m.opt.T)
+    if (pos < 0 || pos >= m.Tw)
         throw std::out_of_range("GPT::logits_at: position " + std::to_string(pos) + " outside [0, " +
-                                std::to_string(m.opt.T) + ")");
-    const size_t N = static_cast<size_t>(m.opt.B) * m.opt.T;
-    m.ops.memcpy_h2d(m.tok_dev, inputs, N * 4);
-    forward(m.tok_dev, nullptr, nullptr, 0.0f, false, 0, m.opt.doc_eos >= 0 ? inputs : nullptr);
-    logit_row(0, pos, m.logit_row);
+                                std::to_string(m.Tw) + ")");
+    const int* host = m.upload_batch(inputs, nullptr);  // with cp this rank's rows (gpt_cp.cpp)
+    forward(m.tok_dev, nullptr, nullptr, 0.0f, false, 0, m.opt.doc_eos >= 0 ? host : nullptr);
+    const int row = m.cpg == nullptr ? pos : m.cp_local_row(pos);  // -1: another CP rank holds it
+    const size_t Vp = size_t(m.cfg.padded_vocab_size());
+    if (row >= 0) logit_row(0, row, m.logit_row);
+    else m.ops.memset(m.logit_row, 0, Vp * 4);
+    if (m.cpg != nullptr) m.cpg->all_reduce(m.logit_row, Vp, DType::f32);  // the holder's row + zeros: exact
     std::vector<float> out(m.cfg.vocab_size);
     m.ops.memcpy_d2h(out.data(), m.logit_row, out.size() * 4);
     m.record_ready();
     m.store->host_wait(m.ops, m.loss_ready, "reading the sampled logits");  // ZeRO-3 gathers feed it
     return out;
 }
+
+int GPT::window_length() const { return impl_->Tw; }
 
 void GPT::logit_row(int ctx, int pos, float* out) {
     Impl& m = *impl_;

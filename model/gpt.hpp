@@ -158,8 +158,21 @@ public:
     float evaluate(const int* inputs, const int* targets);
     /// fp32 logits (V values, padding dropped) at position `pos` of row 0 after a forward of
     /// inputs (B,T) host int32; used for sampling (waits for them on an event). With tp > 1 the
-    /// row is all-gathered from the group (collective).
+    /// row is all-gathered from the group (collective). With cp the group runs the window's forward
+    /// together (each rank its rows) and the rank holding window row `pos` hands its logits to the
+    /// others (an fp32 all-reduce over the CP group in which the other ranks add zeros: exact), so
+    /// every CP rank returns the same row (collective over the CP group). Errors:
+    /// std::out_of_range for pos outside [0, window_length()).
     std::vector<float> logits_at(const int* inputs, int pos);
+    /// The per-position losses of context 0's last forward (evaluate) in window order: out
+    /// (B, window_length()) fp32 host, row-major. With cp every rank's (B,T/cp) rows are
+    /// all-gathered from the CP group (collective: every CP rank calls it) and put back at their
+    /// window positions; the gather borrows a context-parallel workspace buffer (none added).
+    /// Waits for the device. Needs the last stage (std::logic_error otherwise).
+    void window_losses(float* out);
+    /// T of the whole-model helpers' (B,T) inputs: options().T, or with cp the window's length
+    /// (cp x options().T, options().T being this rank's rows of a window).
+    int window_length() const;
     /// Start-up warm-up: makes the loss slots of `micro_batches` per step and runs one forward and
     /// backward on zero tokens, so that the backend's lazy set-up (scratch, encoder buckets,
     /// cuBLASLt plans, attention plans, kernel loading) happens before the first step. Leaves junk

@@ -11,15 +11,46 @@
 // rank's queries see the same number of keys.
 #include <cstring>
 #include <stdexcept>
+#include <vector>
 
 #include "model/documents.hpp"
 #include "model/gpt_impl.hpp"
 
 namespace llmtrain {
 
-int GPT::Impl::cp_window_row(int t) const {
+int GPT::Impl::cp_window_row(int t, int r) const {
     const int half = opt.T / 2;  // rows per chunk
-    return t < half ? cp_rank * half + t : (2 * ncp - 1 - cp_rank) * half + (t - half);
+    if (r < 0) r = cp_rank;
+    return t < half ? r * half + t : (2 * ncp - 1 - r) * half + (t - half);
+}
+
+int GPT::Impl::cp_local_row(int w) const {
+    const int half = opt.T / 2, chunk = w / half;
+    if (chunk == cp_rank) return w - chunk * half;
+    if (chunk == 2 * ncp - 1 - cp_rank) return half + (w - chunk * half);
+    return -1;
+}
+
+void GPT::window_losses(float* out) {
+    Impl& m = *impl_;
+    if (!m.last) throw std::logic_error("GPT::window_losses: only the last stage has losses");
+    const size_t N = m.n_rows();
+    if (m.cpg == nullptr) {
+        m.ops.memcpy_d2h(out, m.ctxs[0].losses, N * 4);
+        m.ops.synchronize();
+        return;
+    }
+    // cp_stage ((cp,B,Tl,Qt) act elements, free between layers) holds the (cp,B,Tl) fp32 gather.
+    m.cpg->all_gather(m.cp_stage, m.ctxs[0].losses, N, DType::f32);
+    std::vector<float> all(N * size_t(m.ncp));
+    m.ops.memcpy_d2h(all.data(), m.cp_stage, all.size() * 4);
+    m.ops.synchronize();
+    const int B = m.opt.B, Tl = m.opt.T;
+    for (int r = 0; r < m.ncp; ++r)
+        for (int b = 0; b < B; ++b)
+            for (int t = 0; t < Tl; ++t)
+                out[static_cast<size_t>(b) * m.Tw + m.cp_window_row(t, r)] =
+                    all[(static_cast<size_t>(r) * B + b) * Tl + t];
 }
 
 const int* GPT::Impl::cp_take(Context& c, const int* inputs, const int* targets) {

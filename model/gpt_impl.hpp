@@ -134,8 +134,12 @@ struct GPT::Impl {
     const int* upload_batch(const int* inputs, const int* targets);
 
     // ---- context parallelism (gpt_cp.cpp) ----
-    /// Window row of local row t (in [0, Tl)): chunk cp_rank for t < Tl/2, else chunk 2cp-1-cp_rank.
-    int cp_window_row(int t) const;
+    /// Window row of local row t (in [0, Tl)) of CP rank r (default: this rank): chunk r for
+    /// t < Tl/2, else chunk 2cp-1-r.
+    int cp_window_row(int t, int r = -1) const;
+    /// The inverse on this rank: the local row of window row w (in [0, Tw)), or -1 when another
+    /// CP rank holds it.
+    int cp_local_row(int w) const;
     /// The whole-model helpers' start with cp: this rank's rows of the window's inputs and targets
     /// ((B,Tw) host int32; targets may be null) into tok_dev / tgt_dev, and c.pos (the window
     /// positions of its rows, restarted at each document with doc_positions) and c.doc_start (the

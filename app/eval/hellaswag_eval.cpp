@@ -53,13 +53,11 @@ HellaSwagCounts HellaSwagInLoop::evaluate(const RowForward& forward, Comm& comm,
 HellaSwagCounts HellaSwagInLoop::evaluate(GPT& gpt, PipelineStage* pipe, bool last_stage, bool tp_index0,
                                           Comm& comm) {
     const bool holds = pipe == nullptr || last_stage;
-    const size_t n = size_t(B_) * size_t(T_);
     const RowForward forward = [&](const int32_t* in, const int32_t* tgt, float* losses) {
         if (pipe) pipe->evaluate(in, tgt);
         else gpt.evaluate(in, tgt);
         if (!holds) return false;
-        gpt.ops().memcpy_d2h(losses, gpt.losses(0), n * sizeof(float));
-        gpt.ops().synchronize();
+        gpt.window_losses(losses);  // with cp gathered from the group, in window order
         return true;
     };
     return evaluate(forward, comm, holds && tp_index0);

@@ -21,7 +21,8 @@ public:
     /// Reads data.hellaswag (empty: the project's copy, checked by SHA-256), its first
     /// run.eval_hellaswag_items items (0: all), and encodes every one of them with the tokenizer of
     /// data.train (on every rank, so an item longer than model.seq_len fails on all ranks alike),
-    /// keeping items i with i % dp == dp_index. Errors: HellaSwagError naming the file and item,
+    /// keeping items i with i % dp == dp_index (the data index and count: the ranks of a
+    /// context-parallel group score the same items together). Errors: HellaSwagError naming the file and item,
     /// DataError (data.train's tokenizer), ConfigError when the tokenizer's vocabulary exceeds
     /// model.vocab_size.
     HellaSwagInLoop(const Config& cfg, int dp_index, int dp);
@@ -34,8 +35,9 @@ public:
     HellaSwagCounts evaluate(const RowForward& forward, Comm& comm, bool report);
 
     /// evaluate() through the val eval's forward: GPT::evaluate, or PipelineStage::evaluate when
-    /// `pipe` is set (every stage; the last holds the losses), then GPT::losses of context 0 read
-    /// back. `tp_index0`: this rank is TP index 0 (it reports). Collective as evaluate().
+    /// `pipe` is set (every stage; the last holds the losses), then GPT::window_losses (with
+    /// context parallelism the CP group's rows gathered in window order). `tp_index0`: this rank
+    /// reports (TP index 0, and CP index 0 with cp). Collective as evaluate().
     HellaSwagCounts evaluate(GPT& gpt, PipelineStage* pipe, bool last_stage, bool tp_index0, Comm& comm);
 
     size_t total_items() const { return total_; }  ///< items scored over all ranks

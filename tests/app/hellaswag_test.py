@@ -22,9 +22,12 @@
 #     12 items (3 forwards of 16 rows; ~5 s idle): the same choices item for item, sums within TOL.
 #  4. Layouts: the exported weights loaded back (model.init_from) and one step at lr 1e-30 (the
 #     weights stay bit for bit: interop_weights_test.py's argument) scored in the loop on 1 rank,
-#     2 data-parallel ranks under ZeRO-3, a 2-stage pipeline and tp 2: the same counts on every
-#     layout, equal to llmtrain-eval's on those weights (items split over the dp ranks and summed;
-#     the pipeline's last stage and TP index 0 report).
+#     2 data-parallel ranks under ZeRO-3, a 2-stage pipeline, tp 2, cp 2 and cp 2 x dp 2 under
+#     ZeRO-3: the same counts on every layout, equal to llmtrain-eval's on those weights (items
+#     split over the data-parallel ranks and summed; the pipeline's last stage, TP index 0 and CP
+#     index 0 report; a CP group scores its windows together), and the same 24-token sample text
+#     after the step (exact: the layouts' logits differ by rounding only, ~1e-6, and a token could
+#     change only where two candidates' cumulative probabilities meet the draw that closely).
 #  5. Errors: a row longer than seq_len (llmtrain-eval --seq-len 32, and the loop at model.seq_len 32)
 #     exits 1 naming the item, its line and the file; a tokenizer other than the model's (the tiny
 #     dataset's) exits 1 naming both hashes; a truncated gzip copy exits 1 naming the file.
@@ -216,12 +219,18 @@ else:
 want = eval_counts(run([EVAL, f"{WORK}/hf", "--task", "hellaswag", "--items", f"{WORK}/items.txt", "--tokenizer",
                         f"{WORK}/data/tokenizer.model", "--micro-batch", str(B), "--seq-len", str(T)]).stdout)
 same = ["run.max_steps=1", f'model.init_from="{WORK}/hf"', "optimizer.lr=1e-30", "lr_schedule.min_lr=0", "optimizer.weight_decay=0",
-        "run.eval_interval=0", "run.eval_hellaswag_interval=1"]
+        "run.eval_interval=0", "run.eval_hellaswag_interval=1", "run.sample_interval=1", "run.sample_tokens=24"]
 layouts = {"1 rank": (1, []), "dp 2, ZeRO-3": (2, ["parallel.zero_stage=3"]),
-           "pp 2": (2, ["parallel.pp=2", "training.grad_accum_steps=2"]), "tp 2": (2, ["parallel.tp=2"])}
+           "pp 2": (2, ["parallel.pp=2", "training.grad_accum_steps=2"]), "tp 2": (2, ["parallel.tp=2"]),
+           "cp 2": (2, ["parallel.cp=2"]), "cp 2 x dp 2, ZeRO-3": (4, ["parallel.cp=2", "parallel.zero_stage=3"])}
+first_sample = None
 for k, (name, (ranks, sets)) in enumerate(layouts.items()):
-    got = hellaswag_lines(llmtrain(f"{WORK}/layout{k}", *same, *sets, ranks=ranks).stdout)
+    out = llmtrain(f"{WORK}/layout{k}", *same, *sets, ranks=ranks).stdout
+    got = hellaswag_lines(out)
     check(got.get(1) == want, f"{name}: the loop's {got.get(1)} == llmtrain-eval's on the same weights {want}")
+    sample = re.findall(r"sample at step 1: (.*)", out)
+    first_sample = first_sample if first_sample is not None else sample
+    check(len(sample) == 1 and sample == first_sample, f"{name}: the step-1 sample is the 1-rank run's: {sample}")
 
 # ---- 5. errors ----
 p = run([EVAL, rd, "--task", "hellaswag", "--items", f"{WORK}/items.txt", "--seq-len", "32"], expect=1)
