@@ -162,10 +162,12 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
     if (opt.l1 < 0) opt.l1 = cfg.n_layer;
     const int ncp = opt.cp != nullptr ? opt.cp->size() : 1;
     if (ncp > 1) {  // from here on T is this rank's rows of a window (model/gpt_cp.cpp)
-        if (opt.T % (2 * ncp) != 0 || opt.l0 != 0 || opt.l1 != cfg.n_layer || opt.contexts != 1)
+        if (opt.T % (2 * ncp) != 0)
             throw std::invalid_argument("GPT: context parallelism over cp = " + std::to_string(ncp) +
-                                        " ranks needs T = " + std::to_string(opt.T) +
-                                        " a multiple of 2 x cp, the whole model and one activation context");
+                                        " ranks needs T = " + std::to_string(opt.T) + " a multiple of 2 x cp");
+        if ((opt.doc_mask || opt.doc_positions) && opt.contexts != 1)  // cp_take sets context 0's from the window
+            throw std::invalid_argument("GPT: data.document_mask / data.reset_position_ids with context parallelism "
+                                        "need one activation context, got " + std::to_string(opt.contexts));
         if (!alloc.ops().implements_attention_rows())
             throw std::invalid_argument(std::string("parallel.cp: the ") + alloc.ops().name() +
                                         " backend has no attention over a window's rows yet (run it with "
@@ -276,6 +278,10 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
     }
     m.tok_dev = static_cast<int*>(m.get(MemCategory::workspace, N * 4));
     m.tgt_dev = static_cast<int*>(m.get(MemCategory::workspace, N * 4));
+    if (m.ncp > 1) {  // the rows' window positions: each context's c.pos from its first forward on
+        m.cp_pos.resize(N);
+        for (size_t r = 0; r < N; ++r) m.cp_pos[r] = m.cp_window_row(static_cast<int>(r % size_t(opt.T)));
+    }
 }
 
 GPT::~GPT() = default;
@@ -298,6 +304,14 @@ void* GPT::params() { return full_store(impl_->own_store, "params").params(); }
 void* GPT::grads() { return full_store(impl_->own_store, "grads").grads(); }
 const void* GPT::act_out(int ctx) const { return impl_->context(ctx).res[impl_->n_local]; }
 size_t GPT::act_rows() const { return static_cast<size_t>(impl_->R); }
+
+void GPT::window_rows(const int* window, int* rows) const {
+    const Impl& m = *impl_;
+    const size_t Tl = size_t(m.opt.T), Tw = size_t(m.Tw);
+    for (size_t b = 0; b < size_t(m.opt.B); ++b)
+        for (size_t t = 0; t < Tl; ++t)
+            rows[b * Tl + t] = window[b * Tw + size_t(m.cpg != nullptr ? m.cp_window_row(int(t)) : int(t))];
+}
 const float* GPT::losses(int ctx) const { return impl_->context(ctx).losses; }
 const void* GPT::logits(int ctx) const { return impl_->context(ctx).logits; }
 int GPT::num_checkpointed_layers() const { return impl_->n_ckpt; }
@@ -309,12 +323,19 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
                   const int* host_tokens) {
     Impl& m = *impl_;
     Context& c = m.context(ctx);
+    if (m.cpg != nullptr && !m.opt.doc_positions && !c.pos_set) {  // fixed: once per context (per
+        m.ops.memcpy_h2d(c.pos, m.cp_pos.data(), m.n_rows() * 4);     // document cp_take sets them)
+        c.pos_set = true;
+    }
     const int B = m.opt.B, T = m.opt.T, C = m.cfg.n_embd, N = B * T;
     ParamStore& st = *m.store;
     if (m.first) {
         m.ops.memcpy_d2d(c.tokens, tokens, static_cast<size_t>(N) * 4);  // the backward reads this copy
         if (host_tokens != nullptr) m.ops.encoder_host_tokens(c.tokens, host_tokens, N);
         m.set_documents(c, host_tokens);
+        // cp's window positions of learned rows, fixed (per document, cp_take hints them)
+        if (m.cpg != nullptr && !m.opt.doc_positions && m.wpe != kNoTensor)
+            m.ops.encoder_host_tokens(c.pos, m.cp_pos.data(), N);
         const void* we = st.acquire_params(0, m.unit_of_local(0));
         if (c.pos != nullptr && m.wpe != kNoTensor) {  // learned positions restarting at each document
             void* part = m.sp ? m.tmp : c.res[0];

@@ -53,9 +53,11 @@ struct GPTOptions {
     /// The context-parallel group (not owned; model/gpt_cp.cpp, docs/parallelism.md "Context
     /// parallelism"); null or a group of one: none. With cp ranks, T stays the window's length: the
     /// whole-model helpers take (B,T) windows and this rank keeps T/cp rows of each (chunks i and
-    /// 2cp-1-i of 2cp), so act_rows(), losses() and the layer-range API are (B,T/cp). Needs the whole
-    /// model (l0 = 0, l1 = n_layer), one context, T a multiple of 2cp and a backend with
-    /// Ops::attention_forward_rows. Every rank of the group calls the helpers alike.
+    /// 2cp-1-i of 2cp), so act_rows(), losses() and the layer-range API are (B,T/cp): a pipeline
+    /// stage passes window_rows() of its windows' ids. Every context's positions are its rows'
+    /// window positions, on every stage. Needs T a multiple of 2cp and a backend with
+    /// Ops::attention_forward_rows; with doc_mask or doc_positions also one context (the whole
+    /// model, as below). Every rank of the group calls forward/backward and the helpers alike.
     TensorParallel* cp = nullptr;
     /// Documents inside a window (data.document_mask, data.reset_position_ids; docs/attention.md
     /// "Document masking"): doc_eos is the token id that ends a document (the dataset's eos_id), the
@@ -129,6 +131,10 @@ public:
     /// Rows of act_in / act_out / dact_*: B*T, or B*T/tp with sequence_parallel (this TP rank's
     /// contiguous rows of the (B,T) flattening).
     size_t act_rows() const;
+    /// The layer-range API's ids from whole windows: `window` (B, options().T x cp) host int32 ->
+    /// `rows` (B, options().T) host int32, with cp this rank's rows of each window (chunks i and
+    /// 2cp-1-i, the order of act_rows() and losses()); without cp a copy.
+    void window_rows(const int* window, int* rows) const;
     const float* losses(int ctx = 0) const;  ///< (B*T) per-position losses, device, at the last stage
     /// (B,T,Vp/tp) act dtype, device, at the last stage: this TP rank's vocabulary columns
     /// [tp_rank * Vp/tp, ...) of the logits after forward(training = false) (no rank holds the full

@@ -74,12 +74,11 @@ const int* GPT::Impl::cp_take(Context& c, const int* inputs, const int* targets)
     int* pos = wpos + Nw;
     const bool docs = opt.doc_mask || opt.doc_positions;
     if (docs) document_starts(inputs, opt.doc_eos, B, Tw, ds, wpos);
-    for (int b = 0; b < B; ++b)
-        for (int t = 0; t < Tl; ++t) {
-            const int wt = cp_window_row(t);
-            pos[static_cast<size_t>(b) * Tl + t] = opt.doc_positions ? wpos[static_cast<size_t>(b) * Tw + wt] : wt;
-        }
     if (c.doc_start != nullptr) ops.memcpy_h2d(c.doc_start, ds, Nw * 4);
+    if (!opt.doc_positions) return in;  // c.pos: the rows' window positions (GPT::forward)
+    for (int b = 0; b < B; ++b)
+        for (int t = 0; t < Tl; ++t)
+            pos[static_cast<size_t>(b) * Tl + t] = wpos[static_cast<size_t>(b) * Tw + cp_window_row(t)];
     ops.memcpy_h2d(c.pos, pos, N * 4);
     if (wpe != kNoTensor) ops.encoder_host_tokens(c.pos, pos, static_cast<int>(N));
     return in;

@@ -71,6 +71,7 @@ struct Context {
     void *lnf = nullptr, *logits = nullptr;  // logits (N,Vpt): this TP rank's vocabulary columns
     float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
     bool have_logit_grad = false;
+    bool pos_set = false;  // cp without doc_positions: pos holds the rows' window positions (GPT::forward)
 };
 
 /// Element offset of a tensor from the start of its unit; kNoTensor where the architecture has none.
@@ -122,6 +123,7 @@ struct GPT::Impl {
     int ncp = 1, cp_rank = 0, Tw = 0;
     void *cp_full = nullptr, *cp_stage = nullptr, *cp_dfull = nullptr;
     std::vector<int> cp_host;  // (2,B,Tl) this rank's inputs then targets, taken from the window's
+    std::vector<int> cp_pos;   // (B,Tl) the window positions of this rank's rows (every context's c.pos)
     int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
     std::vector<int> doc_host;                   // (2,B,T) doc_start then pos, built on the host per forward
     /// With doc_mask or doc_positions: c.doc_start and c.pos from the micro-batch's ids (host_tokens
@@ -141,9 +143,10 @@ struct GPT::Impl {
     /// CP rank holds it.
     int cp_local_row(int w) const;
     /// The whole-model helpers' start with cp: this rank's rows of the window's inputs and targets
-    /// ((B,Tw) host int32; targets may be null) into tok_dev / tgt_dev, and c.pos (the window
-    /// positions of its rows, restarted at each document with doc_positions) and c.doc_start (the
-    /// window's, (B,Tw)) from the window's inputs. Returns this rank's inputs (B,Tl) on the host.
+    /// ((B,Tw) host int32; targets may be null) into tok_dev / tgt_dev, and from the window's
+    /// inputs c.doc_start (the window's, (B,Tw)) and, with doc_positions, c.pos (its rows'
+    /// positions restarted at each document; else GPT::forward gives c.pos the rows' window
+    /// positions, cp_pos). Returns this rank's inputs (B,Tl) on the host.
     const int* cp_take(Context& c, const int* inputs, const int* targets);
     /// Attention of this rank's rows against the window: a.qkv (B,Tl,Qt) all-gathered into cp_full,
     /// then the two chunks' rows (Ops::attention_forward_rows) into a.atty and a.att_lse.

@@ -16,7 +16,8 @@ PipelineStage::PipelineStage(GPT& gpt, int stage, int stages, PipelineSchedule s
     if ((!first() && (!links.act_prev || !links.grad_prev)) || (!last() && (!links.act_next || !links.grad_next)))
         throw std::invalid_argument("PipelineStage: stage " + std::to_string(stage) + " lacks a link to a neighbour");
     const GPTOptions& o = gpt.options();
-    n_tokens_ = size_t(o.B) * size_t(o.T);
+    n_tokens_ = size_t(o.B) * size_t(o.T);  // with cp this rank's rows of the windows (GPTOptions::cp)
+    const size_t cp = o.cp != nullptr ? size_t(o.cp->size()) : 1;
     act_elems_ = gpt.act_rows() * size_t(gpt.config().n_embd);  // this TP rank's rows with sequence parallelism
     const size_t act_bytes = act_elems_ * dtype_size(ops_.act_dtype());
     Allocator& a = gpt.allocator();
@@ -28,8 +29,9 @@ PipelineStage::PipelineStage(GPT& gpt, int stage, int stages, PipelineSchedule s
         if (!last()) grad_in_[b] = a.alloc(MemCategory::comm, act_bytes);
     }
     if (last()) logit_row_ = static_cast<float*>(a.alloc(MemCategory::workspace, gpt.config().padded_vocab_size() * 4));
-    inputs_.resize(n_tokens_);
-    targets_.resize(n_tokens_);
+    inputs_.resize(n_tokens_ * cp);
+    targets_.resize(n_tokens_ * cp);
+    if (cp > 1) in_rows_.resize(n_tokens_), tgt_rows_.resize(n_tokens_);
     if (last()) reserve_losses(1);
     // The backend's own host waits (the encoder backward's, for its pinned buffers: on the first
     // stage behind the gradient receives queued before them) poll under the links' watchdog too.
@@ -105,8 +107,9 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
         double start = now();
         if (op.kind == PipeOp::forward) {
             next(i, inputs_.data(), targets_.data());
-            if (first()) ops_.memcpy_h2d(tok_, inputs_.data(), n_tokens_ * sizeof(int));
-            if (last()) ops_.memcpy_h2d(tgt_, targets_.data(), n_tokens_ * sizeof(int));
+            const int* in = first() ? rows(inputs_.data(), in_rows_) : nullptr;
+            if (first()) ops_.memcpy_h2d(tok_, in, n_tokens_ * sizeof(int));
+            if (last()) ops_.memcpy_h2d(tgt_, rows(targets_.data(), tgt_rows_), n_tokens_ * sizeof(int));
             if (!first()) {
                 act_recv[buf]->wait();
                 act_recv[buf].reset();
@@ -116,7 +119,7 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
             // The first stage hands the backend its ids (Ops::encoder_host_tokens): its encoder
             // backward then buckets them without waiting for a device copy behind the receives.
             gpt_.forward(first() ? tok_ : nullptr, first() ? nullptr : act_in_[buf], last() ? tgt_ : nullptr, dloss,
-                         true, ctx, first() ? inputs_.data() : nullptr);
+                         true, ctx, in);
             if (last())  // (B*T) per-position losses, queued: read after the step's one wait
                 ops_.memcpy_d2h(loss_host_ + size_t(i) * n_tokens_, gpt_.losses(ctx), n_tokens_ * sizeof(float));
             else  // the compute that follows waits for the send (see the header)
@@ -164,13 +167,19 @@ void PipelineStage::warm_up() {
     ops_.synchronize();
 }
 
+const int* PipelineStage::rows(const int* window, std::vector<int>& rows) const {
+    if (rows.empty()) return window;  // no context parallelism: the window is the rows
+    gpt_.window_rows(window, rows.data());
+    return rows.data();
+}
+
 void PipelineStage::forward_only(const int* inputs, const int* targets) {
     const DType t = ops_.act_dtype();
     if (first())
-        ops_.memcpy_h2d(tok_, inputs, n_tokens_ * sizeof(int));
+        ops_.memcpy_h2d(tok_, rows(inputs, in_rows_), n_tokens_ * sizeof(int));
     else
         links_.act_prev->recv(act_in_[0], act_elems_, t, 0);
-    if (last() && targets) ops_.memcpy_h2d(tgt_, targets, n_tokens_ * sizeof(int));
+    if (last() && targets) ops_.memcpy_h2d(tgt_, rows(targets, tgt_rows_), n_tokens_ * sizeof(int));
     gpt_.forward(first() ? tok_ : nullptr, first() ? nullptr : act_in_[0], last() && targets ? tgt_ : nullptr, 0.0f,
                  false, 0);
     if (!last()) {
@@ -190,6 +199,9 @@ float PipelineStage::evaluate(const int* inputs, const int* targets) {
 }
 
 std::vector<float> PipelineStage::logits_at(const int* inputs, int pos) {
+    if (!in_rows_.empty())  // the config refuses samples with cp x pp (app/config/config_checks.cpp)
+        throw std::logic_error("PipelineStage::logits_at: not with context parallelism yet (position " +
+                               std::to_string(pos) + " is one CP rank's row)");
     forward_only(inputs, nullptr);
     if (!last()) return {};
     gpt_.logit_row(0, pos, logit_row_);  // all-gathered over the TP group when tp > 1

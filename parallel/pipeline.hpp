@@ -72,8 +72,10 @@ public:
     PipelineStage(const PipelineStage&) = delete;
     PipelineStage& operator=(const PipelineStage&) = delete;
 
-    /// Fills micro-batch i's token ids and targets ((B,T) host int32 each); called once per
-    /// micro-batch, in order, on every stage (each stage's loader stays in step).
+    /// Fills micro-batch i's token ids and targets ((B,T) host int32 each, T the window: with
+    /// context parallelism cp x the GPT's options().T, of which the stage takes its rows,
+    /// GPT::window_rows); called once per micro-batch, in order, on every stage (each stage's
+    /// loader stays in step).
     using Batches = std::function<void(int i, int* inputs, int* targets)>;
     /// One local forward and backward per activation context on zeros, no transfers: allocates every
     /// workspace the backend grows on first use, so that train() never allocates (see the header).
@@ -85,11 +87,13 @@ public:
     /// loss at the last stage, 0 elsewhere. Errors: std::invalid_argument for m < 1 or more
     /// micro-batches in flight than the GPT has contexts; CommError.
     double train(int m, const Batches& next, float dloss);
-    /// Forward only of one micro-batch ((B,T) host int32 inputs and targets) through every stage.
-    /// Returns its mean loss at the last stage, 0 elsewhere. Errors: CommError.
+    /// Forward only of one micro-batch ((B,T) host int32 inputs and targets, whole windows as in
+    /// Batches) through every stage. Returns its mean loss at the last stage (over this rank's
+    /// rows with cp), 0 elsewhere. Errors: CommError.
     float evaluate(const int* inputs, const int* targets);
     /// Forward only of inputs (B,T) through every stage; the last stage returns the fp32 logits (V)
-    /// at position pos of row 0, the others an empty vector. Errors: CommError.
+    /// at position pos of row 0, the others an empty vector. Errors: CommError; std::logic_error
+    /// with context parallelism (not yet: the row is one CP rank's).
     std::vector<float> logits_at(const int* inputs, int pos);
 
     /// The ops of the last train(), in the order executed, with their times (from last_start()).
@@ -102,6 +106,9 @@ private:
     bool first() const { return stage_ == 0; }
     bool last() const { return stage_ == stages_ - 1; }
     void forward_only(const int* inputs, const int* targets);
+    /// The GPT's ids of (B,T) host windows: `window` itself without cp (rows empty), else this
+    /// rank's rows of them (GPT::window_rows) in `rows` (B*T/cp), returned.
+    const int* rows(const int* window, std::vector<int>& rows) const;
     /// The timed host wait on this stage's links for the work queued so far on the current stream;
     /// `what` names the operation. Errors: CommError (parallel/host_wait.hpp).
     void wait_links(const std::string& what);
@@ -124,7 +131,8 @@ private:
     float* loss_host_ = nullptr;              // (loss_cap_, B*T) pinned: the last stage's losses
     int loss_cap_ = 0;                        // micro-batches loss_host_ holds
     Event links_done_;                        // wait_links' event
-    std::vector<int> inputs_, targets_;       // (B,T) host
+    std::vector<int> inputs_, targets_;       // (B,T) host windows (T: cp x the GPT's with cp)
+    std::vector<int> in_rows_, tgt_rows_;     // (B,T/cp) host: this rank's rows of them (cp > 1; else empty)
     std::vector<PipeEvent> events_;
     std::chrono::steady_clock::time_point t0_{};
 };

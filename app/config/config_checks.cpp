@@ -17,8 +17,9 @@ namespace {
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) { throw ConfigError(where + ": " + what); }
 
-/// parallel.cp > 1 (docs/parallelism.md "Context parallelism"): seq_len splits into 2 cp chunks,
-/// the whole model on each rank (no pipeline), and nothing that runs one rank's model alone.
+/// parallel.cp > 1 (docs/parallelism.md "Context parallelism"): seq_len splits into 2 cp chunks
+/// (any parallel.pp: each stage's CP group splits its windows alike), and nothing that runs one
+/// rank's model alone.
 template <class At>
 void check_context_parallel(const Config& c, const At& at) {
     const int cp = c.parallel.cp;
@@ -27,9 +28,6 @@ void check_context_parallel(const Config& c, const At& at) {
              "parallel.cp: expected model.seq_len = " + std::to_string(c.model.seq_len) + " to be a multiple of 2 x cp = " +
                  std::to_string(2 * cp) + " (each rank holds two of the 2 x cp chunks of a window), got cp " +
                  std::to_string(cp));
-    if (c.parallel.pp > 1)
-        fail(at({"parallel.cp", "parallel.pp"}), "parallel.cp: not with parallel.pp = " + std::to_string(c.parallel.pp) +
-                                                     " yet (context parallelism splits the whole model's sequence)");
     // Samples and HellaSwag run through the CP group's forward (GPT::logits_at, GPT::window_losses);
     // a pipeline's logits_at does not yet hand the row's holder's logits to its CP group.
     if (c.parallel.pp > 1 && c.run.sample_interval > 0)

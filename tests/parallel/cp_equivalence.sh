@@ -5,7 +5,10 @@
 # against one process; cp 2 x dp 2 against dp 2; cp 2 with ZeRO-3 and cp 2 x tp 2 against one
 # process; a Llama (grouped-query attention, rotary positions at the window's positions) with
 # document masking and positions restarting per document at cp 2 against the same at cp 1. The
-# cp 2 run's step-3 checkpoint resumed at cp 1 and cp 4 continues the unbroken run.
+# cp 2 run's step-3 checkpoint resumed at cp 1 and cp 4 continues the unbroken run. With pipeline
+# stages (2 micro-batches a step, 1F1B): cp 2 x pp 2 against pp 2, GPT-2 and a Llama (rotary
+# positions on both stages) with every layer recomputed; its step-3 checkpoint resumed in one
+# process, and pp 2's resumed at cp 2 x pp 2, continue pp 2's run.
 # Tolerances: losses 1e-5 relative, weights 1e-4 absolute (the c_attn key bias excepted), as
 # tp_equivalence.sh and for the same reason: the ranks' partial d k|v are summed over the CP group
 # and each rank's parameter gradients over its Tw/cp tokens are summed by the gradient all-reduce,
@@ -13,7 +16,7 @@
 # Also: a seq_len that 2 x cp does not divide and llmtrain-plan at cp > 1 are exit 2 naming the key
 # (samples and HellaSwag at cp > 1: cp_eval.sh);
 # --dry-run at cp against the real run's Allocator peak of every rank (2%), and the per-rank peaks
-# at cp 1, 2 and 4 printed (activations ∝ T/cp).
+# at cp 1, 2 and 4 printed (activations ∝ T/cp); at cp 2 x pp 2 each stage's row against its ranks.
 # Usage: cp_equivalence.sh <llmtrain> <mpiexec> <tiny_data_dir> <work_dir>
 set -euo pipefail
 BIN=$1 MPI=$2 DATA=$3 WORK=$4
@@ -63,32 +66,55 @@ run 1 cp2_then_1 "${H4[@]}" "${CK[@]}"
 compare ref cp2_then_1 $LT 3 $WT
 run 4 cp2_then_4 "${H4[@]}" "${CK[@]}" --set parallel.cp=4
 compare ref cp2_then_4 $LT 3 $WT
+# cp x pp: each stage's CP group holds its rows of the windows; the stages send (B,T/cp,C) between
+# the same CP index. pp 2 is one process's run within 1e-6 (pipeline_equivalence.sh).
+PP=(--set parallel.pp=2 --set training.grad_accum_steps=2)
+CKL=(--set "activation_checkpoint.layers_per_stage=[1, 1]")
+run 2 pp2 "${H4[@]}" "${PP[@]}"
+run 4 cp2pp2 "${H4[@]}" "${PP[@]}" --set parallel.cp=2
+compare pp2 cp2pp2 $LT 0 $WT
+run 2 llama_pp2 "${H4[@]}" "${LLAMA[@]}" "${PP[@]}"
+run 4 llama_cp2pp2 "${H4[@]}" "${LLAMA[@]}" "${PP[@]}" "${CKL[@]}" --set parallel.cp=2
+compare llama_pp2 llama_cp2pp2 $LT 0 $WT
+grep -q "stage 1: layers \[1, 2), 1 recomputed" "$WORK/llama_cp2pp2.log" || { echo "llama_cp2pp2: not recomputed"; exit 1; }
+run 1 cp2pp2_then_1 "${H4[@]}" --set training.grad_accum_steps=2 --set "checkpoint.resume=\"$WORK/cp2pp2/checkpoints/step_3\""
+compare pp2 cp2pp2_then_1 $LT 3 $WT
+run 4 pp2_then_cp2pp2 "${H4[@]}" "${PP[@]}" --set parallel.cp=2 --set "checkpoint.resume=\"$WORK/pp2/checkpoints/step_3\""
+compare pp2 pp2_then_cp2pp2 $LT 3 $WT
 
 # --dry-run --world-size N at cp N (device total of the run's ZeRO-0 row) against the Allocator's
 # peak of every rank of the real run, 2 steps of a wider, longer model (n_embd 128, seq_len 256),
 # within 2%; the peaks by cp printed.
-mem() {  # mem <cp>
-    local cp=$1 name=mem$1
+mem() {  # mem <cp> [<pp>, default 1; with 2 micro-batches a step]
+    local cp=$1 pp=${2:-1} name=mem$1x${2:-1}
     local S=(--set model.n_layer=2 --set model.n_head=4 --set model.n_embd=128 --set model.seq_len=256
              --set "model.vocab_size=$VOCAB" --set "data.train=\"$DATA/train.h5\"" --set "data.val=\"$DATA/val.h5\""
              --set metrics.enabled=false --set training.micro_batch_size=2 --set run.eval_interval=0
-             --set run.sample_interval=0 --set checkpoint.interval=0 --set run.max_steps=2 --set parallel.cp="$cp")
-    "$BIN" "${S[@]}" --dry-run --world-size "$cp" >"$WORK/$name.dry" 2>&1 || { echo "FAILED: dry $name"; cat "$WORK/$name.dry"; exit 1; }
-    "$MPI" --oversubscribe -np "$cp" "$BIN" "${S[@]}" --set "run.run_dir=\"$WORK/$name\"" >"$WORK/$name.log" 2>&1 ||
+             --set run.sample_interval=0 --set checkpoint.interval=0 --set run.max_steps=2 --set parallel.cp="$cp"
+             --set parallel.pp="$pp" --set training.grad_accum_steps="$pp")
+    "$BIN" "${S[@]}" --dry-run --world-size $((cp * pp)) >"$WORK/$name.dry" 2>&1 || { echo "FAILED: dry $name"; cat "$WORK/$name.dry"; exit 1; }
+    "$MPI" --oversubscribe -np $((cp * pp)) "$BIN" "${S[@]}" --set "run.run_dir=\"$WORK/$name\"" >"$WORK/$name.log" 2>&1 ||
         { echo "FAILED: $name"; cat "$WORK/$name.log"; exit 1; }
-    "$PY" - "$WORK/$name.dry" "$WORK/$name.log" "$cp" <<'PY'
+    "$PY" - "$WORK/$name.dry" "$WORK/$name.log" "$cp" "$pp" <<'PY'
 import re, sys
-dry, log, cp = open(sys.argv[1]).read(), open(sys.argv[2]).read(), int(sys.argv[3])
-row = [l.split() for l in dry.splitlines() if re.match(r'^ +0 +[0-9]', l)][0]
-predicted = float(row[row.index('|') - 1])
-peaks = [float(x) for x in re.findall(r'rank [0-9]+ \(stage [0-9]+\) ([0-9.]+)', log.split('peak device memory')[1].splitlines()[0])]
-assert len(peaks) == cp, f'cp {cp}: {len(peaks)} peaks in the log'
-worst = max(abs(p - predicted) / predicted for p in peaks)
-assert worst <= 0.02, f'cp {cp}: dry run {predicted} MiB vs the ranks\' peaks {peaks}'
-print(f'cp {cp}: per-rank peak {max(peaks):.1f} MiB (dry run {predicted:.1f} MiB, within {worst:.1%})')
+dry, log, cp, pp = open(sys.argv[1]).read(), open(sys.argv[2]).read(), int(sys.argv[3]), int(sys.argv[4])
+# The ZeRO-0 row (with a pipeline one per stage: zero, pp_stage, ...): its device total.
+predicted = {}
+for row in [l.split() for l in dry.splitlines() if re.match(r'^ +0 +[0-9]', l)]:
+    predicted.setdefault(int(row[1]) if pp > 1 else 0, float(row[row.index('|') - 1]))
+peaks = [(int(s), float(x)) for s, x in
+         re.findall(r'rank [0-9]+ \(stage ([0-9]+)\) ([0-9.]+)', log.split('peak device memory')[1].splitlines()[0])]
+assert len(peaks) == cp * pp and len(predicted) == pp, f'cp {cp} pp {pp}: {len(peaks)} peaks, {len(predicted)} dry rows'
+worst = max(abs(p - predicted[s]) / predicted[s] for s, p in peaks)
+assert worst <= 0.02, f'cp {cp} pp {pp}: dry run {predicted} MiB vs the ranks\' peaks {peaks}'
+for s in sorted(predicted):
+    mine = [p for t, p in peaks if t == s]
+    off = max(abs(p - predicted[s]) / predicted[s] for p in mine)
+    print(f'cp {cp} pp {pp} stage {s}: per-rank peak {max(mine):.2f} MiB (dry run {predicted[s]:.1f} MiB, within {off:.2%})')
 PY
 }
 mem 1
 mem 2
 mem 4
-echo "cp_equivalence: cp 2 and 4 track cp 1 alone and with dp, ZeRO-3, tp, document masking and resume"
+mem 2 2
+echo "cp_equivalence: cp 2 and 4 track cp 1 alone and with dp, ZeRO-3, tp, pp, document masking and resume"
