@@ -7,7 +7,7 @@
 //   res[i]    (N,C)  the residual stream entering local layer i; res[n] leaves the range   activations
 //   acts[i]          what layer i keeps for backward (LayerActs below)                    activations
 //   tokens    (N) int32: the micro-batch's token ids (first stage only)                   activations
-//   doc_start, pos (N) int32: document starts and positions (document masking only)       activations
+//   doc_start, pos (N) int32: document starts and positions (document masking; pos with cp) activations
 //   lnf (N,C), lnf_mean (N, LayerNorm only)/rstd (N) fp32, logits (N,Vp), losses (N) fp32 (last stage) activations
 // and, shared by the contexts:
 //   recompute        one LayerActs shared by all checkpointed layers                      workspace
@@ -67,7 +67,8 @@ struct Context {
     std::vector<LayerActs> acts;  // n_local; checkpointed layers point at the shared `recompute`
     int* tokens = nullptr;        // (N) first stage
     int* doc_start = nullptr;     // (N) int32, with doc_mask: model/documents.hpp (null: causal)
-    int* pos = nullptr;           // (N) int32, with doc_positions: position inside the document (null: t)
+    int* pos = nullptr;           // (N) int32, with doc_positions: position inside the document; with cp
+                                  // without them the rows' window positions (null: t)
     void *lnf = nullptr, *logits = nullptr;  // logits (N,Vpt): this TP rank's vocabulary columns
     float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
     bool have_logit_grad = false;
