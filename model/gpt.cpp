@@ -509,11 +509,7 @@ std::vector<float> GPT::logits_at(const int* inputs, int pos) {
                                 std::to_string(m.Tw) + ")");
     const int* host = m.upload_batch(inputs, nullptr);  // with cp this rank's rows (gpt_cp.cpp)
     forward(m.tok_dev, nullptr, nullptr, 0.0f, false, 0, m.opt.doc_eos >= 0 ? host : nullptr);
-    const int row = m.cpg == nullptr ? pos : m.cp_local_row(pos);  // -1: another CP rank holds it
-    const size_t Vp = size_t(m.cfg.padded_vocab_size());
-    if (row >= 0) logit_row(0, row, m.logit_row);
-    else m.ops.memset(m.logit_row, 0, Vp * 4);
-    if (m.cpg != nullptr) m.cpg->all_reduce(m.logit_row, Vp, DType::f32);  // the holder's row + zeros: exact
+    logit_row(0, pos, m.logit_row);  // with cp from the rank holding the row
     std::vector<float> out(m.cfg.vocab_size);
     m.ops.memcpy_d2h(out.data(), m.logit_row, out.size() * 4);
     m.record_ready();
@@ -526,17 +522,21 @@ int GPT::window_length() const { return impl_->Tw; }
 void GPT::logit_row(int ctx, int pos, float* out) {
     Impl& m = *impl_;
     if (!m.last) throw std::logic_error("GPT::logit_row: only the last stage has logits");
-    if (pos < 0 || pos >= m.opt.T)
+    if (pos < 0 || pos >= m.Tw)
         throw std::out_of_range("GPT::logit_row: position " + std::to_string(pos) + " outside [0, " +
-                                std::to_string(m.opt.T) + ")");
-    const size_t Vpt = size_t(m.Vpt);
-    const char* row = static_cast<const char*>(m.context(ctx).logits) + static_cast<size_t>(pos) * Vpt * m.es;  // (b=0, pos)
-    if (m.tp == nullptr) {
+                                std::to_string(m.Tw) + ")");
+    const int local = m.cpg == nullptr ? pos : m.cp_local_row(pos);  // -1: another CP rank holds it
+    const size_t Vpt = size_t(m.Vpt), Vp = size_t(m.cfg.padded_vocab_size());
+    const char* row = static_cast<const char*>(m.context(ctx).logits) + static_cast<size_t>(std::max(local, 0)) * Vpt * m.es;
+    if (local < 0) {  // every TP rank of this CP index alike: no TP gather
+        m.ops.memset(out, 0, Vp * 4);
+    } else if (m.tp == nullptr) {
         m.ops.cast(out, DType::f32, row, m.ops.act_dtype(), Vpt);
     } else {  // every rank's Vpt columns, in rank order: the full padded row
         m.ops.cast(m.logit_part, DType::f32, row, m.ops.act_dtype(), Vpt);
         m.tp->all_gather(out, m.logit_part, Vpt, DType::f32);
     }
+    if (m.cpg != nullptr) m.cpg->all_reduce(out, Vp, DType::f32);  // the holder's row + zeros: exact
 }
 
 void GPT::warm_up(int micro_batches) {

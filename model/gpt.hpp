@@ -142,8 +142,11 @@ public:
     const void* logits(int ctx = 0) const;
     /// Queues the fp32 logits of position `pos` of row 0 of context ctx into out (Vp fp32, device;
     /// padded columns included) at the last stage, after a forward: a cast of this rank's columns,
-    /// all-gathered from the TP group when tp > 1 (collective: every TP rank calls it).
-    /// Errors: std::out_of_range for pos outside [0, T); std::logic_error before the last stage.
+    /// all-gathered from the TP group when tp > 1 (collective: every TP rank calls it). pos is a
+    /// window position: with cp the CP rank holding it hands its row to the group (an fp32
+    /// all-reduce in which the others add zeros: exact; collective over the CP group too).
+    /// Errors: std::out_of_range for pos outside [0, the window's length); std::logic_error before
+    /// the last stage.
     void logit_row(int ctx, int pos, float* out);
     /// Layers of this range that are recomputed in backward: the first checkpoint_layers, or
     /// floor(ratio * (l1-l0)).

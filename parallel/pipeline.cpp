@@ -199,12 +199,9 @@ float PipelineStage::evaluate(const int* inputs, const int* targets) {
 }
 
 std::vector<float> PipelineStage::logits_at(const int* inputs, int pos) {
-    if (!in_rows_.empty())  // the config refuses samples with cp x pp (app/config/config_checks.cpp)
-        throw std::logic_error("PipelineStage::logits_at: not with context parallelism yet (position " +
-                               std::to_string(pos) + " is one CP rank's row)");
     forward_only(inputs, nullptr);
     if (!last()) return {};
-    gpt_.logit_row(0, pos, logit_row_);  // all-gathered over the TP group when tp > 1
+    gpt_.logit_row(0, pos, logit_row_);  // all-gathered over the TP group, with cp from the row's holder
     std::vector<float> out(size_t(gpt_.config().vocab_size));
     wait_links("pipeline forward: reading the logits");  // before a copy to pageable memory could block
     ops_.memcpy_d2h(out.data(), logit_row_, out.size() * sizeof(float));

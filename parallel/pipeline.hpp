@@ -92,8 +92,8 @@ public:
     /// rows with cp), 0 elsewhere. Errors: CommError.
     float evaluate(const int* inputs, const int* targets);
     /// Forward only of inputs (B,T) through every stage; the last stage returns the fp32 logits (V)
-    /// at position pos of row 0, the others an empty vector. Errors: CommError; std::logic_error
-    /// with context parallelism (not yet: the row is one CP rank's).
+    /// at position pos of row 0 (with cp every CP rank of the last stage: GPT::logit_row), the
+    /// others an empty vector. Errors: CommError.
     std::vector<float> logits_at(const int* inputs, int pos);
 
     /// The ops of the last train(), in the order executed, with their times (from last_start()).

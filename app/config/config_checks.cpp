@@ -18,8 +18,8 @@ namespace {
 [[noreturn]] void fail(const std::string& where, const std::string& what) { throw ConfigError(where + ": " + what); }
 
 /// parallel.cp > 1 (docs/parallelism.md "Context parallelism"): seq_len splits into 2 cp chunks
-/// (any parallel.pp: each stage's CP group splits its windows alike), and nothing that runs one
-/// rank's model alone.
+/// (any parallel.pp: each stage's CP group splits its windows alike). Samples and HellaSwag run
+/// through the CP group's forward (GPT::logit_row, GPT::window_losses), with or without stages.
 template <class At>
 void check_context_parallel(const Config& c, const At& at) {
     const int cp = c.parallel.cp;
@@ -28,12 +28,6 @@ void check_context_parallel(const Config& c, const At& at) {
              "parallel.cp: expected model.seq_len = " + std::to_string(c.model.seq_len) + " to be a multiple of 2 x cp = " +
                  std::to_string(2 * cp) + " (each rank holds two of the 2 x cp chunks of a window), got cp " +
                  std::to_string(cp));
-    // Samples and HellaSwag run through the CP group's forward (GPT::logits_at, GPT::window_losses);
-    // a pipeline's logits_at does not yet hand the row's holder's logits to its CP group.
-    if (c.parallel.pp > 1 && c.run.sample_interval > 0)
-        fail(at({"run.sample_interval", "parallel.cp"}),
-             "run.sample_interval: expected 0 with parallel.cp > 1 and parallel.pp > 1 (a pipeline's samples do "
-             "not run through the context-parallel group yet)");
 }
 
 }  // namespace
