@@ -50,7 +50,11 @@ ArchSpec::ArchSpec(const GPTConfig& c) : cfg(c) {
         bad("model.n_kv_head: expected a divisor of model.n_head (" + std::to_string(NH) + ") or 0, got " +
             std::to_string(c.n_kv_head));
     if (c.intermediate_size < 0) bad("model.intermediate_size: expected >= 0, got " + std::to_string(c.intermediate_size));
+    if (c.moe_experts < 0) bad("model.moe.n_experts: expected >= 0, got " + std::to_string(c.moe_experts));
     if (c.arch == Arch::gpt2) {
+        if (c.moe_experts > 0)
+            bad("model.moe.n_experts: mixture of experts needs model.arch = \"llama\" (its SwiGLU experts), got " +
+                std::to_string(c.moe_experts) + " with \"gpt2\"");
         if (NKV != NH)
             bad("model.n_kv_head: expected 0 or model.n_head (" + std::to_string(NH) +
                 ") with model.arch = \"gpt2\" (grouped-query attention is Llama's), got " + std::to_string(c.n_kv_head));
@@ -77,6 +81,19 @@ ArchSpec::ArchSpec(const GPTConfig& c) : cfg(c) {
     norm_eps = c.norm_eps;
     rope_theta = c.rope_theta;
     F = c.intermediate_size > 0 ? c.intermediate_size : default_intermediate_size(C, c.multiple_of);
+    if (c.moe_experts == 0) return;
+    if (c.moe_top_k < 1 || c.moe_top_k > c.moe_experts)
+        bad("model.moe.top_k: expected 1..model.moe.n_experts (" + std::to_string(c.moe_experts) + "), got " +
+            std::to_string(c.moe_top_k));
+    if (c.moe_shared_experts < 0)
+        bad("model.moe.n_shared_experts: expected >= 0, got " + std::to_string(c.moe_shared_experts));
+    if (c.moe_expert_ffn < 0) bad("model.moe.expert_ffn: expected >= 0, got " + std::to_string(c.moe_expert_ffn));
+    if (!(c.moe_aux_loss_coef >= 0.0f))
+        bad("model.moe.aux_loss_coef: expected a number >= 0, got " + num(c.moe_aux_loss_coef));
+    E = c.moe_experts;
+    K = c.moe_top_k;
+    Fe = c.moe_expert_ffn > 0 ? c.moe_expert_ffn : F;
+    F = c.moe_shared_experts * Fe;  // the shared experts as one dense SwiGLU; 0: none
 }
 
 std::vector<TensorSpec> ArchSpec::unit_tensors(int u) const {
@@ -88,7 +105,7 @@ std::vector<TensorSpec> ArchSpec::unit_tensors(int u) const {
     std::vector<TensorSpec> t;
     auto add = [&](std::string name, std::vector<int64_t> shape, TensorRole role, TensorInit init,
                    TPSplit split = TPSplit::replicated, int blocks = 1, bool packed = false) {
-        const bool decay = shape.size() == 2;
+        const bool decay = shape.size() >= 2;  // matrices (and the experts' stacks of them)
         t.push_back({std::move(name), std::move(shape), split, blocks, decay, role, init, packed});
     };
     const int L = cfg.n_layer;
@@ -126,9 +143,18 @@ std::vector<TensorSpec> ArchSpec::unit_tensors(int u) const {
         add(p + "self_attn.k_proj.weight", {kv, c}, R::k_w, I::normal, TPSplit::column, 1, true);
         add(p + "self_attn.v_proj.weight", {kv, c}, R::v_w, I::normal, TPSplit::column, 1, true);
         add(p + "self_attn.o_proj.weight", {c, q}, R::proj_w, I::normal_residual, TPSplit::row);
-        add(p + "mlp.gate_proj.weight", {f, c}, R::fc_w, I::normal, TPSplit::column);
-        add(p + "mlp.up_proj.weight", {f, c}, R::up_w, I::normal, TPSplit::column, 1, true);
-        add(p + "mlp.down_proj.weight", {c, f}, R::fcproj_w, I::normal_residual, TPSplit::row);
+        if (moe()) {  // Mixtral's router and experts, the experts stacked (E, rows, cols), never split by TP
+            const int64_t e = E, fe = Fe;
+            add(p + "mlp.router.weight", {e, c}, R::moe_router, I::normal);
+            add(p + "mlp.experts.gate_up_proj", {e, 2 * fe, c}, R::moe_w13, I::normal);  // per expert [w1; w3]
+            add(p + "mlp.experts.down_proj", {e, c, fe}, R::moe_w2, I::normal_residual);
+        }
+        if (dense_mlp()) {  // the dense MLP, or with MoE the shared experts' (width n_shared * Fe)
+            const std::string m = p + (moe() ? "mlp.shared_experts." : "mlp.");
+            add(m + "gate_proj.weight", {f, c}, R::fc_w, I::normal, TPSplit::column);
+            add(m + "up_proj.weight", {f, c}, R::up_w, I::normal, TPSplit::column, 1, true);
+            add(m + "down_proj.weight", {c, f}, R::fcproj_w, I::normal_residual, TPSplit::row);
+        }
         add(p + "input_layernorm.weight", {c}, R::norm1_w, I::one);
         add(p + "post_attention_layernorm.weight", {c}, R::norm2_w, I::one);
     } else {
@@ -159,7 +185,11 @@ int64_t ArchSpec::embedding_flop_params() const {
 
 int64_t ArchSpec::head_params() const { return int64_t(Vp) * C + (bias ? 2 : 1) * int64_t(C); }
 
-int64_t ArchSpec::flop_free_params() const { return cfg.arch == Arch::llama && !tied ? int64_t(Vp) * C : 0; }
+int64_t ArchSpec::flop_free_params() const {
+    const int64_t table = cfg.arch == Arch::llama && !tied ? int64_t(Vp) * C : 0;
+    const int64_t idle_experts = moe() ? int64_t(cfg.n_layer) * (E - K) * 3 * int64_t(Fe) * C : 0;
+    return table + idle_experts;
+}
 
 double ArchSpec::flops_per_token(size_t num_parameters, int T) const {
     const double n = static_cast<double>(num_parameters) - static_cast<double>(flop_free_params());

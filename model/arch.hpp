@@ -46,7 +46,8 @@ struct TensorSpec {
 /// The resolved description of one model configuration. Built by ArchSpec(cfg), which validates
 /// the architecture's keys.
 struct ArchSpec {
-    /// Errors: std::invalid_argument naming the key: a non-positive size, n_embd not a multiple of
+    /// Errors: std::invalid_argument naming the key: a non-positive size, model.moe with GPT-2, a
+    /// top_k outside [1, n_experts], a negative shared-expert count or expert_ffn, n_embd not a multiple of
     /// n_head, n_kv_head not dividing n_head, an odd head size with rotary positions, a
     /// non-positive intermediate_size / multiple_of / norm_eps / rope_theta, and for GPT-2 any Llama
     /// key set away from GPT-2's values (n_kv_head, intermediate_size, tie_embeddings = false).
@@ -62,6 +63,11 @@ struct ArchSpec {
     float rope_theta = 10000.0f;
     int C = 0, NH = 0, NKV = 0, HS = 0;  ///< width, query heads, key/value heads, head size
     int F = 0;          ///< MLP hidden width (4C for GPT-2, intermediate_size for Llama)
+    /// Mixture of experts (GPTConfig::moe_*): E experts of width Fe, k per token; with E > 0 the
+    /// dense MLP tensors are the shared experts' (F = moe_shared_experts * Fe, absent when 0).
+    int E = 0, K = 0, Fe = 0;
+    bool moe() const { return E > 0; }
+    bool dense_mlp() const { return !moe() || F > 0; }  ///< a dense SwiGLU (the MLP or the shared experts)
     int Vp = 0;         ///< padded vocabulary
 
     /// Columns of the fused attention input projection's output per row on one of tp ranks:
@@ -90,7 +96,9 @@ struct ArchSpec {
     int64_t embedding_flop_params() const;
     /// Parameters the head costs: the (Vp, C) LM head matmul and the final norm.
     int64_t head_params() const;
-    /// Parameters the 6N count leaves out: an untied Llama's input table (a lookup), else 0.
+    /// Parameters the 6N count leaves out: an untied Llama's input table (a lookup), and with MoE
+    /// the experts a token does not visit, n_layer (E - k) 3 Fe C (the count is of ACTIVE
+    /// parameters per token); else 0.
     int64_t flop_free_params() const;
     /// Training FLOPs per token, forward + backward without recomputation (docs/reference.md
     /// "Training FLOPs and MFU"): 6 (N - flop_free_params()) + 6 n_layer T NH HS, the second term

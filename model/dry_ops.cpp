@@ -20,6 +20,7 @@ public:
     DType act_dtype() const override { return t_; }
     bool implements(OpFamily) const override { return true; }  // it counts every architecture's memory
     bool implements_attention_rows() const override { return true; }
+    bool implements_moe() const override { return true; }  // counts MoE's buffers
     std::string fp8_unsupported(Fp8Recipe) const override { return ""; }  // the device is checked where it runs
 
     void* malloc(size_t bytes) override {

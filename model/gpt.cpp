@@ -197,6 +197,7 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
     if ((opt.doc_mask || opt.doc_positions) && (opt.l0 != 0 || opt.l1 != cfg.n_layer))
         throw std::invalid_argument("GPT: data.document_mask / data.reset_position_ids need the whole model on "
                                     "each rank (parallel.pp = 1): the boundaries come from the token ids");
+    if (impl_->spec.moe()) impl_->check_moe(ncp);
     Impl& m = *impl_;
     m.Tw = opt_in.T;
     if (ncp > 1) m.cpg = opt.cp, m.ncp = ncp, m.cp_rank = opt.cp->rank();
@@ -223,7 +224,8 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         using R = TensorRole;
         m.lp.push_back({rel(u, R::norm1_w), rel(u, R::norm1_b), rel(u, R::qkv_w), rel(u, R::qkv_b), rel(u, R::proj_w),
                         rel(u, R::proj_b), rel(u, R::norm2_w), rel(u, R::norm2_b), rel(u, R::fc_w), rel(u, R::fc_b),
-                        rel(u, R::fcproj_w), rel(u, R::fcproj_b)});
+                        rel(u, R::fcproj_w), rel(u, R::fcproj_b), rel(u, R::moe_router), rel(u, R::moe_w13),
+                        rel(u, R::moe_w2)});
     }
 
     const size_t N = static_cast<size_t>(opt.B) * opt.T, C = cfg.n_embd, es = m.es;
@@ -269,7 +271,8 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
     }
     m.dbuf_c = m.get(MemCategory::workspace, N * C * es);
     m.dbuf_4c = m.get(MemCategory::workspace, N * size_t(std::max(m.Mt, m.Qt)) * es);  // (N,Mt) and (N,Qt)
-    if (m.spec.mlp == MlpKind::swiglu) m.dbuf_f = m.get(MemCategory::workspace, N * size_t(m.Ft) * es);  // d fch
+    if (m.spec.mlp == MlpKind::swiglu && m.Ft > 0) m.dbuf_f = m.get(MemCategory::workspace, N * size_t(m.Ft) * es);  // d fch
+    if (m.spec.moe()) m.make_moe_work();  // gpt_moe.cpp
     if (m.ncp > 1) {  // the window's q|k|v, the gather's order, and the window's d q|k|v (gpt_cp.cpp)
         const size_t window_qkv = N * m.ncp * size_t(m.Qt) * es;
         m.cp_full = m.get(MemCategory::workspace, window_qkv);
@@ -329,6 +332,8 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
     }
     const int B = m.opt.B, T = m.opt.T, C = m.cfg.n_embd, N = B * T;
     ParamStore& st = *m.store;
+    c.dloss = dloss;
+    c.moe_aux = 0.0;
     if (m.first) {
         m.ops.memcpy_d2d(c.tokens, tokens, static_cast<size_t>(N) * 4);  // the backward reads this copy
         if (host_tokens != nullptr) m.ops.encoder_host_tokens(c.tokens, host_tokens, N);
@@ -472,6 +477,7 @@ void GPT::forward_backward(const int* inputs, const int* targets, float dloss) {
     inputs = m.upload_batch(inputs, targets);
     forward(m.tok_dev, nullptr, m.tgt_dev, dloss, true, 0, inputs);
     backward(nullptr, nullptr);
+    m.aux_pending += m.ctxs[0].moe_aux;
     m.ops.memcpy_d2h(m.loss_slot(static_cast<size_t>(m.loss_pending++)), m.ctxs[0].losses, N * 4);
     m.record_ready();
 }
@@ -486,6 +492,14 @@ double GPT::take_loss_sum() {
     for (int k = 0; k < m.loss_pending; ++k) total += m.mean_loss(m.loss_host[static_cast<size_t>(k)]);
     m.loss_pending = 0;
     return total;
+}
+
+double GPT::moe_aux_loss(int ctx) const { return impl_->context(ctx).moe_aux; }
+
+double GPT::take_moe_aux_sum() {
+    const double s = impl_->aux_pending;
+    impl_->aux_pending = 0.0;
+    return s;
 }
 
 float GPT::evaluate(const int* inputs, const int* targets) {

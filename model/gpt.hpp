@@ -163,6 +163,14 @@ public:
     /// rounded to float). The host waits for the last loss copy through one event (never a
     /// device-wide synchronize); 0 when nothing was queued.
     double take_loss_sum();
+    /// With model.moe: the sum over this range's layers of the load-balancing losses (alpha * E *
+    /// sum_e f_e P_e, over the micro-batch's B*T rows, docs/model.md "Mixture of experts") of
+    /// context ctx's last forward; 0 without MoE or when alpha = 0. They are part of the objective
+    /// the backward differentiates (with the cross-entropy's dloss * B*T, i.e. per micro-batch), not
+    /// of losses() or take_loss_sum().
+    double moe_aux_loss(int ctx = 0) const;
+    /// The sum of moe_aux_loss of the micro-batches forward_backward queued since the last call.
+    double take_moe_aux_sum();
     /// Mean loss of a micro-batch without gradients (waits for it on an event).
     float evaluate(const int* inputs, const int* targets);
     /// fp32 logits (V values, padding dropped) at position `pos` of row 0 after a forward of

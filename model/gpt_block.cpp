@@ -36,6 +36,7 @@ LayerActs GPT::Impl::make_acts(MemCategory cat) {
     a.ln2_rstd = reinterpret_cast<float*>(take(nf));
     a.fch_pre = take(npre);
     a.fch = take(nfch);
+    if (spec.moe()) a.moe = make_moe_acts(cat);  // gpt_moe.cpp
     return a;
 }
 
@@ -91,6 +92,7 @@ void GPT::Impl::layer_forward(Context& c, int i, const void* w, const LayerActs&
     linear_forward(tmp, nullptr, a.atty, P(p.attprojw), bias_here ? P(p.attprojb) : nullptr, N, Ct, C);
     const void* att = sum_rows(tmp, gath);  // row-parallel: sum of the partial products
     residual_norm_forward(a.res2, a.ln2, a.ln2_mean, a.ln2_rstd, x, att, P(p.ln2w), P(p.ln2b), R);
+    if (spec.moe()) return moe_mlp_forward(c, i, w, a, write_out);  // routed (+ shared) experts (gpt_moe.cpp)
     if (spec.mlp == MlpKind::gelu) {
         linear_forward(a.fch, a.fch_pre, gather_rows(a.ln2), P(p.fcw), P(p.fcb), N, C, Ft);  // column-parallel
     } else {  // [gate | up] in one matmul (the two tensors are packed), then silu(gate) * up
@@ -117,7 +119,9 @@ void GPT::Impl::layer_backward(Context& c, int i, const void* w, void* g, const 
     auto G = [&](size_t off) { return this->G(g, off); };
     const int k2 = norm_slots();  // lng slot of the second norm's weight
     // MLP branch: out = res2 + proj(act(fc(ln2))); dbuf_4c = d fch_pre (N,Mt)
-    if (spec.mlp == MlpKind::gelu) {
+    if (spec.moe()) {
+        moe_mlp_backward(c, i, w, g, a);  // dbuf_c = d ln2 (gpt_moe.cpp)
+    } else if (spec.mlp == MlpKind::gelu) {
         linear_backward(dbuf_4c, G(p.fcprojw), G(p.fcprojb), gather_rows(dres), a.fch, P(p.fcprojw), a.fch_pre,
                             N, Ft, C);  // GELU backward fused
     } else {
@@ -125,7 +129,8 @@ void GPT::Impl::layer_backward(Context& c, int i, const void* w, void* g, const 
                             Ft, C);  // dbuf_f = d fch (N,Ft)
         ops.swiglu_backward(dbuf_4c, dbuf_f, a.fch_pre, N, Ft);
     }
-    linear_backward(dbuf_c, G(p.fcw), G(p.fcb), dbuf_4c, gather_rows(a.ln2), P(p.fcw), nullptr, N, C, Mt);
+    if (!spec.moe())
+        linear_backward(dbuf_c, G(p.fcw), G(p.fcb), dbuf_4c, gather_rows(a.ln2), P(p.fcw), nullptr, N, C, Mt);
     const void* dln2 = sum_rows(dbuf_c, tmp);
     norm_backward(dres, ln_grad(g, p.ln2w, k2), ln_grad(g, p.ln2b, k2 + 1), dln2, a.res2, P(p.ln2w), a.ln2_mean,
                   a.ln2_rstd, R);  // dres = d res2

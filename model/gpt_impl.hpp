@@ -59,6 +59,7 @@ struct LayerActs {
     float* ln2_rstd = nullptr; // (R)
     void* fch_pre = nullptr;   // (N,Mt) the MLP input matmul's output: before GELU, or [gate | up]
     void* fch = nullptr;       // (N,Ft) GELU(fch_pre) or silu(gate) * up: the output projection's input
+    MoeActs moe;               // with model.moe: the router's and experts' buffers (model/moe_layer.hpp)
 };
 
 /// One micro-batch's activations between its forward and its backward (see the header comment).
@@ -73,6 +74,8 @@ struct Context {
     float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
     bool have_logit_grad = false;
     bool pos_set = false;  // cp without doc_positions: pos holds the rows' window positions (GPT::forward)
+    float dloss = 0.0f;    // the forward's loss scale (d loss / d per-position loss): MoE's balance loss gradient
+    double moe_aux = 0.0;  // with model.moe: the sum of this range's layers' balance losses (forward)
 };
 
 /// Element offset of a tensor from the start of its unit; kNoTensor where the architecture has none.
@@ -82,6 +85,7 @@ constexpr size_t kNoTensor = std::numeric_limits<size_t>::max();
 /// their first tensor: q_proj for q|k|v, gate_proj for gate|up).
 struct LayerParams {
     size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
+    size_t router = kNoTensor, w13 = kNoTensor, w2 = kNoTensor;  // model.moe: router, experts' [gate; up], down
 };
 
 inline size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }
@@ -165,6 +169,7 @@ struct GPT::Impl {
     // forward_backward and not yet taken (grown on demand, kept), and the event after the last copy.
     std::vector<float*> loss_host;
     int loss_pending = 0;
+    double aux_pending = 0.0;  // MoE balance losses of the micro-batches queued by forward_backward
     Event loss_ready = nullptr;
 
     /// Validates the sequence-parallel options and derives this rank's widths (gpt.cpp).
@@ -232,6 +237,26 @@ struct GPT::Impl {
     /// Backward of local layer i (parameters at w, gradients accumulated at g): on entry
     /// dres = d(c.res[i+1]), on exit dres = d(c.res[i]).
     void layer_backward(Context& c, int i, const void* w, void* g, const LayerActs& a);
+
+    // ---- mixture of experts (gpt_moe.cpp; docs/model.md "Mixture of experts") ----
+    MoeWork moe_work;  // scratch shared by the layers (workspace)
+    /// What MoE does not run with yet: a backend without Ops::implements_moe, tp, cp (ncp > 1), a
+    /// layer range short of the whole model (pp), training.fp8. std::invalid_argument naming it.
+    void check_moe(int ncp) const;
+    /// The layers' MoE shape (N = B*T rows, expert width Fe, the config's router and alpha).
+    MoeShape moe_shape() const;
+    /// One layer's MoeActs carved from one block of `cat` (256-byte boundaries).
+    MoeActs make_moe_acts(MemCategory cat);
+    /// moe_work's buffers (MemCategory::workspace).
+    void make_moe_work();
+    /// The MLP half of layer i with MoE, from a.ln2 (N,C): the shared experts (a dense SwiGLU of
+    /// width F, when F > 0) plus the routed experts' combine into tmp, then c.res[i+1] = a.res2 +
+    /// tmp and c.moe_aux += the layer's balance loss (only when write_out; a recomputation runs the
+    /// router and the experts for their activations only).
+    void moe_mlp_forward(Context& c, int i, const void* w, const LayerActs& a, bool write_out);
+    /// Its backward: dbuf_c (N,C) = d a.ln2 from dres = d c.res[i+1]; the balance loss's gradient
+    /// scaled by alpha * c.dloss * N (dloss is per position, the balance loss per micro-batch).
+    void moe_mlp_backward(Context& c, int i, const void* w, void* g, const LayerActs& a);
 };
 
 }  // namespace llmtrain

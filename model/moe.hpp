@@ -3,8 +3,8 @@
 // pairs by expert), the experts' SwiGLU FFNs over the grouped rows, the combine, the
 // load-balancing auxiliary loss, and every backward. fp32 host arrays, (N,C) row-major, weights
 // (OC,C) as in model/ops.hpp: weight gradients are ACCUMULATED (+=), activation gradients are
-// OVERWRITTEN unless the function says "+=". Not yet wired into the model (docs/model.md
-// "Mixture of experts (in progress)").
+// OVERWRITTEN unless the function says "+=". The model runs them through CpuOps::moe_forward /
+// moe_backward (model/cpu/moe_layer.cpp; docs/model.md "Mixture of experts").
 //
 // The layer, for x (N,C) the normed residual stream, E experts, k of them per token:
 //

@@ -22,6 +22,7 @@
 #include <string>
 
 #include "model/fp8.hpp"
+#include "model/moe_layer.hpp"
 
 namespace llmtrain {
 
@@ -355,6 +356,32 @@ public:
                                       int B, int T, int C, int v0, int nv) {
         if (pos != nullptr) missing("encoder_backward_pos");
         encoder_backward_vocab(dwte, dwpe, dout, inp, B, T, C, v0, nv);
+    }
+
+    // ---- Mixture of experts (model.moe; docs/model.md "Mixture of experts"; model/moe.hpp, the
+    // pieces and their sources; model/moe_layer.hpp, the buffers). The defaults throw
+    // std::logic_error naming the op; implements_moe() says whether a backend has them. ----
+    virtual bool implements_moe() const { return false; }
+    /// One MoE layer's forward for x (N,C): router (logits, scores, top-k ids, gates renormalized
+    /// over the k), the dropless dispatch plan, the grouped rows a.xg, every expert's SwiGLU FFN on
+    /// its rows (a.gu, a.h, a.yg), and, when `combine`, out (N,C) += sum_j gates[n,j] * expert
+    /// output (out holds the shared experts' output, or zeros). Returns the load-balancing loss
+    /// alpha * E * sum_e f_e P_e over the N rows (host float; 0 when alpha = 0).
+    virtual float moe_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* out, const void* x,
+                              const void* w_router, const void* w13, const void* w2, bool combine) {
+        (void)s, (void)a, (void)w, (void)out, (void)x, (void)w_router, (void)w13, (void)w2, (void)combine;
+        missing("moe_forward");
+    }
+    /// Its backward from dout (N,C) = d out: dx (N,C) OVERWRITTEN with d x through the experts and
+    /// the router; dw_router (E,C), dw13 (E,2F,C), dw2 (E,C,F) +=. aux_scale multiplies the
+    /// balance loss's gradient (alpha times the loss scale dloss; 0: none); the loss is alpha * aux
+    /// as moe_forward returns it, so its gradient is aux_scale / alpha times that of alpha * aux.
+    virtual void moe_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dx, void* dw_router,
+                              void* dw13, void* dw2, const void* dout, const void* x, const void* w_router,
+                              const void* w13, const void* w2, float aux_scale) {
+        (void)s, (void)a, (void)w, (void)dx, (void)dw_router, (void)dw13, (void)dw2, (void)dout, (void)x,
+            (void)w_router, (void)w13, (void)w2, (void)aux_scale;
+        missing("moe_backward");
     }
 
     /// out[i] = gelu_tanh(inp[i]) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), Hendrycks & Gimpel 2016.

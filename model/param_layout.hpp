@@ -45,6 +45,17 @@ struct GPTConfig {
     float norm_eps = 1e-5f;      ///< RMSNorm epsilon
     float rope_theta = 10000.0f; ///< rotary base: channel pair i of a head turns by t * theta^(-2i/head_size)
     bool tie_embeddings = true;  ///< the LM head is the token embedding (false: its own lm_head.weight)
+    /// Mixture of experts (model.moe; docs/model.md "Mixture of experts"), Llama only: every block's
+    /// dense MLP becomes a router over moe_experts SwiGLU experts of width moe_expert_ffn (0 = the
+    /// dense width F), moe_top_k of them per token, plus moe_shared_experts always-on experts (one
+    /// dense SwiGLU of width moe_shared_experts * expert width, DeepSeek-V3's shared experts).
+    /// moe_experts = 0: a dense model.
+    int moe_experts = 0;
+    int moe_top_k = 2;
+    int moe_shared_experts = 0;
+    int moe_expert_ffn = 0;
+    bool moe_sigmoid = false;        ///< router scores: sigmoid (DeepSeek-V3) instead of softmax (Mixtral)
+    float moe_aux_loss_coef = 0.01f; ///< alpha of the load-balancing loss (model/moe.hpp moe_aux_loss)
     /// vocab_size rounded up to a multiple of 128 (the wte rows; padded logits are excluded from the loss).
     int padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
     friend bool operator==(const GPTConfig&, const GPTConfig&) = default;
@@ -73,7 +84,8 @@ enum class TensorRole : uint8_t {
     proj_w, proj_b,                   // attention output projection (attn.c_proj / o_proj)
     norm2_w, norm2_b,                 // the second norm (ln_2 / post_attention_layernorm)
     fc_w, fc_b, up_w,                 // MLP input: c_fc, or gate_proj then up_proj
-    fcproj_w, fcproj_b,               // MLP output (mlp.c_proj / down_proj)
+    fcproj_w, fcproj_b,               // MLP output (mlp.c_proj / down_proj); with MoE the shared experts'
+    moe_router, moe_w13, moe_w2,      // MoE: router (E,C), experts' [gate; up] (E,2Fe,C), down (E,C,Fe)
     normf_w, normf_b, lm_head,        // the final unit: ln_f / model.norm, an untied LM head
 };
 

@@ -111,13 +111,23 @@ void select_runs(hid_t space, const std::vector<hsize_t>& dims, const std::vecto
     }
 }
 
-/// Reads the runs (minus base) of dataset ds (shape dims) into out (their total count, in order).
+/// Reads the runs (minus base) of dataset ds (shape dims) into out (their total count, in order). A
+/// tensor of rank 3 (MoE's stacked experts) is read whole and the runs copied out of it.
 void read_runs(hid_t ds, const std::vector<hsize_t>& dims, const std::vector<TPRun>& runs, size_t base, float* out,
                const std::string& what) {
     hsize_t n = 0;
     for (const TPRun& q : runs) n += q.count;
     if (n == 0) return;
     h5::Lock lock;  // one (tensor, range) read: at most this rank's share of one tensor
+    if (dims.size() > 2) {  // MoE's stacked experts (E, rows, cols), never split by TP: read whole, copy the runs
+        hsize_t all = 1;
+        for (hsize_t d : dims) all *= d;
+        std::vector<float> whole(all);
+        h5::check_status<CheckpointError>(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, whole.data()),
+                                          what + ": cannot read");
+        for (const TPRun& q : runs) out = std::copy_n(whole.begin() + std::ptrdiff_t(q.full - base), q.count, out);
+        return;
+    }
     h5::Handle fs(h5c(H5Dget_space(ds), what + ": cannot read its shape"));
     select_runs(fs.get(), dims, runs, base);
     h5::Handle ms(h5c(H5Screate_simple(1, &n, nullptr), what + ": cannot make a dataspace"));
@@ -192,7 +202,6 @@ void read_params_ranges(const std::string& dir, const ParamLayout& layout, const
         if (dims != want)
             throw CheckpointError(file + ": tensor " + t.name + " has shape " + shape_str(dims) +
                                   " in the checkpoint but " + shape_str(want) + " in the model");
-        if (dims.size() > 2) throw CheckpointError(file + ": tensor " + t.name + ": rank " + std::to_string(dims.size()) + " is not read by ranges");
         for (; i < needs.size() && &layout.tensors()[needs[i].tensor] == &t; ++i)
             read_runs(ds.get(), dims, needs[i].runs, 0, params + needs[i].at, file + ": tensor " + t.name);
     }

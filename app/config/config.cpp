@@ -291,6 +291,12 @@ const std::vector<Field>& fields() {
         field("model", "attention_workspace_mb", &C::model, &ModelConfig::attention_workspace_mb, at_least(1)),
         field("model", "matmul_autotune", &C::model, &ModelConfig::matmul_autotune),
         field("model", "init_from", &C::model, &ModelConfig::init_from),
+        field("model.moe", "n_experts", &C::moe, &MoeConfig::n_experts, at_least(0)),
+        field("model.moe", "top_k", &C::moe, &MoeConfig::top_k, at_least(1)),
+        field("model.moe", "n_shared_experts", &C::moe, &MoeConfig::n_shared_experts, at_least(0)),
+        field("model.moe", "expert_ffn", &C::moe, &MoeConfig::expert_ffn, at_least(0)),
+        field("model.moe", "router", &C::moe, &MoeConfig::router, one_of({"softmax", "sigmoid"})),
+        field("model.moe", "aux_loss_coef", &C::moe, &MoeConfig::aux_loss_coef, non_negative<float>()),
 
         train_field(),
         field("data", "val", &C::data, &DataConfig::val, non_empty()),
@@ -445,6 +451,23 @@ std::string read_file(const std::string& path) {
     return text.str();
 }
 
+/// Applies the keys of one section's table; a sub-table that is a known section ([model.moe]) in turn.
+void apply_section(const std::string& section, const toml::table& table, const std::string& file, Config& cfg,
+                   Origins& origins) {
+    for (const auto& [key, node] : table) {
+        const std::string k(key.str()), sub = section + "." + k;
+        if (node.is_table() && std::find(section_names().begin(), section_names().end(), sub) != section_names().end()) {
+            apply_section(sub, *node.as_table(), file, cfg, origins);
+            continue;
+        }
+        const Field* f = find_field(section, k);
+        if (!f) fail(position(file, key.source()), section + "." + k + ": unknown key" + hint_for_key(section, k));
+        const std::string where = position(file, node.source());
+        if (auto err = f->read(node, cfg); !err.empty()) fail(where, complaint(*f, err));
+        origins[f->name()] = where;
+    }
+}
+
 /// Applies every key of a parsed document to cfg; `file` names it in messages.
 void apply_document(const toml::table& doc, const std::string& file, Config& cfg, Origins& origins) {
     for (const auto& [sec_key, sec_node] : doc) {
@@ -457,14 +480,7 @@ void apply_document(const toml::table& doc, const std::string& file, Config& cfg
             fail(at, section + ": keys must be inside a [section]" + hint_for_key("", section));
         }
         if (!known) fail(at, "unknown section [" + section + "]" + hint_for_section(section));
-        for (const auto& [key, node] : *sec_node.as_table()) {
-            const std::string k(key.str());
-            const Field* f = find_field(section, k);
-            if (!f) fail(position(file, key.source()), section + "." + k + ": unknown key" + hint_for_key(section, k));
-            const std::string where = position(file, node.source());
-            if (auto err = f->read(node, cfg); !err.empty()) fail(where, complaint(*f, err));
-            origins[f->name()] = where;
-        }
+        apply_section(section, *sec_node.as_table(), file, cfg, origins);
     }
 }
 
@@ -477,9 +493,8 @@ void apply_override(const std::string& ov, Config& cfg, Origins& origins) {
         return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
     };
     const std::string name = trim(ov.substr(0, eq));
-    const auto dot = name.find('.');
-    if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == name.size() ||
-        name.find('.', dot + 1) != std::string::npos)
+    const auto dot = name.rfind('.');  // the key is after the last dot: model.moe.top_k is [model.moe] top_k
+    if (eq == std::string::npos || dot == std::string::npos || dot == 0 || dot + 1 == name.size())
         fail(where, "expected section.key=value, e.g. --set run.max_steps=50");
     const std::string section = name.substr(0, dot), key = name.substr(dot + 1);
     const Field* f = find_field(section, key);

@@ -57,6 +57,18 @@ struct ModelConfig {
     friend bool operator==(const ModelConfig&, const ModelConfig&) = default;
 };
 
+/// [model.moe]: a mixture of experts in place of every block's MLP (Llama only; docs/model.md
+/// "Mixture of experts"). n_experts = 0: dense.
+struct MoeConfig {
+    int n_experts = 0;                  ///< routed experts per layer; 0 = no MoE
+    int top_k = 2;                      ///< experts per token, 1..n_experts
+    int n_shared_experts = 0;           ///< experts every token visits (DeepSeek-V3), one dense SwiGLU
+    int expert_ffn = 0;                 ///< an expert's SwiGLU width; 0 = the dense width (intermediate_size)
+    std::string router = "softmax";     ///< "softmax" (Mixtral, Qwen3-MoE) | "sigmoid" (DeepSeek-V3's scores)
+    float aux_loss_coef = 0.01f;        ///< alpha of the load-balancing loss (Switch Transformer); 0 = none
+    friend bool operator==(const MoeConfig&, const MoeConfig&) = default;
+};
+
 /// One source of a training mixture ([[data.sources]], docs/data.md "Sources").
 struct DataSource {
     std::string name;                   ///< unique; labels its log figures, metrics and checkpoint state
@@ -159,6 +171,7 @@ struct MetricsConfig {
 struct Config {
     RunConfig run;
     ModelConfig model;
+    MoeConfig moe;  ///< [model.moe]
     DataConfig data;
     TrainingConfig training;
     OptimizerConfig optimizer;
@@ -190,7 +203,9 @@ std::string to_toml(const Config& cfg);
 /// n_embd, seq_len, vocab_size, and for an architecture other than GPT-2 (whose other keys are
 /// fixed by it: LayerNorm eps 1e-5, biases, learned positions, GELU 4C, tied head) n_kv_head and
 /// intermediate_size resolved, tie_embeddings, rope_theta and norm_eps (floats in their shortest
-/// fixed-point text that reads back exactly: "500000", "0.00001"). The padded vocabulary follows from vocab_size. Errors: std::invalid_argument from
+/// fixed-point text that reads back exactly: "500000", "0.00001"), and with model.moe
+/// moe.n_experts, moe.top_k, moe.n_shared_experts, moe.expert_ffn resolved and moe.router (the
+/// balance loss's coefficient changes training, not the function). The padded vocabulary follows from vocab_size. Errors: std::invalid_argument from
 /// ArchSpec for an invalid shape.
 using ModelIdentity = std::vector<std::pair<std::string, std::string>>;
 ModelIdentity model_identity(const GPTConfig& g);

@@ -30,6 +30,29 @@ void check_context_parallel(const Config& c, const At& at) {
                  std::to_string(cp));
 }
 
+/// model.moe.n_experts > 0 (docs/model.md "Mixture of experts"): what the MoE model does not run
+/// with yet — the cuda backend (no MoE ops there), tensor, pipeline and context parallelism, FP8.
+/// (The architecture's own MoE rules, llama only and top_k in 1..n_experts, are ArchSpec's.)
+template <class At>
+void check_moe(const Config& c, const At& at) {
+    const std::string n = std::to_string(c.moe.n_experts);
+    if (c.run.backend == "cuda")
+        fail(at({"model.moe.n_experts", "run.backend"}),
+             "model.moe.n_experts: mixture of experts runs on run.backend = \"cpu\" only yet (the cuda backend has "
+             "no MoE ops), got n_experts = " + n + " with \"cuda\"");
+    const std::pair<const char*, int> splits[] = {
+        {"parallel.tp", c.parallel.tp}, {"parallel.pp", c.parallel.pp}, {"parallel.cp", c.parallel.cp}};
+    for (const auto& [key, v] : splits)
+        if (v > 1)
+            fail(at({"model.moe.n_experts", key}), "model.moe.n_experts: mixture of experts does not run with " +
+                                                       std::string(key) + " > 1 yet, got n_experts = " + n + " with " +
+                                                       key + " = " + std::to_string(v));
+    if (c.training.fp8 != "off")
+        fail(at({"model.moe.n_experts", "training.fp8"}),
+             "model.moe.n_experts: mixture of experts does not run with training.fp8 yet, got n_experts = " + n +
+                 " with training.fp8 = " + quote(c.training.fp8));
+}
+
 }  // namespace
 
 void check_across_keys(const Config& c, const ConfigOrigins& origins, const std::string& file) {
@@ -161,6 +184,7 @@ void check_across_keys(const Config& c, const ConfigOrigins& origins, const std:
                  std::to_string(int64_t(t.micro_batch_size) * m.seq_len) + " to be a multiple of parallel.tp = " +
                  std::to_string(p.tp) + " (each TP rank holds 1/tp of the rows), got true");
     if (p.cp > 1) check_context_parallel(c, at);
+    if (c.moe.n_experts > 0) check_moe(c, at);
     if (p.pp > 1 && p.zero_stage >= 2)
         fail(at({"parallel.zero_stage", "parallel.pp"}),
              "parallel.zero_stage: ZeRO-2/3 need one micro-batch's gradients per unit, but a pipeline accumulates "

@@ -46,6 +46,12 @@ ModelIdentity model_identity(const GPTConfig& g) {
                          {"tie_embeddings", spec.tied ? "true" : "false"},
                          {"rope_theta", num(spec.rope_theta)},
                          {"norm_eps", num(spec.norm_eps)}});
+    if (g.moe_experts > 0)  // a dense model's identity (and hash) stays what it was
+        id.insert(id.end(), {{"moe.n_experts", std::to_string(spec.E)},
+                             {"moe.top_k", std::to_string(spec.K)},
+                             {"moe.n_shared_experts", std::to_string(g.moe_shared_experts)},
+                             {"moe.expert_ffn", std::to_string(spec.Fe)},
+                             {"moe.router", g.moe_sigmoid ? "sigmoid" : "softmax"}});
     return id;
 }
 
@@ -124,6 +130,12 @@ GPTConfig gpt_config_of(const Config& c) {
     g.norm_eps = c.model.norm_eps;
     g.rope_theta = c.model.rope_theta;
     g.tie_embeddings = c.model.tie_embeddings;
+    g.moe_experts = c.moe.n_experts;
+    g.moe_top_k = c.moe.top_k;
+    g.moe_shared_experts = c.moe.n_shared_experts;
+    g.moe_expert_ffn = c.moe.expert_ffn;
+    g.moe_sigmoid = c.moe.router == "sigmoid";
+    g.moe_aux_loss_coef = c.moe.aux_loss_coef;
     return g;
 }
 

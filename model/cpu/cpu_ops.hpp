@@ -3,7 +3,8 @@
 // It is the reference the CUDA backend is tested against and the default without a GPU. "Device"
 // memory is host memory, streams and events are dummies and every op runs at once. The ops are
 // spread over one file per concept (memory.cpp, encoder.cpp, layernorm.cpp, rmsnorm.cpp, matmul.cpp, matmul_fp8.cpp,
-// attention.cpp, rope.cpp, gelu.cpp, swiglu.cpp, classifier.cpp, adamw.cpp; OpenBLAS setup in
+// attention.cpp, rope.cpp, gelu.cpp, swiglu.cpp, classifier.cpp, adamw.cpp, moe_layer.cpp (with
+// moe.cpp); OpenBLAS setup in
 // blas_setup.cpp); their
 // contracts are in model/ops.hpp.
 // Determinism: every reduction has a fixed order (static partitions, no atomics), so results are
@@ -115,6 +116,13 @@ public:
                           int n_pos) override;
     void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
                            int n_pos) override;
+    // moe_layer.cpp
+    bool implements_moe() const override { return true; }
+    float moe_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* out, const void* x,
+                      const void* w_router, const void* w13, const void* w2, bool combine) override;
+    void moe_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dx, void* dw_router, void* dw13,
+                      void* dw2, const void* dout, const void* x, const void* w_router, const void* w13,
+                      const void* w2, float aux_scale) override;
     // swiglu.cpp
     void swiglu_forward(void* out, const void* inp, int N, int F) override;
     void swiglu_backward(void* dinp, const void* dout, const void* inp, int N, int F) override;

@@ -10,9 +10,19 @@ up(x)), no biases, the final norm and lm_head (the token table when tied). The l
 cross_entropy over the real vocabulary (the tables carry llmtrain's padded rows, whose logits are
 compared too).
 
+Mixture of experts (an optional "moe" input): each block's MLP is replaced by moe_ref.py's float64
+MoE layer (Mixtral's softmax top-k router with the gates renormalized over the k, or DeepSeek-V3's
+sigmoid affinities; SwiGLU experts applied expert by expert with index_add; the balance loss
+alpha * sum_e f_e P_e of Switch Transformer / DeepSeek-V3), the experts' w1|w3 read from the
+stacked "mlp.experts.gate_up_proj" (E, 2Fe, C) and w2 from "mlp.experts.down_proj" (E, C, Fe), plus
+the shared experts' dense SwiGLU ("mlp.shared_experts.*") when there are any. The objective whose
+gradients are returned is cross_entropy + the sum of the layers' balance losses.
+
 INPUT (tensor_file.hpp format): "config" int32 [n_layer, n_head, n_kv_head, n_embd, vocab_size,
-tied, B, T], "hyper" fp32 [norm_eps, rope_theta], "tokens"/"targets" (B,T), and every parameter as
-"param.<HF name>". OUTPUT: "logits" (B,T,Vp), "loss" (1), "grad.<name>" for every parameter.
+tied, B, T], "hyper" fp32 [norm_eps, rope_theta], "tokens"/"targets" (B,T), every parameter as
+"param.<HF name>", optionally "moe" int32 [E, k, n_shared, Fe, sigmoid] and "moe_hyper" fp32 [alpha].
+OUTPUT: "logits" (B,T,Vp), "loss" (1, the cross-entropy), "aux" (1, the balance losses' sum, 0 without
+MoE), "grad.<name>" for every parameter.
 
 Usage: llama_ref.py INPUT OUTPUT   (run with /usr/bin/python3: Debian's python3-torch)
 """
@@ -25,6 +35,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from torch_ref import read_tensors, write_tensors  # noqa: E402  (the tensor file format only)
+from moe_ref import moe_layer  # noqa: E402  (the float64 MoE layer from the papers)
 
 
 def rms_norm(x, weight, eps):
@@ -49,12 +60,37 @@ def repeat_kv(x, n_rep):
     return x[:, :, None, :, :].expand(B, nkv, n_rep, T, hd).reshape(B, nkv * n_rep, T, hd)
 
 
+def swiglu(h, gate, up, down):
+    return (F.silu(h @ gate.T) * (h @ up.T)) @ down.T
+
+
+def moe_mlp(w, h, moe):
+    """The MoE MLP of one block on h (B,T,C): routed experts plus shared ones; returns (out, aux)."""
+    E, k, n_shared, Fe, sigmoid, alpha = moe
+    B, T, C = h.shape
+    w13 = w("mlp.experts.gate_up_proj")
+    x = h.reshape(B * T, C)
+    out, _, aux = moe_layer(x, w("mlp.router.weight"), w13[:, :Fe], w13[:, Fe:], w("mlp.experts.down_proj"),
+                            None, k, sigmoid, True, 1.0, alpha)
+    out = out.reshape(B, T, C)
+    if n_shared > 0:
+        s = "mlp.shared_experts."
+        out = out + swiglu(h, w(s + "gate_proj.weight"), w(s + "up_proj.weight"), w(s + "down_proj.weight"))
+    return out, aux
+
+
 def llama_logits(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta):
+    return llama_forward(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta)[0]
+
+
+def llama_forward(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta, moe=None):
+    """The logits and the MoE balance losses' sum (0 without moe)."""
     B, T = idx.shape
     hd = C // n_head
     cos, sin = rotary_cos_sin(T, hd, theta)
     mask = torch.full((T, T), float("-inf")).triu(1)
     x = p["model.embed_tokens.weight"][idx]
+    aux_sum = torch.zeros(())
     for l in range(n_layer):
         w = lambda n: p["model.layers.%d.%s" % (l, n)]
         h = rms_norm(x, w("input_layernorm.weight"), eps)
@@ -68,11 +104,15 @@ def llama_logits(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta):
         y = (att.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ w("self_attn.o_proj.weight").T
         h = rms_norm(x, w("post_attention_layernorm.weight"), eps)
-        m = F.silu(h @ w("mlp.gate_proj.weight").T) * (h @ w("mlp.up_proj.weight").T)
-        x = x + m @ w("mlp.down_proj.weight").T
+        if moe is not None:
+            m, aux = moe_mlp(w, h, moe)
+            x = x + m
+            aux_sum = aux_sum + aux
+        else:
+            x = x + swiglu(h, w("mlp.gate_proj.weight"), w("mlp.up_proj.weight"), w("mlp.down_proj.weight"))
     x = rms_norm(x, p["model.norm.weight"], eps)
     head = p["model.embed_tokens.weight"] if tied else p["lm_head.weight"]
-    return x @ head.T
+    return x @ head.T, aux_sum
 
 
 def main():
@@ -81,10 +121,14 @@ def main():
     eps, theta = inp["hyper"].tolist()
     tokens, targets = inp["tokens"], inp["targets"]
     p = {k[6:]: torch.nn.Parameter(v.clone()) for k, v in inp.items() if k.startswith("param.")}
-    logits = llama_logits(p, tokens, n_layer, n_head, n_kv, C, bool(tied), eps, theta)
+    moe = None
+    if "moe" in inp:
+        E, k, n_shared, Fe, sigmoid = [int(v) for v in inp["moe"].tolist()]
+        moe = (E, k, n_shared, Fe, bool(sigmoid), float(inp["moe_hyper"].tolist()[0]))
+    logits, aux = llama_forward(p, tokens, n_layer, n_head, n_kv, C, bool(tied), eps, theta, moe)
     loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
-    loss.backward()
-    out = {"logits": logits, "loss": loss.reshape(1)}
+    (loss + aux).backward()
+    out = {"logits": logits, "loss": loss.reshape(1), "aux": aux.reshape(1)}
     for name, t in p.items():
         out["grad." + name] = t.grad.clone()
     write_tensors(sys.argv[2], out)

@@ -3,12 +3,16 @@
 // semantics) at tiny configs with odd sizes: logits, loss and every parameter gradient. Two shapes:
 // grouped-query attention (4 query heads over 2 key/value heads) with a tied head and the default
 // MLP width, and multi-query attention (1 key/value head) with an untied lm_head, another rotary
-// base and norm epsilon.
+// base and norm epsilon. And the mixture-of-experts Llama (model.moe): each block's MLP replaced by
+// routed SwiGLU experts (softmax top-2 of 4, shared experts; sigmoid top-1 of 3) against the MoE
+// layer of tests/model/moe_ref.py inside llama_ref.py: the cross-entropy, the balance losses' sum and
+// the gradients of their sum.
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 
+#include "model/arch.hpp"
 #include "model/backend.hpp"
 #include "model/gpt.hpp"
 #include "tests/model/tensor_file.hpp"
@@ -72,6 +76,12 @@ void check_against_torch(const GPTConfig& cfg, uint64_t seed) {
         const float hyper[2] = {cfg.norm_eps, cfg.rope_theta};
         w.put("config", {8}, c);
         w.put("hyper", {2}, hyper);
+        if (cfg.moe_experts > 0) {
+            const int moe[5] = {cfg.moe_experts, cfg.moe_top_k, cfg.moe_shared_experts, ArchSpec(cfg).Fe,
+                                cfg.moe_sigmoid};
+            w.put("moe", {5}, moe);
+            w.put("moe_hyper", {1}, &cfg.moe_aux_loss_coef);
+        }
         w.put("tokens", {B, T}, tokens.data());
         w.put("targets", {B, T}, targets.data());
         for (const ParamTensor& t : L.tensors()) w.put("param." + t.name, t.shape, params.data() + t.offset);
@@ -87,6 +97,9 @@ void check_against_torch(const GPTConfig& cfg, uint64_t seed) {
     const double loss = gpt.take_loss_sum();
     const double want_loss = ref["loss"].data[0];
     EXPECT_LE(std::fabs(loss - want_loss), 1e-5 * std::fabs(want_loss)) << "loss " << loss << " want " << want_loss;
+    const double aux = gpt.moe_aux_loss(), want_aux = ref["aux"].data[0];  // MoE's balance losses (0 without)
+    EXPECT_LE(std::fabs(aux - want_aux), 1e-6 * std::max(1.0, std::fabs(want_aux))) << "aux " << aux << " want " << want_aux;
+    std::printf("loss %.9g (torch %.9g), aux %.9g (torch %.9g)\n", loss, want_loss, aux, want_aux);
     // Logits within 1e-5 of the largest one (fp32 through 2 layers against float64); the forward
     // without targets leaves them in place.
     int* d_tok = static_cast<int*>(alloc.alloc(MemCategory::workspace, N * 4));
@@ -109,6 +122,19 @@ void check_against_torch(const GPTConfig& cfg, uint64_t seed) {
 TEST(LlamaVsTorch, GroupedQueryTiedLogitsLossAndGrads) { check_against_torch(llama(2, true, 1e-5f, 10000.0f), 1234); }
 
 TEST(LlamaVsTorch, MultiQueryUntiedLogitsLossAndGrads) { check_against_torch(llama(1, false, 1e-6f, 500.0f), 4321); }
+
+GPTConfig moe(int experts, int top_k, int shared, int expert_ffn, bool sigmoid, float alpha) {
+    GPTConfig c = llama(2, true, 1e-5f, 10000.0f);
+    c.moe_experts = experts, c.moe_top_k = top_k, c.moe_shared_experts = shared, c.moe_expert_ffn = expert_ffn;
+    c.moe_sigmoid = sigmoid, c.moe_aux_loss_coef = alpha;
+    return c;
+}
+
+// Mixtral-style softmax top-2 of 4 experts of width 40 with one shared expert (DeepSeek-V3's), alpha 0.1.
+TEST(LlamaVsTorch, MoeSoftmaxTop2SharedLossAuxAndGrads) { check_against_torch(moe(4, 2, 1, 40, false, 0.1f), 77); }
+
+// DeepSeek-V3-style sigmoid scores, top-1 of 3 experts of the dense width (expert_ffn 0), no shared.
+TEST(LlamaVsTorch, MoeSigmoidTop1LossAuxAndGrads) { check_against_torch(moe(3, 1, 0, 0, true, 0.05f), 78); }
 
 }  // namespace
 }  // namespace llmtrain::test

@@ -1,0 +1,49 @@
+// model/cpu/moe_layer.cpp — CpuOps::moe_forward / moe_backward: one mixture-of-experts layer composed
+// from model/moe.hpp's pieces (router, dispatch plan, permute, the experts' SwiGLU FFNs, combine,
+// the load-balancing loss; their sources are there). fp32 (the CPU's act dtype); the buffers are
+// model/moe_layer.hpp's. Deterministic: each piece sums in a fixed order.
+#include "model/cpu/cpu_ops.hpp"
+#include "model/moe.hpp"
+
+namespace llmtrain {
+
+namespace {
+const float* f(const void* p) { return static_cast<const float*>(p); }
+float* f(void* p) { return static_cast<float*>(p); }
+MoeRouterOptions router_options(const MoeShape& s) {
+    MoeRouterOptions o;
+    o.score = s.score;
+    o.norm_topk = true;  // Mixtral's Softmax(TopK), Qwen3-MoE's norm_topk_prob, DeepSeek-V3's eq. 13
+    return o;
+}
+}  // namespace
+
+float CpuOps::moe_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* out, const void* x,
+                          const void* w_router, const void* w13, const void* w2, bool combine) {
+    moe_router_forward(w.logits, a.scores, a.ids, a.gates, f(x), f(w_router), nullptr, s.N, s.C, s.E, s.k,
+                       router_options(s));
+    moe_dispatch_plan(w.counts, a.offsets, w.pair_of, a.pos, a.ids, s.N, s.k, s.E);
+    moe_permute_forward(f(a.xg), f(x), w.pair_of, s.N, s.k, s.C);
+    moe_experts_forward(f(a.yg), f(a.gu), f(a.h), f(a.xg), f(w13), f(w2), a.offsets, s.E, s.C, s.F);
+    if (combine) moe_combine_forward(f(out), f(a.yg), a.gates, a.pos, s.N, s.k, s.C);
+    if (s.aux_coef == 0.0f) return 0.0f;
+    return moe_aux_loss(nullptr, a.scores, a.ids, s.N, s.E, s.k, s.score, s.aux_coef);
+}
+
+void CpuOps::moe_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dx, void* dw_router,
+                          void* dw13, void* dw2, const void* dout, const void* x, const void* w_router,
+                          const void* w13, const void* w2, float aux_scale) {
+    moe_combine_backward(f(w.dyg), w.dgates, f(dout), f(a.yg), a.gates, a.pos, s.N, s.k, s.C);
+    moe_experts_backward(f(w.dxg), f(dw13), f(dw2), f(w.dgu), f(w.dh), f(w.dyg), f(a.xg), f(a.gu), f(a.h), f(w13),
+                         f(w2), a.offsets, s.E, s.C, s.F);
+    moe_permute_backward(f(dx), f(w.dxg), a.pos, s.N, s.k, s.C);
+    const float* dscores = nullptr;
+    if (aux_scale != 0.0f) {  // d(aux_scale * E * sum f_e P_e) / d scores
+        moe_aux_loss(w.dscores, a.scores, a.ids, s.N, s.E, s.k, s.score, aux_scale);
+        dscores = w.dscores;
+    }
+    moe_router_backward(f(dx), f(dw_router), w.logits, dscores, w.dgates, a.scores, a.ids, f(x), f(w_router), s.N,
+                        s.C, s.E, s.k, router_options(s));
+}
+
+}  // namespace llmtrain

@@ -1,0 +1,81 @@
+// tests/app/test_moe_e2e.cpp — the mixture-of-experts Llama ([model.moe]; docs/model.md "Mixture of
+// experts") through the llmtrain binary on the tiny dataset (ctest fixture):
+//  - exact resume: 8 steps straight against 4 + 4 resumed, every step's loss and the final tensors
+//    (experts and router included) bit for bit, as ResumeIsBitwiseExact does for the dense model;
+//  - a resume into another expert count or top_k is refused naming the key (the model identity);
+//  - config errors exit 2 naming the key: MoE with gpt2, top_k past n_experts, the cuda backend.
+#include <cstring>
+
+#include "model/param_layout.hpp"
+#include "tests/app/e2e_util.hpp"
+
+using namespace e2e;
+
+namespace {
+
+const std::vector<std::string> kMoe = {"model.arch=\"llama\"", "model.n_kv_head=1", "model.intermediate_size=48",
+                                       "model.moe.n_experts=4", "model.moe.top_k=2", "model.moe.expert_ffn=24",
+                                       "model.moe.n_shared_experts=1", "model.moe.aux_loss_coef=0.05"};
+
+std::vector<std::string> moe_args(const fs::path& rd, std::vector<std::string> sets) {
+    sets.insert(sets.begin(), kMoe.begin(), kMoe.end());
+    return llmtrain_args(rd, sets);
+}
+
+}  // namespace
+
+TEST_F(E2E, MoeResumeIsBitwiseExact) {
+    const std::vector<std::string> common = {"lr_schedule.decay=\"constant\"", "training.grad_accum_steps=2"};
+    auto with = [&](std::vector<std::string> v) {
+        v.insert(v.end(), common.begin(), common.end());
+        return v;
+    };
+    const fs::path a = case_dir() / "straight", b = case_dir() / "resumed";
+    Proc straight = run(moe_args(a, with({"run.max_steps=8"})));
+    ASSERT_EQ(straight.code, 0) << straight.err;
+    Proc pb1 = run(moe_args(b, with({"run.max_steps=4"})));
+    ASSERT_EQ(pb1.code, 0) << pb1.err;
+    Proc pb2 = run(moe_args(b, with({"run.max_steps=8"})));
+    ASSERT_EQ(pb2.code, 0) << pb2.err;
+    EXPECT_NE(pb2.out.find("resume: from " + (b / "checkpoints" / "step_4").string()), std::string::npos) << pb2.out;
+    auto la = train_losses(a), lb = train_losses(b);
+    ASSERT_EQ(la.size(), 8u);
+    ASSERT_EQ(lb.size(), 8u);
+    for (int s = 1; s <= 8; ++s) EXPECT_EQ(la[s], lb[s]) << "step " << s;
+    EXPECT_NE(la[1], la[8]);  // it trains
+    GPTConfig g = tiny_gpt();  // kMoe's model
+    g.arch = Arch::llama, g.n_kv_head = 1, g.intermediate_size = 48;
+    g.moe_experts = 4, g.moe_top_k = 2, g.moe_expert_ffn = 24, g.moe_shared_experts = 1;
+    const ParamLayout L(g);
+    std::vector<float> pa(L.total_numel()), pb(L.total_numel());  // the experts' 3-D tensors included
+    read_params((a / "checkpoints" / "step_8").string(), L, pa.data());
+    read_params((b / "checkpoints" / "step_8").string(), L, pb.data());
+    EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pa.size() * 4), 0);
+    EXPECT_EQ(sample_at(straight.out, 6), sample_at(pb2.out, 6));
+    EXPECT_NE(sample_at(straight.out, 6), "<none>");
+
+    // Another expert count or top_k is another model: refused, naming the key.
+    for (const auto& [set, want] : std::vector<std::pair<std::string, std::string>>{
+             {"model.moe.top_k=1", "model.moe.top_k: the checkpoint has 2, the config 1"},
+             {"model.moe.n_experts=3", "model.moe.n_experts: the checkpoint has 4, the config 3"}}) {
+        Proc r = run(moe_args(b, with({"run.max_steps=10", set})));
+        EXPECT_EQ(r.code, 1) << set << "\n" << r.err;
+        EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+    }
+}
+
+TEST_F(E2E, MoeConfigErrorsNameTheKey) {
+    const fs::path rd = case_dir() / "run";
+    for (const auto& [sets, want] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+             {{"model.arch=\"gpt2\"", "model.n_kv_head=0", "model.intermediate_size=0"},
+              "model.moe.n_experts: mixture of experts needs model.arch = \"llama\""},
+             {{"model.moe.top_k=5"}, "model.moe.top_k: expected 1..model.moe.n_experts (4), got 5"},
+             {{"run.backend=\"cuda\""}, "model.moe.n_experts: mixture of experts runs on run.backend = \"cpu\" only"}}) {
+        Proc r = run(moe_args(rd, sets));
+        EXPECT_EQ(r.code, 2) << sets[0] << "\n" << r.err;
+        EXPECT_NE(r.err.find(want), std::string::npos) << r.err;
+        EXPECT_FALSE(fs::exists(rd)) << sets[0];
+    }
+}
+
+int main(int argc, char** argv) { return e2e_main(argc, argv); }
