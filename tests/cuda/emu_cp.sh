@@ -6,7 +6,10 @@
 # samples: cp > 1 refuses them). Tolerances as emu_tp.sh's: fp32 losses within 1e-4 relative and
 # weights within compare_weights.py's; bf16 losses within 5e-3. Cases: cp 2 (fp32), cp 2 in bf16,
 # a Llama (grouped-query attention, rotary positions at window positions) with document masking at
-# cp 2, and cp 2 x dp 2 at ZeRO-1 on 4 emulated ranks against 2 CPU ranks.
+# cp 2, cp 2 x dp 2 at ZeRO-1 on 4 emulated ranks against 2 CPU ranks, and cp 2 x pp 2 (2
+# micro-batches a step, 1F1B; each CP index's stages linked over NCCL beside the CP groups) for
+# GPT-2 (learned positions on stage 0) and a Llama (rotary positions on both stages), every layer
+# recomputed, on 4 emulated ranks against one CPU process.
 # Usage: emu_cp.sh <llmtrain> <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
 set -euo pipefail
 CPU=$1 EMU=$2 MPI=$3 DATA=$4 WORK=$5
@@ -35,4 +38,15 @@ run "$CPU" 2 cpu_dp2 "${NS[@]}"
 run "$EMU" 4 cp2_dp2_z1 "${CUDA[@]}" --set parallel.zero_stage=1
 compare cpu_dp2 cp2_dp2_z1 1e-4
 weights cpu_dp2 cp2_dp2_z1
+PP=(--set training.grad_accum_steps=2)
+PP2=(--set parallel.pp=2 --set "activation_checkpoint.layers_per_stage=[1, 1]")
+GQA=(--set 'model.arch="llama"' --set model.n_head=4 --set model.n_kv_head=2 --set model.intermediate_size=64)
+run "$CPU" 1 cpu_a2 "${NS[@]}" "${PP[@]}"
+run "$EMU" 4 cp2_pp2 "${CUDA[@]}" "${PP[@]}" "${PP2[@]}"
+compare cpu_a2 cp2_pp2 1e-4
+weights cpu_a2 cp2_pp2
+run "$CPU" 1 cpu_gqa_a2 "${NS[@]}" "${GQA[@]}" "${PP[@]}"
+run "$EMU" 4 cp2_pp2_gqa "${CUDA[@]}" "${GQA[@]}" "${PP[@]}" "${PP2[@]}"
+compare cpu_gqa_a2 cp2_pp2_gqa 1e-4
+weights cpu_gqa_a2 cp2_pp2_gqa
 echo "emu_cp: all comparisons passed"
