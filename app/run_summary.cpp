@@ -15,12 +15,17 @@ std::string mib(size_t bytes) {
 }
 
 /// The start-up summary's model: "GPT-2 <shape>", or "Llama <shape> n_kv_head=K intermediate_size=F"
+/// (with model.moe "experts=ExFe top_k=k [shared_experts=S] router=R" instead of the MLP width)
 /// and "untied" when its head is (model/arch.hpp).
 std::string arch_shape_of(const GPTConfig& m) {
     if (m.arch == Arch::gpt2) return "GPT-2 " + shape_of(m);
     const ArchSpec s(m);
-    return "Llama " + shape_of(m) + " n_kv_head=" + std::to_string(s.NKV) + " intermediate_size=" +
-           std::to_string(s.F) + (s.tied ? "" : " untied");
+    const std::string mlp =
+        s.moe() ? " experts=" + std::to_string(s.E) + "x" + std::to_string(s.Fe) + " top_k=" + std::to_string(s.K) +
+                      (m.moe_shared_experts > 0 ? " shared_experts=" + std::to_string(m.moe_shared_experts) : "") +
+                      " router=" + (m.moe_sigmoid ? "sigmoid" : "softmax")
+                : " intermediate_size=" + std::to_string(s.F);
+    return "Llama " + shape_of(m) + " n_kv_head=" + std::to_string(s.NKV) + mlp + (s.tied ? "" : " untied");
 }
 
 }  // namespace
