@@ -1,5 +1,5 @@
-// app/plan/plan.cpp — the planner's problem from the config, its search over tensor-parallel widths and
-// pipeline depths (see plan.hpp); the report is app/plan/plan_report.cpp.
+// app/plan/plan.cpp — the planner's problem from the config, its search over tensor-parallel widths,
+// context-parallel sizes and pipeline depths (see plan.hpp); the report is app/plan/plan_report.cpp.
 #include "app/plan/plan.hpp"
 #include "model/arch.hpp"
 
@@ -20,16 +20,18 @@ using namespace plan_util;
 
 namespace {
 
-/// cfg at width tp and depth pp over world ranks with the given ZeRO stage and offload, its dp and
-/// batch resolved; empty `why` on success, else the reason the depth cannot run.
-Config at_depth(const Config& cfg, int world, int tp, int pp, int zero, bool offload, int64_t global,
+/// cfg at width tp, context-parallel size cp and depth pp over world ranks with the given ZeRO stage
+/// and offload, its dp (data-parallel ranks: world / (pp tp cp)) and batch resolved; empty `why` on
+/// success, else the reason the depth cannot run.
+Config at_depth(const Config& cfg, int world, int tp, int cp, int pp, int zero, bool offload, int64_t global,
                 std::string& why) {
     Config c = cfg;
     why.clear();
     c.parallel.tp = tp;
     if (tp == 1) c.parallel.sequence_parallel = false;  // it shards rows over a TP group: none at tp 1
     c.parallel.pp = pp;
-    c.parallel.dp = world / (pp * tp);
+    c.parallel.cp = cp;
+    c.parallel.dp = world / (pp * tp * cp);
     c.parallel.zero_stage = zero;
     if (zero == 0) c.parallel.zero_group_size = 0;
     if (offload) {
@@ -40,9 +42,9 @@ Config at_depth(const Config& cfg, int world, int tp, int pp, int zero, bool off
     c.activation_checkpoint.ratio_per_stage.clear();
     c.activation_checkpoint.layers_per_stage.clear();
     const int dp = c.parallel.dp;
-    if (c.parallel.zero_group_size != 0 && dp % c.parallel.zero_group_size != 0) {
-        why = "parallel.zero_group_size " + std::to_string(c.parallel.zero_group_size) + " does not divide dp " +
-              std::to_string(dp);
+    if (c.parallel.zero_group_size != 0 && dp * cp % c.parallel.zero_group_size != 0) {  // ZeRO shards over dp x cp
+        why = "parallel.zero_group_size " + std::to_string(c.parallel.zero_group_size) + " does not divide " +
+              (cp > 1 ? "dp x cp " + std::to_string(dp * cp) : "dp " + std::to_string(dp));
         return c;
     }
     const int64_t per_micro = int64_t(c.training.micro_batch_size) * dp;
@@ -79,6 +81,20 @@ std::vector<int> tp_widths(int world, int gpus_per_node, int opt_tp) {
     return w;
 }
 
+std::vector<int> cp_sizes(const Config& cfg, int world, int tp, int opt_cp) {
+    std::vector<int> out;
+    if (tp < 1 || world % tp != 0) return out;
+    const int ranks = world / tp;
+    const int64_t rows = int64_t(cfg.training.micro_batch_size) * cfg.model.seq_len;
+    for (int cp = 1; cp <= ranks; ++cp) {
+        if (ranks % cp != 0 || (opt_cp > 0 && cp != opt_cp)) continue;
+        if (cp > 1 && cfg.model.seq_len % (2 * cp) != 0) continue;  // app/config/config_checks.cpp's parallel.cp check
+        if (cp > 1 && tp > 1 && cfg.parallel.sequence_parallel && (rows / cp) % tp != 0) continue;
+        out.push_back(cp);
+    }
+    return out;
+}
+
 std::string tp_split_problem(const Config& cfg, int tp) {
     // What the architecture splits over tp (model/arch.hpp): heads, key/value heads, the MLP width, the vocabulary.
     for (const auto& [what, n] : ArchSpec(gpt_config_of(cfg)).tp_divisors())
@@ -94,20 +110,21 @@ std::string tp_split_problem(const Config& cfg, int tp) {
 
 PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptions& opt) {
     const Topology probe = shape.topology(0);
-    const int P = shape.pp, L = shape.model.n_layer, dp = probe.dp(), tp = shape.tp;
+    const int P = shape.pp, L = shape.model.n_layer, dp = probe.dp(), tp = shape.tp;  // dp: dp x cp ranks
+    const int cp = shape.cp;
     const int nmax = L - P + 1;
     const ParamLayout layout(shape.model, 1, tp, 0);  // TP rank 0's part: what its gradients and AdamW cover
     const LayerTimes& t = opt.times;
     const double es = shape.precision == DType::bf16 ? 2 : 4;
     const double reduce_bytes = c.parallel.grad_reduce_dtype == "bf16" ? 2 : 4;
     const double link = opt.link_gbps * 1e9;  // bytes/s
-    const double rows = double(c.training.micro_batch_size) * c.model.seq_len;  // N = B·T
-    const double act_bytes = rows * c.model.n_embd * es;                         // one (N, C) activation
+    const double rows = double(c.training.micro_batch_size) * c.model.seq_len / cp;  // N = B·T/cp, this rank's
+    const double act_bytes = rows * c.model.n_embd * es;                              // one (N, C) activation
     // Across nodes (app/plan/traffic.hpp): a term's seconds at one rate times f(share) = intra·seconds_per_byte
     // (share, intra, inter), share the part of its group's bytes that crosses nodes; exactly 1 when none does.
     const double inter_gbps = opt.inter_node_gbps > 0 ? opt.inter_node_gbps : opt.link_gbps;
     const int zg = probe.zero_group_size();  // 1 at ZeRO-0
-    const CrossingShares cross = crossing_shares(shape.world, P, zg, tp, opt.gpus_per_node);
+    const CrossingShares cross = crossing_shares(shape.world, P, zg, tp, opt.gpus_per_node, cp);
     auto factor = [&](double share, double intra_gbps) {
         return share == 0 || inter_gbps == intra_gbps ? 1.0 : intra_gbps * 1e9 * seconds_per_byte(share, intra_gbps, inter_gbps);
     };
@@ -129,6 +146,11 @@ PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptio
     const bool sp = tp > 1 && c.parallel.sequence_parallel;
     const double n_fwd = 2, n_bwd = sp ? 3 : 2, n_rec = sp ? 1.5 : 1;
     const double emb_f = sp ? 0.5 : 1, emb_b = sp ? 0.5 : 0, head_f = sp ? 0.5 : 0, head_b = sp ? 0.5 : 1;
+    // Context parallelism (model/gpt_cp.cpp): per layer the window's q|k|v all-gathered in forward,
+    // again in backward with the reduce-scatter of its gradient, and again in a recomputed forward;
+    // each a ring over the cp group (consecutive dp indices: inside a node unless tp x cp exceeds it).
+    const double cpc = cp > 1 ? cp_collective_bytes(c, shape) / link * factor(cross.cp, opt.link_gbps) : 0;
+    const int split = tp * cp;  // a layer's and the head's work per rank: 1/tp of the columns, 1/cp of the tokens
     // Seconds per element of the gradient sync: a ring all-reduce over dp, or when a group crosses
     // nodes, the ZeRO group's share 2(zg − 1)/zg and the replica group's 2(R − 1)/(R·zg) of it (the
     // same sum) each at its group's rate. At ZeRO-0, zg = 1: the replica group is the dp group.
@@ -159,12 +181,12 @@ PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptio
         // forward, 2 in backward, 1 when recomputed (only the first is repeated). The embedding's
         // lookup writes the whole (N, C) on every TP rank (kept whole) and is all-reduced; the head's
         // matmul and softmax split by vocabulary, its input gradient all-reduced.
-        st.fwd_layer = t.layer_fwd / tp + n_fwd * ar;
-        st.bwd_layer = t.layer_bwd / tp + n_bwd * ar;
-        st.recompute = t.layer_recompute / tp + n_rec * ar;
-        st.fwd0 = (first ? t.embed_fwd + emb_f * ar : 0) + (last ? t.head_fwd / tp + head_f * ar + gather : 0) +
+        st.fwd_layer = t.layer_fwd / split + n_fwd * ar + cpc;
+        st.bwd_layer = t.layer_bwd / split + n_bwd * ar + 2 * cpc;
+        st.recompute = t.layer_recompute / split + n_rec * ar + cpc;
+        st.fwd0 = (first ? t.embed_fwd / cp + emb_f * ar : 0) + (last ? t.head_fwd / split + head_f * ar + gather : 0) +
                   (last ? 0 : send * factor(cross.pipeline[size_t(s)], opt.link_gbps));
-        st.bwd0 = (first ? t.embed_bwd + emb_b * ar : 0) + (last ? t.head_bwd / tp + head_b * ar : 0) +
+        st.bwd0 = (first ? t.embed_bwd / cp + emb_b * ar : 0) + (last ? t.head_bwd / split + head_b * ar : 0) +
                   (first ? 0 : send * factor(cross.pipeline[size_t(s) - 1], opt.link_gbps));
         double units0 = 0;  // parameters of the stage's non-layer units (model/param_layout.hpp)
         if (first) units0 += wte_numel;  // wte + wpe
@@ -274,12 +296,15 @@ void predict(const Config& cfg, const PlanOptions& opt, const PlanProblem& prob,
                            pc.step_seconds;
 }
 
-/// Plans cfg at depth pp: the MIP, then the chosen plan's exact memory and simulated step.
-PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int tp, int pp, int64_t global) {
+/// Plans cfg at width tp, context-parallel size cp and depth pp: the MIP, then the chosen plan's exact
+/// memory and simulated step.
+PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int tp, int cp, int pp, int64_t global) {
     PlanCandidate pc;
     pc.tp = tp;
+    pc.cp = cp;
     pc.pp = pp;
-    pc.dp = opt.world / (pp * tp);
+    pc.dp = opt.world / (pp * tp * cp);
+    const int shards = pc.dp * cp;  // the ranks ZeRO shards over
     // ZeRO-2/3 do not combine with a pipeline (docs/parallelism.md): a deeper plan uses ZeRO-1 at most.
     const int zero = pp > 1 ? std::min(cfg.parallel.zero_stage, 1) : cfg.parallel.zero_stage;
     const bool offload = cfg.optimizer.offload == "cpu";
@@ -288,13 +313,13 @@ PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int tp, int 
         bool offload;
     };
     std::vector<Try> tries = {{zero, offload}};
-    if (zero < 1 && pc.dp > 1) tries.push_back({1, offload});
-    if (!offload) tries.push_back({std::max(zero, pc.dp > 1 ? 1 : 0), true});
+    if (zero < 1 && shards > 1) tries.push_back({1, offload});
+    if (!offload) tries.push_back({std::max(zero, shards > 1 ? 1 : 0), true});
     Config c;
     PlanProblem prob;
     for (const Try& tr : tries) {
         if (!opt.escalate && (tr.zero != zero || tr.offload != offload)) break;
-        c = at_depth(cfg, opt.world, tp, pp, tr.zero, tr.offload, global, pc.skipped);
+        c = at_depth(cfg, opt.world, tp, cp, pp, tr.zero, tr.offload, global, pc.skipped);
         if (!pc.skipped.empty()) return pc;
         pc.zero_stage = tr.zero;
         pc.offload = tr.offload;
@@ -310,10 +335,12 @@ PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int tp, int 
     return pc;
 }
 
-/// Depths to try at width tp: opt.pp when it divides world / tp, or every divisor of world / tp up
-/// to n_layer.
-std::vector<int> depths(const Config& cfg, const PlanOptions& opt, int tp) {
-    const int ranks = opt.world / tp;
+/// Depths to try at width tp and context-parallel size cp: opt.pp when it divides world / (tp cp), or
+/// every divisor of world / (tp cp) up to n_layer; at cp > 1 only pp 1 (the planner does not plan
+/// cp x pp yet, though the run takes it).
+std::vector<int> depths(const Config& cfg, const PlanOptions& opt, int tp, int cp) {
+    const int ranks = opt.world / (tp * cp);
+    if (cp > 1) return opt.pp <= 1 ? std::vector<int>{1} : std::vector<int>{};
     if (opt.pp > 0) return ranks % opt.pp == 0 ? std::vector<int>{opt.pp} : std::vector<int>{};
     std::vector<int> d;
     for (int pp = 1; pp <= std::min(ranks, cfg.model.n_layer); ++pp)
@@ -337,12 +364,13 @@ PlanResult plan_depths(const Config& cfg, const PlanOptions& opt) {
             r.candidates.push_back(pc);
             continue;
         }
-        for (int pp : depths(cfg, opt, tp)) {
-            r.candidates.push_back(plan_depth(cfg, opt, tp, pp, global));
-            const PlanCandidate& c = r.candidates.back();
-            if (c.choice.feasible && (r.best < 0 || c.step_seconds < r.candidates[size_t(r.best)].step_seconds))
-                r.best = int(r.candidates.size()) - 1;
-        }
+        for (int cp : cp_sizes(cfg, opt.world, tp, opt.cp))
+            for (int pp : depths(cfg, opt, tp, cp)) {
+                r.candidates.push_back(plan_depth(cfg, opt, tp, cp, pp, global));
+                const PlanCandidate& c = r.candidates.back();
+                if (c.choice.feasible && (r.best < 0 || c.step_seconds < r.candidates[size_t(r.best)].step_seconds))
+                    r.best = int(r.candidates.size()) - 1;
+            }
     }
     return r;
 }
@@ -353,7 +381,8 @@ std::string fitting(const Config& cfg, PlanOptions opt) {
     const PlanResult r = plan_depths(cfg, opt);
     if (r.best < 0) return "";
     const PlanCandidate& c = r.candidates[size_t(r.best)];
-    return (c.tp > 1 ? "tp " + std::to_string(c.tp) + ", " : std::string()) + "pp " + std::to_string(c.pp) +
+    return (c.tp > 1 ? "tp " + std::to_string(c.tp) + ", " : std::string()) +
+           (c.cp > 1 ? "cp " + std::to_string(c.cp) + ", " : std::string()) + "pp " + std::to_string(c.pp) +
            ", ZeRO-" + std::to_string(c.zero_stage) +
            (c.offload ? ", optimizer offloaded" : "");
 }
@@ -412,8 +441,8 @@ Config apply_plan(const Config& cfg, const PlanCandidate& pc) {
     if (!pc.choice.feasible)
         throw std::invalid_argument("apply_plan: the plan at pp " + std::to_string(pc.pp) + " does not fit");
     std::string why;
-    const int world = pc.tp * pc.pp * pc.dp;
-    Config c = at_depth(cfg, world, pc.tp, pc.pp, pc.zero_stage, pc.offload,
+    const int world = pc.tp * pc.pp * pc.dp * pc.cp;
+    Config c = at_depth(cfg, world, pc.tp, pc.cp, pc.pp, pc.zero_stage, pc.offload,
                         int64_t(pc.micro_batches) * cfg.training.micro_batch_size * pc.dp, why);
     c.pipeline.layers_per_stage = pc.choice.layers;
     c.activation_checkpoint.layers_per_stage = pc.choice.ckpt;
@@ -424,7 +453,7 @@ std::vector<Baseline> baselines(const Config& cfg, const PlanOptions& opt, const
     if (!best.choice.feasible) throw std::invalid_argument("baselines: the planner's candidate does not fit");
     const int P = best.pp, L = cfg.model.n_layer;
     std::string why;
-    const Config c = at_depth(cfg, opt.world, best.tp, P, best.zero_stage, best.offload,
+    const Config c = at_depth(cfg, opt.world, best.tp, best.cp, P, best.zero_stage, best.offload,
                               int64_t(best.micro_batches) * cfg.training.micro_batch_size * best.dp, why);
     const RunShape shape = run_shape(c, opt.world);
     const PlanProblem prob = plan_problem(c, shape, opt);
@@ -483,6 +512,7 @@ AutoPlan auto_plan(const Config& cfg, int world) {
     opt.world = world;
     opt.pp = cfg.parallel.pp;
     opt.tp = cfg.parallel.tp;  // the run's groups and layout are built for it before the plan
+    opt.cp = cfg.parallel.cp;  // so are its CP groups
     opt.escalate = false;
     {
         auto ops = make_backend(cfg.run.backend, cfg.training.precision, cuda_options_of(cfg));

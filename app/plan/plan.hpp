@@ -1,7 +1,8 @@
 // app/plan/plan.hpp — the pipeline planner as llmtrain-plan and pipeline.plan = "auto" use it: for each
-// tensor-parallel width tp (a divisor of the world inside a node) and pipeline depth pp that divides
-// world / tp, the layers per stage and recomputed layers per stage that minimize the 1F1B step while
-// every rank fits the device memory (docs/distributed.md "Planner").
+// tensor-parallel width tp (a divisor of the world inside a node), context-parallel size cp (a divisor
+// of world / tp that splits seq_len into 2 cp chunks) and pipeline depth pp that divides world / (tp ·
+// cp) (pp 1 when cp > 1), the layers per stage and recomputed layers per stage that minimize the 1F1B
+// step while every rank fits the device memory (docs/distributed.md "Planner").
 //
 // Memory comes from the --dry-run counting code (app/model_state.hpp estimate_memory: the real run's
 // allocations counted over the dry-run backend), time from LayerTimes (app/plan/plan_times.hpp) and a
@@ -20,7 +21,7 @@
 namespace llmtrain {
 
 struct PlanOptions {
-    int world = 1;                ///< ranks: tp x pp x dp
+    int world = 1;                ///< ranks: tp x pp x dp x cp
     double device_memory = 0;     ///< bytes per device
     double margin = 0.10;         ///< share of device_memory left free (fragmentation, backend workspaces)
     double link_gbps = 0;         ///< GB/s per rank for pipeline sends and gradient collectives (and TP's, by default); with inter_node_gbps, inside a node
@@ -31,6 +32,7 @@ struct PlanOptions {
     double inter_node_gbps = 0;
     int pp = 0;                   ///< 0: every divisor of world / tp up to n_layer; else only this depth
     int tp = 0;                   ///< 0: every admissible tp (tp_widths); else only this width
+    int cp = 0;                   ///< 0: every admissible cp (cp_sizes); else only this context-parallel size
     int gpus_per_node = 8;        ///< ranks per node: a TP group stays inside one (tp divides this); the node size for inter_node_gbps
     bool escalate = true;         ///< a depth that does not fit is tried at ZeRO-1, then with offload
     LayerTimes times;
@@ -46,9 +48,10 @@ struct StagePrediction {
     double tail = 0;         ///< seconds per step after the last backward: gradient sync + AdamW
 };
 
-/// The plan for one tensor-parallel width and pipeline depth.
+/// The plan for one tensor-parallel width, context-parallel size and pipeline depth.
 struct PlanCandidate {
-    int tp = 1, pp = 1, dp = 1, micro_batches = 1, zero_stage = 0;
+    int tp = 1, pp = 1, dp = 1, micro_batches = 1, zero_stage = 0;  ///< dp: data-parallel ranks (world / (tp pp cp))
+    int cp = 1;              ///< context-parallel ranks per window (parallel.cp)
     bool offload = false;    ///< optimizer.offload = "cpu" (fraction 1) was needed to fit
     std::string skipped;     ///< non-empty: this tp / depth was not planned, and why
     PlanChoice choice;       ///< the plan (feasible = false: nothing fits): the MIP's, refined on the simulated step
@@ -60,7 +63,7 @@ struct PlanCandidate {
 };
 
 struct PlanResult {
-    std::vector<PlanCandidate> candidates;  ///< one per (tp, depth) tried, ascending tp then pp
+    std::vector<PlanCandidate> candidates;  ///< one per (tp, cp, depth) tried, ascending tp, then cp, then pp
     int best = -1;                          ///< index of the fastest feasible candidate, -1 if none
     std::vector<std::string> alternatives;  ///< when none fits: changes under which one would
 };
@@ -84,12 +87,22 @@ struct PlanResult {
 /// group's bytes that cross nodes (k/P for a ring on k > 1 nodes; 1 for a send between stages on two
 /// nodes), inter = opt.inter_node_gbps (0: opt.link_gbps); the gradient all-reduce is split into the
 /// ZeRO group's 2(N − 1)/N and the replica group's 2(R − 1)/(R·N) of the bytes (their sum is
-/// 2(dp − 1)/dp), each at its group's share. Cap: device_memory·(1 − margin). Errors: as estimate_memory.
+/// 2(dp − 1)/dp), each at its group's share. With cp > 1 (shape.cp, docs/parallelism.md "Context
+/// parallelism"): each rank runs B·T/cp tokens, so a layer's, the embedding's and the head's seconds
+/// are divided by cp (attention too: the chunk pairing balances its query-key pairs), the TP
+/// collectives and sends carry B·T/cp rows, and per layer one cp collective (cp_collective_bytes,
+/// app/plan/traffic.hpp) goes at opt.link_gbps (at the CP groups' crossing share) in forward, two in
+/// backward (gather, reduce-scatter) and one more when recomputed; the gradient sync runs over dp =
+/// the topology's dp × cp ranks, and memory is estimate_memory at parallel.cp (activations ∝ T/cp,
+/// the three window-sized q|k|v workspace buffers, ZeRO over dp × cp). Cap: device_memory·(1 −
+/// margin). Errors: as estimate_memory.
 PlanProblem plan_problem(const Config& cfg, const RunShape& shape, const PlanOptions& opt);
 
-/// Plans every tensor-parallel width (opt.tp, or tp_widths) and, for each, every depth (opt.pp or each
-/// divisor of opt.world / tp up to n_layer), with the global batch of cfg: global_batch_size, or
-/// micro_batch_size x max(1, grad_accum_steps) x world / (parallel.pp x parallel.tp); a width the
+/// Plans every tensor-parallel width (opt.tp, or tp_widths), for each every context-parallel size
+/// (cp_sizes) and for each every depth (opt.pp or each divisor of opt.world / (tp · cp) up to n_layer;
+/// pp 1 only when cp > 1: cp x pp is not planned yet), with the global batch of cfg:
+/// global_batch_size, or micro_batch_size x max(1, grad_accum_steps) x world / (parallel.pp x
+/// parallel.tp x parallel.cp); a width the
 /// model does not split over, or a depth whose batch does not divide or whose ZeRO group does not fit
 /// dp, is skipped with the reason. Each depth's MIP optimum is refined by one-layer moves on the simulated step (the 1F1B
 /// closed form is exact only for equal stages). With opt.escalate, a depth that does not fit with cfg's ZeRO stage is tried again at
@@ -103,12 +116,13 @@ PlanResult make_plan(const Config& cfg, const PlanOptions& opt);
 /// TOML lines that select it; or, when nothing fits, the alternatives.
 std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, const PlanResult& r);
 
-/// cfg with candidate c's tp, depth, ZeRO stage, offload and per-stage lists (pipeline.layers_per_stage,
+/// cfg with candidate c's tp, cp, depth, ZeRO stage, offload and per-stage lists (pipeline.layers_per_stage,
 /// activation_checkpoint.layers_per_stage) set, and dp and the batch resolved for it.
 /// Errors: std::invalid_argument when c is not feasible.
 Config apply_plan(const Config& cfg, const PlanCandidate& c);
 
-/// The TOML lines that select candidate c, to paste into a config.
+/// The TOML lines that select candidate c, to paste into a config: [parallel] tp, pp, cp, zero_stage;
+/// the offload; the two per-stage lists.
 std::vector<std::string> plan_toml(const PlanCandidate& c);
 
 /// A hand-made plan evaluated like the planner's own: memory counted, step simulated.
@@ -140,7 +154,7 @@ struct AutoPlan {
 /// pipeline.plan = "auto" for a run of cfg (dp and batch resolved) on `world` ranks: measures layer
 /// times on a backend made from cfg (median of 5), plans cfg's parallel.pp and parallel.tp only (tp is
 /// the run's: its groups and layout exist before the plan; the report says so), keeping its ZeRO stage
-/// and offload, under pipeline.plan_memory_gib (0: the backend's total memory, Ops::mem_info) with a
+/// and offload (and parallel.cp), under pipeline.plan_memory_gib (0: the backend's total memory, Ops::mem_info) with a
 /// 10% margin and 10 GB/s links on the CPU backend, 50 GB/s on CUDA. Errors: ConfigError naming
 /// pipeline.plan with what would fit when nothing does; as make_backend and make_plan.
 AutoPlan auto_plan(const Config& cfg, int world);
@@ -149,6 +163,13 @@ AutoPlan auto_plan(const Config& cfg, int world);
 /// every tp dividing both world and gpus_per_node (rank order puts a TP group on tp consecutive
 /// ranks, docs/design.md "Ranks and groups", so it stays inside a node). Errors: none.
 std::vector<int> tp_widths(int world, int gpus_per_node, int opt_tp);
+
+/// The context-parallel sizes the planner tries for cfg at width tp on `world` ranks: every cp
+/// dividing world / tp (opt_cp alone when > 0) for which model.seq_len is a multiple of 2 cp (as
+/// parallel.cp requires: each rank holds two of the 2 cp chunks of a window) and, with
+/// parallel.sequence_parallel at tp > 1, the rank's B·T/cp rows a multiple of tp; cp 1 always
+/// qualifies. Ascending; empty when opt_cp does not qualify. Errors: none.
+std::vector<int> cp_sizes(const Config& cfg, int world, int tp, int opt_cp);
 
 /// Why cfg's model cannot be split over tp ranks ("n_head 12 is not a multiple of tp 8"), or "" when
 /// tp divides what the architecture splits (model/arch.hpp tp_divisors: n_head, 4·n_embd and the padded

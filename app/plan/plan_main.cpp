@@ -1,7 +1,7 @@
 // app/plan/plan_main.cpp — llmtrain-plan: the pipeline planner on the command line (docs/parallelism.md
 // "Planning a pipeline"). For a config, a world size and a device memory it prints, per
-// tensor-parallel width and pipeline depth, whether the model fits and the predicted step, then the best plan's per-stage table and the
-// TOML lines that select it. Layer times are measured on the config's backend (--profile) or derived
+// tensor-parallel width, context-parallel size and pipeline depth, whether the model fits and the
+// predicted step, then the best plan's per-stage table and the TOML lines that select it. Layer times are measured on the config's backend (--profile) or derived
 // from FLOPs at a stated throughput (--device-tflops, for a device this machine does not have).
 //
 // Exit codes as llmtrain's (app/config/cli.hpp): 0 a plan was printed, 1 nothing fits (the report says what
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
         ->option_text("SECTION.KEY=VALUE")
         ->allow_extra_args(false)
         ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-    app.add_option("--world-size", opt.world, "ranks of the run (tp x pp x dp)")->required()->check(kPositive);
+    app.add_option("--world-size", opt.world, "ranks of the run (tp x pp x dp x cp)")->required()->check(kPositive);
     app.add_option("--device-memory", memory, "memory per device, e.g. 80GiB")->required();
     app.add_option("--memory-margin", opt.margin, "share of the device memory left free (default 0.10)")
         ->check(CLI::Range(0.0, 0.9));
@@ -65,6 +65,8 @@ int main(int argc, char** argv) {
         ->check(kPositive);
     app.add_option("--tp", opt.tp, "plan this tensor-parallel width only (default: every divisor of the world size "
                    "that divides --gpus-per-node)")->check(kPositive);
+    app.add_option("--cp", opt.cp, "plan this context-parallel size only (default: every divisor of world size / tp "
+                   "with model.seq_len a multiple of 2 x cp; cp > 1 at pp 1 only)")->check(kPositive);
     app.add_option("--tp-link-gbps", opt.tp_link_gbps, "GB/s per rank inside a node for the TP all-reduces "
                    "(default: --link-gbps)")->check(kPositive);
     app.add_option("--gpus-per-node", opt.gpus_per_node, "devices (ranks) per node; a TP group stays inside one, "
@@ -98,9 +100,6 @@ int main(int argc, char** argv) {
     }
     try {
         const Config cfg = load_config(config_path, overrides);
-        if (cfg.parallel.cp > 1)  // docs/parallelism.md "Context parallelism": counted by --dry-run, not planned
-            throw ConfigError("parallel.cp: llmtrain-plan plans at cp 1 only, got " + std::to_string(cfg.parallel.cp) +
-                              " (llmtrain --dry-run --world-size N counts a cp layout's memory and traffic)");
         opt.device_memory = parse_bytes(memory);
         if (opt.tp > 0 && opt.world % opt.tp != 0)
             throw ConfigError("--tp: expected a divisor of --world-size " + std::to_string(opt.world) + ", got " +
@@ -114,6 +113,21 @@ int main(int argc, char** argv) {
         if (opt.pp > 0 && opt.tp > 0 && opt.world % (opt.pp * opt.tp) != 0)
             throw ConfigError("--pp x --tp: expected a divisor of --world-size " + std::to_string(opt.world) +
                               ", got " + std::to_string(opt.pp * opt.tp));
+        if (opt.cp > 0) {  // docs/parallelism.md "Context parallelism": the checks parallel.cp gets
+            const std::string cp = std::to_string(opt.cp);
+            if (opt.world % opt.cp != 0)
+                throw ConfigError("--cp: expected a divisor of --world-size " + std::to_string(opt.world) + ", got " + cp);
+            if (opt.cp > 1 && cfg.model.seq_len % (2 * opt.cp) != 0)
+                throw ConfigError("--cp: expected model.seq_len = " + std::to_string(cfg.model.seq_len) +
+                                  " to be a multiple of 2 x cp = " + std::to_string(2 * opt.cp) +
+                                  " (each rank holds two of the 2 x cp chunks of a window), got " + cp);
+            if (opt.cp > 1 && opt.pp > 1)
+                throw ConfigError("--cp: not with --pp " + std::to_string(opt.pp) + " yet (llmtrain-plan plans cp > 1 "
+                                  "at pp 1 only), got " + cp);
+            if (opt.tp > 0 && opt.world % (opt.tp * opt.cp) != 0)
+                throw ConfigError("--cp x --tp: expected a divisor of --world-size " + std::to_string(opt.world) +
+                                  ", got " + std::to_string(opt.tp * opt.cp));
+        }
         if (opt.pp > cfg.model.n_layer)
             throw ConfigError("--pp: expected at most model.n_layer = " + std::to_string(cfg.model.n_layer) +
                               ", got " + std::to_string(opt.pp));

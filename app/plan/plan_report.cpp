@@ -11,7 +11,7 @@ using namespace plan_util;
 
 std::vector<std::string> plan_toml(const PlanCandidate& pc) {
     std::vector<std::string> out = {"[parallel]", "tp = " + std::to_string(pc.tp), "pp = " + std::to_string(pc.pp),
-                                    "zero_stage = " + std::to_string(pc.zero_stage)};
+                                    "cp = " + std::to_string(pc.cp), "zero_stage = " + std::to_string(pc.zero_stage)};
     if (pc.offload) out.insert(out.end(), {"[optimizer]", "offload = \"cpu\"", "offload_fraction = 1.0"});
     out.insert(out.end(), {"[pipeline]", "layers_per_stage = " + toml_list(pc.choice.layers), "[activation_checkpoint]",
                            "layers_per_stage = " + toml_list(pc.choice.ckpt)});
@@ -45,33 +45,34 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
                       opt.inter_node_gbps > 0 ? "" : " (--link-gbps)");
         out.back() += buf;
     }
-    out.push_back("  tp   pp   dp    m zero offload  fits      step s     tokens/s  cross MiB  layers per stage / recomputed");
+    out.push_back("  tp   cp   pp   dp    m zero offload  fits      step s     tokens/s  cross MiB  layers per stage / recomputed");
     for (const PlanCandidate& c : r.candidates) {
         if (!c.skipped.empty()) {
-            if (c.pp == 0) std::snprintf(buf, sizeof buf, "%4d    -    -    -    -       -  skip  (%s)", c.tp, c.skipped.c_str());
-            else std::snprintf(buf, sizeof buf, "%4d %4d %4d    -    -       -  skip  (%s)", c.tp, c.pp, c.dp, c.skipped.c_str());
+            if (c.pp == 0) std::snprintf(buf, sizeof buf, "%4d    -    -    -    -    -       -  skip  (%s)", c.tp, c.skipped.c_str());
+            else std::snprintf(buf, sizeof buf, "%4d %4d %4d %4d    -    -       -  skip  (%s)", c.tp, c.cp, c.pp, c.dp, c.skipped.c_str());
             out.push_back(buf);
             continue;
         }
         const std::string lists = c.choice.feasible ? toml_list(c.choice.layers) + " / " + toml_list(c.choice.ckpt) : "";
         char cross[32] = "-";
         if (c.choice.feasible) std::snprintf(cross, sizeof cross, "%.1f", c.crossing_bytes / 1048576.0);
-        std::snprintf(buf, sizeof buf, "%4d %4d %4d %4d %4d %7s %5s %11.4f %12.0f %10s  %s", c.tp, c.pp, c.dp,
+        std::snprintf(buf, sizeof buf, "%4d %4d %4d %4d %4d %4d %7s %5s %11.4f %12.0f %10s  %s", c.tp, c.cp, c.pp, c.dp,
                       c.micro_batches, c.zero_stage, c.offload ? "cpu" : "none", c.choice.feasible ? "yes" : "no",
                       c.choice.feasible ? c.step_seconds : 0.0, c.choice.feasible ? c.tokens_per_second : 0.0, cross,
                       lists.c_str());
         out.push_back(buf);
     }
     if (r.best < 0) {
-        out.push_back("nothing fits: no tensor-parallel width and pipeline depth keeps every rank under the cap, also "
+        out.push_back("nothing fits: no tensor-parallel width, context-parallel size and pipeline depth keeps every rank under the cap, also "
                       "at ZeRO-1 and with the optimizer offloaded to the host.");
         if (r.alternatives.empty()) out.push_back("no single change tried (half micro-batch, 2x/4x ranks, 1.5x/2x memory) fits either.");
         for (const auto& a : r.alternatives) out.push_back("would fit: " + a);
         return out;
     }
     const PlanCandidate& b = r.candidates[size_t(r.best)];
-    std::snprintf(buf, sizeof buf, "best: pp %d x dp %d x tp %d, %d micro-batches per step, ZeRO-%d%s: predicted step "
-                  "%.4f s (1F1B simulated; the MIP's optimum of the closed form %.4f s), %.0f tokens/s", b.pp, b.dp, b.tp,
+    const std::string cp = b.cp > 1 ? " x cp " + std::to_string(b.cp) : std::string();
+    std::snprintf(buf, sizeof buf, "best: pp %d x dp %d%s x tp %d, %d micro-batches per step, ZeRO-%d%s: predicted step "
+                  "%.4f s (1F1B simulated; the MIP's optimum of the closed form %.4f s), %.0f tokens/s", b.pp, b.dp, cp.c_str(), b.tp,
                   b.micro_batches, b.zero_stage, b.offload ? ", optimizer offloaded" : "", b.step_seconds,
                   b.mip_objective, b.tokens_per_second);
     out.push_back(buf);

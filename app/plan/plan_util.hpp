@@ -13,10 +13,10 @@
 namespace llmtrain::plan_util {
 
 /// The global batch in sequences that cfg asks for on `world` ranks (kept across depths):
-/// training.global_batch_size, else micro_batch_size x max(1, grad_accum_steps) x world / (pp x tp).
+/// training.global_batch_size, else micro_batch_size x max(1, grad_accum_steps) x world / (pp x tp x cp).
 inline int64_t global_batch_of(const Config& cfg, int world) {
     if (cfg.training.global_batch_size > 0) return cfg.training.global_batch_size;
-    const int grid = cfg.parallel.pp * cfg.parallel.tp;
+    const int grid = cfg.parallel.pp * cfg.parallel.tp * cfg.parallel.cp;
     const int dp = world % grid == 0 ? world / grid : world;
     return int64_t(cfg.training.micro_batch_size) * std::max(1, cfg.training.grad_accum_steps) * dp;
 }

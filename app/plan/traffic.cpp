@@ -108,10 +108,8 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
             const double ends = (first ? 1 : 0) + (last ? 1 : 0);  // embedding's and head's (SP: 0.5 + 0.5 each)
             v_tp[size_t(s)] = m * ((n_ar + ends) * 2.0 * (tp - 1) / tp * act + (last ? (tp - 1) * rows * 12 : 0));
         }
-        if (cp > 1) {  // (3 + recomputed) collectives of the window's q|k|v per layer, each (cp-1)/cp of it sent
-            const double window_qkv = rows * cp * ArchSpec(g).qkv_width(tp) * es;
-            v_cp[size_t(s)] = m * (3.0 * (st.l1 - st.l0) + st.checkpointed) * (cp - 1) / cp * window_qkv;
-        }
+        if (cp > 1)  // (3 + recomputed) collectives of the window's q|k|v per layer
+            v_cp[size_t(s)] = m * (3.0 * (st.l1 - st.l0) + st.checkpointed) * cp_collective_bytes(cfg, shape);
         if (zs >= 1 && N > 1) {
             const double rs = (zs >= 2 ? m : 1) * psi * rb;
             const double ag = (zs == 3 ? 2 * m * (psi - held0) + held0 : psi) * es;
@@ -212,7 +210,16 @@ std::vector<std::string> traffic_report(const StepTraffic& t) {
     return out;
 }
 
-CrossingShares crossing_shares(int world, int pp, int zero_group_size, int tp, int ranks_per_node) {
+double cp_collective_bytes(const Config& cfg, const RunShape& shape) {
+    const int cp = shape.cp;
+    if (cp <= 1) return 0;
+    const double es = shape.precision == DType::bf16 ? 2 : 4;
+    const double window_qkv = double(cfg.training.micro_batch_size) * cfg.model.seq_len *
+                              ArchSpec(shape.model).qkv_width(shape.tp) * es;  // the whole window's (B·T, Qt)
+    return double(cp - 1) / cp * window_qkv;
+}
+
+CrossingShares crossing_shares(int world, int pp, int zero_group_size, int tp, int ranks_per_node, int cp) {
     check_layout(world, ranks_per_node);
     CrossingShares c;
     c.pipeline.assign(size_t(std::max(0, pp - 1)), 0.0);
@@ -221,8 +228,9 @@ CrossingShares crossing_shares(int world, int pp, int zero_group_size, int tp, i
         return k > 1 ? double(k) / double(g.size()) : 0.0;
     };
     for (int r = 0; r < world; ++r) {
-        const Topology t(world, r, pp, zero_group_size, tp);
+        const Topology t(world, r, pp, zero_group_size, tp, cp);
         if (t.tp_index() == 0) c.tp = std::max(c.tp, share(t.tp_group()));
+        if (cp > 1 && t.cp_index() == 0) c.cp = std::max(c.cp, share(t.cp_group()));
         if (t.zero_index() == 0) c.zero = std::max(c.zero, share(t.zero_group()));
         if (t.replica() == 0) c.replica = std::max(c.replica, share(t.replica_group()));
         if (t.stage() == 0 && pp > 1) {

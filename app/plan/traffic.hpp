@@ -88,15 +88,25 @@ std::vector<std::string> traffic_report(const StepTraffic& t);
 
 /// For the planner's time model: the share of a collective's bytes that crosses node boundaries,
 /// per group kind, the largest over the groups of that kind (the slowest group sets the pace), for a
-/// world of pp × dp × tp ranks with ZeRO groups of zero_group_size (1: plain data parallelism, whose
-/// dp group is then the replica group) and ranks_per_node to a node. Ring kinds: k/P for a group on
-/// k > 1 nodes, else 0; pipeline[s] (s < pp − 1): 1 when some pipeline's stages s and s + 1 are on
-/// different nodes, else 0. Errors: as Topology.
+/// world of pp × dp × tp ranks (dp counting cp: its CP groups are cp consecutive dp indices) with
+/// ZeRO groups of zero_group_size (1: plain data parallelism, whose dp group is then the replica
+/// group) and ranks_per_node to a node. Ring kinds: k/P for a group on k > 1 nodes, else 0;
+/// pipeline[s] (s < pp − 1): 1 when some pipeline's stages s and s + 1 are on different nodes,
+/// else 0. Errors: as Topology (cp must divide dp).
 struct CrossingShares {
     double tp = 0, zero = 0, replica = 0, embedding = 0;
+    double cp = 0;                 ///< the CP groups' (0 at cp 1)
     std::vector<double> pipeline;  ///< per stage boundary s -> s + 1
 };
-CrossingShares crossing_shares(int world, int pp, int zero_group_size, int tp, int ranks_per_node);
+CrossingShares crossing_shares(int world, int pp, int zero_group_size, int tp, int ranks_per_node, int cp = 1);
+
+/// Bytes one rank sends in one of context parallelism's collectives per layer and micro-batch
+/// (model/gpt_cp.cpp): the all-gather of the window's q|k|v, B·T·Qt elements of the training
+/// precision (Qt = ArchSpec::qkv_width(tp), the TP rank's heads), or the reduce-scatter of its
+/// gradient, each rank sending (cp − 1)/cp of it; 0 at cp 1. A layer issues 3 (forward's gather,
+/// backward's gather and reduce-scatter) and a recomputed one 4. The traffic table and the
+/// planner's time both use it. Errors: none.
+double cp_collective_bytes(const Config& cfg, const RunShape& shape);
 
 /// Seconds per byte of a rank's traffic of which `share` crosses nodes: (1 − share)/intra_gbps +
 /// share/inter_gbps, both in GB/s (1e9 bytes/s) per rank. Errors: none (rates must be positive).

@@ -33,10 +33,10 @@ Config tiny(std::vector<std::string> extra = {}) {
 
 const StageModel& a_of(const PlanProblem& p, size_t s) { return p.stages[s]; }
 
-/// The candidate of r at (tp, pp), or nullptr.
+/// The candidate of r at (tp, pp) without context parallelism, or nullptr.
 const PlanCandidate* candidate(const PlanResult& r, int tp, int pp) {
     for (const PlanCandidate& c : r.candidates)
-        if (c.tp == tp && c.pp == pp && c.skipped.empty()) return &c;
+        if (c.tp == tp && c.cp == 1 && c.pp == pp && c.skipped.empty()) return &c;
     return nullptr;
 }
 
@@ -198,7 +198,7 @@ TEST(PlanTp, WidthsAreTheWorldsDivisorsInsideANode) {
             skipped8 = c.skipped == "n_head 4 is not a multiple of tp 8";
             EXPECT_TRUE(skipped8) << c.skipped;
         } else if (c.skipped.empty()) {
-            EXPECT_EQ(c.tp * c.pp * c.dp, 8);
+            EXPECT_EQ(c.tp * c.pp * c.dp * c.cp, 8);
         }
     }
     EXPECT_TRUE(skipped8);

@@ -441,7 +441,7 @@ PlanOptions plan_options(const Config& cfg, int world, int per_node, double link
 
 const PlanCandidate* at_pp(const PlanResult& r, int pp) {
     for (const PlanCandidate& c : r.candidates)
-        if (c.pp == pp && c.skipped.empty() && c.choice.feasible) return &c;
+        if (c.pp == pp && c.cp == 1 && c.skipped.empty() && c.choice.feasible) return &c;
     return nullptr;
 }
 

@@ -13,8 +13,10 @@
 # tp_equivalence.sh and for the same reason: the ranks' partial d k|v are summed over the CP group
 # and each rank's parameter gradients over its Tw/cp tokens are summed by the gradient all-reduce,
 # both reassociating fp32 sums (measured: see the printed figures).
-# Also: a seq_len that 2 x cp does not divide and llmtrain-plan at cp > 1 are exit 2 naming the key
-# (samples and HellaSwag at cp > 1: cp_eval.sh);
+# Also: a seq_len that 2 x cp does not divide is exit 2 naming the key (samples and HellaSwag at
+# cp > 1: cp_eval.sh);
+# llmtrain-plan plans a config at parallel.cp = 2 (exit 0, `cp = 2` in its TOML; tests/app/test_plan_cp.cpp
+# checks the planner's cp axis);
 # --dry-run at cp against the real run's Allocator peak of every rank (2%), and the per-rank peaks
 # at cp 1, 2 and 4 printed (activations ∝ T/cp); at cp 2 x pp 2 each stage's row against its ranks.
 # Usage: cp_equivalence.sh <llmtrain> <mpiexec> <tiny_data_dir> <work_dir>
@@ -36,11 +38,11 @@ set -e
 [ $code_t = 2 ] && [ ! -e "$WORK/bad_t" ] && grep -q "parallel.cp: expected model.seq_len = 18 to be a multiple of 2 x cp = 4" \
     "$WORK/bad_t.log" || { echo "bad_t: exit $code_t"; cat "$WORK/bad_t.log"; exit 1; }
 set +e
-"$(dirname "$BIN")/llmtrain-plan" --set parallel.cp=2 --set run.sample_interval=0 --world-size 4 --device-memory 80GiB --device-tflops 100 >"$WORK/bad_plan.log" 2>&1
+"$(dirname "$BIN")/llmtrain-plan" --set parallel.cp=2 --set run.sample_interval=0 --world-size 4 --device-memory 80GiB --device-tflops 100 --cp 2 >"$WORK/plan.log" 2>&1
 code_p=$?
 set -e
-[ $code_p = 2 ] && grep -q "parallel.cp: llmtrain-plan plans at cp 1 only, got 2" "$WORK/bad_plan.log" ||
-    { echo "bad_plan: exit $code_p"; cat "$WORK/bad_plan.log"; exit 1; }
+[ $code_p = 0 ] && grep -q "^  cp = 2$" "$WORK/plan.log" ||
+    { echo "plan at cp 2: exit $code_p"; cat "$WORK/plan.log"; exit 1; }
 
 run 1 ref "${H4[@]}"
 run 2 cp2 "${H4[@]}" --set parallel.cp=2
