@@ -242,6 +242,12 @@ void Trainer::Impl::log_peak_memory(RunLog& log) {
         line += buf;
     }
     log.line(line);
+    if (topo.cp() > 1) {  // the backward's prefetch of the next layer's q|k|v (model/gpt_cp.cpp), rank 0's
+        const std::array<uint64_t, 4> p = ms.gpt->cp_prefetches();
+        log.line("context parallel backward: " + std::to_string(p[0]) + " layers, q|k|v windows gathered a layer ahead " +
+                 std::to_string(p[1]) + " (" + std::to_string(p[2]) + " complete when needed), still there from the "
+                 "forward " + std::to_string(p[3]) + ", gathered when needed " + std::to_string(p[0] - p[1] - p[3]));
+    }
 }
 
 }  // namespace llmtrain

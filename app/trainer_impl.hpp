@@ -210,7 +210,7 @@ struct Trainer::Impl {
     void report_sources(int64_t s, bool log_line, RunLog& log, Metrics* metrics);
 
     /// Every rank's device peak (the Allocator's, host excluded), logged in MiB: what --dry-run and
-    /// llmtrain-plan predict. Collective.
+    /// llmtrain-plan predict; with cp > 1 then rank 0's GPT::cp_prefetches counts. Collective.
     void log_peak_memory(RunLog& log);
 };
 

@@ -19,6 +19,7 @@
 // LayerNorms and the residual adds also run on the rank's 1/tp of the B*T rows (Korthikanti et al.
 // 2022).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -190,6 +191,13 @@ public:
     /// T of the whole-model helpers' (B,T) inputs: options().T, or with cp the window's length
     /// (cp x options().T, options().T being this rank's rows of a window).
     int window_length() const;
+    /// Context parallelism's backward since the GPT was built (model/gpt_cp.cpp): [0] the layers
+    /// it ran, [1] of them those whose q|k|v window was gathered a layer ahead, [2] of these the
+    /// gathers already complete when needed, as far as the Comm can tell (MPI's test; 0 where it
+    /// cannot, as NCCL's), [3] the layers whose window was still there from their forward (a
+    /// recomputed layer, the top layer right after the forward): no gather. The rest, [0] - [1] -
+    /// [3], gathered when needed. All 0 without cp.
+    std::array<uint64_t, 4> cp_prefetches() const;
     /// Start-up warm-up: makes the loss slots of `micro_batches` per step and runs one forward and
     /// backward on zero tokens, so that the backend's lazy set-up (scratch, encoder buckets,
     /// cuBLASLt plans, attention plans, kernel loading) happens before the first step. Leaves junk

@@ -137,7 +137,7 @@ void GPT::Impl::layer_backward(Context& c, int i, const void* w, void* g, const 
     // attention branch: res2 = x + proj(attention(positions(qkv(ln1))))
     linear_backward(dbuf_c, G(p.attprojw), G(p.attprojb), gather_rows(dres), a.atty, P(p.attprojw), nullptr, N,
                         Ct, C);  // dbuf_c = d atty (N,Ct)
-    if (cpg != nullptr) cp_attention_backward(c, a);  // d qkv (N,Qt), summed over the CP group (gpt_cp.cpp)
+    if (cpg != nullptr) cp_attention_backward(c, i, a);  // d qkv (N,Qt), summed over the CP group (gpt_cp.cpp)
     else ops.attention_backward_doc(dbuf_4c, dbuf_c, a.qkv, a.atty, a.att_lse, c.doc_start, B, T, NHt, NKVt,
                                     HS);  // d qkv (N,Qt)
     if (spec.pos == PosKind::rotary) ops.rope_backward_pos(dbuf_4c, c.pos, B, T, NHt, NKVt, HS, spec.rope_theta, Tw);

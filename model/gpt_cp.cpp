@@ -9,6 +9,7 @@
 // attention over the gathered window. Load balance for the causal mask (as Megatron-LM and the
 // Llama 3 paper): the window is cut into 2cp chunks and rank i holds chunks i and 2cp-1-i, so every
 // rank's queries see the same number of keys.
+#include <array>
 #include <cstring>
 #include <stdexcept>
 #include <vector>
@@ -29,6 +30,11 @@ int GPT::Impl::cp_local_row(int w) const {
     if (chunk == cp_rank) return w - chunk * half;
     if (chunk == 2 * ncp - 1 - cp_rank) return half + (w - chunk * half);
     return -1;
+}
+
+std::array<uint64_t, 4> GPT::cp_prefetches() const {
+    const Impl& m = *impl_;
+    return {m.cp_layers, m.cp_prefetched, m.cp_ready, m.cp_kept};
 }
 
 void GPT::window_losses(float* out) {
@@ -103,6 +109,7 @@ void GPT::Impl::cp_attention_forward(Context& c, const LayerActs& a) {
     const int B = opt.B, Tl = opt.T, half = Tl / 2;
     cpg->all_gather(cp_stage, a.qkv, n_rows() * size_t(Qt), ops.act_dtype());
     cp_permute(cp_full, cp_stage, true);
+    cp_full_of = a.qkv;  // the backward right after a recomputation finds the window still here
     for (int k = 0; k < 2; ++k) {  // local rows [k*half, (k+1)*half) are window chunk `chunk`
         const int chunk = k == 0 ? cp_rank : 2 * ncp - 1 - cp_rank;
         ops.attention_forward_rows(a.atty, a.att_lse, cp_full, c.doc_start, B, Tw, NHt, NKVt, spec.HS,
@@ -110,19 +117,47 @@ void GPT::Impl::cp_attention_forward(Context& c, const LayerActs& a) {
     }
 }
 
-void GPT::Impl::cp_attention_backward(Context& c, const LayerActs& a) {
+void GPT::Impl::cp_attention_backward(Context& c, int i, const LayerActs& a) {
     const int B = opt.B, Tl = opt.T, half = Tl / 2;
     const size_t n = n_rows() * size_t(Qt);
-    cpg->all_gather(cp_stage, a.qkv, n, ops.act_dtype());  // gathered again, not kept: memory stays Tl per layer
-    cp_permute(cp_full, cp_stage, true);
+    const DType dt = ops.act_dtype();
+    ++cp_layers;
+    if (cp_next != nullptr && cp_next_layer != i) cp_next.reset();  // (never: a prefetch is for the next layer down)
+    // This layer's window of q|k|v (not kept from the forward: memory stays Tl per layer). Still in
+    // cp_full when this layer's forward was the last to fill it: a recomputed layer, whose forward
+    // just ran again, or the top layer right after the forward. Else gathered into cp_stage: by the
+    // gather the layer above started, or now.
+    if (cp_next != nullptr && cp_next_layer == i) {
+        cp_ready += cp_next->test() ? 1 : 0;  // complete already: it ran beside the compute since
+        cp_next->wait();
+        cp_next.reset();
+        cp_permute(cp_full, cp_stage, true);
+    } else if (cp_full_of == a.qkv) {
+        ++cp_kept;
+    } else {
+        cpg->all_gather(cp_stage, a.qkv, n, dt);
+        cp_permute(cp_full, cp_stage, true);
+    }
+    // cp_stage is free now: layer i-1's gather runs beside this layer's attention backward and the
+    // rest of its backward, and layer i-1's MLP backward. Not for a recomputed layer (its q|k|v do
+    // not exist yet; those are the range's first n_ckpt layers, so the prefetch chain just stops).
+    if (i - 1 >= n_ckpt) {
+        cp_next = cpg->all_gather_start(cp_stage, c.acts[size_t(i - 1)].qkv, n, dt);
+        cp_next_layer = i - 1;
+        ++cp_prefetched;
+    }
     ops.memset(cp_dfull, 0, n * ncp * es);
     for (int k = 0; k < 2; ++k) {
         const int chunk = k == 0 ? cp_rank : 2 * ncp - 1 - cp_rank;
         ops.attention_backward_rows(cp_dfull, dbuf_c, cp_full, a.atty, a.att_lse, c.doc_start, B, Tw, NHt, NKVt,
                                     spec.HS, AttentionRows{chunk * half, half, Tl, k * half});
+        if (cp_next != nullptr) cp_next->test();  // moves the gather on (MPI progresses inside its calls)
     }
-    cp_permute(cp_dfull, cp_stage, false);
-    cpg->reduce_scatter(dbuf_4c, cp_stage, n, ops.act_dtype());  // each rank's rows, summed in rank order
+    // The reduce-scatter's rank-major input goes to cp_full (its q|k|v are used up), not to
+    // cp_stage, which the next layer's gather is filling: the same bytes, summed in the same order.
+    cp_permute(cp_dfull, cp_full, false);
+    cp_full_of = nullptr;
+    cpg->reduce_scatter(dbuf_4c, cp_full, n, dt);  // each rank's rows, summed in rank order
 }
 
 }  // namespace llmtrain

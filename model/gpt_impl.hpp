@@ -33,6 +33,7 @@
 // summed over the group through `lng` (4C workspace) at the end of each unit's backward.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <string>
@@ -127,6 +128,13 @@ struct GPT::Impl {
     TensorParallel* cpg = nullptr;  // null: no context parallelism
     int ncp = 1, cp_rank = 0, Tw = 0;
     void *cp_full = nullptr, *cp_stage = nullptr, *cp_dfull = nullptr;
+    // The backward's gather of local layer cp_next_layer's q|k|v into cp_stage, started a layer
+    // ahead; cp_full_of: the q|k|v whose window cp_full holds (null: none); GPT::cp_prefetches'
+    // counts (cp_attention_backward).
+    std::unique_ptr<TpPending> cp_next;
+    int cp_next_layer = -1;
+    const void* cp_full_of = nullptr;
+    uint64_t cp_layers = 0, cp_prefetched = 0, cp_ready = 0, cp_kept = 0;
     std::vector<int> cp_host;  // (2,B,Tl) this rank's inputs then targets, taken from the window's
     std::vector<int> cp_pos;   // (B,Tl) the window positions of this rank's rows (every context's c.pos)
     int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
@@ -156,9 +164,11 @@ struct GPT::Impl {
     /// Attention of this rank's rows against the window: a.qkv (B,Tl,Qt) all-gathered into cp_full,
     /// then the two chunks' rows (Ops::attention_forward_rows) into a.atty and a.att_lse.
     void cp_attention_forward(Context& c, const LayerActs& a);
-    /// Its backward: dbuf_4c (B,Tl,Qt) = d a.qkv from dbuf_c = d a.atty, the window's d q|k|v of each
-    /// rank's queries summed over the group (reduce-scatter, rank order).
-    void cp_attention_backward(Context& c, const LayerActs& a);
+    /// Its backward for local layer i: dbuf_4c (B,Tl,Qt) = d a.qkv from dbuf_c = d a.atty, the
+    /// window's d q|k|v of each rank's queries summed over the group (reduce-scatter, rank order).
+    /// Starts the gather of layer i-1's kept q|k|v (not a recomputed layer) before its attention
+    /// backward, for layer i-1 to wait on; gathers nothing when cp_full still holds the window.
+    void cp_attention_backward(Context& c, int i, const LayerActs& a);
     /// cp_stage (cp,B,Tl,Qt) rank-major <-> cp_full-shaped (B,Tw,Qt) window order, copied by chunks.
     void cp_permute(void* window, void* stage, bool to_window);
     float* logit_row = nullptr;                  // (Vp) fp32 for logits_at

@@ -10,10 +10,24 @@
 // sequence_parallel) replaces the all-reduces by reduce-scatter / all-gather pairs.
 #pragma once
 #include <cstddef>
+#include <memory>
 
 #include "model/ops.hpp"
 
 namespace llmtrain {
+
+/// A collective in flight (TensorParallel::all_gather_start). Destroying one that was not waited
+/// for waits.
+class TpPending {
+public:
+    virtual ~TpPending() = default;
+    /// Returns when the result is visible to the work queued on the Ops' stream afterwards
+    /// (idempotent). Errors: the Comm's.
+    virtual void wait() = 0;
+    /// Moves the operation on without blocking and returns true once wait() would return at once;
+    /// false where the implementation cannot tell (the transfer then advances by itself).
+    virtual bool test() { return false; }
+};
 
 /// The tensor-parallel group of one rank. Every call is collective over the group: each rank calls
 /// it in the same order with the same n and dtype. Buffers are device buffers of the model's Ops;
@@ -34,6 +48,18 @@ public:
     /// all_reduce would give it). out must not overlap in. Sequence parallelism's reduce-scatter
     /// after a row-parallel matmul (Korthikanti et al. 2022).
     virtual void reduce_scatter(void* out, const void* in, size_t n, DType t) = 0;
+    /// all_gather, started without waiting for it: `in` must stay unchanged and `out` unread until
+    /// the handle's wait(); the group's other calls may run meanwhile (every rank starts and waits
+    /// in the same order). Context parallelism's backward gathers a layer ahead with it
+    /// (model/gpt_cp.cpp). Default: the blocking all_gather and a finished handle.
+    virtual std::unique_ptr<TpPending> all_gather_start(void* out, const void* in, size_t n, DType t) {
+        all_gather(out, in, n, t);
+        struct Done final : TpPending {
+            void wait() override {}
+            bool test() override { return true; }
+        };
+        return std::make_unique<Done>();
+    }
 };
 
 }  // namespace llmtrain

@@ -13,7 +13,8 @@
 namespace llmtrain {
 
 /// TensorParallel over a Comm whose group is the TP group (its rank order is the TP index).
-/// Every call is the Comm's blocking collective: its result is visible to the work queued after it.
+/// Every call but all_gather_start is the Comm's blocking collective: its result is visible to the
+/// work queued after it.
 class TpGroup final : public TensorParallel {
 public:
     /// Uses `comm` (owned). Errors: std::invalid_argument if comm is null.
@@ -26,6 +27,8 @@ public:
     void all_gather(void* out, const void* in, size_t n, DType t) override;
     /// out (n) = block rank() of the group's sum of in (size() * n), rank order (Comm::reduce_scatter_sum).
     void reduce_scatter(void* out, const void* in, size_t n, DType t) override;
+    /// Comm::all_gather_async; the handle's wait() and test() are the CommHandle's.
+    std::unique_ptr<TpPending> all_gather_start(void* out, const void* in, size_t n, DType t) override;
     Comm& comm() { return *comm_; }
 
 private:
