@@ -4,7 +4,9 @@
 # 2-layer, 4-head model at seq_len 16) against cp = 1 at the same global batch: cp 2 and cp 4
 # against one process; cp 2 x dp 2 against dp 2; cp 2 with ZeRO-3 and cp 2 x tp 2 against one
 # process; a Llama (grouped-query attention, rotary positions at the window's positions) with
-# document masking and positions restarting per document at cp 2 against the same at cp 1. The
+# document masking and positions restarting per document at cp 2 against the same at cp 1, 4 layers
+# with the first 2 recomputed at cp 2 against cp 1 (and for both, the log's 'context parallel
+# backward' count of q|k|v windows gathered a layer ahead, still there, gathered when needed). The
 # cp 2 run's step-3 checkpoint resumed at cp 1 and cp 4 continues the unbroken run. With pipeline
 # stages (2 micro-batches a step, 1F1B): cp 2 x pp 2 against pp 2, GPT-2 and a Llama (rotary
 # positions on both stages) with every layer recomputed; its step-3 checkpoint resumed in one
@@ -48,6 +50,11 @@ run 1 ref "${H4[@]}"
 run 2 cp2 "${H4[@]}" --set parallel.cp=2
 compare ref cp2 $LT 0 $WT
 grep -q "(1 data x cp 2)" "$WORK/cp2.log" || { echo "cp2: no CP layout in the start-up log"; exit 1; }
+# The backward (model/gpt_cp.cpp) finds layer 1's q|k|v window still there from the forward and
+# gathers layer 0's beside layer 1's attention backward: of 12 layer backwards (6 steps x 2 layers)
+# 6 gathered a layer ahead, 6 without a gather, none waiting for a gather started when needed.
+grep -q "context parallel backward: 12 layers, q|k|v windows gathered a layer ahead 6 (.*), still there from the forward 6, gathered when needed 0" \
+    "$WORK/cp2.log" || { echo "cp2: backward gathers"; grep "context parallel" "$WORK/cp2.log"; exit 1; }
 run 4 cp4 "${H4[@]}" --set parallel.cp=4
 compare ref cp4 $LT 0 $WT
 run 2 dp2 "${H4[@]}"
@@ -62,6 +69,14 @@ DOC=(--set data.document_mask=true --set data.reset_position_ids=true)
 run 1 llama_doc "${H4[@]}" "${LLAMA[@]}" "${DOC[@]}"
 run 2 llama_doc_cp2 "${H4[@]}" "${LLAMA[@]}" "${DOC[@]}" --set parallel.cp=2
 compare llama_doc llama_doc_cp2 $LT 0 $WT
+# 4 layers, the first 2 recomputed: their windows are still there from the recomputation, as the top
+# layer's from the forward; layer 2's is gathered beside layer 3's attention backward.
+RC=(--set model.n_layer=4 --set activation_checkpoint.ratio=0.5)
+run 1 recompute "${H4[@]}" "${RC[@]}"
+run 2 recompute_cp2 "${H4[@]}" "${RC[@]}" --set parallel.cp=2
+compare recompute recompute_cp2 $LT 0 $WT
+grep -q "context parallel backward: 24 layers, q|k|v windows gathered a layer ahead 6 (.*), still there from the forward 18, gathered when needed 0" \
+    "$WORK/recompute_cp2.log" || { echo "recompute_cp2: backward gathers"; grep "context parallel" "$WORK/recompute_cp2.log"; exit 1; }
 # Training goes on from the cp 2 step-3 checkpoint at cp 1 and cp 4 as the unbroken run did.
 CK=(--set "checkpoint.resume=\"$WORK/cp2/checkpoints/step_3\"")
 run 1 cp2_then_1 "${H4[@]}" "${CK[@]}"
