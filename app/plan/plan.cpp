@@ -181,9 +181,9 @@ PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptio
         // forward, 2 in backward, 1 when recomputed (only the first is repeated). The embedding's
         // lookup writes the whole (N, C) on every TP rank (kept whole) and is all-reduced; the head's
         // matmul and softmax split by vocabulary, its input gradient all-reduced.
-        st.fwd_layer = t.layer_fwd / split + n_fwd * ar + cpc;
-        st.bwd_layer = t.layer_bwd / split + n_bwd * ar + 2 * cpc;
-        st.recompute = t.layer_recompute / split + n_rec * ar + cpc;
+        st.fwd_layer = t.layer_fwd / split + n_fwd * ar + kCpCollectives.forward * cpc;
+        st.bwd_layer = t.layer_bwd / split + n_bwd * ar + kCpCollectives.backward * cpc;
+        st.recompute = t.layer_recompute / split + n_rec * ar + kCpCollectives.recompute * cpc;
         st.fwd0 = (first ? t.embed_fwd / cp + emb_f * ar : 0) + (last ? t.head_fwd / split + head_f * ar + gather : 0) +
                   (last ? 0 : send * factor(cross.pipeline[size_t(s)], opt.link_gbps));
         st.bwd0 = (first ? t.embed_bwd / cp + emb_b * ar : 0) + (last ? t.head_bwd / split + head_b * ar : 0) +

@@ -108,8 +108,11 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
             const double ends = (first ? 1 : 0) + (last ? 1 : 0);  // embedding's and head's (SP: 0.5 + 0.5 each)
             v_tp[size_t(s)] = m * ((n_ar + ends) * 2.0 * (tp - 1) / tp * act + (last ? (tp - 1) * rows * 12 : 0));
         }
-        if (cp > 1)  // (3 + recomputed) collectives of the window's q|k|v per layer
-            v_cp[size_t(s)] = m * (3.0 * (st.l1 - st.l0) + st.checkpointed) * cp_collective_bytes(cfg, shape);
+        if (cp > 1)  // the window's q|k|v collectives: per layer forward + backward, per recomputed layer more
+            v_cp[size_t(s)] = m *
+                              ((kCpCollectives.forward + kCpCollectives.backward) * (st.l1 - st.l0) +
+                               kCpCollectives.recompute * st.checkpointed) *
+                              cp_collective_bytes(cfg, shape);
         if (zs >= 1 && N > 1) {
             const double rs = (zs >= 2 ? m : 1) * psi * rb;
             const double ag = (zs == 3 ? 2 * m * (psi - held0) + held0 : psi) * es;

@@ -103,10 +103,18 @@ CrossingShares crossing_shares(int world, int pp, int zero_group_size, int tp, i
 /// Bytes one rank sends in one of context parallelism's collectives per layer and micro-batch
 /// (model/gpt_cp.cpp): the all-gather of the window's q|k|v, B·T·Qt elements of the training
 /// precision (Qt = ArchSpec::qkv_width(tp), the TP rank's heads), or the reduce-scatter of its
-/// gradient, each rank sending (cp − 1)/cp of it; 0 at cp 1. A layer issues 3 (forward's gather,
-/// backward's gather and reduce-scatter) and a recomputed one 4. The traffic table and the
-/// planner's time both use it. Errors: none.
+/// gradient, each rank sending (cp − 1)/cp of it; 0 at cp 1. How many a layer issues:
+/// kCpCollectives. The traffic table and the planner's time both use the two. Errors: none.
 double cp_collective_bytes(const Config& cfg, const RunShape& shape);
+
+/// Context parallelism's collectives of cp_collective_bytes per layer and micro-batch, by phase
+/// (model/gpt_cp.cpp): the forward's all-gather of q|k|v; the backward's gather again (nothing
+/// window-sized is kept) and the reduce-scatter of d q|k|v; a recomputed layer's forward gathers once
+/// more. One place for the count, for step_traffic and plan_problem alike.
+struct CpCollectives {
+    double forward = 1, backward = 2, recompute = 1;
+};
+inline constexpr CpCollectives kCpCollectives{};
 
 /// Seconds per byte of a rank's traffic of which `share` crosses nodes: (1 − share)/intra_gbps +
 /// share/inter_gbps, both in GB/s (1e9 bytes/s) per rank. Errors: none (rates must be positive).
