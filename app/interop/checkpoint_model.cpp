@@ -34,6 +34,10 @@ Config hash_config_of(const GPTConfig& g) {
 
 GPTConfig checkpoint_model_config(const std::string& ckpt_dir, const TrainState& st) {
     namespace fs = std::filesystem;
+    for (const auto& [key, value] : st.model_identity)  // [model.moe] (docs/model.md "Mixture of experts")
+        if (key == "moe.n_experts")
+            throw InteropError("checkpoint '" + ckpt_dir + "': a mixture-of-experts model (model." + key + " = " + value +
+                               "): reading its weights outside a training run (export, eval) is not supported yet");
     if (st.model.arch != Arch::gpt2) {  // state.toml records the architecture (read_train_state)
         const Config c = hash_config_of(st.model);
         const std::string why = model_identity_mismatch(st.model_identity, st.model, st.model_config_hash, c);

@@ -18,7 +18,8 @@ namespace llmtrain {
 /// state.toml records a non-GPT-2 architecture (its keys must hash to st.model_config_hash); else the
 /// run's config.toml's model when its model_config_hash is st.model_config_hash; else st.model when
 /// that hash is GPT-2's of st.model's shape (a GPT-2 checkpoint without its run directory). Errors:
-/// InteropError naming the checkpoint: recorded keys that do not hash to the recorded hash, or none
+/// InteropError naming the checkpoint: a mixture-of-experts model (model.moe in its identity; not
+/// supported outside a run yet), recorded keys that do not hash to the recorded hash, or none
 /// of the above holds (an older checkpoint of another architecture whose run config is missing,
 /// unreadable or describes another model).
 GPTConfig checkpoint_model_config(const std::string& ckpt_dir, const TrainState& st);

@@ -3,6 +3,7 @@
 //  - exact resume: 8 steps straight against 4 + 4 resumed, every step's loss and the final tensors
 //    (experts and router included) bit for bit, as ResumeIsBitwiseExact does for the dense model;
 //  - a resume into another expert count or top_k is refused naming the key (the model identity);
+//  - llmtrain-export refuses a MoE checkpoint, saying so (not supported yet);
 //  - config errors exit 2 naming the key: MoE with gpt2, top_k past n_experts, the cuda backend.
 #include <cstring>
 
@@ -53,6 +54,15 @@ TEST_F(E2E, MoeResumeIsBitwiseExact) {
     EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pa.size() * 4), 0);
     EXPECT_EQ(sample_at(straight.out, 6), sample_at(pb2.out, 6));
     EXPECT_NE(sample_at(straight.out, 6), "<none>");
+
+    // Export (and eval) of a MoE checkpoint are refused, saying so (llmtrain-export beside llmtrain).
+    const fs::path exporter = fs::path(LLMTRAIN_BIN).parent_path() / "llmtrain-export";
+    if (fs::exists(exporter)) {
+        Proc ex = run({exporter.string(), (b / "checkpoints" / "step_8").string(), (case_dir() / "hf").string(),
+                       "--format", "hf"});
+        EXPECT_NE(ex.code, 0);
+        EXPECT_NE(ex.err.find("a mixture-of-experts model (model.moe.n_experts = 4)"), std::string::npos) << ex.err;
+    }
 
     // Another expert count or top_k is another model: refused, naming the key.
     for (const auto& [set, want] : std::vector<std::pair<std::string, std::string>>{
