@@ -108,11 +108,14 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
             const double ends = (first ? 1 : 0) + (last ? 1 : 0);  // embedding's and head's (SP: 0.5 + 0.5 each)
             v_tp[size_t(s)] = m * ((n_ar + ends) * 2.0 * (tp - 1) / tp * act + (last ? (tp - 1) * rows * 12 : 0));
         }
-        if (cp > 1)  // the window's q|k|v collectives: per layer forward + backward, per recomputed layer more
+        if (cp > 1) {  // the window's q|k|v collectives: per layer forward + backward, per recomputed layer more
+            const int layers = st.l1 - st.l0;
+            const double kept = pp == 1 && st.checkpointed < layers ? kCpCollectives.top_kept : 0;
             v_cp[size_t(s)] = m *
-                              ((kCpCollectives.forward + kCpCollectives.backward) * (st.l1 - st.l0) +
-                               kCpCollectives.recompute * st.checkpointed) *
+                              ((kCpCollectives.forward + kCpCollectives.backward) * layers +
+                               kCpCollectives.recompute * st.checkpointed - kept) *
                               cp_collective_bytes(cfg, shape);
+        }
         if (zs >= 1 && N > 1) {
             const double rs = (zs >= 2 ? m : 1) * psi * rb;
             const double ag = (zs == 3 ? 2 * m * (psi - held0) + held0 : psi) * es;
@@ -162,7 +165,7 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
     by[size_t(GroupKind::replica)].ops = "all-reduce of the gradient shard";
     gp.ops = "activations forward, their gradients back, per micro-batch";
     ge.ops = "all-reduce of the tied wte's gradient (first and last stage)";
-    gc.ops = "all-gathers of the window's q|k|v per layer: forward, backward (and recompute); reduce-scatter of its gradient";
+    gc.ops = "all-gathers of the window's q|k|v per layer: forward, backward (or recompute); reduce-scatter of its gradient";
 
     StepTraffic out;
     out.world = world;

@@ -21,7 +21,7 @@
 // clip scale's broadcast, the TP group's broadcast of replicated gradients, sequence parallelism's
 // LayerNorm-gradient all-reduces; eval and checkpoints. Context parallelism (model/gpt_cp.cpp): per
 // layer and micro-batch an all-gather of the window's q|k|v (B·T, Qt) forward, again in backward
-// (and in a recomputed forward), and a reduce-scatter of its gradient.
+// (or in a recomputed forward instead), and a reduce-scatter of its gradient (kCpCollectives).
 #pragma once
 #include <string>
 #include <vector>
@@ -108,11 +108,16 @@ CrossingShares crossing_shares(int world, int pp, int zero_group_size, int tp, i
 double cp_collective_bytes(const Config& cfg, const RunShape& shape);
 
 /// Context parallelism's collectives of cp_collective_bytes per layer and micro-batch, by phase
-/// (model/gpt_cp.cpp): the forward's all-gather of q|k|v; the backward's gather again (nothing
-/// window-sized is kept) and the reduce-scatter of d q|k|v; a recomputed layer's forward gathers once
-/// more. One place for the count, for step_traffic and plan_problem alike.
+/// (model/gpt_cp.cpp GPT::Impl::cp_attention_backward): the forward's all-gather of q|k|v; in
+/// backward the gather again (started a layer ahead, beside the layer above's backward: counted in
+/// full, its overlap is not modeled) and the reduce-scatter of d q|k|v; a recomputed layer's
+/// repeated forward gathers into the window its backward then uses, so it adds none. Not affine, so
+/// only the traffic table counts it: at pp 1 the top layer, when not recomputed, finds its window
+/// still there from the forward (one gather fewer per micro-batch; the planner counts it). One
+/// place for the count, for step_traffic and plan_problem alike.
 struct CpCollectives {
-    double forward = 1, backward = 2, recompute = 1;
+    double forward = 1, backward = 2, recompute = 0;
+    double top_kept = 1;  ///< fewer per micro-batch at pp 1 when the top layer is not recomputed
 };
 inline constexpr CpCollectives kCpCollectives{};
 

@@ -76,8 +76,10 @@ TEST(Traffic, FlatDataParallelOverTwoNodes) {
 
 TEST(Traffic, ContextParallelGathersTheWindowsQkvPerLayer) {
     // 8 ranks, 4 per node, cp 2 (dp 4 data shards x cp 2): CP groups are 2 consecutive ranks, inside a
-    // node; per layer and micro-batch 3 collectives of the window's q|k|v (B*T, 3C) plus one per
-    // recomputed layer (4 of tiny()'s 8), each rank sending (cp-1)/cp of it (fp32 on the CPU).
+    // node; per layer and micro-batch 3 collectives of the window's q|k|v (B*T, 3C): the forward's
+    // gather, the backward's (or the recomputed forward's: tiny() recomputes its first 4 of 8) and
+    // the reduce-scatter, less the top layer's backward gather (its window is still there from the
+    // forward, model/gpt_cp.cpp), each rank sending (cp-1)/cp of it (fp32 on the CPU).
     const Config c = tiny({"parallel.cp=2", "run.sample_interval=0"});
     const StepTraffic t = step_traffic(c, run_shape(c, 8), 4);
     EXPECT_EQ(t.cp, 2);
@@ -87,7 +89,7 @@ TEST(Traffic, ContextParallelGathersTheWindowsQkvPerLayer) {
     EXPECT_EQ(g->size, 2);
     EXPECT_EQ(g->groups, 4);
     EXPECT_EQ(g->spanning, 0);
-    const double v = m * (3.0 * 8 + 4) * 0.5 * (rows * 3 * C * 4);
+    const double v = m * (3.0 * 8 - 1) * 0.5 * (rows * 3 * C * 4);
     expect_rel(g->per_rank, v, "per rank");
     expect_rel(g->total, 8 * v, "total");
     EXPECT_EQ(g->crossing, 0.0);
