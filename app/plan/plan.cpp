@@ -336,11 +336,9 @@ PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int tp, int 
 }
 
 /// Depths to try at width tp and context-parallel size cp: opt.pp when it divides world / (tp cp), or
-/// every divisor of world / (tp cp) up to n_layer; at cp > 1 only pp 1 (the planner does not plan
-/// cp x pp yet, though the run takes it).
+/// every divisor of world / (tp cp) up to n_layer.
 std::vector<int> depths(const Config& cfg, const PlanOptions& opt, int tp, int cp) {
     const int ranks = opt.world / (tp * cp);
-    if (cp > 1) return opt.pp <= 1 ? std::vector<int>{1} : std::vector<int>{};
     if (opt.pp > 0) return ranks % opt.pp == 0 ? std::vector<int>{opt.pp} : std::vector<int>{};
     std::vector<int> d;
     for (int pp = 1; pp <= std::min(ranks, cfg.model.n_layer); ++pp)

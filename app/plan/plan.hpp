@@ -1,7 +1,7 @@
 // app/plan/plan.hpp — the pipeline planner as llmtrain-plan and pipeline.plan = "auto" use it: for each
 // tensor-parallel width tp (a divisor of the world inside a node), context-parallel size cp (a divisor
 // of world / tp that splits seq_len into 2 cp chunks) and pipeline depth pp that divides world / (tp ·
-// cp) (pp 1 when cp > 1), the layers per stage and recomputed layers per stage that minimize the 1F1B
+// cp), the layers per stage and recomputed layers per stage that minimize the 1F1B
 // step while every rank fits the device memory (docs/distributed.md "Planner").
 //
 // Memory comes from the --dry-run counting code (app/model_state.hpp estimate_memory: the real run's
@@ -99,8 +99,8 @@ struct PlanResult {
 PlanProblem plan_problem(const Config& cfg, const RunShape& shape, const PlanOptions& opt);
 
 /// Plans every tensor-parallel width (opt.tp, or tp_widths), for each every context-parallel size
-/// (cp_sizes) and for each every depth (opt.pp or each divisor of opt.world / (tp · cp) up to n_layer;
-/// pp 1 only when cp > 1: cp x pp is not planned yet), with the global batch of cfg:
+/// (cp_sizes) and for each every depth (opt.pp or each divisor of opt.world / (tp · cp) up to n_layer),
+/// with the global batch of cfg:
 /// global_batch_size, or micro_batch_size x max(1, grad_accum_steps) x world / (parallel.pp x
 /// parallel.tp x parallel.cp); a width the
 /// model does not split over, or a depth whose batch does not divide or whose ZeRO group does not fit

@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     app.add_option("--tp", opt.tp, "plan this tensor-parallel width only (default: every divisor of the world size "
                    "that divides --gpus-per-node)")->check(kPositive);
     app.add_option("--cp", opt.cp, "plan this context-parallel size only (default: every divisor of world size / tp "
-                   "with model.seq_len a multiple of 2 x cp; cp > 1 at pp 1 only)")->check(kPositive);
+                   "with model.seq_len a multiple of 2 x cp)")->check(kPositive);
     app.add_option("--tp-link-gbps", opt.tp_link_gbps, "GB/s per rank inside a node for the TP all-reduces "
                    "(default: --link-gbps)")->check(kPositive);
     app.add_option("--gpus-per-node", opt.gpus_per_node, "devices (ranks) per node; a TP group stays inside one, "
@@ -121,12 +121,11 @@ int main(int argc, char** argv) {
                 throw ConfigError("--cp: expected model.seq_len = " + std::to_string(cfg.model.seq_len) +
                                   " to be a multiple of 2 x cp = " + std::to_string(2 * opt.cp) +
                                   " (each rank holds two of the 2 x cp chunks of a window), got " + cp);
-            if (opt.cp > 1 && opt.pp > 1)
-                throw ConfigError("--cp: not with --pp " + std::to_string(opt.pp) + " yet (llmtrain-plan plans cp > 1 "
-                                  "at pp 1 only), got " + cp);
-            if (opt.tp > 0 && opt.world % (opt.tp * opt.cp) != 0)
-                throw ConfigError("--cp x --tp: expected a divisor of --world-size " + std::to_string(opt.world) +
-                                  ", got " + std::to_string(opt.tp * opt.cp));
+            const int grid = opt.cp * std::max(1, opt.tp) * std::max(1, opt.pp);
+            if (opt.world % grid != 0)
+                throw ConfigError(std::string("--cp") + (opt.tp > 0 ? " x --tp" : "") + (opt.pp > 0 ? " x --pp" : "") +
+                                  ": expected a divisor of --world-size " + std::to_string(opt.world) + ", got " +
+                                  std::to_string(grid));
         }
         if (opt.pp > cfg.model.n_layer)
             throw ConfigError("--pp: expected at most model.n_layer = " + std::to_string(cfg.model.n_layer) +

@@ -8,12 +8,14 @@
 //    recompute (its repeated forward's gather stands for the backward's); the traffic table's cp bytes
 //    at pp 1 with nothing recomputed: 3 per layer less the top layer's backward gather;
 //    the gradient sync over the same dp x cp = 4 ranks as cp 1's dp 4 (the tails equal);
-//  - the search: cp > 1 only at pp 1, world = tp x cp x pp x dp on every row, --cp alone honoured;
+//  - the search: cp x pp rows too, world = tp x cp x pp x dp on every row, --cp alone honoured;
 //  - cp is what makes it fit: llama-tiny at seq_len 8192 on 2 ranks (--tp 1 --pp 1) under a cap
 //    between what cp 2 and cp 1 need at the least (each counted by the binary's `--dry-run
 //    --world-size 2 --set parallel.cp=C`: every layer recomputed; cp 1 also at ZeRO-1 with the
 //    optimizer offloaded, the planner's last resort) is met at cp 2 only, and the plan's per-rank
 //    device MiB equals the dry run of the planned config within 0.1 MiB (both print to 0.1 MiB);
+//  - cp 2 x pp 2 on 4 ranks: each stage's planned device MiB equals the dry run's row for that stage
+//    of the planned config (pipeline.layers_per_stage and its recomputed layers) within 0.1 MiB;
 //  - llmtrain-plan's --cp (every row at that cp, the TOML's `cp = 2`), parallel.cp in the config no
 //    longer refused, and bad --cp values: exit 2 naming the flag and what was expected.
 // FLOP-derived layer times (--device-tflops), so nothing depends on this machine's speed.
@@ -162,7 +164,7 @@ TEST(PlanCp, StageTimesAreTheTokensShareAndTheQkvCollectives) {
     EXPECT_NEAR(cp_sent(1), 12 * 0.5 * qkv, 1e-6);
 }
 
-TEST(PlanCp, SearchPairsCpWithPp1AndHonoursTheFlag) {
+TEST(PlanCp, SearchCoversCpTimesPpAndHonoursTheFlag) {
     const Config cfg = llama();
     PlanOptions o = options(cfg, 4, 64.0 * 1073741824, 50);
     const PlanResult r = make_plan(cfg, o);
@@ -173,14 +175,14 @@ TEST(PlanCp, SearchPairsCpWithPp1AndHonoursTheFlag) {
         EXPECT_EQ(c.tp * c.cp * c.pp * c.dp, 4) << c.tp << " " << c.cp << " " << c.pp;
         if (c.cp > 1) {
             ++with_cp;
-            EXPECT_EQ(c.pp, 1);
             ASSERT_TRUE(c.choice.feasible);
+            if (c.pp > 1) EXPECT_LE(c.zero_stage, 1);  // ZeRO-2/3 do not combine with a pipeline
             EXPECT_EQ(apply_plan(cfg, c).parallel.cp, c.cp);
             const auto toml = plan_toml(c);
             EXPECT_NE(std::find(toml.begin(), toml.end(), "cp = " + std::to_string(c.cp)), toml.end());
         }
     }
-    EXPECT_EQ(with_cp, 3);  // tp 1: cp 2, 4; tp 2: cp 2 (n_kv_head 2 admits no tp 4)
+    EXPECT_EQ(with_cp, 4);  // tp 1: cp 2 at pp 1 and 2, cp 4; tp 2: cp 2 (n_kv_head 2 admits no tp 4)
     o.cp = 2;
     const PlanResult only = make_plan(cfg, o);
     ASSERT_FALSE(only.candidates.empty());
@@ -223,16 +225,42 @@ TEST(PlanCp, CpIsWhatFitsAndThePlanIsTheDryRunsCount) {
     EXPECT_NEAR(predicted, counted, 0.1) << p.out;
 }
 
+TEST(PlanCp, CpTimesPpStagesAreTheDryRunsCount) {
+    // 4 ranks at cp 2 x pp 2 (dp 1, 8 micro-batches) under a cap that forces recomputation.
+    const Proc p = sh(std::string(LLMTRAIN_PLAN_BIN) + kLong + " --set training.grad_accum_steps=2 --world-size 4 "
+                      "--tp 1 --cp 2 --pp 2 --device-tflops 1 --device-memory 400MiB");
+    ASSERT_EQ(p.code, 0) << p.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(\n  layers_per_stage = (\[[0-9, ]+\])\n  \[activation_checkpoint\]\n  layers_per_stage = (\[[0-9, ]+\])\n)")))
+        << p.out;
+    const std::string layers = m[1], ckpt = m[2];
+    ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(\n  zero_stage = ([0-9])\n)"))) << p.out;
+    const std::string zero = m[1];
+    ASSERT_EQ(p.out.find("offload = \"cpu\""), std::string::npos) << p.out;
+    const Proc d = sh(std::string(LLMTRAIN_BIN) + kLong + " --dry-run --world-size 4 --set parallel.cp=2 --set parallel.pp=2 "
+                      "--set training.grad_accum_steps=8 --set parallel.zero_stage=" + zero + " --set 'pipeline.layers_per_stage=" +
+                      layers + "' --set 'activation_checkpoint.layers_per_stage=" + ckpt + "'");
+    ASSERT_EQ(d.code, 0) << d.out;
+    for (int s = 0; s < 2; ++s) {
+        // The plan's stage row "    s  layers ckpt in_flight ... device MiB |", the dry run's
+        // "zero s layers ckpt in_flight ... device total | model states".
+        const std::regex planned("\n +" + std::to_string(s) + R"( +[0-9]+ +[0-9]+ +[0-9]+ +[^|\n]* ([0-9.]+) \|)");
+        const std::regex counted("\n +" + zero + " +" + std::to_string(s) + R"( +[0-9]+ +[0-9]+ +[0-9]+ +[^|\n]* ([0-9.]+) \|)");
+        std::smatch a, b;
+        ASSERT_TRUE(std::regex_search(p.out, a, planned)) << s << "\n" << p.out;
+        ASSERT_TRUE(std::regex_search(d.out, b, counted)) << s << "\n" << d.out;
+        EXPECT_NEAR(std::stod(a[1]), std::stod(b[1]), 0.1) << "stage " << s << "\n" << p.out << d.out;
+        EXPECT_LE(std::stod(a[1]), 400 * 0.9 + 0.05) << "stage " << s;
+    }
+}
+
 TEST(PlanCp, FlagAndConfigKey) {
     const std::string plan = std::string(LLMTRAIN_PLAN_BIN) + kLong + " --device-memory 4GiB --device-tflops 1";
     const Proc p = sh(plan + " --world-size 4 --cp 2");
     ASSERT_EQ(p.code, 0) << p.out;
     const auto rows = plan_table(p.out);
-    ASSERT_EQ(rows.size(), 2u) << p.out;  // tp 1 and tp 2, each at pp 1 (n_kv_head 2: no tp 4)
-    for (const auto& r : rows) {
-        EXPECT_EQ(r[1], 2) << p.out;
-        EXPECT_EQ(r[2], 1) << p.out;
-    }
+    ASSERT_EQ(rows.size(), 3u) << p.out;  // tp 1 at pp 1 and 2, tp 2 at pp 1 (n_kv_head 2: no tp 4)
+    for (const auto& r : rows) EXPECT_EQ(r[1], 2) << p.out;
     EXPECT_NE(p.out.find("\n  cp = 2\n"), std::string::npos) << p.out;
     // parallel.cp in the config is planned like any other (it no longer stops the planner).
     const Proc key = sh(plan + " --world-size 2 --set parallel.cp=2");
@@ -241,7 +269,7 @@ TEST(PlanCp, FlagAndConfigKey) {
         {" --world-size 4 --cp 3", "--cp: expected a divisor of --world-size 4, got 3"},
         {" --world-size 8 --cp 8 --set model.seq_len=1000",
          "--cp: expected model.seq_len = 1000 to be a multiple of 2 x cp = 16"},
-        {" --world-size 4 --cp 2 --pp 2", "--cp: not with --pp 2 yet"},
+        {" --world-size 4 --cp 2 --pp 4", "--cp x --pp: expected a divisor of --world-size 4, got 8"},
         {" --world-size 4 --cp 4 --tp 2", "--cp x --tp: expected a divisor of --world-size 4, got 8"},
         {" --world-size 4 --cp 0", "--cp"}};
     for (const auto& [flags, msg] : bad) {
