@@ -2,14 +2,16 @@
 # tests/cuda/emu_cp.sh — parallel.cp on the CUDA backend under cuda_emu: llmtrain-emu (each layer's
 # q|k|v all-gathered and its gradient reduce-scattered over NcclComm on the emulated NCCL, the
 # attention of each rank's rows on the cuBLAS path, model/gpt_cp.cpp) trains 3 steps under mpirun,
-# against the CPU llmtrain in one process with the same data and seed (emu_lib.sh's settings, no
-# samples: cp > 1 refuses them). Tolerances as emu_tp.sh's: fp32 losses within 1e-4 relative and
+# against the CPU llmtrain in one process with the same data and seed (emu_lib.sh's settings,
+# samples off but in one case). Tolerances as emu_tp.sh's: fp32 losses within 1e-4 relative and
 # weights within compare_weights.py's; bf16 losses within 5e-3. Cases: cp 2 (fp32), cp 2 in bf16,
 # a Llama (grouped-query attention, rotary positions at window positions) with document masking at
 # cp 2, cp 2 x dp 2 at ZeRO-1 on 4 emulated ranks against 2 CPU ranks, and cp 2 x pp 2 (2
 # micro-batches a step, 1F1B; each CP index's stages linked over NCCL beside the CP groups) for
 # GPT-2 (learned positions on stage 0) and a Llama (rotary positions on both stages), every layer
-# recomputed, on 4 emulated ranks against one CPU process.
+# recomputed, on 4 emulated ranks against one CPU process. Samples at cp 2 (the holder's logits row
+# all-reduced over the emulated NCCL, GPT::logit_row): the CPU process's 12-token samples exactly
+# (as tests/parallel/cp_eval.sh argues: logits within rounding, a token changes only at a near tie).
 # Usage: emu_cp.sh <llmtrain> <llmtrain-emu> <mpiexec> <tiny_data_dir> <work_dir>
 set -euo pipefail
 CPU=$1 EMU=$2 MPI=$3 DATA=$4 WORK=$5
@@ -49,4 +51,12 @@ run "$CPU" 1 cpu_gqa_a2 "${NS[@]}" "${GQA[@]}" "${PP[@]}"
 run "$EMU" 4 cp2_pp2_gqa "${CUDA[@]}" "${GQA[@]}" "${PP[@]}" "${PP2[@]}"
 compare cpu_gqa_a2 cp2_pp2_gqa 1e-4
 weights cpu_gqa_a2 cp2_pp2_gqa
+S=(--set run.sample_tokens=12)
+run "$CPU" 1 cpu_samples "${S[@]}"
+run "$EMU" 2 cp2_samples --set 'run.backend="cuda"' --set parallel.cp=2 "${S[@]}"
+grep "sample at" "$WORK/cpu_samples.log" >"$WORK/cpu_samples.txt"
+grep "sample at" "$WORK/cp2_samples.log" >"$WORK/cp2_samples.txt"
+[ -s "$WORK/cpu_samples.txt" ] && cmp -s "$WORK/cpu_samples.txt" "$WORK/cp2_samples.txt" ||
+    { echo "cp2_samples: not the CPU's samples"; cat "$WORK/cpu_samples.txt" "$WORK/cp2_samples.txt"; exit 1; }
+echo "cp2_samples: $(wc -l <"$WORK/cp2_samples.txt") samples as the CPU's: $(tail -1 "$WORK/cp2_samples.txt")"
 echo "emu_cp: all comparisons passed"
