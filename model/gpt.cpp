@@ -11,7 +11,6 @@
 #include <utility>
 #include <vector>
 
-#include "model/documents.hpp"
 #include "model/gpt_impl.hpp"
 
 namespace llmtrain {
@@ -129,27 +128,6 @@ Context& GPT::Impl::context(int ctx) {
     return ctxs[static_cast<size_t>(ctx)];
 }
 
-void GPT::Impl::set_documents(Context& c, const int* host_tokens) {
-    // With cp the whole-model helpers set both from the window (cp_take): a rank's rows alone cannot.
-    if ((c.doc_start == nullptr && c.pos == nullptr) || cpg != nullptr) return;
-    const size_t N = n_rows();
-    doc_host.resize(3 * N);
-    int* ds = doc_host.data();
-    int* pos = ds + N;
-    if (host_tokens == nullptr) {  // no host copy given: read the ids back (a host wait)
-        int* ids = ds + 2 * N;
-        ops.memcpy_d2h(ids, c.tokens, N * 4);
-        ops.synchronize();
-        host_tokens = ids;
-    }
-    document_starts(host_tokens, opt.doc_eos, opt.B, opt.T, ds, pos);
-    if (c.doc_start != nullptr) ops.memcpy_h2d(c.doc_start, ds, N * 4);  // pageable: staged at the call
-    if (c.pos != nullptr) ops.memcpy_h2d(c.pos, pos, N * 4);
-    // Learned positions: the embedding backward groups positions by their id as it does tokens (CUDA
-    // buckets them on the host): the host's ids spare it a copy back (Ops::encoder_host_tokens).
-    if (c.pos != nullptr && wpe != kNoTensor) ops.encoder_host_tokens(c.pos, pos, static_cast<int>(N));
-}
-
 const int* GPT::Impl::upload_batch(const int* inputs, const int* targets) {
     if (cpg != nullptr) return cp_take(ctxs[0], inputs, targets);  // this rank's rows of the windows (gpt_cp.cpp)
     ops.memcpy_h2d(tok_dev, inputs, n_rows() * 4);  // pageable sources: staged at the call
@@ -165,9 +143,6 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         if (opt.T % (2 * ncp) != 0)
             throw std::invalid_argument("GPT: context parallelism over cp = " + std::to_string(ncp) +
                                         " ranks needs T = " + std::to_string(opt.T) + " a multiple of 2 x cp");
-        if ((opt.doc_mask || opt.doc_positions) && opt.contexts != 1)  // cp_take sets context 0's from the window
-            throw std::invalid_argument("GPT: data.document_mask / data.reset_position_ids with context parallelism "
-                                        "need one activation context, got " + std::to_string(opt.contexts));
         if (!alloc.ops().implements_attention_rows())
             throw std::invalid_argument(std::string("parallel.cp: the ") + alloc.ops().name() +
                                         " backend has no attention over a window's rows yet (run it with "
@@ -194,9 +169,6 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
     if ((opt.doc_mask || opt.doc_positions) && opt.doc_eos < 0)
         throw std::invalid_argument("GPT: data.document_mask / data.reset_position_ids need the dataset's eos_id, got " +
                                     std::to_string(opt.doc_eos));
-    if ((opt.doc_mask || opt.doc_positions) && (opt.l0 != 0 || opt.l1 != cfg.n_layer))
-        throw std::invalid_argument("GPT: data.document_mask / data.reset_position_ids need the whole model on "
-                                    "each rank (parallel.pp = 1): the boundaries come from the token ids");
     if (impl_->spec.moe()) impl_->check_moe(ncp);
     Impl& m = *impl_;
     m.Tw = opt_in.T;
@@ -326,10 +298,11 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
                   const int* host_tokens) {
     Impl& m = *impl_;
     Context& c = m.context(ctx);
-    if (m.cpg != nullptr && !m.opt.doc_positions && !c.pos_set) {  // fixed: once per context (per
-        m.ops.memcpy_h2d(c.pos, m.cp_pos.data(), m.n_rows() * 4);     // document cp_take sets them)
+    if (m.cpg != nullptr && !m.opt.doc_positions && !c.pos_set) {  // fixed: once per context (per document
+        m.ops.memcpy_h2d(c.pos, m.cp_pos.data(), m.n_rows() * 4);     // set_documents / cp_take set them)
         c.pos_set = true;
     }
+    m.forward_documents(c, ctx, tokens, host_tokens);
     const int B = m.opt.B, T = m.opt.T, C = m.cfg.n_embd, N = B * T;
     ParamStore& st = *m.store;
     c.dloss = dloss;
@@ -337,8 +310,7 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
     if (m.first) {
         m.ops.memcpy_d2d(c.tokens, tokens, static_cast<size_t>(N) * 4);  // the backward reads this copy
         if (host_tokens != nullptr) m.ops.encoder_host_tokens(c.tokens, host_tokens, N);
-        m.set_documents(c, host_tokens);
-        // cp's window positions of learned rows, fixed (per document, cp_take hints them)
+        // cp's window positions of learned rows, fixed (per document, window_documents hints them)
         if (m.cpg != nullptr && !m.opt.doc_positions && m.wpe != kNoTensor)
             m.ops.encoder_host_tokens(c.pos, m.cp_pos.data(), N);
         const void* we = st.acquire_params(0, m.unit_of_local(0));

@@ -57,15 +57,16 @@ struct GPTOptions {
     /// 2cp-1-i of 2cp), so act_rows(), losses() and the layer-range API are (B,T/cp): a pipeline
     /// stage passes window_rows() of its windows' ids. Every context's positions are its rows'
     /// window positions, on every stage. Needs T a multiple of 2cp and a backend with
-    /// Ops::attention_forward_rows; with doc_mask or doc_positions also one context (the whole
-    /// model, as below). Every rank of the group calls forward/backward and the helpers alike.
+    /// Ops::attention_forward_rows. Every rank of the group calls forward/backward and the helpers
+    /// alike.
     TensorParallel* cp = nullptr;
     /// Documents inside a window (data.document_mask, data.reset_position_ids; docs/attention.md
     /// "Document masking"): doc_eos is the token id that ends a document (the dataset's eos_id), the
     /// boundaries model/documents.hpp finds from the token ids. doc_mask: attention stays inside a
     /// document (block-causal); doc_positions: positions (RoPE angles or learned rows) restart at 0
-    /// at each document. Either needs doc_eos >= 0 and the whole model (l0 = 0, l1 = n_layer: every
-    /// layer reads the boundaries the token ids give).
+    /// at each document. Either needs doc_eos >= 0. Every layer reads the boundaries, so with the
+    /// layer-range API each forward's context needs them from the whole windows (set_documents; the
+    /// first stage without cp may leave that to forward, which finds them from its token ids).
     int doc_eos = -1;
     bool doc_mask = false;
     bool doc_positions = false;
@@ -121,8 +122,18 @@ public:
     /// optional: the same ids as `tokens`, when the caller has them (it copied them to the device);
     /// the backend then prepares the embedding backward from them instead of copying the ids back
     /// (Ops::encoder_host_tokens).
+    /// With doc_mask or doc_positions: the documents set_documents gave context ctx for this
+    /// forward; on the first stage without cp, if none were set, those of `tokens` (from
+    /// host_tokens, else read back). Errors: std::logic_error when none were set elsewhere.
     void forward(const int* tokens, const void* act_in, const int* targets, float dloss, bool training,
                  int ctx = 0, const int* host_tokens = nullptr);
+    /// Documents of context ctx's next forward (doc_mask, doc_positions; nothing without them),
+    /// on any stage: from `window` (B, window_length()) host int32, the micro-batch's whole
+    /// windows' input ids (with cp the full windows, not this rank's rows), the window's document
+    /// starts and, with doc_positions, the positions of this rank's rows restarted at each
+    /// document, copied to the context (model/documents.hpp; gpt_documents.cpp). One call per
+    /// forward; the backward of that forward reads them too. Errors: std::out_of_range for ctx.
+    void set_documents(const int* window, int ctx = 0);
     /// Backward of context ctx's forward(training = true); the context is then free. dact_out
     /// (act_rows(), C) is the gradient of our output when l1 < n_layer (ignored at the last stage);
     /// dact_in (act_rows(), C) receives the gradient of act_in when l0 > 0. Parameter gradients are

@@ -14,7 +14,6 @@
 #include <stdexcept>
 #include <vector>
 
-#include "model/documents.hpp"
 #include "model/gpt_impl.hpp"
 
 namespace llmtrain {
@@ -61,7 +60,7 @@ void GPT::window_losses(float* out) {
 
 const int* GPT::Impl::cp_take(Context& c, const int* inputs, const int* targets) {
     const int B = opt.B, Tl = opt.T;
-    const size_t N = n_rows(), Nw = static_cast<size_t>(B) * Tw;
+    const size_t N = n_rows();
     cp_host.resize(2 * N);
     int* in = cp_host.data();
     int* tg = in + N;
@@ -74,19 +73,7 @@ const int* GPT::Impl::cp_take(Context& c, const int* inputs, const int* targets)
     ops.memcpy_h2d(tok_dev, in, N * 4);  // pageable sources: staged at the call
     if (targets != nullptr) ops.memcpy_h2d(tgt_dev, tg, N * 4);
     // Documents come from the whole window (a document may start on another rank's chunk).
-    doc_host.resize(2 * Nw + N);
-    int* ds = doc_host.data();
-    int* wpos = ds + Nw;
-    int* pos = wpos + Nw;
-    const bool docs = opt.doc_mask || opt.doc_positions;
-    if (docs) document_starts(inputs, opt.doc_eos, B, Tw, ds, wpos);
-    if (c.doc_start != nullptr) ops.memcpy_h2d(c.doc_start, ds, Nw * 4);
-    if (!opt.doc_positions) return in;  // c.pos: the rows' window positions (GPT::forward)
-    for (int b = 0; b < B; ++b)
-        for (int t = 0; t < Tl; ++t)
-            pos[static_cast<size_t>(b) * Tl + t] = wpos[static_cast<size_t>(b) * Tw + cp_window_row(t)];
-    ops.memcpy_h2d(c.pos, pos, N * 4);
-    if (wpe != kNoTensor) ops.encoder_host_tokens(c.pos, pos, static_cast<int>(N));
+    if (opt.doc_mask || opt.doc_positions) window_documents(c, inputs);
     return in;
 }
 

@@ -75,6 +75,7 @@ struct Context {
     float *lnf_mean = nullptr, *lnf_rstd = nullptr, *losses = nullptr;
     bool have_logit_grad = false;
     bool pos_set = false;  // cp without doc_positions: pos holds the rows' window positions (GPT::forward)
+    bool docs_set = false; // doc_start / pos set for the next forward (GPT::set_documents, cp_take)
     float dloss = 0.0f;    // the forward's loss scale (d loss / d per-position loss): MoE's balance loss gradient
     double moe_aux = 0.0;  // with model.moe: the sum of this range's layers' balance losses (forward)
 };
@@ -138,10 +139,18 @@ struct GPT::Impl {
     std::vector<int> cp_host;  // (2,B,Tl) this rank's inputs then targets, taken from the window's
     std::vector<int> cp_pos;   // (B,Tl) the window positions of this rank's rows (every context's c.pos)
     int *tok_dev = nullptr, *tgt_dev = nullptr;  // (B,T) for the whole-model helpers
-    std::vector<int> doc_host;                   // (2,B,T) doc_start then pos, built on the host per forward
-    /// With doc_mask or doc_positions: c.doc_start and c.pos from the micro-batch's ids (host_tokens
-    /// when given, else copied back from c.tokens); nothing otherwise (gpt.cpp).
-    void set_documents(Context& c, const int* host_tokens);
+    std::vector<int> doc_host;  // (2,B,Tw) doc_start and window positions, then (B,T) pos: host, per micro-batch
+    /// Context c's documents from window (B,Tw) host int32, the micro-batch's whole windows:
+    /// c.doc_start (B,Tw) and, with doc_positions, c.pos (B,T) (this rank's rows' positions
+    /// restarted at each document); marks c.docs_set. With doc_mask or doc_positions only
+    /// (gpt_documents.cpp).
+    void window_documents(Context& c, const int* window);
+    /// GPT::forward's documents of context ctx (number for the message): those set for it
+    /// (c.docs_set, cleared here), else on the first stage without cp from its ids (host_tokens
+    /// (B,T) host when given, else copied back from tokens (B,T) device: a host wait). Nothing
+    /// without doc_mask and doc_positions. Errors: std::logic_error on another stage or with cp
+    /// when none were set (GPT::set_documents).
+    void forward_documents(Context& c, int ctx, const int* tokens, const int* host_tokens);
 
     /// The whole-model helpers' batch: inputs and targets (B,T) host int32 (the windows with cp)
     /// into tok_dev and tgt_dev (this rank's rows with cp, via cp_take). Returns the host ids of
@@ -156,10 +165,10 @@ struct GPT::Impl {
     /// CP rank holds it.
     int cp_local_row(int w) const;
     /// The whole-model helpers' start with cp: this rank's rows of the window's inputs and targets
-    /// ((B,Tw) host int32; targets may be null) into tok_dev / tgt_dev, and from the window's
-    /// inputs c.doc_start (the window's, (B,Tw)) and, with doc_positions, c.pos (its rows'
-    /// positions restarted at each document; else GPT::forward gives c.pos the rows' window
-    /// positions, cp_pos). Returns this rank's inputs (B,Tl) on the host.
+    /// ((B,Tw) host int32; targets may be null) into tok_dev / tgt_dev, and with doc_mask or
+    /// doc_positions c's documents from the window's inputs (window_documents; without
+    /// doc_positions GPT::forward gives c.pos the rows' window positions, cp_pos). Returns this
+    /// rank's inputs (B,Tl) on the host.
     const int* cp_take(Context& c, const int* inputs, const int* targets);
     /// Attention of this rank's rows against the window: a.qkv (B,Tl,Qt) all-gathered into cp_full,
     /// then the two chunks' rows (Ops::attention_forward_rows) into a.atty and a.att_lse.

@@ -1,6 +1,7 @@
 // parallel/pipeline.cpp — one pipeline stage's forwards, backwards and transfers (see pipeline.hpp).
 #include "parallel/pipeline.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -107,6 +108,7 @@ double PipelineStage::train(int m, const Batches& next, float dloss) {
         double start = now();
         if (op.kind == PipeOp::forward) {
             next(i, inputs_.data(), targets_.data());
+            gpt_.set_documents(inputs_.data(), ctx);  // with document masking: every stage, from the windows
             const int* in = first() ? rows(inputs_.data(), in_rows_) : nullptr;
             if (first()) ops_.memcpy_h2d(tok_, in, n_tokens_ * sizeof(int));
             if (last()) ops_.memcpy_h2d(tgt_, rows(targets_.data(), tgt_rows_), n_tokens_ * sizeof(int));
@@ -159,7 +161,9 @@ void PipelineStage::warm_up() {
         if (act_in_[b]) ops_.memset(act_in_[b], 0, act_bytes);
         if (grad_in_[b]) ops_.memset(grad_in_[b], 0, act_bytes);
     }
+    std::fill(inputs_.begin(), inputs_.end(), 0);
     for (int ctx = 0; ctx < gpt_.num_contexts(); ++ctx) {
+        gpt_.set_documents(inputs_.data(), ctx);
         gpt_.forward(first() ? tok_ : nullptr, first() ? nullptr : act_in_[0], last() ? tgt_ : nullptr, 1.0f, true,
                      ctx);
         gpt_.backward(last() ? nullptr : grad_in_[0], first() ? nullptr : grad_out_[0], ctx);
@@ -175,6 +179,7 @@ const int* PipelineStage::rows(const int* window, std::vector<int>& rows) const 
 
 void PipelineStage::forward_only(const int* inputs, const int* targets) {
     const DType t = ops_.act_dtype();
+    gpt_.set_documents(inputs, 0);  // with document masking: every stage, from the windows
     if (first())
         ops_.memcpy_h2d(tok_, rows(inputs, in_rows_), n_tokens_ * sizeof(int));
     else

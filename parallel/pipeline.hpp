@@ -75,7 +75,8 @@ public:
     /// Fills micro-batch i's token ids and targets ((B,T) host int32 each, T the window: with
     /// context parallelism cp x the GPT's options().T, of which the stage takes its rows,
     /// GPT::window_rows); called once per micro-batch, in order, on every stage (each stage's
-    /// loader stays in step).
+    /// loader stays in step). With document masking every stage finds the micro-batch's document
+    /// boundaries from its input ids (GPT::set_documents).
     using Batches = std::function<void(int i, int* inputs, int* targets)>;
     /// One local forward and backward per activation context on zeros, no transfers: allocates every
     /// workspace the backend grows on first use, so that train() never allocates (see the header).

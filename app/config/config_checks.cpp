@@ -67,10 +67,6 @@ void check_across_keys(const Config& c, const ConfigOrigins& origins, const std:
     if (!c.data.sources.empty() && origins.count("data.train"))
         fail(at({"data.train"}), "data.train: not used beside data.sources (a mixture); give one or the other "
                                  "(a single file is a mixture of one: [[data.sources]] with its name and path)");
-    if ((c.data.document_mask || c.data.reset_position_ids) && c.parallel.pp > 1)
-        fail(at({"data.document_mask", "data.reset_position_ids", "parallel.pp"}),
-             "data.document_mask / data.reset_position_ids: not with parallel.pp = " + std::to_string(c.parallel.pp) +
-                 " (the document boundaries come from the token ids, which only the first stage holds)");
     if (const auto& ls = c.lr_schedule; ls.decay == "wsd") {
         // WSD's decay takes the last round(decay_ratio * max_steps) steps (optim/lr_schedule.hpp).
         const long decay = std::lround(double(ls.decay_ratio) * double(c.run.max_steps));

@@ -4,9 +4,9 @@
 //  - GPT-2 and Llama train with both keys on, the start-up log says so, and the losses differ from
 //    the same run without them (the tiny windows of 16 tokens do cross documents);
 //  - a masked run stopped and resumed is bit for bit the unbroken one (expect_resume_is_exact);
-//  - both keys false are the default: bit for bit the run that does not name them;
-//  - with parallel.pp > 1 they are a configuration error naming the key (exit 2).
-// The model's arithmetic is checked elsewhere (tests/model/test_documents_torch.cpp).
+//  - both keys false are the default: bit for bit the run that does not name them.
+// The model's arithmetic is checked elsewhere (tests/model/test_documents_torch.cpp); with pipeline
+// stages and context parallelism against one process: tests/parallel/cp_equivalence.sh.
 #include "tests/app/e2e_util.hpp"
 
 namespace {
@@ -60,15 +60,6 @@ TEST_F(E2E, DocumentMaskOffIsTheDefaultBitwise) {
     ASSERT_EQ(pb.code, 0) << pb.err;
     EXPECT_EQ(train_losses(a), train_losses(b));
     EXPECT_EQ(pa.out.find("documents:"), std::string::npos) << pa.out;
-}
-
-TEST_F(E2E, DocumentMaskWithAPipelineIsAConfigError) {
-    const fs::path d = case_dir() / "bad";
-    Proc p = run(llmtrain_args(d, {"parallel.pp=2", "data.document_mask=true"}));
-    EXPECT_EQ(p.code, 2) << p.err;
-    EXPECT_NE(p.err.find("data.document_mask / data.reset_position_ids: not with parallel.pp = 2"), std::string::npos)
-        << p.err;
-    EXPECT_FALSE(fs::exists(d / "checkpoints"));
 }
 
 int main(int argc, char** argv) { return e2e_main(argc, argv); }

@@ -10,7 +10,8 @@
 # cp 2 run's step-3 checkpoint resumed at cp 1 and cp 4 continues the unbroken run. With pipeline
 # stages (2 micro-batches a step, 1F1B): cp 2 x pp 2 against pp 2, GPT-2 and a Llama (rotary
 # positions on both stages) with every layer recomputed; its step-3 checkpoint resumed in one
-# process, and pp 2's resumed at cp 2 x pp 2, continue pp 2's run.
+# process, and pp 2's resumed at cp 2 x pp 2, continue pp 2's run. The document-masked Llama at
+# pp 2 and at cp 2 x pp 2 against one process.
 # Tolerances: losses 1e-5 relative, weights 1e-4 absolute (the c_attn key bias excepted), as
 # tp_equivalence.sh and for the same reason: the ranks' partial d k|v are summed over the CP group
 # and each rank's parameter gradients over its Tw/cp tokens are summed by the gradient all-reduce,
@@ -94,6 +95,14 @@ run 2 llama_pp2 "${H4[@]}" "${LLAMA[@]}" "${PP[@]}"
 run 4 llama_cp2pp2 "${H4[@]}" "${LLAMA[@]}" "${PP[@]}" "${CKL[@]}" --set parallel.cp=2
 compare llama_pp2 llama_cp2pp2 $LT 0 $WT
 grep -q "stage 1: layers \[1, 2), 1 recomputed" "$WORK/llama_cp2pp2.log" || { echo "llama_cp2pp2: not recomputed"; exit 1; }
+# Document masking with positions restarting per document through the stages: every stage finds
+# the boundaries in its windows' ids. pp 2 against one process (pipeline_equivalence.sh's 1e-5
+# and 1e-6), and cp 2 x pp 2 against it (LT, WT).
+run 1 llama_doc_m2 "${H4[@]}" "${LLAMA[@]}" "${DOC[@]}" --set training.grad_accum_steps=2
+run 2 llama_doc_pp2 "${H4[@]}" "${LLAMA[@]}" "${DOC[@]}" "${PP[@]}"
+compare llama_doc_m2 llama_doc_pp2 1e-5
+run 4 llama_doc_cp2pp2 "${H4[@]}" "${LLAMA[@]}" "${DOC[@]}" "${PP[@]}" --set parallel.cp=2
+compare llama_doc_m2 llama_doc_cp2pp2 $LT 0 $WT
 run 1 cp2pp2_then_1 "${H4[@]}" --set training.grad_accum_steps=2 --set "checkpoint.resume=\"$WORK/cp2pp2/checkpoints/step_3\""
 compare pp2 cp2pp2_then_1 $LT 3 $WT
 run 4 pp2_then_cp2pp2 "${H4[@]}" "${PP[@]}" --set parallel.cp=2 --set "checkpoint.resume=\"$WORK/pp2/checkpoints/step_3\""
@@ -134,4 +143,4 @@ mem 1
 mem 2
 mem 4
 mem 2 2
-echo "cp_equivalence: cp 2 and 4 track cp 1 alone and with dp, ZeRO-3, tp, pp, document masking and resume"
+echo "cp_equivalence: cp 2 and 4 track cp 1 alone and with dp, ZeRO-3, tp, pp, document masking (with pp too) and resume"
