@@ -7,7 +7,8 @@
 # 8 HellaSwag-format items scored at steps 3 and 6): cp 2, cp 4, cp 2 with ZeRO-3 and cp 2 x tp 2
 # against one process, cp 2 x dp 2 against dp 2, a Llama with document masking and restarting
 # positions at cp 2 against cp 1; cp 2 x pp 2 against pp 2 (the last stage's CP rank holding the
-# sampled row hands its logits to the group, GPT::logit_row). Expected: the same sample text and
+# sampled row hands its logits to the group, GPT::logit_row); that Llama at pp 2 and cp 2 x pp 2
+# against one process. Expected: the same sample text and
 # the same HellaSwag acc and acc_norm, exactly. Why exact is fair: the runs' weights agree within
 # 1e-6 (cp_equivalence.sh) and each logit within ~1e-6 relative; a sampled token (top-k with
 # temperature 1, one uniform draw per token from the same RNG) or a chosen ending changes only where
@@ -68,4 +69,10 @@ PP=(--set parallel.pp=2 --set training.grad_accum_steps=2)
 run 2 pp2 "${E[@]}" "${PP[@]}"
 run 4 cp2pp2 "${E[@]}" "${PP[@]}" --set parallel.cp=2
 same_eval pp2 cp2pp2
-echo "cp_eval: samples and HellaSwag at cp 2 and 4 (alone, ZeRO-3, tp, dp, document masking) as at cp 1, and at cp 2 x pp 2 as at pp 2"
+# The document-masked Llama through pipeline stages: every stage finds the boundaries in the windows.
+run 1 llama_doc_m2 "${E[@]}" "${LLAMA[@]}" "${DOC[@]}" --set training.grad_accum_steps=2
+run 2 llama_doc_pp2 "${E[@]}" "${LLAMA[@]}" "${DOC[@]}" "${PP[@]}"
+same_eval llama_doc_m2 llama_doc_pp2
+run 4 llama_doc_cp2pp2 "${E[@]}" "${LLAMA[@]}" "${DOC[@]}" "${PP[@]}" --set parallel.cp=2
+same_eval llama_doc_m2 llama_doc_cp2pp2
+echo "cp_eval: samples and HellaSwag at cp 2 and 4 (alone, ZeRO-3, tp, dp, document masking) as at cp 1, at cp 2 x pp 2 as at pp 2, document-masked at pp 2 and cp 2 x pp 2 as in one process"
