@@ -10,7 +10,10 @@
 //  - the executed order of forwards and backwards equals stage_schedule()'s;
 //  - eval (forward only) and logits through every stage equal the whole model's, bitwise.
 // For P = world size, m in {1, P-1, P, 2P+1}, 1F1B and GPipe, even and uneven splits, per-stage
-// checkpointed-layer counts.
+// checkpointed-layer counts; and with documents (document masking and positions restarting per
+// document, GPTOptions::doc_mask / doc_positions): every stage finds the boundaries in the windows
+// (GPT::set_documents), bitwise the whole model's, and a later stage's forward without them is a
+// std::logic_error.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -41,6 +44,14 @@ void batch(int i, int* in, int* tgt) {
     for (int k = 0; k < kB * kT; ++k) in[k] = int(rng() % 37), tgt[k] = int(rng() % 37);
 }
 
+constexpr int kEos = 36;  // the documents' end in the cases with documents
+/// batch() with an EOS every 5 tokens (shifted per micro-batch): 3 or 4 documents per row of 8.
+void batch_docs(int i, int* in, int* tgt) {
+    batch(i, in, tgt);
+    for (int k = 0; k < kB * kT; ++k)
+        if ((k + i) % 5 == 0) in[k] = kEos;
+}
+
 std::vector<float> host(Ops& ops, const void* p, size_t n) {
     std::vector<float> h(n);
     ops.memcpy_d2h(h.data(), p, n * 4);
@@ -53,6 +64,7 @@ struct Case {
     int m;
     std::vector<int> layers;  // per stage
     std::vector<int> ckpt;    // per stage
+    bool docs = false;        // document masking and positions restarting per document (batch_docs)
 };
 
 void run_case(const Case& c) {
@@ -65,6 +77,8 @@ void run_case(const Case& c) {
     GPTOptions o;
     o.B = kB;
     o.T = kT;
+    if (c.docs) o.doc_eos = kEos, o.doc_mask = o.doc_positions = true;
+    const PipelineStage::Batches next = c.docs ? batch_docs : batch;
     GPT whole(cfg, o, alloc);
     whole.init_params(3);
     whole.zero_grads();
@@ -72,7 +86,7 @@ void run_case(const Case& c) {
     const float dloss = 1.0f / float(kB * kT * c.m);
     double want_loss = 0;
     for (int i = 0; i < c.m; ++i) {
-        batch(i, in.data(), tgt.data());
+        next(i, in.data(), tgt.data());
         whole.forward_backward(in.data(), tgt.data(), dloss);
     }
     want_loss = whole.take_loss_sum();
@@ -95,6 +109,7 @@ void run_case(const Case& c) {
                                  4 * a256(N * 4) + a256(size_t(kB) * cfg.n_head * kT * 4);
         size_t per_context = (n_local + 1) * N * C * 4 + (n_local - size_t(c.ckpt[s])) * per_layer;
         if (s == 0) per_context += N * 4;
+        if (c.docs) per_context += 2 * N * 4;  // doc_start and pos
         if (s == P - 1) per_context += N * C * 4 + 3 * N * 4 + N * Vp * 4;
         const size_t in_flight = c.schedule == PipelineSchedule::gpipe ? size_t(c.m) : size_t(std::min(P - s, c.m));
         EXPECT_EQ(alloc.current(MemCategory::activations) - act_before, in_flight * per_context);
@@ -117,7 +132,7 @@ void run_case(const Case& c) {
     // Twice: a step leaves nothing behind that changes the next (the checks below see the second).
     for (int step = 0; step < 2; ++step) {
         stage.zero_grads();
-        const double loss = pipe.train(c.m, batch, dloss);
+        const double loss = pipe.train(c.m, next, dloss);
         if (s == P - 1) EXPECT_EQ(loss, want_loss) << "step " << step;
         else EXPECT_EQ(loss, 0.0);
     }
@@ -171,7 +186,7 @@ void run_case(const Case& c) {
     }
 
     // Forward only: eval loss and logits at the last stage equal the whole model's.
-    batch(100, in.data(), tgt.data());
+    next(100, in.data(), tgt.data());
     const float ev = pipe.evaluate(in.data(), tgt.data());
     if (s == P - 1) {
         EXPECT_EQ(ev, whole.evaluate(in.data(), tgt.data()));
@@ -181,6 +196,9 @@ void run_case(const Case& c) {
         EXPECT_EQ(lg, whole.logits_at(in.data(), kT - 1));
     } else {
         EXPECT_TRUE(lg.empty());
+    }
+    if (c.docs && s > 0) {  // nothing read before the check
+        EXPECT_THROW(stage.forward(nullptr, nullptr, nullptr, 0.0f, false, 0), std::logic_error);
     }
 }
 
@@ -204,6 +222,8 @@ TEST(Pipeline, EqualsTheWholeModel) {
             run_case({sch, m, even_split(5, P), none});
             run_case({sch, m, uneven, some});
         }
+    for (PipelineSchedule sch : {PipelineSchedule::one_f_one_b, PipelineSchedule::gpipe})
+        run_case({sch, P + 1, uneven, some, true});
 }
 
 }  // namespace
