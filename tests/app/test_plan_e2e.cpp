@@ -107,7 +107,8 @@ double number_after(const std::string& out, const std::string& key) {
     return at == std::string::npos ? -1 : std::stod(out.substr(at + key.size()));
 }
 
-/// Plans tiny.toml's shape (n_layer layers) at pp 2 on `ranks` ranks (tp x dp = ranks / 2, at `zero`),
+/// Plans tiny.toml's shape (n_layer layers) at pp 2 on `ranks` ranks (tp x cp x dp = ranks / 2, at `zero`;
+/// the run takes the plan's tp and cp),
 /// layer times from FLOPs, under a cap 3% below what it needs without recomputation, runs the plan for 2 steps (a checkpoint
 /// at the end) and compares each stage's peak, on every rank.
 void expect_memory_as_planned(int n_layer, int ranks, int zero, int tp = 0) {
@@ -119,7 +120,8 @@ void expect_memory_as_planned(int n_layer, int ranks, int zero, int tp = 0) {
     // FLOP-derived times, not --profile: the split must not follow timing noise between the two plans
     // (a noisy profile once chose another split that met the tight cap without recomputation).
     std::vector<std::string> flags = {"--world-size", std::to_string(ranks), "--pp", "2", "--device-tflops", "0.1"};
-    if (tp > 0) flags.insert(flags.end(), {"--tp", std::to_string(tp)});  // else the planner's choice
+    // A given tp plans at cp 1 (pp 2 x dp 2 at tp 1; cp is the planner's choice only without --tp).
+    if (tp > 0) flags.insert(flags.end(), {"--tp", std::to_string(tp), "--cp", "1"});  // else the planner's choice
     auto with_memory = [&](double mib) {
         auto f = flags;
         f.insert(f.end(), {"--device-memory", std::to_string(mib) + "MiB"});
@@ -144,8 +146,13 @@ void expect_memory_as_planned(int n_layer, int ranks, int zero, int tp = 0) {
     if (tp == 0 && ranks == 4) {
         EXPECT_EQ(tpm[1].str(), "2") << "expected the planner to pick tp 2\n" << tight.out;
     }
+    // And cp: a stage's peak does not depend on the batch beyond the micro-batches in flight
+    // (min(m, pp - stage) either way), so the run keeps grad_accum_steps.
+    std::smatch cpm;
+    ASSERT_TRUE(std::regex_search(tight.out, cpm, std::regex(R"(\n  cp = ([0-9]+)\n)"))) << tight.out;
     run_sets.insert(run_sets.end(), {"run.max_steps=2", "pipeline.layers_per_stage=" + layers,
-                                     "activation_checkpoint.layers_per_stage=" + ckpt, "parallel.tp=" + tpm[1].str()});
+                                     "activation_checkpoint.layers_per_stage=" + ckpt, "parallel.tp=" + tpm[1].str(),
+                                     "parallel.cp=" + cpm[1].str()});
     Proc train = run(train_cmd(case_dir() / ("run" + std::to_string(n_layer) + "_" + std::to_string(ranks) + "_" +
                                              std::to_string(tp)),
                                run_sets, ranks));
