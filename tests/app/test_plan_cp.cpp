@@ -20,7 +20,6 @@
 //    longer refused, and bad --cp values: exit 2 naming the flag and what was expected.
 // FLOP-derived layer times (--device-tflops), so nothing depends on this machine's speed.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -31,6 +30,7 @@
 #include "app/model_state.hpp"
 #include "app/plan/plan.hpp"
 #include "app/plan/traffic.hpp"
+#include "tests/app/shell_util.hpp"
 
 using namespace llmtrain;
 
@@ -52,24 +52,6 @@ PlanOptions options(const Config& cfg, int world, double memory, double link_gbp
     o.link_gbps = link_gbps;
     o.times = flops_layer_times(cfg, 0.1, 100);
     return o;
-}
-
-struct Proc {
-    int code = -1;
-    std::string out;
-};
-
-/// Runs a shell command, stdout and stderr together.
-Proc sh(const std::string& cmd) {
-    Proc p;
-    FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-    if (!f) return p;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) p.out.append(buf.data(), n);
-    const int st = pclose(f);
-    p.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return p;
 }
 
 /// llama-tiny at seq_len 8192, micro-batch 1, no samples, as --config and --set flags.
@@ -95,7 +77,7 @@ double dry_total(const std::string& out, int zero) {
 /// `llmtrain --dry-run --world-size 2` of kLong with `sets` (each "--set" already in it): ZeRO stage
 /// `zero`'s device total, MiB.
 double dry_run(const std::string& sets, int zero) {
-    const Proc p = sh(std::string(LLMTRAIN_BIN) + kLong + " --dry-run --world-size 2" + sets);
+    const shell::Result p = shell::sh(std::string(LLMTRAIN_BIN) + kLong + " --dry-run --world-size 2" + sets);
     EXPECT_EQ(p.code, 0) << p.out;
     const double total = dry_total(p.out, zero);
     EXPECT_GT(total, 0) << p.out;
@@ -176,7 +158,9 @@ TEST(PlanCp, SearchCoversCpTimesPpAndHonoursTheFlag) {
         if (c.cp > 1) {
             ++with_cp;
             ASSERT_TRUE(c.choice.feasible);
-            if (c.pp > 1) EXPECT_LE(c.zero_stage, 1);  // ZeRO-2/3 do not combine with a pipeline
+            if (c.pp > 1) {
+                EXPECT_LE(c.zero_stage, 1);  // ZeRO-2/3 do not combine with a pipeline
+            }
             EXPECT_EQ(apply_plan(cfg, c).parallel.cp, c.cp);
             const auto toml = plan_toml(c);
             EXPECT_NE(std::find(toml.begin(), toml.end(), "cp = " + std::to_string(c.cp)), toml.end());
@@ -186,8 +170,11 @@ TEST(PlanCp, SearchCoversCpTimesPpAndHonoursTheFlag) {
     o.cp = 2;
     const PlanResult only = make_plan(cfg, o);
     ASSERT_FALSE(only.candidates.empty());
-    for (const PlanCandidate& c : only.candidates)
-        if (c.skipped.empty()) EXPECT_EQ(c.cp, 2);
+    for (const PlanCandidate& c : only.candidates) {
+        if (c.skipped.empty()) {
+            EXPECT_EQ(c.cp, 2);
+        }
+    }
 }
 
 TEST(PlanCp, CpIsWhatFitsAndThePlanIsTheDryRunsCount) {
@@ -200,7 +187,7 @@ TEST(PlanCp, CpIsWhatFitsAndThePlanIsTheDryRunsCount) {
     const double cap = 0.5 * (need1 + need2);
     char mem[64];
     std::snprintf(mem, sizeof mem, "%.3fMiB", cap / 0.9);  // the default margin keeps 10% free
-    const Proc p = sh(std::string(LLMTRAIN_PLAN_BIN) + kLong +
+    const shell::Result p = shell::sh(std::string(LLMTRAIN_PLAN_BIN) + kLong +
                       " --world-size 2 --tp 1 --pp 1 --device-tflops 1 --device-memory " + mem);
     ASSERT_EQ(p.code, 0) << p.out;
     const auto rows = plan_table(p.out);
@@ -227,7 +214,7 @@ TEST(PlanCp, CpIsWhatFitsAndThePlanIsTheDryRunsCount) {
 
 TEST(PlanCp, CpTimesPpStagesAreTheDryRunsCount) {
     // 4 ranks at cp 2 x pp 2 (dp 1, 8 micro-batches) under a cap that forces recomputation.
-    const Proc p = sh(std::string(LLMTRAIN_PLAN_BIN) + kLong + " --set training.grad_accum_steps=2 --world-size 4 "
+    const shell::Result p = shell::sh(std::string(LLMTRAIN_PLAN_BIN) + kLong + " --set training.grad_accum_steps=2 --world-size 4 "
                       "--tp 1 --cp 2 --pp 2 --device-tflops 1 --device-memory 400MiB");
     ASSERT_EQ(p.code, 0) << p.out;
     std::smatch m;
@@ -237,7 +224,7 @@ TEST(PlanCp, CpTimesPpStagesAreTheDryRunsCount) {
     ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(\n  zero_stage = ([0-9])\n)"))) << p.out;
     const std::string zero = m[1];
     ASSERT_EQ(p.out.find("offload = \"cpu\""), std::string::npos) << p.out;
-    const Proc d = sh(std::string(LLMTRAIN_BIN) + kLong + " --dry-run --world-size 4 --set parallel.cp=2 --set parallel.pp=2 "
+    const shell::Result d = shell::sh(std::string(LLMTRAIN_BIN) + kLong + " --dry-run --world-size 4 --set parallel.cp=2 --set parallel.pp=2 "
                       "--set training.grad_accum_steps=8 --set parallel.zero_stage=" + zero + " --set 'pipeline.layers_per_stage=" +
                       layers + "' --set 'activation_checkpoint.layers_per_stage=" + ckpt + "'");
     ASSERT_EQ(d.code, 0) << d.out;
@@ -256,14 +243,14 @@ TEST(PlanCp, CpTimesPpStagesAreTheDryRunsCount) {
 
 TEST(PlanCp, FlagAndConfigKey) {
     const std::string plan = std::string(LLMTRAIN_PLAN_BIN) + kLong + " --device-memory 4GiB --device-tflops 1";
-    const Proc p = sh(plan + " --world-size 4 --cp 2");
+    const shell::Result p = shell::sh(plan + " --world-size 4 --cp 2");
     ASSERT_EQ(p.code, 0) << p.out;
     const auto rows = plan_table(p.out);
     ASSERT_EQ(rows.size(), 3u) << p.out;  // tp 1 at pp 1 and 2, tp 2 at pp 1 (n_kv_head 2: no tp 4)
     for (const auto& r : rows) EXPECT_EQ(r[1], 2) << p.out;
     EXPECT_NE(p.out.find("\n  cp = 2\n"), std::string::npos) << p.out;
     // parallel.cp in the config is planned like any other (it no longer stops the planner).
-    const Proc key = sh(plan + " --world-size 2 --set parallel.cp=2");
+    const shell::Result key = shell::sh(plan + " --world-size 2 --set parallel.cp=2");
     EXPECT_EQ(key.code, 0) << key.out;
     const std::vector<std::pair<std::string, std::string>> bad = {
         {" --world-size 4 --cp 3", "--cp: expected a divisor of --world-size 4, got 3"},
@@ -273,7 +260,7 @@ TEST(PlanCp, FlagAndConfigKey) {
         {" --world-size 4 --cp 4 --tp 2", "--cp x --tp: expected a divisor of --world-size 4, got 8"},
         {" --world-size 4 --cp 0", "--cp"}};
     for (const auto& [flags, msg] : bad) {
-        const Proc b = sh(plan + flags);
+        const shell::Result b = shell::sh(plan + flags);
         EXPECT_EQ(b.code, 2) << flags << "\n" << b.out;
         EXPECT_NE(b.out.find(msg), std::string::npos) << flags << "\n" << b.out;
     }

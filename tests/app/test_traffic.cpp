@@ -12,7 +12,6 @@
 //    the dp all-reduce at the slower rate, and the best plan changes from pp 1 to pp 2 (whose dp
 //    groups stay inside a node).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <array>
 #include <cstdio>
@@ -23,6 +22,7 @@
 #include "app/model_state.hpp"
 #include "app/plan/plan.hpp"
 #include "app/plan/traffic.hpp"
+#include "tests/app/shell_util.hpp"
 #include "parallel/topology.hpp"
 
 using namespace llmtrain;
@@ -366,35 +366,13 @@ TEST(Traffic, CrossingSharesAreKOverP) {
     EXPECT_THROW(step_traffic(tiny(), run_shape(tiny(), 16), 0), std::invalid_argument);
 }
 
-namespace {
-
-struct Proc {
-    int code = -1;
-    std::string out;
-};
-
-/// Runs a shell command, stdout and stderr together.
-Proc sh(const std::string& cmd) {
-    Proc p;
-    FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-    if (!f) return p;
-    std::array<char, 4096> buf;
-    size_t n;
-    while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) p.out.append(buf.data(), n);
-    const int st = pclose(f);
-    p.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    return p;
-}
-
-}  // namespace
-
 TEST(Traffic, DryRunPrintsTheTable) {
     // tiny.toml at ZeRO-1 in groups of 2 on 4 ranks, 2 per node, 2 micro-batches: the ZeRO groups
     // [0,1] [2,3] stay in a node, the replica pairs (0,2) (1,3) cross. Rows printed in MiB to 0.1.
     const std::string base = std::string(LLMTRAIN_BIN) + " --config " LLMTRAIN_CONFIGS "/tiny.toml --dry-run "
                              "--set parallel.zero_stage=1 --set parallel.zero_group_size=2 "
                              "--set training.grad_accum_steps=2 --world-size 4";
-    const Proc p = sh(base + " --ranks-per-node 2");
+    const shell::Result p = shell::sh(base + " --ranks-per-node 2");
     ASSERT_EQ(p.code, 0) << p.out;
     const Config c = load_config(LLMTRAIN_CONFIGS "/tiny.toml", {});
     const double psi = double(ParamLayout(gpt_config_of(c), 16).total_numel()), mib = 1048576.0;
@@ -414,15 +392,15 @@ TEST(Traffic, DryRunPrintsTheTable) {
     EXPECT_NE(p.out.find("world 4 on 2 nodes of 2 ranks"), std::string::npos) << p.out;
     EXPECT_NE(p.out.find("groups spanning nodes: replica\n"), std::string::npos) << p.out;
     // Without --ranks-per-node: one node, nothing crosses.
-    const Proc one = sh(base);
+    const shell::Result one = shell::sh(base);
     ASSERT_EQ(one.code, 0) << one.out;
     EXPECT_NE(one.out.find("world 4 on 1 node of 4 ranks"), std::string::npos) << one.out;
     EXPECT_NE(one.out.find("no group spans nodes"), std::string::npos) << one.out;
     // Errors: exit 2 naming the flag and what was expected.
-    const Proc bad = sh(base + " --ranks-per-node 3");
+    const shell::Result bad = shell::sh(base + " --ranks-per-node 3");
     EXPECT_EQ(bad.code, 2) << bad.out;
     EXPECT_NE(bad.out.find("--ranks-per-node: expected a divisor of --world-size 4, got 3"), std::string::npos) << bad.out;
-    const Proc alone = sh(std::string(LLMTRAIN_BIN) + " --dry-run --ranks-per-node 2");
+    const shell::Result alone = shell::sh(std::string(LLMTRAIN_BIN) + " --dry-run --ranks-per-node 2");
     EXPECT_EQ(alone.code, 2) << alone.out;
     EXPECT_NE(alone.out.find("--ranks-per-node requires --world-size"), std::string::npos) << alone.out;
 }
