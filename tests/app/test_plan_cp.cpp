@@ -37,7 +37,7 @@ using namespace llmtrain;
 namespace {
 
 /// llama-tiny.toml (4 layers, n_head 4 over n_kv_head 2, n_embd 256: head size 64) at seq_len 1024,
-/// micro-batch 2, no samples (refused beside parallel.cp > 1).
+/// micro-batch 2, no samples.
 Config llama(std::vector<std::string> extra = {}) {
     std::vector<std::string> sets = {"model.seq_len=1024", "training.micro_batch_size=2", "training.grad_accum_steps=1",
                                      "run.sample_interval=0"};
