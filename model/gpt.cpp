@@ -280,13 +280,7 @@ void* GPT::grads() { return full_store(impl_->own_store, "grads").grads(); }
 const void* GPT::act_out(int ctx) const { return impl_->context(ctx).res[impl_->n_local]; }
 size_t GPT::act_rows() const { return static_cast<size_t>(impl_->R); }
 
-void GPT::window_rows(const int* window, int* rows) const {
-    const Impl& m = *impl_;
-    const size_t Tl = size_t(m.opt.T), Tw = size_t(m.Tw);
-    for (size_t b = 0; b < size_t(m.opt.B); ++b)
-        for (size_t t = 0; t < Tl; ++t)
-            rows[b * Tl + t] = window[b * Tw + size_t(m.cpg != nullptr ? m.cp_window_row(int(t)) : int(t))];
-}
+void GPT::window_rows(const int* window, int* rows) const { impl_->take_rows(window, rows); }
 const float* GPT::losses(int ctx) const { return impl_->context(ctx).losses; }
 const void* GPT::logits(int ctx) const { return impl_->context(ctx).logits; }
 int GPT::num_checkpointed_layers() const { return impl_->n_ckpt; }

@@ -24,6 +24,13 @@ int GPT::Impl::cp_window_row(int t, int r) const {
     return t < half ? r * half + t : (2 * ncp - 1 - r) * half + (t - half);
 }
 
+void GPT::Impl::take_rows(const int* window, int* rows) const {
+    const size_t Tl = size_t(opt.T);
+    for (size_t b = 0; b < size_t(opt.B); ++b)
+        for (size_t t = 0; t < Tl; ++t)
+            rows[b * Tl + t] = window[b * size_t(Tw) + size_t(cpg != nullptr ? cp_window_row(int(t)) : int(t))];
+}
+
 int GPT::Impl::cp_local_row(int w) const {
     const int half = opt.T / 2, chunk = w / half;
     if (chunk == cp_rank) return w - chunk * half;
@@ -59,17 +66,12 @@ void GPT::window_losses(float* out) {
 }
 
 const int* GPT::Impl::cp_take(Context& c, const int* inputs, const int* targets) {
-    const int B = opt.B, Tl = opt.T;
     const size_t N = n_rows();
     cp_host.resize(2 * N);
     int* in = cp_host.data();
     int* tg = in + N;
-    for (int b = 0; b < B; ++b)
-        for (int t = 0; t < Tl; ++t) {
-            const size_t w = static_cast<size_t>(b) * Tw + cp_window_row(t), l = static_cast<size_t>(b) * Tl + t;
-            in[l] = inputs[w];
-            if (targets != nullptr) tg[l] = targets[w];
-        }
+    take_rows(inputs, in);
+    if (targets != nullptr) take_rows(targets, tg);
     ops.memcpy_h2d(tok_dev, in, N * 4);  // pageable sources: staged at the call
     if (targets != nullptr) ops.memcpy_h2d(tgt_dev, tg, N * 4);
     // Documents come from the whole window (a document may start on another rank's chunk).

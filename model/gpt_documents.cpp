@@ -13,7 +13,7 @@
 namespace llmtrain {
 
 void GPT::Impl::window_documents(Context& c, const int* window) {
-    const int B = opt.B, Tl = opt.T;
+    const int B = opt.B;
     const size_t N = n_rows(), Nw = static_cast<size_t>(B) * Tw;
     doc_host.resize(2 * Nw + N);
     int* ds = doc_host.data();
@@ -23,10 +23,7 @@ void GPT::Impl::window_documents(Context& c, const int* window) {
     if (c.doc_start != nullptr) ops.memcpy_h2d(c.doc_start, ds, Nw * 4);  // pageable: staged at the call
     c.docs_set = true;
     if (!opt.doc_positions) return;  // with cp c.pos: the rows' window positions (GPT::forward)
-    for (int b = 0; b < B; ++b)
-        for (int t = 0; t < Tl; ++t)
-            pos[static_cast<size_t>(b) * Tl + t] =
-                wpos[static_cast<size_t>(b) * Tw + (cpg != nullptr ? cp_window_row(t) : t)];
+    take_rows(wpos, pos);
     ops.memcpy_h2d(c.pos, pos, N * 4);
     // Learned positions: the embedding backward groups positions by their id as it does tokens (CUDA
     // buckets them on the host): the host's ids spare it a copy back (Ops::encoder_host_tokens).

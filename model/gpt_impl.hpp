@@ -161,6 +161,9 @@ struct GPT::Impl {
     /// Window row of local row t (in [0, Tl)) of CP rank r (default: this rank): chunk r for
     /// t < Tl/2, else chunk 2cp-1-r.
     int cp_window_row(int t, int r = -1) const;
+    /// This rank's rows (B,T) of window (B,Tw) host int32: its two chunks with cp, else the window
+    /// itself (GPT::window_rows, cp_take, window_documents).
+    void take_rows(const int* window, int* rows) const;
     /// The inverse on this rank: the local row of window row w (in [0, Tw)), or -1 when another
     /// CP rank holds it.
     int cp_local_row(int w) const;
