@@ -25,6 +25,7 @@ const char* comm_op_name(CommOp op) {
         case CommOp::broadcast: return "broadcast";
         case CommOp::send: return "send";
         case CommOp::recv: return "recv";
+        case CommOp::all_to_all: return "all_to_all";
         case CommOp::count: break;
     }
     throw std::invalid_argument("comm_op_name: not an operation: " + std::to_string(static_cast<int>(op)));

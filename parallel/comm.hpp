@@ -50,14 +50,15 @@ int world_size();
 int local_rank();
 
 /// The kinds of operation a Comm counts bytes for.
-enum class CommOp : int { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, count };
+enum class CommOp : int { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, all_to_all, count };
 /// "all_reduce", "reduce_scatter", ... (the metrics/bench label).
 const char* comm_op_name(CommOp op);
 
 /// Bytes this rank put on the wire per kind of operation since the Comm was made (or reset).
 /// Counted by the algorithm's data movement, not by the library's internals: for P ranks and n
 /// elements of es bytes, reduce_scatter and all_gather send (P-1)/P·n·es (n the full length),
-/// all_reduce 2(P-1)/P·n·es, broadcast n·es on the root, send n·es. One rank sends nothing.
+/// all_reduce 2(P-1)/P·n·es, broadcast n·es on the root, send n·es, all_to_all the elements sent
+/// to the other ranks · es (the block a rank keeps is not on the wire). One rank sends nothing.
 struct CommStats {
     std::array<uint64_t, static_cast<int>(CommOp::count)> bytes{};
     std::array<uint64_t, static_cast<int>(CommOp::count)> calls{};
@@ -129,6 +130,19 @@ public:
     void broadcast(void* buf, size_t n, DType t, int root) { broadcast_async(buf, n, t, root)->wait(); }
     void send(const void* buf, size_t n, DType t, int peer) { send_async(buf, n, t, peer)->wait(); }
     void recv(void* buf, size_t n, DType t, int peer) { recv_async(buf, n, t, peer)->wait(); }
+    /// All-to-all with per-peer counts (MPI_Alltoallv's contract; expert parallelism's token
+    /// exchange, docs/parallelism.md "Expert parallelism"). Blocking, collective over the group.
+    /// send holds size() blocks back to back, block q (send_counts[q] elements) for group index q;
+    /// recv receives size() blocks back to back, block q (recv_counts[q] elements) from group index q.
+    /// recv_counts[q] must equal rank q's send_counts[rank()] (exchange the counts first, e.g. by an
+    /// all_to_all_v of one element per peer). send and recv must not overlap. Counted as
+    /// CommOp::all_to_all: the elements sent to the other ranks. Default (parallel/all_to_all.cpp):
+    /// every receive posted, then every send, through recv_async / send_async (the block to oneself
+    /// too: MpiComm's Irecv/Isend, NCCL's send/recv, as NCCL builds its own all-to-all), so any Comm
+    /// whose point-to-point takes its buffers runs it; one that cannot must override it.
+    /// Errors: std::invalid_argument for null counts; the Comm's CommError for a failed or hung transfer.
+    virtual void all_to_all_v(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                              DType t);
     /// In-place max of n fp32 values (exact, order-free). Blocking.
     virtual void all_reduce_max(float* buf, size_t n) = 0;
     /// Every rank of the group has reached the barrier (host-side, blocking).

@@ -67,6 +67,16 @@ std::vector<int> Topology::cp_group() const {
     return g;
 }
 
+std::vector<int> Topology::ep_group(int ep) const {
+    if (ep < 1 || dp_ % ep != 0)
+        throw std::invalid_argument("parallel.ep: expected a divisor of the data-parallel ranks dp = " +
+                                    std::to_string(dp_) + ", got " + std::to_string(ep));
+    std::vector<int> g;
+    const int first = dp_index() / ep * ep;
+    for (int d = first; d < first + ep; ++d) g.push_back(rank_of(stage(), d / zg_, d % zg_, tp_index()));
+    return g;
+}
+
 std::string Topology::describe() const {
     auto list = [](const std::vector<int>& g, char open, char close) {
         std::string s(1, open);

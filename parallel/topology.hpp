@@ -57,6 +57,11 @@ public:
     /// This rank's context-parallel group: the cp ranks of its stage and TP index whose dp indices
     /// are data_index()·cp .. + cp − 1, in CP-index order.
     std::vector<int> cp_group() const;
+    /// This rank's expert-parallel group for parallel.ep = ep (docs/parallelism.md "Expert
+    /// parallelism"): the ep ranks of its stage and TP index whose dp indices are
+    /// dp_index()/ep·ep .. + ep − 1, in dp-index order (ep is carved out of dp, as cp is; each holds
+    /// its own data). Errors: std::invalid_argument naming parallel.ep unless ep >= 1 divides dp.
+    std::vector<int> ep_group(int ep) const;
     /// World rank of coordinates (stage, replica, ZeRO index, TP index).
     int rank_of(int stage, int replica, int zero_index, int tp_index = 0) const;
 
