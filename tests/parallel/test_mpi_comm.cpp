@@ -60,4 +60,38 @@ TEST(MpiComm, OperationNames) {
     EXPECT_STREQ(comm_op_name(CommOp::broadcast), "broadcast");
     EXPECT_STREQ(comm_op_name(CommOp::send), "send");
     EXPECT_STREQ(comm_op_name(CommOp::recv), "recv");
+    EXPECT_STREQ(comm_op_name(CommOp::all_to_all), "all_to_all");
+}
+
+// Comm::all_to_all_v (parallel/all_to_all.cpp) against a plain reference: rank r sends rank q
+// (r + 2q) mod 5 elements (some blocks empty, its own block too) holding r·1000 + q·100 + i, so rank
+// q must receive from each r exactly those values, back to back in rank order; over the world and
+// over the world in reverse order (group indices are not world ranks). The stats count the bytes
+// sent to the other ranks once, as all_to_all, and nothing as send or recv. Exact (integers in fp32).
+TEST(MpiComm, AllToAllVDeliversEveryBlockInRankOrder) {
+    for (bool reversed : {false, true}) {
+        std::vector<int> ranks(static_cast<size_t>(world_size()));
+        for (int r = 0; r < world_size(); ++r) ranks[size_t(r)] = reversed ? world_size() - 1 - r : r;
+        auto comm = make_mpi_comm(ranks);
+        const int P = comm->size(), me = comm->rank();
+        std::vector<size_t> sc(static_cast<size_t>(P)), rc(static_cast<size_t>(P));
+        std::vector<float> send, want;
+        uint64_t wire = 0;
+        for (int q = 0; q < P; ++q) {
+            sc[size_t(q)] = size_t((me + 2 * q) % 5);
+            rc[size_t(q)] = size_t((q + 2 * me) % 5);
+            for (size_t i = 0; i < sc[size_t(q)]; ++i) send.push_back(float(me * 1000 + q * 100 + int(i)));
+            for (size_t i = 0; i < rc[size_t(q)]; ++i) want.push_back(float(q * 1000 + me * 100 + int(i)));
+            if (q != me) wire += sc[size_t(q)] * 4;
+        }
+        std::vector<float> got(want.size() + 1, -1.0f);  // one more: nothing written past the blocks
+        comm->all_to_all_v(send.data(), sc.data(), got.data(), rc.data(), DType::f32);
+        EXPECT_EQ(got.back(), -1.0f);
+        got.pop_back();
+        EXPECT_EQ(got, want) << (reversed ? "reversed group" : "world");
+        const CommStats& st = comm->stats();
+        EXPECT_EQ(st.bytes[int(CommOp::all_to_all)], wire);
+        EXPECT_EQ(st.calls[int(CommOp::all_to_all)], 1u);
+        EXPECT_EQ(st.calls[int(CommOp::send)] + st.calls[int(CommOp::recv)], 0u);
+    }
 }
