@@ -34,11 +34,22 @@ for f in "${files[@]}"; do
     echo "nvcc_gate: built $f (by the build's nvcc, sm_80 and sm_90)"
     continue
   fi
-  # A header is compiled on its own too (through a one-line .cu): it must include what it uses.
-  src=$f
-  case "$f" in *.cuh) src=$tmp/header.cu; echo "#include \"$f\"" > "$src" ;; esac
-  if "$NVCC" $STD -I"$ROOT" -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
-       -c "$src" -o /dev/null; then
+  # A header is compiled on its own too (through a one-line .cu): it must include what it uses. It
+  # goes through nvcc's front end (EDG, host and device code) and cicc to PTX for each target, not
+  # through ptxas and the host g++: a header alone instantiates no kernel (its instantiations went
+  # through ptxas in the built .cu files that include it), and the emulator's build compiles every
+  # header with g++. Half the time of a full compile (1.6 + 1.6 s against 6.1 s of CPU a header). A
+  # .cu is compiled to machine code for both targets.
+  ok=1
+  case "$f" in
+    *.cuh) echo "#include \"$f\"" > "$tmp/header.cu"
+           for arch in 80 90; do
+             "$NVCC" $STD -I"$ROOT" -arch=compute_$arch -ptx "$tmp/header.cu" -o /dev/null || ok=0
+           done ;;
+    *) "$NVCC" $STD -I"$ROOT" -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+         -c "$f" -o /dev/null || ok=0 ;;
+  esac
+  if ((ok)); then
     echo "nvcc_gate: ok   $f"
   else
     echo "nvcc_gate: FAIL $f"
