@@ -5,7 +5,6 @@
 
 #include "app/config/config.hpp"
 #include "app/interop/safetensors.hpp"
-#include "app/model_state.hpp"
 
 namespace llmtrain {
 
@@ -27,24 +26,69 @@ Config hash_config_of(const GPTConfig& g) {
     c.model.multiple_of = g.multiple_of;
     c.model.rope_theta = g.rope_theta;
     c.model.norm_eps = g.norm_eps;
+    c.moe.n_experts = g.moe_experts;
+    c.moe.top_k = g.moe_top_k;
+    c.moe.n_shared_experts = g.moe_shared_experts;
+    c.moe.expert_ffn = g.moe_expert_ffn;
+    c.moe.router = g.moe_sigmoid ? "sigmoid" : "softmax";
     return c;
+}
+
+/// g with the model.moe keys of a [model_identity] (moe.n_experts, moe.top_k, moe.n_shared_experts,
+/// moe.expert_ffn, moe.router; state.toml's [model] does not record them): g unchanged for a dense
+/// model. Errors: InteropError naming the checkpoint and key on a value that is not a number.
+GPTConfig with_moe_identity(GPTConfig g, const std::vector<std::pair<std::string, std::string>>& id,
+                            const std::string& ckpt_dir) {
+    for (const auto& [key, value] : id) {
+        if (!key.starts_with("moe.")) continue;
+        if (key == "moe.router") {
+            g.moe_sigmoid = value == "sigmoid";
+            continue;
+        }
+        int v = 0;
+        try {
+            v = std::stoi(value);
+        } catch (const std::exception&) {
+            throw InteropError("checkpoint '" + ckpt_dir + "': [model_identity] model." + key + " = " + value +
+                               ": not an integer");
+        }
+        if (key == "moe.n_experts") g.moe_experts = v;
+        else if (key == "moe.top_k") g.moe_top_k = v;
+        else if (key == "moe.n_shared_experts") g.moe_shared_experts = v;
+        else if (key == "moe.expert_ffn") g.moe_expert_ffn = v;
+    }
+    return g;
+}
+
+/// The load-balancing coefficient of the run's config.toml (two levels above step_N) when it
+/// describes this model (its hash is the checkpoint's), else g's default: alpha changes the
+/// objective, not the function, so it is not in the identity (llmtrain-export writes it as
+/// Mixtral's router_aux_loss_coef). Best effort, never an error.
+float run_aux_loss_coef(const std::string& ckpt_dir, const TrainState& st, float dflt) {
+    namespace fs = std::filesystem;
+    try {
+        const fs::path cfg = fs::path(ckpt_dir).parent_path().parent_path() / "config.toml";
+        if (!fs::exists(cfg)) return dflt;
+        const Config c = load_config(cfg.string(), {});
+        return model_config_hash(c) == st.model_config_hash ? c.moe.aux_loss_coef : dflt;
+    } catch (const std::exception&) {
+        return dflt;
+    }
 }
 
 }  // namespace
 
 GPTConfig checkpoint_model_config(const std::string& ckpt_dir, const TrainState& st) {
     namespace fs = std::filesystem;
-    for (const auto& [key, value] : st.model_identity)  // [model.moe] (docs/model.md "Mixture of experts")
-        if (key == "moe.n_experts")
-            throw InteropError("checkpoint '" + ckpt_dir + "': a mixture-of-experts model (model." + key + " = " + value +
-                               "): reading its weights outside a training run (export, eval) is not supported yet");
     if (st.model.arch != Arch::gpt2) {  // state.toml records the architecture (read_train_state)
-        const Config c = hash_config_of(st.model);
-        const std::string why = model_identity_mismatch(st.model_identity, st.model, st.model_config_hash, c);
+        GPTConfig g = with_moe_identity(st.model, st.model_identity, ckpt_dir);  // [model.moe] from the identity
+        const Config c = hash_config_of(g);
+        const std::string why = model_identity_mismatch(st.model_identity, g, st.model_config_hash, c);
         if (!why.empty())
             throw InteropError("checkpoint '" + ckpt_dir + "': state.toml's [model] keys are not the model it records (" +
                                why + "; edited by hand?)");
-        return st.model;
+        if (g.moe_experts > 0) g.moe_aux_loss_coef = run_aux_loss_coef(ckpt_dir, st, g.moe_aux_loss_coef);
+        return g;
     }
     const fs::path cfg_path = fs::path(ckpt_dir).parent_path().parent_path() / "config.toml";
     std::string why = "no " + cfg_path.string();

@@ -15,11 +15,12 @@
 namespace llmtrain {
 
 /// The model configuration of checkpoint `ckpt_dir` (state st, read from it): st.model when
-/// state.toml records a non-GPT-2 architecture (its keys must hash to st.model_config_hash); else the
+/// state.toml records a non-GPT-2 architecture (its keys must hash to st.model_config_hash), with a
+/// mixture of experts' model.moe keys taken from its [model_identity] and model.moe.aux_loss_coef
+/// from the run's config.toml when that describes it (else the default); else the
 /// run's config.toml's model when its model_config_hash is st.model_config_hash; else st.model when
 /// that hash is GPT-2's of st.model's shape (a GPT-2 checkpoint without its run directory). Errors:
-/// InteropError naming the checkpoint: a mixture-of-experts model (model.moe in its identity; not
-/// supported outside a run yet), recorded keys that do not hash to the recorded hash, or none
+/// InteropError naming the checkpoint: recorded keys that do not hash to the recorded hash, or none
 /// of the above holds (an older checkpoint of another architecture whose run config is missing,
 /// unreadable or describes another model).
 GPTConfig checkpoint_model_config(const std::string& ckpt_dir, const TrainState& st);

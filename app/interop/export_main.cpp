@@ -6,7 +6,8 @@
 //
 // CHECKPOINT is a checkpoint directory (runs/x/checkpoints/step_N) or a run directory (its newest
 // checkpoint that verifies). hf writes OUT/model.safetensors + OUT/config.json (HuggingFace
-// GPT2LMHeadModel, or LlamaForCausalLM for model.arch = "llama", whose weights above --shard-mb
+// GPT2LMHeadModel, or LlamaForCausalLM for model.arch = "llama", MixtralForCausalLM for a Llama with
+// model.moe (a softmax router, no shared experts; app/interop/hf_moe.hpp), whose weights above --shard-mb
 // become model-0000k-of-0000n.safetensors + model.safetensors.index.json); llmc writes the file OUT
 // in llm.c's model format (version 3 fp32, 5 bf16; GPT-2 only).
 // Exit codes as llmtrain's (app/config/cli.hpp): 0 written, 1 a bad checkpoint or an I/O failure, 2 bad flags.

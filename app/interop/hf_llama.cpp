@@ -11,6 +11,7 @@
 #include <optional>
 #include <set>
 
+#include "app/interop/hf_moe.hpp"
 #include "app/interop/hf_shards.hpp"
 #include "model/arch.hpp"
 
@@ -21,19 +22,21 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::ordered_json;
 
-/// One tensor as HF stores it: our tensor, HF's shape (the vocabulary rows unpadded).
-struct HfTensor {
-    const ParamTensor* ours;
-    std::vector<int64_t> shape;
-};
-
-/// Every parameter in HF's state-dict order (embed_tokens, the layers in module order, norm, lm_head).
-std::vector<HfTensor> hf_tensors(const ParamLayout& layout) {
+/// Every parameter as HF stores it, in HF's state-dict order (embed_tokens, the layers in module
+/// order, norm, lm_head): our tensors one to one (the vocabulary rows unpadded), a MoE block's as
+/// Mixtral's (hf_moe.hpp: the router, then w1, w2, w3 per expert).
+std::vector<HfPiece> hf_tensors(const ParamLayout& layout) {
     const ArchSpec a(layout.config());
-    std::vector<HfTensor> out, last;
+    std::vector<HfPiece> out, last;
     for (int u = 0; u < a.num_units(); ++u)
         for (const TensorSpec& s : a.unit_tensors(u)) {
-            HfTensor t{&layout.find(s.name), s.shape};
+            if (s.role == TensorRole::moe_router) {
+                const std::vector<HfPiece> m = mixtral_block_tensors(layout, u - 1);
+                out.insert(out.end(), m.begin(), m.end());
+            }
+            if (s.role == TensorRole::moe_router || s.role == TensorRole::moe_w13 || s.role == TensorRole::moe_w2)
+                continue;
+            HfPiece t{s.name, s.shape, &layout.find(s.name), 0};
             const bool vocab_rows = s.role == TensorRole::tok_emb || s.role == TensorRole::lm_head;
             if (vocab_rows) t.shape[0] = layout.config().vocab_size;
             (s.role == TensorRole::lm_head ? last : out).push_back(std::move(t));
@@ -53,11 +56,11 @@ double clean(float v) {
 json hf_config(const ArchSpec& a, const HfLlamaOut& o) {
     const GPTConfig& g = a.cfg;
     json c;
-    c["architectures"] = {"LlamaForCausalLM"};
-    c["model_type"] = "llama";
+    c["architectures"] = {a.moe() ? "MixtralForCausalLM" : "LlamaForCausalLM"};
+    c["model_type"] = a.moe() ? "mixtral" : "llama";
     c["vocab_size"] = g.vocab_size;
     c["hidden_size"] = a.C;
-    c["intermediate_size"] = a.F;
+    c["intermediate_size"] = a.moe() ? a.Fe : a.F;  // Mixtral's is the expert width
     c["num_hidden_layers"] = g.n_layer;
     c["num_attention_heads"] = a.NH;
     c["num_key_value_heads"] = a.NKV;
@@ -66,11 +69,16 @@ json hf_config(const ArchSpec& a, const HfLlamaOut& o) {
     c["max_position_embeddings"] = g.seq_len;  // the trained context (RoPE itself has no table)
     c["rms_norm_eps"] = clean(a.norm_eps);
     c["rope_theta"] = clean(a.rope_theta);
-    c["rope_scaling"] = nullptr;
-    c["attention_bias"] = false;
-    c["attention_dropout"] = 0.0;
-    c["mlp_bias"] = false;
-    c["pretraining_tp"] = 1;
+    if (a.moe()) {
+        c["attention_dropout"] = 0.0;
+        set_mixtral_config(c, a);
+    } else {
+        c["rope_scaling"] = nullptr;
+        c["attention_bias"] = false;
+        c["attention_dropout"] = 0.0;
+        c["mlp_bias"] = false;
+        c["pretraining_tp"] = 1;
+    }
     c["initializer_range"] = 0.02;
     c["tie_word_embeddings"] = a.tied;
     c["bos_token_id"] = o.bos_id >= 0 ? json(o.bos_id) : json(nullptr);
@@ -96,8 +104,13 @@ json read_json(const std::string& file) {
 void check_config(const std::string& file, const ArchSpec& a) {
     const json c = read_json(file);
     const std::string type = c.value("model_type", std::string());
-    if (type != "llama")
-        throw InteropError(file + ": model_type = \"" + type + "\": expected \"llama\" (model.arch = \"llama\")");
+    if (type == "qwen3_moe") refuse_qwen3_moe(file);
+    if (type == "mixtral" && !a.moe())
+        throw InteropError(file + ": model_type = \"mixtral\": a mixture of experts, but the config has none "
+                           "(set [model.moe] n_experts, top_k and expert_ffn to the file's)");
+    if (type != (a.moe() ? "mixtral" : "llama"))
+        throw InteropError(file + ": model_type = \"" + type + "\": expected " +
+                           (a.moe() ? "\"mixtral\" (model.moe.n_experts > 0)" : "\"llama\" (model.arch = \"llama\")"));
     auto need = [&](const char* key, int want, const std::string& ours, std::optional<int> dflt = std::nullopt) {
         if ((!c.contains(key) || c[key].is_null()) && dflt) {
             if (*dflt == want) return;
@@ -113,7 +126,10 @@ void check_config(const std::string& file, const ArchSpec& a) {
     need("num_hidden_layers", a.cfg.n_layer, "model.n_layer");
     need("num_attention_heads", a.NH, "model.n_head");
     need("hidden_size", a.C, "model.n_embd");
-    need("intermediate_size", a.F, "intermediate_size (model.intermediate_size or its default)");
+    if (a.moe())
+        need("intermediate_size", a.Fe, "the expert width (model.moe.expert_ffn, or model.intermediate_size)");
+    else
+        need("intermediate_size", a.F, "intermediate_size (model.intermediate_size or its default)");
     need("vocab_size", a.cfg.vocab_size, "model.vocab_size");
     const int nh = c.contains("num_attention_heads") ? c["num_attention_heads"].get<int>() : a.NH;
     need("num_key_value_heads", a.NKV, "n_kv_head (model.n_kv_head, 0 = n_head)", nh);
@@ -139,6 +155,7 @@ void check_config(const std::string& file, const ArchSpec& a) {
     if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
         throw InteropError(file + ": rope_scaling = " + c["rope_scaling"].dump() +
                            ": llmtrain's RoPE is unscaled (expected null)");
+    if (a.moe()) check_mixtral_config(c, file, a);
 }
 
 }  // namespace
@@ -148,12 +165,13 @@ void write_hf_llama(const std::string& dir, const ParamLayout& layout, const flo
         throw InteropError(dir + ": write_hf_llama: the checkpoint is model.arch = \"" +
                            arch_name(layout.config().arch) + "\", not \"llama\"");
     const ArchSpec a(layout.config());
+    if (a.moe()) check_mixtral_expressible(layout.config(), dir);
     std::vector<SafetensorOut> out;
-    for (const HfTensor& t : hf_tensors(layout)) {
-        const float* src = params + t.ours->offset;
+    for (const HfPiece& t : hf_tensors(layout)) {
+        const float* src = params + t.ours->offset + t.offset;
         size_t n = 1;
         for (int64_t d : t.shape) n *= size_t(d);
-        out.push_back({t.ours->name, t.shape, [=](float* dst) { std::copy(src, src + n, dst); }});
+        out.push_back({t.name, t.shape, [=](float* dst) { std::copy(src, src + n, dst); }});
     }
     write_hf_weights(dir, out, o.dtype, {{"format", "pt"}}, o.max_shard_bytes);
     const std::string cfg = (fs::path(dir) / "config.json").string();
@@ -168,31 +186,32 @@ void read_hf_llama(const std::string& path, const ParamLayout& layout, float* pa
     const ArchSpec a(layout.config());
     check_config((fs::path(w.dir()) / "config.json").string(), a);
     std::fill(params, params + layout.total_numel(), 0.0f);
-    const std::vector<HfTensor> all = hf_tensors(layout);
-    std::map<std::string, const HfTensor*> expected;
-    for (const HfTensor& t : all) expected[t.ours->name] = &t;
+    const std::vector<HfPiece> all = hf_tensors(layout);
+    std::map<std::string, const HfPiece*> expected;
+    for (const HfPiece& t : all) expected[t.name] = &t;
     std::set<std::string> found;
     for (const auto& [name, info] : w.tensors()) {
         if (name.ends_with("rotary_emb.inv_freq")) continue;      // a buffer older files keep
         if (name == "lm_head.weight" && a.tied) continue;        // checked against embed_tokens below
         const auto it = expected.find(name);
         if (it == expected.end())
-            throw InteropError(w.file_of(name) + ": tensor " + name + ": not a parameter of this Llama (n_layer = " +
-                               std::to_string(a.cfg.n_layer) + (a.tied ? ", tied embeddings" : "") + ")");
-        const HfTensor& t = *it->second;
+            throw InteropError(w.file_of(name) + ": tensor " + name + ": not a parameter of this " +
+                               (a.moe() ? "Mixtral (n_experts = " + std::to_string(a.E) + ", " : "Llama (") +
+                               "n_layer = " + std::to_string(a.cfg.n_layer) + (a.tied ? ", tied embeddings" : "") + ")");
+        const HfPiece& t = *it->second;
         if (info.shape != t.shape)
             throw InteropError(w.file_of(name) + ": tensor " + name + ": shape " + shape_text(info.shape) +
                                ", expected " + shape_text(t.shape) + " for the config's model");
         found.insert(name);
-        w.read_f32(name, params + t.ours->offset);  // names the file and tensor on another dtype
+        w.read_f32(name, params + t.ours->offset + t.offset);  // names the file and tensor on another dtype
     }
-    for (const HfTensor& t : all)
-        if (!found.count(t.ours->name))
-            throw InteropError(w.source() + ": tensor " + t.ours->name + " (shape " + shape_text(t.shape) +
+    for (const HfPiece& t : all)
+        if (!found.count(t.name))
+            throw InteropError(w.source() + ": tensor " + t.name + " (shape " + shape_text(t.shape) +
                                ") is missing");
     if (a.tied && w.tensors().count("lm_head.weight")) {
         const std::string head = "lm_head.weight";
-        const HfTensor& emb = all[0];
+        const HfPiece& emb = all[0];
         bool same = w.tensors().at(head).shape == emb.shape;
         if (same) {
             std::vector<float> buf(size_t(emb.shape[0] * emb.shape[1]));
@@ -215,6 +234,8 @@ GPTConfig hf_llama_config(const std::string& path) {
             throw InteropError(file + ": " + key + ": missing or not a positive integer");
         return c[key].get<int>();
     };
+    const std::string type = c.value("model_type", std::string());
+    if (type == "qwen3_moe") refuse_qwen3_moe(file);
     GPTConfig g;
     g.arch = Arch::llama;
     g.n_layer = get("num_hidden_layers");
@@ -227,6 +248,7 @@ GPTConfig hf_llama_config(const std::string& path) {
     g.norm_eps = float(c.value("rms_norm_eps", 1e-6));
     g.rope_theta = float(c.value("rope_theta", 10000.0));
     g.tie_embeddings = c.value("tie_word_embeddings", false);
+    if (type == "mixtral") mixtral_moe_config(c, file, g);  // the experts' keys
     try {
         check_config(file, ArchSpec(g));  // head_dim, hidden_act, biases, rope_scaling: what we cannot run
     } catch (const std::invalid_argument& e) {
@@ -244,6 +266,8 @@ std::string hf_model_type(const std::string& dir) {
         for (const auto& x : c["architectures"]) {
             if (x == "GPT2LMHeadModel") return "gpt2";
             if (x == "LlamaForCausalLM") return "llama";
+            if (x == "MixtralForCausalLM") return "mixtral";
+            if (x == "Qwen3MoeForCausalLM") return "qwen3_moe";
         }
     return "";
 }

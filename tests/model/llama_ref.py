@@ -79,12 +79,15 @@ def moe_mlp(w, h, moe):
     return out, aux
 
 
-def llama_logits(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta):
-    return llama_forward(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta)[0]
+def llama_logits(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta, mlp=None):
+    return llama_forward(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta, mlp=mlp)[0]
 
 
-def llama_forward(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta, moe=None):
-    """The logits and the MoE balance losses' sum (0 without moe)."""
+def llama_forward(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta, moe=None, mlp=None):
+    """The logits and the MoE balance losses' sum (0 without moe). mlp, if given, is each block's
+    MLP in place of the SwiGLU one: mlp(w, h) -> (B,T,C), with w(name) the layer's tensor
+    "model.layers.<l>.<name>" and h the post-attention RMSNorm's output (e.g. another layout's MoE
+    block, tests/app/interop_moe_test.py's Mixtral)."""
     B, T = idx.shape
     hd = C // n_head
     cos, sin = rotary_cos_sin(T, hd, theta)
@@ -104,7 +107,9 @@ def llama_forward(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta, moe=None):
         y = (att.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
         x = x + y @ w("self_attn.o_proj.weight").T
         h = rms_norm(x, w("post_attention_layernorm.weight"), eps)
-        if moe is not None:
+        if mlp is not None:
+            x = x + mlp(w, h)
+        elif moe is not None:
             m, aux = moe_mlp(w, h, moe)
             x = x + m
             aux_sum = aux_sum + aux

@@ -1,0 +1,106 @@
+// app/interop/hf_moe.cpp — Mixtral's layout for the mixture-of-experts Llama (see hf_moe.hpp).
+#include "app/interop/hf_moe.hpp"
+
+#include <charconv>
+#include <climits>
+
+#include "app/interop/safetensors.hpp"  // InteropError
+
+namespace llmtrain {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+/// config.json's integer `key`, or dflt when absent or null. Errors: InteropError naming the file
+/// and key when present and not a positive integer.
+int positive(const json& c, const std::string& file, const char* key, int dflt) {
+    if (!c.contains(key) || c[key].is_null()) return dflt;
+    if (!c[key].is_number_integer() || c[key].get<int64_t>() <= 0 || c[key].get<int64_t>() > INT32_MAX)
+        throw InteropError(file + ": " + key + " = " + c[key].dump() + ": expected a positive integer");
+    return c[key].get<int>();
+}
+
+/// A float as the shortest decimal that reads back to it (0.01f -> 0.01, not 0.009999999776).
+double shortest(float v) {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, v);
+    return std::stod(std::string(buf, r.ptr));
+}
+
+}  // namespace
+
+std::vector<HfPiece> mixtral_block_tensors(const ParamLayout& layout, int layer) {
+    const ArchSpec a(layout.config());
+    const std::string ours = "model.layers." + std::to_string(layer) + ".mlp.";
+    const std::string hf = "model.layers." + std::to_string(layer) + ".block_sparse_moe.";
+    const ParamTensor& router = layout.find(ours + "router.weight");
+    const ParamTensor& w13 = layout.find(ours + "experts.gate_up_proj");
+    const ParamTensor& w2 = layout.find(ours + "experts.down_proj");
+    const int64_t C = a.C, F = a.Fe;
+    std::vector<HfPiece> out{{hf + "gate.weight", {a.E, C}, &router, 0}};
+    for (int64_t e = 0; e < a.E; ++e) {
+        const std::string x = hf + "experts." + std::to_string(e) + ".";
+        out.push_back({x + "w1.weight", {F, C}, &w13, e * 2 * F * C});      // gate: the expert's first F rows
+        out.push_back({x + "w2.weight", {C, F}, &w2, e * C * F});           // down
+        out.push_back({x + "w3.weight", {F, C}, &w13, e * 2 * F * C + F * C});  // up: the next F rows
+    }
+    return out;
+}
+
+void check_mixtral_expressible(const GPTConfig& g, const std::string& where) {
+    if (g.moe_sigmoid)
+        throw InteropError(where + ": model.moe.router = \"sigmoid\": MixtralForCausalLM's router is a softmax over "
+                           "the experts (HuggingFace's layout cannot hold DeepSeek-V3's sigmoid router)");
+    if (g.moe_shared_experts > 0)
+        throw InteropError(where + ": model.moe.n_shared_experts = " + std::to_string(g.moe_shared_experts) +
+                           ": MixtralForCausalLM has no shared experts (HuggingFace's layout cannot hold them)");
+}
+
+void set_mixtral_config(json& c, const ArchSpec& a) {
+    c["num_local_experts"] = a.E;
+    c["num_experts_per_tok"] = a.K;
+    c["router_aux_loss_coef"] = shortest(a.cfg.moe_aux_loss_coef);
+    c["output_router_logits"] = false;
+    c["router_jitter_noise"] = 0.0;
+    c["sliding_window"] = nullptr;
+}
+
+void check_mixtral_config(const json& c, const std::string& file, const ArchSpec& a) {
+    auto same = [&](const char* key, int dflt, int want, const char* ours) {
+        const int v = positive(c, file, key, dflt);
+        if (v != want)
+            throw InteropError(file + ": " + key + " = " + std::to_string(v) + ", but the config has " + ours + " = " +
+                               std::to_string(want));
+    };
+    same("num_local_experts", 8, a.E, "model.moe.n_experts");
+    same("num_experts_per_tok", 2, a.K, "model.moe.top_k");
+    if (c.contains("sliding_window") && !c["sliding_window"].is_null() &&
+        !(c["sliding_window"].is_number_integer() && c["sliding_window"].get<int64_t>() >= a.cfg.seq_len))
+        throw InteropError(file + ": sliding_window = " + c["sliding_window"].dump() + ": llmtrain's attention is "
+                           "causal over the whole window (expected null or >= model.seq_len = " +
+                           std::to_string(a.cfg.seq_len) + ")");
+    if (c.contains("router_jitter_noise") && c["router_jitter_noise"].is_number() &&
+        c["router_jitter_noise"].get<double>() != 0.0)
+        throw InteropError(file + ": router_jitter_noise = " + c["router_jitter_noise"].dump() +
+                           ": llmtrain's router has no jitter (expected 0)");
+}
+
+void mixtral_moe_config(const json& c, const std::string& file, GPTConfig& g) {
+    g.moe_experts = positive(c, file, "num_local_experts", 8);
+    g.moe_top_k = positive(c, file, "num_experts_per_tok", 2);
+    g.moe_expert_ffn = g.intermediate_size;
+    g.moe_shared_experts = 0;
+    g.moe_sigmoid = false;
+    g.moe_aux_loss_coef = float(c.contains("router_aux_loss_coef") && c["router_aux_loss_coef"].is_number()
+                                    ? c["router_aux_loss_coef"].get<double>()
+                                    : 0.001);
+}
+
+void refuse_qwen3_moe(const std::string& file) {
+    throw InteropError(file + ": model_type = \"qwen3_moe\": Qwen3MoeForCausalLM normalizes each head's q and k "
+                       "(self_attn.q_norm, self_attn.k_norm, always on), which llmtrain's Llama does not have; "
+                       "llmtrain reads and writes mixtures of experts in Mixtral's layout (model_type \"mixtral\")");
+}
+
+}  // namespace llmtrain
