@@ -14,7 +14,7 @@
 
 #include "app/config/config.hpp"
 #include "app/metrics.hpp"
-#include "app/run_log.hpp"
+#include "app/report/run_log.hpp"
 #include "parallel/comm.hpp"
 
 namespace llmtrain {

@@ -11,7 +11,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "app/tp_state.hpp"
+#include "app/state/tp_state.hpp"
 #include "parallel/nodes.hpp"
 
 namespace llmtrain {

@@ -13,7 +13,7 @@
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/checkpoint/saver.hpp"
 #include "app/eval/hellaswag_eval.hpp"
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "app/step_trace.hpp"
 #include "data/loader.hpp"
 #include "data/tokenizer.hpp"
@@ -159,7 +159,7 @@ struct Trainer::Impl {
     /// save() with tp > 1: the stage's whole tensors (full_layout: the files of a tp = 1 run) are
     /// cut into one contiguous piece per rank of the stage's replica 0; the ranks exchange their
     /// fp32 shards' elements over the world Comm so that each holds its piece, which it writes as
-    /// its own part k = stage x (N x tp) + tp_index x N + zero_index (app/tp_state.hpp). Costs each
+    /// its own part k = stage x (N x tp) + tp_index x N + zero_index (app/state/tp_state.hpp). Costs each
     /// of them 12 bytes of host memory per parameter of its stage / (N x tp)
     /// (docs/parallelism.md "Tensor parallelism", docs/checkpoints.md "By shard").
     void save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0, double waited);

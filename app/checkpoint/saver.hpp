@@ -45,7 +45,7 @@
 
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/metrics.hpp"
-#include "app/run_log.hpp"
+#include "app/report/run_log.hpp"
 #include "model/allocator.hpp"
 #include "parallel/comm.hpp"
 

@@ -21,7 +21,7 @@
 #include "app/config/cli.hpp"
 #include "app/eval/eval_model.hpp"
 #include "app/eval/hellaswag.hpp"
-#include "app/run_log.hpp"
+#include "app/report/run_log.hpp"
 #include "data/loader.hpp"
 #include "data/token_dataset.hpp"
 #include "model/backend.hpp"

@@ -3,7 +3,7 @@
 
 #include <cstdio>
 
-#include "app/run_log.hpp"
+#include "app/report/run_log.hpp"
 #include "data/token_dataset.hpp"
 #include "data/tokenizer.hpp"
 

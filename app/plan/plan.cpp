@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "app/plan/plan_util.hpp"
 #include "app/plan/traffic.hpp"
 #include "model/backend.hpp"

@@ -4,7 +4,7 @@
 // cp), the layers per stage and recomputed layers per stage that minimize the 1F1B
 // step while every rank fits the device memory (docs/distributed.md "Planner").
 //
-// Memory comes from the --dry-run counting code (app/model_state.hpp estimate_memory: the real run's
+// Memory comes from the --dry-run counting code (app/state/model_state.hpp estimate_memory: the real run's
 // allocations counted over the dry-run backend), time from LayerTimes (app/plan/plan_times.hpp) and a
 // link bandwidth; parallel/planner.hpp solves the MIP and parallel/schedule.hpp simulates the
 // chosen plan's step, which is what the report predicts.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "app/config/config.hpp"
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "app/plan/plan_times.hpp"
 #include "parallel/planner.hpp"
 

@@ -14,7 +14,7 @@
 #include "app/config/cli.hpp"
 #include "app/config/cli_positive.hpp"
 #include "app/config/config.hpp"
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "app/plan/plan.hpp"
 #include "model/backend.hpp"
 

@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "model/allocator.hpp"
 #include "model/gpt.hpp"
 #include "parallel/partition.hpp"

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "app/config/config.hpp"
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 
 namespace llmtrain {
 

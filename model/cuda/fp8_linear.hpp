@@ -1,5 +1,5 @@
 // model/cuda/fp8_linear.hpp — the device workspace of one FP8 linear layer call (training.fp8;
-// docs/fp8.md), as plain C++ so that the dry run (app/model_state.cpp) counts the very bytes the
+// docs/fp8.md), as plain C++ so that the dry run (app/state/model_state.cpp) counts the very bytes the
 // CUDA backend (cuda_ops_fp8.cu) takes.
 //
 // cuBLASLt's FP8 GEMMs on Ada and Hopper take only the "TN" layout (A transposed, B not), so each of

@@ -23,7 +23,7 @@
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/config/config.hpp"
 #include "app/interop/checkpoint_model.hpp"
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "data/h5.hpp"
 #include "data/token_dataset.hpp"
 #include "tests/app/checkpoint_test_util.hpp"

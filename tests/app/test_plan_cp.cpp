@@ -27,7 +27,7 @@
 #include <string>
 
 #include "app/config/config.hpp"
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "app/plan/plan.hpp"
 #include "app/plan/traffic.hpp"
 #include "tests/app/shell_util.hpp"

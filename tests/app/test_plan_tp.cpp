@@ -16,7 +16,7 @@
 #include <string>
 
 #include "app/config/config.hpp"
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "app/plan/plan.hpp"
 
 using namespace llmtrain;

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "app/run_log.hpp"
+#include "app/report/run_log.hpp"
 
 using namespace llmtrain;
 namespace fs = std::filesystem;

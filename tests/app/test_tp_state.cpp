@@ -1,4 +1,4 @@
-// tests/app/test_tp_state.cpp — exchange_tp_stage (app/tp_state.hpp): a tensor-parallel stage's
+// tests/app/test_tp_state.cpp — exchange_tp_stage (app/state/tp_state.hpp): a tensor-parallel stage's
 // shards made into pieces of whole tensors, one piece per rank of replica 0, in one process.
 //
 // Every rank of a tp 2 x ZeRO 2 world runs on its own thread over a mailbox Comm (a send queues a
@@ -17,8 +17,8 @@
 #include <random>
 #include <thread>
 
-#include "app/model_state.hpp"
-#include "app/tp_state.hpp"
+#include "app/state/model_state.hpp"
+#include "app/state/tp_state.hpp"
 
 using namespace llmtrain;
 

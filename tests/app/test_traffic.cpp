@@ -19,7 +19,7 @@
 #include <string>
 
 #include "app/config/config.hpp"
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "app/plan/plan.hpp"
 #include "app/plan/traffic.hpp"
 #include "tests/app/shell_util.hpp"
@@ -190,7 +190,7 @@ TEST(Traffic, UntiedHeadHasNoEmbeddingPair) {
     // llama-tiny at pp 2 x dp 2 (plain DP, fp32), one stage per node. A tied head keeps the token
     // table on both end stages and sums its gradient in the embedding pair (an all-reduce of psi0 in
     // each of the 2 pipelines: 2 ranks x psi0 x 4 bytes). An untied one keeps the table on the first
-    // stage only (app/model_state.cpp stage_units): no pair, and its last stage's DP ring carries
+    // stage only (app/state/model_state.cpp stage_units): no pair, and its last stage's DP ring carries
     // lm_head.weight instead of the table, the same number of elements, so the DP totals are equal
     // (a last stage holding both, as before issue 30's fix, would add 2 x psi0 x 4 per pipeline).
     double dp_total[2] = {0, 0};

@@ -14,7 +14,7 @@
 
 #include "app/config/cli.hpp"
 #include "app/config/config.hpp"
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "parallel/partition.hpp"
 
 namespace fs = std::filesystem;

@@ -33,7 +33,7 @@ def next_f32(x):
 
 
 def write_losses(path, train, val=()):
-    """A losses.tsv as app/run_log.cpp writes it: %.9g of float32 values."""
+    """A losses.tsv as app/report/run_log.cpp writes it: %.9g of float32 values."""
     with open(path, "w") as f:
         f.write("step\tkind\tloss\tlr\tgrad_norm\n")
         for step, loss, norm in train:

@@ -20,7 +20,7 @@
 #include <cstring>
 #include <random>
 
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "model/backend.hpp"
 #include "optim/grad_clip.hpp"
 #include "parallel/mpi_comm_testing.hpp"

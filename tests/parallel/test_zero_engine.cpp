@@ -10,7 +10,7 @@
 #include <cmath>
 #include <random>
 
-#include "app/model_state.hpp"
+#include "app/state/model_state.hpp"
 #include "model/backend.hpp"
 #include "model/bf16.hpp"
 

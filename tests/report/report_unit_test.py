@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tests/report/report_unit_test.py — llmtrain-report's reading and charting (tools/report/run_dir.py,
-charts.py, page.py) on run dirs written here by hand, line by line as app/run_log.cpp and the trainer
+charts.py, page.py) on run dirs written here by hand, line by line as app/report/run_log.cpp and the trainer
 write them: the expected figures are typed in below, not computed by the code under test.
 
   report_unit_test.py TOOLS_REPORT_DIR

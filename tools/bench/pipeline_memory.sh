@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # tools/bench/pipeline_memory.sh — per-stage memory of one uniform recompute ratio against per-stage
 # recompute counts with the same total, from `--dry-run --world-size N` (the real run's allocations
-# counted: app/model_state.cpp). Under 1F1B stage s holds min(P - s, m) micro-batches, so recomputing
+# counted: app/state/model_state.cpp). Under 1F1B stage s holds min(P - s, m) micro-batches, so recomputing
 # on early stages saves m-fold where late stages save once: the same total recompute (the same extra
 # compute) gives a lower peak when it is moved forward.
 # Usage: pipeline_memory.sh <llmtrain> [config (default configs/gpt2-1.5b.toml)] [pp (8)] [world (64)]

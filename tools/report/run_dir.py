@@ -1,6 +1,6 @@
 """tools/report/run_dir.py — what one llmtrain run dir records, read into plain Python data for the report.
 
-A run dir (docs/report.md, "What it reads") holds, written by rank 0 (app/run_log.hpp):
+A run dir (docs/report.md, "What it reads") holds, written by rank 0 (app/report/run_log.hpp):
   losses.tsv   step, kind, loss, lr, grad_norm: kind "train" every step, "val" every evaluation, "hellaswag" /
                "hellaswag_norm" (accuracy in the loss column) every HellaSwag evaluation, with a mixture
                (data.sources) "val:<source>" and "tokens:<source>" (tokens drawn so far, every log line),
@@ -21,7 +21,7 @@ class RunDirError(Exception):
     """A run dir that cannot be read: the message names the file (and line)."""
 
 
-# "step 120/2000 | loss 4.5123 | lr 9.00e-04 | norm 0.812 | 3,412 tok/s | MFU 4.1% | ..." (app/run_log.cpp)
+# "step 120/2000 | loss 4.5123 | lr 9.00e-04 | norm 0.812 | 3,412 tok/s | MFU 4.1% | ..." (app/report/run_log.cpp)
 STEP_LINE = re.compile(r"^step (\d+)/\d+ \| loss \S+ \| lr \S+ \| norm \S+ \| ([\d,]+) tok/s \| MFU ([\d.]+)%")
 # "checkpoint: step_10: training blocked 0.035 s; writers 0.03 s ..." (app/checkpoint/saver.cpp)
 CKPT_LINE = re.compile(r"^checkpoint: step_(\d+): training blocked ([\d.]+) s; writers ([\d.]+) s")

@@ -1,4 +1,4 @@
-// app/model_state.hpp — one rank's model, ZeRO engine, optimizer and pipeline stage, built by one
+// app/state/model_state.hpp — one rank's model, ZeRO engine, optimizer and pipeline stage, built by one
 // function for the real run (trainer.cpp) and for the memory estimate of `--dry-run --world-size N`,
 // so the estimate is the real run's allocations counted, not a second set of formulas
 // (docs/training.md "Memory").
@@ -112,7 +112,7 @@ bool checkpoints_on(const Config& cfg);
 /// Elements of the host snapshot this rank's CheckpointSaver reserves at start (w, m and v of each:
 /// 3 x 4 bytes per element, pinned, MemCategory::host), 0 when checkpoints are off or the rank
 /// writes no part: with tp = 1 the ranks of replica 0, adam's shard (adam.numel()); with tp > 1 the
-/// ranks of replica 0 too, each its piece of the stage's whole tensors (app/tp_state.hpp tp_piece:
+/// ranks of replica 0 too, each its piece of the stage's whole tensors (app/state/tp_state.hpp tp_piece:
 /// the units `engine` holds, without the last stage's copy of the tied wte when pp > 1, cut over
 /// N x tp writers).
 size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const ZeroEngine& engine, const AdamW& adam);

@@ -1,5 +1,5 @@
-// app/run_log.cpp — log.txt / losses.tsv writing and the log line format (see run_log.hpp).
-#include "app/run_log.hpp"
+// app/report/run_log.cpp — log.txt / losses.tsv writing and the log line format (see run_log.hpp).
+#include "app/report/run_log.hpp"
 
 #include <cerrno>
 #include <cmath>

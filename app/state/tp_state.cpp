@@ -1,5 +1,5 @@
-// app/tp_state.cpp — a tensor-parallel run's training state from TP parts to whole-tensor pieces (see tp_state.hpp).
-#include "app/tp_state.hpp"
+// app/state/tp_state.cpp — a tensor-parallel run's training state from TP parts to whole-tensor pieces (see tp_state.hpp).
+#include "app/state/tp_state.hpp"
 
 #include <algorithm>
 #include <cstring>

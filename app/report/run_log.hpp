@@ -1,4 +1,4 @@
-// app/run_log.hpp — what a run reports: the human log (stdout + <run_dir>/log.txt) and the
+// app/report/run_log.hpp — what a run reports: the human log (stdout + <run_dir>/log.txt) and the
 // machine-readable per-step file <run_dir>/losses.tsv that tests and plots read.
 //
 // Only rank 0 writes; other ranks' RunLog is silent. Files are opened in append mode and never

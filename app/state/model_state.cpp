@@ -1,11 +1,11 @@
-// app/model_state.cpp — building one rank's model state, and the dry-run memory estimate (see model_state.hpp).
-#include "app/model_state.hpp"
+// app/state/model_state.cpp — building one rank's model state, and the dry-run memory estimate (see model_state.hpp).
+#include "app/state/model_state.hpp"
 
 #include <algorithm>
 #include <cstdio>
 
 #include "app/interop/pretrained.hpp"
-#include "app/tp_state.hpp"
+#include "app/state/tp_state.hpp"
 #include "model/arch.hpp"
 #include "model/cuda/flash_attention.hpp"
 #include "model/cuda/fp8_linear.hpp"
@@ -194,7 +194,7 @@ size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const 
     if (topo.tp() == 1) return topo.replica() == 0 ? adam.numel() : 0;
     if (topo.replica() != 0) return 0;
     // save_tp: the whole tensors (tp = 1 layout, units numbered alike) of the stage's saved units,
-    // one piece per rank of replica 0 (app/tp_state.hpp tp_piece).
+    // one piece per rank of replica 0 (app/state/tp_state.hpp tp_piece).
     const ParamLayout full(gpt_config_of(cfg));
     const bool last_with_pipe = topo.pp() > 1 && topo.stage() == topo.pp() - 1;
     std::vector<int> held;

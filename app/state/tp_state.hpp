@@ -1,4 +1,4 @@
-// app/tp_state.hpp — a tensor-parallel run's fp32 training state (weights, AdamW m and v) moved
+// app/state/tp_state.hpp — a tensor-parallel run's fp32 training state (weights, AdamW m and v) moved
 // from its TP ranks' local parts to whole tensors for a checkpoint, so that its checkpoints are
 // those of a tp = 1 run and any tp resumes any other (docs/parallelism.md "Tensor parallelism",
 // docs/checkpoints.md "By shard").
