@@ -113,7 +113,8 @@ EvalWeights load_eval_weights(const std::string& path) {
     w.model = llmc ? llmc_shape(path) : llama ? hf_llama_config(path) : hf_shape(path);
     w.params.resize(ParamLayout(w.model).total_numel());
     load_pretrained(path, ParamLayout(w.model), w.params.data());  // checks the rest of the format
-    w.source = (llmc ? "llm.c model file " : llama ? "HuggingFace Llama " : "HuggingFace GPT-2 ") + path;
+    const char* hf = type == "mixtral" ? "HuggingFace Mixtral " : "HuggingFace Llama ";
+    w.source = (llmc ? "llm.c model file " : llama ? hf : "HuggingFace GPT-2 ") + path;
     return w;
 }
 
