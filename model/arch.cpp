@@ -187,8 +187,11 @@ int64_t ArchSpec::head_params() const { return int64_t(Vp) * C + (bias ? 2 : 1) 
 
 int64_t ArchSpec::flop_free_params() const {
     const int64_t table = cfg.arch == Arch::llama && !tied ? int64_t(Vp) * C : 0;
-    const int64_t idle_experts = moe() ? int64_t(cfg.n_layer) * (E - K) * 3 * int64_t(Fe) * C : 0;
-    return table + idle_experts;
+    return table + idle_expert_params();
+}
+
+int64_t ArchSpec::idle_expert_params() const {
+    return moe() ? int64_t(cfg.n_layer) * (E - K) * 3 * int64_t(Fe) * C : 0;
 }
 
 double ArchSpec::flops_per_token(size_t num_parameters, int T) const {

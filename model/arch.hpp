@@ -100,6 +100,10 @@ struct ArchSpec {
     /// the experts a token does not visit, n_layer (E - k) 3 Fe C (the count is of ACTIVE
     /// parameters per token); else 0.
     int64_t flop_free_params() const;
+    /// With MoE the parameters of the experts a token does not visit, n_layer (E - k) 3 Fe C (total
+    /// minus this = the ACTIVE parameters per token, embeddings included, as OLMoE and Mixtral count
+    /// them); 0 for a dense model.
+    int64_t idle_expert_params() const;
     /// Training FLOPs per token, forward + backward without recomputation (docs/reference.md
     /// "Training FLOPs and MFU"): 6 (N - flop_free_params()) + 6 n_layer T NH HS, the second term
     /// the attention's score and value products (query heads: GQA shrinks K/V projections, not these).

@@ -441,7 +441,9 @@ void GPT::forward_backward(const int* inputs, const int* targets, float dloss) {
     require_whole_model(m.opt, m.cfg.n_layer, "forward_backward");
     const size_t N = m.n_rows();
     inputs = m.upload_batch(inputs, targets);
+    if (m.spec.moe()) m.ctxs[0].moe_load_dst = m.load_slot();  // gpt_moe.cpp
     forward(m.tok_dev, nullptr, m.tgt_dev, dloss, true, 0, inputs);
+    m.ctxs[0].moe_load_dst = nullptr;
     backward(nullptr, nullptr);
     m.aux_pending += m.ctxs[0].moe_aux;
     m.ops.memcpy_d2h(m.loss_slot(static_cast<size_t>(m.loss_pending++)), m.ctxs[0].losses, N * 4);

@@ -78,6 +78,8 @@ struct Context {
     bool docs_set = false; // doc_start / pos set for the next forward (GPT::set_documents, cp_take)
     float dloss = 0.0f;    // the forward's loss scale (d loss / d per-position loss): MoE's balance loss gradient
     double moe_aux = 0.0;  // with model.moe: the sum of this range's layers' balance losses (forward)
+    int* moe_load_dst = nullptr;  // with model.moe, set by forward_backward: (n_local, E+1) host int32 the
+                                  // forward copies each layer's dispatch offsets to (null: not recorded)
 };
 
 /// Element offset of a tensor from the start of its unit; kNoTensor where the architecture has none.
@@ -192,6 +194,10 @@ struct GPT::Impl {
     std::vector<float*> loss_host;
     int loss_pending = 0;
     double aux_pending = 0.0;  // MoE balance losses of the micro-batches queued by forward_backward
+    // MoE: one (n_local, E+1) host int32 slot of dispatch offsets per micro-batch queued by
+    // forward_backward and not yet taken (GPT::take_moe_load; grown on demand, kept).
+    std::vector<std::vector<int>> load_host;
+    int load_pending = 0;
     Event loss_ready = nullptr;
 
     /// Validates the sequence-parallel options and derives this rank's widths (gpt.cpp).
@@ -265,8 +271,11 @@ struct GPT::Impl {
     /// What MoE does not run with yet: a backend without Ops::implements_moe, tp, cp (ncp > 1), a
     /// layer range short of the whole model (pp), training.fp8. std::invalid_argument naming it.
     void check_moe(int ncp) const;
-    /// The layers' MoE shape (N = B*T rows, expert width Fe, the config's router and alpha).
-    MoeShape moe_shape() const;
+    /// The layers' MoE shape (N = B*T rows, expert width Fe, the config's router and alpha); with
+    /// local layer i >= 0 and a sigmoid router also that layer's selection bias (moe_bias).
+    MoeShape moe_shape(int i = -1) const;
+    /// Sigmoid routers: (n_local, E) fp32 selection biases (workspace; zeros until GPT::set_moe_bias).
+    float* moe_bias = nullptr;
     /// One layer's MoeActs carved from one block of `cat` (256-byte boundaries).
     MoeActs make_moe_acts(MemCategory cat);
     /// moe_work's buffers (MemCategory::workspace).
@@ -279,6 +288,8 @@ struct GPT::Impl {
     /// Its backward: dbuf_c (N,C) = d a.ln2 from dres = d c.res[i+1]; the balance loss's gradient
     /// scaled by alpha * c.dloss * N (dloss is per position, the balance loss per micro-batch).
     void moe_mlp_backward(Context& c, int i, const void* w, void* g, const LayerActs& a);
+    /// The next free slot of load_host ((n_local, E+1) int32), load_pending counted.
+    int* load_slot();
 };
 
 }  // namespace llmtrain

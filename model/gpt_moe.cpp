@@ -7,6 +7,7 @@
 // The backend runs the layer (Ops::moe_forward / moe_backward, model/moe_layer.hpp); this file
 // carves its buffers and wires it between the block's second norm and the residual add. No tensor,
 // sequence, context or pipeline parallelism yet (the constructor refuses them).
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -25,7 +26,7 @@ void GPT::Impl::check_moe(int ncp) const {
     if (opt.fp8 != Fp8Recipe::off) no("training.fp8");
 }
 
-MoeShape GPT::Impl::moe_shape() const {
+MoeShape GPT::Impl::moe_shape(int i) const {
     MoeShape s;
     s.N = static_cast<int>(n_rows());
     s.C = cfg.n_embd;
@@ -34,6 +35,9 @@ MoeShape GPT::Impl::moe_shape() const {
     s.F = spec.Fe;
     s.score = cfg.moe_sigmoid ? MoeScore::sigmoid : MoeScore::softmax;
     s.aux_coef = cfg.moe_aux_loss_coef;
+    if (i >= 0 && moe_bias != nullptr) s.bias = moe_bias + size_t(i) * size_t(s.E);
+    if (cfg.moe_capacity_factor > 0.0f)  // Switch Transformer: ceil(c * N*k / E) rows per expert
+        s.capacity = static_cast<int>(std::ceil(double(cfg.moe_capacity_factor) * double(s.N) * s.k / s.E));
     return s;
 }
 
@@ -74,6 +78,16 @@ void GPT::Impl::make_moe_work() {
     w.dxg = take(nc);
     w.dgu = take(ngu);
     w.dh = take(nh);
+    if (!cfg.moe_sigmoid) return;
+    moe_bias = static_cast<float*>(get(MemCategory::workspace, align256(size_t(n_local) * E * 4)));
+    ops.memset(moe_bias, 0, size_t(n_local) * E * 4);  // no bias until set_moe_bias
+}
+
+void GPT::set_moe_bias(const float* bias) {
+    Impl& m = *impl_;
+    if (m.moe_bias == nullptr)
+        throw std::logic_error("GPT::set_moe_bias: needs model.moe with router = \"sigmoid\"");
+    m.ops.memcpy_h2d(m.moe_bias, bias, size_t(m.n_local) * size_t(m.spec.E) * 4);
 }
 
 void GPT::Impl::moe_mlp_forward(Context& c, int i, const void* w, const LayerActs& a, bool write_out) {
@@ -86,10 +100,12 @@ void GPT::Impl::moe_mlp_forward(Context& c, int i, const void* w, const LayerAct
     } else if (write_out) {
         ops.memset(tmp, 0, static_cast<size_t>(N) * C * es);
     }
-    const float aux = ops.moe_forward(moe_shape(), a.moe, moe_work, tmp, a.ln2, P(w, p.router), P(w, p.w13),
+    const float aux = ops.moe_forward(moe_shape(i), a.moe, moe_work, tmp, a.ln2, P(w, p.router), P(w, p.w13),
                                       P(w, p.w2), write_out);
     if (!write_out) return;
     c.moe_aux += aux;
+    if (c.moe_load_dst != nullptr)  // the routing's per-expert row counts, for GPT::take_moe_load
+        ops.memcpy_d2h(c.moe_load_dst + size_t(i) * size_t(spec.E + 1), a.moe.offsets, size_t(spec.E + 1) * 4);
     ops.residual_forward(c.res[i + 1], a.res2, tmp, static_cast<size_t>(N) * C);
 }
 
@@ -105,6 +121,29 @@ void GPT::Impl::moe_mlp_backward(Context& c, int i, const void* w, void* g, cons
     ops.swiglu_backward(dbuf_4c, dbuf_f, a.fch_pre, N, Ft);
     linear_backward(tmp, G(g, p.fcw), nullptr, dbuf_4c, a.ln2, P(w, p.fcw), nullptr, N, C, Mt);
     ops.residual_forward(dbuf_c, dbuf_c, tmp, static_cast<size_t>(N) * C);  // + d ln2 via the shared experts
+}
+
+int* GPT::Impl::load_slot() {
+    const size_t k = static_cast<size_t>(load_pending++);
+    if (load_host.size() <= k) load_host.emplace_back(size_t(n_local) * size_t(spec.E + 1), 0);
+    return load_host[k].data();
+}
+
+void GPT::take_moe_load(std::vector<int64_t>& counts) {
+    Impl& m = *impl_;
+    counts.clear();
+    if (!m.spec.moe()) return;
+    const int E = m.spec.E;
+    counts.assign(size_t(m.n_local) * size_t(E), 0);
+    if (m.load_pending == 0) return;
+    m.store->host_wait(m.ops, m.loss_ready, "reading the step's expert loads");  // after the copies
+    for (int k = 0; k < m.load_pending; ++k) {
+        const int* off = m.load_host[size_t(k)].data();
+        for (int l = 0; l < m.n_local; ++l)
+            for (int e = 0; e < E; ++e)
+                counts[size_t(l) * size_t(E) + size_t(e)] += off[l * (E + 1) + e + 1] - off[l * (E + 1) + e];
+    }
+    m.load_pending = 0;
 }
 
 }  // namespace llmtrain

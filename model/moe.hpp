@@ -89,6 +89,19 @@ void moe_router_backward(float* dx, float* dw_router, float* dlogits, const floa
 void moe_dispatch_plan(int* counts, int* offsets, int* pair_of, int* pos, const int* ids, int N,
                        int k, int E);
 
+/// The capacity-limited dispatch plan (Switch Transformer, Fedus et al. 2021 §2.2, "expert
+/// capacity"; GShard, Lepikhin et al. 2020): as moe_dispatch_plan, but expert e keeps at most
+/// `capacity` pairs, the first ones in pair order i = n*k + j (token order, then slot: Switch
+/// Transformer's token order for k = 1), and drops the rest. counts (E) and offsets (E+1) cover the
+/// KEPT pairs only (offsets[E] = the kept total); the dropped pairs follow at grouped positions
+/// [offsets[E], N*k) in pair order, so pair_of and pos still cover all N*k pairs. A dropped pair's
+/// row is never run by an expert: the layer zeroes its output row, so its gate contributes nothing
+/// (and gets a zero gradient) and the residual carries the token. Returns the number dropped.
+/// capacity >= N*k (or <= 0: none) gives moe_dispatch_plan's plan. Serial (O(N k + E)).
+/// Throws std::invalid_argument on an id outside [0, E).
+int moe_dispatch_plan_capped(int* counts, int* offsets, int* pair_of, int* pos, const int* ids, int N, int k,
+                             int E, int capacity);
+
 /// xg (N*k, C): row p = x (N,C) row pair_of[p] / k (each token copied once per slot). OpenMP over p.
 void moe_permute_forward(float* xg, const float* x, const int* pair_of, int N, int k, int C);
 

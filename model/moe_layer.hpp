@@ -16,6 +16,13 @@ struct MoeShape {
     int N = 0, C = 0, E = 0, k = 0, F = 0;
     MoeScore score = MoeScore::softmax;
     float aux_coef = 0.0f;
+    /// (E) fp32 in the backend's memory, or null: the layer's selection bias (DeepSeek-V3's
+    /// auxiliary-loss-free balancing, sigmoid only; moe_router_forward's bias). It steers the top-k
+    /// only; the model sets it per layer (GPT::set_moe_bias).
+    const float* bias = nullptr;
+    /// Rows an expert takes at most (model/moe.hpp moe_dispatch_plan_capped: the first in pair
+    /// order, the rest dropped); 0 = dropless (every buffer is still sized for N*k rows).
+    int capacity = 0;
 };
 
 /// What a layer keeps from its forward for its backward (activations; act dtype unless noted).

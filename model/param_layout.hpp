@@ -56,6 +56,9 @@ struct GPTConfig {
     int moe_expert_ffn = 0;
     bool moe_sigmoid = false;        ///< router scores: sigmoid (DeepSeek-V3) instead of softmax (Mixtral)
     float moe_aux_loss_coef = 0.01f; ///< alpha of the load-balancing loss (model/moe.hpp moe_aux_loss)
+    /// Capacity factor c: each expert takes at most ceil(c * B*T * top_k / E) (token, slot) pairs of a
+    /// micro-batch, the rest dropped (model/moe.hpp moe_dispatch_plan_capped); 0 = dropless.
+    float moe_capacity_factor = 0.0f;
     /// vocab_size rounded up to a multiple of 128 (the wte rows; padded logits are excluded from the loss).
     int padded_vocab_size() const { return (vocab_size + 127) / 128 * 128; }
     friend bool operator==(const GPTConfig&, const GPTConfig&) = default;

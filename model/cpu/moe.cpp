@@ -216,6 +216,28 @@ void moe_dispatch_plan(int* counts, int* offsets, int* pair_of, int* pos, const 
     }
 }
 
+int moe_dispatch_plan_capped(int* counts, int* offsets, int* pair_of, int* pos, const int* ids, int N, int k,
+                             int E, int capacity) {
+    check_sizes("moe_dispatch_plan_capped", N, 1, E, k);
+    const size_t P = size_t(N) * k;
+    check_ids("moe_dispatch_plan_capped", ids, P, E);
+    const int cap = capacity <= 0 ? int(P) : capacity;
+    std::fill(counts, counts + E, 0);
+    for (size_t i = 0; i < P; ++i)  // the first `cap` pairs of each expert, in pair order
+        if (counts[ids[i]] < cap) ++counts[ids[i]];
+    offsets[0] = 0;
+    for (int e = 0; e < E; ++e) offsets[e + 1] = offsets[e] + counts[e];
+    std::vector<int> next(offsets, offsets + E);
+    int dropped_at = offsets[E];
+    for (size_t i = 0; i < P; ++i) {
+        const int e = ids[i];
+        const int p = next[e] < offsets[e + 1] ? next[e]++ : dropped_at++;
+        pair_of[p] = int(i);
+        pos[i] = p;
+    }
+    return int(P) - offsets[E];
+}
+
 void moe_permute_forward(float* xg, const float* x, const int* pair_of, int N, int k, int C) {
     const long P = long(N) * k;
 #pragma omp parallel for schedule(static)

@@ -2,6 +2,8 @@
 // from model/moe.hpp's pieces (router, dispatch plan, permute, the experts' SwiGLU FFNs, combine,
 // the load-balancing loss; their sources are there). fp32 (the CPU's act dtype); the buffers are
 // model/moe_layer.hpp's. Deterministic: each piece sums in a fixed order.
+#include <algorithm>
+
 #include "model/cpu/cpu_ops.hpp"
 #include "model/moe.hpp"
 
@@ -16,13 +18,22 @@ MoeRouterOptions router_options(const MoeShape& s) {
     o.norm_topk = true;  // Mixtral's Softmax(TopK), Qwen3-MoE's norm_topk_prob, DeepSeek-V3's eq. 13
     return o;
 }
+/// Grouped rows [offsets[E], N*k) of rows (N*k, C) = 0: a capacity-limited plan's dropped pairs.
+void zero_dropped_rows(void* rows, const MoeShape& s, const int* offsets) {
+    std::fill(f(rows) + size_t(offsets[s.E]) * size_t(s.C), f(rows) + size_t(s.N) * size_t(s.k) * size_t(s.C), 0.0f);
+}
 }  // namespace
 
 float CpuOps::moe_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* out, const void* x,
                           const void* w_router, const void* w13, const void* w2, bool combine) {
-    moe_router_forward(w.logits, a.scores, a.ids, a.gates, f(x), f(w_router), nullptr, s.N, s.C, s.E, s.k,
+    moe_router_forward(w.logits, a.scores, a.ids, a.gates, f(x), f(w_router), s.bias, s.N, s.C, s.E, s.k,
                        router_options(s));
-    moe_dispatch_plan(w.counts, a.offsets, w.pair_of, a.pos, a.ids, s.N, s.k, s.E);
+    if (s.capacity > 0) {  // Switch Transformer's expert capacity: the dropped pairs' outputs stay zero
+        moe_dispatch_plan_capped(w.counts, a.offsets, w.pair_of, a.pos, a.ids, s.N, s.k, s.E, s.capacity);
+        zero_dropped_rows(a.yg, s, a.offsets);
+    } else {
+        moe_dispatch_plan(w.counts, a.offsets, w.pair_of, a.pos, a.ids, s.N, s.k, s.E);
+    }
     moe_permute_forward(f(a.xg), f(x), w.pair_of, s.N, s.k, s.C);
     moe_experts_forward(f(a.yg), f(a.gu), f(a.h), f(a.xg), f(w13), f(w2), a.offsets, s.E, s.C, s.F);
     if (combine) moe_combine_forward(f(out), f(a.yg), a.gates, a.pos, s.N, s.k, s.C);
@@ -36,6 +47,7 @@ void CpuOps::moe_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w,
     moe_combine_backward(f(w.dyg), w.dgates, f(dout), f(a.yg), a.gates, a.pos, s.N, s.k, s.C);
     moe_experts_backward(f(w.dxg), f(dw13), f(dw2), f(w.dgu), f(w.dh), f(w.dyg), f(a.xg), f(a.gu), f(a.h), f(w13),
                          f(w2), a.offsets, s.E, s.C, s.F);
+    if (s.capacity > 0) zero_dropped_rows(w.dxg, s, a.offsets);  // no expert ran them: no gradient to x
     moe_permute_backward(f(dx), f(w.dxg), a.pos, s.N, s.k, s.C);
     const float* dscores = nullptr;
     if (aux_scale != 0.0f) {  // d(aux_scale * E * sum f_e P_e) / d scores
