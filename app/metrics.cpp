@@ -33,6 +33,12 @@ struct Metrics::Impl {
     prometheus::Family<prometheus::Gauge>* hellaswag;
     prometheus::Family<prometheus::Counter>* source_tokens;  // label source: a mixture's
     prometheus::Family<prometheus::Gauge>* source_val_loss;
+    prometheus::Gauge* moe_aux_loss = nullptr;  // model.moe only: registered on first use
+    prometheus::Family<prometheus::Gauge>* moe_expert_load = nullptr;
+    prometheus::Family<prometheus::Gauge>* moe_imbalance = nullptr;
+    prometheus::Family<prometheus::Gauge>* family(const std::string& name, const std::string& help) {
+        return &prometheus::BuildGauge().Name(name).Help(help).Labels(labels).Register(*registry);
+    }
     prometheus::Gauge* attention_now = nullptr;  // the series set to 1
 
     prometheus::Gauge* gauge(const std::string& name, const std::string& help) {
@@ -174,6 +180,31 @@ void Metrics::add_source_tokens(const std::string& source, double tokens) {
 
 void Metrics::set_source_val_loss(const std::string& source, double loss) {
     impl_->source_val_loss->Add({{"source", source}}).Set(loss);
+}
+
+// The MoE families are registered at their first use, so a dense run's /metrics does not list them.
+void Metrics::set_moe_aux_loss(double loss) {
+    if (!impl_->moe_aux_loss)
+        impl_->moe_aux_loss = impl_->gauge("llmtrain_moe_aux_loss",
+                                           "Mixture of experts: load-balancing loss of the last step (sum over "
+                                           "layers), the part of the objective beside the cross-entropy.");
+    impl_->moe_aux_loss->Set(loss);
+}
+
+void Metrics::set_moe_expert_load(int layer, int expert, double tokens) {
+    if (!impl_->moe_expert_load)
+        impl_->moe_expert_load = impl_->family("llmtrain_moe_expert_load",
+                                               "Mixture of experts: (token, slot) pairs routed to each expert of "
+                                               "each layer in the last step, all dp ranks (labels layer, expert).");
+    impl_->moe_expert_load->Add({{"layer", std::to_string(layer)}, {"expert", std::to_string(expert)}}).Set(tokens);
+}
+
+void Metrics::set_moe_load_imbalance(int layer, double ratio) {
+    if (!impl_->moe_imbalance)
+        impl_->moe_imbalance = impl_->family("llmtrain_moe_load_imbalance",
+                                             "Mixture of experts: the last step's largest expert load over the mean "
+                                             "load, per layer (1 = balanced).");
+    impl_->moe_imbalance->Add({{"layer", std::to_string(layer)}}).Set(ratio);
 }
 
 void Metrics::observe_checkpoint_seconds(double s) {

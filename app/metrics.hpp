@@ -64,6 +64,16 @@ public:
     /// llmtrain_source_val_loss{source}: the last val loss on a source's own val data (data.sources val).
     void set_source_val_loss(const std::string& source, double loss);
 
+    /// llmtrain_moe_aux_loss: the last step's load-balancing loss (model.moe; alpha * E * sum_e f_e P_e
+    /// summed over the layers, the mean over micro-batches and dp ranks), apart from llmtrain_loss.
+    void set_moe_aux_loss(double loss);
+    /// llmtrain_moe_expert_load{layer,expert}: the (token, slot) pairs routed to an expert of a layer
+    /// in the last step, summed over the dp ranks (a layer's sum is B*T*accum*dp*top_k).
+    void set_moe_expert_load(int layer, int expert, double tokens);
+    /// llmtrain_moe_load_imbalance{layer}: the last step's max over experts of the load / the mean
+    /// load (1 = perfectly balanced, E = every pair on one expert).
+    void set_moe_load_imbalance(int layer, double ratio);
+
 private:
     struct Impl;
     std::unique_ptr<Impl> impl_;

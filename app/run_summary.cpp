@@ -46,8 +46,11 @@ std::vector<std::string> Trainer::summary() const {
                       " (a document ends at eos id " + std::to_string(I.train->info().eos_id) + ")");
     out.push_back("parallel: zero_stage " + std::to_string(c.parallel.zero_stage) + ", grad_reduce_dtype " +
                   c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
+    const int64_t idle = ArchSpec(I.shape.model).idle_expert_params();  // MoE: experts a token skips
     out.push_back("model: " + arch_shape_of(I.shape.model) + " | " + format_thousands(double(I.nparams())) +
                   " parameters" +
+                  (idle > 0 ? " (" + format_thousands(double(int64_t(I.nparams()) - idle)) + " active per token)"
+                            : std::string()) +
                   (I.topo.tp() > 1 ? ", " + format_thousands(double(I.ms.layout->num_parameters())) + " on this TP rank"
                                    : std::string()));
     char fpt[64];

@@ -145,6 +145,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
         if (metrics) I.report_step(s, r, *metrics);
         const bool log_line = s % I.cfg.run.log_interval == 0 || s == I.start_step + 1 || s == max_steps;
         if (log_line) log_step_line(window.close(s, r), log, metrics);
+        I.report_moe(s, log_line, log, metrics);
         I.report_sources(s, log_line, log, metrics);
         I.eval_and_sample(s, log, metrics);
         if (I.checkpoint_and_maybe_stop(s, log, metrics)) return;

@@ -108,6 +108,7 @@ TrainState Trainer::Impl::train_state() const {
     st.precision = cfg.training.precision;
     st.run_id = run_id;
     st.restarts = restarts;
+    if (moe && cfg.moe.bias_update_rate > 0.0f) st.moe_bias = moe->bias, st.moe_experts = moe->E;
     return st;
 }
 
@@ -191,6 +192,7 @@ std::string Trainer::resume_from(const std::string& dir) {
                                                      : "at resume (the process's peak: no reset on this system)"));
     I.run_id = st.run_id.empty() ? I.run_id : st.run_id;
     I.restarts = st.restarts + 1;
+    I.restore_moe_bias(st, dir);  // trainer_moe.cpp
     I.ms.adam->set_t(st.adam_t);
     I.step = I.start_step = st.step;
     I.tokens_seen = st.tokens_seen;

@@ -13,6 +13,7 @@
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/checkpoint/saver.hpp"
 #include "app/eval/hellaswag_eval.hpp"
+#include "app/moe_balance.hpp"
 #include "app/state/model_state.hpp"
 #include "app/step_trace.hpp"
 #include "data/loader.hpp"
@@ -85,6 +86,7 @@ struct Trainer::Impl {
     std::unique_ptr<CheckpointSaver> saver;  // the checkpoint writer (background thread when async)
     std::unique_ptr<HellaSwagInLoop> hellaswag;  // run.eval_hellaswag_interval > 0
     std::vector<std::string> rss_lines;  // "memory: peak RSS ..." at start and resume, logged by run()
+    std::optional<MoeBalance> moe;       // model.moe: the routing's figures (app/trainer_moe.cpp)
 
     // --- app/trainer_setup.cpp: building the run
 
@@ -212,6 +214,20 @@ struct Trainer::Impl {
     /// Every rank's device peak (the Allocator's, host excluded), logged in MiB: what --dry-run and
     /// llmtrain-plan predict; with cp > 1 then rank 0's GPT::cp_prefetches counts. Collective.
     void log_peak_memory(RunLog& log);
+
+    // --- app/trainer_moe.cpp: the mixture of experts' routing (model.moe)
+
+    /// After a step's losses are read: the balance losses' mean (over micro-batches and dp ranks)
+    /// and the per-expert loads summed over the dp ranks (one fp32 all-reduce of n_layer * E counts,
+    /// exact below 2^24 per entry) into `moe`. Collective over every rank; nothing without MoE.
+    void moe_after_step();
+    /// Step s's MoE figures: losses.tsv kind moe_aux every step, the gauges (llmtrain_moe_*), and at
+    /// a log line the window's line (MoeBalance::take_window_line) and moe_imbalance:<layer> rows.
+    void report_moe(int64_t s, bool log_line, RunLog& log, Metrics* metrics);
+    /// At a resume with model.moe.bias_update_rate > 0: the checkpoint's selection biases into `moe`
+    /// and the model; CheckpointError naming `dir` when they are of another shape (a
+    /// checkpoint written without the update starts from zeros, saying nothing: it had none).
+    void restore_moe_bias(const TrainState& st, const std::string& dir);
 };
 
 }  // namespace llmtrain

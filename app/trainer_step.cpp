@@ -59,6 +59,7 @@ bool Trainer::Impl::train_step(float* loss, float* lr, float* norm) {
     *norm = std::sqrt(sq) / float(dp);
     if (!ms.pipe) sum = ms.gpt->take_loss_sum();  // one event wait, after the norm's own
     *loss = dp_mean(float(sum / accum));
+    moe_after_step();  // the balance loss and expert loads (trainer_moe.cpp)
     ++step;
     tokens_seen += tokens_per_step();
     // Every rank sees the same all-reduced loss and norm, so every rank decides alike.

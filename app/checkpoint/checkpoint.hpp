@@ -76,6 +76,10 @@ struct TrainState {
     /// Times this run was started again from one of its own checkpoints before this state was
     /// written (0 for a run never resumed; absent, so 0, in checkpoints written before it existed).
     int64_t restarts = 0;
+    /// model.moe with bias_update_rate > 0: the selection biases (n_layer, E) fp32, layer-major
+    /// ([moe] bias, one array per layer, as doubles: exact for fp32); empty otherwise (and absent).
+    std::vector<float> moe_bias;
+    int moe_experts = 0;  ///< E of moe_bias's rows (its width in state.toml)
 };
 
 /// One segment of a rank's optimizer state: AdamW m and v for flat-buffer elements [begin, end), host fp32.

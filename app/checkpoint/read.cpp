@@ -117,6 +117,19 @@ StateFile read_state_file(const std::string& dir) {
         st.restarts = need_int("restarts");
         if (st.restarts < 0) throw CheckpointError(file + ": restarts: expected >= 0, got " + std::to_string(st.restarts));
     }
+    if (const toml::array* rows = t.at_path("moe.bias").as_array()) {  // model.moe.bias_update_rate > 0
+        for (size_t r = 0; r < rows->size(); ++r) {
+            const toml::array* row = rows->get(r)->as_array();
+            if (!row || row->empty() || (r > 0 && int(row->size()) != st.moe_experts))
+                throw CheckpointError(file + ": moe.bias[" + std::to_string(r) + "]: expected an array of n_experts numbers");
+            st.moe_experts = int(row->size());
+            for (size_t e = 0; e < row->size(); ++e) {
+                auto v = row->get(e)->value<double>();
+                if (!v) throw CheckpointError(file + ": moe.bias[" + std::to_string(r) + "]: not a number");
+                st.moe_bias.push_back(float(*v));
+            }
+        }
+    }
     if (t.at_path("loader.epoch")) {  // written before stream positions: this rank's micro-batch index
         st.legacy_loader = {uint64_t(need_int("loader.epoch")), uint64_t(need_int("loader.batch"))};
     } else {

@@ -116,6 +116,16 @@ std::string state_to_toml(const TrainState& st, const std::vector<PartInfo>& fil
     };
     if (!sliced.empty()) t.insert("slices", std::move(sliced));
     if (!identity.empty()) t.insert("model_identity", std::move(identity));
+    if (!st.moe_bias.empty()) {  // [moe] bias: one row of E per layer
+        toml::array rows;
+        const size_t E = size_t(st.moe_experts);
+        for (size_t r = 0; r * E < st.moe_bias.size(); ++r) {
+            toml::array row;
+            for (size_t e = 0; e < E; ++e) row.push_back(double(st.moe_bias[r * E + e]));
+            rows.push_back(std::move(row));
+        }
+        t.insert("moe", toml::table{{"bias", std::move(rows)}});
+    }
     std::ostringstream os;
     os << "# llmtrain checkpoint state (written last: its presence marks a complete checkpoint)\n" << t << "\n\n";
     const std::string body = os.str();

@@ -297,6 +297,8 @@ const std::vector<Field>& fields() {
         field("model.moe", "expert_ffn", &C::moe, &MoeConfig::expert_ffn, at_least(0)),
         field("model.moe", "router", &C::moe, &MoeConfig::router, one_of({"softmax", "sigmoid"})),
         field("model.moe", "aux_loss_coef", &C::moe, &MoeConfig::aux_loss_coef, non_negative<float>()),
+        field("model.moe", "bias_update_rate", &C::moe, &MoeConfig::bias_update_rate, non_negative<float>()),
+        field("model.moe", "capacity_factor", &C::moe, &MoeConfig::capacity_factor, non_negative<float>()),
 
         train_field(),
         field("data", "val", &C::data, &DataConfig::val, non_empty()),

@@ -66,6 +66,12 @@ struct MoeConfig {
     int expert_ffn = 0;                 ///< an expert's SwiGLU width; 0 = the dense width (intermediate_size)
     std::string router = "softmax";     ///< "softmax" (Mixtral, Qwen3-MoE) | "sigmoid" (DeepSeek-V3's scores)
     float aux_loss_coef = 0.01f;        ///< alpha of the load-balancing loss (Switch Transformer); 0 = none
+    /// gamma of DeepSeek-V3's auxiliary-loss-free balancing (§2.1.2): after each step every expert's
+    /// selection bias moves by -gamma * sign(load - mean load); 0 = off; router = "sigmoid" only.
+    float bias_update_rate = 0.0f;
+    /// Switch Transformer's capacity factor c: each expert takes at most ceil(c * B*T * top_k /
+    /// n_experts) (token, slot) pairs of a micro-batch, the first in token order; 0 = dropless.
+    float capacity_factor = 0.0f;
     friend bool operator==(const MoeConfig&, const MoeConfig&) = default;
 };
 

@@ -47,6 +47,11 @@ void check_moe(const Config& c, const At& at) {
             fail(at({"model.moe.n_experts", key}), "model.moe.n_experts: mixture of experts does not run with " +
                                                        std::string(key) + " > 1 yet, got n_experts = " + n + " with " +
                                                        key + " = " + std::to_string(v));
+    if (c.moe.bias_update_rate > 0.0f && c.moe.router != "sigmoid")
+        fail(at({"model.moe.bias_update_rate", "model.moe.router"}),
+             "model.moe.bias_update_rate: the selection bias (DeepSeek-V3's auxiliary-loss-free balancing) "
+             "needs model.moe.router = \"sigmoid\", got bias_update_rate = " + std::to_string(c.moe.bias_update_rate) +
+                 " with router = " + quote(c.moe.router));
     if (c.training.fp8 != "off")
         fail(at({"model.moe.n_experts", "training.fp8"}),
              "model.moe.n_experts: mixture of experts does not run with training.fp8 yet, got n_experts = " + n +

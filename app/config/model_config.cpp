@@ -136,6 +136,7 @@ GPTConfig gpt_config_of(const Config& c) {
     g.moe_expert_ffn = c.moe.expert_ffn;
     g.moe_sigmoid = c.moe.router == "sigmoid";
     g.moe_aux_loss_coef = c.moe.aux_loss_coef;
+    g.moe_capacity_factor = c.moe.capacity_factor;
     return g;
 }
 

@@ -280,6 +280,12 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
                   cfg.training.precision.c_str(), psi, cfg.training.micro_batch_size, cfg.model.seq_len,
                   cfg.activation_checkpoint.ratio, cfg.optimizer.offload.c_str(), off.enabled ? off.fraction : 0.0);
     out.push_back(buf);
+    if (const int64_t idle = ArchSpec(g).idle_expert_params(); idle > 0) {  // MoE: total and active, exactly
+        std::snprintf(buf, sizeof buf, "mixture of experts: %lld parameters, %lld active per token (top_k %d of "
+                      "n_experts %d per layer; the experts a token skips: %lld)", (long long)psi,
+                      (long long)(int64_t(psi) - idle), g.moe_top_k, g.moe_experts, (long long)idle);
+        out.push_back(buf);
+    }
     if (tp > 1) {
         std::snprintf(buf, sizeof buf, "tensor parallel: tp %d, TP rank 0 holds %.4g parameters (Psi_tp: its part of "
                       "every split tensor and the replicated ones whole); the formula below uses Psi_tp", tp, psi_tp);

@@ -229,3 +229,26 @@ TEST(Metrics, ListenAddressesAreParsedStrictly) {
         }
     }
 }
+
+// model.moe's gauges (app/trainer_moe.cpp sets them each step): absent until set, so a dense run's
+// scrape lists none; then one series per (layer, expert) and per layer, the values as set.
+TEST(Metrics, MoeGaugesAreListedOnceSetWithLayerAndExpertLabels) {
+    Metrics m("127.0.0.1:0", 0, "moe-run", 0);
+    std::string text = http_get(m.port(), "/metrics");
+    ASSERT_FALSE(text.empty());
+    EXPECT_EQ(text.find("llmtrain_moe_"), std::string::npos);
+    m.set_moe_aux_loss(0.0425);
+    for (int l = 0; l < 2; ++l)
+        for (int e = 0; e < 3; ++e) m.set_moe_expert_load(l, e, 100.0 * l + e);
+    m.set_moe_load_imbalance(1, 1.5);
+    m.set_moe_expert_load(0, 2, 7);  // replaces
+    const auto s = samples(http_get(m.port(), "/metrics"));
+    const std::string L = R"(rank="0",run="moe-run")";
+    EXPECT_EQ(s.at("llmtrain_moe_aux_loss{" + L + "}"), 0.0425);
+    EXPECT_EQ(s.at("llmtrain_moe_load_imbalance{layer=\"1\"," + L + "}"), 1.5);
+    EXPECT_EQ(s.at("llmtrain_moe_expert_load{expert=\"2\",layer=\"0\"," + L + "}"), 7.0);
+    EXPECT_EQ(s.at("llmtrain_moe_expert_load{expert=\"1\",layer=\"1\"," + L + "}"), 101.0);
+    int series = 0;
+    for (const auto& [k, v] : s) series += k.rfind("llmtrain_moe_expert_load{", 0) == 0;
+    EXPECT_EQ(series, 6);
+}
