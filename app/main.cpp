@@ -74,7 +74,7 @@ void check_world(const Config& cfg, int world, const std::string& what) {
 }
 
 /// parallel.zero_stage / zero_group_size against the world: a group size must divide dp x cp, the
-/// ranks a gradient is averaged over (exit 2).
+/// ranks a gradient is averaged over; parallel.ep must divide dp (exit 2).
 void check_zero_config(const Config& cfg, int rank) {
     const auto& p = cfg.parallel;
     const int dp = p.dp * p.cp;
@@ -85,6 +85,9 @@ void check_zero_config(const Config& cfg, int rank) {
         throw ConfigError(std::string("parallel.zero_group_size: expected 0 or a divisor of ") +
                           (p.cp > 1 ? "dp x cp = " : "dp = ") + std::to_string(dp) + ", got " +
                           std::to_string(p.zero_group_size));
+    if (p.ep > 1 && p.dp % p.ep != 0)  // expert parallelism is carved out of the data-parallel ranks
+        throw ConfigError("parallel.ep: expected a divisor of the data-parallel ranks dp = " + std::to_string(p.dp) +
+                          ", got " + std::to_string(p.ep));
     const int group = p.zero_group_size == 0 ? dp : p.zero_group_size;
     if (p.zero_stage > 0 && group == 1 && rank == 0)
         std::fprintf(stderr, "llmtrain: warning: parallel.zero_stage = %d over a ZeRO group of one rank shards "

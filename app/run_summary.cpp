@@ -37,7 +37,8 @@ std::vector<std::string> Trainer::summary() const {
     out.push_back("llmtrain: run '" + c.run.name + "' in " + c.run.run_dir);
     out.push_back("backend: " + std::string(I.ops->name()) + ", precision " + c.training.precision + ", world " +
                   std::to_string(world_size()) + ", dp " + std::to_string(I.topo.data_parallel()) + ", tp " +
-                  std::to_string(I.topo.tp()) + (I.topo.cp() > 1 ? ", cp " + std::to_string(I.topo.cp()) : std::string()));
+                  std::to_string(I.topo.tp()) + (I.topo.cp() > 1 ? ", cp " + std::to_string(I.topo.cp()) : std::string()) +
+                  (c.parallel.ep > 1 ? ", ep " + std::to_string(c.parallel.ep) : std::string()));
     out.push_back("attention: " + std::string(I.ops->attention_name()) + " (" + I.ops->attention_reason() + ")");
     if (c.data.document_mask || c.data.reset_position_ids)  // docs/attention.md "Document masking"
         out.push_back(std::string("documents: ") +

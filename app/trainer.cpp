@@ -249,6 +249,11 @@ void Trainer::Impl::log_peak_memory(RunLog& log) {
                  std::to_string(p[1]) + " (" + std::to_string(p[2]) + " complete when needed), still there from the "
                  "forward " + std::to_string(p[3]) + ", gathered when needed " + std::to_string(p[0] - p[1] - p[3]));
     }
+    if (ms.ep_group) {  // the MoE layers' exchanges (model/gpt_moe_ep.cpp) over rank 0's ep group, all steps and evaluations
+        const CommStats& st = ms.ep_group->comm().stats();
+        log.line("expert parallel: " + std::to_string(st.calls[int(CommOp::all_to_all)]) + " all-to-alls, " +
+                 std::to_string(st.bytes[int(CommOp::all_to_all)]) + " bytes sent to the other ranks of the ep group");
+    }
 }
 
 }  // namespace llmtrain

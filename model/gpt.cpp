@@ -170,6 +170,7 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         throw std::invalid_argument("GPT: data.document_mask / data.reset_position_ids need the dataset's eos_id, got " +
                                     std::to_string(opt.doc_eos));
     if (impl_->spec.moe()) impl_->check_moe(ncp);
+    impl_->set_expert_parallel(opt.ep);  // gpt_moe_ep.cpp
     Impl& m = *impl_;
     m.Tw = opt_in.T;
     if (ncp > 1) m.cpg = opt.cp, m.ncp = ncp, m.cp_rank = opt.cp->rank();
@@ -244,7 +245,7 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
     m.dbuf_c = m.get(MemCategory::workspace, N * C * es);
     m.dbuf_4c = m.get(MemCategory::workspace, N * size_t(std::max(m.Mt, m.Qt)) * es);  // (N,Mt) and (N,Qt)
     if (m.spec.mlp == MlpKind::swiglu && m.Ft > 0) m.dbuf_f = m.get(MemCategory::workspace, N * size_t(m.Ft) * es);  // d fch
-    if (m.spec.moe()) m.make_moe_work();  // gpt_moe.cpp
+    if (m.spec.moe()) m.make_moe_work(), m.make_moe_ep_work();  // gpt_moe.cpp, gpt_moe_ep.cpp
     if (m.ncp > 1) {  // the window's q|k|v, the gather's order, and the window's d q|k|v (gpt_cp.cpp)
         const size_t window_qkv = N * m.ncp * size_t(m.Qt) * es;
         m.cp_full = m.get(MemCategory::workspace, window_qkv);

@@ -36,7 +36,7 @@ LayerActs GPT::Impl::make_acts(MemCategory cat) {
     a.ln2_rstd = reinterpret_cast<float*>(take(nf));
     a.fch_pre = take(npre);
     a.fch = take(nfch);
-    if (spec.moe()) a.moe = make_moe_acts(cat);  // gpt_moe.cpp
+    if (spec.moe()) a.moe = make_moe_acts(cat), a.moe_ep = make_moe_ep_acts(cat);  // gpt_moe.cpp, gpt_moe_ep.cpp
     return a;
 }
 

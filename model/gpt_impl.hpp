@@ -41,6 +41,7 @@
 
 #include "model/arch.hpp"
 #include "model/gpt.hpp"
+#include "model/moe_ep_buffers.hpp"
 
 namespace llmtrain {
 
@@ -61,6 +62,7 @@ struct LayerActs {
     void* fch_pre = nullptr;   // (N,Mt) the MLP input matmul's output: before GELU, or [gate | up]
     void* fch = nullptr;       // (N,Ft) GELU(fch_pre) or silu(gate) * up: the output projection's input
     MoeActs moe;               // with model.moe: the router's and experts' buffers (model/moe_layer.hpp)
+    MoeEpActs moe_ep;          // with parallel.ep > 1: the received rows and local experts' buffers
 };
 
 /// One micro-batch's activations between its forward and its backward (see the header comment).
@@ -290,6 +292,24 @@ struct GPT::Impl {
     void moe_mlp_backward(Context& c, int i, const void* w, void* g, const LayerActs& a);
     /// The next free slot of load_host ((n_local, E+1) int32), load_pending counted.
     int* load_slot();
+
+    // ---- expert parallelism (gpt_moe_ep.cpp; docs/parallelism.md "Expert parallelism") ----
+    ExpertParallel* epg = nullptr;  // null: no expert parallelism
+    int nep = 1, ep_rank = 0;       // ep group size and this rank's index
+    MoeEpWork moe_ep_work;          // scratch shared by the layers (workspace)
+    /// Takes opt.ep (a group of > 1) after checking model.moe and E % P; std::invalid_argument
+    /// naming parallel.ep otherwise.
+    void set_expert_parallel(ExpertParallel* ep);
+    /// One layer's MoeEpActs (empty without ep), and moe_ep_work's buffers.
+    MoeEpActs make_moe_ep_acts(MemCategory cat);
+    void make_moe_ep_work();
+    /// Local layer i: moe_forward's work with the experts spread over the ep group: dispatch here, rows to their
+    /// experts' ranks, this rank's experts on what it received, outputs back, combine into out
+    /// when write_out. Returns the balance loss.
+    float moe_ep_forward(int i, const void* w, const LayerActs& a, void* out, bool write_out);
+    /// Its backward: dx (N,C) OVERWRITTEN from dout; router, w13, w2 gradients += (this rank's experts).
+    void moe_ep_backward(int i, const void* w, void* g, const LayerActs& a, void* dx, const void* dout,
+                         float aux_scale);
 };
 
 }  // namespace llmtrain

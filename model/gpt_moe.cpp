@@ -100,8 +100,9 @@ void GPT::Impl::moe_mlp_forward(Context& c, int i, const void* w, const LayerAct
     } else if (write_out) {
         ops.memset(tmp, 0, static_cast<size_t>(N) * C * es);
     }
-    const float aux = ops.moe_forward(moe_shape(i), a.moe, moe_work, tmp, a.ln2, P(w, p.router), P(w, p.w13),
-                                      P(w, p.w2), write_out);
+    const float aux = nep > 1 ? moe_ep_forward(i, w, a, tmp, write_out)  // the experts over the ep group (gpt_moe_ep.cpp)
+                              : ops.moe_forward(moe_shape(i), a.moe, moe_work, tmp, a.ln2, P(w, p.router),
+                                                P(w, p.w13), P(w, p.w2), write_out);
     if (!write_out) return;
     c.moe_aux += aux;
     if (c.moe_load_dst != nullptr)  // the routing's per-expert row counts, for GPT::take_moe_load
@@ -114,8 +115,11 @@ void GPT::Impl::moe_mlp_backward(Context& c, int i, const void* w, void* g, cons
     const int N = static_cast<int>(n_rows()), C = cfg.n_embd;
     const MoeShape s = moe_shape();
     const float aux_scale = s.aux_coef * c.dloss * static_cast<float>(N);
-    ops.moe_backward(s, a.moe, moe_work, dbuf_c, G(g, p.router), G(g, p.w13), G(g, p.w2), dres, a.ln2,
-                     P(w, p.router), P(w, p.w13), P(w, p.w2), aux_scale);  // dbuf_c = d ln2 via the experts
+    if (nep > 1)
+        moe_ep_backward(i, w, g, a, dbuf_c, dres, aux_scale);  // dbuf_c = d ln2 via the experts (gpt_moe_ep.cpp)
+    else
+        ops.moe_backward(s, a.moe, moe_work, dbuf_c, G(g, p.router), G(g, p.w13), G(g, p.w2), dres, a.ln2,
+                         P(w, p.router), P(w, p.w13), P(w, p.w2), aux_scale);  // dbuf_c = d ln2 via the experts
     if (spec.F == 0) return;
     linear_backward(dbuf_f, G(g, p.fcprojw), nullptr, dres, a.fch, P(w, p.fcprojw), nullptr, N, Ft, C);
     ops.swiglu_backward(dbuf_4c, dbuf_f, a.fch_pre, N, Ft);

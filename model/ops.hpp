@@ -383,6 +383,53 @@ public:
             (void)w_router, (void)w13, (void)w2, (void)aux_scale;
         missing("moe_backward");
     }
+    // The same layer in three steps each way, for expert parallelism (docs/parallelism.md "Expert
+    // parallelism"): the model moves the grouped rows to the ranks that own their experts between
+    // them. moe_forward = moe_dispatch_forward, moe_ffn_forward over every expert, moe_combine_forward.
+    /// Router, dispatch plan and permute of moe_forward: a.scores, a.ids, a.gates, a.offsets (E+1),
+    /// a.pos, w.counts (E), and a.xg (N*k,C) = the rows of x (N,C) grouped by expert. Returns the
+    /// balance loss as moe_forward does.
+    virtual float moe_dispatch_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, const void* x,
+                                       const void* w_router) {
+        (void)s, (void)a, (void)w, (void)x, (void)w_router;
+        missing("moe_dispatch_forward");
+    }
+    /// The SwiGLU FFNs of E experts (model/moe.hpp moe_experts_forward): expert e's rows
+    /// [offsets[e], offsets[e+1]) of xg (rows,C) into yg (rows,C), keeping gu (rows,2F), h (rows,F);
+    /// w13 (E,2F,C), w2 (E,C,F) are those E experts' weights; offsets (E+1) device int32.
+    virtual void moe_ffn_forward(void* yg, void* gu, void* h, const void* xg, const void* w13, const void* w2,
+                                 const int* offsets, int E, int C, int F) {
+        (void)yg, (void)gu, (void)h, (void)xg, (void)w13, (void)w2, (void)offsets, (void)E, (void)C, (void)F;
+        missing("moe_ffn_forward");
+    }
+    /// out (N,C) += sum_j gates[n,j] * yg row a.pos[n*k+j] (yg (N*k,C) grouped as a.xg).
+    virtual void moe_combine_forward(const MoeShape& s, const MoeActs& a, void* out, const void* yg) {
+        (void)s, (void)a, (void)out, (void)yg;
+        missing("moe_combine_forward");
+    }
+    /// The combine's backward: dyg (N*k,C) and w.dgates (N,k) OVERWRITTEN from dout (N,C).
+    virtual void moe_combine_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dyg,
+                                      const void* dout, const void* yg) {
+        (void)s, (void)a, (void)w, (void)dyg, (void)dout, (void)yg;
+        missing("moe_combine_backward");
+    }
+    /// moe_ffn_forward's backward (model/moe.hpp moe_experts_backward): dxg (rows,C), dgu, dh
+    /// OVERWRITTEN; dw13 (E,2F,C), dw2 (E,C,F) +=.
+    virtual void moe_ffn_backward(void* dxg, void* dw13, void* dw2, void* dgu, void* dh, const void* dyg,
+                                  const void* xg, const void* gu, const void* h, const void* w13, const void* w2,
+                                  const int* offsets, int E, int C, int F) {
+        (void)dxg, (void)dw13, (void)dw2, (void)dgu, (void)dh, (void)dyg, (void)xg, (void)gu, (void)h, (void)w13,
+            (void)w2, (void)offsets, (void)E, (void)C, (void)F;
+        missing("moe_ffn_backward");
+    }
+    /// The dispatch's backward from dxg (N*k,C) = d a.xg and w.dgates: dx (N,C) OVERWRITTEN,
+    /// dw_router (E,C) +=, the balance loss's gradient scaled by aux_scale as in moe_backward.
+    virtual void moe_dispatch_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dx,
+                                       void* dw_router, const void* dxg, const void* x, const void* w_router,
+                                       float aux_scale) {
+        (void)s, (void)a, (void)w, (void)dx, (void)dw_router, (void)dxg, (void)x, (void)w_router, (void)aux_scale;
+        missing("moe_dispatch_backward");
+    }
 
     /// out[i] = gelu_tanh(inp[i]) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), Hendrycks & Gimpel 2016.
     virtual void gelu_forward(void* out, const void* inp, size_t n) = 0;

@@ -338,6 +338,7 @@ const std::vector<Field>& fields() {
         field("parallel", "tp", &C::parallel, &ParallelConfig::tp, at_least(1)),
         field("parallel", "sequence_parallel", &C::parallel, &ParallelConfig::sequence_parallel),
         field("parallel", "cp", &C::parallel, &ParallelConfig::cp, at_least(1)),
+        field("parallel", "ep", &C::parallel, &ParallelConfig::ep, at_least(1)),
         field("parallel", "zero_stage", &C::parallel, &ParallelConfig::zero_stage, between(0, 3)),
         field("parallel", "zero_group_size", &C::parallel, &ParallelConfig::zero_group_size, at_least(0)),
         field("parallel", "grad_reduce_dtype", &C::parallel, &ParallelConfig::grad_reduce_dtype, one_of({"fp32", "bf16"})),

@@ -129,6 +129,7 @@ struct ParallelConfig {
     int tp = 1;                         ///< tensor-parallel ranks per layer (Megatron column/row split); world = pp x dp x tp
     bool sequence_parallel = false;     ///< with tp > 1: the residual stream and LayerNorms on 1/tp of the rows each
     int cp = 1;                         ///< context-parallel ranks per window (the sequence split); world = pp x dp x cp x tp
+    int ep = 1;                         ///< expert-parallel ranks: each MoE layer's experts split over ep of the dp ranks (must divide dp and model.moe.n_experts)
     int zero_stage = 0;                 ///< 0 plain DP, 1 optimizer state, 2 + grads, 3 + params sharded
     int zero_group_size = 0;            ///< ranks a ZeRO group shards over; 0 = all dp ranks
     std::string grad_reduce_dtype = "fp32";  ///< "fp32" | "bf16": gradients on the wire; unset: training.precision (load_config)

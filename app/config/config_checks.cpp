@@ -58,6 +58,26 @@ void check_moe(const Config& c, const At& at) {
                  " with training.fp8 = " + quote(c.training.fp8));
 }
 
+/// parallel.ep > 1 (docs/parallelism.md "Expert parallelism"): a mixture of experts whose
+/// n_experts ep divides, and not with what it does not run with yet: HellaSwag in the loop (its
+/// ranks score different examples, so the ep group's exchanges would not pair up). (dp is known
+/// at start-up: main.cpp checks that ep divides it; tp, pp, cp and cuda are MoE's refusals.)
+template <class At>
+void check_expert_parallel(const Config& c, const At& at) {
+    const std::string ep = std::to_string(c.parallel.ep);
+    if (c.moe.n_experts == 0)
+        fail(at({"parallel.ep", "model.moe.n_experts"}),
+             "parallel.ep: expert parallelism needs a mixture of experts ([model.moe] n_experts > 0), got ep = " + ep);
+    if (c.moe.n_experts % c.parallel.ep != 0)
+        fail(at({"parallel.ep", "model.moe.n_experts"}),
+             "parallel.ep: expected a divisor of model.moe.n_experts = " + std::to_string(c.moe.n_experts) + ", got " +
+                 ep);
+    if (c.run.eval_hellaswag_interval > 0)
+        fail(at({"parallel.ep", "run.eval_hellaswag_interval"}),
+             "parallel.ep: HellaSwag in the loop does not run with expert parallelism yet, got ep = " + ep +
+                 " with run.eval_hellaswag_interval = " + std::to_string(c.run.eval_hellaswag_interval));
+}
+
 }  // namespace
 
 void check_across_keys(const Config& c, const ConfigOrigins& origins, const std::string& file) {
@@ -186,6 +206,7 @@ void check_across_keys(const Config& c, const ConfigOrigins& origins, const std:
                  std::to_string(p.tp) + " (each TP rank holds 1/tp of the rows), got true");
     if (p.cp > 1) check_context_parallel(c, at);
     if (c.moe.n_experts > 0) check_moe(c, at);
+    if (p.ep > 1) check_expert_parallel(c, at);
     if (p.pp > 1 && p.zero_stage >= 2)
         fail(at({"parallel.zero_stage", "parallel.pp"}),
              "parallel.zero_stage: ZeRO-2/3 need one micro-batch's gradients per unit, but a pipeline accumulates "

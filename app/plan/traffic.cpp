@@ -20,6 +20,7 @@ const char* group_kind_name(GroupKind k) {
         case GroupKind::pipeline: return "pipeline";
         case GroupKind::embedding: return "embedding";
         case GroupKind::cp: return "cp";
+        case GroupKind::ep: return "ep";
         default: return "?";
     }
 }
@@ -50,6 +51,23 @@ void add_ring(GroupTraffic& g, const std::vector<int>& ranks, double v, int rank
     if (k > 1) {
         if (g.spanning++ == 0) g.example = ranks;
         g.crossing += double(k) * v;
+    }
+}
+
+/// Adds one all-to-all group of kind g: each member sends v bytes per step, evenly to its P−1 peers;
+/// what goes to a peer on another node crosses.
+void add_all_to_all(GroupTraffic& g, const std::vector<int>& ranks, double v, int ranks_per_node) {
+    const int k = nodes_spanned(ranks, ranks_per_node), P = int(ranks.size());
+    g.size = P;
+    ++g.groups;
+    g.max_nodes = std::max(g.max_nodes, k);
+    g.per_rank = std::max(g.per_rank, v);
+    g.total += double(P) * v;
+    if (k > 1 && g.spanning++ == 0) g.example = ranks;
+    for (int a : ranks) {
+        int away = 0;
+        for (int b : ranks) away += a / ranks_per_node != b / ranks_per_node;
+        g.crossing += v * away / (P - 1);
     }
 }
 
@@ -90,7 +108,8 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
 
     // Per pipeline stage s: the bytes one rank sends per step in each kind of group.
     const size_t stages = size_t(pp);
-    std::vector<double> v_tp(stages), v_zero(stages), v_rep(stages), v_pipe(stages), v_cp(stages);
+    std::vector<double> v_tp(stages), v_zero(stages), v_rep(stages), v_pipe(stages), v_cp(stages), v_ep(stages);
+    const int ep = cfg.parallel.ep;
     for (int s = 0; s < pp; ++s) {
         const StageLayers& st = plan[size_t(s)];
         const bool first = s == 0, last = s == pp - 1;
@@ -116,6 +135,11 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
                                kCpCollectives.recompute * st.checkpointed - kept) *
                               cp_collective_bytes(cfg, shape);
         }
+        if (ep > 1) {  // MoE's row exchanges (all layers are MoE layers; balanced routing)
+            const double rows_k = rows * std::max(1, g.moe_top_k);
+            v_ep[size_t(s)] = m * (4.0 * (st.l1 - st.l0) + 2.0 * st.checkpointed) * double(ep - 1) / ep * rows_k *
+                              cfg.model.n_embd * es;
+        }
         if (zs >= 1 && N > 1) {
             const double rs = (zs >= 2 ? m : 1) * psi * rb;
             const double ag = (zs == 3 ? 2 * m * (psi - held0) + held0 : psi) * es;
@@ -138,6 +162,7 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
         const size_t s = size_t(t.stage());
         if (tp > 1 && t.tp_index() == 0) add_ring(gt, t.tp_group(), v_tp[s], ranks_per_node);
         if (cp > 1 && t.cp_index() == 0) add_ring(gc, t.cp_group(), v_cp[s], ranks_per_node);
+        if (ep > 1 && t.dp_index() % ep == 0) add_all_to_all(by[size_t(GroupKind::ep)], t.ep_group(ep), v_ep[s], ranks_per_node);
         if (zs >= 1 && N > 1 && t.zero_index() == 0) add_ring(gz, t.zero_group(), v_zero[s], ranks_per_node);
         if (R > 1 && t.replica() == 0) add_ring(gr, t.replica_group(), v_rep[s], ranks_per_node);
         if (pp > 1 && s == 0) {
@@ -165,6 +190,7 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
     by[size_t(GroupKind::replica)].ops = "all-reduce of the gradient shard";
     gp.ops = "activations forward, their gradients back, per micro-batch";
     ge.ops = "all-reduce of the tied wte's gradient (first and last stage)";
+    by[size_t(GroupKind::ep)].ops = "all-to-alls of the MoE rows (B*T*top_k, C): 2 per layer forward, 2 backward, 2 recompute";
     gc.ops = "all-gathers of the window's q|k|v per layer: forward, backward (or recompute); reduce-scatter of its gradient";
 
     StepTraffic out;

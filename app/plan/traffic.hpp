@@ -22,6 +22,11 @@
 // LayerNorm-gradient all-reduces; eval and checkpoints. Context parallelism (model/gpt_cp.cpp): per
 // layer and micro-batch an all-gather of the window's q|k|v (B·T, Qt) forward, again in backward
 // (or in a recomputed forward instead), and a reduce-scatter of its gradient (kCpCollectives).
+// Expert parallelism (model/gpt_moe_ep.cpp): per MoE layer and micro-batch four all-to-alls of the
+// N·k grouped rows (B·T·top_k, C) — rows out, outputs back, their gradients out and back, one more
+// of each in a recomputed layer's forward — of which, with balanced routing, (P−1)/P leave a rank,
+// spread evenly over its P−1 peers; its crossing bytes are the share sent to peers on other nodes
+// (an all-to-all is not a ring). Skewed routing sends up to all N·k rows.
 #pragma once
 #include <string>
 #include <vector>
@@ -32,8 +37,8 @@
 namespace llmtrain {
 
 /// The kinds of group a training step communicates over.
-enum class GroupKind : int { tp, dp, zero, replica, pipeline, embedding, cp, count };
-/// "tp", "dp", "zero", "replica", "pipeline", "embedding", "cp".
+enum class GroupKind : int { tp, dp, zero, replica, pipeline, embedding, cp, ep, count };
+/// "tp", "dp", "zero", "replica", "pipeline", "embedding", "cp", "ep".
 const char* group_kind_name(GroupKind k);
 
 /// One group kind's traffic per optimizer step. Bytes.

@@ -109,6 +109,10 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
         s.cp_group = std::make_unique<TpGroup>(comms(topo.cp_group(), false));
         go.cp = s.cp_group.get();
     }
+    if (cfg.parallel.ep > 1) {  // the ranks that split each MoE layer's experts (model/gpt_moe_ep.cpp)
+        s.ep_group = std::make_unique<EpGroup>(comms(topo.ep_group(cfg.parallel.ep), false));
+        go.ep = s.ep_group.get();
+    }
     ZeroOptions zo;
     zo.stage = shape.zero_stage;
     zo.reduce_dtype = cfg.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;  // validated by the config

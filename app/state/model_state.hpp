@@ -14,6 +14,7 @@
 #include "model/cuda/cuda_backend.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
+#include "parallel/ep_group.hpp"
 #include "parallel/partition.hpp"
 #include "parallel/pipeline.hpp"
 #include "parallel/topology.hpp"
@@ -34,6 +35,8 @@ struct ModelState {
     std::unique_ptr<Comm> tp_host_comm;
     // With parallel.cp > 1 (else null): the GPT's context-parallel group (device buffers).
     std::unique_ptr<TpGroup> cp_group;
+    // With parallel.ep > 1 (else null): the GPT's expert-parallel group (device buffers).
+    std::unique_ptr<EpGroup> ep_group;
     std::unique_ptr<ZeroEngine> engine;
     std::unique_ptr<GPT> gpt;
     std::unique_ptr<AdamW> adam;

@@ -123,6 +123,18 @@ public:
     void moe_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dx, void* dw_router, void* dw13,
                       void* dw2, const void* dout, const void* x, const void* w_router, const void* w13,
                       const void* w2, float aux_scale) override;
+    float moe_dispatch_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, const void* x,
+                               const void* w_router) override;
+    void moe_ffn_forward(void* yg, void* gu, void* h, const void* xg, const void* w13, const void* w2,
+                         const int* offsets, int E, int C, int F) override;
+    void moe_combine_forward(const MoeShape& s, const MoeActs& a, void* out, const void* yg) override;
+    void moe_combine_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dyg, const void* dout,
+                              const void* yg) override;
+    void moe_ffn_backward(void* dxg, void* dw13, void* dw2, void* dgu, void* dh, const void* dyg, const void* xg,
+                          const void* gu, const void* h, const void* w13, const void* w2, const int* offsets, int E,
+                          int C, int F) override;
+    void moe_dispatch_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dx, void* dw_router,
+                               const void* dxg, const void* x, const void* w_router, float aux_scale) override;
     // swiglu.cpp
     void swiglu_forward(void* out, const void* inp, int N, int F) override;
     void swiglu_backward(void* dinp, const void* dout, const void* inp, int N, int F) override;

@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# tests/parallel/ep_equivalence.sh — parallel.ep (expert parallelism, docs/parallelism.md "Expert
+# parallelism") through the llmtrain binary (CPU backend, one OpenMP thread per rank, 6 steps of a
+# 2-layer MoE Llama: 4 experts of width 24, top-2, a shared expert, balance loss 0.05) against ep = 1
+# at the same dp and global batch: ep 2 at dp 2; ep 4 at dp 4; ep 2 with ZeRO-1 and with ZeRO-3 at
+# dp 2; recomputed layers, capacity-limited routing and a sigmoid router with DeepSeek-V3's
+# selection bias at ep 2; the ep 2 run's step-3 checkpoint resumed at ep 1 and
+# the ep 1 run's resumed at ep 2 continue the unbroken runs.
+# Tolerances: losses 1e-5 relative, weights 5e-5 absolute (AdamW at lr 0.01 turns gradient
+# differences of a few ulps into weight differences up to 7.4e-6, measured at ep 4). Why not bitwise: an expert's weight
+# gradient is one GEMM over the rows every rank of its ep group routed to it (rank order, then token
+# order) where at ep 1 each rank sums its own rows and the gradient all-reduce adds the ranks' sums,
+# so fp32 sums are reassociated (the forward's rows are each one GEMM row either way). The measured
+# figures are printed.
+# Also: refusals (exit 2 naming the key): ep not dividing n_experts, ep not dividing dp, ep without
+# MoE, ep with HellaSwag in the loop; the dry run at ep 2 counts the all-to-all's bytes.
+# Usage: ep_equivalence.sh <llmtrain> <mpiexec> <tiny_data_dir> <work_dir>
+set -euo pipefail
+BIN=$1 MPI=$2 DATA=$3 WORK=$4
+VOCAB=$(cat "$DATA/vocab_size.txt")
+PY=${LLMTRAIN_PYTHON:-/usr/bin/python3}
+rm -rf "$WORK" && mkdir -p "$WORK"
+source "$(dirname "$0")/equivalence_lib.sh"
+
+MOE=("${LLAMA[@]}" --set model.moe.n_experts=4 --set model.moe.top_k=2 --set model.moe.expert_ffn=24
+     --set model.moe.n_shared_experts=1 --set model.moe.aux_loss_coef=0.05 --set checkpoint.interval=3)
+LT=1e-5 WT=5e-5
+
+refuse() {  # refuse <np> <name> <expected message> [--set overrides...]: exit 2, the message, no run dir
+    local np=$1 name=$2 msg=$3 code
+    shift 3
+    set +e
+    "$MPI" --oversubscribe -np "$np" "$BIN" --set "model.vocab_size=$VOCAB" --set "data.train=\"$DATA/train.h5\"" \
+        --set "data.val=\"$DATA/val.h5\"" --set "run.run_dir=\"$WORK/$name\"" --set metrics.enabled=false "$@" \
+        >"$WORK/$name.log" 2>&1
+    code=$?
+    set -e
+    [ $code = 2 ] && [ ! -e "$WORK/$name" ] && grep -qF "$msg" "$WORK/$name.log" ||
+        { echo "$name: exit $code, expected 2 and: $msg"; cat "$WORK/$name.log"; exit 1; }
+}
+refuse 1 bad_div "parallel.ep: expected a divisor of model.moe.n_experts = 4, got 3" "${MOE[@]}" --set parallel.ep=3
+refuse 2 bad_dp "parallel.ep: expected a divisor of the data-parallel ranks dp = 2, got 4" "${MOE[@]}" --set parallel.ep=4
+refuse 1 bad_dense "parallel.ep: expert parallelism needs a mixture of experts" "${LLAMA[@]}" --set parallel.ep=2
+refuse 2 bad_hs "parallel.ep: HellaSwag in the loop does not run with expert parallelism yet" "${MOE[@]}" \
+    --set parallel.ep=2 --set run.eval_hellaswag_interval=3
+
+run 2 dp2 "${MOE[@]}"
+run 2 dp2_ep2 "${MOE[@]}" --set parallel.ep=2
+compare dp2 dp2_ep2 $LT 0 $WT
+run 4 dp4 "${MOE[@]}"
+run 4 dp4_ep4 "${MOE[@]}" --set parallel.ep=4
+compare dp4 dp4_ep4 $LT 0 $WT
+# ZeRO shards every tensor, experts included, over the dp ranks as without ep (ZeRO-1 and -3 are
+# plain DP's bits: docs/distributed.md).
+run 2 dp2_z1_ep2 "${MOE[@]}" --set parallel.zero_stage=1 --set parallel.ep=2
+compare dp2 dp2_z1_ep2 $LT 0 $WT
+run 2 dp2_z3_ep2 "${MOE[@]}" --set parallel.zero_stage=3 --set parallel.ep=2
+compare dp2 dp2_z3_ep2 $LT 0 $WT
+# Recomputed layers run the exchange again in the backward (every rank of the group alike).
+run 2 dp2_rc "${MOE[@]}" --set activation_checkpoint.ratio=1
+run 2 dp2_rc_ep2 "${MOE[@]}" --set activation_checkpoint.ratio=1 --set parallel.ep=2
+compare dp2_rc dp2_rc_ep2 $LT 0 $WT
+# Capacity (Switch Transformer's, per rank's micro-batch as at ep 1): the dropped pairs are sent
+# nowhere, their outputs and input gradients stay zero.
+run 2 dp2_cap "${MOE[@]}" --set model.moe.capacity_factor=0.5
+run 2 dp2_cap_ep2 "${MOE[@]}" --set model.moe.capacity_factor=0.5 --set parallel.ep=2
+compare dp2_cap dp2_cap_ep2 $LT 0 $WT
+# DeepSeek-V3's selection bias (sigmoid router, bias_update_rate): every rank of a group routes with
+# the same per-layer bias (the loads are summed over dp before the update).
+BIAS=(--set 'model.moe.router="sigmoid"' --set model.moe.bias_update_rate=0.01)
+run 2 dp2_bias "${MOE[@]}" "${BIAS[@]}"
+run 2 dp2_bias_ep2 "${MOE[@]}" "${BIAS[@]}" --set parallel.ep=2
+compare dp2_bias dp2_bias_ep2 $LT 0 $WT
+# Checkpoints hold whole expert tensors: ep 2 -> ep 1 and ep 1 -> ep 2 continue the unbroken runs.
+run 2 ep2_then_1 "${MOE[@]}" --set "checkpoint.resume=\"$WORK/dp2_ep2/checkpoints/step_3\""
+compare dp2_ep2 ep2_then_1 $LT 3 $WT
+run 2 ep1_then_2 "${MOE[@]}" --set parallel.ep=2 --set "checkpoint.resume=\"$WORK/dp2/checkpoints/step_3\""
+compare dp2 ep1_then_2 $LT 3 $WT
+# The all-to-all's bytes: a wider model (C 128, B·T 256, 3 steps, no evaluation) at ep 2 over 2
+# ranks, each its own node: the dry run's ep row (balanced routing: half the rows leave, 4 exchanges
+# per layer and micro-batch, 1.0 MiB per rank per step) against rank 0's measured all_to_all bytes
+# (the rows its routing actually sent away, plus 8 bytes of counts per layer forward): printed, and
+# checked to lie within (0, 2x the dry run], the dropless bound where every row leaves.
+WIDE=("${MOE[@]}" --set model.n_embd=128 --set model.n_head=4 --set model.seq_len=64 --set training.micro_batch_size=4
+      --set checkpoint.interval=0 --set run.eval_interval=0 --set run.sample_interval=0)
+"$BIN" --set model.n_layer=2 --set "model.vocab_size=$VOCAB" "${WIDE[@]}" --set parallel.ep=2 --dry-run --world-size 2 \
+    --ranks-per-node 1 >"$WORK/dry_ep2.log" 2>&1 || { cat "$WORK/dry_ep2.log"; exit 1; }
+dry=$(awk '$1 == "ep" {print $6}' "$WORK/dry_ep2.log")
+grep -q "ep: all-to-alls of the MoE rows" "$WORK/dry_ep2.log" && [ "$dry" = "1.0" ] ||
+    { echo "dry run at ep 2: ep row per rank '$dry' MiB, expected 1.0"; cat "$WORK/dry_ep2.log"; exit 1; }
+"$MPI" --oversubscribe -np 2 "$BIN" --set model.n_layer=2 --set "model.vocab_size=$VOCAB" --set "data.train=\"$DATA/train.h5\"" \
+    --set "data.val=\"$DATA/val.h5\"" --set "run.run_dir=\"$WORK/wide_ep2\"" --set metrics.enabled=false \
+    --set run.max_steps=3 "${WIDE[@]}" --set parallel.ep=2 >"$WORK/wide_ep2.log" 2>&1 ||
+    { echo "wide_ep2 failed"; cat "$WORK/wide_ep2.log"; exit 1; }
+"$PY" - "$WORK/wide_ep2.log" <<'PY'
+import re, sys
+m = re.search(r'expert parallel: (\d+) all-to-alls, (\d+) bytes sent', open(sys.argv[1]).read())
+assert m, 'no "expert parallel" line in the log'
+calls, sent = int(m.group(1)), int(m.group(2))
+per_step = sent / 3
+dry = 4 * 2 * 0.5 * 256 * 2 * 128 * 4  # exchanges x layers x (P-1)/P x B*T*k x C x 4 bytes
+assert calls == 3 * 2 * 5, f'{calls} all-to-alls, expected 3 steps x 2 layers x 5'
+assert 0 < per_step <= 2 * dry + 2 * 8, f'{per_step} bytes per step, dry run {dry}'
+print(f'ep 2: rank 0 sent {per_step:.0f} bytes per step by all-to-all (measured/dry run {per_step / dry:.3f}; dry run {dry:.0f} = {dry / 2**20:.1f} MiB)')
+PY
+echo "ep_equivalence: ep 2 and 4 track ep 1 at dp 2 and 4, with ZeRO-1 and ZeRO-3, recomputation and resume across ep"
