@@ -57,8 +57,9 @@ double plan_objective(const PlanProblem& p, const std::vector<int>& layers, cons
 /// Minimizes plan_objective over integers n_s >= 1, 0 <= c_s <= n_s, Σ n_s = n_layer, subject to
 /// memory(n_s, c_s) <= memory_cap for every stage. The max terms are linearized (T >= t_s,
 /// U >= tail_s; minimize Σ t_s + (m − 1)·T + U), [c_s > 0] is a binary z_s with c_s <= n_layer·z_s,
-/// and the program is solved exactly by GLPK
-/// (glp_intopt: branch and cut, relative gap 0); an infeasible program gives feasible = false.
+/// and the program is solved by GLPK (glp_intopt: branch and cut with MIR and Gomory cuts, to a
+/// relative gap of 1e-6, far below the time model's own error); an infeasible program gives
+/// feasible = false.
 /// Errors: std::invalid_argument for no stages, more stages than layers or micro_batches < 1;
 /// std::runtime_error when GLPK fails for another reason than infeasibility.
 PlanChoice solve_plan(const PlanProblem& p);
