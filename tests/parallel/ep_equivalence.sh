@@ -13,7 +13,8 @@
 # so fp32 sums are reassociated (the forward's rows are each one GEMM row either way). The measured
 # figures are printed.
 # Also: refusals (exit 2 naming the key): ep not dividing n_experts, ep not dividing dp, ep without
-# MoE, ep with HellaSwag in the loop; the dry run at ep 2 counts the all-to-all's bytes.
+# MoE, ep with HellaSwag in the loop; the dry run at ep 2 counts the all-to-all's bytes and the
+# memory (within 2% of the run's Allocator peak).
 # Usage: ep_equivalence.sh <llmtrain> <mpiexec> <tiny_data_dir> <work_dir>
 set -euo pipefail
 BIN=$1 MPI=$2 DATA=$3 WORK=$4
@@ -102,5 +103,16 @@ dry = 4 * 2 * 0.5 * 256 * 2 * 128 * 4  # exchanges x layers x (P-1)/P x B*T*k x 
 assert calls == 3 * 2 * 5, f'{calls} all-to-alls, expected 3 steps x 2 layers x 5'
 assert 0 < per_step <= 2 * dry + 2 * 8, f'{per_step} bytes per step, dry run {dry}'
 print(f'ep 2: rank 0 sent {per_step:.0f} bytes per step by all-to-all (measured/dry run {per_step / dry:.3f}; dry run {dry:.0f} = {dry / 2**20:.1f} MiB)')
+PY
+# The same dry run's memory (the receive buffers sized for P·N·k rows included) against the
+# Allocator's peak of both ranks of the real run, within 2% (the ZeRO-0 row's device total).
+"$PY" - "$WORK/dry_ep2.log" "$WORK/wide_ep2.log" <<'PY'
+import re, sys
+dry, log = open(sys.argv[1]).read(), open(sys.argv[2]).read()
+row = [l.split() for l in dry.splitlines() if re.match(r'^ +0 +[0-9]', l)][0]
+predicted = float(row[row.index('|') - 1])
+peaks = [float(x) for x in re.findall(r'rank [0-9]+ \(stage 0\) ([0-9.]+)', log.split('peak device memory')[1].splitlines()[0])]
+assert len(peaks) == 2 and max(abs(p - predicted) / predicted for p in peaks) <= 0.02, f'dry run {predicted} MiB, peaks {peaks}'
+print(f'ep 2: per-rank peak {max(peaks):.2f} MiB, dry run {predicted:.1f} MiB')
 PY
 echo "ep_equivalence: ep 2 and 4 track ep 1 at dp 2 and 4, with ZeRO-1 and ZeRO-3, recomputation and resume across ep"
