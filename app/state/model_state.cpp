@@ -290,6 +290,15 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
                       (long long)(int64_t(psi) - idle), g.moe_top_k, g.moe_experts, (long long)idle);
         out.push_back(buf);
     }
+    if (const int ep = cfg.parallel.ep; ep > 1) {  // docs/parallelism.md "Expert parallelism"
+        const int64_t experts = int64_t(g.n_layer) * g.moe_experts * 3 * ArchSpec(g).Fe * g.n_embd;  // w13 + w2
+        const int64_t rows = int64_t(ep) * cfg.training.micro_batch_size * cfg.model.seq_len * g.moe_top_k;
+        std::snprintf(buf, sizeof buf, "expert parallelism: ep %d, each rank runs %d of the %d experts per layer "
+                      "(%lld of the %lld routed-expert parameters); every rank holds them all; receive buffers for "
+                      "ep x B*T x top_k = %lld rows per layer (dropless bound)", ep, g.moe_experts / ep, g.moe_experts,
+                      (long long)(experts / ep), (long long)experts, (long long)rows);
+        out.push_back(buf);
+    }
     if (tp > 1) {
         std::snprintf(buf, sizeof buf, "tensor parallel: tp %d, TP rank 0 holds %.4g parameters (Psi_tp: its part of "
                       "every split tensor and the replicated ones whole); the formula below uses Psi_tp", tp, psi_tp);

@@ -87,6 +87,10 @@ WIDE=("${MOE[@]}" --set model.n_embd=128 --set model.n_head=4 --set model.seq_le
 "$BIN" --set model.n_layer=2 --set "model.vocab_size=$VOCAB" "${WIDE[@]}" --set parallel.ep=2 --dry-run --world-size 2 \
     --ranks-per-node 1 >"$WORK/dry_ep2.log" 2>&1 || { cat "$WORK/dry_ep2.log"; exit 1; }
 dry=$(awk '$1 == "ep" {print $6}' "$WORK/dry_ep2.log")
+# Its expert line: 2 layers x 4 experts x 3 x Fe 24 x C 128 = 73,728 routed-expert parameters, half
+# run per rank; receive rows 2 x B*T 256 x top_k 2.
+grep -qF "expert parallelism: ep 2, each rank runs 2 of the 4 experts per layer (36864 of the 73728 routed-expert parameters); every rank holds them all; receive buffers for ep x B*T x top_k = 1024 rows per layer" \
+    "$WORK/dry_ep2.log" || { echo "dry run at ep 2: no expert line"; grep -i expert "$WORK/dry_ep2.log"; exit 1; }
 grep -q "ep: all-to-alls of the MoE rows" "$WORK/dry_ep2.log" && [ "$dry" = "1.0" ] ||
     { echo "dry run at ep 2: ep row per rank '$dry' MiB, expected 1.0"; cat "$WORK/dry_ep2.log"; exit 1; }
 "$MPI" --oversubscribe -np 2 "$BIN" --set model.n_layer=2 --set "model.vocab_size=$VOCAB" --set "data.train=\"$DATA/train.h5\"" \
