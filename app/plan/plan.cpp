@@ -42,6 +42,10 @@ Config at_depth(const Config& cfg, int world, int tp, int cp, int pp, int zero, 
     c.activation_checkpoint.ratio_per_stage.clear();
     c.activation_checkpoint.layers_per_stage.clear();
     const int dp = c.parallel.dp;
+    if (c.moe.n_experts > 0 && dp % c.parallel.ep != 0) {  // an expert group is ep consecutive dp ranks
+        why = "parallel.ep " + std::to_string(c.parallel.ep) + " does not divide dp " + std::to_string(dp);
+        return c;
+    }
     if (c.parallel.zero_group_size != 0 && dp * cp % c.parallel.zero_group_size != 0) {  // ZeRO shards over dp x cp
         why = "parallel.zero_group_size " + std::to_string(c.parallel.zero_group_size) + " does not divide " +
               (cp > 1 ? "dp x cp " + std::to_string(dp * cp) : "dp " + std::to_string(dp));
@@ -150,6 +154,13 @@ PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptio
     // again in backward with the reduce-scatter of its gradient, and again in a recomputed forward;
     // each a ring over the cp group (consecutive dp indices: inside a node unless tp x cp exceeds it).
     const double cpc = cp > 1 ? cp_collective_bytes(c, shape) / link * factor(cross.cp, opt.link_gbps) : 0;
+    // Expert parallelism (model/gpt_moe_ep.cpp): per MoE layer kEpAllToAlls all-to-alls of
+    // ep_all_to_all_bytes, the share of them crossing nodes the traffic table's (peers on other nodes).
+    double a2a = 0;
+    if (c.parallel.ep > 1)
+        for (const GroupTraffic& g : step_traffic(c, shape, opt.gpus_per_node).groups)
+            if (g.kind == GroupKind::ep && g.total > 0)
+                a2a = ep_all_to_all_bytes(c, shape) / link * factor(g.crossing / g.total, opt.link_gbps);
     const int split = tp * cp;  // a layer's and the head's work per rank: 1/tp of the columns, 1/cp of the tokens
     // Seconds per element of the gradient sync: a ring all-reduce over dp, or when a group crosses
     // nodes, the ZeRO group's share 2(zg − 1)/zg and the replica group's 2(R − 1)/(R·zg) of it (the
@@ -181,9 +192,10 @@ PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptio
         // forward, 2 in backward, 1 when recomputed (only the first is repeated). The embedding's
         // lookup writes the whole (N, C) on every TP rank (kept whole) and is all-reduced; the head's
         // matmul and softmax split by vocabulary, its input gradient all-reduced.
-        st.fwd_layer = t.layer_fwd / split + n_fwd * ar + kCpCollectives.forward * cpc;
-        st.bwd_layer = t.layer_bwd / split + n_bwd * ar + kCpCollectives.backward * cpc;
-        st.recompute = t.layer_recompute / split + n_rec * ar + kCpCollectives.recompute * cpc;
+        st.fwd_layer = t.layer_fwd / split + n_fwd * ar + kCpCollectives.forward * cpc + kEpAllToAlls.forward * a2a;
+        st.bwd_layer = t.layer_bwd / split + n_bwd * ar + kCpCollectives.backward * cpc + kEpAllToAlls.backward * a2a;
+        st.recompute = t.layer_recompute / split + n_rec * ar + kCpCollectives.recompute * cpc +
+                       kEpAllToAlls.recompute * a2a;
         st.fwd0 = (first ? t.embed_fwd / cp + emb_f * ar : 0) + (last ? t.head_fwd / split + head_f * ar + gather : 0) +
                   (last ? 0 : send * factor(cross.pipeline[size_t(s)], opt.link_gbps));
         st.bwd0 = (first ? t.embed_bwd / cp + emb_b * ar : 0) + (last ? t.head_bwd / split + head_b * ar : 0) +
@@ -350,7 +362,8 @@ std::vector<int> depths(const Config& cfg, const PlanOptions& opt, int tp, int c
 PlanResult plan_depths(const Config& cfg, const PlanOptions& opt) {
     PlanResult r;
     const int64_t global = global_batch_of(cfg, opt.world);
-    for (int tp : tp_widths(opt.world, opt.gpus_per_node, opt.tp)) {
+    const bool moe = cfg.moe.n_experts > 0;  // runs at tp = cp = pp = 1 only (config_checks.cpp check_moe)
+    for (int tp : moe ? std::vector<int>{1} : tp_widths(opt.world, opt.gpus_per_node, opt.tp)) {
         if (opt.world % tp != 0) continue;
         const std::string why = tp_split_problem(cfg, tp);
         if (!why.empty()) {
@@ -362,8 +375,8 @@ PlanResult plan_depths(const Config& cfg, const PlanOptions& opt) {
             r.candidates.push_back(pc);
             continue;
         }
-        for (int cp : cp_sizes(cfg, opt.world, tp, opt.cp))
-            for (int pp : depths(cfg, opt, tp, cp)) {
+        for (int cp : moe ? std::vector<int>{1} : cp_sizes(cfg, opt.world, tp, opt.cp))
+            for (int pp : moe ? std::vector<int>{1} : depths(cfg, opt, tp, cp)) {
                 r.candidates.push_back(plan_depth(cfg, opt, tp, cp, pp, global));
                 const PlanCandidate& c = r.candidates.back();
                 if (c.choice.feasible && (r.best < 0 || c.step_seconds < r.candidates[size_t(r.best)].step_seconds))
@@ -391,6 +404,10 @@ PlanResult make_plan(const Config& cfg, const PlanOptions& opt) {
     if (opt.world < 1) throw std::invalid_argument("make_plan: expected a world size >= 1, got " + std::to_string(opt.world));
     if (!(opt.device_memory > 0))
         throw std::invalid_argument("make_plan: expected a positive device memory, got " + std::to_string(opt.device_memory));
+    if (cfg.moe.n_experts > 0 && std::max({opt.tp, opt.pp, opt.cp}) > 1)
+        throw std::invalid_argument("make_plan: a mixture of experts (model.moe) runs at tp = pp = cp = 1 only, got tp " +
+                                    std::to_string(opt.tp) + ", pp " + std::to_string(opt.pp) + ", cp " +
+                                    std::to_string(opt.cp));
     PlanResult r = plan_depths(cfg, opt);
     if (r.best >= 0) return r;
     // Nothing fits: which single change would, each checked by planning it (with ZeRO-1 and offload

@@ -95,7 +95,10 @@ struct PlanResult {
 /// backward (gather, reduce-scatter) and one more when recomputed; the gradient sync runs over dp =
 /// the topology's dp × cp ranks, and memory is estimate_memory at parallel.cp (activations ∝ T/cp,
 /// the three window-sized q|k|v workspace buffers, ZeRO over dp × cp). Cap: device_memory·(1 −
-/// margin). Errors: as estimate_memory.
+/// margin). With parallel.ep > 1 (a mixture of experts, docs/parallelism.md "Expert parallelism"):
+/// per layer kEpAllToAlls (2 forward, 2 backward, 2 recomputed) all-to-alls of ep_all_to_all_bytes
+/// at opt.link_gbps, the share to peers on other nodes (step_traffic's ep row) at the inter-node rate.
+/// Errors: as estimate_memory.
 PlanProblem plan_problem(const Config& cfg, const RunShape& shape, const PlanOptions& opt);
 
 /// Plans every tensor-parallel width (opt.tp, or tp_widths), for each every context-parallel size
@@ -106,9 +109,10 @@ PlanProblem plan_problem(const Config& cfg, const RunShape& shape, const PlanOpt
 /// model does not split over, or a depth whose batch does not divide or whose ZeRO group does not fit
 /// dp, is skipped with the reason. Each depth's MIP optimum is refined by one-layer moves on the simulated step (the 1F1B
 /// closed form is exact only for equal stages). With opt.escalate, a depth that does not fit with cfg's ZeRO stage is tried again at
-/// ZeRO-1 and then with the optimizer offloaded. When no depth fits, lists what would: ZeRO-1, offload, half the
-/// micro-batch, twice and four times the ranks. Errors: std::invalid_argument for opt.world < 1
-/// or a non-positive device memory; as plan_problem.
+/// ZeRO-1 and then with the optimizer offloaded. A mixture of experts (model.moe) is planned at tp =
+/// cp = pp = 1 only, what it runs; a dp that parallel.ep does not divide is a skipped row. When no depth fits, lists what would: ZeRO-1, offload, half the
+/// micro-batch, twice and four times the ranks. Errors: std::invalid_argument for opt.world < 1,
+/// a non-positive device memory, or a mixture of experts with opt.tp, opt.pp or opt.cp > 1; as plan_problem.
 PlanResult make_plan(const Config& cfg, const PlanOptions& opt);
 
 /// The report: the (tp, depth) candidates side by side (with the bytes crossing nodes per step), the best plan's per-stage table (layers, recomputed layers,

@@ -10,6 +10,7 @@
 
 #include "app/state/model_state.hpp"
 #include "model/allocator.hpp"
+#include "model/arch.hpp"
 #include "model/gpt.hpp"
 #include "parallel/partition.hpp"
 
@@ -126,7 +127,11 @@ LayerTimes flops_layer_times(const Config& cfg, double device_tflops, double mem
         throw std::invalid_argument("flops_layer_times: expected positive --device-tflops and --device-gbps, got " +
                                     std::to_string(device_tflops) + " and " + std::to_string(memory_gbps));
     const int B = cfg.training.micro_batch_size, T = cfg.model.seq_len;
-    const StageCosts c = stage_costs(gpt_config_of(cfg), B, T);
+    const GPTConfig g = gpt_config_of(cfg);
+    StageCosts c = stage_costs(g, B, T);
+    // A mixture of experts: a token runs top_k of the routed experts, so a layer's FLOPs are those of
+    // its active parameters, as the run's MFU counts them (model/arch.hpp idle_expert_params).
+    c.layer -= 6.0 * double(ArchSpec(g).idle_expert_params()) / g.n_layer * double(B) * T;
     const double rate = device_tflops * 1e12;  // FLOP/s
     LayerTimes t;
     t.layer_fwd = c.layer / 3 / rate;  // training FLOPs are forward + backward = 3 x forward

@@ -30,7 +30,9 @@ struct LayerTimes {
 /// it returns). Errors: std::invalid_argument when reps < 1, as GPT's constructor otherwise.
 LayerTimes measure_layer_times(const Config& cfg, Ops& ops, int reps);
 
-/// From FLOPs (parallel/partition.hpp stage_costs: training = forward + 2 x forward for backward) at
+/// From FLOPs (parallel/partition.hpp stage_costs: training = forward + 2 x forward for backward; a
+/// mixture of experts' layer counts its active parameters only, without the n_experts − top_k routed
+/// experts a token skips, as ArchSpec::flops_per_token and the run's MFU do) at
 /// `device_tflops` sustained TFLOP/s, recompute = forward; AdamW as 28 bytes of memory traffic per
 /// parameter (read grad, read and write params or master, m and v) at `memory_gbps` GB/s.
 /// Errors: std::invalid_argument when a rate is not positive.

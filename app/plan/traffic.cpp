@@ -135,11 +135,11 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
                                kCpCollectives.recompute * st.checkpointed - kept) *
                               cp_collective_bytes(cfg, shape);
         }
-        if (ep > 1) {  // MoE's row exchanges (all layers are MoE layers; balanced routing)
-            const double rows_k = rows * std::max(1, g.moe_top_k);
-            v_ep[size_t(s)] = m * (4.0 * (st.l1 - st.l0) + 2.0 * st.checkpointed) * double(ep - 1) / ep * rows_k *
-                              cfg.model.n_embd * es;
-        }
+        if (ep > 1)  // MoE's row exchanges (all layers are MoE layers; balanced routing)
+            v_ep[size_t(s)] = m *
+                              ((kEpAllToAlls.forward + kEpAllToAlls.backward) * (st.l1 - st.l0) +
+                               kEpAllToAlls.recompute * st.checkpointed) *
+                              ep_all_to_all_bytes(cfg, shape);
         if (zs >= 1 && N > 1) {
             const double rs = (zs >= 2 ? m : 1) * psi * rb;
             const double ag = (zs == 3 ? 2 * m * (psi - held0) + held0 : psi) * es;
@@ -240,6 +240,15 @@ std::vector<std::string> traffic_report(const StepTraffic& t) {
     out.push_back(spans.empty() ? "no group spans nodes" : "groups spanning nodes: " + spans);
     for (const GroupTraffic& g : t.groups) out.push_back("  " + std::string(group_kind_name(g.kind)) + ": " + g.ops);
     return out;
+}
+
+double ep_all_to_all_bytes(const Config& cfg, const RunShape& shape) {
+    const int ep = cfg.parallel.ep;
+    if (ep <= 1) return 0;
+    const double es = shape.precision == DType::bf16 ? 2 : 4;
+    const double rows_k = double(cfg.training.micro_batch_size) * cfg.model.seq_len / shape.cp *
+                          std::max(1, shape.model.moe_top_k);  // the rank's N·k grouped rows
+    return double(ep - 1) / ep * rows_k * cfg.model.n_embd * es;
 }
 
 double cp_collective_bytes(const Config& cfg, const RunShape& shape) {

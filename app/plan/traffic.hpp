@@ -112,6 +112,19 @@ CrossingShares crossing_shares(int world, int pp, int zero_group_size, int tp, i
 /// kCpCollectives. The traffic table and the planner's time both use the two. Errors: none.
 double cp_collective_bytes(const Config& cfg, const RunShape& shape);
 
+/// Bytes one rank sends in one of expert parallelism's all-to-alls per MoE layer and micro-batch
+/// (model/gpt_moe_ep.cpp) with balanced routing: (ep − 1)/ep of its B·T/cp · top_k grouped rows of
+/// n_embd elements of the training precision; 0 at parallel.ep 1. A layer issues 2 in forward (rows
+/// out, outputs back), 2 in backward and 2 more when recomputed (kEpAllToAlls). The traffic table and
+/// the planner's time both use the two. Errors: none.
+double ep_all_to_all_bytes(const Config& cfg, const RunShape& shape);
+
+/// Expert parallelism's all-to-alls of ep_all_to_all_bytes per MoE layer and micro-batch, by phase.
+struct EpAllToAlls {
+    double forward = 2, backward = 2, recompute = 2;
+};
+inline constexpr EpAllToAlls kEpAllToAlls{};
+
 /// Context parallelism's collectives of cp_collective_bytes per layer and micro-batch, by phase
 /// (model/gpt_cp.cpp GPT::Impl::cp_attention_backward): the forward's all-gather of q|k|v; in
 /// backward the gather again (started a layer ahead, beside the layer above's backward: counted in

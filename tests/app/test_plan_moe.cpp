@@ -1,0 +1,152 @@
+// tests/app/test_plan_moe.cpp — the planner with a mixture of experts (app/plan/plan.hpp make_plan,
+// plan_problem; app/plan/plan_times.hpp flops_layer_times; llmtrain-plan), each against an
+// independent reference:
+//  - the search: only tp 1, cp 1, pp 1 (what the MoE model runs), one row per world; a dp that
+//    parallel.ep does not divide is a skipped row with the reason, not an exception; a forced
+//    tp / pp / cp > 1 is refused;
+//  - a layer's FLOP-derived seconds count its active parameters, against a hand count from
+//    moe-tiny.toml's shape (attention, two RMSNorms, the router, top_k of the 8 SwiGLU experts)
+//    plus the attention's 6·T·C per token, exact to 1e-12 relative;
+//  - ep 2 adds, per layer, 2 all-to-alls in forward, 2 in backward and 2 when recomputed, each
+//    (ep − 1)/ep of the rank's B·T·top_k rows of n_embd fp32 (by hand: 1 MiB), at the link rate;
+//    the traffic table's ep row the same bytes (16 MiB per rank for 4 layers, nothing recomputed);
+//  - llmtrain-plan on configs/moe-tiny.toml at world 4, with and without parallel.ep = 2 (and at
+//    ep 2 under a 300 MiB device, where it escalates to ZeRO-1 and recomputes): exit 0, tp 1 / cp 1
+//    / pp 1, and the planned per-rank device MiB equals `llmtrain --dry-run` of the planned layout
+//    (ZeRO stage, recomputed layers) within 0.1 MiB (both print to 0.1 MiB); a forced --pp, --tp
+//    or --cp 2 exits 2 naming the flag and model.moe.
+// FLOP-derived layer times (--device-tflops), so nothing depends on this machine's speed.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <regex>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include "app/config/config.hpp"
+#include "app/plan/plan.hpp"
+#include "app/plan/traffic.hpp"
+#include "app/state/model_state.hpp"
+#include "tests/app/shell_util.hpp"
+
+using namespace llmtrain;
+
+namespace {
+
+Config moe(std::vector<std::string> sets = {}) {
+    sets.push_back("run.sample_interval=0");
+    return load_config(LLMTRAIN_CONFIGS "/moe-tiny.toml", sets);
+}
+
+PlanOptions options(const Config& cfg, int world, double link_gbps = 50) {
+    PlanOptions o;
+    o.world = world;
+    o.device_memory = 1073741824.0;
+    o.link_gbps = link_gbps;
+    o.times = flops_layer_times(cfg, 10, 3350);
+    return o;
+}
+
+const std::string kMoe = " --config " LLMTRAIN_CONFIGS "/moe-tiny.toml --set run.sample_interval=0";
+
+}  // namespace
+
+TEST(PlanMoe, SearchesWhatTheModelRuns) {
+    for (int ep : {1, 2}) {
+        const Config cfg = moe({"parallel.ep=" + std::to_string(ep)});
+        const PlanResult r = make_plan(cfg, options(cfg, 4));
+        ASSERT_EQ(r.candidates.size(), 1u) << "ep " << ep;
+        const PlanCandidate& c = r.candidates[0];
+        EXPECT_TRUE(c.skipped.empty()) << c.skipped;
+        EXPECT_EQ(r.best, 0);
+        EXPECT_EQ((std::array<int, 4>{c.tp, c.cp, c.pp, c.dp}), (std::array<int, 4>{1, 1, 1, 4}));
+        EXPECT_EQ(apply_plan(cfg, c).parallel.ep, ep);
+    }
+    // 2 ranks cannot hold expert groups of 4: a skipped row, nothing fits, no exception.
+    const Config ep4 = moe({"parallel.ep=4"});
+    const PlanResult r = make_plan(ep4, options(ep4, 2));
+    ASSERT_EQ(r.candidates.size(), 1u);
+    EXPECT_EQ(r.candidates[0].skipped, "parallel.ep 4 does not divide dp 2");
+    EXPECT_EQ(r.best, -1);
+    PlanOptions forced = options(ep4, 4);
+    forced.pp = 2;
+    EXPECT_THROW(make_plan(ep4, forced), std::invalid_argument);
+}
+
+TEST(PlanMoe, LayerTimeIsTheActiveParametersFlops) {
+    const Config cfg = moe();
+    const double C = 256, kv = 2 * 64, E = 8, k = 2, Fe = 384, B = 4, T = 256;
+    const double active = C * C + 2 * C * kv + C * C  // wq, wk, wv, wo
+                          + 2 * C                     // the two RMSNorm weights
+                          + C * E                     // the router
+                          + k * 3 * Fe * C;           // top_k SwiGLU experts of width Fe
+    const double flops = 6 * (active + T * C) * B * T;  // training: forward + backward
+    const LayerTimes t = flops_layer_times(cfg, 10, 3350);
+    EXPECT_NEAR(t.layer_fwd, flops / 3 / 10e12, 1e-12 * t.layer_fwd);
+    EXPECT_NEAR(t.layer_bwd, 2 * flops / 3 / 10e12, 1e-12 * t.layer_bwd);
+}
+
+TEST(PlanMoe, ExpertParallelAddsTheAllToAlls) {
+    const double link = 20;
+    Config c1 = moe(), c2 = moe({"parallel.ep=2"});
+    c1.parallel.dp = c2.parallel.dp = 4;
+    const PlanOptions o = options(c1, 4, link);
+    const PlanProblem p1 = plan_problem(c1, run_shape(c1, 4), o), p2 = plan_problem(c2, run_shape(c2, 4), o);
+    ASSERT_EQ(p1.stages.size(), 1u);
+    ASSERT_EQ(p2.stages.size(), 1u);
+    // B·T·top_k = 4·256·2 rows of 256 fp32, half of them to the other rank of the pair: 1 MiB.
+    const double a2a = 0.5 * 4 * 256 * 2 * 256 * 4 / (link * 1e9);
+    const StageModel &a = p1.stages[0], &b = p2.stages[0];
+    EXPECT_NEAR(b.fwd_layer, a.fwd_layer + 2 * a2a, 1e-15);
+    EXPECT_NEAR(b.bwd_layer, a.bwd_layer + 2 * a2a, 1e-15);
+    EXPECT_NEAR(b.recompute, a.recompute + 2 * a2a, 1e-15);
+    EXPECT_NEAR(b.fwd0, a.fwd0, 1e-15);
+    EXPECT_NEAR(b.tail_layer, a.tail_layer, 1e-15);  // every rank still holds every expert's gradient
+    // The traffic table's ep row, the same bytes: 4 layers x (2 + 2) all-to-alls of 1 MiB per rank.
+    double sent = -1;
+    for (const GroupTraffic& g : step_traffic(c2, run_shape(c2, 4), 8).groups)
+        if (g.kind == GroupKind::ep) sent = g.per_rank;
+    EXPECT_NEAR(sent, 16.0 * 1048576, 1e-6);
+}
+
+TEST(PlanMoe, PlanIsTheDryRunsCount) {
+    // 1 GiB: ZeRO-0, nothing recomputed; 300 MiB (ep 2): the plan escalates to ZeRO-1 and recomputes.
+    const std::pair<std::string, std::string> cases[] = {{"1", "1GiB"}, {"2", "1GiB"}, {"2", "300MiB"}};
+    for (const auto& [ep, memory] : cases) {
+        const std::string sets = kMoe + " --set parallel.ep=" + ep;
+        const shell::Result p = shell::sh(std::string(LLMTRAIN_PLAN_BIN) + sets +
+                                          " --world-size 4 --device-tflops 10 --device-memory " + memory);
+        ASSERT_EQ(p.code, 0) << p.out;
+        EXPECT_NE(p.out.find("best: pp 1 x dp 4 x tp 1,"), std::string::npos) << p.out;
+        EXPECT_NE(p.out.find("\n  tp = 1\n  pp = 1\n  cp = 1\n"), std::string::npos) << p.out;
+        // The plan's one stage row "    0  layers ckpt in_flight ... device MiB |" and its TOML.
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(\n +0 +4 +([0-9]) +1 +[^|\n]* ([0-9.]+) \|)"))) << p.out;
+        const std::string ckpt = m[1];
+        const double predicted = std::stod(m[2]);
+        ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(\n  zero_stage = ([0-9])\n)"))) << p.out;
+        const std::string zero = m[1];
+        ASSERT_EQ(p.out.find("offload = \"cpu\""), std::string::npos) << p.out;
+        const shell::Result d = shell::sh(std::string(LLMTRAIN_BIN) + sets + " --dry-run --world-size 4 --set parallel.zero_stage=" +
+                                          zero + " --set 'activation_checkpoint.layers_per_stage=[" + ckpt + "]'");
+        ASSERT_EQ(d.code, 0) << d.out;
+        // The pp 1 dry run's row for that ZeRO stage: "zero params grads ... host device total |".
+        ASSERT_TRUE(std::regex_search(d.out, m, std::regex("\n +" + zero + R"( +[0-9. ]* ([0-9.]+) \|)")))
+            << d.out;
+        EXPECT_NEAR(predicted, std::stod(m[1]), 0.1) << "ep " << ep << " " << memory << "\n" << p.out << d.out;
+        if (memory == "300MiB") {
+            EXPECT_EQ(zero, "1") << p.out;
+            EXPECT_LE(predicted, 300 * 0.9 + 0.05) << p.out;
+        }
+    }
+}
+
+TEST(PlanMoe, ForcedSplitsExitTwoNamingThem) {
+    const std::string plan = std::string(LLMTRAIN_PLAN_BIN) + kMoe + " --world-size 4 --device-memory 1GiB --device-tflops 10";
+    for (const std::string flag : {"--pp", "--tp", "--cp"}) {
+        const shell::Result b = shell::sh(plan + " " + flag + " 2");
+        EXPECT_EQ(b.code, 2) << flag << "\n" << b.out;
+        EXPECT_NE(b.out.find(flag + ": a mixture of experts (model.moe)"), std::string::npos) << b.out;
+    }
+}
