@@ -16,7 +16,7 @@
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/config/cli.hpp"
 #include "app/config/config.hpp"
-#include "app/metrics.hpp"
+#include "app/report/metrics.hpp"
 #include "app/state/model_state.hpp"
 #include "app/plan/plan.hpp"
 #include "app/resume_choice.hpp"

@@ -4,10 +4,10 @@
 set(LLMTRAIN_ROOM_CHECK ${CMAKE_CURRENT_LIST_DIR}/room_check.cmake)
 set(LLMTRAIN_APP_ROOMS "")  # the rooms declared so far, bottom to top
 
-# llmtrain_app_room(<name> OWNS <include paths> GLOBS <patterns> [EXCLUDE <files>] [MAINS <files>]
+# llmtrain_app_room(<name> OWNS <include paths> GLOBS <patterns> [MAINS <files>]
 #                   [ROOMS <rooms>] [PATHS <include paths>] [PUBLIC <libs>] [PRIVATE <libs>])
 # Defines the static library llmtrain_app_<name> (llmtrain_app for the room "top") from the room's
-# files: those the GLOBS match but not EXCLUDE (another room's). Its .cpp files but MAINS (the
+# files: those the GLOBS match. Its .cpp files but MAINS (the
 # room's programs, added by llmtrain_app_main) make the library, linked PUBLIC to the libraries of
 # ROOMS and to PUBLIC, PRIVATE to PRIVATE. OWNS: the include paths that are this room's (what a
 # room naming it may include; a "/"-terminated entry is a folder). The check target
@@ -17,11 +17,8 @@ set(LLMTRAIN_APP_ROOMS "")  # the rooms declared so far, bottom to top
 # programs depend on it, so they are not built while it fails. Errors: FATAL_ERROR at configure for
 # a room in ROOMS not declared yet (rooms go bottom to top).
 function(llmtrain_app_room name)
-  cmake_parse_arguments(R "" "" "OWNS;GLOBS;EXCLUDE;MAINS;ROOMS;PATHS;PUBLIC;PRIVATE" ${ARGN})
+  cmake_parse_arguments(R "" "" "OWNS;GLOBS;MAINS;ROOMS;PATHS;PUBLIC;PRIVATE" ${ARGN})
   file(GLOB _files CONFIGURE_DEPENDS ${R_GLOBS})
-  if(R_EXCLUDE)
-    list(REMOVE_ITEM _files ${R_EXCLUDE})
-  endif()
   set(_allowed ${R_OWNS})
   set(_rooms "")
   foreach(_r IN LISTS R_ROOMS)

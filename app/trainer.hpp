@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "app/config/config.hpp"
-#include "app/metrics.hpp"
+#include "app/report/metrics.hpp"
 #include "app/report/run_log.hpp"
 #include "parallel/comm.hpp"
 

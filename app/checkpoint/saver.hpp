@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "app/checkpoint/checkpoint.hpp"
-#include "app/metrics.hpp"
+#include "app/report/metrics.hpp"
 #include "app/report/run_log.hpp"
 #include "model/allocator.hpp"
 #include "parallel/comm.hpp"

@@ -8,7 +8,7 @@
 
 #include "app/config/config.hpp"
 #include "app/eval/hellaswag.hpp"
-#include "app/metrics.hpp"
+#include "app/report/metrics.hpp"
 #include "app/report/run_log.hpp"
 #include "model/gpt.hpp"
 #include "parallel/comm.hpp"

@@ -21,8 +21,8 @@
 #include <thread>
 #include <vector>
 
-#include "app/metrics.hpp"
-#include "app/metrics_server.hpp"
+#include "app/report/metrics.hpp"
+#include "app/report/metrics_server.hpp"
 #include "http_client.hpp"
 
 using namespace llmtrain;

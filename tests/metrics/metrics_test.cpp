@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "app/config/listen.hpp"
-#include "app/metrics.hpp"
+#include "app/report/metrics.hpp"
 #include "http_client.hpp"
 
 using namespace llmtrain;

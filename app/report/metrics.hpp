@@ -1,4 +1,4 @@
-// app/metrics.hpp — Prometheus metrics (prometheus-cpp registry, served over HTTP), docs/metrics.md.
+// app/report/metrics.hpp — Prometheus metrics (prometheus-cpp registry, served over HTTP), docs/metrics.md.
 //
 // Names llmtrain_*, base units (_seconds, _bytes, _total), labels run and rank. The endpoint binds
 // metrics.listen (default 127.0.0.1:9400 + local rank; port 0 picks a free port). A bare port is

@@ -1,4 +1,4 @@
-// app/metrics_server.hpp — the HTTP endpoint for GET /metrics, served by GNU libmicrohttpd (MHD).
+// app/report/metrics_server.hpp — the HTTP endpoint for GET /metrics, served by GNU libmicrohttpd (MHD).
 //
 // MHD runs one internal thread over epoll, so idle or slow clients never hold up a scrape: each
 // connection is a small state machine, idle ones are dropped after kIdleTimeoutSeconds, and at most
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "app/config/listen.hpp"
-#include "app/metrics.hpp"
+#include "app/report/metrics.hpp"
 
 struct MHD_Daemon;
 

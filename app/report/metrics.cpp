@@ -1,11 +1,11 @@
-// app/metrics.cpp — the llmtrain_* metrics (prometheus-cpp 1.0.1 core) and their /metrics endpoint.
+// app/report/metrics.cpp — the llmtrain_* metrics (prometheus-cpp 1.0.1 core) and their /metrics endpoint.
 //
 // One prometheus::Registry, serialized in the Prometheus text format by prometheus::TextSerializer
 // and served at http://<listen>/metrics by MetricsServer (not prometheus::Exposer: see
 // metrics_server.hpp). Every family carries the constant labels run and rank;
 // llmtrain_memory_bytes adds `category`, llmtrain_offload_seconds `phase`. Setters are cheap and thread-safe (prometheus-cpp metrics
 // are atomics; Family::Add and Registry::Collect take locks).
-#include "app/metrics.hpp"
+#include "app/report/metrics.hpp"
 
 #include <prometheus/counter.h>
 #include <prometheus/gauge.h>
@@ -14,7 +14,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "app/config/listen.hpp"
-#include "app/metrics_server.hpp"
+#include "app/report/metrics_server.hpp"
 
 namespace llmtrain {
 

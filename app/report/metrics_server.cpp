@@ -1,6 +1,6 @@
-// app/metrics_server.cpp — the /metrics endpoint on GNU libmicrohttpd (see metrics_server.hpp for
+// app/report/metrics_server.cpp — the /metrics endpoint on GNU libmicrohttpd (see metrics_server.hpp for
 // the design and why not civetweb). API: MHD 0.9.75 (Debian libmicrohttpd-dev), microhttpd.h.
-#include "app/metrics_server.hpp"
+#include "app/report/metrics_server.hpp"
 
 #include <microhttpd.h>
 #include <netdb.h>
