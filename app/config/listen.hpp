@@ -1,5 +1,5 @@
 // app/config/listen.hpp — metrics.listen's "host:port" grammar, in the config room so that the
-// config check and the metrics endpoint (app/metrics.cpp) read it alike without config including metrics.
+// config check and the metrics endpoint (app/report/metrics.cpp) read it alike without config including metrics.
 #pragma once
 #include <string>
 
