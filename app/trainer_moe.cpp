@@ -9,13 +9,15 @@ void Trainer::Impl::moe_after_step() {
     const GPTConfig& m = shape.model;
     if (m.moe_experts == 0 || !ms.gpt) return;
     if (!moe) moe.emplace(m.n_layer, m.moe_experts);
-    const float aux = dp_mean(float(ms.gpt->take_moe_aux_sum() / accum));
     std::vector<int64_t> load;
     ms.gpt->take_moe_load(load);
-    if (topo.world_size() > 1) {  // fp32 sums of integers: exact below 2^24 each
+    float aux = float(ms.gpt->take_moe_aux_sum() / accum);
+    if (topo.world_size() > 1) {  // one all-reduce: the loads (fp32 sums of integers, exact below 2^24 each), then aux
         std::vector<float> f(load.begin(), load.end());
+        f.push_back(aux);
         comm.all_reduce_sum(f.data(), f.size(), DType::f32);
-        for (size_t i = 0; i < f.size(); ++i) load[i] = int64_t(f[i]);
+        for (size_t i = 0; i < load.size(); ++i) load[i] = int64_t(f[i]);
+        aux = f.back() / float(dp);  // the dp mean (MoE runs at tp = pp = cp = 1: the world is dp)
     }
     moe->add_step(aux, load);
     if (cfg.moe.bias_update_rate > 0.0f) {  // DeepSeek-V3's auxiliary-loss-free balancing
