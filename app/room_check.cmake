@@ -10,9 +10,9 @@
 # plants a file there).
 #
 # Every `#include "x"` or `#include <x>` whose first path component is one of the repository's code
-# folders (app, model, optim, parallel, data, tests, tools) must match an entry of ROOM_ALLOWED;
-# includes of anything else (the standard library, system packages) are not checked. So tests/ and
-# tools/ are never reachable from product code unless a room's rules list them (none does).
+# folders (app, model, optim, parallel, data, emu, tests, tools) must match an entry of ROOM_ALLOWED;
+# includes of anything else (the standard library, system packages) are not checked. So tests/, tools/
+# and the emulator (emu/) are never reachable from product code unless a room's rules list them (none does).
 # Output (stderr): each offending line as
 #   <file>:<line>: #include "x" — room '<room>' may include only: <ROOM_ALLOWED>
 # then a fatal error (cmake exits non-zero, so the build of the room's library stops); STAMP is
@@ -27,7 +27,7 @@ if(DEFINED FILES)
   set(ROOM_FILES ${FILES})
 endif()
 
-set(_code_folders app model optim parallel data tests tools)
+set(_code_folders app model optim parallel data emu tests tools)
 set(_bad "")
 foreach(_file IN LISTS ROOM_FILES)
   if(NOT EXISTS ${_file})

@@ -8,7 +8,7 @@
 // parallel.timeout_s aborts every abortable communicator of the process (ncclCommAbort) when the
 // deadline passes. The wait then throws CommError naming the operation, the groups and their
 // newest operations. PyTorch's ProcessGroupNCCL watchdog works alike. The abort comes from the
-// watchdog thread, not the polling loop, because under tests/cuda_emu the polling thread itself
+// watchdog thread, not the polling loop, because under the emulator (emu/) the polling thread itself
 // runs the queued MPI exchange (a query runs deferred work), which returns only once aborted.
 #pragma once
 #include <functional>

@@ -21,7 +21,7 @@
 // no free buffer large enough first waits for the pending ones. Steady state allocates nothing.
 //
 // Plain C++ over <cuda_runtime.h>: built with the real runtime into the nvcc executables and
-// against tests/cuda_emu into the emulated ones (parallel/CMakeLists.txt).
+// against emu/ into the emulated ones (parallel/CMakeLists.txt).
 #include <cuda_runtime.h>
 
 #include <algorithm>

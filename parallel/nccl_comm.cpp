@@ -2,7 +2,7 @@
 // buffers, on a stream of its own, ordered against the caller's stream by events (comm.hpp).
 //
 // Plain C++ over <cuda_runtime.h> and <nccl.h>: built with the real CUDA runtime and libnccl into
-// the nvcc executables, and against tests/cuda_emu (NCCL over MPI, deferred streams) into the
+// the nvcc executables, and against emu/ (NCCL over MPI, deferred streams) into the
 // emulated ones (parallel/CMakeLists.txt).
 //
 // Ordering. Every operation records `ready_` on the caller's current stream (Ops::record_event),

@@ -10,7 +10,7 @@
 // posted — on NCCL the compute stream waits for it, the host does not — so the work that follows
 // it (and any receive posted later, which NcclComm orders after that work) comes after it: a
 // stage never asks for an input before it has sent what its neighbour needs to produce it, which
-// keeps even an executor that runs one stream at a time (tests/cuda_emu) free of deadlock; the
+// keeps even an executor that runs one stream at a time (emu/) free of deadlock; the
 // cost is the transfer's latency, not its overlap with the next compute. Activations and gradients
 // travel on separate Comms per neighbour (links), so a receive posted early never holds up a send
 // in the other direction (NCCL runs one communicator's operations in order). Issue order: NCCL

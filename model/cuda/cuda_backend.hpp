@@ -1,7 +1,7 @@
 // model/cuda/cuda_backend.hpp — the entry points of the CUDA backend, for model/backend.cpp.
 //
 // Plain C++ (no CUDA headers), so the CPU-only parts of the build can include it. The backend is
-// compiled twice: by nvcc into llmtrain_cuda (real GPUs) and by g++ against tests/cuda_emu into
+// compiled twice: by nvcc into llmtrain_cuda (real GPUs) and by g++ against emu/ into
 // llmtrain_cuda_emu (the CPU emulator that the tests run); both export these functions.
 #pragma once
 #include <memory>

@@ -1,8 +1,8 @@
 // model/cuda/launch.cuh — how the CUDA backend launches kernels, declares dynamic shared memory and
-// checks runtime calls, identically under nvcc and under the CPU emulator (tests/cuda_emu).
+// checks runtime calls, identically under nvcc and under the CPU emulator (emu/).
 //
 // Every kernel launch goes through llmtrain::launch: under nvcc it is kernel<<<grid, block, smem,
-// stream>>>(args...); under EMU_BUILD (g++ with tests/cuda_emu/prelude.hpp) it is the emulator's
+// stream>>>(args...); under EMU_BUILD (g++ with emu/prelude.hpp) it is the emulator's
 // deferred launch, which also checks that pointer arguments are device memory. Both then check the
 // launch error, so a bad configuration throws at the launch site.
 #pragma once

@@ -1,7 +1,7 @@
 // model/cuda/mma.cuh — warp-level matrix multiply (tensor cores) for the CUDA backend's kernels.
 //
-// `wmma` names nvcuda::wmma: under nvcc CUDA's own <mma.h>; in the emulated build (tests/cuda_emu)
-// the prelude's C++ model of the same API (tests/cuda_emu/device_wmma.hpp; docs/cuda_emu.md,
+// `wmma` names nvcuda::wmma: under nvcc CUDA's own <mma.h>; in the emulated build (emu/)
+// the prelude's C++ model of the same API (emu/device_wmma.hpp; docs/cuda_emu.md,
 // "Tensor cores"). Kernels use the 16x16x16 shape with bf16 inputs and fp32 accumulators, and may
 // touch fragment elements only uniformly (wmma's element-to-lane mapping is unspecified).
 #pragma once

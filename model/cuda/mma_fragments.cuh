@@ -4,7 +4,7 @@
 // by rows or by columns; an accumulator pair reused as the next A fragment (FlashAttention-2's
 // register trick); and the accumulating mma. The address formulas follow the PTX ISA's "Matrix
 // Fragments for mma.m16n8k16" and ldmatrix's row-to-lane rule (lanes 8i .. 8i + 7 give matrix i's
-// row addresses); the emulator models both, so a wrong formula fails under tests/cuda_emu.
+// row addresses); the emulator models both, so a wrong formula fails under the emulator (emu/).
 // Used by flash_forward.cu and flash_backward.cu.
 #pragma once
 #include <cstdint>

@@ -3,8 +3,8 @@
 // %laneid.
 //
 // Under nvcc each function is one inline-PTX instruction (asm volatile; sm_80 or later). In the
-// emulated build (EMU_BUILD, tests/cuda_emu) the same names are the emulator's C++ model
-// (tests/cuda_emu/device_ptx.hpp, ptx.cpp; docs/cuda_emu.md, "PTX primitives"), with PTX's
+// emulated build (EMU_BUILD, emu/) the same names are the emulator's C++ model
+// (emu/device_ptx.hpp, ptx.cpp; docs/cuda_emu.md, "PTX primitives"), with PTX's
 // documented fragment layouts, so a kernel written against this header runs unchanged in both.
 // There every function takes a trailing defaulted std::source_location (the call site, used to
 // check that the 32 lanes of a warp collective meet at the same call); never pass it.

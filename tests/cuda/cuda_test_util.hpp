@@ -25,7 +25,7 @@
 #include "model/cuda/cuda_backend.hpp"
 #include "model/ops.hpp"
 #ifndef LLMTRAIN_REAL_GPU
-#include "tests/cuda_emu/emu.hpp"
+#include "emu/emu.hpp"
 #endif
 
 namespace llmtrain::cudatest {

@@ -7,7 +7,7 @@
 // at each document, and the whole GPT (GPT-2 and Llama, fp32) with both keys on (the ids and
 // positions it builds on the host, the position buckets of the embedding's backward). Documents of 1 token, documents crossing the 64-key and 128-row blocks, and a
 // row that is one document. FlashAttention-2's skipped key blocks show in the emulator's ldmatrix
-// count (tests/cuda_emu/emu.hpp): fewer matrices than the causal run of the same shape.
+// count (emu/emu.hpp): fewer matrices than the causal run of the same shape.
 // Tolerances (cuda_test_util.hpp's relative form): fp32 1e-5; bf16 out and lse 2^-7 and dqkv 2^-6
 // (test_cuda_llama_ops.cpp's for grouped-query attention), doubled on the cublas path, whose GEMMs
 // read P and dS in bf16 (test_cublas_attention.cpp's), and dqkv doubled on native grouped-query

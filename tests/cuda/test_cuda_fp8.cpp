@@ -1,5 +1,5 @@
 // tests/cuda/test_cuda_fp8.cpp — the CUDA backend's FP8 linear layers (training.fp8; docs/fp8.md),
-// run under cuda_emu (its cuBLASLt's FP8 GEMMs: tests/cuda_emu/cublaslt_fp8.cpp), against the CPU
+// run under cuda_emu (its cuBLASLt's FP8 GEMMs: emu/cublaslt_fp8.cpp), against the CPU
 // backend's FP8 numerics (model/cpu/matmul_fp8.cpp, itself checked against a double reference in
 // tests/model/test_ops_matmul_fp8.cpp), in fp32 and bf16 and in every thread order. Both backends
 // see the same values (bf16-exact in bf16 mode), so the amaxes, scales and FP8 codes agree exactly
@@ -91,7 +91,7 @@ INSTANTIATE_TEST_SUITE_P(Cuda, Fp8Test, testing::ValuesIn(fp8_cases()), [](const
            fp8_recipe_name(info.param.recipe);
 });
 
-/// The emulated device's compute capability for one scope (tests/cuda_emu: CUDA_EMU_CC).
+/// The emulated device's compute capability for one scope (emu/: CUDA_EMU_CC).
 struct EmulatedCapability {
     explicit EmulatedCapability(const char* cc) { setenv("CUDA_EMU_CC", cc, 1); }
     ~EmulatedCapability() { unsetenv("CUDA_EMU_CC"); }

@@ -1,5 +1,5 @@
 // tests/cuda/test_cuda_offload.cpp — the host-offloaded optimizer against the CUDA backend's own step,
-// under tests/cuda_emu (deferred streams: a copy runs only when something waits for it, and a
+// under emu/ (deferred streams: a copy runs only when something waits for it, and a
 // device→host destination reads NaN until then, so a missing wait shows up every time).
 //  - the CUDA AdamW kernel and the host AdamW step give the same bits (fp32; bf16 params from fp32
 //    master weights, rounded to nearest or stochastically), at an odd length;

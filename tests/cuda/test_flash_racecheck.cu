@@ -1,8 +1,8 @@
 // tests/cuda/test_flash_racecheck.cu — the FlashAttention-2 kernels under the emulator's racecheck:
 // linked with llmtrain_cuda_emu_racecheck, every shared-memory access (plain loads and stores too,
-// through -fsanitize=thread's instrumentation: tests/cuda_emu/racecheck_hooks.cpp) is checked for
+// through -fsanitize=thread's instrumentation: emu/racecheck_hooks.cpp) is checked for
 // a hazard between warps with no __syncthreads between (read after write, write after read, write
-// after write: tests/cuda_emu/shared_hazards.hpp), whatever order the emulator runs the warps in.
+// after write: emu/shared_hazards.hpp), whatever order the emulator runs the warps in.
 // A GPU runs warps in an order of its own, so such a hazard is a bug there even where the
 // emulator's order gave the right bits. This file is instrumented too (the planted kernel).
 //

@@ -23,7 +23,7 @@
 #include "parallel/zero.hpp"
 
 #ifndef LLMTRAIN_REAL_GPU
-#include "tests/cuda_emu/nccl_comm.hpp"  // emu::nccl::bytes_sent
+#include "emu/nccl_comm.hpp"  // emu::nccl::bytes_sent
 #endif
 
 namespace llmtrain {

@@ -1,4 +1,4 @@
-// tests/cuda_emu/issue_order_fixture.cpp — the emulated NCCL's issue-order check (nccl_check.cpp)
+// tests/cuda_emu/issue_order_fixture.cpp — the emulated NCCL's issue-order check (emu/nccl_check.cpp)
 // on 2 ranks sharing two communicators, A and B, like a pipeline's activation and gradient links.
 //   issue_order_fixture same     rank 0 sends on A then receives on B; rank 1 receives on A then
 //                                sends on B: one order on both. Exits 0, printing "same order: ok".

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/cuda/launch.cuh"
-#include "tests/cuda_emu/emu.hpp"
+#include "emu/emu.hpp"
 
 namespace emu_test {
 

@@ -4,7 +4,7 @@
 #         -DWORK=<scratch dir> -P room_check_test.cmake
 #
 # 1. Every room's rules (ROOMS_DIR/*.rules.cmake, the build's own) pass on the real tree.
-# 2. No file of app/, model/, optim/, parallel/ or data/ includes one of tests/ or tools/.
+# 2. No file of app/, model/, optim/, parallel/ or data/ includes one of tests/, tools/ or emu/.
 # 3. Planted: a copy of a room's file under WORK with one #include appended, checked with that
 #    room's rules: a forbidden include must fail (non-zero exit) with the line
 #    "<copy>:<line>: #include "<include>" — room '<room>' may include only: ..."; an allowed one
@@ -24,7 +24,7 @@ foreach(_r IN LISTS _rules)
 endforeach()
 message(STATUS "the real tree passes the ${_n} rooms' rules")
 
-# No product file (app/, model/, optim/, parallel/, data/) includes a file of tests/ or tools/: the
+# No product file (app/, model/, optim/, parallel/, data/) includes a file of tests/, tools/ or emu/: the
 # same checker over all of them, with the product folders as the allowed list.
 file(GLOB_RECURSE _product ${SOURCE_DIR}/app/*.[ch]pp ${SOURCE_DIR}/model/*.[ch]pp ${SOURCE_DIR}/model/*.cu
      ${SOURCE_DIR}/model/*.cuh ${SOURCE_DIR}/optim/*.[ch]pp ${SOURCE_DIR}/parallel/*.[ch]pp ${SOURCE_DIR}/data/*.[ch]pp)
@@ -36,7 +36,7 @@ if(NOT _rc EQUAL 0)
   message(FATAL_ERROR "a product file includes a file outside the product folders:\n${_err}")
 endif()
 list(LENGTH _product _np)
-message(STATUS "none of the ${_np} product files includes a file of tests/ or tools/")
+message(STATUS "none of the ${_np} product files includes a file of tests/, tools/ or emu/")
 
 # plant(<room> <file in the repo> <include> <expect: FAIL or PASS>)
 function(plant room file include expect)
@@ -64,7 +64,8 @@ plant(config app/config/config.cpp app/checkpoint/checkpoint.hpp FAIL)  # up int
 plant(checkpoint app/checkpoint/saver.hpp app/config/config.hpp FAIL)   # a checkpoint records values
 plant(interop app/interop/safetensors.hpp app/state/model_state.hpp FAIL)  # the old top <-> interop circle
 plant(report app/report/run_log.hpp app/eval/hellaswag_eval.hpp FAIL)  # the old top <-> eval circle
-plant(top app/trainer.hpp tests/cuda_emu/device_ptx.hpp FAIL)          # no product file includes a test file
+plant(top app/trainer.hpp emu/device_ptx.hpp FAIL)                     # nor the emulator (emu/)
+plant(top app/trainer.hpp tests/cuda/cuda_test_util.hpp FAIL)         # no product file includes a test file
 plant(plan app/plan/plan.hpp tools/anything.hpp FAIL)
 plant(checkpoint app/checkpoint/saver.hpp app/report/run_log.hpp PASS) # a room below it
 plant(eval app/eval/hellaswag.hpp app/interop/pretrained.hpp PASS)
