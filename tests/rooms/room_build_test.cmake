@@ -3,7 +3,7 @@
 #
 #   cmake -DREPO=<repo> -DWORK=<scratch dir> -DGENERATOR=<generator> -P room_build_test.cmake
 #
-# Writes a project of two rooms declared with app/rooms.cmake's llmtrain_app_room, as app/CMakeLists.txt
+# Writes a project of two rooms declared with cmake/rooms.cmake's llmtrain_app_room, as app/CMakeLists.txt
 # declares app/'s: "low" (app/low/) and "high" (app/high/, ROOMS low). It must build as written;
 # then app/low/low.cpp gets `#include "app/high/high.hpp"` (a room including the room above it) and
 # building llmtrain_app_low must fail with the checker's line naming the file, line, include and
@@ -17,7 +17,7 @@ file(WRITE ${_src}/CMakeLists.txt "cmake_minimum_required(VERSION 3.25)
 project(room_probe CXX)
 add_library(llmtrain_root INTERFACE)
 target_include_directories(llmtrain_root INTERFACE \${CMAKE_SOURCE_DIR})
-include(${REPO}/app/rooms.cmake)
+include(${REPO}/cmake/rooms.cmake)
 llmtrain_app_room(low OWNS app/low/ GLOBS \${CMAKE_SOURCE_DIR}/app/low/*.cpp \${CMAKE_SOURCE_DIR}/app/low/*.hpp)
 llmtrain_app_room(high OWNS app/high/ GLOBS \${CMAKE_SOURCE_DIR}/app/high/*.cpp \${CMAKE_SOURCE_DIR}/app/high/*.hpp
   ROOMS low)

@@ -1,6 +1,6 @@
 # tests/rooms/room_check_test.cmake — ctest app_room_check (tests/rooms/CMakeLists.txt).
 #
-#   cmake -DROOMS_DIR=<build>/app/rooms -DCHECK=app/room_check.cmake -DSOURCE_DIR=<repo>
+#   cmake -DROOMS_DIR=<build>/app/rooms -DCHECK=cmake/room_check.cmake -DSOURCE_DIR=<repo>
 #         -DWORK=<scratch dir> -P room_check_test.cmake
 #
 # 1. Every room's rules (ROOMS_DIR/*.rules.cmake, the build's own) pass on the real tree.
