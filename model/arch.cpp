@@ -38,12 +38,13 @@ int default_intermediate_size(int n_embd, int multiple_of) {
 ArchSpec::ArchSpec(const GPTConfig& c) : cfg(c) {
     if (c.n_layer <= 0 || c.n_head <= 0 || c.n_embd <= 0 || c.seq_len <= 0 || c.vocab_size <= 0)
         bad("GPTConfig: n_layer, n_head, n_embd, seq_len and vocab_size must be positive");
-    if (c.n_embd % c.n_head != 0)
+    if (c.head_dim < 0) bad("model.head_dim: expected >= 0 (0 = n_embd / n_head), got " + std::to_string(c.head_dim));
+    if (c.head_dim == 0 && c.n_embd % c.n_head != 0)
         bad("GPTConfig: n_embd (" + std::to_string(c.n_embd) + ") must be divisible by n_head (" +
             std::to_string(c.n_head) + ")");
     C = c.n_embd;
     NH = c.n_head;
-    HS = C / NH;
+    HS = c.head_dim > 0 ? c.head_dim : C / NH;
     Vp = c.padded_vocab_size();
     NKV = c.n_kv_head > 0 ? c.n_kv_head : NH;
     if (c.n_kv_head < 0 || NH % NKV != 0)
@@ -63,6 +64,10 @@ ArchSpec::ArchSpec(const GPTConfig& c) : cfg(c) {
                 ") with model.arch = \"gpt2\", got " + std::to_string(c.intermediate_size));
         if (!c.tie_embeddings)
             bad("model.tie_embeddings: expected true with model.arch = \"gpt2\" (its LM head is wte), got false");
+        if (c.qk_norm) bad("model.qk_norm: QK-norm is a Llama-family piece (Qwen3's); expected false with model.arch = \"gpt2\"");
+        if (c.head_dim != 0 && (C % NH != 0 || c.head_dim != C / NH))
+            bad("model.head_dim: expected 0 or n_embd / n_head (" + std::to_string(C / NH) +
+                ") with model.arch = \"gpt2\", got " + std::to_string(c.head_dim));
         F = 4 * C;
         return;
     }
@@ -71,13 +76,17 @@ ArchSpec::ArchSpec(const GPTConfig& c) : cfg(c) {
     if (!(c.norm_eps > 0.0f)) bad("model.norm_eps: expected a number > 0, got " + num(c.norm_eps));
     if (!(c.rope_theta > 0.0f)) bad("model.rope_theta: expected a number > 0, got " + num(c.rope_theta));
     if (HS % 2 != 0)
-        bad("model.n_head: rotary positions turn pairs of channels, so the head size model.n_embd / model.n_head = " +
-            std::to_string(C) + " / " + std::to_string(NH) + " = " + std::to_string(HS) + " must be even");
+        bad(c.head_dim > 0 ? "model.head_dim: rotary positions turn pairs of channels, so it must be even, got " +
+                                 std::to_string(HS)
+                           : "model.n_head: rotary positions turn pairs of channels, so the head size model.n_embd / "
+                             "model.n_head = " + std::to_string(C) + " / " + std::to_string(NH) + " = " +
+                                 std::to_string(HS) + " must be even");
     norm = NormKind::rmsnorm;
     pos = PosKind::rotary;
     mlp = MlpKind::swiglu;
     bias = false;
     tied = c.tie_embeddings;
+    qk_norm = c.qk_norm;
     norm_eps = c.norm_eps;
     rope_theta = c.rope_theta;
     F = c.intermediate_size > 0 ? c.intermediate_size : default_intermediate_size(C, c.multiple_of);
@@ -157,6 +166,10 @@ std::vector<TensorSpec> ArchSpec::unit_tensors(int u) const {
         }
         add(p + "input_layernorm.weight", {c}, R::norm1_w, I::one);
         add(p + "post_attention_layernorm.weight", {c}, R::norm2_w, I::one);
+        if (qk_norm) {  // Qwen3's per-head RMSNorm weights, shared by the heads (replicated under TP)
+            add(p + "self_attn.q_norm.weight", {int64_t(HS)}, R::q_norm_w, I::one);
+            add(p + "self_attn.k_norm.weight", {int64_t(HS)}, R::k_norm_w, I::one);
+        }
     } else {
         if (!tied) add("lm_head.weight", {vp, c}, R::lm_head, I::normal, TPSplit::vocab);
         add("model.norm.weight", {c}, R::normf_w, I::one);

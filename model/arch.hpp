@@ -49,8 +49,9 @@ struct ArchSpec {
     /// Errors: std::invalid_argument naming the key: a non-positive size, model.moe with GPT-2, a
     /// top_k outside [1, n_experts], a negative shared-expert count or expert_ffn, n_embd not a multiple of
     /// n_head, n_kv_head not dividing n_head, an odd head size with rotary positions, a
-    /// non-positive intermediate_size / multiple_of / norm_eps / rope_theta, and for GPT-2 any Llama
-    /// key set away from GPT-2's values (n_kv_head, intermediate_size, tie_embeddings = false).
+    /// non-positive intermediate_size / multiple_of / norm_eps / rope_theta, a negative head_dim, and for
+    /// GPT-2 any Llama key set away from GPT-2's values (n_kv_head, intermediate_size, tie_embeddings =
+    /// false, head_dim, qk_norm). With head_dim > 0 n_embd need not be a multiple of n_head.
     explicit ArchSpec(const GPTConfig& cfg);
 
     GPTConfig cfg;
@@ -59,9 +60,10 @@ struct ArchSpec {
     MlpKind mlp = MlpKind::gelu;
     bool bias = true;   ///< linear layers and norms have biases
     bool tied = true;   ///< the LM head is the token table (unit 0); else lm_head.weight in the final unit
+    bool qk_norm = false;  ///< Qwen3's RMSNorm of each q and k head before the rotation (GPTConfig::qk_norm)
     float norm_eps = 1e-5f;
     float rope_theta = 10000.0f;
-    int C = 0, NH = 0, NKV = 0, HS = 0;  ///< width, query heads, key/value heads, head size
+    int C = 0, NH = 0, NKV = 0, HS = 0;  ///< width, query heads, key/value heads, head size (head_dim or C/NH)
     int F = 0;          ///< MLP hidden width (4C for GPT-2, intermediate_size for Llama)
     /// Mixture of experts (GPTConfig::moe_*): E experts of width Fe, k per token; with E > 0 the
     /// dense MLP tensors are the shared experts' (F = moe_shared_experts * Fe, absent when 0).

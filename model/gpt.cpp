@@ -35,6 +35,13 @@ GPT::Impl::Impl(const GPTConfig& c, const GPTOptions& o, Allocator& a)
         throw std::invalid_argument(std::string("model.arch = \"") + arch_name(c.arch) + "\": the " + ops.name() +
                                     " backend has no RMSNorm, rotary, SwiGLU or grouped-query attention ops yet "
                                     "(run it with run.backend = \"cpu\")");
+    if (spec.qk_norm && !ops.implements_qk_norm())
+        throw std::invalid_argument(std::string("model.qk_norm: the ") + ops.name() +
+                                    " backend has no QK-norm ops yet (run it with run.backend = \"cpu\")");
+    if (spec.qk_norm && ntp > 1)
+        throw std::invalid_argument("model.qk_norm: tensor parallelism (parallel.tp = " + std::to_string(ntp) +
+                                    ") is not supported with QK-norm yet (its weights' gradients would need a sum over the "
+                                    "heads' ranks)");
     if (o.fp8 != Fp8Recipe::off && !ops.fp8_unsupported(o.fp8).empty())
         throw std::invalid_argument(std::string("training.fp8 = \"") + fp8_recipe_name(o.fp8) +
                                     "\": " + ops.fp8_unsupported(o.fp8));
@@ -198,7 +205,7 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         m.lp.push_back({rel(u, R::norm1_w), rel(u, R::norm1_b), rel(u, R::qkv_w), rel(u, R::qkv_b), rel(u, R::proj_w),
                         rel(u, R::proj_b), rel(u, R::norm2_w), rel(u, R::norm2_b), rel(u, R::fc_w), rel(u, R::fc_b),
                         rel(u, R::fcproj_w), rel(u, R::fcproj_b), rel(u, R::moe_router), rel(u, R::moe_w13),
-                        rel(u, R::moe_w2)});
+                        rel(u, R::moe_w2), rel(u, R::q_norm_w), rel(u, R::k_norm_w)});
     }
 
     const size_t N = static_cast<size_t>(opt.B) * opt.T, C = cfg.n_embd, es = m.es;
@@ -242,7 +249,7 @@ GPT::GPT(const GPTConfig& cfg, const GPTOptions& opt_in, Allocator& alloc, Param
         m.lng = m.get(MemCategory::workspace, 4 * C * es);
         alloc.ops().memset(m.lng, 0, 4 * C * es);
     }
-    m.dbuf_c = m.get(MemCategory::workspace, N * C * es);
+    m.dbuf_c = m.get(MemCategory::workspace, N * std::max(C, size_t(m.Ct)) * es);  // d ln (N,C), d atty (N,Ct)
     m.dbuf_4c = m.get(MemCategory::workspace, N * size_t(std::max(m.Mt, m.Qt)) * es);  // (N,Mt) and (N,Qt)
     if (m.spec.mlp == MlpKind::swiglu && m.Ft > 0) m.dbuf_f = m.get(MemCategory::workspace, N * size_t(m.Ft) * es);  // d fch
     if (m.spec.moe()) m.make_moe_work(), m.make_moe_ep_work();  // gpt_moe.cpp, gpt_moe_ep.cpp

@@ -18,9 +18,11 @@ LayerActs GPT::Impl::make_acts(MemCategory cat) {
     const size_t nqkv = align256(N * size_t(Qt) * es), npre = align256(N * size_t(Mt) * es);
     const size_t nfch = align256(N * size_t(Ft) * es);
     const size_t nlse = align256(static_cast<size_t>(opt.B) * NHt * opt.T * 4);
+    const size_t nqk = spec.qk_norm ? align256(N * size_t(NHt + NKVt) * spec.HS * es) : 0;  // q|k before the norm
+    const size_t nqkr = spec.qk_norm ? align256(N * size_t(NHt + NKVt) * 4) : 0;
     const bool ln = spec.norm == NormKind::layernorm;  // RMSNorm keeps no mean
     const size_t nstats = (ln ? 4 : 2) * nf;
-    const size_t total = 3 * nc + nct + nqkv + npre + nfch + nstats + nlse;
+    const size_t total = 3 * nc + nct + nqkv + npre + nfch + nstats + nlse + nqk + nqkr;
     char* p = static_cast<char*>(get(cat, total));
     auto take = [&](size_t bytes) { char* q = p; p += bytes; return q; };
     LayerActs a;
@@ -28,6 +30,7 @@ LayerActs GPT::Impl::make_acts(MemCategory cat) {
     if (ln) a.ln1_mean = reinterpret_cast<float*>(take(nf));
     a.ln1_rstd = reinterpret_cast<float*>(take(nf));
     a.qkv = take(nqkv);
+    if (spec.qk_norm) a.qk_pre = take(nqk), a.qk_rstd = reinterpret_cast<float*>(take(nqkr));
     a.atty = take(nct);
     a.att_lse = reinterpret_cast<float*>(take(nlse));
     a.res2 = take(nc);
@@ -86,6 +89,8 @@ void GPT::Impl::layer_forward(Context& c, int i, const void* w, const LayerActs&
     const void* x = c.res[i];
     norm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, x, P(p.ln1w), P(p.ln1b), R);
     linear_forward(a.qkv, nullptr, gather_rows(a.ln1), P(p.qkvw), P(p.qkvb), N, C, Qt);  // column-parallel
+    if (spec.qk_norm)  // Qwen3: each q and k head RMS-normalized before the rotation
+        ops.qk_norm_forward(a.qkv, a.qk_pre, a.qk_rstd, P(p.qnorm), P(p.knorm), N, NHt, NKVt, HS, spec.norm_eps);
     if (spec.pos == PosKind::rotary) ops.rope_forward_pos(a.qkv, c.pos, B, T, NHt, NKVt, HS, spec.rope_theta, Tw);
     if (cpg != nullptr) cp_attention_forward(c, a);  // this rank's rows against the whole window (gpt_cp.cpp)
     else ops.attention_forward_doc(a.atty, a.att_lse, a.qkv, c.doc_start, B, T, NHt, NKVt, HS);  // local heads
@@ -141,6 +146,9 @@ void GPT::Impl::layer_backward(Context& c, int i, const void* w, void* g, const 
     else ops.attention_backward_doc(dbuf_4c, dbuf_c, a.qkv, a.atty, a.att_lse, c.doc_start, B, T, NHt, NKVt,
                                     HS);  // d qkv (N,Qt)
     if (spec.pos == PosKind::rotary) ops.rope_backward_pos(dbuf_4c, c.pos, B, T, NHt, NKVt, HS, spec.rope_theta, Tw);
+    if (spec.qk_norm)  // d q|k before their norm, in place; the weights' gradients (whole rows: no sp sum)
+        ops.qk_norm_backward(dbuf_4c, G(p.qnorm), G(p.knorm), a.qk_pre, P(p.qnorm), P(p.knorm), a.qk_rstd, N, NHt,
+                             NKVt, HS);
     linear_backward(dbuf_c, G(p.qkvw), G(p.qkvb), dbuf_4c, gather_rows(a.ln1), P(p.qkvw), nullptr, N, C,
                         Qt);  // dbuf_c = d ln1 (partial sums over the local heads)
     const void* dln1 = sum_rows(dbuf_c, tmp);

@@ -12,7 +12,7 @@
 // and, shared by the contexts:
 //   recompute        one LayerActs shared by all checkpointed layers                      workspace
 //   tmp (N,C)        attproj / fcproj outputs, consumed at once by the residual adds       workspace
-//   dres (N,C), dbuf_c (N,C), dbuf_4c (N, max(mlp_in, qkv) columns), with SwiGLU dbuf_f (N,Ft):
+//   dres (N,C), dbuf_c (N, max(C, Ct)), dbuf_4c (N, max(mlp_in, qkv) columns), with SwiGLU dbuf_f (N,Ft):
 //                    backward gradients of activations                                    workspace
 // Checkpointing: the first checkpoint_layers (else floor(ratio * n)) layers of the range keep only
 // res[i] (their input) and recompute their forward into `recompute` just before their backward.
@@ -53,6 +53,8 @@ struct LayerActs {
     float* ln1_mean = nullptr; // (R)    LayerNorm only
     float* ln1_rstd = nullptr; // (R)
     void* qkv = nullptr;       // (N,Qt) this rank's [q | k | v] (rotated, with rotary positions)
+    void* qk_pre = nullptr;    // (N,(NHt+NKVt)*HS) with model.qk_norm: q|k before their norm
+    float* qk_rstd = nullptr;  // (N,NHt+NKVt) with model.qk_norm: each head's 1/rms
     void* atty = nullptr;      // (N,Ct) attention output, before the output projection
     float* att_lse = nullptr;  // (B,NHt,T)
     void* res2 = nullptr;      // (R,C)  x + attproj
@@ -92,6 +94,7 @@ constexpr size_t kNoTensor = std::numeric_limits<size_t>::max();
 struct LayerParams {
     size_t ln1w, ln1b, qkvw, qkvb, attprojw, attprojb, ln2w, ln2b, fcw, fcb, fcprojw, fcprojb;
     size_t router = kNoTensor, w13 = kNoTensor, w2 = kNoTensor;  // model.moe: router, experts' [gate; up], down
+    size_t qnorm = kNoTensor, knorm = kNoTensor;  // model.qk_norm: q_norm, k_norm weights (HS)
 };
 
 inline size_t align256(size_t bytes) { return (bytes + 255) / 256 * 256; }

@@ -241,6 +241,28 @@ public:
         (void)dinp, (void)dweight, (void)dout, (void)inp, (void)weight, (void)rstd, (void)N, (void)C;
         missing("rmsnorm_backward");
     }
+    /// Whether this backend has qk_norm_forward / qk_norm_backward (model.qk_norm; the GPT refuses
+    /// QK-norm on a backend without them, naming it). Default: no.
+    virtual bool implements_qk_norm() const { return false; }
+    /// Qwen3's QK-norm, in place on the q and k heads of qkv (N, (NH + 2 NKV)*HS) = [q (NH,HS) | k
+    /// (NKV,HS) | v] per row: pre (N, (NH + NKV)*HS) gets each row's q|k as they were (for backward),
+    /// rstd (N, NH + NKV) fp32 = 1/sqrt(mean_c x^2 + eps) of each head x, and each q head becomes
+    /// x * rstd * wq (HS), each k head x * rstd * wk (HS) (HuggingFace's Qwen3RMSNorm over head_dim);
+    /// v untouched.
+    virtual void qk_norm_forward(void* qkv, void* pre, float* rstd, const void* wq, const void* wk, int N, int NH,
+                                 int NKV, int HS, float eps) {
+        (void)qkv, (void)pre, (void)rstd, (void)wq, (void)wk, (void)N, (void)NH, (void)NKV, (void)HS, (void)eps;
+        missing("qk_norm_forward");
+    }
+    /// Its backward, in place on dqkv's q and k heads (same layout; v's gradient untouched): each
+    /// head's d out becomes d x as rmsnorm_backward's (with pre's head as x, its rstd and wq or wk);
+    /// dwq (HS) += sum over rows and q heads of d out * x * rstd, dwk likewise over k heads.
+    virtual void qk_norm_backward(void* dqkv, void* dwq, void* dwk, const void* pre, const void* wq, const void* wk,
+                                  const float* rstd, int N, int NH, int NKV, int HS) {
+        (void)dqkv, (void)dwq, (void)dwk, (void)pre, (void)wq, (void)wk, (void)rstd, (void)N, (void)NH, (void)NKV,
+            (void)HS;
+        missing("qk_norm_backward");
+    }
     /// Rotary position embedding (Su et al. 2021, RoFormer), in place on the q and k heads of
     /// qkv (B,T,(NH + 2 NKV)*HS) = [q (NH,HS) | k (NKV,HS) | v (NKV,HS)] per position; v is untouched.
     /// HuggingFace's rotate-half convention: for a head x (HS even, half = HS/2) at position t,

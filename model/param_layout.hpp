@@ -45,6 +45,12 @@ struct GPTConfig {
     float norm_eps = 1e-5f;      ///< RMSNorm epsilon
     float rope_theta = 10000.0f; ///< rotary base: channel pair i of a head turns by t * theta^(-2i/head_size)
     bool tie_embeddings = true;  ///< the LM head is the token embedding (false: its own lm_head.weight)
+    /// Attention head size (Qwen3's head_dim, decoupled from the width): q_proj is (n_head * head_dim,
+    /// n_embd); 0 = n_embd / n_head.
+    int head_dim = 0;
+    /// Qwen3's QK-norm: an RMSNorm over head_dim of each q and k head (weights self_attn.q_norm and
+    /// k_norm, (head_dim) each, shared by the heads) after the projections, before the rotation.
+    bool qk_norm = false;
     /// Mixture of experts (model.moe; docs/model.md "Mixture of experts"), Llama only: every block's
     /// dense MLP becomes a router over moe_experts SwiGLU experts of width moe_expert_ffn (0 = the
     /// dense width F), moe_top_k of them per token, plus moe_shared_experts always-on experts (one
@@ -90,6 +96,7 @@ enum class TensorRole : uint8_t {
     fcproj_w, fcproj_b,               // MLP output (mlp.c_proj / down_proj); with MoE the shared experts'
     moe_router, moe_w13, moe_w2,      // MoE: router (E,C), experts' [gate; up] (E,2Fe,C), down (E,C,Fe)
     normf_w, normf_b, lm_head,        // the final unit: ln_f / model.norm, an untied LM head
+    q_norm_w, k_norm_w,               // model.qk_norm: RMSNorm weights (HS) of the q and k heads (Qwen3)
 };
 
 /// How init_params draws a tensor (model/gpt_init.cpp): 0, 1, N(0, 0.02), or N(0, 0.02/sqrt(2 n_layer))

@@ -1,6 +1,7 @@
 // model/cpu/rmsnorm.cpp — RMSNorm (Zhang & Sennrich 2019) forward, with the residual add fused as
 // the LayerNorm path has it, and backward. fp32, OpenMP over rows (forward, dinp) or channels
-// (dweight), so every sum has a fixed order whatever the thread count.
+// (dweight), so every sum has a fixed order whatever the thread count. Qwen3's QK-norm is the same
+// RMSNorm over each q and k head of the q|k|v rows (qk_norm_forward / qk_norm_backward).
 #include <cmath>
 
 #include "model/cpu/cpu_ops.hpp"
@@ -76,6 +77,64 @@ void CpuOps::rmsnorm_backward(void* dinp, void* dweight, const void* dout, const
             const float s = rstd[n];
             for (int c = c0; c < c1; ++c) dw[c] += dy[off + c] * x[off + c] * s;
         }
+    }
+}
+
+/// Each row's q|k heads (NH + NKV of HS at the start of the row of qkv, (N, (NH + 2 NKV) HS)) saved
+/// into pre (N, (NH + NKV) HS), then normalized in place by rmsnorm_row with wq (q heads) or wk.
+void CpuOps::qk_norm_forward(void* qkv, void* pre, float* rstd, const void* wq, const void* wk, int N, int NH,
+                             int NKV, int HS, float eps) {
+    float* q = static_cast<float*>(qkv);
+    float* x = static_cast<float*>(pre);
+    const int H = NH + NKV;
+    const size_t row = size_t(NH + 2 * NKV) * HS, qk = size_t(H) * HS;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) {
+        float* o = q + size_t(n) * row;
+        float* xn = x + size_t(n) * qk;
+        for (size_t c = 0; c < qk; ++c) xn[c] = o[c];
+        for (int h = 0; h < H; ++h)
+            rmsnorm_row(o + size_t(h) * HS, rstd + size_t(n) * H + h, xn + size_t(h) * HS,
+                        static_cast<const float*>(h < NH ? wq : wk), HS, eps);
+    }
+}
+
+/// rmsnorm_backward's formulas per head, d out replaced by d x in place (the head's values are
+/// read before it is written). dwq / dwk: parallel over channels, each summing rows in order and
+/// inside a row its heads in order.
+void CpuOps::qk_norm_backward(void* dqkv, void* dwq, void* dwk, const void* pre, const void* wq, const void* wk,
+                              const float* rstd, int N, int NH, int NKV, int HS) {
+    float* d = static_cast<float*>(dqkv);
+    const float* x = static_cast<const float*>(pre);
+    float* dw[2] = {static_cast<float*>(dwq), static_cast<float*>(dwk)};
+    const float* w[2] = {static_cast<const float*>(wq), static_cast<const float*>(wk)};
+    const int H = NH + NKV;
+    const size_t row = size_t(NH + 2 * NKV) * HS, qk = size_t(H) * HS;
+#pragma omp parallel
+    {
+        int c0, c1;  // the weight gradients first: they read d out before it is overwritten below
+        cpu::thread_range(HS, 16, &c0, &c1);
+        for (int n = 0; n < N; ++n)
+            for (int h = 0; h < H; ++h) {
+                const float* dy = d + size_t(n) * row + size_t(h) * HS;
+                const float* xh = x + size_t(n) * qk + size_t(h) * HS;
+                const float s = rstd[size_t(n) * H + h];
+                float* g = dw[h < NH ? 0 : 1];
+                for (int c = c0; c < c1; ++c) g[c] += dy[c] * xh[c] * s;
+            }
+#pragma omp barrier
+#pragma omp for schedule(static)
+        for (int n = 0; n < N; ++n)
+            for (int h = 0; h < H; ++h) {
+                float* dy = d + size_t(n) * row + size_t(h) * HS;
+                const float* xh = x + size_t(n) * qk + size_t(h) * HS;
+                const float* wh = w[h < NH ? 0 : 1];
+                const float s = rstd[size_t(n) * H + h];
+                float sum = 0.0f;
+                for (int c = 0; c < HS; ++c) sum += wh[c] * dy[c] * xh[c] * s;
+                const float mean = sum / HS;
+                for (int c = 0; c < HS; ++c) dy[c] = s * (wh[c] * dy[c] - xh[c] * s * mean);
+            }
     }
 }
 

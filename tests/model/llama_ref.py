@@ -18,9 +18,16 @@ stacked "mlp.experts.gate_up_proj" (E, 2Fe, C) and w2 from "mlp.experts.down_pro
 the shared experts' dense SwiGLU ("mlp.shared_experts.*") when there are any. The objective whose
 gradients are returned is cross_entropy + the sum of the layers' balance losses.
 
+QK-norm and a free head size (an optional "qk" input, Qwen3's attention from HuggingFace's
+Qwen3Attention): q and k are (n_head | n_kv_head, head_dim) heads with head_dim given (q_proj is
+(n_head * head_dim, C), o_proj (C, n_head * head_dim)), and with qk_norm each q head is
+rms_norm(q, self_attn.q_norm.weight) and each k head rms_norm(k, self_attn.k_norm.weight) over
+head_dim (eps as the other norms), after the projections and before the rotation.
+
 INPUT (tensor_file.hpp format): "config" int32 [n_layer, n_head, n_kv_head, n_embd, vocab_size,
 tied, B, T], "hyper" fp32 [norm_eps, rope_theta], "tokens"/"targets" (B,T), every parameter as
-"param.<HF name>", optionally "moe" int32 [E, k, n_shared, Fe, sigmoid] and "moe_hyper" fp32 [alpha].
+"param.<HF name>", optionally "moe" int32 [E, k, n_shared, Fe, sigmoid] and "moe_hyper" fp32 [alpha],
+and "qk" int32 [head_dim, qk_norm].
 OUTPUT: "logits" (B,T,Vp), "loss" (1, the cross-entropy), "aux" (1, the balance losses' sum, 0 without
 MoE), "grad.<name>" for every parameter.
 
@@ -83,13 +90,15 @@ def llama_logits(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta, mlp=None):
     return llama_forward(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta, mlp=mlp)[0]
 
 
-def llama_forward(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta, moe=None, mlp=None):
+def llama_forward(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta, moe=None, mlp=None, head_dim=0,
+                  qk_norm=False):
     """The logits and the MoE balance losses' sum (0 without moe). mlp, if given, is each block's
     MLP in place of the SwiGLU one: mlp(w, h) -> (B,T,C), with w(name) the layer's tensor
     "model.layers.<l>.<name>" and h the post-attention RMSNorm's output (e.g. another layout's MoE
-    block, tests/app/interop_moe_test.py's Mixtral)."""
+    block, tests/app/interop_moe_test.py's Mixtral). head_dim (0: C // n_head) and qk_norm: Qwen3's
+    attention (the module docstring)."""
     B, T = idx.shape
-    hd = C // n_head
+    hd = head_dim if head_dim > 0 else C // n_head
     cos, sin = rotary_cos_sin(T, hd, theta)
     mask = torch.full((T, T), float("-inf")).triu(1)
     x = p["model.embed_tokens.weight"][idx]
@@ -100,11 +109,14 @@ def llama_forward(p, idx, n_layer, n_head, n_kv, C, tied, eps, theta, moe=None, 
         q = (h @ w("self_attn.q_proj.weight").T).view(B, T, n_head, hd).transpose(1, 2)
         k = (h @ w("self_attn.k_proj.weight").T).view(B, T, n_kv, hd).transpose(1, 2)
         v = (h @ w("self_attn.v_proj.weight").T).view(B, T, n_kv, hd).transpose(1, 2)
+        if qk_norm:  # Qwen3: each head normalized over head_dim before the rotation
+            q = rms_norm(q, w("self_attn.q_norm.weight"), eps)
+            k = rms_norm(k, w("self_attn.k_norm.weight"), eps)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
         k, v = repeat_kv(k, n_head // n_kv), repeat_kv(v, n_head // n_kv)
         att = (q @ k.transpose(2, 3)) / math.sqrt(hd) + mask
-        y = (att.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+        y = (att.softmax(dim=-1) @ v).transpose(1, 2).reshape(B, T, n_head * hd)
         x = x + y @ w("self_attn.o_proj.weight").T
         h = rms_norm(x, w("post_attention_layernorm.weight"), eps)
         if mlp is not None:
@@ -130,7 +142,9 @@ def main():
     if "moe" in inp:
         E, k, n_shared, Fe, sigmoid = [int(v) for v in inp["moe"].tolist()]
         moe = (E, k, n_shared, Fe, bool(sigmoid), float(inp["moe_hyper"].tolist()[0]))
-    logits, aux = llama_forward(p, tokens, n_layer, n_head, n_kv, C, bool(tied), eps, theta, moe)
+    head_dim, qk_norm = [int(v) for v in inp["qk"].tolist()] if "qk" in inp else (0, 0)
+    logits, aux = llama_forward(p, tokens, n_layer, n_head, n_kv, C, bool(tied), eps, theta, moe,
+                                head_dim=head_dim, qk_norm=bool(qk_norm))
     loss = F.cross_entropy(logits[..., :V].reshape(-1, V), targets.reshape(-1))
     (loss + aux).backward()
     out = {"logits": logits, "loss": loss.reshape(1), "aux": aux.reshape(1)}

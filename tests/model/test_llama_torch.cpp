@@ -6,7 +6,8 @@
 // base and norm epsilon. And the mixture-of-experts Llama (model.moe): each block's MLP replaced by
 // routed SwiGLU experts (softmax top-2 of 4, shared experts; sigmoid top-1 of 3) against the MoE
 // layer of tests/model/moe_ref.py inside llama_ref.py: the cross-entropy, the balance losses' sum and
-// the gradients of their sum.
+// the gradients of their sum. And Qwen3's attention (model.qk_norm, model.head_dim): each q and k head
+// RMS-normalized before the rotation, a head size other than n_embd / n_head, dense and with experts.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -82,6 +83,10 @@ void check_against_torch(const GPTConfig& cfg, uint64_t seed) {
             w.put("moe", {5}, moe);
             w.put("moe_hyper", {1}, &cfg.moe_aux_loss_coef);
         }
+        if (cfg.qk_norm || cfg.head_dim > 0) {
+            const int qk[2] = {cfg.head_dim, cfg.qk_norm};
+            w.put("qk", {2}, qk);
+        }
         w.put("tokens", {B, T}, tokens.data());
         w.put("targets", {B, T}, targets.data());
         for (const ParamTensor& t : L.tensors()) w.put("param." + t.name, t.shape, params.data() + t.offset);
@@ -140,6 +145,20 @@ TEST(LlamaVsTorch, MoeSoftmaxTop2SharedLossAuxAndGrads) { check_against_torch(mo
 
 // DeepSeek-V3-style sigmoid scores, top-1 of 3 experts of the dense width (expert_ffn 0), no shared.
 TEST(LlamaVsTorch, MoeSigmoidTop1LossAuxAndGrads) { check_against_torch(moe(3, 1, 0, 0, true, 0.05f), 78); }
+
+GPTConfig qwen3(int head_dim, int experts) {
+    GPTConfig c = moe(experts, 2, 0, 40, false, 0.1f);
+    c.qk_norm = true;
+    c.head_dim = head_dim;
+    c.tie_embeddings = experts == 0;
+    return c;
+}
+
+// Qwen3 dense: QK-norm with head size 16 (q_proj (64, 48): wider than n_embd), tied.
+TEST(LlamaVsTorch, Qwen3QkNormHeadDim16LogitsLossAndGrads) { check_against_torch(qwen3(16, 0), 91); }
+
+// Qwen3-MoE: QK-norm, head size 8 (narrower), softmax top-2 of 4 experts, untied.
+TEST(LlamaVsTorch, Qwen3MoeQkNormHeadDim8LossAuxAndGrads) { check_against_torch(qwen3(8, 4), 92); }
 
 }  // namespace
 }  // namespace llmtrain::test
