@@ -1,5 +1,6 @@
 // app/plan/plan_report.cpp — the planner's report: the candidates side by side, the best plan's
 // per-stage table and TOML lines, and the baselines' comparison (see plan.hpp).
+#include <algorithm>
 #include <cstdio>
 
 #include "app/plan/plan.hpp"
@@ -67,6 +68,12 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
                       c.choice.feasible ? c.step_seconds : 0.0, c.choice.feasible ? c.tokens_per_second : 0.0, cross,
                       lists.c_str());
         out.push_back(buf);
+    }
+    const bool all_skipped = std::all_of(r.candidates.begin(), r.candidates.end(),
+                                         [](const PlanCandidate& c) { return !c.skipped.empty(); });
+    if (r.best < 0 && !r.candidates.empty() && all_skipped) {  // no candidate was sized: "fits" would mislead
+        out.push_back("nothing planned: every candidate above was skipped, for the reason on its row.");
+        return out;
     }
     if (r.best < 0) {
         out.push_back("nothing fits: no tensor-parallel width, context-parallel size and pipeline depth keeps every rank under the cap, also "

@@ -63,12 +63,15 @@ TEST(PlanMoe, SearchesWhatTheModelRuns) {
         EXPECT_EQ((std::array<int, 4>{c.tp, c.cp, c.pp, c.dp}), (std::array<int, 4>{1, 1, 1, 4}));
         EXPECT_EQ(apply_plan(cfg, c).parallel.ep, ep);
     }
-    // 2 ranks cannot hold expert groups of 4: a skipped row, nothing fits, no exception.
+    // 2 ranks cannot hold expert groups of 4: a skipped row, nothing planned, no exception.
     const Config ep4 = moe({"parallel.ep=4"});
     const PlanResult r = make_plan(ep4, options(ep4, 2));
     ASSERT_EQ(r.candidates.size(), 1u);
     EXPECT_EQ(r.candidates[0].skipped, "parallel.ep 4 does not divide dp 2");
     EXPECT_EQ(r.best, -1);
+    // The report says no row was sized rather than that nothing fits.
+    const std::vector<std::string> rep = plan_report(ep4, options(ep4, 2), r);
+    EXPECT_EQ(rep.back(), "nothing planned: every candidate above was skipped, for the reason on its row.");
     PlanOptions forced = options(ep4, 4);
     forced.pp = 2;
     EXPECT_THROW(make_plan(ep4, forced), std::invalid_argument);
@@ -105,7 +108,7 @@ TEST(PlanMoe, ExpertParallelAddsTheAllToAlls) {
     EXPECT_NEAR(b.tail_layer, a.tail_layer, 1e-15);  // every rank still holds every expert's gradient
     // The traffic table's ep row, the same bytes: 4 layers x (2 + 2) all-to-alls of 1 MiB per rank.
     double sent = -1;
-    for (const GroupTraffic& g : step_traffic(c2, run_shape(c2, 4), 8).groups)
+    for (const GroupTraffic& g : step_traffic(run_shape(c2, 4), 8).groups)
         if (g.kind == GroupKind::ep) sent = g.per_rank;
     EXPECT_NEAR(sent, 16.0 * 1048576, 1e-6);
 }
