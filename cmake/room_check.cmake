@@ -1,20 +1,22 @@
-# app/room_check.cmake — the check that makes app/'s room rules part of the build (docs/design.md
-# "Rooms the build enforces"). Run as a script:
+# cmake/room_check.cmake — the check that makes the rooms' include rules part of the build
+# (docs/design.md "Rooms the build enforces"). Run as a script:
 #
 #   cmake -DRULES=<room>.rules.cmake [-DFILES=<a;b;...>] [-DSTAMP=<file>] -P app/room_check.cmake
 #
-# RULES is the file app/CMakeLists.txt (llmtrain_app_room) writes for one room at configure time; it
-# sets ROOM (the room's name), ROOM_FILES (absolute paths of the room's sources and headers) and
-# ROOM_ALLOWED (the include paths the room may name: a prefix ending in "/" allows a folder, any
-# other entry one file). FILES, when given, replaces ROOM_FILES (the test, tests/app/room_check_test.cmake,
+# RULES is the file cmake/rooms.cmake (llmtrain_room_check) writes for one room at configure time;
+# it sets ROOM (the room's name), ROOM_FILES (absolute paths of the room's sources and headers) and
+# ROOM_ALLOWED (the include paths the room may name: a prefix ending in "/" allows a folder,
+# "!<prefix>" forbids a folder the others allow, e.g. "model/ !model/cuda/", any other entry allows
+# one file). FILES, when given, replaces ROOM_FILES (the test, tests/rooms/room_check_test.cmake,
 # plants a file there).
 #
 # Every `#include "x"` or `#include <x>` whose first path component is one of the repository's code
-# folders (app, model, optim, parallel, data, emu, tests, tools) must match an entry of ROOM_ALLOWED;
+# folders (app, model, optim, parallel, data, emu, tests, tools) must match an entry of ROOM_ALLOWED
+# and no "!" entry;
 # includes of anything else (the standard library, system packages) are not checked. So tests/, tools/
 # and the emulator (emu/) are never reachable from product code unless a room's rules list them (none does).
 # Output (stderr): each offending line as
-#   <file>:<line>: #include "x" — room '<room>' may include only: <ROOM_ALLOWED>
+#   <file>:<line>: #include "x" — room '<room>' may include only: <ROOM_ALLOWED, "!p" as "except p">
 # then a fatal error (cmake exits non-zero, so the build of the room's library stops); STAMP is
 # written (touched) only when every file passes.
 cmake_minimum_required(VERSION 3.25)
@@ -52,8 +54,14 @@ foreach(_file IN LISTS ROOM_FILES)
       continue()
     endif()
     set(_ok FALSE)
+    set(_denied FALSE)
     foreach(_allowed IN LISTS ROOM_ALLOWED)
-      if(_allowed MATCHES "/$")
+      if(_allowed MATCHES "^!(.*)$")
+        string(FIND "${_inc}" "${CMAKE_MATCH_1}" _at)
+        if(_at EQUAL 0)
+          set(_denied TRUE)
+        endif()
+      elseif(_allowed MATCHES "/$")
         string(FIND "${_inc}" "${_allowed}" _at)
         if(_at EQUAL 0)
           set(_ok TRUE)
@@ -62,8 +70,9 @@ foreach(_file IN LISTS ROOM_FILES)
         set(_ok TRUE)
       endif()
     endforeach()
-    if(NOT _ok)
+    if(NOT _ok OR _denied)
       list(JOIN ROOM_ALLOWED " " _rule)
+      string(REGEX REPLACE "(^| )!" "\\1except " _rule "${_rule}")
       string(APPEND _bad "${_file}:${_n}: #include \"${_inc}\" — room '${ROOM}' may include only: ${_rule}\n")
     endif()
   endforeach()
@@ -71,8 +80,8 @@ endforeach()
 
 if(_bad)
   message("${_bad}")  # unformatted, one line per include
-  message(FATAL_ERROR "app/ room '${ROOM}': an include the room's rule does not allow (above; app/CMakeLists.txt, "
-                      "docs/design.md \"Rooms the build enforces\")")
+  message(FATAL_ERROR "room '${ROOM}': an include the room's rule does not allow (above; app/CMakeLists.txt or "
+                      "cmake/layers.cmake, docs/design.md \"Rooms the build enforces\")")
 endif()
 if(STAMP)
   file(TOUCH ${STAMP})
