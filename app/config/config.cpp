@@ -287,6 +287,8 @@ const std::vector<Field>& fields() {
         field("model", "norm_eps", &C::model, &ModelConfig::norm_eps, positive<float>()),
         field("model", "rope_theta", &C::model, &ModelConfig::rope_theta, positive<float>()),
         field("model", "tie_embeddings", &C::model, &ModelConfig::tie_embeddings),
+        field("model", "head_dim", &C::model, &ModelConfig::head_dim, at_least(0)),
+        field("model", "qk_norm", &C::model, &ModelConfig::qk_norm),
         field("model", "attention", &C::model, &ModelConfig::attention, one_of({"auto", "native", "cublas", "cudnn"})),
         field("model", "attention_workspace_mb", &C::model, &ModelConfig::attention_workspace_mb, at_least(1)),
         field("model", "matmul_autotune", &C::model, &ModelConfig::matmul_autotune),

@@ -48,6 +48,8 @@ struct ModelConfig {
     float norm_eps = 1e-5f;             ///< llama's RMSNorm epsilon (GPT-2's LayerNorm: 1e-5 always)
     float rope_theta = 10000.0f;        ///< llama's rotary base
     bool tie_embeddings = true;         ///< LM head = token embedding (gpt2 always; llama as set)
+    int head_dim = 0;                   ///< llama's attention head size (Qwen3's head_dim); 0 = n_embd / n_head
+    bool qk_norm = false;               ///< llama: Qwen3's RMSNorm of each q and k head before the rotation
     std::string attention = "auto";     ///< "auto" | "native" | "cublas" | "cudnn" (the last two cuda only)
     int attention_workspace_mb = 1200;  ///< MiB of scores per cublas attention tile (model/cuda/cuda_backend.hpp's
                                         ///< kDefaultAttentionWorkspaceMb: GPT-2 1.5B, micro-batch 8 in one tile)
@@ -210,7 +212,8 @@ std::string to_toml(const Config& cfg);
 /// n_embd, seq_len, vocab_size, and for an architecture other than GPT-2 (whose other keys are
 /// fixed by it: LayerNorm eps 1e-5, biases, learned positions, GELU 4C, tied head) n_kv_head and
 /// intermediate_size resolved, tie_embeddings, rope_theta and norm_eps (floats in their shortest
-/// fixed-point text that reads back exactly: "500000", "0.00001"), and with model.moe
+/// fixed-point text that reads back exactly: "500000", "0.00001"), head_dim when it differs from
+/// n_embd / n_head, qk_norm ("true") when set (so a dense model's identity stays what it was), and with model.moe
 /// moe.n_experts, moe.top_k, moe.n_shared_experts, moe.expert_ffn resolved and moe.router (the
 /// balance loss's coefficient changes training, not the function). The padded vocabulary follows from vocab_size. Errors: std::invalid_argument from
 /// ArchSpec for an invalid shape.

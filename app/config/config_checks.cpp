@@ -102,7 +102,7 @@ void check_across_keys(const Config& c, const ConfigOrigins& origins, const std:
                      std::to_string(c.run.max_steps) + ")");
     }
     const auto& m = c.model;
-    if (m.n_embd % m.n_head != 0)
+    if (m.head_dim == 0 && m.n_embd % m.n_head != 0)
         fail(at({"model.n_head", "model.n_embd"}), "model.n_head: expected a divisor of model.n_embd (" +
                                                        std::to_string(m.n_embd) + "), got " +
                                                        std::to_string(m.n_head));
@@ -114,6 +114,17 @@ void check_across_keys(const Config& c, const ConfigOrigins& origins, const std:
         const std::string what = e.what(), key = what.substr(0, what.find(':'));
         fail(at({key.c_str(), "model.arch"}), what);
     }
+    if (m.qk_norm && c.run.backend == "cuda")
+        fail(at({"model.qk_norm", "run.backend"}), "model.qk_norm: QK-norm runs on run.backend = \"cpu\" only yet "
+             "(the cuda backend has no QK-norm ops), got \"cuda\"");
+    if (m.head_dim > 0 && m.head_dim * m.n_head != m.n_embd && c.run.backend == "cuda")
+        fail(at({"model.head_dim", "run.backend"}), "model.head_dim: a head size other than model.n_embd / model.n_head "
+             "runs on run.backend = \"cpu\" only yet (the cuda attention paths take n_embd / n_head), got " +
+             std::to_string(m.head_dim) + " with \"cuda\"");
+    if (m.qk_norm && c.parallel.tp > 1)
+        fail(at({"model.qk_norm", "parallel.tp"}), "model.qk_norm: tensor parallelism is not supported with QK-norm yet "
+             "(its weights' gradients would need a sum over the heads' ranks), got parallel.tp = " +
+             std::to_string(c.parallel.tp));
     if (m.arch == "gpt2" && m.norm_eps != ModelConfig{}.norm_eps)
         fail(at({"model.norm_eps", "model.arch"}), "model.norm_eps: expected " + value_text(ModelConfig{}.norm_eps) +
              " with model.arch = \"gpt2\" (its LayerNorm's epsilon is fixed), got " + value_text(m.norm_eps));

@@ -46,6 +46,9 @@ ModelIdentity model_identity(const GPTConfig& g) {
                          {"tie_embeddings", spec.tied ? "true" : "false"},
                          {"rope_theta", num(spec.rope_theta)},
                          {"norm_eps", num(spec.norm_eps)}});
+    if (g.head_dim > 0 && !(g.n_embd % g.n_head == 0 && g.head_dim == g.n_embd / g.n_head))
+        id.emplace_back("head_dim", std::to_string(spec.HS));  // Qwen3's free head size
+    if (g.qk_norm) id.emplace_back("qk_norm", "true");         // Qwen3's QK-norm
     if (g.moe_experts > 0)  // a dense model's identity (and hash) stays what it was
         id.insert(id.end(), {{"moe.n_experts", std::to_string(spec.E)},
                              {"moe.top_k", std::to_string(spec.K)},
@@ -130,6 +133,8 @@ GPTConfig gpt_config_of(const Config& c) {
     g.norm_eps = c.model.norm_eps;
     g.rope_theta = c.model.rope_theta;
     g.tie_embeddings = c.model.tie_embeddings;
+    g.head_dim = c.model.head_dim;
+    g.qk_norm = c.model.qk_norm;
     g.moe_experts = c.moe.n_experts;
     g.moe_top_k = c.moe.top_k;
     g.moe_shared_experts = c.moe.n_shared_experts;

@@ -109,11 +109,14 @@ EvalWeights load_eval_weights(const std::string& path) {
     const bool llmc = is_llmc_model(path);
     const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
     const std::string type = llmc ? "" : hf_model_type(dir.string());
-    const bool llama = type == "llama" || type == "mixtral" || type == "qwen3_moe";  // hf_llama_config refuses qwen3
+    const bool llama = type == "llama" || type == "mixtral" || type == "qwen3" || type == "qwen3_moe";
     w.model = llmc ? llmc_shape(path) : llama ? hf_llama_config(path) : hf_shape(path);
     w.params.resize(ParamLayout(w.model).total_numel());
     load_pretrained(path, ParamLayout(w.model), w.params.data());  // checks the rest of the format
-    const char* hf = type == "mixtral" ? "HuggingFace Mixtral " : "HuggingFace Llama ";
+    const char* hf = type == "mixtral"     ? "HuggingFace Mixtral "
+                     : type == "qwen3"     ? "HuggingFace Qwen3 "
+                     : type == "qwen3_moe" ? "HuggingFace Qwen3-MoE "
+                                           : "HuggingFace Llama ";
     w.source = (llmc ? "llm.c model file " : llama ? hf : "HuggingFace GPT-2 ") + path;
     return w;
 }

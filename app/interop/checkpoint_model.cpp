@@ -26,6 +26,8 @@ Config hash_config_of(const GPTConfig& g) {
     c.model.multiple_of = g.multiple_of;
     c.model.rope_theta = g.rope_theta;
     c.model.norm_eps = g.norm_eps;
+    c.model.head_dim = g.head_dim;
+    c.model.qk_norm = g.qk_norm;
     c.moe.n_experts = g.moe_experts;
     c.moe.top_k = g.moe_top_k;
     c.moe.n_shared_experts = g.moe_shared_experts;
@@ -35,12 +37,13 @@ Config hash_config_of(const GPTConfig& g) {
 }
 
 /// g with the model.moe keys of a [model_identity] (moe.n_experts, moe.top_k, moe.n_shared_experts,
-/// moe.expert_ffn, moe.router; state.toml's [model] does not record them): g unchanged for a dense
-/// model. Errors: InteropError naming the checkpoint and key on a value that is not a number.
+/// moe.expert_ffn, moe.router) and Qwen3's head_dim and qk_norm (state.toml's [model] does not record
+/// them): g unchanged for a dense model without them. Errors: InteropError naming the checkpoint and key on a value that is not a number.
 GPTConfig with_moe_identity(GPTConfig g, const std::vector<std::pair<std::string, std::string>>& id,
                             const std::string& ckpt_dir) {
     for (const auto& [key, value] : id) {
-        if (!key.starts_with("moe.")) continue;
+        if (key == "qk_norm") g.qk_norm = value == "true";
+        if (key != "head_dim" && !key.starts_with("moe.")) continue;
         if (key == "moe.router") {
             g.moe_sigmoid = value == "sigmoid";
             continue;
@@ -56,6 +59,7 @@ GPTConfig with_moe_identity(GPTConfig g, const std::vector<std::pair<std::string
         else if (key == "moe.top_k") g.moe_top_k = v;
         else if (key == "moe.n_shared_experts") g.moe_shared_experts = v;
         else if (key == "moe.expert_ffn") g.moe_expert_ffn = v;
+        else if (key == "head_dim") g.head_dim = v;
     }
     return g;
 }

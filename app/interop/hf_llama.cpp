@@ -12,6 +12,7 @@
 #include <set>
 
 #include "app/interop/hf_moe.hpp"
+#include "app/interop/hf_qwen3.hpp"
 #include "app/interop/hf_shards.hpp"
 #include "model/arch.hpp"
 
@@ -24,14 +25,16 @@ using json = nlohmann::ordered_json;
 
 /// Every parameter as HF stores it, in HF's state-dict order (embed_tokens, the layers in module
 /// order, norm, lm_head): our tensors one to one (the vocabulary rows unpadded), a MoE block's as
-/// Mixtral's (hf_moe.hpp: the router, then w1, w2, w3 per expert).
+/// Mixtral's (hf_moe.hpp: the router, then w1, w2, w3 per expert) or with QK-norm as Qwen3-MoE's
+/// (hf_qwen3.hpp: the router, then gate_proj, up_proj, down_proj per expert).
 std::vector<HfPiece> hf_tensors(const ParamLayout& layout) {
     const ArchSpec a(layout.config());
     std::vector<HfPiece> out, last;
     for (int u = 0; u < a.num_units(); ++u)
         for (const TensorSpec& s : a.unit_tensors(u)) {
             if (s.role == TensorRole::moe_router) {
-                const std::vector<HfPiece> m = mixtral_block_tensors(layout, u - 1);
+                const std::vector<HfPiece> m =
+                    a.qk_norm ? qwen3_moe_block_tensors(layout, u - 1) : mixtral_block_tensors(layout, u - 1);
                 out.insert(out.end(), m.begin(), m.end());
             }
             if (s.role == TensorRole::moe_router || s.role == TensorRole::moe_w13 || s.role == TensorRole::moe_w2)
@@ -56,8 +59,9 @@ double clean(float v) {
 json hf_config(const ArchSpec& a, const HfLlamaOut& o) {
     const GPTConfig& g = a.cfg;
     json c;
-    c["architectures"] = {a.moe() ? "MixtralForCausalLM" : "LlamaForCausalLM"};
-    c["model_type"] = a.moe() ? "mixtral" : "llama";
+    const auto [type, arch] = hf_family(a);  // llama, mixtral, qwen3 or qwen3_moe
+    c["architectures"] = {arch};
+    c["model_type"] = type;
     c["vocab_size"] = g.vocab_size;
     c["hidden_size"] = a.C;
     c["intermediate_size"] = a.moe() ? a.Fe : a.F;  // Mixtral's is the expert width
@@ -69,7 +73,11 @@ json hf_config(const ArchSpec& a, const HfLlamaOut& o) {
     c["max_position_embeddings"] = g.seq_len;  // the trained context (RoPE itself has no table)
     c["rms_norm_eps"] = clean(a.norm_eps);
     c["rope_theta"] = clean(a.rope_theta);
-    if (a.moe()) {
+    if (a.qk_norm) {
+        c["rope_scaling"] = nullptr;
+        c["attention_dropout"] = 0.0;
+        set_qwen3_config(c, a);
+    } else if (a.moe()) {
         c["attention_dropout"] = 0.0;
         set_mixtral_config(c, a);
     } else {
@@ -104,13 +112,19 @@ json read_json(const std::string& file) {
 void check_config(const std::string& file, const ArchSpec& a) {
     const json c = read_json(file);
     const std::string type = c.value("model_type", std::string());
-    if (type == "qwen3_moe") refuse_qwen3_moe(file);
-    if (type == "mixtral" && !a.moe())
-        throw InteropError(file + ": model_type = \"mixtral\": a mixture of experts, but the config has none "
+    const std::string want = hf_family(a).first;
+    const bool qwen3 = type == "qwen3" || type == "qwen3_moe";
+    if ((type == "mixtral" || type == "qwen3_moe") && !a.moe())
+        throw InteropError(file + ": model_type = \"" + type + "\": a mixture of experts, but the config has none "
                            "(set [model.moe] n_experts, top_k and expert_ffn to the file's)");
-    if (type != (a.moe() ? "mixtral" : "llama"))
-        throw InteropError(file + ": model_type = \"" + type + "\": expected " +
-                           (a.moe() ? "\"mixtral\" (model.moe.n_experts > 0)" : "\"llama\" (model.arch = \"llama\")"));
+    if (qwen3 && !a.qk_norm)
+        throw InteropError(file + ": model_type = \"" + type + "\": its attention normalizes each q and k head "
+                           "(self_attn.q_norm, k_norm), but the config has model.qk_norm = false (set it to true, and "
+                           "model.head_dim to the file's head_dim)");
+    if (type != want)
+        throw InteropError(file + ": model_type = \"" + type + "\": expected \"" + want + "\" (" +
+                           (a.moe() ? "model.moe.n_experts > 0" : "model.arch = \"llama\"") +
+                           (a.qk_norm ? ", model.qk_norm = true)" : ", model.qk_norm = false)"));
     auto need = [&](const char* key, int want, const std::string& ours, std::optional<int> dflt = std::nullopt) {
         if ((!c.contains(key) || c[key].is_null()) && dflt) {
             if (*dflt == want) return;
@@ -126,14 +140,14 @@ void check_config(const std::string& file, const ArchSpec& a) {
     need("num_hidden_layers", a.cfg.n_layer, "model.n_layer");
     need("num_attention_heads", a.NH, "model.n_head");
     need("hidden_size", a.C, "model.n_embd");
-    if (a.moe())
+    if (a.moe() && !qwen3)  // Qwen3-MoE's expert width is moe_intermediate_size (check_qwen3_config)
         need("intermediate_size", a.Fe, "the expert width (model.moe.expert_ffn, or model.intermediate_size)");
-    else
+    else if (!a.moe())
         need("intermediate_size", a.F, "intermediate_size (model.intermediate_size or its default)");
     need("vocab_size", a.cfg.vocab_size, "model.vocab_size");
     const int nh = c.contains("num_attention_heads") ? c["num_attention_heads"].get<int>() : a.NH;
     need("num_key_value_heads", a.NKV, "n_kv_head (model.n_kv_head, 0 = n_head)", nh);
-    need("head_dim", a.HS, "n_embd / n_head", a.HS);
+    need("head_dim", a.HS, "the head size (model.head_dim, 0 = n_embd / n_head)", a.cfg.n_embd / a.NH);
     const std::string act = c.value("hidden_act", std::string("silu"));
     if (act != "silu")
         throw InteropError(file + ": hidden_act = \"" + act + "\": llmtrain's Llama MLP is SwiGLU (\"silu\")");
@@ -155,7 +169,8 @@ void check_config(const std::string& file, const ArchSpec& a) {
     if (c.contains("rope_scaling") && !c["rope_scaling"].is_null())
         throw InteropError(file + ": rope_scaling = " + c["rope_scaling"].dump() +
                            ": llmtrain's RoPE is unscaled (expected null)");
-    if (a.moe()) check_mixtral_config(c, file, a);
+    if (qwen3) check_qwen3_config(c, file, a);
+    else if (a.moe()) check_mixtral_config(c, file, a);
 }
 
 }  // namespace
@@ -165,7 +180,8 @@ void write_hf_llama(const std::string& dir, const ParamLayout& layout, const flo
         throw InteropError(dir + ": write_hf_llama: the checkpoint is model.arch = \"" +
                            arch_name(layout.config().arch) + "\", not \"llama\"");
     const ArchSpec a(layout.config());
-    if (a.moe()) check_mixtral_expressible(layout.config(), dir);
+    if (a.moe() && a.qk_norm) check_qwen3_moe_expressible(layout.config(), dir);
+    else if (a.moe()) check_mixtral_expressible(layout.config(), dir);
     std::vector<SafetensorOut> out;
     for (const HfPiece& t : hf_tensors(layout)) {
         const float* src = params + t.ours->offset + t.offset;
@@ -196,7 +212,7 @@ void read_hf_llama(const std::string& path, const ParamLayout& layout, float* pa
         const auto it = expected.find(name);
         if (it == expected.end())
             throw InteropError(w.file_of(name) + ": tensor " + name + ": not a parameter of this " +
-                               (a.moe() ? "Mixtral (n_experts = " + std::to_string(a.E) + ", " : "Llama (") +
+                               hf_family(a).second + " (" + (a.moe() ? "n_experts = " + std::to_string(a.E) + ", " : "") +
                                "n_layer = " + std::to_string(a.cfg.n_layer) + (a.tied ? ", tied embeddings" : "") + ")");
         const HfPiece& t = *it->second;
         if (info.shape != t.shape)
@@ -235,7 +251,6 @@ GPTConfig hf_llama_config(const std::string& path) {
         return c[key].get<int>();
     };
     const std::string type = c.value("model_type", std::string());
-    if (type == "qwen3_moe") refuse_qwen3_moe(file);
     GPTConfig g;
     g.arch = Arch::llama;
     g.n_layer = get("num_hidden_layers");
@@ -249,6 +264,11 @@ GPTConfig hf_llama_config(const std::string& path) {
     g.rope_theta = float(c.value("rope_theta", 10000.0));
     g.tie_embeddings = c.value("tie_word_embeddings", false);
     if (type == "mixtral") mixtral_moe_config(c, file, g);  // the experts' keys
+    if (type == "qwen3" || type == "qwen3_moe") qwen3_config(c, file, type == "qwen3_moe", g);  // QK-norm, head_dim, experts
+    else {  // LlamaConfig and MixtralConfig have head_dim too (default hidden_size / num_attention_heads)
+        const int hd = get("head_dim", g.n_embd / g.n_head);
+        g.head_dim = g.n_embd % g.n_head == 0 && hd == g.n_embd / g.n_head ? 0 : hd;
+    }
     try {
         check_config(file, ArchSpec(g));  // head_dim, hidden_act, biases, rope_scaling: what we cannot run
     } catch (const std::invalid_argument& e) {
@@ -268,6 +288,7 @@ std::string hf_model_type(const std::string& dir) {
             if (x == "LlamaForCausalLM") return "llama";
             if (x == "MixtralForCausalLM") return "mixtral";
             if (x == "Qwen3MoeForCausalLM") return "qwen3_moe";
+            if (x == "Qwen3ForCausalLM") return "qwen3";
         }
     return "";
 }

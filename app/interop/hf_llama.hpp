@@ -15,7 +15,8 @@
 // A mixture-of-experts Llama (model.moe) is written and read as HF's MixtralForCausalLM (model_type
 // "mixtral"): the same attention, norms and embeddings, each block's experts in Mixtral's names and
 // config keys (app/interop/hf_moe.hpp; tests/app/interop_moe_test.py checks it against a float64
-// PyTorch Mixtral). Qwen3-MoE files are refused (their attention has QK-norm).
+// PyTorch Mixtral). A Llama with QK-norm (model.qk_norm) is HF's Qwen3ForCausalLM, with experts
+// Qwen3MoeForCausalLM (app/interop/hf_qwen3.hpp; tests/app/interop_qwen3_test.py).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -38,36 +39,38 @@ struct HfLlamaOut {
 /// and the weights (hf_shards.hpp: model.safetensors, or shards and the index above
 /// o.max_shard_bytes), creating dir. params: host fp32, layout.total_numel(), layout a Llama.
 /// A MoE Llama is written as MixtralForCausalLM (model_type mixtral, intermediate_size = the expert
-/// width, MixtralConfig's expert keys; no attention_bias, mlp_bias, pretraining_tp, rope_scaling).
+/// width, MixtralConfig's expert keys; no attention_bias, mlp_bias, pretraining_tp, rope_scaling);
+/// with model.qk_norm as Qwen3ForCausalLM / Qwen3MoeForCausalLM (hf_qwen3.hpp's keys).
 /// Errors: InteropError naming the path on an I/O failure, when layout is not a Llama, or (naming
-/// the key) when Mixtral cannot hold its experts (check_mixtral_expressible: a sigmoid router, shared
-/// experts).
+/// the key) when Mixtral or Qwen3-MoE cannot hold its experts (a sigmoid router, shared experts).
 void write_hf_llama(const std::string& dir, const ParamLayout& layout, const float* params, const HfLlamaOut& o);
 
 /// Fills params (host fp32, layout.total_numel(); padding and padded rows 0) from a HuggingFace
-/// Llama, or for a MoE layout a Mixtral (model_type "mixtral", hf_moe.hpp's names and keys):
+/// Llama, or for a MoE layout a Mixtral (model_type "mixtral", hf_moe.hpp's names and keys), or with
+/// model.qk_norm a Qwen3 / Qwen3-MoE (model_type "qwen3" / "qwen3_moe", hf_qwen3.hpp's):
 /// `path` is its directory, its index.json or its model.safetensors, config.json beside it.
 /// A stored lm_head.weight of a tied model must equal embed_tokens (some tied hub files store it);
 /// rotary_emb.inv_freq buffers (older files) are skipped. Errors: InteropError naming the file and the
-/// key or tensor: config.json not a Llama, or not a Mixtral for a MoE layout (model_type; qwen3_moe:
-/// its QK-norm), a shape key or an expert key (num_local_experts, num_experts_per_tok) differing from the layout's config
+/// key or tensor: config.json not the layout's family (model_type: llama, mixtral, qwen3, qwen3_moe by
+/// model.moe and model.qk_norm), a shape key or an expert key (num_local_experts, num_experts_per_tok) differing from the layout's config
 /// (num_hidden_layers, num_attention_heads, num_key_value_heads, hidden_size, intermediate_size,
 /// vocab_size, head_dim, both values), another network (hidden_act, rms_norm_eps, rope_theta,
 /// tie_word_embeddings, attention_bias, mlp_bias, rope_scaling), a tensor missing, unknown, of
 /// another shape (both shapes) or dtype (F32, BF16, F16 are read).
 void read_hf_llama(const std::string& path, const ParamLayout& layout, float* params);
 
-/// The GPTConfig of a HuggingFace Llama or Mixtral (`path` as read_hf_llama's) from its config.json:
-/// the shape keys (a Mixtral's experts: hf_moe.hpp mixtral_moe_config), num_key_value_heads (default num_attention_heads), max_position_embeddings as seq_len
+/// The GPTConfig of a HuggingFace Llama, Mixtral, Qwen3 or Qwen3-MoE (`path` as read_hf_llama's) from
+/// its config.json: the shape keys, head_dim (hf_qwen3.hpp qwen3_config: qk_norm and a Qwen3-MoE's
+/// experts; hf_moe.hpp mixtral_moe_config: a Mixtral's), num_key_value_heads (default num_attention_heads), max_position_embeddings as seq_len
 /// (default 2048), rms_norm_eps, rope_theta and tie_word_embeddings (LlamaConfig's defaults where
 /// absent). Errors: InteropError naming config.json and the key: a shape key missing or not a
 /// positive integer, or what read_hf_llama's config check refuses (model_type, head_dim, hidden_act,
-/// biases, rope_scaling, sliding_window; a qwen3_moe), or a shape ArchSpec rejects.
+/// biases, rope_scaling, sliding_window, Qwen3-MoE's norm_topk_prob), or a shape ArchSpec rejects.
 GPTConfig hf_llama_config(const std::string& path);
 
 /// config.json's model_type in `dir` ("gpt2", "llama", "mixtral", ...), else derived from "architectures"
 /// (GPT2LMHeadModel -> gpt2, LlamaForCausalLM -> llama, MixtralForCausalLM -> mixtral,
-/// Qwen3MoeForCausalLM -> qwen3_moe), else "" (no file, no such keys).
+/// Qwen3ForCausalLM -> qwen3, Qwen3MoeForCausalLM -> qwen3_moe), else "" (no file, no such keys).
 /// Errors: InteropError naming the file when it exists but is not a JSON object.
 std::string hf_model_type(const std::string& dir);
 

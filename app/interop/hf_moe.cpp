@@ -97,10 +97,4 @@ void mixtral_moe_config(const json& c, const std::string& file, GPTConfig& g) {
                                     : 0.001);
 }
 
-void refuse_qwen3_moe(const std::string& file) {
-    throw InteropError(file + ": model_type = \"qwen3_moe\": Qwen3MoeForCausalLM normalizes each head's q and k "
-                       "(self_attn.q_norm, self_attn.k_norm, always on), which llmtrain's Llama does not have; "
-                       "llmtrain reads and writes mixtures of experts in Mixtral's layout (model_type \"mixtral\")");
-}
-
 }  // namespace llmtrain

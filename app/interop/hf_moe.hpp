@@ -11,9 +11,8 @@
 // (E, C, F), so every Mixtral tensor is one contiguous run of one of ours; nothing is transposed.
 // config.json: intermediate_size is the expert width F, num_local_experts E, num_experts_per_tok k.
 //
-// What Mixtral cannot hold is refused: a sigmoid router (DeepSeek-V3's) and shared experts. Qwen3-MoE
-// (Qwen3MoeForCausalLM) is not written or read: its attention always normalizes each head's q and k
-// (self_attn.q_norm, k_norm), which llmtrain's Llama does not have.
+// What Mixtral cannot hold is refused: a sigmoid router (DeepSeek-V3's) and shared experts. A MoE
+// Llama with QK-norm (model.qk_norm) is Qwen3-MoE's instead (app/interop/hf_qwen3.hpp).
 #pragma once
 #include <nlohmann/json.hpp>
 
@@ -59,8 +58,5 @@ void check_mixtral_config(const nlohmann::ordered_json& c, const std::string& fi
 /// (MixtralConfig's defaults where absent: 8 experts, 2 per token, 0.001). Errors: InteropError naming
 /// the file and key when num_local_experts or num_experts_per_tok is not a positive integer.
 void mixtral_moe_config(const nlohmann::ordered_json& c, const std::string& file, GPTConfig& g);
-
-/// The refusal of a Qwen3-MoE config.json (`file`): InteropError saying why (q_norm/k_norm).
-[[noreturn]] void refuse_qwen3_moe(const std::string& file);
 
 }  // namespace llmtrain

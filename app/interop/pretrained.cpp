@@ -15,13 +15,13 @@ namespace llmtrain {
 namespace {
 
 /// A HuggingFace model at path (its directory, model.safetensors or index.json): config.json's
-/// model_type, which must be the layout's architecture (mixtral and qwen3_moe count as llama here;
-/// read_hf_llama tells a Mixtral from a Llama and refuses a Qwen3-MoE).
+/// model_type, which must be the layout's architecture (mixtral, qwen3 and qwen3_moe count as llama
+/// here; read_hf_llama tells them apart by the config's model.moe and model.qk_norm).
 void check_hf_arch(const std::string& path, const ParamLayout& layout) {
     namespace fs = std::filesystem;
     const fs::path dir = fs::is_directory(path) ? fs::path(path) : fs::path(path).parent_path();
     std::string type = hf_model_type(dir.string());
-    if (type == "mixtral" || type == "qwen3_moe") type = "llama";
+    if (type == "mixtral" || type == "qwen3" || type == "qwen3_moe") type = "llama";
     const std::string ours = arch_name(layout.config().arch);
     if (!type.empty() && type != ours)
         throw InteropError((dir / "config.json").string() + ": model_type = \"" + type + "\", but the config has "

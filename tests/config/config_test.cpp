@@ -288,6 +288,23 @@ TEST(Config, LlamaKeysNameTheKeyAtFault) {
     EXPECT_NE(msg({llama, "model.intermediate_size=100", "parallel.tp=8", "model.n_head=8"})
                   .find("parallel.tp: expected a divisor of model.intermediate_size"),
               std::string::npos);
+    // Qwen3's keys: llama only, cpu only, qk_norm without tp; head_dim frees n_embd from n_head.
+    EXPECT_NE(msg({"model.qk_norm=true"}).find("model.qk_norm: QK-norm is a Llama-family piece"), std::string::npos);
+    EXPECT_NE(msg({"model.head_dim=16"}).find("model.head_dim: expected 0 or n_embd / n_head (64)"), std::string::npos);
+    EXPECT_NE(msg({llama, "model.qk_norm=true", "run.backend=\"cuda\""}).find("model.qk_norm: QK-norm runs on"),
+              std::string::npos);
+    EXPECT_NE(msg({llama, "model.head_dim=16", "run.backend=\"cuda\""}).find("model.head_dim: a head size other"),
+              std::string::npos);
+    EXPECT_NE(msg({llama, "model.qk_norm=true", "parallel.tp=2"}).find("model.qk_norm: tensor parallelism"),
+              std::string::npos);
+    EXPECT_NE(msg({llama, "model.head_dim=7"}).find("model.head_dim: rotary positions turn pairs"), std::string::npos);
+    EXPECT_EQ(load_config("", {llama, "model.n_embd=30", "model.n_head=4", "model.head_dim=8", "model.qk_norm=true"})
+                  .model.head_dim, 8);
+    // The identity: qk_norm and a head_dim other than n_embd / n_head are in it, the defaults leave it as it was.
+    const auto id = [](std::vector<std::string> sets) { return model_identity(gpt_config_of(load_config("", sets))); };
+    EXPECT_EQ(id({llama, "model.head_dim=64"}), id({llama}));
+    EXPECT_EQ(id({llama, "model.qk_norm=true"}).back(), (std::pair<std::string, std::string>{"qk_norm", "true"}));
+    EXPECT_EQ(id({llama, "model.head_dim=32"}).back(), (std::pair<std::string, std::string>{"head_dim", "32"}));
     // A valid Llama: multi-query and untied.
     const Config c = load_config("", {llama, "model.n_kv_head=1", "model.tie_embeddings=false"});
     EXPECT_EQ(c.model.arch, "llama");
@@ -322,7 +339,7 @@ TEST(Config, DefaultsMatchTheDocumentedTable) {
             actual[section + "." + m[1].str()] = m[2];
         }
     }
-    EXPECT_EQ(actual.size(), 96u);  // keep in step with the key table in config.cpp
+    EXPECT_EQ(actual.size(), 98u);  // keep in step with the key table in config.cpp
     EXPECT_EQ(documented, actual);
     // An empty file and empty sections are the defaults too.
     EXPECT_EQ(load_config(write_file("empty.toml", ""), {}), Config{});
