@@ -2,7 +2,8 @@
 // HuggingFace-like names, shapes, packing and TP splits from the description (model/arch.hpp);
 // errors naming the key; activation checkpointing bitwise equal to none with the documented bytes
 // per layer; two layer ranges chained equal the whole model (tied and untied heads); the FLOPs per
-// token; the init's scales. GPT-2's side of each is in test_param_layout.cpp / test_gpt_structure.cpp.
+// token; the init's scales; Qwen3's QK-norm and free head size (layout, init, FLOPs, recomputation).
+// GPT-2's side of each is in test_param_layout.cpp / test_gpt_structure.cpp.
 #include <cmath>
 
 #include "model/arch.hpp"
@@ -172,6 +173,42 @@ TEST(LlamaGpt, FlopsPerTokenAndInitScales) {
     EXPECT_NEAR(rms("lm_head.weight", 101), 0.02, 0.002);
     const ParamTensor& head = gpt.layout().find("lm_head.weight");
     for (size_t i = 101 * 48; i < head.numel; ++i) ASSERT_EQ(p[head.offset + i], 0.0f);
+}
+
+TEST(LlamaGpt, Qwen3QkNormHeadDimLayoutInitFlopsAndCheckpointing) {
+    // model.qk_norm with head_dim 16 (4 heads: 64 attention channels on a width of 48).
+    GPTConfig c = llama();
+    c.qk_norm = true;
+    c.head_dim = 16;
+    const ParamLayout L(c);
+    EXPECT_EQ(L.find("model.layers.1.self_attn.q_proj.weight").shape, (std::vector<int64_t>{64, 48}));
+    EXPECT_EQ(L.find("model.layers.1.self_attn.k_proj.weight").shape, (std::vector<int64_t>{32, 48}));
+    EXPECT_EQ(L.find("model.layers.1.self_attn.o_proj.weight").shape, (std::vector<int64_t>{48, 64}));
+    for (const char* n : {"model.layers.3.self_attn.q_norm.weight", "model.layers.3.self_attn.k_norm.weight"}) {
+        EXPECT_EQ(L.find(n).shape, (std::vector<int64_t>{16}));
+        EXPECT_FALSE(L.find(n).decay);
+    }
+    const int64_t layer = 64 * 48 + 2 * 32 * 48 + 48 * 64 + 3 * 72 * 48 + 2 * 48 + 2 * 16;
+    EXPECT_EQ(ArchSpec(c).layer_params(), layer);
+    const size_t n = L.num_parameters();
+    EXPECT_EQ(flops_per_token(c, n, 17), 6.0 * n + 6.0 * 4 * 17 * 64);  // scores over NH * head_dim
+    {  // the norms' weights start at 1
+        auto ops = make_backend("cpu", "fp32");
+        Allocator alloc(*ops);
+        GPTOptions o;
+        o.B = 1;
+        o.T = 4;
+        GPT gpt(c, o, alloc);
+        gpt.init_params(5);
+        const auto p = host_copy(*ops, gpt.params(), gpt.layout().total_numel());
+        const ParamTensor& k = gpt.layout().find("model.layers.0.self_attn.k_norm.weight");
+        for (size_t i = 0; i < k.numel; ++i) ASSERT_EQ(p[k.offset + i], 1.0f);
+    }
+    // Recomputing every layer (q|k before the norm and its 1/rms rebuilt) is bitwise the same.
+    const LlamaRun none = train_once(c, 0), all = train_once(c, 4);
+    EXPECT_EQ(none.loss, all.loss);
+    EXPECT_EQ(none.grads, all.grads);
+    EXPECT_LT(all.act_peak, none.act_peak);
 }
 
 }  // namespace
