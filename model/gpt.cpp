@@ -536,6 +536,11 @@ void GPT::warm_up(int micro_batches) {
     const std::vector<int> zeros(static_cast<size_t>(m.opt.B) * m.Tw, 0);  // a whole window; token 0: any valid id does
     forward_backward(zeros.data(), zeros.data(), 1.0f);
     take_loss_sum();
+    if (m.spec.moe()) {  // not a step: its balance loss and expert loads must not join step 1's
+        take_moe_aux_sum();
+        std::vector<int64_t> load;
+        take_moe_load(load);
+    }
     m.ops.synchronize();  // start-up, not a step: every queue drained
 }
 

@@ -31,15 +31,11 @@ void check_context_parallel(const Config& c, const At& at) {
 }
 
 /// model.moe.n_experts > 0 (docs/model.md "Mixture of experts"): what the MoE model does not run
-/// with yet — the cuda backend (no MoE ops there), tensor, pipeline and context parallelism, FP8.
+/// with yet — tensor, pipeline and context parallelism, FP8 (both backends run it).
 /// (The architecture's own MoE rules, llama only and top_k in 1..n_experts, are ArchSpec's.)
 template <class At>
 void check_moe(const Config& c, const At& at) {
     const std::string n = std::to_string(c.moe.n_experts);
-    if (c.run.backend == "cuda")
-        fail(at({"model.moe.n_experts", "run.backend"}),
-             "model.moe.n_experts: mixture of experts runs on run.backend = \"cpu\" only yet (the cuda backend has "
-             "no MoE ops), got n_experts = " + n + " with \"cuda\"");
     const std::pair<const char*, int> splits[] = {
         {"parallel.tp", c.parallel.tp}, {"parallel.pp", c.parallel.pp}, {"parallel.cp", c.parallel.cp}};
     for (const auto& [key, v] : splits)

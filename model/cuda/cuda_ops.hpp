@@ -18,8 +18,8 @@
 // casts, the backend's buffers, make_cuda_backend), cuda_ops_attention.cu (attention, grouped-query
 // included, and the choice among cuDNN, cublas, FlashAttention-2 and the CUDA-core kernels),
 // cuda_ops_encoder.cu (the embedding and its backward's token buckets), cuda_ops_layers.cu (norms,
-// matmuls, activations, rope, residual, classifier), cuda_ops_fp8.cu (the FP8 linear layers) and
-// cuda_ops_optim.cu (AdamW, norms, scaling).
+// matmuls, activations, rope, residual, classifier), cuda_ops_fp8.cu (the FP8 linear layers),
+// cuda_ops_moe.cu (the mixture-of-experts layer) and cuda_ops_optim.cu (AdamW, norms, scaling).
 // The Ops overrides' contracts are model/ops.hpp's; the comments here say what is CUDA-specific.
 #pragma once
 #include <cstddef>
@@ -198,6 +198,30 @@ public:
                           int n_pos) override;
     void rope_backward_pos(void* dqkv, const int* pos, int B, int T, int NH, int NKV, int HS, float theta,
                            int n_pos) override;
+
+    // ---- mixture of experts (cuda_ops_moe.cu; moe_router.cu, moe_permute.cu; docs/cuda.md "Mixture of
+    // experts"): the router and the plan on the device, each expert's two GEMMs on cuBLASLt over its
+    // row range. moe_ffn_forward / moe_ffn_backward read the (E+1) offsets to the host first (the
+    // stream synchronizes), and moe_dispatch_forward waits for the balance loss it returns (when
+    // aux_coef != 0); the rest is asynchronous. ----
+    bool implements_moe() const override { return true; }
+    float moe_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* out, const void* x,
+                      const void* w_router, const void* w13, const void* w2, bool combine) override;
+    void moe_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dx, void* dw_router, void* dw13,
+                      void* dw2, const void* dout, const void* x, const void* w_router, const void* w13,
+                      const void* w2, float aux_scale) override;
+    float moe_dispatch_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, const void* x,
+                               const void* w_router) override;
+    void moe_ffn_forward(void* yg, void* gu, void* h, const void* xg, const void* w13, const void* w2,
+                         const int* offsets, int E, int C, int F) override;
+    void moe_combine_forward(const MoeShape& s, const MoeActs& a, void* out, const void* yg) override;
+    void moe_combine_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dyg, const void* dout,
+                              const void* yg) override;
+    void moe_ffn_backward(void* dxg, void* dw13, void* dw2, void* dgu, void* dh, const void* dyg, const void* xg,
+                          const void* gu, const void* h, const void* w13, const void* w2, const int* offsets, int E,
+                          int C, int F) override;
+    void moe_dispatch_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dx, void* dw_router,
+                               const void* dxg, const void* x, const void* w_router, float aux_scale) override;
 
     // ---- activations and the classifier (cuda_ops_layers.cu) ----
     void gelu_forward(void* out, const void* inp, size_t n) override;
