@@ -54,7 +54,15 @@ void Trainer::Impl::save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0,
     std::vector<OptimShardView> views;
     std::string err;
     int k = -1;
-    if (topo.replica() == 0) {
+    if (ms.ep_grads && ms.ep_grads->groups().writer >= 0) {  // expert parallelism: ExpertDp's writers
+        const size_t ns = ms.adam->numel();
+        std::vector<float> mine(3 * ns);
+        ms.adam->state_to_host(ms.engine->param_shard(), mine.data(), mine.data() + ns, mine.data() + 2 * ns);
+        const ExpertDp& x = ms.ep_grads->groups();
+        err = exchange_ep_state(comm, topo, x, *full_layout, zero_shard_multiple(x.zero_size), mine.data(), ns,
+                                [&](size_t n) { return saver->snapshot(n); }, views);
+        k = x.writer;
+    } else if (topo.replica() == 0 && !ms.ep_grads) {
         const size_t ns = ms.adam->numel();
         std::vector<float> mine(3 * ns);  // this rank's shard: w | m | v
         ms.adam->state_to_host(ms.engine->param_shard(), mine.data(), mine.data() + ns, mine.data() + 2 * ns);

@@ -75,9 +75,10 @@ Trainer::Impl::Impl(const Config& c, Comm& cm)
     // With tp > 1 a checkpoint holds the whole model like a tp = 1 one (so any tp resumes it),
     // each rank of replica 0 writing one piece of its stage's whole tensors (save_tp): one part per
     // rank of replica 0 at any tp.
-    if (topo.tp() > 1) full_layout = std::make_unique<ParamLayout>(shape.model);
+    if (topo.tp() > 1 || ms.ep_grads) full_layout = std::make_unique<ParamLayout>(shape.model);  // ep: ExpertDp's writers
     saver = std::make_unique<CheckpointSaver>(comm, *alloc, full_layout ? *full_layout : *ms.layout, cfg.run.run_dir,
-                                              topo.pp() * topo.zero_group_size() * topo.tp(),
+                                              ms.ep_grads ? ms.ep_grads->groups().writers
+                                                          : topo.pp() * topo.zero_group_size() * topo.tp(),
                                               cfg.checkpoint.keep_last, cfg.checkpoint.async, cfg.checkpoint.timeout_s);
     // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy; none
     // when checkpoints are off (checkpoint.interval = 0, checkpoint.at_end = false).

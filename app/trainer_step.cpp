@@ -47,13 +47,15 @@ bool Trainer::Impl::train_step(float* loss, float* lr, float* norm) {
         }
     }
     ms.engine->reduce_grads();
+    if (ms.ep_grads) ms.ep_grads->reduce();  // expert parallelism: the dense gradients over the EP group too
     // Only a sum over other ranks (dp, or the pipeline's tied-embedding pair) can make them differ.
     if (ms.tp_group && (dp > 1 || ms.embedding_comm)) same_replicated_grads();
     // The grad shard now holds the sum over the dp ranks: the averaged gradient is that / dp. With
     // a pipeline the stages' squares are summed, the tied wte counted once (on the first stage).
     // With tensor parallelism the TP ranks' squares are summed, the replicated tensors (the same
     // on every TP rank) counted once (on TP index 0); one MPI sum of a float, the same on every rank.
-    float sq = ms.engine->grad_norm_squared(norm_scratch, ms.pipe && last_stage(), topo.tp_index() != 0);
+    float sq = ms.ep_grads ? ms.ep_grads->norm_squared(norm_scratch)  // experts summed over the EP group
+                           : ms.engine->grad_norm_squared(norm_scratch, ms.pipe && last_stage(), topo.tp_index() != 0);
     if (ms.tp_host_comm) ms.tp_host_comm->all_reduce_sum(&sq, 1, DType::f32);
     if (ms.stage_comm) ms.stage_comm->all_reduce_sum(&sq, 1, DType::f32);
     *norm = std::sqrt(sq) / float(dp);

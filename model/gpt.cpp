@@ -16,7 +16,10 @@
 namespace llmtrain {
 
 GPT::Impl::Impl(const GPTConfig& c, const GPTOptions& o, Allocator& a)
-    : cfg(c), opt(o), layout(c, o.shard_multiple, o.tp ? o.tp->size() : 1, o.tp ? o.tp->rank() : 0), spec(c),
+    : cfg(c), opt(o),
+      layout(c, o.shard_multiple, o.tp ? o.tp->size() : 1, o.tp ? o.tp->rank() : 0, o.ep ? o.ep->size() : 1,
+             o.ep ? o.ep->rank() : 0),  // with ep > 1: this EP rank's experts only
+      spec(c),
       alloc(a), ops(a.ops()), es(dtype_size(a.ops().act_dtype())) {
     ntp = layout.tp();
     tp_rank = layout.tp_rank();

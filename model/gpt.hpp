@@ -64,9 +64,9 @@ struct GPTOptions {
     /// The expert-parallel group (not owned; model/gpt_moe_ep.cpp, docs/parallelism.md "Expert
     /// parallelism"); null or a group of one: none. With P ranks, each MoE layer's rank r runs
     /// experts [r·E/P, (r+1)·E/P) on the rows the group's ranks route to them (all-to-all there and
-    /// back); every rank still holds every expert's weights and gets gradients for its own experts
-    /// only (zeros for the others), which the data-parallel sum completes. Needs model.moe with P
-    /// dividing n_experts. Every rank of the group calls forward/backward and evaluations alike.
+    /// back); the store's layout holds only those experts (ParamLayout ep = P, ep_rank r), whose
+    /// gradients the expert-data-parallel sum completes (parallel/ep_grads.hpp). Needs model.moe with
+    /// P dividing n_experts. Every rank of the group calls forward/backward and evaluations alike.
     ExpertParallel* ep = nullptr;
     /// Documents inside a window (data.document_mask, data.reset_position_ids; docs/attention.md
     /// "Document masking"): doc_eos is the token id that ends a document (the dataset's eos_id), the

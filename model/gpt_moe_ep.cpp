@@ -15,8 +15,9 @@
 //
 // The counts are read on the host (Ops::memcpy_d2h, then synchronize) to size the exchanges; the
 // receive buffers are sized for the dropless bound Rmax = P·N·k (model/moe_ep_buffers.hpp).
-// Every rank holds every expert's weights; its gradients for the other ranks' experts stay zero,
-// so the data-parallel gradient sum adds each expert's gradient from the dp/P ranks that ran it.
+// Each rank holds its El experts' weights only (ParamLayout ep = P: the expert tensors are
+// (El, ...) slices of the whole (E, ...)); the expert-data-parallel sum adds each expert's gradient
+// from the dp/P ranks that hold it (parallel/ep_grads.hpp).
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -101,6 +102,10 @@ void GPT::Impl::set_expert_parallel(ExpertParallel* ep) {
     if (spec.E % P != 0)
         throw std::invalid_argument("parallel.ep: expected a divisor of model.moe.n_experts = " +
                                     std::to_string(spec.E) + ", got " + std::to_string(P));
+    if (layout.ep() != P || layout.ep_rank() != ep->rank())
+        throw std::invalid_argument("parallel.ep: the parameter layout holds the experts of EP rank " +
+                                    std::to_string(layout.ep_rank()) + " of " + std::to_string(layout.ep()) +
+                                    ", but the group is rank " + std::to_string(ep->rank()) + " of " + std::to_string(P));
     epg = ep, nep = P, ep_rank = ep->rank();
 }
 
@@ -136,7 +141,7 @@ float GPT::Impl::moe_ep_forward(int i, const void* w, const LayerActs& a, void* 
     const LayerParams& p = lp[size_t(i)];
     const MoeShape s = moe_shape(i);  // with layer i's selection bias
     const int np = nep, El = s.E / np;
-    const size_t C = size_t(s.C), F = size_t(s.F), row = C * es;
+    const size_t C = size_t(s.C), row = C * es;
     const float aux = ops.moe_dispatch_forward(s, a.moe, moe_work, a.ln2, P(w, p.router));
     // Counts first: peer q gets this rank's row counts of its El experts (moe_work.counts (E)).
     const std::vector<size_t> per_peer(size_t(np), size_t(El) * 4);  // int32 as bytes
@@ -148,9 +153,9 @@ float GPT::Impl::moe_ep_forward(int i, const void* w, const LayerActs& a, void* 
     std::vector<size_t> send = elems(plan.send, C), recv = elems(plan.recv, C);
     epg->all_to_all_v(a.moe.xg, send.data(), moe_ep_work.a, recv.data(), t);
     regroup(ops, a.moe_ep.xr, moe_ep_work.a, plan, np, El, row, true);
-    const size_t e0 = size_t(ep_rank) * size_t(El);  // this rank's first expert
-    ops.moe_ffn_forward(moe_ep_work.b, a.moe_ep.gu, a.moe_ep.h, a.moe_ep.xr, P(w, p.w13) + e0 * 2 * F * C * es,
-                        P(w, p.w2) + e0 * C * F * es, a.moe_ep.offsets, El, s.C, s.F);
+    // This rank's El experts: the whole of its (El, ...) expert tensors.
+    ops.moe_ffn_forward(moe_ep_work.b, a.moe_ep.gu, a.moe_ep.h, a.moe_ep.xr, P(w, p.w13), P(w, p.w2), a.moe_ep.offsets,
+                        El, s.C, s.F);
     // The outputs home, into the grouped order the combine reads.
     regroup(ops, moe_ep_work.a, moe_ep_work.b, plan, np, El, row, false);
     epg->all_to_all_v(moe_ep_work.a, recv.data(), a.moe.yg, send.data(), t);
@@ -163,7 +168,7 @@ void GPT::Impl::moe_ep_backward(int i, const void* w, void* g, const LayerActs& 
     const LayerParams& p = lp[size_t(i)];
     const MoeShape s = moe_shape();
     const int np = nep, El = s.E / np;
-    const size_t C = size_t(s.C), F = size_t(s.F), row = C * es;
+    const size_t C = size_t(s.C), row = C * es;
     const EpPlan plan = read_plan(ops, a.moe.offsets, a.moe_ep.counts, np, El);
     const DType t = ops.act_dtype();
     std::vector<size_t> send = elems(plan.send, C), recv = elems(plan.recv, C);
@@ -171,10 +176,8 @@ void GPT::Impl::moe_ep_backward(int i, const void* w, void* g, const LayerActs& 
     ops.moe_combine_backward(s, a.moe, moe_work, moe_work.dyg, dout, a.moe.yg);
     epg->all_to_all_v(moe_work.dyg, send.data(), moe_ep_work.a, recv.data(), t);
     regroup(ops, moe_ep_work.b, moe_ep_work.a, plan, np, El, row, true);
-    const size_t e0 = size_t(ep_rank) * size_t(El);
-    ops.moe_ffn_backward(moe_ep_work.a, G(g, p.w13) + e0 * 2 * F * C * es, G(g, p.w2) + e0 * C * F * es,
-                         moe_ep_work.dgu, moe_ep_work.dh, moe_ep_work.b, a.moe_ep.xr, a.moe_ep.gu, a.moe_ep.h,
-                         P(w, p.w13) + e0 * 2 * F * C * es, P(w, p.w2) + e0 * C * F * es, a.moe_ep.offsets, El, s.C,
+    ops.moe_ffn_backward(moe_ep_work.a, G(g, p.w13), G(g, p.w2), moe_ep_work.dgu, moe_ep_work.dh, moe_ep_work.b,
+                         a.moe_ep.xr, a.moe_ep.gu, a.moe_ep.h, P(w, p.w13), P(w, p.w2), a.moe_ep.offsets, El, s.C,
                          s.F);
     // d rows home, then the dispatch's backward.
     regroup(ops, moe_ep_work.b, moe_ep_work.a, plan, np, El, row, false);

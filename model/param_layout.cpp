@@ -34,8 +34,20 @@ const char* tp_split_name(TPSplit s) {
 }
 
 ParamLayout::ParamLayout(const GPTConfig& cfg, int shard_multiple, int tp, int tp_rank)
-    : cfg_(cfg), tp_(tp), tp_rank_(tp_rank) {
+    : ParamLayout(cfg, shard_multiple, tp, tp_rank, 1, 0) {}
+
+ParamLayout::ParamLayout(const GPTConfig& cfg, int shard_multiple, int tp, int tp_rank, int ep, int ep_rank)
+    : cfg_(cfg), tp_(tp), tp_rank_(tp_rank), ep_(ep), ep_rank_(ep_rank) {
     const ArchSpec spec(cfg);  // validates the sizes and the architecture's keys
+    if (ep < 1 || ep_rank < 0 || ep_rank >= ep)
+        throw std::invalid_argument("ParamLayout: expert-parallel rank " + std::to_string(ep_rank) +
+                                    " outside a group of parallel.ep = " + std::to_string(ep));
+    if (ep > 1 && cfg.moe_experts <= 0)
+        throw std::invalid_argument("parallel.ep: expert parallelism needs model.moe (n_experts > 0), got ep = " +
+                                    std::to_string(ep));
+    if (ep > 1 && cfg.moe_experts % ep != 0)
+        throw std::invalid_argument("parallel.ep: expected a divisor of model.moe.n_experts = " +
+                                    std::to_string(cfg.moe_experts) + ", got " + std::to_string(ep));
     if (shard_multiple < 1)
         throw std::invalid_argument("ParamLayout: shard_multiple must be >= 1, got " +
                                     std::to_string(shard_multiple));
@@ -61,9 +73,11 @@ ParamLayout::ParamLayout(const GPTConfig& cfg, int shard_multiple, int tp, int t
             t.full_shape = s.shape;
             t.split = s.split;
             t.blocks = s.blocks;
+            t.expert = s.role == TensorRole::moe_w13 || s.role == TensorRole::moe_w2;
             std::vector<int64_t> shape = std::move(s.shape);
             if (t.split == TPSplit::column || t.split == TPSplit::vocab) shape[0] /= tp;
             if (t.split == TPSplit::row) shape[1] /= tp;
+            if (t.expert) shape[0] /= ep;  // this EP rank's experts (replicated over TP)
             t.numel = 1;
             for (int64_t d : shape) t.numel *= static_cast<size_t>(d);
             t.shape = std::move(shape);
@@ -89,12 +103,12 @@ namespace {
 /// Calls f(full_index, local_index, count) for each contiguous run of t's local part inside the
 /// full tensor (row-major); see TPSplit for which part rank r holds.
 template <class F>
-void for_each_run(const ParamTensor& t, int tp, int r, F f) {
+void for_each_run(const ParamTensor& t, int tp, int r, int ep_rank, F f) {
     const size_t R = size_t(t.full_shape[0]);
     const size_t K = t.full_shape.size() > 1 ? size_t(t.full_shape[1]) : 1;
     switch (t.split) {
-    case TPSplit::replicated:
-        f(size_t(0), size_t(0), t.numel);
+    case TPSplit::replicated:  // an expert tensor: its EP rank's experts, one run (ep_rank 0 at ep 1)
+        f(t.expert ? size_t(ep_rank) * t.numel : size_t(0), size_t(0), t.numel);
         break;
     case TPSplit::column:
     case TPSplit::vocab: {
@@ -114,16 +128,18 @@ void for_each_run(const ParamTensor& t, int tp, int r, F f) {
 }  // namespace
 
 void ParamLayout::cut_local(const ParamTensor& t, const float* full, float* local) const {
-    for_each_run(t, tp_, tp_rank_, [&](size_t fi, size_t li, size_t n) { std::copy_n(full + fi, n, local + li); });
+    for_each_run(t, tp_, tp_rank_, ep_rank_,
+                 [&](size_t fi, size_t li, size_t n) { std::copy_n(full + fi, n, local + li); });
 }
 
 void ParamLayout::place_local(const ParamTensor& t, const float* local, float* full) const {
-    for_each_run(t, tp_, tp_rank_, [&](size_t fi, size_t li, size_t n) { std::copy_n(local + li, n, full + fi); });
+    for_each_run(t, tp_, tp_rank_, ep_rank_,
+                 [&](size_t fi, size_t li, size_t n) { std::copy_n(local + li, n, full + fi); });
 }
 
 std::vector<TPRun> ParamLayout::local_runs(const ParamTensor& t, size_t l0, size_t l1) const {
     std::vector<TPRun> out;
-    for_each_run(t, tp_, tp_rank_, [&](size_t fi, size_t li, size_t n) {
+    for_each_run(t, tp_, tp_rank_, ep_rank_, [&](size_t fi, size_t li, size_t n) {
         const size_t lo = std::max(li, l0), hi = std::min(li + n, l1);
         if (lo < hi) out.push_back({fi + (lo - li), lo, hi - lo});
     });
@@ -131,8 +147,8 @@ std::vector<TPRun> ParamLayout::local_runs(const ParamTensor& t, size_t l0, size
 }
 
 void ParamLayout::cut_local_flat(const ParamLayout& full, const float* full_flat, float* local_flat) const {
-    if (full.tp() != 1 || !(full.config() == cfg_))
-        throw std::invalid_argument("ParamLayout::cut_local_flat: the source layout must be the same model at tp = 1");
+    if (!full.whole() || !(full.config() == cfg_))
+        throw std::invalid_argument("ParamLayout::cut_local_flat: the source layout must be the same model at tp = ep = 1");
     for (size_t i = 0; i < tensors_.size(); ++i)  // same tensor order at every tp
         cut_local(tensors_[i], full_flat + full.tensors()[i].offset, local_flat + tensors_[i].offset);
 }

@@ -120,6 +120,11 @@ struct ParamTensor {
     /// Placed right after the previous tensor with no alignment gap: q|k|v and gate|up form one
     /// (rows, C) matrix that a single matmul reads (this rank's parts, in this order).
     bool packed = false;
+    /// A routed-expert tensor (E, rows, cols) (MoE's moe_w13, moe_w2). With expert parallelism
+    /// (ParamLayout's ep > 1) this rank holds experts [ep_rank, ep_rank + 1) * E/ep of it: shape[0]
+    /// is E/ep and the part is one contiguous run of the whole tensor (docs/parallelism.md "Expert
+    /// parallelism").
+    bool expert = false;
 };
 
 /// A contiguous, padded range of the flat buffer.
@@ -151,6 +156,12 @@ public:
     /// do not fit (ArchSpec), tp_rank is outside [0, tp), or tp does not divide what the
     /// architecture splits (GPT-2: n_head, 4 * n_embd, the padded vocab Vp; naming it).
     explicit ParamLayout(const GPTConfig& cfg, int shard_multiple = 1, int tp = 1, int tp_rank = 0);
+    /// The same with expert parallelism: with ep > 1 the routed-expert tensors (ParamTensor::expert)
+    /// hold only EP rank ep_rank's n_experts/ep experts; the other tensors are whole, so every EP
+    /// rank's layout has the same sizes and offsets. Errors: as above, and std::invalid_argument
+    /// naming parallel.ep if ep > 1 without model.moe, ep does not divide n_experts, or ep_rank is
+    /// outside [0, ep).
+    ParamLayout(const GPTConfig& cfg, int shard_multiple, int tp, int tp_rank, int ep, int ep_rank);
 
     const std::vector<ParamTensor>& tensors() const { return tensors_; }
     const std::vector<ParamUnit>& units() const { return units_; }
@@ -168,27 +179,34 @@ public:
     const GPTConfig& config() const { return cfg_; }
     int tp() const { return tp_; }            ///< size of the tensor-parallel group
     int tp_rank() const { return tp_rank_; }  ///< this layout's rank in it
+    int ep() const { return ep_; }            ///< size of the expert-parallel group (1: every expert)
+    int ep_rank() const { return ep_rank_; }  ///< this layout's rank in it
+    /// Whether every tensor is whole (tp = 1 and ep = 1): flat offsets are the whole model's.
+    bool whole() const { return tp_ == 1 && ep_ == 1; }
 
     /// Copies this rank's part of tensor t out of the whole tensor: full (numel of t.full_shape,
-    /// fp32, row-major) -> local (t.numel). Host memory. Replicated tensors are copied whole.
+    /// fp32, row-major) -> local (t.numel). Host memory. Replicated tensors are copied whole (an
+    /// expert tensor at ep > 1: its EP rank's experts).
     void cut_local(const ParamTensor& t, const float* full, float* local) const;
     /// The inverse: writes local (t.numel) into this rank's part of full (numel of t.full_shape);
     /// the other ranks' parts of full are left as they are.
     void place_local(const ParamTensor& t, const float* local, float* full) const;
     /// The runs holding local elements [l0, l1) of tensor t (tensor-relative, l1 <= t.numel) in
     /// the whole tensor, ascending in both indices (local -> whole is monotone): one run when
-    /// tp = 1 or t is replicated. Reading or drawing a rank's part of a tensor without the whole
-    /// (app/checkpoint/read_shard.cpp, model/gpt_init.cpp).
+    /// tp = 1 or t is replicated (at ep > 1 an expert tensor's run starts at ep_rank x numel).
+    /// Reading or drawing a rank's part of a tensor without the whole (app/checkpoint/read_shard.cpp,
+    /// model/gpt_init.cpp).
     std::vector<TPRun> local_runs(const ParamTensor& t, size_t l0, size_t l1) const;
     /// Every tensor cut out of a whole-model buffer: full_flat is laid out as `full` (a layout of
-    /// the same config with tp = 1, any padding); local_flat (total_numel()) gets each tensor's
+    /// the same config with tp = ep = 1, any padding); local_flat (total_numel()) gets each tensor's
     /// local part at its offset, padding untouched. Errors: std::invalid_argument if `full` has
-    /// another config or tp != 1.
+    /// another config or is not whole().
     void cut_local_flat(const ParamLayout& full, const float* full_flat, float* local_flat) const;
 
 private:
     GPTConfig cfg_;
     int tp_ = 1, tp_rank_ = 0;
+    int ep_ = 1, ep_rank_ = 0;
     std::vector<ParamTensor> tensors_;
     std::vector<ParamUnit> units_;
     size_t total_ = 0, nparams_ = 0;

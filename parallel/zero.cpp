@@ -183,6 +183,17 @@ float ZeroEngine::grad_norm_squared(float* scratch, bool skip_embeddings, bool s
         for (const FlatRange& r : shard_pieces(true, skip_embeddings))
             ops_.norm_squared(scratch, static_cast<const char*>(gshard_) + r.offset * es_, r.numel, true);
     }
+    return finish_norm(scratch);
+}
+
+float ZeroEngine::pieces_norm_squared(float* scratch, const std::vector<FlatRange>& pieces) {
+    ops_.memset(scratch, 0, sizeof(float));
+    for (const FlatRange& r : pieces)
+        ops_.norm_squared(scratch, static_cast<const char*>(gshard_) + r.offset * es_, r.numel, true);
+    return finish_norm(scratch);
+}
+
+float ZeroEngine::finish_norm(float* scratch) {
     zero_.all_reduce_sum(scratch, 1, DType::f32);  // replicas hold the same shard: the ZeRO group covers all
     // Each replica's ZeRO group sums on its own communicator, in an order NCCL does not promise to
     // share between communicators: every replica takes replica 0's sum, so the whole dp applies
@@ -195,10 +206,15 @@ float ZeroEngine::grad_norm_squared(float* scratch, bool skip_embeddings, bool s
 }
 
 std::vector<FlatRange> ZeroEngine::shard_pieces(bool split, bool skip_embeddings) const {
+    return shard_pieces_where([&](const ParamTensor& t) {
+        return (t.split != TPSplit::replicated) == split && !(skip_embeddings && t.unit == 0);
+    });
+}
+
+std::vector<FlatRange> ZeroEngine::shard_pieces_where(const std::function<bool(const ParamTensor&)>& keep) const {
     std::vector<FlatRange> out;
     for (const ParamTensor& t : layout_.tensors()) {
-        if ((t.split != TPSplit::replicated) != split || !held_[size_t(t.unit)] || (skip_embeddings && t.unit == 0))
-            continue;
+        if (!held_[size_t(t.unit)] || !keep(t)) continue;
         const FlatRange& c = shard_[size_t(t.unit)];  // this rank's chunk of the tensor's unit
         const size_t b = std::max(t.offset, c.offset), e = std::min(t.offset + t.numel, c.offset + c.numel);
         if (b >= e) continue;

@@ -18,6 +18,7 @@
 // MpiComm, so ZeRO-1 and ZeRO-2/3 at one micro-batch reproduce plain DP's bits (docs/distributed.md).
 #pragma once
 #include <array>
+#include <functional>
 #include <vector>
 
 #include "model/param_store.hpp"
@@ -53,6 +54,8 @@ public:
     ZeroEngine& operator=(const ZeroEngine&) = delete;
 
     int stage() const { return opt_.stage; }
+    const ParamLayout& layout() const { return layout_; }
+    DType act_dtype() const { return ops_.act_dtype(); }  ///< the params' and grads' dtype
     /// This rank's ranges of the flat buffer (its chunk of every unit it holds), in shard-local order.
     const std::vector<FlatRange>& shard() const { return ranges_; }
     /// Whether this rank's stage holds unit u.
@@ -68,6 +71,10 @@ public:
     /// the stage does not hold and, with skip_embeddings, unit 0 left out. The same ranges on every
     /// TP rank of one ZeRO index (their layouts differ only in which slice they hold).
     std::vector<FlatRange> shard_pieces(bool split, bool skip_embeddings = false) const;
+    /// The same for any selection: the shard-local ranges of this rank's shard that hold the
+    /// tensors `keep` accepts (units the stage holds), adjacent ones merged, in flat order. Expert
+    /// parallelism's dense and expert tensors (parallel/ep_grads.hpp).
+    std::vector<FlatRange> shard_pieces_where(const std::function<bool(const ParamTensor&)>& keep) const;
 
     /// Zeroes the gradients for a new optimizer step.
     void begin_step();
@@ -93,6 +100,11 @@ public:
     /// biases; equal on every TP rank) enter the TP group's sum once; summed range by range, each
     /// tensor's part of the shard in flat order (a fixed order: the same bits on every replica).
     float grad_norm_squared(float* scratch, bool skip_embeddings = false, bool skip_replicated = false);
+    /// The same sum over the given shard-local pieces of the reduced gradient only (ranges into
+    /// grad_shard(), in elements; e.g. shard_pieces_where's): squares summed piece by piece in the
+    /// given order, then over the ZeRO group (and replica 0's taken by every replica), read to the
+    /// host under the same timed wait. Collective over the ZeRO and replica groups.
+    float pieces_norm_squared(float* scratch, const std::vector<FlatRange>& pieces);
     /// After the optimizer wrote param_shard(): all-gathers it into the full params (stages 1, 2);
     /// marks gathered copies stale (stage 3).
     void gather_params();
@@ -122,6 +134,9 @@ private:
     void start_reduce(Slot& s);
     void finish_reduce(Slot& s);
     void reduce_scatter_wire(const void* src, void* dst, int u);
+    /// scratch (one device fp32, this rank's squares) summed over the ZeRO group, replica 0's sum
+    /// broadcast to the replicas, read to the host (timed).
+    float finish_norm(float* scratch);
     size_t chunk(int u) const;
     char* full_at(void* base, int u) const;  // unit u in params_ / grads_
     char* shard_at(void* base, int u) const;  // unit u's chunk of a shard-local act-dtype buffer

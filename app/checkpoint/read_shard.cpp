@@ -280,9 +280,9 @@ void read_optim_ranges(const std::string& dir, const ParamLayout& layout, const 
             if (ps[k].lo < ps[k - 1].hi) {
                 const ParamTensor& t = layout.tensors()[ti];
                 const size_t lo = ps[k].lo, hi = std::min(ps[k].hi, ps[k - 1].hi);
-                const size_t at = layout.tp() == 1 ? t.offset : 0;  // flat indices at tp 1, else the tensor's
+                const size_t at = layout.whole() ? t.offset : 0;  // flat indices at tp = ep = 1, else the tensor's
                 throw CheckpointError("checkpoint '" + dir + "': " + files[ps[k - 1].file] + " and " + files[ps[k].file] +
-                                      " both hold " + (layout.tp() == 1 ? "flat elements [" : "elements [") +
+                                      " both hold " + (layout.whole() ? "flat elements [" : "elements [") +
                                       std::to_string(at + lo) + ", " + std::to_string(at + hi) + ") (tensor " + t.name + ")");
             }
         for (; i < needs.size() && needs[i].tensor == ti; ++i)

@@ -11,6 +11,7 @@
 #include "model/cuda/fp8_linear.hpp"
 #include "model/dry_ops.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/ep_grads.hpp"
 
 namespace llmtrain {
 
@@ -96,9 +97,14 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
     go.doc_mask = cfg.data.document_mask;
     go.doc_positions = cfg.data.reset_position_ids;
     go.fp8 = parse_fp8_recipe(cfg.training.fp8);  // validated by the config
-    s.layout = std::make_unique<ParamLayout>(g, go.shard_multiple, topo.tp(), topo.tp_index());
-    s.zero_comm = comms(topo.zero_group(), false);
-    s.replica_comm = comms(topo.replica_group(), false);
+    // parallel.ep > 1: this rank's experts only, and the engine over the ranks that hold the same
+    // experts (parallel/ep_grads.hpp: ZeRO group zero_group_size / ep of them, or 1 at stage 0).
+    const int ep = cfg.parallel.ep;
+    const ExpertDp xdp = ep > 1 ? expert_dp_of(topo, ep) : ExpertDp{};
+    if (ep > 1) go.shard_multiple = zero_shard_multiple(xdp.zero_size);
+    s.layout = std::make_unique<ParamLayout>(g, go.shard_multiple, topo.tp(), topo.tp_index(), ep, xdp.ep_index);
+    s.zero_comm = comms(ep > 1 ? xdp.zero_group : topo.zero_group(), false);
+    s.replica_comm = comms(ep > 1 ? xdp.replica_group : topo.replica_group(), false);
     if (topo.tp() > 1) {  // asked for after the ZeRO and replica groups, on every rank
         s.tp_group = std::make_unique<TpGroup>(comms(topo.tp_group(), false));
         s.tp_host_comm = comms(topo.tp_group(), true);
@@ -114,10 +120,12 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
         go.ep = s.ep_group.get();
     }
     ZeroOptions zo;
-    zo.stage = shape.zero_stage;
+    zo.stage = ep > 1 && xdp.zero_size == 1 ? 0 : shape.zero_stage;  // a one-rank expert ZeRO group: nothing to shard
     zo.reduce_dtype = cfg.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;  // validated by the config
     zo.units = stage_units(g, st, P, go.l0, go.l1);
     s.engine = std::make_unique<ZeroEngine>(alloc, *s.layout, *s.zero_comm, *s.replica_comm, zo);
+    if (s.ep_group)  // the dense gradients' sum over the EP group, the norm (asked for on every rank)
+        s.ep_grads = std::make_unique<EpGrads>(*s.engine, s.ep_group->comm(), comms(topo.ep_group(ep), true), xdp);
     s.gpt = std::make_unique<GPT>(g, go, alloc, s.engine.get());
     if (P > 1) {
         // Two Comms per neighbour pair (activations, gradients), asked for in pair order everywhere.
@@ -157,9 +165,9 @@ void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_sh
     }
     const ParamLayout& layout = gpt.layout();
     std::vector<float> host(layout.total_numel());
-    if (layout.tp() == 1) {
+    if (layout.whole()) {
         load_pretrained(cfg.model.init_from, layout, host.data());
-    } else {  // the whole model, then this TP rank's part of every tensor
+    } else {  // the whole model, then this TP (or EP) rank's part of every tensor
         const ParamLayout full(layout.config());
         std::vector<float> whole(full.total_numel());
         load_pretrained(cfg.model.init_from, full, whole.data());
@@ -195,6 +203,13 @@ bool checkpoints_on(const Config& cfg) { return cfg.checkpoint.interval > 0 || c
 
 size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const ZeroEngine& engine, const AdamW& adam) {
     if (!checkpoints_on(cfg)) return 0;
+    if (cfg.parallel.ep > 1) {  // the EP writers (parallel/ep_grads.hpp ExpertDp): one piece of the model each
+        const ExpertDp x = expert_dp_of(topo, cfg.parallel.ep);
+        const ParamLayout full(gpt_config_of(cfg));
+        std::vector<int> all;
+        for (int u = 0; u < int(full.units().size()); ++u) all.push_back(u);
+        return x.writer < 0 ? 0 : tp_piece(full, all, x.writers, x.writer).numel;
+    }
     if (topo.tp() == 1) return topo.replica() == 0 ? adam.numel() : 0;
     if (topo.replica() != 0) return 0;
     // save_tp: the whole tensors (tp = 1 layout, units numbered alike) of the stage's saved units,
@@ -271,13 +286,14 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
     const GPTConfig& g = shape.model;
     const int tp = shape.tp, world = shape.world;
     const double psi = double(ParamLayout(g).num_parameters());
-    const double psi_tp = double(ParamLayout(g, 1, tp, 0).num_parameters());  // what TP rank 0 holds
+    // What TP rank 0 (and EP rank 0: the dense tensors and E/ep experts) holds.
+    const double psi_tp = double(ParamLayout(g, 1, tp, 0, cfg.parallel.ep, 0).num_parameters());
     const bool bf16 = shape.precision == DType::bf16;
     const double es = bf16 ? 2 : 4, K = bf16 ? 12 : 8;  // optimizer bytes per parameter: master, m, v (fp32: m, v)
     const OffloadConfig& off = shape.offload;
     const double on_device = off.enabled ? 1.0 - off.fraction : 1.0;  // the share of the optimizer state kept there
     const Topology topo = at_zero_stage(shape, 1, cfg.parallel.zero_group_size).topology(0);  // stages 1-3's groups
-    const double N = topo.zero_group_size();
+    const double N = cfg.parallel.ep > 1 ? expert_dp_of(topo, cfg.parallel.ep).zero_size : topo.zero_group_size();
     char buf[640];
     std::snprintf(buf, sizeof buf, "dry run: world %d, %s, %.4g parameters (Psi), micro_batch_size %d x seq_len %d, "
                   "activation_checkpoint.ratio %g, optimizer.offload %s (fraction %g); per rank, MiB:", world,
@@ -294,7 +310,8 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
         const int64_t experts = int64_t(g.n_layer) * g.moe_experts * 3 * ArchSpec(g).Fe * g.n_embd;  // w13 + w2
         const int64_t rows = int64_t(ep) * cfg.training.micro_batch_size * cfg.model.seq_len * g.moe_top_k;
         std::snprintf(buf, sizeof buf, "expert parallelism: ep %d, each rank runs %d of the %d experts per layer "
-                      "(%lld of the %lld routed-expert parameters); every rank holds them all; receive buffers for "
+                      "(%lld of the %lld routed-expert parameters) and holds only those, its ZeRO group the dp / ep ranks with "
+                      "the same experts; receive buffers for "
                       "ep x B*T x top_k = %lld rows per layer (dropless bound)", ep, g.moe_experts / ep, g.moe_experts,
                       (long long)(experts / ep), (long long)experts, (long long)rows);
         out.push_back(buf);

@@ -15,6 +15,7 @@
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/ep_group.hpp"
+#include "parallel/ep_grads.hpp"
 #include "parallel/partition.hpp"
 #include "parallel/pipeline.hpp"
 #include "parallel/topology.hpp"
@@ -37,6 +38,9 @@ struct ModelState {
     std::unique_ptr<TpGroup> cp_group;
     // With parallel.ep > 1 (else null): the GPT's expert-parallel group (device buffers).
     std::unique_ptr<EpGroup> ep_group;
+    // With parallel.ep > 1 (else null): the dense gradients' EP sum and the gradient norm; the
+    // engine's groups are its ExpertDp's (parallel/ep_grads.hpp).
+    std::unique_ptr<EpGrads> ep_grads;
     std::unique_ptr<ZeroEngine> engine;
     std::unique_ptr<GPT> gpt;
     std::unique_ptr<AdamW> adam;

@@ -9,6 +9,12 @@ namespace llmtrain {
 
 namespace {
 
+/// Whether tensor t is held whole by every layout of the group (TP's replicated tensors; at ep > 1
+/// the dense ones): saved from layout 0, the others' copies checked against it.
+bool held_whole(const ParamLayout& lay, const ParamTensor& t) {
+    return t.split == TPSplit::replicated && !(t.expert && lay.ep() > 1);
+}
+
 /// One run of a rank's shard inside a writer's piece: `count` elements from shard-local index
 /// `local` are flat elements [flat, flat + count) of the whole-model layout.
 struct ShareRun {
@@ -42,7 +48,7 @@ std::vector<ShareRun> share_runs(const ParamLayout& lay, const ParamLayout& full
             const size_t f0 = ft.offset + r.full, s = std::max(f0, lo), e = std::min(f0 + r.count, hi);
             if (s < e)
                 out.push_back({base[u] + (lt.offset + r.local - c.offset) + (s - f0), s, e - s,
-                               lt.split == TPSplit::replicated, &lt.name});
+                               held_whole(lay, lt), &lt.name});
         }
     }
     return out;
@@ -70,24 +76,35 @@ FlatRange tp_piece(const ParamLayout& full, const std::vector<int>& held, int wr
     return {a, b - a};
 }
 
-std::string exchange_tp_stage(Comm& world, const Topology& topo, const ParamLayout& full, int zero_shard_multiple,
-                              const std::vector<int>& shard_units, const std::vector<int>& held, const float* mine,
-                              size_t ns, const std::function<float*(size_t)>& snapshot,
-                              std::vector<OptimShardView>& views) {
-    const int st = topo.stage(), N = topo.zero_group_size(), TP = topo.tp(), W = N * TP;
-    const int me = topo.world_rank(), my_w = topo.tp_index() * N + topo.zero_index();
+namespace {
+
+/// The ranks holding one copy of a stage's state, as exchange_state sees them: layout t (its
+/// local layout, t = 0 the copy saved of a tensor every layout holds whole) and ZeRO index z of N
+/// are writer writer(t, z), world rank rank(t, z).
+struct Holders {
+    std::vector<ParamLayout> lays;
+    int N = 1;
+    std::function<int(int, int)> writer, rank;
+    int my_t = 0, my_z = 0;
+};
+
+/// exchange_tp_stage over any group of holders (see tp_state.hpp): writer w of W = lays x N.
+std::string exchange_state(Comm& world, const Holders& h, const ParamLayout& full, const std::vector<int>& shard_units,
+                           const std::vector<int>& held, const float* mine, size_t ns,
+                           const std::function<float*(size_t)>& snapshot, std::vector<OptimShardView>& views,
+                           const char* group) {
+    const int N = h.N, TP = int(h.lays.size()), W = N * TP;
+    const int me = h.rank(h.my_t, h.my_z), my_w = h.writer(h.my_t, h.my_z);
     std::vector<bool> in_shard(full.units().size(), false);
     for (int u : shard_units) in_shard[size_t(u)] = true;
-    std::vector<ParamLayout> lays;  // TP rank t's local layout
-    for (int t = 0; t < TP; ++t) lays.emplace_back(full.config(), zero_shard_multiple, TP, t);
-    const ParamLayout& mylay = lays[size_t(topo.tp_index())];
+    const ParamLayout& mylay = h.lays[size_t(h.my_t)];
     std::string err;
     std::vector<float> buf;
-    for (int w = 0; w < W; ++w) {  // writer order: every rank of the stage's replica 0 agrees on it
+    for (int w = 0; w < W; ++w) {  // writer order: every holder agrees on it
         const FlatRange piece = tp_piece(full, held, W, w);
         const size_t lo = piece.offset, hi = piece.offset + piece.numel;
         if (w != my_w) {  // send the writer my elements of its piece: w | m | v
-            const std::vector<ShareRun> runs = share_runs(mylay, full, in_shard, topo.zero_index(), N, lo, hi);
+            const std::vector<ShareRun> runs = share_runs(mylay, full, in_shard, h.my_z, N, lo, hi);
             const size_t n = total_count(runs);
             if (n == 0) continue;
             buf.resize(3 * n);
@@ -96,7 +113,11 @@ std::string exchange_tp_stage(Comm& world, const Topology& topo, const ParamLayo
                 for (size_t g = 0; g < 3; ++g) std::copy_n(mine + g * ns + r.local, r.count, buf.data() + g * n + o);
                 o += r.count;
             }
-            world.send(buf.data(), buf.size(), DType::f32, topo.rank_of(st, 0, w % N, w / N));
+            int wt = 0, wz = 0;  // the writer's coordinates
+            for (int t = 0; t < TP; ++t)
+                for (int z = 0; z < N; ++z)
+                    if (h.writer(t, z) == w) wt = t, wz = z;
+            world.send(buf.data(), buf.size(), DType::f32, h.rank(wt, wz));
             continue;
         }
         float* wp = snapshot(piece.numel);
@@ -104,12 +125,12 @@ std::string exchange_tp_stage(Comm& world, const Topology& topo, const ParamLayo
         float* vp = mp + piece.numel;
         std::fill(wp, wp + 3 * piece.numel, 0.0f);  // padding
         if (piece.numel > 0) views.push_back({lo, hi, mp, vp, wp});
-        for (int t = 0; t < TP; ++t)  // TP rank 0 first: the replicated tensors' copy that is saved
+        for (int t = 0; t < TP; ++t)  // layout 0 first: the copy of the whole-held tensors that is saved
             for (int z = 0; z < N; ++z) {
-                const std::vector<ShareRun> runs = share_runs(lays[size_t(t)], full, in_shard, z, N, lo, hi);
+                const std::vector<ShareRun> runs = share_runs(h.lays[size_t(t)], full, in_shard, z, N, lo, hi);
                 const size_t n = total_count(runs);
                 if (n == 0) continue;
-                const int src = topo.rank_of(st, 0, z, t);
+                const int src = h.rank(t, z);
                 const float* p = mine;  // my own shard: read in place, at its shard-local indices
                 size_t stride = ns;
                 if (src != me) {
@@ -126,18 +147,50 @@ std::string exchange_tp_stage(Comm& world, const Topology& topo, const ParamLayo
                         for (size_t g = 0; g < 3; ++g) std::memcpy(wp + g * piece.numel + dst, p + g * stride + at, bytes);
                         continue;
                     }
-                    // Saved from TP rank 0; every other TP rank's copy must be the same bits (equal
+                    // Saved from layout 0; every other holder's copy must be the same bits (equal
                     // gradients, one clip scale: nothing may make them drift).
                     bool same = true;
                     for (size_t g = 0; g < 3; ++g)
                         same = same && std::memcmp(wp + g * piece.numel + dst, p + g * stride + at, bytes) == 0;
                     if (!same && err.empty())
-                        err = "checkpoint: the replicated tensor " + *r.name + " of TP rank " + std::to_string(t) +
-                              " (world rank " + std::to_string(src) + ") differs from TP rank 0's (weights or AdamW state)";
+                        err = "checkpoint: the replicated tensor " + *r.name + " of " + group + " rank " +
+                              std::to_string(t) + " (world rank " + std::to_string(src) + ") differs from " + group +
+                              " rank 0's (weights or AdamW state)";
                 }
             }
     }
     return err;
+}
+
+}  // namespace
+
+std::string exchange_tp_stage(Comm& world, const Topology& topo, const ParamLayout& full, int zero_shard_multiple,
+                              const std::vector<int>& shard_units, const std::vector<int>& held, const float* mine,
+                              size_t ns, const std::function<float*(size_t)>& snapshot,
+                              std::vector<OptimShardView>& views) {
+    Holders h;
+    const int st = topo.stage(), N = topo.zero_group_size();
+    for (int t = 0; t < topo.tp(); ++t) h.lays.emplace_back(full.config(), zero_shard_multiple, topo.tp(), t);
+    h.N = N;
+    h.writer = [N](int t, int z) { return t * N + z; };
+    h.rank = [&topo, st](int t, int z) { return topo.rank_of(st, 0, z, t); };
+    h.my_t = topo.tp_index(), h.my_z = topo.zero_index();
+    return exchange_state(world, h, full, shard_units, held, mine, ns, snapshot, views, "TP");
+}
+
+std::string exchange_ep_state(Comm& world, const Topology& topo, const ExpertDp& x, const ParamLayout& full,
+                              int zero_shard_multiple, const float* mine, size_t ns, const std::function<float*(size_t)>& snapshot,
+                              std::vector<OptimShardView>& views) {
+    Holders h;
+    const int P = x.ep, zg = topo.zero_group_size();
+    for (int e = 0; e < P; ++e) h.lays.emplace_back(full.config(), zero_shard_multiple, 1, 0, P, e);
+    h.N = x.zero_size;
+    h.writer = [P](int e, int z) { return z * P + e; };  // = its dp index
+    h.rank = [&topo, P, zg](int e, int z) { const int d = z * P + e; return topo.rank_of(0, d / zg, d % zg); };
+    h.my_t = x.ep_index, h.my_z = topo.dp_index() / P % x.zero_size;
+    std::vector<int> units;
+    for (int u = 0; u < int(full.units().size()); ++u) units.push_back(u);
+    return exchange_state(world, h, full, units, units, mine, ns, snapshot, views, "EP");
 }
 
 }  // namespace llmtrain

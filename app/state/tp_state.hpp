@@ -10,6 +10,10 @@
 // shard that land in that writer's piece, and writes its own piece as its own part. So each rank's
 // snapshot is 1 / (N x TP) of its stage, never the whole stage or model. Reading needs nothing from
 // here: every rank reads its local elements straight from the checkpoint (read_params_ranges).
+//
+// Expert parallelism (exchange_ep_state) is the same exchange over other holders: each EP rank's
+// layout holds the dense tensors whole and its E/ep experts, sharded over its ZeRO group of ranks
+// with the same experts; the writers are ExpertDp's (dp indices [0, ep x Ne)), together one copy.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -19,6 +23,7 @@
 #include "app/checkpoint/checkpoint.hpp"
 #include "model/param_layout.hpp"
 #include "parallel/comm.hpp"
+#include "parallel/ep_grads.hpp"
 #include "parallel/topology.hpp"
 
 namespace llmtrain {
@@ -47,5 +52,15 @@ std::string exchange_tp_stage(Comm& world, const Topology& topo, const ParamLayo
                               const std::vector<int>& shard_units, const std::vector<int>& held, const float* mine,
                               size_t ns, const std::function<float*(size_t)>& snapshot,
                               std::vector<OptimShardView>& views);
+
+/// The same for parallel.ep > 1 (tp = pp = 1; call it on x's writers only, x.writer >= 0): every
+/// writer's piece of the whole model (tp_piece of all units over x.writers), gathered from the
+/// writers' shards — each holds EP index x.ep_index's layout (dense tensors whole, its experts)
+/// sharded over x.zero_size ranks (zero_shard_multiple: the unit padding the layouts were built
+/// with). A dense tensor is taken from EP rank 0, the others' copies checked bitwise (the message
+/// names the first that differs, else ""). Errors: CommError from the Comm.
+std::string exchange_ep_state(Comm& world, const Topology& topo, const ExpertDp& x, const ParamLayout& full,
+                              int zero_shard_multiple, const float* mine, size_t ns,
+                              const std::function<float*(size_t)>& snapshot, std::vector<OptimShardView>& views);
 
 }  // namespace llmtrain

@@ -2,10 +2,13 @@
 # tests/parallel/ep_equivalence.sh — parallel.ep (expert parallelism, docs/parallelism.md "Expert
 # parallelism") through the llmtrain binary (CPU backend, one OpenMP thread per rank, 6 steps of a
 # 2-layer MoE Llama: 4 experts of width 24, top-2, a shared expert, balance loss 0.05) against ep = 1
-# at the same dp and global batch: ep 2 at dp 2; ep 4 at dp 4; ep 2 with ZeRO-1 and with ZeRO-3 at
-# dp 2; recomputed layers, capacity-limited routing and a sigmoid router with DeepSeek-V3's
-# selection bias at ep 2; the ep 2 run's step-3 checkpoint resumed at ep 1 and
-# the ep 1 run's resumed at ep 2 continue the unbroken runs.
+# at the same dp and global batch. Each rank holds only its EP index's experts (parallel/ep_grads.hpp:
+# the ZeRO engine runs over the dp/ep ranks with the same experts, the dense gradients get one more
+# sum over the EP group): ep 2 at dp 2; ep 4 at dp 4; ep 2 at dp 4 with ZeRO-1 and with ZeRO-3 (the
+# experts sharded over the expert-dp group of 2); recomputed layers, capacity-limited routing and a
+# sigmoid router with DeepSeek-V3's selection bias at ep 2; the ep 2 run's step-3 checkpoint (whole
+# tensors, gathered from the EP ranks) resumed at ep 1, the ep 1 run's at ep 2 and the ep 2 ZeRO-3
+# run's at ep 4 continue the unbroken runs.
 # Tolerances: losses 1e-5 relative, weights 5e-5 absolute (AdamW at lr 0.01 turns gradient
 # differences of a few ulps into weight differences up to 7.4e-6, measured at ep 4). Why not bitwise: an expert's weight
 # gradient is one GEMM over the rows every rank of its ep group routed to it (rank order, then token
@@ -14,7 +17,8 @@
 # figures are printed.
 # Also: refusals (exit 2 naming the key): ep not dividing n_experts, ep not dividing dp, ep without
 # MoE, ep with HellaSwag in the loop; the dry run at ep 2 counts the all-to-all's bytes and the
-# memory (within 2% of the run's Allocator peak).
+# memory, the experts' weights, gradients and AdamW state halved (within 2% of the run's Allocator
+# peak).
 # Usage: ep_equivalence.sh <llmtrain> <mpiexec> <tiny_data_dir> <work_dir>
 set -euo pipefail
 BIN=$1 MPI=$2 DATA=$3 WORK=$4
@@ -51,12 +55,13 @@ compare dp2 dp2_ep2 $LT 0 $WT
 run 4 dp4 "${MOE[@]}"
 run 4 dp4_ep4 "${MOE[@]}" --set parallel.ep=4
 compare dp4 dp4_ep4 $LT 0 $WT
-# ZeRO shards every tensor, experts included, over the dp ranks as without ep (ZeRO-1 and -3 are
-# plain DP's bits: docs/distributed.md).
-run 2 dp2_z1_ep2 "${MOE[@]}" --set parallel.zero_stage=1 --set parallel.ep=2
-compare dp2 dp2_z1_ep2 $LT 0 $WT
-run 2 dp2_z3_ep2 "${MOE[@]}" --set parallel.zero_stage=3 --set parallel.ep=2
-compare dp2 dp2_z3_ep2 $LT 0 $WT
+# ZeRO over the ranks that hold the same experts: at dp 4, ep 2 each EP index's engine shards its
+# experts and the dense tensors over its 2 ranks (ZeRO-1 and ZeRO-3), the dense gradients summed over
+# the EP group after the engine's reduction.
+run 4 dp4_z1_ep2 "${MOE[@]}" --set parallel.zero_stage=1 --set parallel.ep=2
+compare dp4 dp4_z1_ep2 $LT 0 $WT
+run 4 dp4_z3_ep2 "${MOE[@]}" --set parallel.zero_stage=3 --set parallel.ep=2
+compare dp4 dp4_z3_ep2 $LT 0 $WT
 # Recomputed layers run the exchange again in the backward (every rank of the group alike).
 run 2 dp2_rc "${MOE[@]}" --set activation_checkpoint.ratio=1
 run 2 dp2_rc_ep2 "${MOE[@]}" --set activation_checkpoint.ratio=1 --set parallel.ep=2
@@ -77,6 +82,10 @@ run 2 ep2_then_1 "${MOE[@]}" --set "checkpoint.resume=\"$WORK/dp2_ep2/checkpoint
 compare dp2_ep2 ep2_then_1 $LT 3 $WT
 run 2 ep1_then_2 "${MOE[@]}" --set parallel.ep=2 --set "checkpoint.resume=\"$WORK/dp2/checkpoints/step_3\""
 compare dp2 ep1_then_2 $LT 3 $WT
+# ... and across ZeRO stages and expert-dp groups: the ep 2 ZeRO-3 run's (written by its 4 ranks, each
+# a piece of the whole model gathered from the 2 x 2 shards) resumed at ep 4, ZeRO-0.
+run 4 z3ep2_then_ep4 "${MOE[@]}" --set parallel.ep=4 --set "checkpoint.resume=\"$WORK/dp4_z3_ep2/checkpoints/step_3\""
+compare dp4_z3_ep2 z3ep2_then_ep4 $LT 3 $WT
 # The all-to-all's bytes: a wider model (C 128, B·T 256, 3 steps, no evaluation) at ep 2 over 2
 # ranks, each its own node: the dry run's ep row (balanced routing: half the rows leave, 4 exchanges
 # per layer and micro-batch, 1.0 MiB per rank per step) against rank 0's measured all_to_all bytes
@@ -89,7 +98,7 @@ WIDE=("${MOE[@]}" --set model.n_embd=128 --set model.n_head=4 --set model.seq_le
 dry=$(awk '$1 == "ep" {print $6}' "$WORK/dry_ep2.log")
 # Its expert line: 2 layers x 4 experts x 3 x Fe 24 x C 128 = 73,728 routed-expert parameters, half
 # run per rank; receive rows 2 x B*T 256 x top_k 2.
-grep -qF "expert parallelism: ep 2, each rank runs 2 of the 4 experts per layer (36864 of the 73728 routed-expert parameters); every rank holds them all; receive buffers for ep x B*T x top_k = 1024 rows per layer" \
+grep -qF "expert parallelism: ep 2, each rank runs 2 of the 4 experts per layer (36864 of the 73728 routed-expert parameters) and holds only those, its ZeRO group the dp / ep ranks with the same experts; receive buffers for ep x B*T x top_k = 1024 rows per layer" \
     "$WORK/dry_ep2.log" || { echo "dry run at ep 2: no expert line"; grep -i expert "$WORK/dry_ep2.log"; exit 1; }
 grep -q "ep: all-to-alls of the MoE rows" "$WORK/dry_ep2.log" && [ "$dry" = "1.0" ] ||
     { echo "dry run at ep 2: ep row per rank '$dry' MiB, expected 1.0"; cat "$WORK/dry_ep2.log"; exit 1; }
@@ -119,4 +128,4 @@ peaks = [float(x) for x in re.findall(r'rank [0-9]+ \(stage 0\) ([0-9.]+)', log.
 assert len(peaks) == 2 and max(abs(p - predicted) / predicted for p in peaks) <= 0.02, f'dry run {predicted} MiB, peaks {peaks}'
 print(f'ep 2: per-rank peak {max(peaks):.2f} MiB, dry run {predicted:.1f} MiB')
 PY
-echo "ep_equivalence: ep 2 and 4 track ep 1 at dp 2 and 4, with ZeRO-1 and ZeRO-3, recomputation and resume across ep"
+echo "ep_equivalence: ep 2 and 4 (each rank holding its experts only) track ep 1 at dp 2 and 4, with ZeRO-1 and ZeRO-3 over the expert-dp groups, recomputation and resume across ep"
