@@ -5,7 +5,7 @@
 //  - a resume into another expert count or top_k is refused naming the key (the model identity);
 //  - llmtrain-export refuses a MoE checkpoint, saying so (not supported yet);
 //  - dp 2 with ZeRO-1 against one rank accumulating the same windows, 1e-5 relative per step;
-//  - config errors exit 2 naming the key: MoE with gpt2, top_k past n_experts, the cuda backend.
+//  - config errors exit 2 naming the key: MoE with gpt2, top_k past n_experts, training.fp8.
 #include <cmath>
 #include <cstring>
 
