@@ -16,8 +16,10 @@
 #include "app/checkpoint/checkpoint.hpp"
 #include "app/config/cli.hpp"
 #include "app/config/config.hpp"
+#include "app/config/world.hpp"
 #include "app/report/metrics.hpp"
 #include "app/state/model_state.hpp"
+#include "app/state/run_shape.hpp"
 #include "app/plan/plan.hpp"
 #include "app/resume_choice.hpp"
 #include "app/report/run_log.hpp"
@@ -27,7 +29,6 @@
 #include "parallel/comm.hpp"
 #include "parallel/node_report.hpp"
 #include "parallel/nodes.hpp"
-#include "parallel/topology.hpp"
 
 using namespace llmtrain;
 
@@ -58,40 +59,10 @@ void prepare_run_dir(const Config& cfg, RunLog& log) {
 /// "127.0.0.1:9400" -> "127.0.0.1" (the host part of metrics.listen).
 std::string listen_host(const std::string& listen) { return listen.substr(0, listen.rfind(':')); }
 
-/// parallel.pp, parallel.tp and parallel.cp against a world of `world` ranks (`what` names it in the
-/// message): pp must divide it, pp x tp too, and pp x tp x cp (exit 2).
-void check_world(const Config& cfg, int world, const std::string& what) {
-    const int pp = cfg.parallel.pp, tp = cfg.parallel.tp, cp = cfg.parallel.cp;
-    if (world % pp != 0)
-        throw ConfigError("parallel.pp: expected a divisor of " + what + ", got " + std::to_string(pp));
-    if (world % (pp * tp) != 0)
-        throw ConfigError("parallel.tp: expected parallel.pp x parallel.tp (" + std::to_string(pp) + " x " +
-                          std::to_string(tp) + ") to divide " + what + ", got tp " + std::to_string(tp));
-    if (world % (pp * tp * cp) != 0)
-        throw ConfigError("parallel.cp: expected parallel.pp x parallel.tp x parallel.cp (" + std::to_string(pp) + " x " +
-                          std::to_string(tp) + " x " + std::to_string(cp) + ") to divide " + what + ", got cp " +
-                          std::to_string(cp));
-}
-
-/// parallel.zero_stage / zero_group_size against the world: a group size must divide dp x cp, the
-/// ranks a gradient is averaged over; parallel.ep must divide dp (exit 2).
-void check_zero_config(const Config& cfg, int rank) {
-    const auto& p = cfg.parallel;
-    const int dp = p.dp * p.cp;
-    if (p.zero_stage == 0 && p.zero_group_size != 0)
-        throw ConfigError("parallel.zero_group_size: expected 0 with parallel.zero_stage = 0 (plain data parallelism "
-                          "shards nothing), got " + std::to_string(p.zero_group_size));
-    if (p.zero_group_size != 0 && dp % p.zero_group_size != 0)
-        throw ConfigError(std::string("parallel.zero_group_size: expected 0 or a divisor of ") +
-                          (p.cp > 1 ? "dp x cp = " : "dp = ") + std::to_string(dp) + ", got " +
-                          std::to_string(p.zero_group_size));
-    if (p.ep > 1 && p.dp % p.ep != 0)  // expert parallelism is carved out of the data-parallel ranks
-        throw ConfigError("parallel.ep: expected a divisor of the data-parallel ranks dp = " + std::to_string(p.dp) +
-                          ", got " + std::to_string(p.ep));
-    const int group = p.zero_group_size == 0 ? dp : p.zero_group_size;
-    if (p.zero_stage > 0 && group == 1 && rank == 0)
-        std::fprintf(stderr, "llmtrain: warning: parallel.zero_stage = %d over a ZeRO group of one rank shards "
-                     "nothing\n", p.zero_stage);
+/// Prints config/'s warnings (resolve_world) on rank 0.
+void print_warnings(const std::vector<std::string>& warnings, int rank) {
+    if (rank == 0)
+        for (const std::string& w : warnings) std::fprintf(stderr, "llmtrain: warning: %s\n", w.c_str());
 }
 
 /// pipeline.plan = "auto": rank 0 plans (app/plan/plan.hpp auto_plan) and broadcasts the per-stage lists,
@@ -124,35 +95,21 @@ void plan_on_rank0(Config& cfg, Comm& comm, RunLog& log) {
 int run(const CliArgs& args) {
     Config cfg = load_config(args.config_path, args.overrides);
     if (args.world_size > 0) {  // --dry-run --world-size N: count one rank of an N-rank run, allocate nothing
-        check_world(cfg, args.world_size, "--world-size " + std::to_string(args.world_size));
-        if (cfg.parallel.dp == 0)
-            cfg.parallel.dp = args.world_size / (cfg.parallel.pp * cfg.parallel.tp * cfg.parallel.cp);
-        check_zero_config(cfg, 0);
-        resolve_batch(cfg, cfg.parallel.dp);
+        print_warnings(resolve_world(cfg, args.world_size, "--world-size " + std::to_string(args.world_size), false), 0);
         if (world_rank() == 0) {
-            const RunShape shape = run_shape(cfg, args.world_size);
+            const RunShape shape = run_shape(cfg, args.world_size);  // the dry run reads this, not cfg's parallel keys
             for (const auto& l : memory_report(cfg, shape)) std::printf("%s\n", l.c_str());
             const int per_node = args.ranks_per_node > 0 ? args.ranks_per_node : args.world_size;
-            for (const auto& l : traffic_report(step_traffic(cfg, shape, per_node))) std::printf("%s\n", l.c_str());
+            for (const auto& l : traffic_report(step_traffic(shape, per_node))) std::printf("%s\n", l.c_str());
             if (cfg.pipeline.plan == "auto")
                 std::printf("(pipeline.plan = \"auto\" chooses the split at start-up; this count is of the default "
                             "split: llmtrain-plan --world-size %d --pp %d prints the plan)\n", args.world_size,
-                            cfg.parallel.pp);
+                            shape.pp);
         }
         return kExitOk;
     }
     const int world = world_size(), rank = world_rank();
-    check_world(cfg, world, "the number of ranks (" + std::to_string(world) + ")");
-    const int dp = world / (cfg.parallel.pp * cfg.parallel.tp * cfg.parallel.cp);  // world = pp x dp x cp x tp
-    if (cfg.parallel.dp == 0) cfg.parallel.dp = dp;
-    if (cfg.parallel.dp != dp)
-        throw ConfigError("parallel.dp: expected the number of ranks / (parallel.pp x parallel.tp x parallel.cp) (" +
-                          std::to_string(world) + " / (" + std::to_string(cfg.parallel.pp) + " x " +
-                          std::to_string(cfg.parallel.tp) + " x " + std::to_string(cfg.parallel.cp) + ") = " +
-                          std::to_string(dp) + "), got " +
-                          std::to_string(cfg.parallel.dp));
-    check_zero_config(cfg, rank);
-    resolve_batch(cfg, cfg.parallel.dp);
+    print_warnings(resolve_world(cfg, world, "the number of ranks (" + std::to_string(world) + ")", true), rank);
     if (args.print_config) {
         if (rank == 0) std::fputs(to_toml(cfg).c_str(), stdout);
         return kExitOk;
@@ -169,7 +126,9 @@ int run(const CliArgs& args) {
         throw ConfigError("checkpoint.async: true on some ranks and false on others; give every rank the same config");
     RunLog log(rank == 0);
     if (cfg.pipeline.plan == "auto") plan_on_rank0(cfg, *comm, log);
-    Trainer trainer(cfg, *comm);
+    // The one door: from here main and the trainer read the run's shape, its one Topology included.
+    const RunShape shape = run_shape(cfg, world);
+    Trainer trainer(cfg, shape, *comm);
     if (args.dry_run) {
         for (const auto& l : trainer.summary()) log.line(l);
         return kExitOk;
@@ -193,8 +152,7 @@ int run(const CliArgs& args) {
     if (rank == 0) prepare_run_dir(cfg, log);
     comm->barrier();  // the run dir exists before any rank goes on
     for (const auto& l : trainer.summary()) log.line(l);
-    const Topology layout(world, rank, cfg.parallel.pp, cfg.parallel.zero_group_size, cfg.parallel.tp, cfg.parallel.cp);
-    for (const auto& l : node_report(layout, node_map(), cfg.parallel.zero_stage)) log.line(l);
+    for (const auto& l : node_report(shape.topology(rank), node_map(), shape.zero_stage)) log.line(l);
     for (const auto& l : ckpt_notes) log.line(l);
     const std::string& from = cfg.model.init_from;
     const std::string weights = from.empty() ? "" : ", weights from model.init_from = " + from;

@@ -15,8 +15,9 @@ std::string mib(size_t bytes) {
 }
 
 /// The start-up summary's model: "GPT-2 <shape>", or "Llama <shape> n_kv_head=K intermediate_size=F"
-/// (with model.moe "experts=ExFe top_k=k [shared_experts=S] router=R" instead of the MLP width)
-/// and "untied" when its head is (model/arch.hpp).
+/// (with model.moe "experts=ExFe top_k=k [shared_experts=S] router=R" instead of the MLP width),
+/// "head_dim=D" (other than n_embd / n_head) and "qk_norm" with Qwen3's attention keys, and "untied"
+/// when its head is (model/arch.hpp).
 std::string arch_shape_of(const GPTConfig& m) {
     if (m.arch == Arch::gpt2) return "GPT-2 " + shape_of(m);
     const ArchSpec s(m);
@@ -25,7 +26,9 @@ std::string arch_shape_of(const GPTConfig& m) {
                       (m.moe_shared_experts > 0 ? " shared_experts=" + std::to_string(m.moe_shared_experts) : "") +
                       " router=" + (m.moe_sigmoid ? "sigmoid" : "softmax")
                 : " intermediate_size=" + std::to_string(s.F);
-    return "Llama " + shape_of(m) + " n_kv_head=" + std::to_string(s.NKV) + mlp + (s.tied ? "" : " untied");
+    const std::string qwen3 = (int64_t(s.NH) * s.HS != s.C ? " head_dim=" + std::to_string(s.HS) : std::string()) +
+                              (s.qk_norm ? " qk_norm" : "");
+    return "Llama " + shape_of(m) + " n_kv_head=" + std::to_string(s.NKV) + qwen3 + mlp + (s.tied ? "" : " untied");
 }
 
 }  // namespace
@@ -38,14 +41,14 @@ std::vector<std::string> Trainer::summary() const {
     out.push_back("backend: " + std::string(I.ops->name()) + ", precision " + c.training.precision + ", world " +
                   std::to_string(world_size()) + ", dp " + std::to_string(I.topo.data_parallel()) + ", tp " +
                   std::to_string(I.topo.tp()) + (I.topo.cp() > 1 ? ", cp " + std::to_string(I.topo.cp()) : std::string()) +
-                  (c.parallel.ep > 1 ? ", ep " + std::to_string(c.parallel.ep) : std::string()));
+                  (I.shape.ep > 1 ? ", ep " + std::to_string(I.shape.ep) : std::string()));
     out.push_back("attention: " + std::string(I.ops->attention_name()) + " (" + I.ops->attention_reason() + ")");
     if (c.data.document_mask || c.data.reset_position_ids)  // docs/attention.md "Document masking"
         out.push_back(std::string("documents: ") +
                       (c.data.document_mask ? "attention masked to each document" : "attention across documents") +
                       (c.data.reset_position_ids ? ", positions restart at each document" : ", positions run on") +
                       " (a document ends at eos id " + std::to_string(I.train->info().eos_id) + ")");
-    out.push_back("parallel: zero_stage " + std::to_string(c.parallel.zero_stage) + ", grad_reduce_dtype " +
+    out.push_back("parallel: zero_stage " + std::to_string(I.shape.zero_stage) + ", grad_reduce_dtype " +
                   c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
     const int64_t idle = ArchSpec(I.shape.model).idle_expert_params();  // MoE: experts a token skips
     out.push_back("model: " + arch_shape_of(I.shape.model) + " | " + format_thousands(double(I.nparams())) +
@@ -58,7 +61,7 @@ std::vector<std::string> Trainer::summary() const {
     std::snprintf(fpt, sizeof fpt, "%.3g", flops_per_token(I.shape.model, I.nparams(), I.T));
     out.push_back("batch: micro_batch_size " + std::to_string(I.B) + " x grad_accum_steps " + std::to_string(I.accum) +
                   " x dp " + std::to_string(I.topo.data_parallel()) + " = global_batch_size " +
-                  std::to_string(c.training.global_batch_size) + " sequences = " +
+                  std::to_string(I.shape.global_batch) + " sequences = " +
                   format_thousands(double(I.tokens_per_step())) + " tokens per step | " + fpt +
                   " training FLOPs per token");
     std::string mem = "memory (this rank):";

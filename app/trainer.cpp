@@ -112,7 +112,8 @@ double peak_flops_for(const Config& cfg, const std::string& backend_name) {
     return backend_name == "cuda" ? 989e12 : cpu::peak_flops();
 }
 
-Trainer::Trainer(const Config& cfg, Comm& dp_comm) : impl_(std::make_unique<Impl>(cfg, dp_comm)) {}
+Trainer::Trainer(const Config& cfg, const RunShape& shape, Comm& dp_comm)
+    : impl_(std::make_unique<Impl>(cfg, shape, dp_comm)) {}
 Trainer::~Trainer() = default;
 int64_t Trainer::step() const { return impl_->step; }
 

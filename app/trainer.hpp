@@ -15,6 +15,7 @@
 #include "app/config/config.hpp"
 #include "app/report/metrics.hpp"
 #include "app/report/run_log.hpp"
+#include "app/state/run_shape.hpp"
 #include "parallel/comm.hpp"
 
 namespace llmtrain {
@@ -38,9 +39,10 @@ class Trainer {
 public:
     /// Builds the backend, model (initialized from run.seed), AdamW, the train and val loaders (this
     /// rank's share of dp) and, on rank 0, the tokenizer for samples. Writes nothing.
-    /// `cfg` must be resolved (resolve_batch). Errors: DataError (data files), std::runtime_error
-    /// (backend, memory), std::invalid_argument (model shape).
-    Trainer(const Config& cfg, Comm& dp_comm);
+    /// `cfg` must be resolved (resolve_world) and `shape` its run_shape on this world: the trainer
+    /// reads the model, layout, groups, batch and precision from `shape` alone. Errors: DataError
+    /// (data files), std::runtime_error (backend, memory), std::invalid_argument (model shape).
+    Trainer(const Config& cfg, const RunShape& shape, Comm& dp_comm);
     ~Trainer();
     Trainer(const Trainer&) = delete;
     Trainer& operator=(const Trainer&) = delete;

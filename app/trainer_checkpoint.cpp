@@ -108,7 +108,7 @@ TrainState Trainer::Impl::train_state() const {
     st.sampler_rng = rng.str();
     st.adam_t = ms.adam->t();
     st.model_config_hash = model_config_hash(cfg);
-    st.model_identity = model_identity(gpt_config_of(cfg));  // what resume_from compares
+    st.model_identity = model_identity(shape.model);  // what resume_from compares (shape.model = gpt_config_of(cfg))
     st.model = shape.model;
     st.dp = topo.data_parallel();  // the data stream's ranks (dp / cp)
     st.world_size = world_size();

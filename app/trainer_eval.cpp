@@ -49,7 +49,7 @@ void Trainer::Impl::eval_and_sample(int64_t s, RunLog& log, Metrics* metrics) {
 }
 
 bool Trainer::Impl::samples_here() const {
-    return rank == 0 || topo.cp() > 1 || cfg.parallel.ep > 1 || (cfg.parallel.zero_stage == 3 && topo.replica() == 0) ||
+    return rank == 0 || topo.cp() > 1 || shape.ep > 1 || (shape.zero_stage == 3 && topo.replica() == 0) ||
            ((ms.pipe || topo.tp() > 1) && topo.replica() == 0 && topo.zero_index() == 0);
 }
 

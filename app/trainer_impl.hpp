@@ -92,7 +92,7 @@ struct Trainer::Impl {
 
     /// The data (loaders, HellaSwag, the samples' tokenizer) first, then the backend, the model
     /// state (make_model_state), its initial weights and warm-up, the LR schedule and the saver.
-    Impl(const Config& c, Comm& cm);
+    Impl(const Config& c, const RunShape& s, Comm& cm);
 
     /// "memory: peak RSS <when> (MiB, VmHWM): rank 0 X, rank 1 Y, ..." (peak_rss_mib of every
     /// rank). Collective: an all-reduce over every rank.
@@ -100,7 +100,7 @@ struct Trainer::Impl {
 
     /// The whole model's parameters (with tp > 1 this rank holds about 1/tp of them).
     size_t nparams() const { return (full_layout ? *full_layout : *ms.layout).num_parameters(); }
-    uint64_t tokens_per_step() const { return uint64_t(cfg.training.global_batch_size) * T; }
+    uint64_t tokens_per_step() const { return uint64_t(shape.global_batch) * T; }
     bool last_stage() const { return topo.stage() == topo.pp() - 1; }
 
     // --- app/trainer_step.cpp: one optimizer step

@@ -10,9 +10,9 @@
 
 namespace llmtrain {
 
-Trainer::Impl::Impl(const Config& c, Comm& cm)
-    : cfg(c), comm(cm), shape(run_shape(c, world_size())), topo(shape.topology(world_rank())), dp(topo.dp()),
-      rank(cm.rank()), B(c.training.micro_batch_size), T(c.model.seq_len), accum(c.training.grad_accum_steps),
+Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
+    : cfg(c), comm(cm), shape(s), topo(s.topology(cm.rank())), dp(topo.dp()), rank(cm.rank()), B(s.B), T(s.T),
+      accum(s.accum),
       sampler_rng(c.run.seed),
       trace(std::make_unique<StepTrace>(c.run.trace, c.run.max_steps, c.run.run_dir, rank, topo.stage())) {
     // Data first: a bad file fails before any large allocation. HellaSwag's tokenizer is read
@@ -30,7 +30,7 @@ Trainer::Impl::Impl(const Config& c, Comm& cm)
     lo.world = topo.data_parallel();
     lo.seed = cfg.run.seed;
     lo.shuffle = true;
-    lo.vocab_size = cfg.model.vocab_size;
+    lo.vocab_size = shape.model.vocab_size;
     for (const DataSource& s : cfg.data.sources) lo.sources.push_back(SourceSpec{s.name, s.path, s.weight});
     train = std::make_unique<DataLoader>(lo);
     lo.sources.clear();

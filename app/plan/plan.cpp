@@ -153,14 +153,14 @@ PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptio
     // Context parallelism (model/gpt_cp.cpp): per layer the window's q|k|v all-gathered in forward,
     // again in backward with the reduce-scatter of its gradient, and again in a recomputed forward;
     // each a ring over the cp group (consecutive dp indices: inside a node unless tp x cp exceeds it).
-    const double cpc = cp > 1 ? cp_collective_bytes(c, shape) / link * factor(cross.cp, opt.link_gbps) : 0;
+    const double cpc = cp > 1 ? cp_collective_bytes(shape) / link * factor(cross.cp, opt.link_gbps) : 0;
     // Expert parallelism (model/gpt_moe_ep.cpp): per MoE layer kEpAllToAlls all-to-alls of
     // ep_all_to_all_bytes, the share of them crossing nodes the traffic table's (peers on other nodes).
     double a2a = 0;
-    if (c.parallel.ep > 1)
-        for (const GroupTraffic& g : step_traffic(c, shape, opt.gpus_per_node).groups)
+    if (shape.ep > 1)
+        for (const GroupTraffic& g : step_traffic(shape, opt.gpus_per_node).groups)
             if (g.kind == GroupKind::ep && g.total > 0)
-                a2a = ep_all_to_all_bytes(c, shape) / link * factor(g.crossing / g.total, opt.link_gbps);
+                a2a = ep_all_to_all_bytes(shape) / link * factor(g.crossing / g.total, opt.link_gbps);
     const int split = tp * cp;  // a layer's and the head's work per rank: 1/tp of the columns, 1/cp of the tokens
     // Seconds per element of the gradient sync: a ring all-reduce over dp, or when a group crosses
     // nodes, the ZeRO group's share 2(zg − 1)/zg and the replica group's 2(R − 1)/(R·zg) of it (the
@@ -302,7 +302,7 @@ void predict(const Config& cfg, const PlanOptions& opt, const PlanProblem& prob,
         sp.tail = st.tail(sp.layers);
         pc.stages.push_back(sp);
     }
-    pc.crossing_bytes = step_traffic(planned, shape, opt.gpus_per_node).crossing;
+    pc.crossing_bytes = step_traffic(shape, opt.gpus_per_node).crossing;
     pc.step_seconds = simulated_step(prob, schedule_lists(prob, sched), pc.choice.layers, pc.choice.ckpt);
     pc.tokens_per_second = double(pc.micro_batches) * cfg.training.micro_batch_size * pc.dp * cfg.model.seq_len /
                            pc.step_seconds;

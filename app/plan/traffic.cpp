@@ -87,29 +87,29 @@ std::string rank_runs(const std::vector<int>& r) {
 
 }  // namespace
 
-StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per_node) {
+StepTraffic step_traffic(const RunShape& shape, int ranks_per_node) {
     const int world = shape.world;
     check_layout(world, ranks_per_node);
     const int pp = shape.pp, tp = shape.tp, zs = shape.zero_stage;
     const Topology probe = shape.topology(0);
     const int N = probe.zero_group_size(), R = probe.replicas();
-    const double m = std::max(1, cfg.training.grad_accum_steps);
+    const double m = std::max(1, shape.accum);
     const double es = shape.precision == DType::bf16 ? 2 : 4;
-    const double rb = cfg.parallel.grad_reduce_dtype == "bf16" ? 2 : 4;
+    const double rb = shape.reduce_dtype == DType::bf16 ? 2 : 4;
     const GPTConfig& g = shape.model;
     const bool tied = ArchSpec(g).tied;  // an untied head: the last stage holds no token table
     const ParamLayout layout(g, zero_shard_multiple(N), tp, 0);  // every TP rank's units are as large
     const std::vector<StageLayers>& plan = shape.stages;
-    const bool sp = tp > 1 && cfg.parallel.sequence_parallel;
+    const bool sp = tp > 1 && shape.sequence_parallel;
     const int cp = shape.cp;
-    const double rows = double(cfg.training.micro_batch_size) * cfg.model.seq_len / cp;  // B·T/cp, this rank's
-    const double act = rows * cfg.model.n_embd * es;                               // one (B·T, C) activation
+    const double rows = double(shape.B) * shape.T / cp;  // B·T/cp, this rank's
+    const double act = rows * g.n_embd * es;             // one (B·T, C) activation
     const double psi0 = double(layout.units()[0].numel);
 
     // Per pipeline stage s: the bytes one rank sends per step in each kind of group.
     const size_t stages = size_t(pp);
     std::vector<double> v_tp(stages), v_zero(stages), v_rep(stages), v_pipe(stages), v_cp(stages), v_ep(stages);
-    const int ep = cfg.parallel.ep;
+    const int ep = shape.ep;
     for (int s = 0; s < pp; ++s) {
         const StageLayers& st = plan[size_t(s)];
         const bool first = s == 0, last = s == pp - 1;
@@ -133,13 +133,13 @@ StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per
             v_cp[size_t(s)] = m *
                               ((kCpCollectives.forward + kCpCollectives.backward) * layers +
                                kCpCollectives.recompute * st.checkpointed - kept) *
-                              cp_collective_bytes(cfg, shape);
+                              cp_collective_bytes(shape);
         }
         if (ep > 1)  // MoE's row exchanges (all layers are MoE layers; balanced routing)
             v_ep[size_t(s)] = m *
                               ((kEpAllToAlls.forward + kEpAllToAlls.backward) * (st.l1 - st.l0) +
                                kEpAllToAlls.recompute * st.checkpointed) *
-                              ep_all_to_all_bytes(cfg, shape);
+                              ep_all_to_all_bytes(shape);
         if (zs >= 1 && N > 1) {
             const double rs = (zs >= 2 ? m : 1) * psi * rb;
             const double ag = (zs == 3 ? 2 * m * (psi - held0) + held0 : psi) * es;
@@ -242,20 +242,20 @@ std::vector<std::string> traffic_report(const StepTraffic& t) {
     return out;
 }
 
-double ep_all_to_all_bytes(const Config& cfg, const RunShape& shape) {
-    const int ep = cfg.parallel.ep;
+double ep_all_to_all_bytes(const RunShape& shape) {
+    const int ep = shape.ep;
     if (ep <= 1) return 0;
     const double es = shape.precision == DType::bf16 ? 2 : 4;
-    const double rows_k = double(cfg.training.micro_batch_size) * cfg.model.seq_len / shape.cp *
+    const double rows_k = double(shape.B) * shape.T / shape.cp *
                           std::max(1, shape.model.moe_top_k);  // the rank's N·k grouped rows
-    return double(ep - 1) / ep * rows_k * cfg.model.n_embd * es;
+    return double(ep - 1) / ep * rows_k * shape.model.n_embd * es;
 }
 
-double cp_collective_bytes(const Config& cfg, const RunShape& shape) {
+double cp_collective_bytes(const RunShape& shape) {
     const int cp = shape.cp;
     if (cp <= 1) return 0;
     const double es = shape.precision == DType::bf16 ? 2 : 4;
-    const double window_qkv = double(cfg.training.micro_batch_size) * cfg.model.seq_len *
+    const double window_qkv = double(shape.B) * shape.T *
                               ArchSpec(shape.model).qkv_width(shape.tp) * es;  // the whole window's (B·T, Qt)
     return double(cp - 1) / cp * window_qkv;
 }

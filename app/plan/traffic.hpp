@@ -65,10 +65,9 @@ struct StepTraffic {
     double crossing = 0;               ///< of total, bytes crossing node boundaries per step
 };
 
-/// The traffic of one optimizer step of a run of `shape` (run_shape of cfg: its world, tp, pp, ZeRO
-/// stage and group, stage plan, precision), ranks_per_node to a node, with cfg's
-/// parallel.sequence_parallel, grad_reduce_dtype and training.grad_accum_steps (m micro-batches; 0
-/// counts as 1).
+/// The traffic of one optimizer step of a run of `shape` (run_shape of a config: its world, tp, pp,
+/// ZeRO stage and group, stage plan, precision, sequence parallelism, grad_reduce_dtype, batch and
+/// accum = m micro-batches, 0 counting as 1), ranks_per_node to a node.
 /// Per rank (es: training precision's bytes, rb: grad_reduce_dtype's; Ψ the padded parameters of
 /// the rank's stage as its TP rank holds them, Ψ₀ the embedding unit; N zero group, R replicas):
 ///   dp (zero_stage 0)  all-reduce of the gradients in rb: 2(dp−1)/dp·Ψ·rb
@@ -84,7 +83,7 @@ struct StepTraffic {
 ///                      each end), plus the loss's all-gather (tp−1)·B·T·3·4 on the last stage.
 /// Errors: std::invalid_argument for world or ranks_per_node < 1, or a grid that does not fit the
 /// world (Topology's message, naming parallel.pp, parallel.tp or parallel.zero_group_size).
-StepTraffic step_traffic(const Config& cfg, const RunShape& shape, int ranks_per_node);
+StepTraffic step_traffic(const RunShape& shape, int ranks_per_node);
 
 /// The `--dry-run --world-size N --ranks-per-node R` table of t: per group kind its size, how many
 /// groups and how many span nodes (over how many, one spanning group's ranks), MiB per rank, job
@@ -110,14 +109,14 @@ CrossingShares crossing_shares(int world, int pp, int zero_group_size, int tp, i
 /// precision (Qt = ArchSpec::qkv_width(tp), the TP rank's heads), or the reduce-scatter of its
 /// gradient, each rank sending (cp − 1)/cp of it; 0 at cp 1. How many a layer issues:
 /// kCpCollectives. The traffic table and the planner's time both use the two. Errors: none.
-double cp_collective_bytes(const Config& cfg, const RunShape& shape);
+double cp_collective_bytes(const RunShape& shape);
 
 /// Bytes one rank sends in one of expert parallelism's all-to-alls per MoE layer and micro-batch
 /// (model/gpt_moe_ep.cpp) with balanced routing: (ep − 1)/ep of its B·T/cp · top_k grouped rows of
 /// n_embd elements of the training precision; 0 at parallel.ep 1. A layer issues 2 in forward (rows
 /// out, outputs back), 2 in backward and 2 more when recomputed (kEpAllToAlls). The traffic table and
 /// the planner's time both use the two. Errors: none.
-double ep_all_to_all_bytes(const Config& cfg, const RunShape& shape);
+double ep_all_to_all_bytes(const RunShape& shape);
 
 /// Expert parallelism's all-to-alls of ep_all_to_all_bytes per MoE layer and micro-batch, by phase.
 struct EpAllToAlls {

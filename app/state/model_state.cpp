@@ -15,58 +15,6 @@
 
 namespace llmtrain {
 
-DType precision_dtype(const Config& c) { return c.training.precision == "bf16" ? DType::bf16 : DType::f32; }
-
-int zero_group_of(const Config& c) { return c.parallel.zero_stage == 0 ? 1 : c.parallel.zero_group_size; }
-
-CudaBackendOptions cuda_options_of(const Config& c) {
-    CudaBackendOptions o;
-    o.attention = parse_attention(c.model.attention);
-    o.head_size = c.model.n_embd / c.model.n_head;  // validated: n_head divides n_embd
-    o.attention_workspace_mb = c.model.attention_workspace_mb;
-    o.matmul_autotune = c.model.matmul_autotune;
-    o.stochastic_rounding = c.training.stochastic_rounding;
-    o.local_rank = local_rank();  // the device: this rank's index on its node (parallel/comm.hpp)
-    return o;
-}
-
-OffloadConfig offload_config_of(const Config& c) {
-    OffloadConfig o;
-    o.enabled = c.optimizer.offload == "cpu";
-    o.fraction = c.optimizer.offload_fraction;
-    o.chunk_bytes = size_t(double(c.optimizer.offload_chunk_mb) * 1048576.0);
-    o.stochastic_rounding = c.training.stochastic_rounding;
-    return o;
-}
-
-std::vector<StageLayers> stage_plan_of(const Config& c) {
-    return stage_plan(gpt_config_of(c), c.training.micro_batch_size, c.model.seq_len, c.parallel.pp,
-                      c.pipeline.layers_per_stage, c.activation_checkpoint.ratio,
-                      c.activation_checkpoint.ratio_per_stage, c.activation_checkpoint.layers_per_stage);
-}
-
-RunShape run_shape(const Config& cfg, int world) {
-    RunShape r;
-    r.model = gpt_config_of(cfg);
-    r.stages = stage_plan_of(cfg);
-    r.world = world;
-    r.pp = cfg.parallel.pp;
-    r.tp = cfg.parallel.tp;
-    r.cp = cfg.parallel.cp;
-    r.zero_stage = cfg.parallel.zero_stage;
-    r.zero_group = zero_group_of(cfg);
-    r.precision = precision_dtype(cfg);
-    r.offload = offload_config_of(cfg);
-    r.cuda = cuda_options_of(cfg);
-    return r;
-}
-
-RunShape at_zero_stage(RunShape shape, int stage, int group_size) {
-    shape.zero_stage = stage;
-    shape.zero_group = stage == 0 ? 1 : group_size;
-    return shape;
-}
-
 std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, int l1) {
     if (stages == 1) return {};
     std::vector<int> u;
@@ -86,12 +34,12 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
     const StageLayers plan = shape.stages[size_t(st)];  // this rank's layers and recomputed layers
     const PipelineSchedule schedule = parse_pipeline_schedule(cfg.pipeline.schedule);
     GPTOptions go;
-    go.B = cfg.training.micro_batch_size;
-    go.T = cfg.model.seq_len;
+    go.B = shape.B;
+    go.T = shape.T;
     go.l0 = plan.l0;
     go.l1 = plan.l1;
     go.checkpoint_layers = plan.checkpointed;
-    go.contexts = P > 1 ? max_in_flight(schedule, st, P, std::max(1, cfg.training.grad_accum_steps)) : 1;
+    go.contexts = P > 1 ? max_in_flight(schedule, st, P, std::max(1, shape.accum)) : 1;
     go.shard_multiple = zero_shard_multiple(N);
     go.doc_eos = doc_eos;
     go.doc_mask = cfg.data.document_mask;
@@ -99,7 +47,7 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
     go.fp8 = parse_fp8_recipe(cfg.training.fp8);  // validated by the config
     // parallel.ep > 1: this rank's experts only, and the engine over the ranks that hold the same
     // experts (parallel/ep_grads.hpp: ZeRO group zero_group_size / ep of them, or 1 at stage 0).
-    const int ep = cfg.parallel.ep;
+    const int ep = shape.ep;
     const ExpertDp xdp = ep > 1 ? expert_dp_of(topo, ep) : ExpertDp{};
     if (ep > 1) go.shard_multiple = zero_shard_multiple(xdp.zero_size);
     s.layout = std::make_unique<ParamLayout>(g, go.shard_multiple, topo.tp(), topo.tp_index(), ep, xdp.ep_index);
@@ -109,19 +57,19 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
         s.tp_group = std::make_unique<TpGroup>(comms(topo.tp_group(), false));
         s.tp_host_comm = comms(topo.tp_group(), true);
         go.tp = s.tp_group.get();
-        go.sequence_parallel = cfg.parallel.sequence_parallel;
+        go.sequence_parallel = shape.sequence_parallel;
     }
     if (topo.cp() > 1) {  // the same group interface as TP's, over the ranks that share a window
         s.cp_group = std::make_unique<TpGroup>(comms(topo.cp_group(), false));
         go.cp = s.cp_group.get();
     }
-    if (cfg.parallel.ep > 1) {  // the ranks that split each MoE layer's experts (model/gpt_moe_ep.cpp)
-        s.ep_group = std::make_unique<EpGroup>(comms(topo.ep_group(cfg.parallel.ep), false));
+    if (shape.ep > 1) {  // the ranks that split each MoE layer's experts (model/gpt_moe_ep.cpp)
+        s.ep_group = std::make_unique<EpGroup>(comms(topo.ep_group(shape.ep), false));
         go.ep = s.ep_group.get();
     }
     ZeroOptions zo;
     zo.stage = ep > 1 && xdp.zero_size == 1 ? 0 : shape.zero_stage;  // a one-rank expert ZeRO group: nothing to shard
-    zo.reduce_dtype = cfg.parallel.grad_reduce_dtype == "bf16" ? DType::bf16 : DType::f32;  // validated by the config
+    zo.reduce_dtype = shape.reduce_dtype;
     zo.units = stage_units(g, st, P, go.l0, go.l1);
     s.engine = std::make_unique<ZeroEngine>(alloc, *s.layout, *s.zero_comm, *s.replica_comm, zo);
     if (s.ep_group)  // the dense gradients' sum over the EP group, the norm (asked for on every rank)
@@ -259,10 +207,10 @@ std::vector<std::string> pipeline_report(const Config& cfg, const RunShape& shap
     out.push_back("zero pp_stage layers ckpt in_flight" + memory_columns_head() + " device total | model states");
     const std::vector<StageLayers>& plan = shape.stages;
     const PipelineSchedule schedule = parse_pipeline_schedule(cfg.pipeline.schedule);
-    const int P = shape.pp, m = std::max(1, cfg.training.grad_accum_steps);
+    const int P = shape.pp, m = std::max(1, shape.accum);
     for (int zero = 0; zero <= 1; ++zero)
         for (int s = 0; s < P; ++s) {
-            const auto b = estimate_memory(cfg, at_zero_stage(shape, zero, cfg.parallel.zero_group_size), s);
+            const auto b = estimate_memory(cfg, at_zero_stage(shape, zero, shape.zero_group_size), s);
             std::snprintf(buf, sizeof buf, "%4d %8d %6d %4d %9d", zero, s, plan[size_t(s)].l1 - plan[size_t(s)].l0,
                           plan[size_t(s)].checkpointed, max_in_flight(schedule, s, P, m));
             std::string row = buf;
@@ -270,7 +218,7 @@ std::vector<std::string> pipeline_report(const Config& cfg, const RunShape& shap
             std::snprintf(buf, sizeof buf, " %12.1f | %12.1f", total / 1048576.0, states / 1048576.0);
             out.push_back(row + buf);
         }
-    const Topology topo = at_zero_stage(shape, 1, cfg.parallel.zero_group_size).topology(0);
+    const Topology topo = at_zero_stage(shape, 1, shape.zero_group_size).topology(0);
     out.push_back("groups at stage 1: " + topo.describe() + "; schedule " + cfg.pipeline.schedule + ", " +
                   std::to_string(m) + " micro-batches per step (grad_accum_steps)");
     out.push_back("(in_flight: micro-batches whose activations a stage holds at once, each in its own activation "
@@ -287,17 +235,17 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
     const int tp = shape.tp, world = shape.world;
     const double psi = double(ParamLayout(g).num_parameters());
     // What TP rank 0 (and EP rank 0: the dense tensors and E/ep experts) holds.
-    const double psi_tp = double(ParamLayout(g, 1, tp, 0, cfg.parallel.ep, 0).num_parameters());
+    const double psi_tp = double(ParamLayout(g, 1, tp, 0, shape.ep, 0).num_parameters());
     const bool bf16 = shape.precision == DType::bf16;
     const double es = bf16 ? 2 : 4, K = bf16 ? 12 : 8;  // optimizer bytes per parameter: master, m, v (fp32: m, v)
     const OffloadConfig& off = shape.offload;
     const double on_device = off.enabled ? 1.0 - off.fraction : 1.0;  // the share of the optimizer state kept there
-    const Topology topo = at_zero_stage(shape, 1, cfg.parallel.zero_group_size).topology(0);  // stages 1-3's groups
-    const double N = cfg.parallel.ep > 1 ? expert_dp_of(topo, cfg.parallel.ep).zero_size : topo.zero_group_size();
+    const Topology topo = at_zero_stage(shape, 1, shape.zero_group_size).topology(0);  // stages 1-3's groups
+    const double N = shape.ep > 1 ? expert_dp_of(topo, shape.ep).zero_size : topo.zero_group_size();
     char buf[640];
     std::snprintf(buf, sizeof buf, "dry run: world %d, %s, %.4g parameters (Psi), micro_batch_size %d x seq_len %d, "
                   "activation_checkpoint.ratio %g, optimizer.offload %s (fraction %g); per rank, MiB:", world,
-                  cfg.training.precision.c_str(), psi, cfg.training.micro_batch_size, cfg.model.seq_len,
+                  cfg.training.precision.c_str(), psi, shape.B, shape.T,
                   cfg.activation_checkpoint.ratio, cfg.optimizer.offload.c_str(), off.enabled ? off.fraction : 0.0);
     out.push_back(buf);
     if (const int64_t idle = ArchSpec(g).idle_expert_params(); idle > 0) {  // MoE: total and active, exactly
@@ -306,9 +254,9 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
                       (long long)(int64_t(psi) - idle), g.moe_top_k, g.moe_experts, (long long)idle);
         out.push_back(buf);
     }
-    if (const int ep = cfg.parallel.ep; ep > 1) {  // docs/parallelism.md "Expert parallelism"
+    if (const int ep = shape.ep; ep > 1) {  // docs/parallelism.md "Expert parallelism"
         const int64_t experts = int64_t(g.n_layer) * g.moe_experts * 3 * ArchSpec(g).Fe * g.n_embd;  // w13 + w2
-        const int64_t rows = int64_t(ep) * cfg.training.micro_batch_size * cfg.model.seq_len * g.moe_top_k;
+        const int64_t rows = int64_t(ep) * shape.B * shape.T * g.moe_top_k;
         std::snprintf(buf, sizeof buf, "expert parallelism: ep %d, each rank runs %d of the %d experts per layer "
                       "(%lld of the %lld routed-expert parameters) and holds only those, its ZeRO group the dp / ep ranks with "
                       "the same experts; receive buffers for "
@@ -324,7 +272,7 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
     if (shape.pp > 1) return pipeline_report(cfg, shape, out);
     out.push_back("stage" + memory_columns_head() + " device total | model states   paper formula");
     for (int stage = 0; stage <= 3; ++stage) {
-        const auto b = estimate_memory(cfg, at_zero_stage(shape, stage, cfg.parallel.zero_group_size));
+        const auto b = estimate_memory(cfg, at_zero_stage(shape, stage, shape.zero_group_size));
         std::string row = "    " + std::to_string(stage);
         const auto [total, states] = append_memory_columns(row, b);
         // Rajbhandari et al. 2020: DP (es+es+K)Psi; ZeRO-1 es+es+K/N; ZeRO-2 es+(es+K)/N; ZeRO-3
@@ -352,11 +300,11 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
                   "(GPT-2 124M at micro-batch 32: 768 MiB), cublas up to model.attention_workspace_mb plus per-head "
                   "copies, and with n_kv_head < n_head on attention.cu (on cudnn only if it refuses its grouped-query "
                   "graph) the expanded heads, 6 B*T*n_embd act elements; docs/attention.md.)");
-    if (bf16 && cuda::flash_attention_supported(cfg.model.n_embd, cfg.model.n_head)) {
-        const int heads = cfg.model.n_head / tp, hs = cfg.model.n_embd / cfg.model.n_head;
+    if (bf16 && cuda::flash_attention_supported(g.n_embd, g.n_head)) {
+        const int heads = g.n_head / tp, hs = g.n_embd / g.n_head;
         // No device here: the larger of the backward's key-block variants' scratch (an upper bound).
-        const size_t bytes = cuda::flash_attention_backward_scratch_bytes(cfg.training.micro_batch_size,
-                                                                          cfg.model.seq_len, heads * hs, heads);
+        const size_t bytes = cuda::flash_attention_backward_scratch_bytes(shape.B, shape.T, heads * hs,
+                                                                          heads);
         std::snprintf(buf, sizeof buf, "(CUDA, model.attention = \"native\" or \"auto\" without cuDNN: "
                       "FlashAttention-2's backward scratch, D and the dQ partials of every key block (128 keys; at head size 128 "
                       "64 where a device allows under 115,200 B of shared memory per block: the larger of the two counted) for "
@@ -371,8 +319,8 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
 
 std::string fp8_workspace_line(const Config& cfg, const RunShape& shape) {
     const ArchSpec spec(shape.model);
-    const int tp = shape.tp, C = cfg.model.n_embd;
-    const int N = cfg.training.micro_batch_size * cfg.model.seq_len / shape.cp;  // this rank's rows
+    const int tp = shape.tp, C = shape.model.n_embd;
+    const int N = shape.B * shape.T / shape.cp;  // this rank's rows
     // The block's four linear layers (in -> out widths on one TP rank); the largest call sizes it.
     const int widths[4][2] = {{C, spec.qkv_width(tp)}, {spec.NH / tp * spec.HS, C}, {C, spec.mlp_in_width(tp)},
                               {spec.F / tp, C}};

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "app/config/config.hpp"
+#include "app/state/run_shape.hpp"
 #include "model/allocator.hpp"
 #include "model/cuda/cuda_backend.hpp"
 #include "model/gpt.hpp"
@@ -55,42 +56,9 @@ struct ModelState {
 /// `host` asks for one over host buffers (MPI), else one for the backend's device buffers.
 using CommFactory = std::function<std::unique_ptr<Comm>(const std::vector<int>& ranks, bool host)>;
 
-/// training.precision as the device compute dtype (the config has validated it: "fp32" or "bf16").
-DType precision_dtype(const Config& cfg);
-/// The ZeRO group size a topology is built with: 1 at stage 0 (plain DP), else parallel.zero_group_size.
-int zero_group_of(const Config& cfg);
 /// The unit padding of a layout sharded over a ZeRO group of n ranks: every shard of a unit
 /// 16-byte aligned (8 elements per rank), 1 when n == 1.
 inline int zero_shard_multiple(int n) { return n > 1 ? 8 * n : 1; }
-/// model.attention*, training.stochastic_rounding as the CUDA backend's options (the CPU ignores them).
-CudaBackendOptions cuda_options_of(const Config& cfg);
-/// optimizer.offload* (and training.stochastic_rounding) as the optimizer's OffloadConfig.
-OffloadConfig offload_config_of(const Config& cfg);
-/// The per-stage plan of cfg (parallel/partition.hpp stage_plan over the config's lists).
-std::vector<StageLayers> stage_plan_of(const Config& cfg);
-/// The run's shape: what a config and a world size fix before anything is built, computed once
-/// (run_shape) and handed down to the trainer, the dry run (estimate_memory, step_traffic) and the
-/// planner's memory count, instead of each calling back for the pieces.
-struct RunShape {
-    GPTConfig model;                  ///< cfg.model as the model's configuration
-    std::vector<StageLayers> stages;  ///< every pipeline stage's layers and recomputed layers
-    int world = 1, pp = 1, tp = 1;    ///< ranks, pipeline stages, tensor-parallel width
-    int cp = 1;                       ///< context-parallel ranks per window (parallel.cp)
-    int zero_stage = 0;               ///< parallel.zero_stage
-    int zero_group = 1;               ///< ZeRO group size (1 at ZeRO stage 0: plain DP; 0: all of dp)
-    DType precision = DType::f32;     ///< the device compute dtype
-    OffloadConfig offload;            ///< the optimizer's offload
-    CudaBackendOptions cuda;          ///< the CUDA backend's options (the CPU ignores them)
-    /// The topology of this shape seen from world rank `rank`. Errors: as Topology.
-    Topology topology(int rank) const { return Topology(world, rank, pp, zero_group, tp, cp); }
-};
-
-/// cfg's shape on `world` ranks. Errors: std::invalid_argument naming the key, as stage_plan.
-RunShape run_shape(const Config& cfg, int world);
-/// `shape` at ZeRO stage `stage`, its group 1 at stage 0 and else `group_size` (0: all of dp), the
-/// rest alike: the dry run's and the planner's rows per ZeRO stage.
-RunShape at_zero_stage(RunShape shape, int stage, int group_size);
-
 /// The units pipeline stage `stage` of `stages` holds for layers [l0, l1): the embeddings on the first
 /// and (tied wte) the last stage, the layers, ln_f on the last; empty when stages == 1 (all).
 std::vector<int> stage_units(const GPTConfig& g, int stage, int stages, int l0, int l1);

@@ -138,7 +138,7 @@ TEST(PlanCp, StageTimesAreTheTokensShareAndTheQkvCollectives) {
     auto cp_sent = [&](float ratio) {
         Config t2 = c2;
         t2.activation_checkpoint.ratio = ratio;
-        for (const GroupTraffic& k : step_traffic(t2, run_shape(t2, 4), 4).groups)
+        for (const GroupTraffic& k : step_traffic(run_shape(t2, 4), 4).groups)
             if (k.kind == GroupKind::cp) return k.per_rank;
         return -1.0;
     };

@@ -55,7 +55,7 @@ constexpr double rows = B * T;
 TEST(Traffic, FlatDataParallelOverTwoNodes) {
     // 16 ranks, 8 per node, plain DP in fp32: one ring of 16 on 2 nodes, 2 of its 16 hops cross.
     const Config c = tiny();
-    const StepTraffic t = step_traffic(c, run_shape(c, 16), 8);
+    const StepTraffic t = step_traffic(run_shape(c, 16), 8);
     const double psi = double(ParamLayout(gpt_config_of(c)).total_numel());
     const double v = 2.0 * 15 / 16 * psi * 4;
     ASSERT_EQ(t.groups.size(), 1u);
@@ -71,7 +71,7 @@ TEST(Traffic, FlatDataParallelOverTwoNodes) {
     expect_rel(t.crossing, 2 * v, "job crossing");
     EXPECT_EQ(t.nodes, 2);
     // One node: nothing crosses.
-    EXPECT_EQ(step_traffic(c, run_shape(c, 16), 16).crossing, 0.0);
+    EXPECT_EQ(step_traffic(run_shape(c, 16), 16).crossing, 0.0);
 }
 
 TEST(Traffic, ContextParallelGathersTheWindowsQkvPerLayer) {
@@ -81,7 +81,7 @@ TEST(Traffic, ContextParallelGathersTheWindowsQkvPerLayer) {
     // the reduce-scatter, less the top layer's backward gather (its window is still there from the
     // forward, model/gpt_cp.cpp), each rank sending (cp-1)/cp of it (fp32 on the CPU).
     const Config c = tiny({"parallel.cp=2", "run.sample_interval=0"});
-    const StepTraffic t = step_traffic(c, run_shape(c, 8), 4);
+    const StepTraffic t = step_traffic(run_shape(c, 8), 4);
     EXPECT_EQ(t.cp, 2);
     EXPECT_EQ(t.dp, 4);
     const GroupTraffic* g = kind(t, GroupKind::cp);
@@ -108,7 +108,7 @@ TEST(Traffic, ZeroThreeFlatAndInNodeLocalGroups) {
         const ParamLayout l(g, 8 * 16);  // units padded to split over 16
         const double psi = double(l.total_numel()), psi0 = double(l.units()[0].numel);
         const double v = 15.0 / 16 * (m * psi * 4 + (2 * m * (psi - psi0) + psi0) * 2);
-        const StepTraffic t = step_traffic(flat, run_shape(flat, 16), 8);
+        const StepTraffic t = step_traffic(run_shape(flat, 16), 8);
         ASSERT_EQ(t.groups.size(), 1u);
         const GroupTraffic* z = kind(t, GroupKind::zero);
         ASSERT_NE(z, nullptr);
@@ -122,7 +122,7 @@ TEST(Traffic, ZeroThreeFlatAndInNodeLocalGroups) {
     const double psi = double(l.total_numel()), psi0 = double(l.units()[0].numel);
     const double vz = 7.0 / 8 * (m * psi * 4 + (2 * m * (psi - psi0) + psi0) * 2);
     const double vr = 2.0 * 1 / 2 * psi / 8 * 4;  // the shard's all-reduce over 2 replicas
-    const StepTraffic t = step_traffic(sub, run_shape(sub, 16), 8);
+    const StepTraffic t = step_traffic(run_shape(sub, 16), 8);
     const GroupTraffic *z = kind(t, GroupKind::zero), *r = kind(t, GroupKind::replica);
     ASSERT_NE(z, nullptr);
     ASSERT_NE(r, nullptr);
@@ -144,7 +144,7 @@ TEST(Traffic, ZeroOneOverFourNodes) {
     const Config c = tiny({"parallel.zero_stage=1"});
     const double psi = double(ParamLayout(gpt_config_of(c), 8 * 16).total_numel());
     const double v = 15.0 / 16 * (psi * 4 + psi * 4);
-    const StepTraffic t = step_traffic(c, run_shape(c, 16), 4);
+    const StepTraffic t = step_traffic(run_shape(c, 16), 4);
     const GroupTraffic* z = kind(t, GroupKind::zero);
     ASSERT_NE(z, nullptr);
     EXPECT_EQ(z->max_nodes, 4);
@@ -158,7 +158,7 @@ TEST(Traffic, PipelineWithAStagePerNode) {
     // tied embedding's pair cross; the TP and dp groups stay inside a stage's node.
     const Config c = tiny({"parallel.pp=4", "parallel.tp=2"});
     const GPTConfig g = gpt_config_of(c);
-    const StepTraffic t = step_traffic(c, run_shape(c, 16), 4);
+    const StepTraffic t = step_traffic(run_shape(c, 16), 4);
     const double A = rows * C * 4;
     const GroupTraffic *p = kind(t, GroupKind::pipeline), *e = kind(t, GroupKind::embedding),
                        *tp = kind(t, GroupKind::tp), *dp = kind(t, GroupKind::dp);
@@ -200,7 +200,7 @@ TEST(Traffic, UntiedHeadHasNoEmbeddingPair) {
                                      {"model.n_layer=4", "model.seq_len=64", "training.micro_batch_size=2",
                                       "training.precision=\"fp32\"", "parallel.pp=2",
                                       std::string("model.tie_embeddings=") + (tied ? "true" : "false")});
-        const StepTraffic t = step_traffic(c, run_shape(c, 4), 2);
+        const StepTraffic t = step_traffic(run_shape(c, 4), 2);
         const GroupTraffic *e = kind(t, GroupKind::embedding), *dp = kind(t, GroupKind::dp);
         ASSERT_NE(dp, nullptr);
         const double psi0 = double(ParamLayout(gpt_config_of(c)).units()[0].numel);
@@ -222,7 +222,7 @@ TEST(Traffic, TensorParallelAcrossNodesAndSequenceParallel) {
     const auto plan = stage_plan_of(c);
     const double ck = plan[0].checkpointed;
     const double v = m * ((4 * 8 + ck + 2) * 2.0 * 3 / 4 * A + 3 * rows * 12);
-    const StepTraffic t = step_traffic(c, run_shape(c, 8), 2);
+    const StepTraffic t = step_traffic(run_shape(c, 8), 2);
     const GroupTraffic* tp = kind(t, GroupKind::tp);
     ASSERT_NE(tp, nullptr);
     EXPECT_EQ(tp->spanning, 2);
@@ -231,7 +231,7 @@ TEST(Traffic, TensorParallelAcrossNodesAndSequenceParallel) {
     // Sequence parallelism, pp 2 x tp 2 on nodes of 2: a stage per node; sends are the rank's rows.
     const Config s = tiny({"parallel.pp=2", "parallel.tp=2", "parallel.sequence_parallel=true"});
     const auto sp = stage_plan_of(s);
-    const StepTraffic u = step_traffic(s, run_shape(s, 4), 2);
+    const StepTraffic u = step_traffic(run_shape(s, 4), 2);
     const GroupTraffic *p = kind(u, GroupKind::pipeline), *t2 = kind(u, GroupKind::tp);
     ASSERT_TRUE(p && t2);
     expect_rel(p->total, 2 * 2 * m * A / 2, "2 pipelines, one boundary, half the rows");
@@ -334,7 +334,7 @@ TEST(Traffic, EqualsTheBruteForceOverRanks) {
         const Config c = tiny(lay.sets);
         std::string name = "world " + std::to_string(lay.world) + ", " + std::to_string(lay.per_node) + " per node:";
         for (const auto& s : lay.sets) name += " " + s;
-        const StepTraffic t = step_traffic(c, run_shape(c, lay.world), lay.per_node);
+        const StepTraffic t = step_traffic(run_shape(c, lay.world), lay.per_node);
         const auto want = enumerate(c, lay.world, lay.per_node);
         double total = 0, crossing = 0;
         for (int k = 0; k < int(GroupKind::count); ++k) {
@@ -363,7 +363,7 @@ TEST(Traffic, CrossingSharesAreKOverP) {
     // Plain DP over 16 on 4 nodes: 4 / 16.
     EXPECT_EQ(crossing_shares(16, 1, 1, 1, 4).replica, 0.25);
     EXPECT_THROW(crossing_shares(16, 1, 1, 1, 0), std::invalid_argument);
-    EXPECT_THROW(step_traffic(tiny(), run_shape(tiny(), 16), 0), std::invalid_argument);
+    EXPECT_THROW(step_traffic(run_shape(tiny(), 16), 0), std::invalid_argument);
 }
 
 TEST(Traffic, DryRunPrintsTheTable) {
