@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
         resolve_batch(cfg, cfg.parallel.dp);
         auto comm = make_mpi_comm();
         RunLog log(world_rank() == 0);
-        Trainer t(cfg, *comm);
+        Trainer t(cfg, run_shape(cfg, world_size()), *comm);  // the run's shape, as main builds it
         log.line(t.resume_from(argv[1]));
         const std::string dir = t.save_checkpoint(log);
         if (world_rank() == 0) std::printf("resaved %s\n", dir.c_str());
