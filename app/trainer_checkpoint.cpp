@@ -40,7 +40,7 @@ void Trainer::Impl::save(RunLog& log, Metrics* metrics) {
         size_t local = 0;
         for (const FlatRange& r : ms.engine->shard()) {
             // The last stage's copy of the tied wte (unit 0) is the first stage's: saved once, there.
-            const bool copy = ms.pipe && last_stage() && r.offset < ms.layout->units()[1].offset;
+            const bool copy = !axes->saves_unit(0) && r.offset < ms.layout->units()[1].offset;
             if (!copy)
                 views.push_back({r.offset, r.offset + r.numel, m + local, v + local, w + local});
             local += r.numel;
@@ -94,7 +94,7 @@ std::string Trainer::Impl::tied_wte_problem(const float* w) {
 std::vector<int> Trainer::Impl::tp_units(bool saved) const {
     std::vector<int> out;
     for (int u = 0; u < int(ms.layout->units().size()); ++u)
-        if (ms.engine->holds(u) && !(saved && ms.pipe && last_stage() && u == 0)) out.push_back(u);
+        if (ms.engine->holds(u) && !(saved && !axes->saves_unit(u))) out.push_back(u);
     return out;
 }
 

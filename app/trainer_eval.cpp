@@ -17,7 +17,7 @@ float Trainer::Impl::evaluate(DataLoader& loader) {
         loader.next(inputs.data(), targets.data());
         sum += ms.pipe ? ms.pipe->evaluate(inputs.data(), targets.data()) : ms.gpt->evaluate(inputs.data(), targets.data());
     }
-    return dp_mean(float(sum / double(n)));
+    return axes->loss_mean(float(sum / double(n)));  // the dp mean (StepAxes: the last stage's, TP index 0's)
 }
 
 void Trainer::Impl::eval_and_sample(int64_t s, RunLog& log, Metrics* metrics) {

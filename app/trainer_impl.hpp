@@ -22,6 +22,7 @@
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parallel/step_axes.hpp"
 #include "parallel/topology.hpp"
 #include "parallel/zero.hpp"
 
@@ -67,6 +68,9 @@ struct Trainer::Impl {
     // The layout, the groups' Comms, the ZeRO engine, the GPT, AdamW and, with pp > 1, the pipeline
     // stage (make_model_state); after ops and alloc, so destroyed before them.
     ModelState ms;
+    // The step's parallelisms over ms (parallel/step_axes.hpp): the dp spine, then ep, tp, pp, cp in
+    // protocol order (trainer_setup.cpp step_axes_of); after ms, so destroyed before it.
+    std::unique_ptr<StepAxes> axes;
     LRSchedule sched;
     std::unique_ptr<DataLoader> train, val;  // val: only with run.eval_interval > 0
     // A mixture's sources (data.sources), in order: each one's own val loader (nullptr without
@@ -104,22 +108,6 @@ struct Trainer::Impl {
     bool last_stage() const { return topo.stage() == topo.pp() - 1; }
 
     // --- app/trainer_step.cpp: one optimizer step
-
-    /// Mean of a per-rank value over the dp ranks. With a pipeline only the last stage's ranks hold
-    /// the value and the others pass 0 (adding 0 first keeps the sum of the dp values exact); with
-    /// tensor parallelism every TP rank holds the same value and only TP index 0 passes it.
-    float dp_mean(float v);
-
-    /// The tied wte's gradient: the embedding's part (first stage) plus the LM head's (last stage),
-    /// summed on both so their copies of wte stay equal (Megatron's embedding group).
-    void sum_embedding_grads();
-
-    /// Tensor parallelism: the replicated tensors' reduced gradients (LayerNorms, wpe, row-parallel
-    /// biases) from TP index 0 to the group. They are equal before the dp reduction, but each TP
-    /// index reduces over its own ZeRO/replica communicators, which real NCCL need not sum alike:
-    /// one unit in the last place would let the copies drift apart (cuda_emu_tp shows it with
-    /// CUDA_EMU_NCCL_PERTURB). About 3 broadcasts per layer of its replicated elements (0.1% of GPT-2's).
-    void same_replicated_grads();
 
     /// One optimizer step at 0-based index `step`: (mean loss over micro-batches and ranks, lr, norm).
     /// Returns false when the loss or the gradient norm is not finite: then nothing is updated.

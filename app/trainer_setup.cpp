@@ -10,6 +10,27 @@
 
 namespace llmtrain {
 
+namespace {
+
+/// The step's parallelisms over `ms` (parallel/step_axes.hpp), in protocol order after the
+/// data-parallel spine: ep, tp, pp, cp, each where it is in use. The pipeline's tied-embedding sum
+/// comes before the dp reduction, the EP group's dense sum and TP's replicated broadcast after it,
+/// the norm is summed over the TP group, then the stages: the order the step's bits depend on.
+std::unique_ptr<StepAxes> step_axes_of(ModelState& ms, const Topology& topo, Comm& world, DType act) {
+    auto axes = std::make_unique<StepAxes>(*ms.engine, world, topo.dp());
+    if (ms.ep_grads) axes->add(std::make_unique<ExpertParallelAxis>(*ms.ep_grads));
+    if (ms.tp_group)  // only a sum over other ranks (dp, or the tied-embedding pair) can make the copies differ
+        axes->add(std::make_unique<TensorParallelAxis>(*ms.engine, *ms.tp_group, *ms.tp_host_comm, act,
+                                                       topo.dp() > 1 || ms.embedding_comm != nullptr));
+    if (ms.pipe)
+        axes->add(std::make_unique<PipelineAxis>(*ms.engine, ms.embedding_comm.get(), *ms.stage_comm,
+                                                 ms.layout->units()[0].numel, act, topo.stage() == topo.pp() - 1));
+    if (topo.cp() > 1) axes->add(std::make_unique<ContextParallelAxis>(topo.cp()));
+    return axes;
+}
+
+}  // namespace
+
 Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
     : cfg(c), comm(cm), shape(s), topo(s.topology(cm.rank())), dp(topo.dp()), rank(cm.rank()), B(s.B), T(s.T),
       accum(s.accum),
@@ -58,6 +79,7 @@ Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
         return host ? make_mpi_comm(ranks, co) : make_comm(*ops, ranks, co);
     };
     ms = make_model_state(cfg, shape, *alloc, topo, comms, train->info().eos_id);
+    axes = step_axes_of(ms, topo, comm, ops->act_dtype());
     init_weights(cfg, *ms.gpt, *ms.adam, ms.engine->param_shard());  // random, or model.init_from's file
     if (ms.pipe) ms.pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
     else if (std::string(ops->name()) == "cuda") {  // the same, without a pipeline (docs/cuda.md "First step")
