@@ -47,7 +47,7 @@ std::vector<std::string> Trainer::summary() const {
         out.push_back(std::string("documents: ") +
                       (c.data.document_mask ? "attention masked to each document" : "attention across documents") +
                       (c.data.reset_position_ids ? ", positions restart at each document" : ", positions run on") +
-                      " (a document ends at eos id " + std::to_string(I.train->info().eos_id) + ")");
+                      " (a document ends at eos id " + std::to_string(I.data.train->info().eos_id) + ")");
     out.push_back("parallel: zero_stage " + std::to_string(I.shape.zero_stage) + ", grad_reduce_dtype " +
                   c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
     const int64_t idle = ArchSpec(I.shape.model).idle_expert_params();  // MoE: experts a token skips
@@ -102,8 +102,8 @@ std::vector<std::string> Trainer::summary() const {
                std::to_string(i.vocab_size) + ", " + std::to_string(l.batches_per_epoch()) +
                " micro-batches per epoch per rank";
     };
-    out.push_back(data_line("train", *I.train));
-    out.push_back(I.val ? data_line("val", *I.val) : "data: val " + c.data.val + ": not read (run.eval_interval = 0)");
+    out.push_back(data_line("train", *I.data.train));
+    out.push_back(I.data.val ? data_line("val", *I.data.val) : "data: val " + c.data.val + ": not read (run.eval_interval = 0)");
     char sched[200];
     std::snprintf(sched, sizeof sched, "schedule: max_steps %d, lr %.3g -> %.3g (%s), warmup_steps %d, grad_clip %g",
                   c.run.max_steps, c.optimizer.lr, c.lr_schedule.min_lr, c.lr_schedule.decay.c_str(),

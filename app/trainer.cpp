@@ -132,7 +132,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
         return;
     }
     StepWindow window(I.start_step, max_steps, I.tokens_per_step(), fpt, peak, I.topo.world_size());
-    for (const SourceState& src : I.train->state().sources) I.source_reported.push_back(src.position);  // from here
+    for (const SourceState& src : I.data.train->state().sources) I.data.source_reported.push_back(src.position);  // from here
     while (I.step < max_steps) {
         const auto t0 = Clock::now();
         StepResult r;
@@ -156,14 +156,15 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
 
 void Trainer::Impl::report_sources(int64_t s, bool log_line, RunLog& log, Metrics* metrics) {
     if (cfg.data.sources.empty()) return;
-    const LoaderState st = train->state();  // every source's position: the same on every rank
+    const LoaderState st = data.train->state();  // every source's position: the same on every rank
     uint64_t total = 0;
     for (const SourceState& src : st.sources) total += src.position;
     std::string line = "step " + std::to_string(s) + "/" + std::to_string(cfg.run.max_steps) + " | tokens by source:";
     for (size_t k = 0; k < st.sources.size(); ++k) {
         const SourceState& src = st.sources[k];
-        if (metrics) metrics->add_source_tokens(src.name, double((src.position - source_reported[k]) * uint64_t(T)));
-        source_reported[k] = src.position;
+        uint64_t& reported = data.source_reported[k];
+        if (metrics) metrics->add_source_tokens(src.name, double((src.position - reported) * uint64_t(T)));
+        reported = src.position;
         if (!log_line) continue;
         char share[32];
         std::snprintf(share, sizeof share, " (%.2f%%)", 100.0 * double(src.position) / double(total));

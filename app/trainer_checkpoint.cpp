@@ -102,7 +102,7 @@ TrainState Trainer::Impl::train_state() const {
     TrainState st;
     st.step = step;
     st.tokens_seen = tokens_seen;
-    st.loader = train->state();
+    st.loader = data.train->state();
     std::ostringstream rng;
     rng << sampler_rng;
     st.sampler_rng = rng.str();
@@ -122,7 +122,7 @@ TrainState Trainer::Impl::train_state() const {
 
 LoaderState Trainer::Impl::legacy_loader_state(const TrainState& st, const std::string& dir) const {
     const auto [epoch, batch] = *st.legacy_loader;
-    const uint64_t bpe = train->batches_per_epoch();
+    const uint64_t bpe = data.train->batches_per_epoch();
     if (st.dp != topo.data_parallel() || batch >= bpe || epoch * bpe + batch != uint64_t(st.step) * uint64_t(accum))
         throw CheckpointError(
             dir + "/state.toml: [loader] epoch " + std::to_string(epoch) + ", batch " + std::to_string(batch) +
@@ -131,7 +131,7 @@ LoaderState Trainer::Impl::legacy_loader_state(const TrainState& st, const std::
             std::to_string(B) + ", grad_accum_steps " + std::to_string(accum) +
             "; resume it once with the dp, micro_batch_size and grad_accum_steps it was written with (its "
             "next checkpoint then resumes in any layout)");
-    return train->legacy_position(epoch, batch);
+    return data.train->legacy_position(epoch, batch);
 }
 
 bool Trainer::Impl::checkpoint_and_maybe_stop(int64_t s, RunLog& log, Metrics* metrics) {
@@ -204,7 +204,7 @@ std::string Trainer::resume_from(const std::string& dir) {
     I.ms.adam->set_t(st.adam_t);
     I.step = I.start_step = st.step;
     I.tokens_seen = st.tokens_seen;
-    I.train->restore(st.legacy_loader ? I.legacy_loader_state(st, dir) : st.loader);
+    I.data.train->restore(st.legacy_loader ? I.legacy_loader_state(st, dir) : st.loader);
     std::istringstream rng(st.sampler_rng);
     rng >> I.sampler_rng;
     if (!rng) throw CheckpointError(dir + "/state.toml: sampler_rng: not a std::mt19937_64 state");
@@ -213,8 +213,8 @@ std::string Trainer::resume_from(const std::string& dir) {
                        std::to_string(I.restarts) + " of this run";
     if (st.dp != I.topo.data_parallel())  // the data stream goes on unchanged (data/loader.hpp)
         note += "; dp changed from " + std::to_string(st.dp) + " to " + std::to_string(I.topo.data_parallel());
-    if (I.train->state().seed != I.cfg.run.seed)
-        note += "; the data order keeps the checkpoint's seed " + std::to_string(I.train->state().seed);
+    if (I.data.train->state().seed != I.cfg.run.seed)
+        note += "; the data order keeps the checkpoint's seed " + std::to_string(I.data.train->state().seed);
     if (st.backend != I.ops->name() || st.precision != I.cfg.training.precision)
         note += "; written by backend " + st.backend + "/" + st.precision;
     return note;

@@ -14,8 +14,9 @@ float Trainer::Impl::evaluate(DataLoader& loader) {
     const uint64_t n = cfg.run.eval_steps > 0 ? uint64_t(cfg.run.eval_steps) : loader.batches_per_epoch();
     double sum = 0;
     for (uint64_t i = 0; i < n; ++i) {
-        loader.next(inputs.data(), targets.data());
-        sum += ms.pipe ? ms.pipe->evaluate(inputs.data(), targets.data()) : ms.gpt->evaluate(inputs.data(), targets.data());
+        int *in = data.inputs.data(), *tgt = data.targets.data();
+        loader.next(in, tgt);
+        sum += ms.pipe ? ms.pipe->evaluate(in, tgt) : ms.gpt->evaluate(in, tgt);
     }
     return axes->loss_mean(float(sum / double(n)));  // the dp mean (StepAxes: the last stage's, TP index 0's)
 }
@@ -24,16 +25,16 @@ void Trainer::Impl::eval_and_sample(int64_t s, RunLog& log, Metrics* metrics) {
     const auto& rc = cfg.run;
     const int64_t max_steps = rc.max_steps;
     if (rc.eval_interval > 0 && (s % rc.eval_interval == 0 || s == max_steps)) {
-        const float vl = evaluate(*val);
+        const float vl = evaluate(*data.val);
         log.val_record(s, vl);
         char buf[64];
         std::snprintf(buf, sizeof buf, "val loss %.4f", vl);
         std::string line = "step " + std::to_string(s) + "/" + std::to_string(max_steps) + " | " + buf;
         if (metrics) metrics->set_val_loss(vl);
-        for (size_t k = 0; k < source_val.size(); ++k) {  // a mixture's sources with their own val data
-            if (!source_val[k]) continue;
+        for (size_t k = 0; k < data.source_val.size(); ++k) {  // a mixture's sources with their own val data
+            if (!data.source_val[k]) continue;
             const std::string& name = cfg.data.sources[k].name;
-            const float v = evaluate(*source_val[k]);
+            const float v = evaluate(*data.source_val[k]);
             log.eval_record(s, "val:" + name, v);
             std::snprintf(buf, sizeof buf, " %.4f", v);
             line += " | " + name + buf;
@@ -55,7 +56,7 @@ bool Trainer::Impl::samples_here() const {
 
 void Trainer::Impl::sample(int64_t s, RunLog& log) {
     const auto& rc = cfg.run;
-    const int eos = train->info().eos_id;
+    const int eos = data.train->info().eos_id;
     std::vector<int32_t> ids;
     if (ms.pipe) {
         const LogitsAt logits = [&](const int* in, int pos) {

@@ -2,7 +2,10 @@
 // so that each concept of the trainer reads in its own file: trainer_setup.cpp (building the run),
 // trainer_step.cpp (one optimizer step), trainer_eval.cpp (val loss, HellaSwag, samples),
 // trainer_checkpoint.cpp (saving, resuming), trainer.cpp (the loop and its reporting) and
-// run_summary.cpp (the start-up summary). Internal to app/: nothing else includes it.
+// run_summary.cpp (the start-up summary). Its state is mostly owned pieces built in that order: the
+// run's shape and topology (RunShape), the model state (ModelState), the step's parallelisms
+// (StepAxes), what the run reads (TrainerData), the checkpoint saver; beside them the counters that
+// state.toml records. Internal to app/: nothing else includes it.
 #pragma once
 #include "app/trainer.hpp"
 
@@ -16,6 +19,7 @@
 #include "app/moe_balance.hpp"
 #include "app/state/model_state.hpp"
 #include "app/step_trace.hpp"
+#include "app/trainer_data.hpp"
 #include "data/loader.hpp"
 #include "data/tokenizer.hpp"
 #include "model/arch.hpp"
@@ -72,14 +76,9 @@ struct Trainer::Impl {
     // protocol order (trainer_setup.cpp step_axes_of); after ms, so destroyed before it.
     std::unique_ptr<StepAxes> axes;
     LRSchedule sched;
-    std::unique_ptr<DataLoader> train, val;  // val: only with run.eval_interval > 0
-    // A mixture's sources (data.sources), in order: each one's own val loader (nullptr without
-    // `val` or with run.eval_interval = 0), and its stream position last reported to the metrics.
-    std::vector<std::unique_ptr<DataLoader>> source_val;
-    std::vector<uint64_t> source_reported;
+    TrainerData data;  // the loaders and the host micro-batch (app/trainer_data.hpp)
     std::optional<Tokenizer> tokenizer;  // rank 0 with samples enabled
     float* norm_scratch = nullptr;       // (1) device fp32
-    std::vector<int32_t> inputs, targets;  // (B,T) host int32
     std::mt19937_64 sampler_rng;
     std::unique_ptr<StepTrace> trace;      // run.trace
     int64_t step = 0, start_step = 0;

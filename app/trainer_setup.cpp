@@ -41,32 +41,9 @@ Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
     // data index: a CP group scores the same items together, each rank its rows of every window.
     if (cfg.run.eval_hellaswag_interval > 0)
         hellaswag = std::make_unique<HellaSwagInLoop>(cfg, topo.data_index(), topo.data_parallel());
-    LoaderOptions lo;
-    lo.path = cfg.data.train;
-    lo.B = B;
-    lo.T = T;
-    // Data is sharded by the data index: a TP group and a CP group read the same batches (each CP rank
-    // then keeps its chunks of every window, model/context_parallel.hpp).
-    lo.rank = topo.data_index();
-    lo.world = topo.data_parallel();
-    lo.seed = cfg.run.seed;
-    lo.shuffle = true;
-    lo.vocab_size = shape.model.vocab_size;
-    for (const DataSource& s : cfg.data.sources) lo.sources.push_back(SourceSpec{s.name, s.path, s.weight});
-    train = std::make_unique<DataLoader>(lo);
-    lo.sources.clear();
-    if (cfg.run.eval_interval > 0) {  // else never read: a val set too small for B x dp is no error
-        lo.path = cfg.data.val;
-        lo.shuffle = false;
-        lo.expect_tokenizer_sha256 = train->info().tokenizer_sha256;  // val must be tokenized alike
-        val = std::make_unique<DataLoader>(lo);
-        for (const DataSource& s : cfg.data.sources) {  // per-source val losses (docs/data.md "Sources")
-            lo.path = s.val;
-            source_val.push_back(s.val.empty() ? nullptr : std::make_unique<DataLoader>(lo));
-        }
-    }
+    data = open_trainer_data(cfg, shape, topo);
     if (rank == 0 && cfg.run.sample_interval > 0) {
-        TokenDataset ds(expand_data_path(train->info().path).front());  // the (first) source's first shard
+        TokenDataset ds(expand_data_path(data.train->info().path).front());  // the (first) source's first shard
         tokenizer.emplace(Tokenizer::from_dataset(ds));
     }
     ops = make_backend(cfg.run.backend, cfg.training.precision, shape.cuda);
@@ -78,7 +55,7 @@ Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
     const CommFactory comms = [&](const std::vector<int>& ranks, bool host) {
         return host ? make_mpi_comm(ranks, co) : make_comm(*ops, ranks, co);
     };
-    ms = make_model_state(cfg, shape, *alloc, topo, comms, train->info().eos_id);
+    ms = make_model_state(cfg, shape, *alloc, topo, comms, data.train->info().eos_id);
     axes = step_axes_of(ms, topo, comm, ops->act_dtype());
     init_weights(cfg, *ms.gpt, *ms.adam, ms.engine->param_shard());  // random, or model.init_from's file
     if (ms.pipe) ms.pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
@@ -106,8 +83,6 @@ Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
     // when checkpoints are off (checkpoint.interval = 0, checkpoint.at_end = false).
     if (const size_t n = checkpoint_snapshot_elems(cfg, topo, *ms.engine, *ms.adam)) saver->reserve(n);
 
-    inputs.resize(size_t(B) * T);
-    targets.resize(size_t(B) * T);
     rss_lines.push_back(peak_rss_line("at start, after the init and the checkpoint snapshot's reserve"));
 }
 

@@ -19,12 +19,12 @@ bool Trainer::Impl::train_step(float* loss, float* lr, float* norm) {
     const float dloss = axes->dloss(B, T, accum);
     double sum = 0;
     if (ms.pipe) {
-        sum = ms.pipe->train(accum, [&](int, int* in, int* tgt) { train->next(in, tgt); }, dloss);
+        sum = ms.pipe->train(accum, [&](int, int* in, int* tgt) { data.train->next(in, tgt); }, dloss);
     } else {
         for (int a = 0; a < accum; ++a) {  // queued: the losses are read once, below
-            train->next(inputs.data(), targets.data());
+            data.train->next(data.inputs.data(), data.targets.data());
             ms.engine->reduce_during_backward(cfg.parallel.overlap_grad_reduce && a == accum - 1);
-            ms.gpt->forward_backward(inputs.data(), targets.data(), dloss);
+            ms.gpt->forward_backward(data.inputs.data(), data.targets.data(), dloss);
         }
     }
     // The pipeline's tied-embedding sum, the dp reduction, the EP group's dense sum, TP's replicated
