@@ -1,8 +1,9 @@
 // parallel/all_to_all.cpp — Comm::all_to_all_v's default body (parallel/comm.hpp): an all-to-all
 // with per-peer counts built from the Comm's own point-to-point operations, so every Comm whose
-// send/recv take its buffers has it (MpiComm: MPI_Isend/MPI_Irecv; NcclComm: ncclSend/ncclRecv,
-// which is how NCCL's users build all-to-all). Expert parallelism's token exchange
-// (docs/parallelism.md "Expert parallelism").
+// send/recv take its buffers has it (MpiComm: MPI_Isend/MPI_Irecv; MpiCudaComm, whose staged
+// MPI calls never block the device). NcclComm overrides it: its ungrouped ncclRecv would block its
+// stream before the matching ncclSend, so it groups them (parallel/nccl_comm.cpp). Expert
+// parallelism's token exchange (docs/parallelism.md "Expert parallelism").
 #include <stdexcept>
 #include <string>
 #include <utility>

@@ -138,8 +138,9 @@ public:
     /// all_to_all_v of one element per peer). send and recv must not overlap. Counted as
     /// CommOp::all_to_all: the elements sent to the other ranks. Default (parallel/all_to_all.cpp):
     /// every receive posted, then every send, through recv_async / send_async (the block to oneself
-    /// too: MpiComm's Irecv/Isend, NCCL's send/recv, as NCCL builds its own all-to-all), so any Comm
-    /// whose point-to-point takes its buffers runs it; one that cannot must override it.
+    /// too: MpiComm's Irecv/Isend), so any Comm whose point-to-point takes its buffers and does not
+    /// block a receive behind a later send runs it; one that cannot must override it (NcclComm:
+    /// one ncclGroupStart..End of every peer's ncclSend/ncclRecv, parallel/nccl_comm.cpp).
     /// Errors: std::invalid_argument for null counts; the Comm's CommError for a failed or hung transfer.
     virtual void all_to_all_v(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
                               DType t);

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -176,6 +177,64 @@ public:
         check_nccl(ncclRecv(buf, n, nccl_type(t), peer, nccl_, stream_), "ncclRecv");
         count(CommOp::recv, 0);
         return finish();
+    }
+
+    /// All-to-all with per-peer counts (Comm::all_to_all_v's contract, parallel/comm.hpp): send
+    /// and recv are DEVICE buffers of dtype t, each size() blocks back to back; block q of send
+    /// (send_counts[q] elements, counts in elements, not bytes) goes to group index q, block q of
+    /// recv (recv_counts[q] elements) comes from q; the count arrays are host memory of size()
+    /// entries. Every peer's ncclSend/ncclRecv is issued inside one ncclGroupStart/ncclGroupEnd
+    /// (NCCL's rule for send/recv pairs that depend on each other: issued one by one on a stream,
+    /// a receive would wait for a send queued behind it), zero counts issue nothing, and the block
+    /// to oneself is a device-to-device cudaMemcpyAsync on the comm stream (no self send/recv).
+    /// Stream semantics as the other operations: the comm stream waits for the work queued so far
+    /// on the caller's current stream, and on return the current stream waits for the exchange
+    /// (the host does not block). Counted as CommOp::all_to_all: the bytes sent to other ranks.
+    /// Errors: std::invalid_argument for null counts; CommError when a CUDA or NCCL call fails
+    /// (the group is still closed) or the communicator was aborted.
+    void all_to_all_v(const void* send, const size_t* send_counts, void* recv, const size_t* recv_counts,
+                      DType t) override {
+        if (!send_counts || !recv_counts) throw std::invalid_argument("all_to_all_v: null counts on " + describe());
+        const int P = size(), me = rank_;
+        const size_t es = dtype_size(t);
+        const ncclDataType_t nt = nccl_type(t);
+        std::vector<size_t> send_off(P + 1, 0), recv_off(P + 1, 0);
+        for (int q = 0; q < P; ++q) {
+            send_off[q + 1] = send_off[q] + send_counts[q];
+            recv_off[q + 1] = recv_off[q] + recv_counts[q];
+        }
+        if (send_counts[me] != recv_counts[me])
+            throw std::invalid_argument("all_to_all_v: the block to oneself has " + std::to_string(send_counts[me]) +
+                                        " elements to send but " + std::to_string(recv_counts[me]) +
+                                        " to receive on " + describe());
+        begin("all_to_all");
+        if (send_counts[me] > 0)
+            check_cuda(cudaMemcpyAsync(static_cast<char*>(recv) + recv_off[me] * es,
+                                       static_cast<const char*>(send) + send_off[me] * es, send_counts[me] * es,
+                                       cudaMemcpyDeviceToDevice, stream_),
+                       "cudaMemcpyAsync (all_to_all_v's own block)");
+        uint64_t wire = 0;
+        ncclResult_t first = ncclSuccess;
+        const char* failed = "";
+        check_nccl(ncclGroupStart(), "ncclGroupStart");
+        for (int q = 0; q < P; ++q) {
+            if (q == me) continue;
+            if (recv_counts[q] > 0 && first == ncclSuccess) {
+                first = ncclRecv(static_cast<char*>(recv) + recv_off[q] * es, recv_counts[q], nt, q, nccl_, stream_);
+                if (first != ncclSuccess) failed = "ncclRecv";
+            }
+            if (send_counts[q] > 0 && first == ncclSuccess) {
+                first = ncclSend(static_cast<const char*>(send) + send_off[q] * es, send_counts[q], nt, q, nccl_,
+                                 stream_);
+                if (first != ncclSuccess) failed = "ncclSend";
+            }
+            wire += uint64_t(send_counts[q]) * es;
+        }
+        const ncclResult_t end = ncclGroupEnd();  // closed even after a failed call
+        check_nccl(first, failed);
+        check_nccl(end, "ncclGroupEnd");
+        count(CommOp::all_to_all, wire);
+        finish()->wait();
     }
 
     /// buf is HOST memory (as for MpiComm): staged through pinned and device scratch on the comm

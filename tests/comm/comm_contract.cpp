@@ -1,6 +1,6 @@
 // tests/comm/comm_contract.cpp — the CommContract fixture's references and checks, and the cases on
 // results: all-reduce, reduce-scatter and all-gather in and out of place, broadcast from the first and
-// the last rank, and every operation over many segments. What the suite is and its tolerances:
+// the last rank, all_to_all_v with uneven counts, and every operation over many segments. What the suite is and its tolerances:
 // tests/comm/comm_contract.hpp. The cases on handles, rings, groups and counters:
 // comm_contract_flow.cpp.
 #include "tests/comm/comm_contract.hpp"
@@ -285,6 +285,61 @@ TEST_P(CommContract, BroadcastFromTheFirstAndTheLastRank) {
         check_broadcast(*comm, 100, DType::bf16, root);
         check_broadcast(*comm, 1001, DType::f32, root);
         check_broadcast(*comm, 300001, DType::u8, root);
+    }
+}
+
+// all_to_all_v with uneven per-peer counts against a plain reference: group index s sends group
+// index d (s + 2d + pattern) mod 5 · 37 elements (pattern 0 and 1: some blocks empty, the block to
+// oneself among them on some ranks) or, in pattern 2, only its own block; block d of s's send is
+// elements [Σ_{d'<d} count(s, d'), +count(s, d)) of s's input, so every rank knows what it must
+// receive, back to back in group order. Over the world and the world reversed (group index ≠ world
+// rank); f32, bf16 and u8. Moves: exact bits. One guard element past the blocks stays untouched. The
+// stats count the bytes sent to the other ranks once, as all_to_all.
+TEST_P(CommContract, AllToAllVMovesUnevenBlocksExactly) {
+    for (bool reversed : {false, true}) {
+        std::vector<int> ranks(static_cast<size_t>(W));
+        for (int r = 0; r < W; ++r) ranks[size_t(r)] = reversed ? W - 1 - r : r;
+        auto comm = make(ranks);
+        const int P = comm->size(), gi = comm->rank();
+        for (int pattern : {0, 1, 2})
+            for (DType t : {DType::f32, DType::bf16, DType::u8}) {
+                const size_t es = dtype_size(t);
+                auto count = [&](int s, int d) {
+                    if (pattern == 2) return s == d ? size_t(5 + s) : size_t(0);
+                    return size_t((s + 2 * d + pattern) % 5) * 37;
+                };
+                std::vector<size_t> sc(static_cast<size_t>(P)), rc(static_cast<size_t>(P));
+                size_t send_n = 0, recv_n = 0;
+                uint64_t wire = 0;
+                for (int q = 0; q < P; ++q) {
+                    sc[size_t(q)] = count(gi, q), rc[size_t(q)] = count(q, gi);
+                    send_n += sc[size_t(q)], recv_n += rc[size_t(q)];
+                    if (q != gi) wire += sc[size_t(q)] * es;
+                }
+                Bytes want;
+                for (int q = 0; q < P; ++q) {  // q's block for me: after its blocks for group indices < gi
+                    size_t q_total = 0, off = 0;
+                    for (int d = 0; d < P; ++d) q_total += count(q, d), off += d < gi ? count(q, d) : 0;
+                    const Bytes in = input_bytes(ranks[size_t(q)], q_total, t, 40 + pattern);
+                    want.insert(want.end(), in.begin() + long(off * es), in.begin() + long((off + rc[size_t(q)]) * es));
+                }
+                const Bytes guard(es, 0x5a);
+                void* send = put(send_n > 0 ? input_bytes(me, send_n, t, 40 + pattern) : Bytes(es, 0));
+                Bytes init(recv_n * es, 0xa5);
+                init.insert(init.end(), guard.begin(), guard.end());
+                void* recv = put(init);
+                const uint64_t before = comm->stats().bytes[int(CommOp::all_to_all)];
+                const uint64_t calls = comm->stats().calls[int(CommOp::all_to_all)];
+                comm->all_to_all_v(send, sc.data(), recv, rc.data(), t);
+                Bytes got = get(recv, (recv_n + 1) * es);
+                const std::string what = std::string(reversed ? "reversed, " : "world, ") + "pattern " +
+                                         std::to_string(pattern) + ", " + dtype_name(t);
+                EXPECT_EQ(Bytes(got.end() - long(es), got.end()), guard) << what << ": wrote past the blocks";
+                got.resize(recv_n * es);
+                EXPECT_EQ(got, want) << what;
+                EXPECT_EQ(comm->stats().bytes[int(CommOp::all_to_all)] - before, wire) << what;
+                EXPECT_EQ(comm->stats().calls[int(CommOp::all_to_all)] - calls, 1u) << what;
+            }
     }
 }
 
