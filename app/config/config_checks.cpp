@@ -57,7 +57,8 @@ void check_moe(const Config& c, const At& at) {
 /// parallel.ep > 1 (docs/parallelism.md "Expert parallelism"): a mixture of experts whose
 /// n_experts ep divides, and not with what it does not run with yet: HellaSwag in the loop (its
 /// ranks score different examples, so the ep group's exchanges would not pair up). (dp is known
-/// at start-up: main.cpp checks that ep divides it; tp, pp, cp and cuda are MoE's refusals.)
+/// at start-up: resolve_world checks that ep divides it; tp, pp and cp are MoE's refusals. Both
+/// backends run it: on cuda the exchange is NcclComm's grouped all_to_all_v.)
 template <class At>
 void check_expert_parallel(const Config& c, const At& at) {
     const std::string ep = std::to_string(c.parallel.ep);
