@@ -3,7 +3,8 @@
 # parallelism") on the CUDA backend under cuda_emu: llmtrain-emu at dp 2 with ep 2 (each rank holds
 # 2 of the 4 experts; the token exchange is NcclComm::all_to_all_v, one ncclGroupStart..End of
 # ncclSend/ncclRecv per call, parallel/nccl_comm.cpp) against ep 1 on the same binary, same data,
-# seed and global batch. Model: configs/moe-tiny.toml cut to emu_lib.sh's tiny shapes (2 layers,
+# seed and global batch; then at dp 4, ep 2 with ZeRO-1 and with ZeRO-3 (the experts sharded over
+# each EP index's expert-dp group of 2) against ep 1 at ZeRO-1. Model: configs/moe-tiny.toml cut to emu_lib.sh's tiny shapes (2 layers,
 # width 32, 2 heads over 2 key/value heads, 16 tokens, micro-batch 2) with 4 experts of width 24,
 # top-2 and a shared expert; 3 steps at lr 1e-3, fp32.
 # Tolerances: losses 1e-5 relative (tests/parallel/ep_equivalence.sh's bound); the step-3 weights
@@ -29,4 +30,11 @@ run "$EMU" 2 ep1 "${MOE[@]}" --set parallel.ep=1
 run "$EMU" 2 ep2 "${MOE[@]}" --set parallel.ep=2
 compare ep1 ep2 1e-5
 weights ep1 ep2
+# dp 4: ep 2 with ZeRO-1 and ZeRO-3 (the experts sharded over each EP index's expert-dp group of 2)
+run "$EMU" 4 dp4_ep1 "${MOE[@]}" --set parallel.ep=1 --set parallel.zero_stage=1
+for z in 1 3; do
+    run "$EMU" 4 dp4_ep2_zero$z "${MOE[@]}" --set parallel.ep=2 --set parallel.zero_stage=$z
+    compare dp4_ep1 dp4_ep2_zero$z 1e-5
+    weights dp4_ep1 dp4_ep2_zero$z
+done
 echo "emu_moe_ep: all checks passed"
