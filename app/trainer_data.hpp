@@ -2,7 +2,7 @@
 // (app/trainer_impl.hpp): the train loader (this rank's share of the data stream), the val loaders
 // (the main one and a mixture's per-source ones), a mixture's positions last reported, and the host
 // micro-batch the step and the evaluation fill. Built first at setup, so a bad data file fails
-// before any large allocation (docs/data.md "The DataLoader").
+// before any large allocation (docs/data.md "DataLoader").
 #pragma once
 #include <cstdint>
 #include <memory>
