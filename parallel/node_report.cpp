@@ -29,12 +29,14 @@ std::vector<CrossingGroups> crossing_groups(const Topology& layout, const NodeMa
                                                   {"ZeRO", &Topology::zero_group},
                                                   {"replica", &Topology::replica_group},
                                                   {"data-parallel", &Topology::dp_group},
-                                                  {"pipeline", &Topology::stage_group}};
+                                                  {"pipeline", &Topology::stage_group},
+                                                  {"CP", &Topology::cp_group}};
     std::vector<CrossingGroups> out;
     for (const auto& [kind, pick] : kinds) {
         std::set<std::vector<int>> groups;
         for (int r = 0; r < W; ++r) {
-            const Topology t(W, r, layout.pp(), layout.zero_group_size(), layout.tp());
+            // The whole layout, cp included: the CP groups are cp consecutive dp indices.
+            const Topology t(W, r, layout.pp(), layout.zero_group_size(), layout.tp(), layout.cp());
             groups.insert((t.*pick)());
         }
         if (groups.begin()->size() <= 1) continue;  // one rank per group: nothing to cross
@@ -82,6 +84,11 @@ std::vector<std::string> node_report(const Topology& layout, const NodeMap& node
             lines.push_back("warning: TP group " + ranks_text(first) + " spans nodes " + spans +
                             ": its all-reduces (two per layer forward, two backward) cross the inter-node link; keep "
                             "parallel.tp <= the ranks per node (" + std::to_string(per_node) + ")");
+        if (g.kind == "CP")
+            lines.push_back("warning: CP group " + ranks_text(first) + " spans nodes " + spans +
+                            ": its q|k|v all-gathers (every layer, forward and backward) and the backward's "
+                            "reduce-scatters cross the inter-node link; keep parallel.tp x parallel.cp <= the ranks per node (" + std::to_string(per_node) +
+                            ")");
         if (g.kind == "ZeRO" && zero_stage == 3) {
             std::string fix;
             if (per_node > 0 && layout.dp() % per_node == 0 && per_node % layout.tp() == 0 && nodes.uniform_blocks())

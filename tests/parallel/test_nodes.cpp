@@ -126,3 +126,24 @@ TEST(NodeReport, PipelineStagePerNodeAndNonBlockLayouts) {
     EXPECT_EQ(node_report(t, blocks(1, 4), 0), std::vector<std::string>{"nodes: world 4 on 1 node"});
     EXPECT_THROW(crossing_groups(t, blocks(1, 2)), std::invalid_argument);
 }
+
+TEST(NodeReport, CpGroupsFollowTheLayoutsCp) {
+    // world 8 = pp 1 x dp 4 (cp 2 inside it) x tp 2: rank = t + 2·d. The CP groups are the dp indices
+    // {0,1} and {2,3} at each TP index: {0,2} {1,3} {4,6} {5,7}.
+    const Topology t(8, 0, 1, 0, 2, 2);
+    // On 2 nodes of 4 ranks ({0..3}, {4..7}): every CP group inside a node.
+    const auto inside = crossing_groups(t, blocks(2, 4));
+    ASSERT_NE(kind(inside, "CP"), nullptr);
+    EXPECT_EQ(kind(inside, "CP")->groups, 4);
+    EXPECT_TRUE(kind(inside, "CP")->cross.empty());
+    EXPECT_FALSE(has(node_report(t, blocks(2, 4), 0), "warning: CP"));
+    // On 4 nodes of 2 ranks ({0,1}, {2,3}, ...): each CP group spans two nodes, the TP groups do not.
+    const auto across = crossing_groups(t, blocks(4, 2));
+    EXPECT_EQ(kind(across, "CP")->cross, (std::vector<std::vector<int>>{{0, 2}, {1, 3}, {4, 6}, {5, 7}}));
+    EXPECT_TRUE(kind(across, "TP")->cross.empty());
+    const auto lines = node_report(t, blocks(4, 2), 0);
+    EXPECT_TRUE(has(lines, "CP groups 4 of 4")) << lines.at(1);
+    EXPECT_TRUE(has(lines, "warning: CP group [0,2] spans nodes 0, 1")) << lines.back();
+    // cp 1: a CP group of one rank is left out.
+    EXPECT_EQ(kind(crossing_groups(Topology(8, 0, 1, 0, 2), blocks(4, 2)), "CP"), nullptr);
+}
