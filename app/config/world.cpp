@@ -21,7 +21,8 @@ void check_world(const Config& cfg, int world, const std::string& what) {
 }
 
 /// parallel.zero_stage / zero_group_size against dp: a group size must divide dp x cp, the ranks a
-/// gradient is averaged over; parallel.ep must divide dp. Returns the warnings.
+/// gradient is averaged over; parallel.ep must divide dp, and a group size > 1 be a multiple of ep.
+/// Returns the warnings.
 std::vector<std::string> check_zero_config(const Config& cfg) {
     const auto& p = cfg.parallel;
     const int dp = p.dp * p.cp;
@@ -35,6 +36,10 @@ std::vector<std::string> check_zero_config(const Config& cfg) {
     if (p.ep > 1 && p.dp % p.ep != 0)  // expert parallelism is carved out of the data-parallel ranks
         throw ConfigError("parallel.ep: expected a divisor of the data-parallel ranks dp = " + std::to_string(p.dp) +
                           ", got " + std::to_string(p.ep));
+    if (p.ep > 1 && p.zero_group_size > 1 && p.zero_group_size % p.ep != 0)  // parallel/ep_grads expert_dp_of
+        throw ConfigError("parallel.zero_group_size: with parallel.ep = " + std::to_string(p.ep) +
+                          " expected 0 or a multiple of parallel.ep (the ZeRO group of the ranks that hold the same "
+                          "experts is zero_group_size / ep of them), got " + std::to_string(p.zero_group_size));
     const int group = p.zero_group_size == 0 ? dp : p.zero_group_size;
     if (p.zero_stage > 0 && group == 1)
         return {"parallel.zero_stage = " + std::to_string(p.zero_stage) +

@@ -15,8 +15,9 @@ namespace llmtrain {
 /// "--world-size 64"): parallel.pp, pp x tp and pp x tp x cp must divide world; parallel.dp = 0
 /// becomes world / (pp x tp x cp), and with `dp_must_match` a set one must equal that;
 /// parallel.zero_group_size must be 0 at zero_stage 0 and else 0 or a divisor of dp x cp;
-/// parallel.ep must divide dp; then the batch keys (resolve_batch). Returns the warnings for rank 0
-/// to print (a ZeRO stage over a group of one rank, which shards nothing), without "llmtrain: warning: ".
+/// parallel.ep must divide dp, and a zero_group_size > 1 be a multiple of it; then the batch keys
+/// (resolve_batch). Returns the warnings for rank 0 to print (a ZeRO stage over a group of one rank,
+/// which shards nothing), without "llmtrain: warning: ".
 /// Errors: ConfigError naming the key (exit 2).
 std::vector<std::string> resolve_world(Config& cfg, int world, const std::string& what, bool dp_must_match);
 

@@ -15,7 +15,8 @@
 # order) where at ep 1 each rank sums its own rows and the gradient all-reduce adds the ranks' sums,
 # so fp32 sums are reassociated (the forward's rows are each one GEMM row either way). The measured
 # figures are printed.
-# Also: refusals (exit 2 naming the key): ep not dividing n_experts, ep not dividing dp, ep without
+# Also: refusals (exit 2 naming the key): ep not dividing n_experts, ep not dividing dp, a
+# zero_group_size that ep does not divide (app/config/world.cpp; else parallel/ep_grads exit 1), ep without
 # MoE, ep with HellaSwag in the loop; the dry run at ep 2 counts the all-to-all's bytes and the
 # memory, the experts' weights, gradients and AdamW state halved (within 2% of the run's Allocator
 # peak).
@@ -45,6 +46,8 @@ refuse() {  # refuse <np> <name> <expected message> [--set overrides...]: exit 2
 }
 refuse 1 bad_div "parallel.ep: expected a divisor of model.moe.n_experts = 4, got 3" "${MOE[@]}" --set parallel.ep=3
 refuse 2 bad_dp "parallel.ep: expected a divisor of the data-parallel ranks dp = 2, got 4" "${MOE[@]}" --set parallel.ep=4
+refuse 4 bad_zg "parallel.zero_group_size: with parallel.ep = 4 expected 0 or a multiple of parallel.ep" "${MOE[@]}" \
+    --set parallel.ep=4 --set parallel.zero_stage=1 --set parallel.zero_group_size=2
 refuse 1 bad_dense "parallel.ep: expert parallelism needs a mixture of experts" "${LLAMA[@]}" --set parallel.ep=2
 refuse 2 bad_hs "parallel.ep: HellaSwag in the loop does not run with expert parallelism yet" "${MOE[@]}" \
     --set parallel.ep=2 --set run.eval_hellaswag_interval=3
