@@ -40,7 +40,7 @@ Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
     // before the loaders' I/O threads start (HDF5 may not be thread-safe). Items are split by the
     // data index: a CP group scores the same items together, each rank its rows of every window.
     if (cfg.run.eval_hellaswag_interval > 0)
-        hellaswag = std::make_unique<HellaSwagInLoop>(cfg, topo.data_index(), topo.data_parallel());
+        hellaswag = std::make_unique<HellaSwagInLoop>(cfg, shape.B, shape.T, topo.data_index(), topo.data_parallel());
     data = open_trainer_data(cfg, shape, topo);
     if (rank == 0 && cfg.run.sample_interval > 0) {
         TokenDataset ds(expand_data_path(data.train->info().path).front());  // the (first) source's first shard
@@ -81,7 +81,7 @@ Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
                                               cfg.checkpoint.keep_last, cfg.checkpoint.async, cfg.checkpoint.timeout_s);
     // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy; none
     // when checkpoints are off (checkpoint.interval = 0, checkpoint.at_end = false).
-    if (const size_t n = checkpoint_snapshot_elems(cfg, topo, *ms.engine, *ms.adam)) saver->reserve(n);
+    if (const size_t n = checkpoint_snapshot_elems(shape, topo, *ms.engine, *ms.adam)) saver->reserve(n);
 
     rss_lines.push_back(peak_rss_line("at start, after the init and the checkpoint snapshot's reserve"));
 }

@@ -9,8 +9,7 @@
 
 namespace llmtrain {
 
-HellaSwagInLoop::HellaSwagInLoop(const Config& cfg, int dp_index, int dp)
-    : B_(cfg.training.micro_batch_size), T_(cfg.model.seq_len), dp_(dp) {
+HellaSwagInLoop::HellaSwagInLoop(const Config& cfg, int B, int T, int dp_index, int dp) : B_(B), T_(T), dp_(dp) {
     const bool ours = cfg.data.hellaswag.empty();
     const std::string path = ours ? hellaswag_default_path() : cfg.data.hellaswag;
     const std::vector<HellaSwagItem> items =

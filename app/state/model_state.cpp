@@ -142,18 +142,19 @@ MemBytes estimate_memory(const Config& cfg, const RunShape& shape, int pp_stage)
         };
         ModelState s = make_model_state(cfg, shape, alloc, topo, dry, 0);  // any eos: memory only
         for (int k = 0; k < int(MemCategory::count); ++k) out[k] = alloc.current(MemCategory(k));
-        out[size_t(MemCategory::host)] += 3 * sizeof(float) * checkpoint_snapshot_elems(cfg, topo, *s.engine, *s.adam);
+        out[size_t(MemCategory::host)] += 3 * sizeof(float) * checkpoint_snapshot_elems(shape, topo, *s.engine, *s.adam);
     }
     return out;
 }
 
 bool checkpoints_on(const Config& cfg) { return cfg.checkpoint.interval > 0 || cfg.checkpoint.at_end; }
 
-size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const ZeroEngine& engine, const AdamW& adam) {
-    if (!checkpoints_on(cfg)) return 0;
-    if (cfg.parallel.ep > 1) {  // the EP writers (parallel/ep_grads.hpp ExpertDp): one piece of the model each
-        const ExpertDp x = expert_dp_of(topo, cfg.parallel.ep);
-        const ParamLayout full(gpt_config_of(cfg));
+size_t checkpoint_snapshot_elems(const RunShape& shape, const Topology& topo, const ZeroEngine& engine,
+                                 const AdamW& adam) {
+    if (!shape.checkpoints) return 0;
+    if (shape.ep > 1) {  // the EP writers (parallel/ep_grads.hpp ExpertDp): one piece of the model each
+        const ExpertDp x = expert_dp_of(topo, shape.ep);
+        const ParamLayout full(shape.model);
         std::vector<int> all;
         for (int u = 0; u < int(full.units().size()); ++u) all.push_back(u);
         return x.writer < 0 ? 0 : tp_piece(full, all, x.writers, x.writer).numel;
@@ -162,7 +163,7 @@ size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const 
     if (topo.replica() != 0) return 0;
     // save_tp: the whole tensors (tp = 1 layout, units numbered alike) of the stage's saved units,
     // one piece per rank of replica 0 (app/state/tp_state.hpp tp_piece).
-    const ParamLayout full(gpt_config_of(cfg));
+    const ParamLayout full(shape.model);
     const bool last_with_pipe = topo.pp() > 1 && topo.stage() == topo.pp() - 1;
     std::vector<int> held;
     for (int u = 0; u < int(full.units().size()); ++u)

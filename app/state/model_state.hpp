@@ -85,12 +85,14 @@ void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_sh
 bool checkpoints_on(const Config& cfg);
 
 /// Elements of the host snapshot this rank's CheckpointSaver reserves at start (w, m and v of each:
-/// 3 x 4 bytes per element, pinned, MemCategory::host), 0 when checkpoints are off or the rank
+/// 3 x 4 bytes per element, pinned, MemCategory::host) in a run of `shape` (its checkpoints flag,
+/// model and ep) seen from `topo`, 0 when checkpoints are off or the rank
 /// writes no part: with tp = 1 the ranks of replica 0, adam's shard (adam.numel()); with tp > 1 the
 /// ranks of replica 0 too, each its piece of the stage's whole tensors (app/state/tp_state.hpp tp_piece:
 /// the units `engine` holds, without the last stage's copy of the tied wte when pp > 1, cut over
 /// N x tp writers).
-size_t checkpoint_snapshot_elems(const Config& cfg, const Topology& topo, const ZeroEngine& engine, const AdamW& adam);
+size_t checkpoint_snapshot_elems(const RunShape& shape, const Topology& topo, const ZeroEngine& engine,
+                                 const AdamW& adam);
 
 /// Bytes per MemCategory of the first rank (TP index 0) of pipeline stage `pp_stage` of a run of
 /// `shape` (its world, groups, ZeRO stage and stages' layers) with cfg's batch, schedule and

@@ -56,6 +56,7 @@ RunShape run_shape(const Config& cfg, int world) {
     r.precision = precision_dtype(cfg);
     r.offload = offload_config_of(cfg);
     r.cuda = cuda_options_of(cfg);
+    r.checkpoints = cfg.checkpoint.interval > 0 || cfg.checkpoint.at_end;  // checkpoints_on (model_state.hpp)
     return r;
 }
 

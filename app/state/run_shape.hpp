@@ -48,6 +48,7 @@ struct RunShape {
     DType precision = DType::f32;     ///< the device compute dtype
     OffloadConfig offload;            ///< the optimizer's offload
     CudaBackendOptions cuda;          ///< the CUDA backend's options (the CPU ignores them)
+    bool checkpoints = false;         ///< checkpoints on: checkpoint.interval > 0 or checkpoint.at_end
     /// The topology of this shape seen from world rank `rank`: the one Topology of a run (main's
     /// node report and the trainer's groups are this one). Errors: as Topology.
     Topology topology(int rank) const { return Topology(world, rank, pp, zero_group, tp, cp); }
