@@ -115,7 +115,7 @@ double peak_flops_for(const Config& cfg, const std::string& backend_name) {
 Trainer::Trainer(const Config& cfg, const RunShape& shape, Comm& dp_comm)
     : impl_(std::make_unique<Impl>(cfg, shape, dp_comm)) {}
 Trainer::~Trainer() = default;
-int64_t Trainer::step() const { return impl_->step; }
+int64_t Trainer::step() const { return impl_->progress.step; }
 
 void Trainer::run(RunLog& log, Metrics* metrics) {
     Impl& I = *impl_;
@@ -124,27 +124,27 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
     const double peak = peak_flops_for(I.cfg, I.ops->name());
     if (metrics) {
         I.report_memory(*metrics);
-        metrics->add_restarts(I.restarts);
+        metrics->add_restarts(I.progress.restarts);
     }
     for (const std::string& l : I.rss_lines) log.line(l);
-    if (I.step >= max_steps) {
-        log.line("nothing to do: step " + std::to_string(I.step) + " >= run.max_steps " + std::to_string(max_steps));
+    if (I.progress.step >= max_steps) {
+        log.line("nothing to do: step " + std::to_string(I.progress.step) + " >= run.max_steps " + std::to_string(max_steps));
         return;
     }
-    StepWindow window(I.start_step, max_steps, I.tokens_per_step(), fpt, peak, I.topo.world_size());
+    StepWindow window(I.progress.start_step, max_steps, I.tokens_per_step(), fpt, peak, I.topo.world_size());
     for (const SourceState& src : I.data.train->state().sources) I.data.source_reported.push_back(src.position);  // from here
-    while (I.step < max_steps) {
+    while (I.progress.step < max_steps) {
         const auto t0 = Clock::now();
         StepResult r;
         r.updated = I.train_step(&r.loss, &r.lr, &r.norm);
         r.seconds = seconds_since(t0);
-        I.trace->record(I.step, t0, I.ms.pipe.get(), I.ms.adam->offload(), r.updated);
+        I.trace->record(I.progress.step, t0, I.ms.pipe.get(), I.ms.adam->offload(), r.updated);
         window.add(r.seconds);
-        const int64_t s = I.step;
+        const int64_t s = I.progress.step;
         log.train_record(s, r.loss, r.lr, r.norm);
         I.count_skipped(s, r, log, metrics);  // throws past training.max_skipped_steps
         if (metrics) I.report_step(s, r, *metrics);
-        const bool log_line = s % I.cfg.run.log_interval == 0 || s == I.start_step + 1 || s == max_steps;
+        const bool log_line = s % I.cfg.run.log_interval == 0 || s == I.progress.start_step + 1 || s == max_steps;
         if (log_line) log_step_line(window.close(s, r), log, metrics);
         I.report_moe(s, log_line, log, metrics);
         I.report_sources(s, log_line, log, metrics);
@@ -181,11 +181,8 @@ void Trainer::Impl::report_memory(Metrics& metrics) const {
 }
 
 void Trainer::Impl::count_skipped(int64_t s, const StepResult& r, RunLog& log, Metrics* metrics) {
-    if (r.updated) {
-        skipped_in_a_row = 0;
-        return;
-    }
-    ++skipped_in_a_row;
+    const int skipped_in_a_row = progress.count_skip(r.updated);
+    if (r.updated) return;
     if (metrics) metrics->add_skipped_step();
     char buf[160];
     std::snprintf(buf, sizeof buf, "step %lld: loss %g, grad norm %g: not finite, no update (%d in a row, limit "

@@ -19,7 +19,7 @@ namespace llmtrain {
 
 void Trainer::Impl::save(RunLog& log, Metrics* metrics) {
     const auto t0 = Clock::now();
-    const double waited = saver->begin(step, log, metrics);  // for the previous checkpoint
+    const double waited = saver->begin(progress.step, log, metrics);  // for the previous checkpoint
     if (full_layout) return save_tp(log, metrics, t0, waited);
     std::string err;
     int k = -1;
@@ -100,8 +100,7 @@ std::vector<int> Trainer::Impl::tp_units(bool saved) const {
 
 TrainState Trainer::Impl::train_state() const {
     TrainState st;
-    st.step = step;
-    st.tokens_seen = tokens_seen;
+    progress.record(st);  // step, tokens_seen, run_id, restarts
     st.loader = data.train->state();
     std::ostringstream rng;
     rng << sampler_rng;
@@ -114,8 +113,6 @@ TrainState Trainer::Impl::train_state() const {
     st.world_size = world_size();
     st.backend = ops->name();
     st.precision = cfg.training.precision;
-    st.run_id = run_id;
-    st.restarts = restarts;
     if (moe && cfg.moe.bias_update_rate > 0.0f) st.moe_bias = moe->bias, st.moe_experts = moe->E;
     return st;
 }
@@ -198,19 +195,16 @@ std::string Trainer::resume_from(const std::string& dir) {
     w = {};
     I.rss_lines.push_back(I.peak_rss_line(peak_reset ? "at resume (its own peak: reset before reading)"
                                                      : "at resume (the process's peak: no reset on this system)"));
-    I.run_id = st.run_id.empty() ? I.run_id : st.run_id;
-    I.restarts = st.restarts + 1;
+    I.progress.resume(st);  // step (and start_step), tokens_seen, run_id, restarts
     I.restore_moe_bias(st, dir);  // trainer_moe.cpp
     I.ms.adam->set_t(st.adam_t);
-    I.step = I.start_step = st.step;
-    I.tokens_seen = st.tokens_seen;
     I.data.train->restore(st.legacy_loader ? I.legacy_loader_state(st, dir) : st.loader);
     std::istringstream rng(st.sampler_rng);
     rng >> I.sampler_rng;
     if (!rng) throw CheckpointError(dir + "/state.toml: sampler_rng: not a std::mt19937_64 state");
     std::string note = "resume: from " + dir + " at step " + std::to_string(st.step) + " (" +
                        format_thousands(double(st.tokens_seen)) + " tokens seen), restart " +
-                       std::to_string(I.restarts) + " of this run";
+                       std::to_string(I.progress.restarts) + " of this run";
     if (st.dp != I.topo.data_parallel())  // the data stream goes on unchanged (data/loader.hpp)
         note += "; dp changed from " + std::to_string(st.dp) + " to " + std::to_string(I.topo.data_parallel());
     if (I.data.train->state().seed != I.cfg.run.seed)

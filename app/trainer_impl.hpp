@@ -4,8 +4,8 @@
 // trainer_checkpoint.cpp (saving, resuming), trainer.cpp (the loop and its reporting) and
 // run_summary.cpp (the start-up summary). Its state is mostly owned pieces built in that order: the
 // run's shape and topology (RunShape), the model state (ModelState), the step's parallelisms
-// (StepAxes), what the run reads (TrainerData), the checkpoint saver; beside them the counters that
-// state.toml records. Internal to app/: nothing else includes it.
+// (StepAxes), what the run reads (TrainerData), the checkpoint saver, and how far the run has come
+// (TrainProgress: the counters state.toml records). Internal to app/: nothing else includes it.
 #pragma once
 #include "app/trainer.hpp"
 
@@ -20,6 +20,7 @@
 #include "app/state/model_state.hpp"
 #include "app/step_trace.hpp"
 #include "app/trainer_data.hpp"
+#include "app/trainer_progress.hpp"
 #include "data/loader.hpp"
 #include "data/tokenizer.hpp"
 #include "model/arch.hpp"
@@ -81,11 +82,7 @@ struct Trainer::Impl {
     float* norm_scratch = nullptr;       // (1) device fp32
     std::mt19937_64 sampler_rng;
     std::unique_ptr<StepTrace> trace;      // run.trace
-    int64_t step = 0, start_step = 0;
-    uint64_t tokens_seen = 0;
-    std::string run_id = new_run_id();  // replaced by the checkpoint's on resume
-    int64_t restarts = 0;               // this run's starts from its own checkpoints, this one included
-    int skipped_in_a_row = 0;           // consecutive non-finite steps
+    TrainProgress progress;  // the step, tokens seen, run id, restarts, skipped steps (app/trainer_progress.hpp)
     std::unique_ptr<CheckpointSaver> saver;  // the checkpoint writer (background thread when async)
     std::unique_ptr<HellaSwagInLoop> hellaswag;  // run.eval_hellaswag_interval > 0
     std::vector<std::string> rss_lines;  // "memory: peak RSS ..." at start and resume, logged by run()
@@ -108,7 +105,7 @@ struct Trainer::Impl {
 
     // --- app/trainer_step.cpp: one optimizer step
 
-    /// One optimizer step at 0-based index `step`: (mean loss over micro-batches and ranks, lr, norm).
+    /// One optimizer step at 0-based index progress.step: (mean loss over micro-batches and ranks, lr, norm).
     /// Returns false when the loss or the gradient norm is not finite: then nothing is updated.
     bool train_step(float* loss, float* lr, float* norm);
 
@@ -137,7 +134,7 @@ struct Trainer::Impl {
 
     // --- app/trainer_checkpoint.cpp: saving and resuming
 
-    /// Starts a checkpoint of the state after `step` (docs/checkpoints.md "Checkpoints"), collective:
+    /// Starts a checkpoint of the state after progress.step (docs/checkpoints.md "Checkpoints"), collective:
     /// waits for the one in flight, then each rank of replica 0 (together they hold every shard
     /// once) copies its fp32 shard (weights, m, v) into the saver's host snapshot on the saver's own
     /// stream, and the saver's writer thread writes it as optim_<k>.h5 and its slices of model.h5
@@ -163,7 +160,7 @@ struct Trainer::Impl {
     /// those its checkpoint writes: the last stage's copy of the tied wte is the first stage's.
     std::vector<int> tp_units(bool saved) const;
 
-    /// What state.toml records of the run after `step`: counters, loader position, sampler RNG,
+    /// What state.toml records of the run after progress.step: its counters (TrainProgress::record), loader position, sampler RNG,
     /// the model's shape and hash, the layout and backend it was written by.
     TrainState train_state() const;
 

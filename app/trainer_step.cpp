@@ -12,7 +12,7 @@
 namespace llmtrain {
 
 bool Trainer::Impl::train_step(float* loss, float* lr, float* norm) {
-    *lr = sched.at(int(step));
+    *lr = sched.at(int(progress.step));
     axes->begin_step();
     // dloss is d(loss)/d(per-position loss): each rank's loss is the mean over its B*T*accum
     // positions (B*T/cp of each window with context parallelism), averaged over the dp ranks below.
@@ -36,8 +36,7 @@ bool Trainer::Impl::train_step(float* loss, float* lr, float* norm) {
     if (!ms.pipe) sum = ms.gpt->take_loss_sum();  // one event wait, after the norm's own
     *loss = axes->loss_mean(float(sum / accum));
     moe_after_step();  // the balance loss and expert loads (trainer_moe.cpp)
-    ++step;
-    tokens_seen += tokens_per_step();
+    progress.advance(tokens_per_step());
     // Every rank sees the same all-reduced loss and norm, so every rank decides alike.
     if (!std::isfinite(*loss) || !std::isfinite(*norm)) return false;
     const float scale = clip_scale(*norm, cfg.training.grad_clip) / float(axes->dp());
