@@ -114,10 +114,11 @@ std::string tp_split_problem(const Config& cfg, int tp) {
 
 PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptions& opt) {
     const Topology probe = shape.topology(0);
-    const int P = shape.pp, L = shape.model.n_layer, dp = probe.dp(), tp = shape.tp;  // dp: dp x cp ranks
+    const int P = shape.pp, L = shape.model.n_layer, tp = shape.tp;
     const int cp = shape.cp;
     const int nmax = L - P + 1;
-    const ParamLayout layout(shape.model, 1, tp, 0);  // TP rank 0's part: what its gradients and AdamW cover
+    // TP rank 0's part (and EP rank 0's: the dense tensors and E/ep experts): what its gradients and AdamW cover.
+    const ParamLayout layout(shape.model, 1, tp, 0, shape.ep, 0);
     const LayerTimes& t = opt.times;
     const double es = shape.precision == DType::bf16 ? 2 : 4;
     const double reduce_bytes = c.parallel.grad_reduce_dtype == "bf16" ? 2 : 4;
@@ -129,6 +130,9 @@ PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptio
     const double inter_gbps = opt.inter_node_gbps > 0 ? opt.inter_node_gbps : opt.link_gbps;
     const int zg = probe.zero_group_size();  // 1 at ZeRO-0
     const CrossingShares cross = crossing_shares(shape.world, P, zg, tp, opt.gpus_per_node, cp);
+    // The groups the engine reduces over (traffic.hpp grad_groups): the Topology's, or at ep > 1 the
+    // ranks with the same experts — ZeRO group Ne = zero_group_size / ep, dp / ep ranks in all.
+    const GradGroups gg = grad_groups(shape);
     auto factor = [&](double share, double intra_gbps) {
         return share == 0 || inter_gbps == intra_gbps ? 1.0 : intra_gbps * 1e9 * seconds_per_byte(share, intra_gbps, inter_gbps);
     };
@@ -156,25 +160,46 @@ PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptio
     const double cpc = cp > 1 ? cp_collective_bytes(shape) / link * factor(cross.cp, opt.link_gbps) : 0;
     // Expert parallelism (model/gpt_moe_ep.cpp): per MoE layer kEpAllToAlls all-to-alls of
     // ep_all_to_all_bytes, the share of them crossing nodes the traffic table's (peers on other nodes).
-    double a2a = 0;
+    // Its gradients (parallel/ep_grads.hpp): the expert-dp groups' shares crossing nodes, and the dense
+    // part's all-reduce over the EP group, each the traffic table's crossing / total of that kind.
+    double a2a = 0, sh_zero = cross.zero, sh_rep = cross.replica, sh_dense = 0;
     if (shape.ep > 1)
-        for (const GroupTraffic& g : step_traffic(shape, opt.gpus_per_node).groups)
-            if (g.kind == GroupKind::ep && g.total > 0)
-                a2a = ep_all_to_all_bytes(shape) / link * factor(g.crossing / g.total, opt.link_gbps);
+        for (const GroupTraffic& g : step_traffic(shape, opt.gpus_per_node).groups) {
+            const double sh = g.total > 0 ? g.crossing / g.total : 0;
+            if (g.kind == GroupKind::ep) a2a = ep_all_to_all_bytes(shape) / link * factor(sh, opt.link_gbps);
+            if (g.kind == GroupKind::zero) sh_zero = sh;
+            if (g.kind == GroupKind::replica || g.kind == GroupKind::dp) sh_rep = sh;
+            if (g.kind == GroupKind::ep_dense) sh_dense = sh;
+        }
     const int split = tp * cp;  // a layer's and the head's work per rank: 1/tp of the columns, 1/cp of the tokens
-    // Seconds per element of the gradient sync: a ring all-reduce over dp, or when a group crosses
-    // nodes, the ZeRO group's share 2(zg − 1)/zg and the replica group's 2(R − 1)/(R·zg) of it (the
-    // same sum) each at its group's rate. At ZeRO-0, zg = 1: the replica group is the dp group.
-    const double f_zero = factor(cross.zero, opt.link_gbps), f_rep = factor(cross.replica, opt.link_gbps);
-    const int R = dp / zg;
-    const double allreduce = dp <= 1 ? 0
+    // Seconds per element of the gradient sync: a ring all-reduce over the D = gg.reduce_ranks ranks
+    // (dp, or dp / ep), or when a group crosses nodes, the ZeRO group's share 2(Z − 1)/Z and the
+    // replica group's 2(R − 1)/(R·Z) of it (the same sum) each at its group's rate (Z = gg.zero_size;
+    // at ZeRO-0, Z = 1: the replica group is the reduce group).
+    const int Z = gg.zero_size, D = gg.reduce_ranks, R = D / Z;
+    const double f_zero = factor(sh_zero, opt.link_gbps), f_rep = factor(sh_rep, opt.link_gbps);
+    const double allreduce = D <= 1 ? 0
                              : f_zero == 1 && f_rep == 1
-                                 ? 2.0 * (dp - 1) / dp * reduce_bytes / link
-                                 : (2.0 * (zg - 1) / zg * f_zero + 2.0 * (R - 1) / (double(R) * zg) * f_rep) * reduce_bytes / link;
+                                 ? 2.0 * (D - 1) / D * reduce_bytes / link
+                                 : (2.0 * (Z - 1) / Z * f_zero + 2.0 * (R - 1) / (double(R) * Z) * f_rep) * reduce_bytes / link;
+    // ZeRO-2 reduce-scatters every micro-batch (m − 1 more than ZeRO-1's one), ZeRO-3 also all-gathers
+    // the parameters in forward and in backward of every micro-batch (2m − 1 more; the embedding unit
+    // once: traffic.hpp's zero row), each (Z − 1)/Z of the bytes over the ZeRO group, not overlapped.
+    const double mb = std::max(1, shape.accum), zshare = Z > 1 ? double(Z - 1) / Z : 0;
+    const double zero2 = gg.stage >= 2 ? (mb - 1) * zshare * reduce_bytes / link * f_zero : 0;
+    const double zero3 = gg.stage == 3 ? (2 * mb - 1) * zshare * es / link * f_zero : 0;
+    // ep > 1: the dense part of the Z-way grad shard all-reduced over the EP group, in es, once a step.
+    const double dense_ar = shape.ep > 1 ? 2.0 * (shape.ep - 1) / shape.ep / Z * es / link * factor(sh_dense, opt.link_gbps) : 0;
     const double layer_numel = double(layout.units()[1].numel), wte_numel = double(layout.units()[0].numel);
     const double lnf_numel = double(layout.units()[size_t(L) + 1].numel);
-    // The tail of a stage of n layers: all-reduce of its gradients over dp, AdamW over its shard.
-    auto tail_per = [&](double numel) { return numel * (allreduce + t.adam_per_param / zg); };
+    double layer_dense = 0;  // layer 0's tensors that are not routed experts (all of them without MoE)
+    for (const ParamTensor& pt : layout.tensors())
+        if (pt.unit == 1 && !pt.expert) layer_dense += double(pt.numel);
+    // The tail of a stage of n layers: the sync of its gradients, AdamW over its shard; `gathered`:
+    // ZeRO-3 all-gathers it per micro-batch; `dense`: of numel, the elements that are not experts.
+    auto tail_per = [&](double numel, double dense, bool gathered) {
+        return numel * (allreduce + t.adam_per_param / Z + zero2 + (gathered ? zero3 : 0)) + dense * dense_ar;
+    };
     PlanProblem p;
     p.n_layer = L;
     p.micro_batches = std::max(1, c.training.grad_accum_steps);
@@ -205,8 +230,10 @@ PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptio
         if (last && !first) units0 += wte_numel;
         if (last) units0 += lnf_numel;
         const double wte_sum = wte_numel * reduce_bytes / link * factor(cross.embedding, opt.link_gbps);
-        st.tail0 = tail_per(units0) + (P > 1 && (first || last) ? wte_sum : 0);
-        st.tail_layer = tail_per(layer_numel);
+        const double gathered0 = last ? lnf_numel : 0;  // ZeRO-3 gathers ln_f per micro-batch, the embedding once
+        st.tail0 = tail_per(units0 - gathered0, units0 - gathered0, false) + tail_per(gathered0, gathered0, true) +
+                   (P > 1 && (first || last) ? wte_sum : 0);
+        st.tail_layer = tail_per(layer_numel, layer_dense, true);
         p.stages.push_back(st);
     }
     return p;
@@ -324,9 +351,17 @@ PlanCandidate plan_depth(const Config& cfg, const PlanOptions& opt, int tp, int 
         int zero;
         bool offload;
     };
+    // Escalation, first fit wins: ZeRO-1, the optimizer offloaded, then (pp 1 only) ZeRO-2 and ZeRO-3,
+    // which shard the gradients and the parameters too at the cost of more collectives (plan_problem's
+    // tail), and ZeRO-3 with offload.
     std::vector<Try> tries = {{zero, offload}};
     if (zero < 1 && shards > 1) tries.push_back({1, offload});
     if (!offload) tries.push_back({std::max(zero, shards > 1 ? 1 : 0), true});
+    if (pp == 1 && shards > 1) {
+        for (int z : {2, 3})
+            if (z > zero) tries.push_back({z, offload});
+        if (!offload) tries.push_back({3, true});
+    }
     Config c;
     PlanProblem prob;
     for (const Try& tr : tries) {

@@ -34,7 +34,7 @@ struct PlanOptions {
     int tp = 0;                   ///< 0: every admissible tp (tp_widths); else only this width
     int cp = 0;                   ///< 0: every admissible cp (cp_sizes); else only this context-parallel size
     int gpus_per_node = 8;        ///< ranks per node: a TP group stays inside one (tp divides this); the node size for inter_node_gbps
-    bool escalate = true;         ///< a depth that does not fit is tried at ZeRO-1, then with offload
+    bool escalate = true;         ///< a depth that does not fit is tried at ZeRO-1, with offload, then (pp 1) at ZeRO-2, ZeRO-3, ZeRO-3 with offload
     LayerTimes times;
 };
 
@@ -109,8 +109,9 @@ PlanProblem plan_problem(const Config& cfg, const RunShape& shape, const PlanOpt
 /// model does not split over, or a depth whose batch does not divide or whose ZeRO group does not fit
 /// dp, is skipped with the reason. Each depth's MIP optimum is refined by one-layer moves on the simulated step (the 1F1B
 /// closed form is exact only for equal stages). With opt.escalate, a depth that does not fit with cfg's ZeRO stage is tried again at
-/// ZeRO-1 and then with the optimizer offloaded. A mixture of experts (model.moe) is planned at tp =
-/// cp = pp = 1 only, what it runs; a dp that parallel.ep does not divide is a skipped row. When no depth fits, lists what would: ZeRO-1, offload, half the
+/// ZeRO-1, then with the optimizer offloaded, then (pp 1: ZeRO-2/3 do not combine with a pipeline) at
+/// ZeRO-2, ZeRO-3 and ZeRO-3 with offload; the first that fits is the row's. A mixture of experts (model.moe) is planned at tp =
+/// cp = pp = 1 only, what it runs; a dp that parallel.ep does not divide is a skipped row. When no depth fits, lists what would: the ZeRO stage / offload, half the
 /// micro-batch, twice and four times the ranks. Errors: std::invalid_argument for opt.world < 1,
 /// a non-positive device memory, or a mixture of experts with opt.tp, opt.pp or opt.cp > 1; as plan_problem.
 PlanResult make_plan(const Config& cfg, const PlanOptions& opt);

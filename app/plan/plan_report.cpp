@@ -76,8 +76,11 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
         return out;
     }
     if (r.best < 0) {
-        out.push_back("nothing fits: no tensor-parallel width, context-parallel size and pipeline depth keeps every rank under the cap, also "
-                      "at ZeRO-1 and with the optimizer offloaded to the host.");
+        out.push_back(opt.escalate ? "nothing fits: no tensor-parallel width, context-parallel size and pipeline depth keeps every rank "
+                                     "under the cap, also at ZeRO-1, with the optimizer offloaded to the host, and (pp 1) at ZeRO-2, "
+                                     "ZeRO-3 and ZeRO-3 offloaded."
+                                   : "nothing fits: no tensor-parallel width, context-parallel size and pipeline depth keeps every rank "
+                                     "under the cap at the config's ZeRO stage and optimizer offload.");
         if (r.alternatives.empty()) out.push_back("no single change tried (half micro-batch, 2x/4x ranks, 1.5x/2x memory) fits either.");
         for (const auto& a : r.alternatives) out.push_back("would fit: " + a);
         return out;

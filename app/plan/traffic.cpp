@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "model/arch.hpp"
+#include "parallel/ep_grads.hpp"
 #include "parallel/topology.hpp"
 
 namespace llmtrain {
@@ -21,6 +22,7 @@ const char* group_kind_name(GroupKind k) {
         case GroupKind::embedding: return "embedding";
         case GroupKind::cp: return "cp";
         case GroupKind::ep: return "ep";
+        case GroupKind::ep_dense: return "ep-dense";
         default: return "?";
     }
 }
@@ -85,20 +87,49 @@ std::string rank_runs(const std::vector<int>& r) {
     return s;
 }
 
+/// Elements of tensors that are not routed experts in chunk z of n of every unit of `lay`
+/// (ParamLayout::shard): the dense part of ZeRO index z's grad shard.
+double dense_in_shard(const ParamLayout& lay, int z, int n) {
+    double d = 0;
+    for (const FlatRange& r : lay.shard(z, n))
+        for (const ParamTensor& t : lay.tensors())
+            if (!t.expert) {
+                const size_t a = std::max(r.offset, t.offset), b = std::min(r.offset + r.numel, t.offset + t.numel);
+                if (b > a) d += double(b - a);
+            }
+    return d;
+}
+
 }  // namespace
+
+GradGroups grad_groups(const RunShape& shape) {
+    const Topology probe = shape.topology(0);
+    GradGroups g;
+    g.stage = shape.zero_stage;
+    g.zero_size = probe.zero_group_size();
+    g.reduce_ranks = probe.dp();
+    if (shape.ep > 1) {
+        g.zero_size = expert_dp_of(probe, shape.ep).zero_size;
+        g.reduce_ranks = probe.dp() / shape.ep;
+        if (g.zero_size == 1) g.stage = 0;  // model_state.cpp: a one-rank expert ZeRO group runs at stage 0
+    }
+    return g;
+}
 
 StepTraffic step_traffic(const RunShape& shape, int ranks_per_node) {
     const int world = shape.world;
     check_layout(world, ranks_per_node);
-    const int pp = shape.pp, tp = shape.tp, zs = shape.zero_stage;
+    const int pp = shape.pp, tp = shape.tp, ep = shape.ep;
     const Topology probe = shape.topology(0);
-    const int N = probe.zero_group_size(), R = probe.replicas();
+    // The engine's groups: the Topology's, or at ep > 1 the expert-dp groups (parallel/ep_grads.hpp).
+    const GradGroups gg = grad_groups(shape);
+    const int zs = gg.stage, N = gg.zero_size, R = gg.reduce_ranks / N;
     const double m = std::max(1, shape.accum);
     const double es = shape.precision == DType::bf16 ? 2 : 4;
     const double rb = shape.reduce_dtype == DType::bf16 ? 2 : 4;
     const GPTConfig& g = shape.model;
     const bool tied = ArchSpec(g).tied;  // an untied head: the last stage holds no token table
-    const ParamLayout layout(g, zero_shard_multiple(N), tp, 0);  // every TP rank's units are as large
+    const ParamLayout layout(g, zero_shard_multiple(N), tp, 0, ep, 0);  // every TP (EP) rank's units are as large
     const std::vector<StageLayers>& plan = shape.stages;
     const bool sp = tp > 1 && shape.sequence_parallel;
     const int cp = shape.cp;
@@ -109,7 +140,9 @@ StepTraffic step_traffic(const RunShape& shape, int ranks_per_node) {
     // Per pipeline stage s: the bytes one rank sends per step in each kind of group.
     const size_t stages = size_t(pp);
     std::vector<double> v_tp(stages), v_zero(stages), v_rep(stages), v_pipe(stages), v_cp(stages), v_ep(stages);
-    const int ep = shape.ep;
+    // ep > 1: the dense part's all-reduce over the EP group, per engine ZeRO index z (pp = 1).
+    std::vector<double> v_epd(size_t(ep > 1 ? N : 0));
+    for (int z = 0; z < int(v_epd.size()); ++z) v_epd[size_t(z)] = 2.0 * (ep - 1) / ep * dense_in_shard(layout, z, N) * es;
     for (int s = 0; s < pp; ++s) {
         const StageLayers& st = plan[size_t(s)];
         const bool first = s == 0, last = s == pp - 1;
@@ -162,9 +195,19 @@ StepTraffic step_traffic(const RunShape& shape, int ranks_per_node) {
         const size_t s = size_t(t.stage());
         if (tp > 1 && t.tp_index() == 0) add_ring(gt, t.tp_group(), v_tp[s], ranks_per_node);
         if (cp > 1 && t.cp_index() == 0) add_ring(gc, t.cp_group(), v_cp[s], ranks_per_node);
-        if (ep > 1 && t.dp_index() % ep == 0) add_all_to_all(by[size_t(GroupKind::ep)], t.ep_group(ep), v_ep[s], ranks_per_node);
-        if (zs >= 1 && N > 1 && t.zero_index() == 0) add_ring(gz, t.zero_group(), v_zero[s], ranks_per_node);
-        if (R > 1 && t.replica() == 0) add_ring(gr, t.replica_group(), v_rep[s], ranks_per_node);
+        if (ep > 1) {  // the expert-dp groups (ExpertDp) instead of the Topology's ZeRO and replica groups
+            const ExpertDp x = expert_dp_of(t, ep);
+            if (t.dp_index() % ep == 0) {
+                add_all_to_all(by[size_t(GroupKind::ep)], t.ep_group(ep), v_ep[s], ranks_per_node);
+                add_ring(by[size_t(GroupKind::ep_dense)], t.ep_group(ep), v_epd[size_t(t.dp_index() / ep % N)],
+                         ranks_per_node);
+            }
+            if (zs >= 1 && N > 1 && x.zero_group.front() == r) add_ring(gz, x.zero_group, v_zero[s], ranks_per_node);
+            if (R > 1 && x.replica_group.front() == r) add_ring(gr, x.replica_group, v_rep[s], ranks_per_node);
+        } else {
+            if (zs >= 1 && N > 1 && t.zero_index() == 0) add_ring(gz, t.zero_group(), v_zero[s], ranks_per_node);
+            if (R > 1 && t.replica() == 0) add_ring(gr, t.replica_group(), v_rep[s], ranks_per_node);
+        }
         if (pp > 1 && s == 0) {
             const std::vector<int> pipe = t.stage_group();
             const int k = nodes_spanned(pipe, ranks_per_node);
@@ -183,7 +226,8 @@ StepTraffic step_traffic(const RunShape& shape, int ranks_per_node) {
     }
     gt.ops = sp ? "sequence parallel: all-gathers and reduce-scatters of (B*T, C) per layer, loss all-gather"
                 : "all-reduces of (B*T, C): 2 per layer forward, 2 backward, 1 recompute; ends; loss all-gather";
-    by[size_t(GroupKind::dp)].ops = "all-reduce of the gradients";
+    by[size_t(GroupKind::dp)].ops = ep > 1 ? "all-reduce of the gradients over the dp / ep ranks with the same experts"
+                                           : "all-reduce of the gradients";
     gz.ops = zs == 1   ? "reduce-scatter of the gradients + all-gather of the parameters"
              : zs == 2 ? "reduce-scatter per micro-batch + all-gather of the parameters"
                        : "reduce-scatter per micro-batch + all-gathers forward and backward per micro-batch";
@@ -191,6 +235,8 @@ StepTraffic step_traffic(const RunShape& shape, int ranks_per_node) {
     gp.ops = "activations forward, their gradients back, per micro-batch";
     ge.ops = "all-reduce of the tied wte's gradient (first and last stage)";
     by[size_t(GroupKind::ep)].ops = "all-to-alls of the MoE rows (B*T*top_k, C): 2 per layer forward, 2 backward, 2 recompute";
+    by[size_t(GroupKind::ep_dense)].ops = "all-reduce of the dense part of the gradient shard (the experts' sum is the "
+                                          "zero/replica rows', over the ranks with the same experts)";
     gc.ops = "all-gathers of the window's q|k|v per layer: forward, backward (or recompute); reduce-scatter of its gradient";
 
     StepTraffic out;
@@ -201,7 +247,7 @@ StepTraffic step_traffic(const RunShape& shape, int ranks_per_node) {
     out.pp = pp;
     out.dp = probe.data_parallel();
     out.cp = cp;
-    out.zero_stage = zs;
+    out.zero_stage = shape.zero_stage;  // the config's (zs: the stage the engine runs)
     out.micro_batches = int(m);
     for (const GroupTraffic& k : by)
         if (k.groups > 0 && k.size > 1) {

@@ -26,7 +26,11 @@
 // N·k grouped rows (B·T·top_k, C) — rows out, outputs back, their gradients out and back, one more
 // of each in a recomputed layer's forward — of which, with balanced routing, (P−1)/P leave a rank,
 // spread evenly over its P−1 peers; its crossing bytes are the share sent to peers on other nodes
-// (an all-to-all is not a ring). Skewed routing sends up to all N·k rows.
+// (an all-to-all is not a ring). Skewed routing sends up to all N·k rows. Its gradients
+// (parallel/ep_grads.hpp): each rank holds the dense tensors and E/ep experts; the ZeRO engine's
+// groups are the expert-dp groups — Ne = zero_group_size/ep ranks of one EP index (1 at ZeRO-0, and
+// then the engine runs at stage 0), replicas the dp/(ep·Ne) of them — and the dense part of the grad
+// shard is all-reduced once per step over the EP group (the "ep-dense" row).
 #pragma once
 #include <string>
 #include <vector>
@@ -37,8 +41,8 @@
 namespace llmtrain {
 
 /// The kinds of group a training step communicates over.
-enum class GroupKind : int { tp, dp, zero, replica, pipeline, embedding, cp, ep, count };
-/// "tp", "dp", "zero", "replica", "pipeline", "embedding", "cp", "ep".
+enum class GroupKind : int { tp, dp, zero, replica, pipeline, embedding, cp, ep, ep_dense, count };
+/// "tp", "dp", "zero", "replica", "pipeline", "embedding", "cp", "ep", "ep-dense".
 const char* group_kind_name(GroupKind k);
 
 /// One group kind's traffic per optimizer step. Bytes.
@@ -81,6 +85,12 @@ struct StepTraffic {
 ///                      backward, 1 per recomputed layer, 1 after the embedding, 1 for the head's
 ///                      input gradient (sequence parallelism: 2, 3, 1.5 per layer, 0.5 + 0.5 at
 ///                      each end), plus the loss's all-gather (tp−1)·B·T·3·4 on the last stage.
+/// With parallel.ep = P > 1 (tp = pp = cp = 1): Ψ is EP rank 0's (dense + E/P experts, padded for
+/// Ne), N = Ne and R = dp/(P·Ne) over the expert-dp groups (ExpertDp), the stage the engine runs
+/// (0 when Ne = 1: the dp row is then the all-reduce over the dp/P ranks with the same experts), and
+///   ep         the all-to-alls (ep_all_to_all_bytes, kEpAllToAlls) per layer and micro-batch
+///   ep-dense   all-reduce over the EP group of the dense part D_z of the rank's grad shard (chunk z
+///              of Ne of every unit; all of the dense part at Ne = 1) in es: 2(P−1)/P·D_z·es
 /// Errors: std::invalid_argument for world or ranks_per_node < 1, or a grid that does not fit the
 /// world (Topology's message, naming parallel.pp, parallel.tp or parallel.zero_group_size).
 StepTraffic step_traffic(const RunShape& shape, int ranks_per_node);
@@ -143,6 +153,15 @@ inline constexpr CpCollectives kCpCollectives{};
 inline double seconds_per_byte(double share, double intra_gbps, double inter_gbps) {
     return ((1.0 - share) / intra_gbps + share / inter_gbps) / 1e9;
 }
+
+/// The groups the gradients of `shape` are reduced over, for the planner's time (parallel/ep_grads.hpp
+/// at parallel.ep > 1, else the Topology's): the ZeRO group size the engine shards over (1: none),
+/// the ranks one gradient is summed over by the engine (dp, or dp / ep), and the stage the engine
+/// runs (0 when its ZeRO group is one rank). Errors: as Topology and expert_dp_of.
+struct GradGroups {
+    int zero_size = 1, reduce_ranks = 1, stage = 0;
+};
+GradGroups grad_groups(const RunShape& shape);
 
 /// Distinct nodes among world `ranks` with ranks_per_node consecutive ranks per node.
 int nodes_spanned(const std::vector<int>& ranks, int ranks_per_node);
