@@ -111,13 +111,6 @@ void check_across_keys(const Config& c, const ConfigOrigins& origins, const std:
         const std::string what = e.what(), key = what.substr(0, what.find(':'));
         fail(at({key.c_str(), "model.arch"}), what);
     }
-    if (m.qk_norm && c.run.backend == "cuda")
-        fail(at({"model.qk_norm", "run.backend"}), "model.qk_norm: QK-norm runs on run.backend = \"cpu\" only yet "
-             "(the cuda backend has no QK-norm ops), got \"cuda\"");
-    if (m.head_dim > 0 && m.head_dim * m.n_head != m.n_embd && c.run.backend == "cuda")
-        fail(at({"model.head_dim", "run.backend"}), "model.head_dim: a head size other than model.n_embd / model.n_head "
-             "runs on run.backend = \"cpu\" only yet (the cuda attention paths take n_embd / n_head), got " +
-             std::to_string(m.head_dim) + " with \"cuda\"");
     if (m.qk_norm && c.parallel.tp > 1)
         fail(at({"model.qk_norm", "parallel.tp"}), "model.qk_norm: tensor parallelism is not supported with QK-norm yet "
              "(its weights' gradients would need a sum over the heads' ranks), got parallel.tp = " +

@@ -162,6 +162,12 @@ public:
                                         const void* weight, int N, int C, float eps) override;
     void rmsnorm_backward(void* dinp, void* dweight, const void* dout, const void* inp, const void* weight,
                           const float* rstd, int N, int C) override;
+    /// Qwen3's QK-norm (qk_norm.cu): one warp per head, the weights' gradients by reduce.cuh.
+    bool implements_qk_norm() const override { return true; }
+    void qk_norm_forward(void* qkv, void* pre, float* rstd, const void* wq, const void* wk, int N, int NH, int NKV,
+                         int HS, float eps) override;
+    void qk_norm_backward(void* dqkv, void* dwq, void* dwk, const void* pre, const void* wq, const void* wk,
+                          const float* rstd, int N, int NH, int NKV, int HS) override;
     void rope_forward(void* qkv, int B, int T, int NH, int NKV, int HS, float theta) override;
     void rope_backward(void* dqkv, int B, int T, int NH, int NKV, int HS, float theta) override;
     void swiglu_forward(void* out, const void* inp, int N, int F) override;

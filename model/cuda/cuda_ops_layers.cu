@@ -93,7 +93,7 @@ void CudaOps::matmul_backward(void* dinp, void* dweight, void* dbias, const void
     });
 }
 
-// ---- Llama's pieces: rmsnorm.cu, rope.cu, swiglu.cu ----
+// ---- Llama's pieces: rmsnorm.cu, qk_norm.cu (Qwen3), rope.cu, swiglu.cu ----
 void CudaOps::rmsnorm_forward(void* out, float* rstd, const void* inp, const void* weight, int N, int C,
                               float eps) {
     require_packed_rows(C, "rmsnorm_forward");
@@ -125,6 +125,24 @@ void CudaOps::rmsnorm_backward(void* dinp, void* dweight, const void* dout, cons
         using X = decltype(t);
         cuda::rmsnorm_backward(as<X>(dinp), as<X>(dweight), as<X>(dout), as<X>(inp), as<X>(weight), rstd, N, C,
                                scratch, stream_);
+    });
+}
+
+void CudaOps::qk_norm_forward(void* qkv, void* pre, float* rstd, const void* wq, const void* wk, int N, int NH,
+                              int NKV, int HS, float eps) {
+    dispatch([&](auto t) {
+        using X = decltype(t);
+        cuda::qk_norm_forward(as<X>(qkv), as<X>(pre), rstd, as<X>(wq), as<X>(wk), N, NH, NKV, HS, eps, stream_);
+    });
+}
+
+void CudaOps::qk_norm_backward(void* dqkv, void* dwq, void* dwk, const void* pre, const void* wq, const void* wk,
+                               const float* rstd, int N, int NH, int NKV, int HS) {
+    float* scratch = scratch_for(cuda::qk_norm_backward_scratch_bytes(N, NH, NKV, HS));
+    dispatch([&](auto t) {
+        using X = decltype(t);
+        cuda::qk_norm_backward(as<X>(dqkv), as<X>(dwq), as<X>(dwk), as<X>(pre), as<X>(wq), as<X>(wk), rstd, N, NH,
+                               NKV, HS, scratch, stream_);
     });
 }
 

@@ -77,6 +77,19 @@ void rmsnorm_backward(T* dinp, T* dweight, const T* dout, const T* inp, const T*
                       int C, float* scratch, cudaStream_t stream);
 size_t rmsnorm_backward_scratch_bytes(int N, int C);
 
+// ---- qk_norm.cu (Qwen3's QK-norm: RMSNorm over each q and k head) ----
+/// In place on the q|k heads of qkv (N,(NH + 2 NKV) HS): pre (N,(NH + NKV) HS) = q|k before, rstd
+/// (N, NH + NKV) fp32, each q head x * rstd * wq (HS), each k head x * rstd * wk (Ops::qk_norm_forward).
+template <typename T>
+void qk_norm_forward(T* qkv, T* pre, float* rstd, const T* wq, const T* wk, int N, int NH, int NKV, int HS, float eps,
+                     cudaStream_t stream);
+/// d q|k in place in dqkv, dwq and dwk (HS) += (Ops::qk_norm_backward); scratch:
+/// qk_norm_backward_scratch_bytes.
+template <typename T>
+void qk_norm_backward(T* dqkv, T* dwq, T* dwk, const T* pre, const T* wq, const T* wk, const float* rstd, int N,
+                      int NH, int NKV, int HS, float* scratch, cudaStream_t stream);
+size_t qk_norm_backward_scratch_bytes(int N, int NH, int NKV, int HS);
+
 // ---- rope.cu (Llama; Su et al. 2021) ----
 /// Rotary embedding in place on the q and k heads of qkv (B,T,(NH + 2 NKV)*HS), HuggingFace's
 /// rotate-half pairs (Ops::rope_forward); backward = true turns a gradient back (angle -a). table:

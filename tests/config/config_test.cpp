@@ -288,13 +288,14 @@ TEST(Config, LlamaKeysNameTheKeyAtFault) {
     EXPECT_NE(msg({llama, "model.intermediate_size=100", "parallel.tp=8", "model.n_head=8"})
                   .find("parallel.tp: expected a divisor of model.intermediate_size"),
               std::string::npos);
-    // Qwen3's keys: llama only, cpu only, qk_norm without tp; head_dim frees n_embd from n_head.
+    // Qwen3's keys: llama only, qk_norm without tp, both on cpu and cuda; head_dim frees n_embd from n_head.
     EXPECT_NE(msg({"model.qk_norm=true"}).find("model.qk_norm: QK-norm is a Llama-family piece"), std::string::npos);
     EXPECT_NE(msg({"model.head_dim=16"}).find("model.head_dim: expected 0 or n_embd / n_head (64)"), std::string::npos);
-    EXPECT_NE(msg({llama, "model.qk_norm=true", "run.backend=\"cuda\""}).find("model.qk_norm: QK-norm runs on"),
-              std::string::npos);
-    EXPECT_NE(msg({llama, "model.head_dim=16", "run.backend=\"cuda\""}).find("model.head_dim: a head size other"),
-              std::string::npos);
+    // Both run on cuda too (model/cuda/qk_norm.cu; the cuda attention takes n_head x head_dim).
+    const Config qwen3_cuda =
+        load_config("", {llama, "model.qk_norm=true", "model.head_dim=16", "run.backend=\"cuda\""});
+    EXPECT_TRUE(qwen3_cuda.model.qk_norm);
+    EXPECT_EQ(qwen3_cuda.model.head_dim, 16);
     EXPECT_NE(msg({llama, "model.qk_norm=true", "parallel.tp=2"}).find("model.qk_norm: tensor parallelism"),
               std::string::npos);
     EXPECT_NE(msg({llama, "model.head_dim=7"}).find("model.head_dim: rotary positions turn pairs"), std::string::npos);

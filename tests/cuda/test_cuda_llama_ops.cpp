@@ -1,4 +1,4 @@
-// tests/cuda/test_cuda_llama_ops.cpp — the CUDA backend's Llama ops (rmsnorm.cu, rope.cu, swiglu.cu,
+// tests/cuda/test_cuda_llama_ops.cpp — the CUDA backend's Llama ops (rmsnorm.cu, qk_norm.cu, rope.cu, swiglu.cu,
 // gqa.cu, grouped-query attention on the native, cublas and FlashAttention-2 paths, the encoder
 // without positions), run under cuda_emu against the CPU backend on the same inputs, at odd sizes:
 // B 3, T 17, n_embd 48 for the row ops; B 2, T 9, n_head 4, head size 8 and n_kv_head 4, 2, 1 for attention. Each test
@@ -84,6 +84,49 @@ TEST_P(LlamaOpsTest, RmsNormBackward) {
     }
     expect_close("rms dinp", res[1][0], res[0][0], tol);
     expect_close("rms dweight", res[1][1], res[0][1], tol);
+}
+
+/// Qwen3's QK-norm (qk_norm.cu) in place on a GQA qkv at NH 4, NKV 2 and head size 40 (more than a
+/// warp's lanes, not a multiple of the pack): the whole qkv (v untouched), pre (bitwise: a copy) and
+/// rstd (fp32 statistics of identical inputs: 1e-5); then the backward from the CPU's pre and rstd,
+/// d qkv in place and dwq, dwk accumulated (+=) onto random starting values. Tolerances as the RMSNorm
+/// tests': 1e-5 in fp32; 2^-7 in bf16, where the CUDA outputs are rounded to bf16 (2^-9 relative) and
+/// the weights' gradients are sums of 204 q-head (102 k-head) terms in fp32 added to a bf16 value.
+TEST_P(LlamaOpsTest, QkNormForwardBackward) {
+    const int NH = 4, NKV = 2, HS = 40, H = NH + NKV;
+    const size_t n = static_cast<size_t>(N) * (NH + 2 * NKV) * HS, npre = static_cast<size_t>(N) * H * HS;
+    const auto x = rnd(n, 150, -2, 2), g = rnd(n, 151), wq = rnd(HS, 152, 0.5f, 1.5f), wk = rnd(HS, 153, 0.5f, 1.5f);
+    const auto dwq0 = rnd(HS, 154), dwk0 = rnd(HS, 155);
+    std::vector<float> res[2][3];
+    Ops* backends[2] = {cpu.get(), cuda.get()};
+    for (int k = 0; k < 2; k++) {
+        Ops& o = *backends[k];
+        const DType dt = o.act_dtype();
+        DevBuf dx = upload(o, x, dt), dq = upload(o, wq, dt), dk = upload(o, wk, dt);
+        DevBuf pre(o, npre * dtype_size(dt)), rstd(o, static_cast<size_t>(N) * H * 4);
+        o.qk_norm_forward(dx.ptr, pre.ptr, rstd.as<float>(), dq.ptr, dk.ptr, N, NH, NKV, HS, kEps);
+        res[k][0] = download(o, dx.ptr, n, dt);
+        res[k][1] = download(o, pre.ptr, npre, dt);
+        res[k][2] = download(o, rstd.ptr, static_cast<size_t>(N) * H, DType::f32);
+    }
+    expect_close("qk_norm qkv", res[1][0], res[0][0], tol);
+    expect_close("qk_norm pre", res[1][1], res[0][1], 0.0);
+    expect_close("qk_norm rstd", res[1][2], res[0][2], kTolF32);
+    const std::vector<float> pre = res[0][1], rstd = res[0][2];  // both backwards see the CPU's
+    std::vector<float> back[2][3];
+    for (int k = 0; k < 2; k++) {
+        Ops& o = *backends[k];
+        const DType dt = o.act_dtype();
+        DevBuf dg = upload(o, g, dt), dp = upload(o, pre, dt), dr = upload(o, rstd, DType::f32);
+        DevBuf dq = upload(o, wq, dt), dk = upload(o, wk, dt), gq = upload(o, dwq0, dt), gk = upload(o, dwk0, dt);
+        o.qk_norm_backward(dg.ptr, gq.ptr, gk.ptr, dp.ptr, dq.ptr, dk.ptr, dr.as<float>(), N, NH, NKV, HS);
+        back[k][0] = download(o, dg.ptr, n, dt);
+        back[k][1] = download(o, gq.ptr, HS, dt);
+        back[k][2] = download(o, gk.ptr, HS, dt);
+    }
+    expect_close("qk_norm dqkv", back[1][0], back[0][0], tol);
+    expect_close("qk_norm dwq", back[1][1], back[0][1], tol);
+    expect_close("qk_norm dwk", back[1][2], back[0][2], tol);
 }
 
 /// The RoPE table the CUDA kernels read (rope_table.hpp) against the closed form in double:
