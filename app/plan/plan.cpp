@@ -184,7 +184,8 @@ PlanProblem plan_problem(const Config& c, const RunShape& shape, const PlanOptio
                                  : (2.0 * (Z - 1) / Z * f_zero + 2.0 * (R - 1) / (double(R) * Z) * f_rep) * reduce_bytes / link;
     // ZeRO-2 reduce-scatters every micro-batch (m − 1 more than ZeRO-1's one), ZeRO-3 also all-gathers
     // the parameters in forward and in backward of every micro-batch (2m − 1 more; the embedding unit
-    // once: traffic.hpp's zero row), each (Z − 1)/Z of the bytes over the ZeRO group, not overlapped.
+    // once: traffic.hpp's zero row), each (Z − 1)/Z of the bytes over the ZeRO group, counted in full (the
+    // engine's prefetch of the next unit, parallel/zero.hpp, is not credited: an upper bound).
     const double mb = std::max(1, shape.accum), zshare = Z > 1 ? double(Z - 1) / Z : 0;
     const double zero2 = gg.stage >= 2 ? (mb - 1) * zshare * reduce_bytes / link * f_zero : 0;
     const double zero3 = gg.stage == 3 ? (2 * mb - 1) * zshare * es / link * f_zero : 0;
