@@ -1,33 +1,14 @@
 // app/interop/hf_qwen3.cpp — Qwen3's and Qwen3-MoE's layouts for the Llama with QK-norm (see hf_qwen3.hpp).
 #include "app/interop/hf_qwen3.hpp"
 
-#include <charconv>
-#include <climits>
-
-#include "app/interop/safetensors.hpp"  // InteropError
+#include "app/interop/hf_json.hpp"
 
 namespace llmtrain {
 
 namespace {
-
 using json = nlohmann::ordered_json;
-
-/// config.json's integer `key`, or dflt when absent or null. Errors: InteropError naming the file
-/// and key when present and not a positive integer.
-int positive(const json& c, const std::string& file, const char* key, int dflt) {
-    if (!c.contains(key) || c[key].is_null()) return dflt;
-    if (!c[key].is_number_integer() || c[key].get<int64_t>() <= 0 || c[key].get<int64_t>() > INT32_MAX)
-        throw InteropError(file + ": " + key + " = " + c[key].dump() + ": expected a positive integer");
-    return c[key].get<int>();
-}
-
-/// A float as the shortest decimal that reads back to it (0.01f -> 0.01).
-double shortest(float v) {
-    char buf[32];
-    const auto r = std::to_chars(buf, buf + sizeof buf, v);
-    return std::stod(std::string(buf, r.ptr));
-}
-
+using hf_json::positive;
+using hf_json::shortest;
 }  // namespace
 
 std::pair<std::string, std::string> hf_family(const ArchSpec& a) {
@@ -53,12 +34,7 @@ std::vector<HfPiece> qwen3_moe_block_tensors(const ParamLayout& layout, int laye
 }
 
 void check_qwen3_moe_expressible(const GPTConfig& g, const std::string& where) {
-    if (g.moe_sigmoid)
-        throw InteropError(where + ": model.moe.router = \"sigmoid\": Qwen3MoeForCausalLM's router is a softmax over "
-                           "the experts (HuggingFace's layout cannot hold DeepSeek-V3's sigmoid router)");
-    if (g.moe_shared_experts > 0)
-        throw InteropError(where + ": model.moe.n_shared_experts = " + std::to_string(g.moe_shared_experts) +
-                           ": Qwen3MoeForCausalLM has no shared experts (HuggingFace's layout cannot hold them)");
+    hf_json::refuse_sigmoid_and_shared(g, where, "Qwen3MoeForCausalLM");
 }
 
 void set_qwen3_config(json& c, const ArchSpec& a) {
@@ -82,10 +58,7 @@ void check_qwen3_config(const json& c, const std::string& file, const ArchSpec& 
         throw InteropError(file + ": use_sliding_window = true: llmtrain's attention is causal over the whole window");
     if (!a.moe()) return;
     auto same = [&](const char* key, int dflt, int want, const char* ours) {
-        const int v = positive(c, file, key, dflt);
-        if (v != want)
-            throw InteropError(file + ": " + key + " = " + std::to_string(v) + ", but the config has " + ours + " = " +
-                               std::to_string(want));
+        hf_json::require_same(c, file, key, dflt, want, ours);
     };
     same("num_experts", 128, a.E, "model.moe.n_experts");
     same("num_experts_per_tok", 8, a.K, "model.moe.top_k");
@@ -110,9 +83,7 @@ void qwen3_config(const json& c, const std::string& file, bool moe, GPTConfig& g
     g.moe_expert_ffn = positive(c, file, "moe_intermediate_size", 768);
     g.moe_shared_experts = 0;
     g.moe_sigmoid = false;
-    g.moe_aux_loss_coef = float(c.contains("router_aux_loss_coef") && c["router_aux_loss_coef"].is_number()
-                                    ? c["router_aux_loss_coef"].get<double>()
-                                    : 0.001);
+    g.moe_aux_loss_coef = hf_json::aux_loss_coef(c);
 }
 
 }  // namespace llmtrain
