@@ -59,9 +59,9 @@ void Trainer::Impl::save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0,
         std::vector<float> mine(3 * ns);
         ms.adam->state_to_host(ms.engine->param_shard(), mine.data(), mine.data() + ns, mine.data() + 2 * ns);
         const ExpertDp& x = ms.ep_grads->groups();
-        err = exchange_ep_state(comm, topo, x, *full_layout, zero_shard_multiple(x.zero_size), mine.data(), ns,
-                                [&](size_t n) { return saver->snapshot(n); }, views);
-        k = x.writer;
+        err = exchange_ep_state(comm, topo, x, *full_layout, zero_shard_multiple(x.zero_size), tp_units(false),
+                                tp_units(true), mine.data(), ns, [&](size_t n) { return saver->snapshot(n); }, views);
+        k = topo.stage() * x.writers + x.writer;  // each stage's writers, stage-major
     } else if (topo.replica() == 0 && !ms.ep_grads) {
         const size_t ns = ms.adam->numel();
         std::vector<float> mine(3 * ns);  // this rank's shard: w | m | v

@@ -17,7 +17,7 @@ void Trainer::Impl::moe_after_step() {
         f.push_back(aux);
         comm.all_reduce_sum(f.data(), f.size(), DType::f32);
         for (size_t i = 0; i < load.size(); ++i) load[i] = int64_t(f[i]);
-        aux = f.back() / float(dp);  // the dp mean (MoE runs at tp = pp = cp = 1: the world is dp)
+        aux = f.back() / float(dp);  // the dp mean of the sum over the pipeline's stages (each its layers')
     }
     moe->add_step(aux, load);
     if (cfg.moe.bias_update_rate > 0.0f) {  // DeepSeek-V3's auxiliary-loss-free balancing

@@ -76,7 +76,7 @@ Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
     // rank of replica 0 at any tp.
     if (topo.tp() > 1 || ms.ep_grads) full_layout = std::make_unique<ParamLayout>(shape.model);  // ep: ExpertDp's writers
     saver = std::make_unique<CheckpointSaver>(comm, *alloc, full_layout ? *full_layout : *ms.layout, cfg.run.run_dir,
-                                              ms.ep_grads ? ms.ep_grads->groups().writers
+                                              ms.ep_grads ? topo.pp() * ms.ep_grads->groups().writers
                                                           : topo.pp() * topo.zero_group_size() * topo.tp(),
                                               cfg.checkpoint.keep_last, cfg.checkpoint.async, cfg.checkpoint.timeout_s);
     // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy; none

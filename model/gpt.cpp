@@ -312,6 +312,9 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
     ParamStore& st = *m.store;
     c.dloss = dloss;
     c.moe_aux = 0.0;
+    // A training forward counts its MoE layers' expert loads and balance loss (GPT::take_moe_load,
+    // take_moe_aux_sum): forward_backward's and a pipeline stage's alike (evaluations do not count).
+    c.moe_load_dst = training && m.spec.moe() ? m.load_slot() : nullptr;  // gpt_moe.cpp
     if (m.first) {
         m.ops.memcpy_d2d(c.tokens, tokens, static_cast<size_t>(N) * 4);  // the backward reads this copy
         if (host_tokens != nullptr) m.ops.encoder_host_tokens(c.tokens, host_tokens, N);
@@ -343,6 +346,11 @@ void GPT::forward(const int* tokens, const void* act_in, const int* targets, flo
         const int next = i + 1 < m.n_local ? u + 1 : m.last ? m.u_lnf : -1;
         m.layer_forward(c, i, st.acquire_params(u, next), c.acts[i], true);
         st.release_params(u);
+    }
+    if (c.moe_load_dst != nullptr) {  // the loads' copies are queued: take_moe_load waits on this event
+        c.moe_load_dst = nullptr;
+        m.aux_pending += c.moe_aux;
+        m.record_ready();
     }
     c.have_logit_grad = false;
     if (!m.last) return;
@@ -452,11 +460,8 @@ void GPT::forward_backward(const int* inputs, const int* targets, float dloss) {
     require_whole_model(m.opt, m.cfg.n_layer, "forward_backward");
     const size_t N = m.n_rows();
     inputs = m.upload_batch(inputs, targets);
-    if (m.spec.moe()) m.ctxs[0].moe_load_dst = m.load_slot();  // gpt_moe.cpp
-    forward(m.tok_dev, nullptr, m.tgt_dev, dloss, true, 0, inputs);
-    m.ctxs[0].moe_load_dst = nullptr;
+    forward(m.tok_dev, nullptr, m.tgt_dev, dloss, true, 0, inputs);  // counts the MoE loads and balance loss
     backward(nullptr, nullptr);
-    m.aux_pending += m.ctxs[0].moe_aux;
     m.ops.memcpy_d2h(m.loss_slot(static_cast<size_t>(m.loss_pending++)), m.ctxs[0].losses, N * 4);
     m.record_ready();
 }

@@ -189,16 +189,18 @@ public:
     /// the backward differentiates (with the cross-entropy's dloss * B*T, i.e. per micro-batch), not
     /// of losses() or take_loss_sum().
     double moe_aux_loss(int ctx = 0) const;
-    /// The sum of moe_aux_loss of the micro-batches forward_backward queued since the last call.
+    /// The sum of moe_aux_loss of the training forwards (forward_backward's, or a pipeline stage's
+    /// forward with training = true) queued since the last call: this stage's layers only.
     double take_moe_aux_sum();
     /// With model.moe: counts (n_layer, E) int64, OVERWRITTEN (resized) with the tokens routed to
-    /// each expert of each layer, layer-major, summed over the micro-batches forward_backward queued
-    /// since the last call (each contributes B*T*top_k per layer: every (token, slot) pair counts
-    /// once). Waits for the queued copies of the dispatch offsets like take_loss_sum (one event).
+    /// each expert of each layer, layer-major, summed over the training forwards queued since the
+    /// last call (each contributes B*T*top_k per layer: every (token, slot) pair counts once); a
+    /// pipeline stage fills its layers' rows [l0, l1) and leaves the others 0 (a sum over the stages
+    /// completes it). Waits for the queued copies of the dispatch offsets like take_loss_sum (one event).
     /// All zeros when nothing was queued; empty without MoE. Evaluations are not counted.
     void take_moe_load(std::vector<int64_t>& counts);
-    /// With model.moe and router = "sigmoid": bias (n_layer, E) host fp32, layer-major, becomes each
-    /// layer's selection bias (DeepSeek-V3's auxiliary-loss-free balancing, eq. 16: added to the
+    /// With model.moe and router = "sigmoid": bias (n_layer, E) host fp32, layer-major (the whole
+    /// model's: a pipeline stage takes its rows [l0, l1)), becomes each layer's selection bias (DeepSeek-V3's auxiliary-loss-free balancing, eq. 16: added to the
     /// scores for the top-k only, never to a gate or a gradient; zeros until set). Copied in stream
     /// order before the next forward. std::logic_error without a sigmoid router.
     void set_moe_bias(const float* bias);

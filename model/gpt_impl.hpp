@@ -82,7 +82,7 @@ struct Context {
     bool docs_set = false; // doc_start / pos set for the next forward (GPT::set_documents, cp_take)
     float dloss = 0.0f;    // the forward's loss scale (d loss / d per-position loss): MoE's balance loss gradient
     double moe_aux = 0.0;  // with model.moe: the sum of this range's layers' balance losses (forward)
-    int* moe_load_dst = nullptr;  // with model.moe, set by forward_backward: (n_local, E+1) host int32 the
+    int* moe_load_dst = nullptr;  // with model.moe, set by a training GPT::forward: (n_local, E+1) host int32 the
                                   // forward copies each layer's dispatch offsets to (null: not recorded)
 };
 
@@ -198,9 +198,9 @@ struct GPT::Impl {
     // forward_backward and not yet taken (grown on demand, kept), and the event after the last copy.
     std::vector<float*> loss_host;
     int loss_pending = 0;
-    double aux_pending = 0.0;  // MoE balance losses of the micro-batches queued by forward_backward
+    double aux_pending = 0.0;  // MoE balance losses of the training forwards not yet taken
     // MoE: one (n_local, E+1) host int32 slot of dispatch offsets per micro-batch queued by
-    // forward_backward and not yet taken (GPT::take_moe_load; grown on demand, kept).
+    // a training GPT::forward and not yet taken (GPT::take_moe_load; grown on demand, kept).
     std::vector<std::vector<int>> load_host;
     int load_pending = 0;
     Event loss_ready = nullptr;

@@ -6,7 +6,7 @@
 // 4-6; alpha * E * sum_e f_e P_e) is added to the training objective per micro-batch and layer.
 // The backend runs the layer (Ops::moe_forward / moe_backward, model/moe_layer.hpp); this file
 // carves its buffers and wires it between the block's second norm and the residual add. No tensor,
-// sequence, context or pipeline parallelism yet (the constructor refuses them).
+// sequence or context parallelism yet (the constructor refuses them); a pipeline stage runs its layers.
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -22,7 +22,6 @@ void GPT::Impl::check_moe(int ncp) const {
     if (!ops.implements_moe()) no(std::string("the ") + ops.name() + " backend (run it with run.backend = \"cpu\")");
     if (ntp > 1) no("tensor parallelism (parallel.tp > 1)");
     if (ncp > 1) no("context parallelism (parallel.cp > 1)");
-    if (opt.l0 != 0 || opt.l1 != cfg.n_layer) no("a pipeline (parallel.pp > 1: a layer range)");
     if (opt.fp8 != Fp8Recipe::off) no("training.fp8");
 }
 
@@ -87,7 +86,8 @@ void GPT::set_moe_bias(const float* bias) {
     Impl& m = *impl_;
     if (m.moe_bias == nullptr)
         throw std::logic_error("GPT::set_moe_bias: needs model.moe with router = \"sigmoid\"");
-    m.ops.memcpy_h2d(m.moe_bias, bias, size_t(m.n_local) * size_t(m.spec.E) * 4);
+    const size_t E = size_t(m.spec.E);  // this stage's rows [l0, l1) of the whole model's
+    m.ops.memcpy_h2d(m.moe_bias, bias + size_t(m.opt.l0) * E, size_t(m.n_local) * E * 4);
 }
 
 void GPT::Impl::moe_mlp_forward(Context& c, int i, const void* w, const LayerActs& a, bool write_out) {
@@ -138,14 +138,15 @@ void GPT::take_moe_load(std::vector<int64_t>& counts) {
     counts.clear();
     if (!m.spec.moe()) return;
     const int E = m.spec.E;
-    counts.assign(size_t(m.n_local) * size_t(E), 0);
+    counts.assign(size_t(m.cfg.n_layer) * size_t(E), 0);  // a pipeline stage fills its rows [l0, l1)
     if (m.load_pending == 0) return;
     m.store->host_wait(m.ops, m.loss_ready, "reading the step's expert loads");  // after the copies
+    int64_t* mine = counts.data() + size_t(m.opt.l0) * size_t(E);
     for (int k = 0; k < m.load_pending; ++k) {
         const int* off = m.load_host[size_t(k)].data();
         for (int l = 0; l < m.n_local; ++l)
             for (int e = 0; e < E; ++e)
-                counts[size_t(l) * size_t(E) + size_t(e)] += off[l * (E + 1) + e + 1] - off[l * (E + 1) + e];
+                mine[size_t(l) * size_t(E) + size_t(e)] += off[l * (E + 1) + e + 1] - off[l * (E + 1) + e];
     }
     m.load_pending = 0;
 }

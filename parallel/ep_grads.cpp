@@ -11,8 +11,8 @@ ExpertDp expert_dp_of(const Topology& topo, int ep) {
     if (ep < 2 || topo.dp() % ep != 0)
         throw std::invalid_argument("parallel.ep: expected a divisor > 1 of the data-parallel ranks dp = " +
                                     std::to_string(topo.dp()) + ", got " + P);
-    if (topo.tp() > 1 || topo.pp() > 1 || topo.cp() > 1)
-        throw std::invalid_argument("parallel.ep: expert parallelism runs with parallel.tp = pp = cp = 1, got ep = " + P);
+    if (topo.tp() > 1)  // cp ranks are dp indices: an ep group may hold a window's ranks (docs/parallelism.md)
+        throw std::invalid_argument("parallel.ep: expert parallelism runs with parallel.tp = 1 yet, got ep = " + P);
     const int zg = topo.zero_group_size();
     if (zg > 1 && zg % ep != 0)
         throw std::invalid_argument("parallel.zero_group_size: with parallel.ep = " + P +
@@ -24,7 +24,7 @@ ExpertDp expert_dp_of(const Topology& topo, int ep) {
     x.ep_index = d % ep;
     x.zero_size = zg > 1 ? zg / ep : 1;
     const int e2 = d / ep, z = e2 % x.zero_size, r = e2 / x.zero_size, R = topo.dp() / ep / x.zero_size;
-    auto rank_of_dp = [&](int dp) { return topo.rank_of(0, dp / zg, dp % zg); };  // tp = pp = 1
+    auto rank_of_dp = [&](int dp) { return topo.rank_of(topo.stage(), dp / zg, dp % zg); };  // tp = 1; this stage's
     for (int j = 0; j < x.zero_size; ++j) x.zero_group.push_back(rank_of_dp(ep * (r * x.zero_size + j) + x.ep_index));
     for (int j = 0; j < R; ++j) x.replica_group.push_back(rank_of_dp(ep * (j * x.zero_size + z) + x.ep_index));
     x.writers = ep * x.zero_size;
@@ -32,7 +32,8 @@ ExpertDp expert_dp_of(const Topology& topo, int ep) {
     return x;
 }
 
-EpGrads::EpGrads(ZeroEngine& engine, Comm& ep_comm, std::unique_ptr<Comm> ep_host, ExpertDp groups)
+EpGrads::EpGrads(ZeroEngine& engine, Comm& ep_comm, std::unique_ptr<Comm> ep_host, ExpertDp groups,
+                 bool norm_skips_embeddings)
     : engine_(engine), ep_(ep_comm), ep_host_(std::move(ep_host)), groups_(std::move(groups)) {
     const ParamLayout& L = engine_.layout();
     if (L.ep() != ep_.size() || L.ep_rank() != ep_.rank() || !ep_host_ || ep_host_->size() != ep_.size())
@@ -41,6 +42,9 @@ EpGrads::EpGrads(ZeroEngine& engine, Comm& ep_comm, std::unique_ptr<Comm> ep_hos
                                     std::to_string(ep_.rank()) + " of " + std::to_string(ep_.size()));
     dense_ = engine_.shard_pieces_where([](const ParamTensor& t) { return !t.expert; });
     expert_ = engine_.shard_pieces_where([](const ParamTensor& t) { return t.expert; });
+    dense_norm_ = norm_skips_embeddings
+                      ? engine_.shard_pieces_where([](const ParamTensor& t) { return !t.expert && t.unit != 0; })
+                      : dense_;
 }
 
 void EpGrads::reduce() {
@@ -51,7 +55,7 @@ void EpGrads::reduce() {
 }
 
 float EpGrads::norm_squared(float* scratch) {
-    const float dense = engine_.pieces_norm_squared(scratch, dense_);  // the same on every EP rank
+    const float dense = engine_.pieces_norm_squared(scratch, dense_norm_);  // the same on every EP rank
     float experts = engine_.pieces_norm_squared(scratch, expert_);     // this EP index's experts
     ep_host_->all_reduce_sum(&experts, 1, DType::f32);
     return dense + experts;

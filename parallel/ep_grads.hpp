@@ -35,8 +35,9 @@ struct ExpertDp {
     int writers = 1, writer = -1;
 };
 
-/// The expert-dp groups of topo's rank at parallel.ep = ep (tp = pp = cp = 1: what MoE runs with).
-/// Errors: std::invalid_argument naming parallel.ep when ep < 2 or does not divide dp, or tp, pp or
+/// The expert-dp groups of topo's rank at parallel.ep = ep (tp = cp = 1: what MoE runs with), among
+/// the dp ranks of its pipeline stage (each stage has its own groups; the writers are per stage too).
+/// Errors: std::invalid_argument naming parallel.ep when ep < 2 or does not divide dp, or tp or
 /// cp > 1; naming parallel.zero_group_size when the topology's ZeRO group (> 1) is not a multiple of
 /// ep (its ranks of one EP index would not be equally many).
 ExpertDp expert_dp_of(const Topology& topo, int ep);
@@ -47,8 +48,11 @@ class EpGrads {
 public:
     /// ep_comm: the EP group over device buffers (its rank order the EP index; EpGroup::comm());
     /// ep_host: the same ranks over host buffers (owned). Both must outlive nothing more than this.
+    /// norm_skips_embeddings: the norm leaves unit 0 out (a pipeline's last stage: its tied wte is
+    /// the first stage's copy, counted there; docs/parallelism.md "Pipeline parallelism").
     /// Errors: std::invalid_argument if the engine's layout is not one of ep_comm.size() EP ranks.
-    EpGrads(ZeroEngine& engine, Comm& ep_comm, std::unique_ptr<Comm> ep_host, ExpertDp groups);
+    EpGrads(ZeroEngine& engine, Comm& ep_comm, std::unique_ptr<Comm> ep_host, ExpertDp groups,
+            bool norm_skips_embeddings = false);
     const ExpertDp& groups() const { return groups_; }
     /// The shard-local ranges of the engine's grad shard holding dense tensors / expert tensors.
     const std::vector<FlatRange>& dense_pieces() const { return dense_; }
@@ -58,8 +62,8 @@ public:
     /// so they hold the sum over all dp ranks (bitwise the same on every EP rank: MpiComm sums in
     /// rank order). Collective over the EP group.
     void reduce();
-    /// The squared norm of the whole model's reduced gradient: the dense pieces' squares once (every
-    /// EP rank holds the same), plus the expert pieces' squares summed over the EP group (one host
+    /// The squared norm of the stage's reduced gradient: the dense pieces' squares once (every
+    /// EP rank holds the same; unit 0 left out with norm_skips_embeddings), plus the expert pieces' squares summed over the EP group (one host
     /// float), the same bits on every dp rank. scratch: one device fp32. Collective over the engine's
     /// groups and the EP group.
     float norm_squared(float* scratch);
@@ -70,6 +74,7 @@ private:
     std::unique_ptr<Comm> ep_host_;
     ExpertDp groups_;
     std::vector<FlatRange> dense_, expert_;
+    std::vector<FlatRange> dense_norm_;  // dense_ without unit 0 where the norm skips it
 };
 
 }  // namespace llmtrain

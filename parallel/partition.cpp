@@ -53,7 +53,10 @@ StageCosts stage_costs(const GPTConfig& cfg, int B, int T) {
     const ArchSpec spec(cfg);
     const double C = double(spec.NH) * spec.HS, tokens = static_cast<double>(B) * T;
     StageCosts c;
-    c.layer = 6.0 * (static_cast<double>(spec.layer_params()) + static_cast<double>(T) * C) * tokens;
+    // A mixture of experts: a token runs top_k of the routed experts, so a layer costs its active
+    // parameters (model/arch.hpp idle_expert_params, n_layer (E - k) 3 Fe C: a multiple of n_layer).
+    const double active = static_cast<double>(spec.layer_params() - spec.idle_expert_params() / cfg.n_layer);
+    c.layer = 6.0 * (active + static_cast<double>(T) * C) * tokens;
     c.embedding = 6.0 * static_cast<double>(spec.embedding_flop_params()) * tokens;
     c.head = 6.0 * static_cast<double>(spec.head_params()) * tokens;
     return c;

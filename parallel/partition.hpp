@@ -27,7 +27,9 @@ struct StageLayers {
 /// "Training FLOPs and MFU" (6 per parameter + 6·T·C of attention per layer), the parameter counts
 /// asked of the architecture description (model/arch.hpp):
 ///   layer     6·layer_params + 6·T·C  (GPT-2: 12C² + 13C; Llama: (2 NH + 2 NKV)·HS·C + 3 F·C + 2C;
-///                                     and attention's score and value products)
+///                                     and attention's score and value products; a mixture of
+///                                     experts counts its active parameters: the (E − top_k)·3·Fe·C
+///                                     of the routed experts a token skips left out)
 ///   embedding 6·embedding_flop_params (GPT-2: wpe's seq_len·C share of 6Ψ, wte's is the LM head's;
 ///                                     Llama: 0, its table is a lookup)
 ///   head      6·head_params           (the LM head GEMM over the padded vocabulary, Vp·C, and the

@@ -168,6 +168,11 @@ void PipelineStage::warm_up() {
                      ctx);
         gpt_.backward(last() ? nullptr : grad_in_[0], first() ? nullptr : grad_out_[0], ctx);
     }
+    if (gpt_.config().moe_experts > 0) {  // not a step: its balance losses and expert loads must not join step 1's
+        gpt_.take_moe_aux_sum();
+        std::vector<int64_t> load;
+        gpt_.take_moe_load(load);
+    }
     ops_.synchronize();
 }
 

@@ -31,13 +31,13 @@ void check_context_parallel(const Config& c, const At& at) {
 }
 
 /// model.moe.n_experts > 0 (docs/model.md "Mixture of experts"): what the MoE model does not run
-/// with yet — tensor, pipeline and context parallelism, FP8 (both backends run it).
+/// with yet — tensor and context parallelism, FP8 (both backends run it; a pipeline too, issue 45).
 /// (The architecture's own MoE rules, llama only and top_k in 1..n_experts, are ArchSpec's.)
 template <class At>
 void check_moe(const Config& c, const At& at) {
     const std::string n = std::to_string(c.moe.n_experts);
     const std::pair<const char*, int> splits[] = {
-        {"parallel.tp", c.parallel.tp}, {"parallel.pp", c.parallel.pp}, {"parallel.cp", c.parallel.cp}};
+        {"parallel.tp", c.parallel.tp}, {"parallel.cp", c.parallel.cp}};
     for (const auto& [key, v] : splits)
         if (v > 1)
             fail(at({"model.moe.n_experts", key}), "model.moe.n_experts: mixture of experts does not run with " +
@@ -57,8 +57,9 @@ void check_moe(const Config& c, const At& at) {
 /// parallel.ep > 1 (docs/parallelism.md "Expert parallelism"): a mixture of experts whose
 /// n_experts ep divides, and not with what it does not run with yet: HellaSwag in the loop (its
 /// ranks score different examples, so the ep group's exchanges would not pair up). (dp is known
-/// at start-up: resolve_world checks that ep divides it; tp, pp and cp are MoE's refusals. Both
-/// backends run it: on cuda the exchange is NcclComm's grouped all_to_all_v.)
+/// at start-up: resolve_world checks that ep divides it, each pipeline stage has its own ep groups
+/// of its dp ranks; tp and cp are MoE's refusals. Both backends run it: on cuda the exchange is
+/// NcclComm's grouped all_to_all_v.)
 template <class At>
 void check_expert_parallel(const Config& c, const At& at) {
     const std::string ep = std::to_string(c.parallel.ep);

@@ -128,10 +128,8 @@ LayerTimes flops_layer_times(const Config& cfg, double device_tflops, double mem
                                     std::to_string(device_tflops) + " and " + std::to_string(memory_gbps));
     const int B = cfg.training.micro_batch_size, T = cfg.model.seq_len;
     const GPTConfig g = gpt_config_of(cfg);
-    StageCosts c = stage_costs(g, B, T);
-    // A mixture of experts: a token runs top_k of the routed experts, so a layer's FLOPs are those of
-    // its active parameters, as the run's MFU counts them (model/arch.hpp idle_expert_params).
-    c.layer -= 6.0 * double(ArchSpec(g).idle_expert_params()) / g.n_layer * double(B) * T;
+    // A mixture of experts' layer counts its active parameters, as the run's MFU (stage_costs).
+    const StageCosts c = stage_costs(g, B, T);
     const double rate = device_tflops * 1e12;  // FLOP/s
     LayerTimes t;
     t.layer_fwd = c.layer / 3 / rate;  // training FLOPs are forward + backward = 3 x forward

@@ -73,7 +73,8 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
     zo.units = stage_units(g, st, P, go.l0, go.l1);
     s.engine = std::make_unique<ZeroEngine>(alloc, *s.layout, *s.zero_comm, *s.replica_comm, zo);
     if (s.ep_group)  // the dense gradients' sum over the EP group, the norm (asked for on every rank)
-        s.ep_grads = std::make_unique<EpGrads>(*s.engine, s.ep_group->comm(), comms(topo.ep_group(ep), true), xdp);
+        s.ep_grads = std::make_unique<EpGrads>(*s.engine, s.ep_group->comm(), comms(topo.ep_group(ep), true), xdp,
+                                               P > 1 && st == P - 1);  // the last stage's wte: the first's
     s.gpt = std::make_unique<GPT>(g, go, alloc, s.engine.get());
     if (P > 1) {
         // Two Comms per neighbour pair (activations, gradients), asked for in pair order everywhere.
@@ -152,19 +153,20 @@ bool checkpoints_on(const Config& cfg) { return cfg.checkpoint.interval > 0 || c
 size_t checkpoint_snapshot_elems(const RunShape& shape, const Topology& topo, const ZeroEngine& engine,
                                  const AdamW& adam) {
     if (!shape.checkpoints) return 0;
-    if (shape.ep > 1) {  // the EP writers (parallel/ep_grads.hpp ExpertDp): one piece of the model each
+    const bool last_with_pipe = topo.pp() > 1 && topo.stage() == topo.pp() - 1;
+    if (shape.ep > 1) {  // the EP writers (parallel/ep_grads.hpp ExpertDp): one piece of the stage's units each
         const ExpertDp x = expert_dp_of(topo, shape.ep);
         const ParamLayout full(shape.model);
-        std::vector<int> all;
-        for (int u = 0; u < int(full.units().size()); ++u) all.push_back(u);
-        return x.writer < 0 ? 0 : tp_piece(full, all, x.writers, x.writer).numel;
+        std::vector<int> held;  // as the trainer's save: the stage's units, the last stage's tied wte copy left out
+        for (int u = 0; u < int(full.units().size()); ++u)
+            if (engine.holds(u) && !(last_with_pipe && u == 0)) held.push_back(u);
+        return x.writer < 0 ? 0 : tp_piece(full, held, x.writers, x.writer).numel;
     }
     if (topo.tp() == 1) return topo.replica() == 0 ? adam.numel() : 0;
     if (topo.replica() != 0) return 0;
     // save_tp: the whole tensors (tp = 1 layout, units numbered alike) of the stage's saved units,
     // one piece per rank of replica 0 (app/state/tp_state.hpp tp_piece).
     const ParamLayout full(shape.model);
-    const bool last_with_pipe = topo.pp() > 1 && topo.stage() == topo.pp() - 1;
     std::vector<int> held;
     for (int u = 0; u < int(full.units().size()); ++u)
         if (engine.holds(u) && !(last_with_pipe && u == 0)) held.push_back(u);

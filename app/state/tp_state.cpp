@@ -179,18 +179,17 @@ std::string exchange_tp_stage(Comm& world, const Topology& topo, const ParamLayo
 }
 
 std::string exchange_ep_state(Comm& world, const Topology& topo, const ExpertDp& x, const ParamLayout& full,
-                              int zero_shard_multiple, const float* mine, size_t ns, const std::function<float*(size_t)>& snapshot,
+                              int zero_shard_multiple, const std::vector<int>& shard_units, const std::vector<int>& held,
+                              const float* mine, size_t ns, const std::function<float*(size_t)>& snapshot,
                               std::vector<OptimShardView>& views) {
     Holders h;
-    const int P = x.ep, zg = topo.zero_group_size();
+    const int P = x.ep, zg = topo.zero_group_size(), st = topo.stage();
     for (int e = 0; e < P; ++e) h.lays.emplace_back(full.config(), zero_shard_multiple, 1, 0, P, e);
     h.N = x.zero_size;
     h.writer = [P](int e, int z) { return z * P + e; };  // = its dp index
-    h.rank = [&topo, P, zg](int e, int z) { const int d = z * P + e; return topo.rank_of(0, d / zg, d % zg); };
+    h.rank = [&topo, P, zg, st](int e, int z) { const int d = z * P + e; return topo.rank_of(st, d / zg, d % zg); };
     h.my_t = x.ep_index, h.my_z = topo.dp_index() / P % x.zero_size;
-    std::vector<int> units;
-    for (int u = 0; u < int(full.units().size()); ++u) units.push_back(u);
-    return exchange_state(world, h, full, units, units, mine, ns, snapshot, views, "EP");
+    return exchange_state(world, h, full, shard_units, held, mine, ns, snapshot, views, "EP");
 }
 
 }  // namespace llmtrain

@@ -120,9 +120,9 @@ TEST(MoeModel, RefusesWhatItDoesNotRunYet) {
     fp8.fp8 = Fp8Recipe::tensorwise;
     EXPECT_NE(message(fp8).find("model.moe: mixture of experts does not run with training.fp8"), std::string::npos)
         << message(fp8);
-    GPTOptions range = options(0.0f);
+    GPTOptions range = options(0.0f);  // a pipeline stage's layer range builds (issue 45)
     range.l1 = 1;
-    EXPECT_NE(message(range).find("parallel.pp"), std::string::npos) << message(range);
+    EXPECT_EQ(message(range), "no error");
     GPTConfig gpt2 = moe_config(0);
     gpt2.arch = Arch::gpt2, gpt2.n_kv_head = 0, gpt2.intermediate_size = 0;
     try {

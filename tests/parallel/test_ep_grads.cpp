@@ -123,6 +123,30 @@ TEST(ExpertDp, GroupsAreRanksOfOneEpIndexThatCoverDpOnce) {
     EXPECT_THROW(expert_dp_of(Topology(4, 0, 1, 1, 2), 2), std::invalid_argument);  // tp 2
 }
 
+// With a pipeline (issue 45) each stage has its own groups, of its own dp ranks: world 8 at pp 2 is
+// dp 4 per stage (ranks 4s..4s+3); the groups of a rank of stage s are stage 1-rank's shifted by 4s.
+TEST(ExpertDp, EachPipelineStageHasItsOwnGroups) {
+    const int W = 8, P = 2;
+    for (int zg : {1, 2, 4})
+        for (int r = 0; r < W; ++r) {
+            const Topology t(W, r, P, zg);
+            const ExpertDp x = expert_dp_of(t, 2), y = expert_dp_of(Topology(W / P, r % 4, 1, zg), 2);
+            const int base = t.stage() * 4;
+            const std::string at = "zg " + std::to_string(zg) + " rank " + std::to_string(r);
+            EXPECT_EQ(t.stage(), r / 4) << at;
+            EXPECT_EQ(x.ep_index, y.ep_index) << at;
+            EXPECT_EQ(x.writers, y.writers) << at;
+            EXPECT_EQ(x.writer, y.writer) << at;
+            ASSERT_EQ(x.zero_group.size(), y.zero_group.size()) << at;
+            for (size_t i = 0; i < x.zero_group.size(); ++i) EXPECT_EQ(x.zero_group[i], base + y.zero_group[i]) << at;
+            ASSERT_EQ(x.replica_group.size(), y.replica_group.size()) << at;
+            for (size_t i = 0; i < x.replica_group.size(); ++i)
+                EXPECT_EQ(x.replica_group[i], base + y.replica_group[i]) << at;
+            std::vector<int> ep = t.ep_group(2);  // the all-to-all's ranks: this stage's too
+            for (int m : ep) EXPECT_EQ(m / 4, t.stage()) << at;
+        }
+}
+
 TEST(EpGrads, TheEngineOverTheExpertGroupHoldsItsShareOfTheExperts) {
     // dp 8, ep 2, ZeRO-3 over all dp: each EP index's engine shards over Ne = 4 ranks with its experts.
     const GPTConfig c = moe_config();

@@ -120,6 +120,25 @@ TEST(Partition, StageCostsSumToTheModelFlops) {
     EXPECT_NE(error_of([] { stage_costs(GPTConfig{}, 1, 0); }).find("T >= 1"), std::string::npos);
 }
 
+// A mixture of experts (moe-tiny's shape: 8 experts of width 384, top-2) costs what a stage runs: a
+// layer's active parameters, i.e. the dense Llama of MLP width top_k x 384 = 768 plus the router
+// (E x C), and the stages sum to the run's active-FLOP count (flops_per_token leaves the idle
+// experts out); the balanced split is the dense model's.
+TEST(Partition, MoeStagesCostTheirActiveExperts) {
+    GPTConfig dense{4, 4, 256, 256, 8192};
+    dense.arch = Arch::llama, dense.n_kv_head = 2, dense.intermediate_size = 768;
+    GPTConfig moe = dense;
+    moe.moe_experts = 8, moe.moe_top_k = 2, moe.moe_expert_ffn = 384;
+    const int B = 4, T = 256;
+    const StageCosts d = stage_costs(dense, B, T), m = stage_costs(moe, B, T);
+    EXPECT_EQ(m.layer, d.layer + 6.0 * 8 * 256 * B * T);  // the router's E x C
+    EXPECT_EQ(m.embedding, d.embedding);
+    EXPECT_EQ(m.head, d.head);
+    const double want = flops_per_token(moe, ParamLayout(moe).num_parameters(), T) * B * T;
+    EXPECT_EQ(moe.n_layer * m.layer + m.embedding + m.head, want);
+    EXPECT_EQ(balanced_layers_per_stage(moe, B, T, 2), balanced_layers_per_stage(dense, B, T, 2));
+}
+
 TEST(Partition, BalancedSplitEqualsBruteForce) {
     int uneven = 0, memory_ties = 0;  // cases where the even split and where rule 2 make a difference
     for (const auto& sh : kShapes)
