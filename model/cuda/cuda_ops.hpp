@@ -206,10 +206,12 @@ public:
                            int n_pos) override;
 
     // ---- mixture of experts (cuda_ops_moe.cu; moe_router.cu, moe_permute.cu; docs/cuda.md "Mixture of
-    // experts"): the router and the plan on the device, each expert's two GEMMs on cuBLASLt over its
-    // row range. moe_ffn_forward / moe_ffn_backward read the (E+1) offsets to the host first (the
-    // stream synchronizes), and moe_dispatch_forward waits for the balance loss it returns (when
-    // aux_coef != 0); the rest is asynchronous. ----
+    // experts"; moe_grouped_gemm.cu): the router, the plan and the experts' GEMMs on the device, the
+    // GEMMs grouped over the experts reading the offsets on the device. moe_forward / moe_backward
+    // never wait for the plan; the separate moe_ffn_forward / moe_ffn_backward (expert parallelism's,
+    // whose all-to-all needs the counts on the host anyway) read offsets[E] to the host to size their
+    // grid (the stream synchronizes), and moe_dispatch_forward waits for the balance loss it returns
+    // (when aux_coef != 0); the rest is asynchronous. ----
     bool implements_moe() const override { return true; }
     float moe_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* out, const void* x,
                       const void* w_router, const void* w13, const void* w2, bool combine) override;
@@ -377,6 +379,19 @@ private:
     static const X* as(const void* p) {
         return static_cast<const X*>(p);
     }
+
+    // ---- the experts' FFNs on the grouped GEMM (cuda_ops_moe.cu) ----
+    /// moe_ffn_forward's work with the host bound `rows` on offsets[E] (offsets[0] = 0): nothing is
+    /// read to the host. The SwiGLU runs over all `rows`; zero_past: gu's rows past offsets[E] (a
+    /// capacity-limited plan's dropped pairs, no expert's) are zeroed first so it reads defined values.
+    void moe_experts_forward(void* yg, void* gu, void* h, const void* xg, const void* w13, const void* w2,
+                             const int* offsets, int E, int C, int F, int rows, bool zero_past);
+    /// moe_ffn_backward's work, as moe_experts_forward (zero_past: dh's rows past offsets[E] zeroed).
+    void moe_experts_backward(void* dxg, void* dw13, void* dw2, void* dgu, void* dh, const void* dyg, const void* xg,
+                              const void* gu, const void* h, const void* w13, const void* w2, const int* offsets,
+                              int E, int C, int F, int rows, bool zero_past);
+    /// offsets[E] read to the host (the stream synchronizes): the separate ffn ops' grid bound.
+    int moe_rows_on_host(const int* offsets, int E);
 
     // ---- the backend's own device memory (cuda_ops.cu) ----
     /// Device memory for the backend's own use, reported to the Allocator's listener.

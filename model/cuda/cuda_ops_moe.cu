@@ -1,18 +1,19 @@
 // model/cuda/cuda_ops_moe.cu — CudaOps's mixture-of-experts ops (model/ops.hpp "Mixture of experts";
 // docs/cuda.md "Mixture of experts"): the layer and its three steps each way, from the router and
-// dispatch kernels (moe_router.cu, moe_permute.cu) and cuBLASLt for the experts' SwiGLU FFNs.
+// dispatch kernels (moe_router.cu, moe_permute.cu) and the grouped GEMM (moe_grouped_gemm.cu) for
+// the experts' SwiGLU FFNs.
 //
 // The same composition as the CPU's (model/cpu/moe_layer.cpp; the math and its sources are
 // model/moe.hpp's): router -> plan -> permute -> experts -> combine, and back. The experts' GEMMs
-// are one cuBLASLt matmul_forward / matmul_backward per expert and matrix over the expert's row range
-// of the grouped rows (not a grouped or batched GEMM: the ranges differ per expert and per step, and
-// the per-expert calls reuse the dense layers' tested GEMM path, epilogues and alignment rules); so
-// the (E+1) offsets are read to the host first, one stream synchronization per layer and direction.
-// The SwiGLU between the GEMMs is swiglu.cu's, once over all kept rows. Activations in the act
-// dtype (bf16 or fp32), the router's logits, scores, gates and gradients fp32, as MoeActs says.
+// are one grouped launch per matrix and direction, each expert's rows found from the (E+1) offsets
+// on the device: the layer (moe_forward / moe_backward, expert parallelism 1) sizes the grids by the
+// host bound N*k and never waits for the plan. The separate moe_ffn_forward / moe_ffn_backward,
+// which only expert parallelism calls (its all-to-all needs the per-peer counts on the host anyway,
+// gpt_moe_ep.cpp), read offsets[E] to the host for the bound. The SwiGLU between the GEMMs is
+// swiglu.cu's, once over all the rows. Activations in the act dtype (bf16 or fp32), the router's
+// logits, scores, gates and gradients fp32, as MoeActs says.
 #include <stdexcept>
 #include <string>
-#include <vector>
 
 #include "model/cuda/cuda_ops.hpp"
 #include "model/cuda/moe_kernels.cuh"
@@ -32,15 +33,12 @@ void require_moe(const MoeShape& s, const char* op) {
         throw std::invalid_argument(std::string(op) + ": a selection bias needs the sigmoid score");
 }
 
-char* bytes(void* p) { return static_cast<char*>(p); }
-const char* bytes(const void* p) { return static_cast<const char*>(p); }
-
 }  // namespace
 
 float CudaOps::moe_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* out, const void* x,
                            const void* w_router, const void* w13, const void* w2, bool combine) {
     const float aux = moe_dispatch_forward(s, a, w, x, w_router);
-    moe_ffn_forward(a.yg, a.gu, a.h, a.xg, w13, w2, a.offsets, s.E, s.C, s.F);
+    moe_experts_forward(a.yg, a.gu, a.h, a.xg, w13, w2, a.offsets, s.E, s.C, s.F, s.N * s.k, s.capacity > 0);
     if (combine) moe_combine_forward(s, a, out, a.yg);
     return aux;
 }
@@ -49,7 +47,8 @@ void CudaOps::moe_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w
                            void* dw13, void* dw2, const void* dout, const void* x, const void* w_router,
                            const void* w13, const void* w2, float aux_scale) {
     moe_combine_backward(s, a, w, w.dyg, dout, a.yg);
-    moe_ffn_backward(w.dxg, dw13, dw2, w.dgu, w.dh, w.dyg, a.xg, a.gu, a.h, w13, w2, a.offsets, s.E, s.C, s.F);
+    moe_experts_backward(w.dxg, dw13, dw2, w.dgu, w.dh, w.dyg, a.xg, a.gu, a.h, w13, w2, a.offsets, s.E, s.C, s.F,
+                         s.N * s.k, s.capacity > 0);
     if (s.capacity > 0)  // no expert ran the dropped rows: no gradient to x through them
         dispatch([&](auto t) {
             using X = decltype(t);
@@ -80,26 +79,34 @@ float CudaOps::moe_dispatch_forward(const MoeShape& s, const MoeActs& a, const M
     return static_cast<float>(loss);
 }
 
+int CudaOps::moe_rows_on_host(const int* offsets, int E) {
+    int rows = 0;
+    CUDA_CHECK(cudaMemcpyAsync(&rows, offsets + E, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+    CUDA_CHECK(cudaStreamSynchronize(stream_));
+    return rows;
+}
+
 void CudaOps::moe_ffn_forward(void* yg, void* gu, void* h, const void* xg, const void* w13, const void* w2,
                               const int* offsets, int E, int C, int F) {
-    std::vector<int> off(static_cast<size_t>(E) + 1);
-    CUDA_CHECK(cudaMemcpyAsync(off.data(), offsets, off.size() * sizeof(int), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const size_t es = dtype_size(act_), F2 = 2 * static_cast<size_t>(F);
-    for (int e = 0; e < E; e++) {  // gu rows = xg rows @ w13[e]^T
-        const int r0 = off[e], rows = off[e + 1] - off[e];
-        if (rows > 0)
-            matmul_forward(bytes(gu) + r0 * F2 * es, nullptr, bytes(xg) + size_t(r0) * C * es,
-                           bytes(w13) + size_t(e) * F2 * C * es, nullptr, rows, C, static_cast<int>(F2));
-    }
-    if (off[E] > off[0])  // h = silu(gate) * up over every kept row at once
-        swiglu_forward(bytes(h) + size_t(off[0]) * F * es, bytes(gu) + off[0] * F2 * es, off[E] - off[0], F);
-    for (int e = 0; e < E; e++) {  // yg rows = h rows @ w2[e]^T
-        const int r0 = off[e], rows = off[e + 1] - off[e];
-        if (rows > 0)
-            matmul_forward(bytes(yg) + size_t(r0) * C * es, nullptr, bytes(h) + size_t(r0) * F * es,
-                           bytes(w2) + size_t(e) * C * F * es, nullptr, rows, F, C);
-    }
+    moe_experts_forward(yg, gu, h, xg, w13, w2, offsets, E, C, F, moe_rows_on_host(offsets, E), false);
+}
+
+void CudaOps::moe_experts_forward(void* yg, void* gu, void* h, const void* xg, const void* w13, const void* w2,
+                                  const int* offsets, int E, int C, int F, int rows, bool zero_past) {
+    if (rows <= 0) return;
+    dispatch([&](auto t) {
+        using X = decltype(t);
+        const int F2 = 2 * F;
+        cuda::moe_grouped_gemm(cuda::MoeGemm::forward, as<X>(gu), as<X>(xg), as<X>(w13), offsets, E, rows, C, F2,
+                               stream_);  // gu rows = xg rows @ w13[e]^T
+        if (zero_past) cuda::moe_zero_dropped(as<X>(gu), offsets, E, rows, F2, stream_);
+    });
+    swiglu_forward(h, gu, rows, F);  // h = silu(gate) * up over every row at once
+    dispatch([&](auto t) {
+        using X = decltype(t);  // yg rows = h rows @ w2[e]^T
+        cuda::moe_grouped_gemm(cuda::MoeGemm::forward, as<X>(yg), as<X>(h), as<X>(w2), offsets, E, rows, F, C,
+                               stream_);
+    });
 }
 
 void CudaOps::moe_combine_forward(const MoeShape& s, const MoeActs& a, void* out, const void* yg) {
@@ -121,29 +128,31 @@ void CudaOps::moe_combine_backward(const MoeShape& s, const MoeActs& a, const Mo
 void CudaOps::moe_ffn_backward(void* dxg, void* dw13, void* dw2, void* dgu, void* dh, const void* dyg,
                                const void* xg, const void* gu, const void* h, const void* w13, const void* w2,
                                const int* offsets, int E, int C, int F) {
-    std::vector<int> off(static_cast<size_t>(E) + 1);
-    CUDA_CHECK(cudaMemcpyAsync(off.data(), offsets, off.size() * sizeof(int), cudaMemcpyDeviceToHost, stream_));
-    CUDA_CHECK(cudaStreamSynchronize(stream_));
-    const size_t es = dtype_size(act_), F2 = 2 * static_cast<size_t>(F);
-    for (int e = 0; e < E; e++) {  // dh = dyg @ w2[e]; dw2[e] += dyg^T @ h
-        const size_t r0 = static_cast<size_t>(off[e]);
-        const int rows = off[e + 1] - off[e];
-        if (rows > 0)
-            matmul_backward(bytes(dh) + r0 * F * es, bytes(dw2) + size_t(e) * C * F * es, nullptr,
-                            bytes(dyg) + r0 * C * es, bytes(h) + r0 * F * es, bytes(w2) + size_t(e) * C * F * es,
-                            nullptr, rows, F, C);
-    }
-    if (off[E] > off[0])  // dgu = swiglu'(gu) * dh over every kept row at once
-        swiglu_backward(bytes(dgu) + off[0] * F2 * es, bytes(dh) + size_t(off[0]) * F * es,
-                        bytes(gu) + off[0] * F2 * es, off[E] - off[0], F);
-    for (int e = 0; e < E; e++) {  // dxg = dgu @ w13[e]; dw13[e] += dgu^T @ xg
-        const size_t r0 = static_cast<size_t>(off[e]);
-        const int rows = off[e + 1] - off[e];
-        if (rows > 0)
-            matmul_backward(bytes(dxg) + r0 * C * es, bytes(dw13) + size_t(e) * F2 * C * es, nullptr,
-                            bytes(dgu) + r0 * F2 * es, bytes(xg) + r0 * C * es, bytes(w13) + size_t(e) * F2 * C * es,
-                            nullptr, rows, C, static_cast<int>(F2));
-    }
+    moe_experts_backward(dxg, dw13, dw2, dgu, dh, dyg, xg, gu, h, w13, w2, offsets, E, C, F,
+                         moe_rows_on_host(offsets, E), false);
+}
+
+void CudaOps::moe_experts_backward(void* dxg, void* dw13, void* dw2, void* dgu, void* dh, const void* dyg,
+                                   const void* xg, const void* gu, const void* h, const void* w13, const void* w2,
+                                   const int* offsets, int E, int C, int F, int rows, bool zero_past) {
+    if (rows <= 0) return;
+    const int F2 = 2 * F;
+    dispatch([&](auto t) {
+        using X = decltype(t);  // dh = dyg @ w2[e]; dw2[e] += dyg^T @ h
+        cuda::moe_grouped_gemm(cuda::MoeGemm::dinp, as<X>(dh), as<X>(dyg), as<X>(w2), offsets, E, rows, C, F,
+                               stream_);
+        if (zero_past) cuda::moe_zero_dropped(as<X>(dh), offsets, E, rows, F, stream_);
+        cuda::moe_grouped_gemm(cuda::MoeGemm::dweight, as<X>(dw2), as<X>(dyg), as<X>(h), offsets, E, rows, C, F,
+                               stream_);
+    });
+    swiglu_backward(dgu, dh, gu, rows, F);  // dgu = swiglu'(gu) * dh over every row at once
+    dispatch([&](auto t) {
+        using X = decltype(t);  // dxg = dgu @ w13[e]; dw13[e] += dgu^T @ xg
+        cuda::moe_grouped_gemm(cuda::MoeGemm::dinp, as<X>(dxg), as<X>(dgu), as<X>(w13), offsets, E, rows, F2, C,
+                               stream_);
+        cuda::moe_grouped_gemm(cuda::MoeGemm::dweight, as<X>(dw13), as<X>(dgu), as<X>(xg), offsets, E, rows, F2, C,
+                               stream_);
+    });
 }
 
 void CudaOps::moe_dispatch_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dx,

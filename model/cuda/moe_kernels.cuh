@@ -66,4 +66,20 @@ template <typename T>
 void moe_combine_backward(T* dyg, float* dgates, const T* dout, const T* yg, const float* gates, const int* pos,
                           int N, int k, int C, cudaStream_t stream);
 
+// ---- moe_grouped_gemm.cu ----
+/// Which product moe_grouped_gemm computes per expert e over e's rows [offsets[e], offsets[e+1]).
+enum class MoeGemm {
+    forward,  ///< out rows (rows,Nout) OVERWRITTEN = a rows (rows,K) @ b[e]^T, b (E,Nout,K): x W^T
+    dinp,     ///< out rows (rows,Nout) OVERWRITTEN = a rows (rows,K) @ b[e], b (E,K,Nout): dY W
+    dweight,  ///< out[e] (E,K,Nout) += (a rows (rows,K))^T @ b rows (rows,Nout): dY^T X
+};
+/// The experts' GEMMs in one launch, the row ranges read from offsets (E+1, device int32) on the
+/// device (no host wait); rows = a host bound on offsets[E] (the grid's size: N*k at ep 1), rows of
+/// a / out past offsets[E] untouched. fp32 accumulation, one rounding to T per output (dweight: of
+/// the old value plus the sum); deterministic (fixed orders, no atomics). bf16 on tensor cores
+/// (mma.sync m16n8k16), fp32 on CUDA cores. Errors: std::invalid_argument unless E, K, Nout >= 1.
+template <typename T>
+void moe_grouped_gemm(MoeGemm kind, T* out, const T* a, const T* b, const int* offsets, int E, int rows, int K,
+                      int Nout, cudaStream_t stream);
+
 }  // namespace llmtrain::cuda

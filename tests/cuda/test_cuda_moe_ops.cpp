@@ -5,7 +5,9 @@
 // top-2 router over 8 experts with the balance loss; exact ties (dyadic inputs, so every logit is
 // exact in any summation order and equal logits are equal bits on both backends) under softmax top-3
 // of 6; DeepSeek-V3's sigmoid scores with a selection bias (ties again); Switch Transformer's expert
-// capacity with pairs dropped.
+// capacity with pairs dropped. Then the experts' grouped GEMM (moe_grouped_gemm.cu) alone, through
+// moe_ffn_forward / moe_ffn_backward, at uneven rows per expert (empty experts, counts off the tile)
+// against the CPU's per-expert loops, and bitwise repeatable.
 //
 // Exact: the routing (ids), the plan (offsets, pos) and the grouped rows xg (a copy). fp32 router
 // outputs (scores, gates, the balance loss): 1e-5 (kTolF32; fp32 logits of the same inputs, summed in
@@ -18,6 +20,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -181,6 +184,68 @@ TEST_P(MoeOpsTest, CapacityDropsPairs) {
     const MoeOut want = run_layer(*cpu, mc, bf16);
     EXPECT_LT(want.offsets.back(), float(N * mc.k)) << "the case must drop pairs";
     compare(run_layer(*cuda, mc, bf16), want, bf16);
+}
+
+/// The experts' FFN tensors of moe_ffn_forward + moe_ffn_backward (as fp32).
+struct FfnOut {
+    std::vector<float> gu, h, yg, dh, dgu, dxg, dw13, dw2;
+};
+
+/// Expert row counts of the grouped-GEMM cases: experts without rows (first, middle, last), single
+/// rows, counts below, at and past the kernel's 64-row tile and not multiples of it.
+constexpr int kGroupRows[] = {0, 70, 1, 0, 33, 129, 64, 0};
+constexpr int kGE = 8, kGC = 44, kGF = 36;  // K and Nout not multiples of the 32 / 64 tiles, nor of 16
+
+/// moe_ffn_forward, then moe_ffn_backward from independent inputs (gu, h given: both backends see the
+/// same bits) on o, at the offsets of kGroupRows; inputs rounded to bf16 when b16 (for both backends).
+/// Overwritten outputs are NaN-filled first.
+FfnOut run_ffn(Ops& o, bool b16) {
+    const DType dt = o.act_dtype();
+    const size_t es = dtype_size(dt);
+    std::vector<int> off(1, 0);
+    for (int r : kGroupRows) off.push_back(off.back() + r);
+    const size_t R = size_t(off.back()), C = kGC, F = kGF, E = kGE;
+    DevBuf offsets = upload_ints(o, off);
+    DevBuf xg = upload(o, random_vec(R * C, 400, b16), dt), w13 = upload(o, random_vec(E * 2 * F * C, 401, b16, -0.3f, 0.3f), dt);
+    DevBuf w2 = upload(o, random_vec(E * C * F, 402, b16, -0.3f, 0.3f), dt), dyg = upload(o, random_vec(R * C, 403, b16), dt);
+    DevBuf gu_in = upload(o, random_vec(R * 2 * F, 404, b16, -2, 2), dt), h_in = upload(o, random_vec(R * F, 405, b16), dt);
+    DevBuf dw13 = upload(o, random_vec(E * 2 * F * C, 406, b16), dt), dw2 = upload(o, random_vec(E * C * F, 407, b16), dt);
+    auto nan_buf = [&](size_t n) {  // overwritten: NaN shows an element left unwritten
+        DevBuf b(o, n * es);
+        o.memset(b.ptr, 0xff, n * es);
+        return b;
+    };
+    DevBuf gu = nan_buf(R * 2 * F), h = nan_buf(R * F), yg = nan_buf(R * C), dh = nan_buf(R * F);
+    DevBuf dgu = nan_buf(R * 2 * F), dxg = nan_buf(R * C);
+    o.moe_ffn_forward(yg.ptr, gu.ptr, h.ptr, xg.ptr, w13.ptr, w2.ptr, offsets.as<int>(), kGE, kGC, kGF);
+    o.moe_ffn_backward(dxg.ptr, dw13.ptr, dw2.ptr, dgu.ptr, dh.ptr, dyg.ptr, xg.ptr, gu_in.ptr, h_in.ptr, w13.ptr,
+                       w2.ptr, offsets.as<int>(), kGE, kGC, kGF);
+    o.synchronize();
+    return {download(o, gu.ptr, R * 2 * F, dt),   download(o, h.ptr, R * F, dt),
+            download(o, yg.ptr, R * C, dt),       download(o, dh.ptr, R * F, dt),
+            download(o, dgu.ptr, R * 2 * F, dt),  download(o, dxg.ptr, R * C, dt),
+            download(o, dw13.ptr, E * 2 * F * C, dt), download(o, dw2.ptr, E * C * F, dt)};
+}
+
+/// The grouped GEMM (moe_grouped_gemm.cu) against the CPU's per-expert loops at uneven row counts:
+/// fp32 1e-5; bf16 2^-7 for one GEMM of exact inputs (gu, dh, dw2: one rounding of an fp32 sum),
+/// 2^-6 one rounded operand later (h, yg, dgu), 2^-5 two (dxg, dw13). A second run is bitwise equal
+/// (no atomics; the random order also shuffles the blocks).
+TEST_P(MoeOpsTest, GroupedGemmUnevenExpertsDeterministic) {
+    const FfnOut want = run_ffn(*cpu, bf16), got = run_ffn(*cuda, bf16);
+    const double t1 = bf16 ? kTolBf16 : kTolF32, t2 = bf16 ? 2 * kTolBf16 : kTolF32, t4 = bf16 ? 4 * kTolBf16 : kTolF32;
+    expect_close("gu", got.gu, want.gu, t1);
+    expect_close("h", got.h, want.h, t2);
+    expect_close("yg", got.yg, want.yg, t2);
+    expect_close("dh", got.dh, want.dh, t1);
+    expect_close("dw2", got.dw2, want.dw2, t1);
+    expect_close("dgu", got.dgu, want.dgu, t2);
+    expect_close("dxg", got.dxg, want.dxg, t4);
+    expect_close("dw13", got.dw13, want.dw13, t4);
+    const FfnOut again = run_ffn(*cuda, bf16);
+    for (auto m : {&FfnOut::gu, &FfnOut::h, &FfnOut::yg, &FfnOut::dh, &FfnOut::dgu, &FfnOut::dxg, &FfnOut::dw13,
+                   &FfnOut::dw2})
+        EXPECT_EQ(std::memcmp((again.*m).data(), (got.*m).data(), (got.*m).size() * 4), 0) << "not bitwise repeatable";
 }
 
 INSTANTIATE_TEST_SUITE_P(Cuda, MoeOpsTest, testing::ValuesIn(all_modes()), mode_name);
