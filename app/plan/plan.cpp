@@ -398,7 +398,7 @@ std::vector<int> depths(const Config& cfg, const PlanOptions& opt, int tp, int c
 PlanResult plan_depths(const Config& cfg, const PlanOptions& opt) {
     PlanResult r;
     const int64_t global = global_batch_of(cfg, opt.world);
-    const bool moe = cfg.moe.n_experts > 0;  // runs at tp = cp = pp = 1 only (config_checks.cpp check_moe)
+    const bool moe = cfg.moe.n_experts > 0;  // runs at tp = cp = 1 only (config_checks.cpp check_moe), any pp
     for (int tp : moe ? std::vector<int>{1} : tp_widths(opt.world, opt.gpus_per_node, opt.tp)) {
         if (opt.world % tp != 0) continue;
         const std::string why = tp_split_problem(cfg, tp);
@@ -412,7 +412,7 @@ PlanResult plan_depths(const Config& cfg, const PlanOptions& opt) {
             continue;
         }
         for (int cp : moe ? std::vector<int>{1} : cp_sizes(cfg, opt.world, tp, opt.cp))
-            for (int pp : moe ? std::vector<int>{1} : depths(cfg, opt, tp, cp)) {
+            for (int pp : depths(cfg, opt, tp, cp)) {
                 r.candidates.push_back(plan_depth(cfg, opt, tp, cp, pp, global));
                 const PlanCandidate& c = r.candidates.back();
                 if (c.choice.feasible && (r.best < 0 || c.step_seconds < r.candidates[size_t(r.best)].step_seconds))
@@ -440,10 +440,9 @@ PlanResult make_plan(const Config& cfg, const PlanOptions& opt) {
     if (opt.world < 1) throw std::invalid_argument("make_plan: expected a world size >= 1, got " + std::to_string(opt.world));
     if (!(opt.device_memory > 0))
         throw std::invalid_argument("make_plan: expected a positive device memory, got " + std::to_string(opt.device_memory));
-    if (cfg.moe.n_experts > 0 && std::max({opt.tp, opt.pp, opt.cp}) > 1)
-        throw std::invalid_argument("make_plan: a mixture of experts (model.moe) runs at tp = pp = cp = 1 only, got tp " +
-                                    std::to_string(opt.tp) + ", pp " + std::to_string(opt.pp) + ", cp " +
-                                    std::to_string(opt.cp));
+    if (cfg.moe.n_experts > 0 && std::max(opt.tp, opt.cp) > 1)
+        throw std::invalid_argument("make_plan: a mixture of experts (model.moe) runs at tp = cp = 1 only, got tp " +
+                                    std::to_string(opt.tp) + ", cp " + std::to_string(opt.cp));
     PlanResult r = plan_depths(cfg, opt);
     if (r.best >= 0) return r;
     // Nothing fits: which single change would, each checked by planning it (with ZeRO-1 and offload

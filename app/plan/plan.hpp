@@ -111,9 +111,9 @@ PlanProblem plan_problem(const Config& cfg, const RunShape& shape, const PlanOpt
 /// closed form is exact only for equal stages). With opt.escalate, a depth that does not fit with cfg's ZeRO stage is tried again at
 /// ZeRO-1, then with the optimizer offloaded, then (pp 1: ZeRO-2/3 do not combine with a pipeline) at
 /// ZeRO-2, ZeRO-3 and ZeRO-3 with offload; the first that fits is the row's. A mixture of experts (model.moe) is planned at tp =
-/// cp = pp = 1 only, what it runs; a dp that parallel.ep does not divide is a skipped row. When no depth fits, lists what would: the ZeRO stage / offload, half the
+/// cp = 1 only, at every depth (what it runs); a dp that parallel.ep does not divide is a skipped row. When no depth fits, lists what would: the ZeRO stage / offload, half the
 /// micro-batch, twice and four times the ranks. Errors: std::invalid_argument for opt.world < 1,
-/// a non-positive device memory, or a mixture of experts with opt.tp, opt.pp or opt.cp > 1; as plan_problem.
+/// a non-positive device memory, or a mixture of experts with opt.tp or opt.cp > 1; as plan_problem.
 PlanResult make_plan(const Config& cfg, const PlanOptions& opt);
 
 /// The report: the (tp, depth) candidates side by side (with the bytes crossing nodes per step), the best plan's per-stage table (layers, recomputed layers,

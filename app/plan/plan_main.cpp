@@ -102,14 +102,14 @@ int main(int argc, char** argv) {
         const Config cfg = load_config(config_path, overrides);
         opt.device_memory = parse_bytes(memory);
         if (cfg.moe.n_experts > 0) {  // docs/parallelism.md "The planner with a mixture of experts"
-            const std::pair<const char*, int> forced[] = {{"--tp", opt.tp}, {"--pp", opt.pp}, {"--cp", opt.cp}};
+            const std::pair<const char*, int> forced[] = {{"--tp", opt.tp}, {"--cp", opt.cp}};  // any --pp
             for (const auto& [flag, v] : forced)
                 if (v > 1)
-                    throw ConfigError(std::string(flag) + ": a mixture of experts (model.moe) runs at tp = pp = cp = 1 "
+                    throw ConfigError(std::string(flag) + ": a mixture of experts (model.moe) runs at tp = cp = 1 "
                                       "only yet, got " + flag + " " + std::to_string(v));
             if (profile)
-                throw ConfigError("--profile: it times layer ranges, which a mixture of experts (model.moe) does not "
-                                  "run yet; use --device-tflops");
+                throw ConfigError("--profile: the layer timing does not time a mixture of experts (model.moe) yet "
+                                  "(its routing and all-to-alls); use --device-tflops");
         }
         if (opt.tp > 0 && opt.world % opt.tp != 0)
             throw ConfigError("--tp: expected a divisor of --world-size " + std::to_string(opt.world) + ", got " +

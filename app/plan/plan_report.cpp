@@ -47,7 +47,7 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
         out.back() += buf;
     }
     if (cfg.moe.n_experts > 0) {  // docs/parallelism.md "The planner with a mixture of experts"
-        std::snprintf(buf, sizeof buf, "mixture of experts: %d experts, top %d, parallel.ep %d: tp, cp and pp 1 only (what "
+        std::snprintf(buf, sizeof buf, "mixture of experts: %d experts, top %d, parallel.ep %d: tp and cp 1 only (what "
                       "it runs), layer times from the active parameters%s", cfg.moe.n_experts, cfg.moe.top_k,
                       cfg.parallel.ep, cfg.parallel.ep > 1 ? " plus 2 + 2 (+ 2 recomputed) all-to-alls per layer" : "");
         out.push_back(buf);

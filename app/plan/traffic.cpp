@@ -87,13 +87,18 @@ std::string rank_runs(const std::vector<int>& r) {
     return s;
 }
 
-/// Elements of tensors that are not routed experts in chunk z of n of every unit of `lay`
-/// (ParamLayout::shard): the dense part of ZeRO index z's grad shard.
-double dense_in_shard(const ParamLayout& lay, int z, int n) {
+/// Elements of tensors that are not routed experts in chunk z of n of every unit of `lay` in
+/// `units` (all when empty; a pipeline stage's, stage_units) (ParamLayout::shard): the dense part of
+/// ZeRO index z's grad shard.
+double dense_in_shard(const ParamLayout& lay, int z, int n, const std::vector<int>& units) {
+    const std::vector<FlatRange> chunks = lay.shard(z, n);  // one per unit, in unit order
+    std::vector<bool> in(chunks.size(), units.empty());
+    for (int u : units) in[size_t(u)] = true;
     double d = 0;
-    for (const FlatRange& r : lay.shard(z, n))
+    for (size_t u = 0; u < chunks.size(); ++u)
         for (const ParamTensor& t : lay.tensors())
-            if (!t.expert) {
+            if (in[u] && !t.expert) {
+                const FlatRange& r = chunks[u];
                 const size_t a = std::max(r.offset, t.offset), b = std::min(r.offset + r.numel, t.offset + t.numel);
                 if (b > a) d += double(b - a);
             }
@@ -140,9 +145,15 @@ StepTraffic step_traffic(const RunShape& shape, int ranks_per_node) {
     // Per pipeline stage s: the bytes one rank sends per step in each kind of group.
     const size_t stages = size_t(pp);
     std::vector<double> v_tp(stages), v_zero(stages), v_rep(stages), v_pipe(stages), v_cp(stages), v_ep(stages);
-    // ep > 1: the dense part's all-reduce over the EP group, per engine ZeRO index z (pp = 1).
-    std::vector<double> v_epd(size_t(ep > 1 ? N : 0));
-    for (int z = 0; z < int(v_epd.size()); ++z) v_epd[size_t(z)] = 2.0 * (ep - 1) / ep * dense_in_shard(layout, z, N) * es;
+    // ep > 1: the dense part's all-reduce over the EP group, per stage s and engine ZeRO index z
+    // (v_epd[s * N + z]; a stage's own units).
+    std::vector<double> v_epd(size_t(ep > 1 ? pp * N : 0));
+    for (int s = 0; s < pp && ep > 1; ++s) {
+        const StageLayers& st = plan[size_t(s)];
+        const std::vector<int> units = stage_units(g, s, pp, st.l0, st.l1);
+        for (int z = 0; z < N; ++z)
+            v_epd[size_t(s * N + z)] = 2.0 * (ep - 1) / ep * dense_in_shard(layout, z, N, units) * es;
+    }
     for (int s = 0; s < pp; ++s) {
         const StageLayers& st = plan[size_t(s)];
         const bool first = s == 0, last = s == pp - 1;
@@ -199,8 +210,8 @@ StepTraffic step_traffic(const RunShape& shape, int ranks_per_node) {
             const ExpertDp x = expert_dp_of(t, ep);
             if (t.dp_index() % ep == 0) {
                 add_all_to_all(by[size_t(GroupKind::ep)], t.ep_group(ep), v_ep[s], ranks_per_node);
-                add_ring(by[size_t(GroupKind::ep_dense)], t.ep_group(ep), v_epd[size_t(t.dp_index() / ep % N)],
-                         ranks_per_node);
+                add_ring(by[size_t(GroupKind::ep_dense)], t.ep_group(ep),
+                         v_epd[s * size_t(N) + size_t(t.dp_index() / ep % N)], ranks_per_node);
             }
             if (zs >= 1 && N > 1 && x.zero_group.front() == r) add_ring(gz, x.zero_group, v_zero[s], ranks_per_node);
             if (R > 1 && x.replica_group.front() == r) add_ring(gr, x.replica_group, v_rep[s], ranks_per_node);

@@ -85,7 +85,7 @@ struct StepTraffic {
 ///                      backward, 1 per recomputed layer, 1 after the embedding, 1 for the head's
 ///                      input gradient (sequence parallelism: 2, 3, 1.5 per layer, 0.5 + 0.5 at
 ///                      each end), plus the loss's all-gather (tp−1)·B·T·3·4 on the last stage.
-/// With parallel.ep = P > 1 (tp = pp = cp = 1): Ψ is EP rank 0's (dense + E/P experts, padded for
+/// With parallel.ep = P > 1 (tp = cp = 1; per pipeline stage): Ψ is EP rank 0's (dense + E/P experts, padded for
 /// Ne), N = Ne and R = dp/(P·Ne) over the expert-dp groups (ExpertDp), the stage the engine runs
 /// (0 when Ne = 1: the dp row is then the all-reduce over the dp/P ranks with the same experts), and
 ///   ep         the all-to-alls (ep_all_to_all_bytes, kEpAllToAlls) per layer and micro-batch

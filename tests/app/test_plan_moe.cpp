@@ -1,9 +1,9 @@
 // tests/app/test_plan_moe.cpp — the planner with a mixture of experts (app/plan/plan.hpp make_plan,
 // plan_problem; app/plan/plan_times.hpp flops_layer_times; llmtrain-plan), each against an
 // independent reference:
-//  - the search: only tp 1, cp 1, pp 1 (what the MoE model runs), one row per world; a dp that
-//    parallel.ep does not divide is a skipped row with the reason, not an exception; a forced
-//    tp / pp / cp > 1 is refused;
+//  - the search: only tp 1, cp 1 (what the MoE model runs) at every depth; a dp that parallel.ep
+//    does not divide is a skipped row with the reason, not an exception; a forced tp / cp > 1 is
+//    refused;
 //  - a layer's FLOP-derived seconds count its active parameters, against a hand count from
 //    moe-tiny.toml's shape (attention, two RMSNorms, the router, top_k of the 8 SwiGLU experts)
 //    plus the attention's 6·T·C per token, exact to 1e-12 relative;
@@ -14,14 +14,16 @@
 //    synced over the 2 ranks with the same experts, AdamW ÷ Ne, ZeRO-3's extra reduce-scatters and
 //    all-gathers over Ne = 2, the dense part all-reduced over the EP pair; closed forms, 1e-12 rel.;
 //  - the traffic table at ep 2: zero / replica rows over the expert-dp groups (world 8, two nodes),
-//    the ep-dense row's job total 16 x the dense parameters, ZeRO-0's dp row over 2 ranks;
+//    the ep-dense row's job total 16 x the dense parameters, ZeRO-0's dp row over 2 ranks; at pp 2
+//    each stage's EP pair sums its own stage's dense part (the tied wte on both stages);
 //  - llmtrain-plan on configs/moe-tiny.toml at world 4, with and without parallel.ep = 2 (and under
 //    a 280 MiB device, where ep 1 escalates to ZeRO-1 and ep 2, each rank holding half the experts,
 //    fits at ZeRO-0 with recomputation; under 210 MiB, where ep 1 fits neither at ZeRO-1, nor with
 //    the optimizer offloaded, nor at ZeRO-2, the escalation reaches ZeRO-3): exit 0, tp 1 / cp 1
 //    / pp 1, and the planned per-rank device MiB equals `llmtrain --dry-run` of the planned layout
-//    (ZeRO stage, recomputed layers) within 0.1 MiB (both print to 0.1 MiB); a forced --pp, --tp
-//    or --cp 2 exits 2 naming the flag and model.moe.
+//    (ZeRO stage, recomputed layers) within 0.1 MiB (both print to 0.1 MiB); the same for each
+//    stage of a --pp 2 plan at ep 1 and 2; a forced --tp or --cp 2 exits 2 naming the flag and
+//    model.moe.
 // FLOP-derived layer times (--device-tflops), so nothing depends on this machine's speed.
 #include <gtest/gtest.h>
 
@@ -60,27 +62,34 @@ const std::string kMoe = " --config " LLMTRAIN_CONFIGS "/moe-tiny.toml --set run
 }  // namespace
 
 TEST(PlanMoe, SearchesWhatTheModelRuns) {
+    // tp 1, cp 1 and every depth (divisors of 4 up to n_layer 4): pp 1, 2, 4; at ep 2 the depth 4
+    // leaves dp 1, which ep 2 does not divide (each stage's ep group is ep of its dp ranks).
     for (int ep : {1, 2}) {
         const Config cfg = moe({"parallel.ep=" + std::to_string(ep)});
         const PlanResult r = make_plan(cfg, options(cfg, 4));
-        ASSERT_EQ(r.candidates.size(), 1u) << "ep " << ep;
-        const PlanCandidate& c = r.candidates[0];
-        EXPECT_TRUE(c.skipped.empty()) << c.skipped;
-        EXPECT_EQ(r.best, 0);
-        EXPECT_EQ((std::array<int, 4>{c.tp, c.cp, c.pp, c.dp}), (std::array<int, 4>{1, 1, 1, 4}));
-        EXPECT_EQ(apply_plan(cfg, c).parallel.ep, ep);
+        ASSERT_EQ(r.candidates.size(), 3u) << "ep " << ep;
+        for (int i = 0; i < 3; ++i) {
+            const PlanCandidate& c = r.candidates[size_t(i)];
+            const int pp = 1 << i;
+            EXPECT_EQ((std::array<int, 4>{c.tp, c.cp, c.pp, c.dp}), (std::array<int, 4>{1, 1, pp, 4 / pp}));
+            if (ep == 2 && pp == 4) EXPECT_EQ(c.skipped, "parallel.ep 2 does not divide dp 1");
+            else EXPECT_TRUE(c.skipped.empty()) << c.skipped;
+        }
+        ASSERT_GE(r.best, 0);
+        EXPECT_EQ(apply_plan(cfg, r.candidates[size_t(r.best)]).parallel.ep, ep);
     }
-    // 2 ranks cannot hold expert groups of 4: a skipped row, nothing planned, no exception.
+    // 2 ranks cannot hold expert groups of 4 at any depth: skipped rows, nothing planned, no exception.
     const Config ep4 = moe({"parallel.ep=4"});
     const PlanResult r = make_plan(ep4, options(ep4, 2));
-    ASSERT_EQ(r.candidates.size(), 1u);
+    ASSERT_EQ(r.candidates.size(), 2u);
     EXPECT_EQ(r.candidates[0].skipped, "parallel.ep 4 does not divide dp 2");
+    EXPECT_EQ(r.candidates[1].skipped, "parallel.ep 4 does not divide dp 1");
     EXPECT_EQ(r.best, -1);
     // The report says no row was sized rather than that nothing fits.
     const std::vector<std::string> rep = plan_report(ep4, options(ep4, 2), r);
     EXPECT_EQ(rep.back(), "nothing planned: every candidate above was skipped, for the reason on its row.");
     PlanOptions forced = options(ep4, 4);
-    forced.pp = 2;
+    forced.tp = 2;
     EXPECT_THROW(make_plan(ep4, forced), std::invalid_argument);
 }
 
@@ -184,6 +193,16 @@ TEST(PlanMoe, TrafficFollowsTheExpertDpGroups) {
     EXPECT_NEAR(t0.groups[0].per_rank, 2.0 * 1 / 2 * double(ParamLayout(g, 1, 1, 0, 2, 0).total_numel()) * 4, 1e-6);
     EXPECT_EQ(t0.groups[2].kind, GroupKind::ep_dense);
     EXPECT_NEAR(t0.groups[2].per_rank, 2.0 * 1 / 2 * dense * 4, 1e-6);
+    // pp 2 at world 4 (dp 2 per stage, one EP pair per stage): each pair sums its stage's dense part,
+    // the first stage's wte and layers 0-1, the last stage's copy of the tied wte, layers 2-3 and ln_f.
+    const Config c2 = moe({"parallel.ep=2", "parallel.pp=2", "training.grad_accum_steps=2", "pipeline.layers_per_stage=[2, 2]"});
+    const StepTraffic t2 = step_traffic(run_shape(c2, 4), 4);
+    double epd = -1, most = 0;
+    for (const GroupTraffic& gt : t2.groups)
+        if (gt.kind == GroupKind::ep_dense) epd = gt.total, most = gt.per_rank;
+    const double s0 = 2097152 + 2 * 199168.0, s1 = 2097152 + 2 * 199168.0 + 256;
+    EXPECT_NEAR(epd, 2 * (s0 + s1) * 4, 1e-6);  // 2 ranks per stage x 2(1/2) x 4 bytes
+    EXPECT_NEAR(most, s1 * 4, 1e-6);
 }
 
 TEST(PlanMoe, PlanIsTheDryRunsCount) {
@@ -227,9 +246,53 @@ TEST(PlanMoe, PlanIsTheDryRunsCount) {
     }
 }
 
+// --pp 2 (issue 45: MoE runs in the pipeline, each stage's experts over its ep group): the plan's
+// per-stage device MiB against `llmtrain --dry-run` of the planned layout (layers and recomputed
+// layers per stage, ZeRO stage, the planned micro-batches per step) within 0.1 MiB, both stages.
+TEST(PlanMoe, PipelineStagesAreTheDryRunsCount) {
+    for (const std::string ep : {"1", "2"}) {
+        const std::string sets = kMoe + " --set parallel.ep=" + ep;
+        const shell::Result p = shell::sh(std::string(LLMTRAIN_PLAN_BIN) + sets +
+                                          " --world-size 4 --pp 2 --device-tflops 10 --device-memory 280MiB");
+        ASSERT_EQ(p.code, 0) << p.out;
+        std::smatch m;
+        ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(best: pp 2 x dp 2 x tp 1, ([0-9]+) micro-batches)"))) << p.out;
+        const std::string accum = m[1];
+        ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(
+  zero_stage = ([0-9])
+)"))) << p.out;
+        const std::string zero = m[1];
+        ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(
+  layers_per_stage = (\[[0-9, ]+\])
+  \[activation)")))
+            << p.out;
+        const std::string layers = m[1];
+        ASSERT_TRUE(std::regex_search(p.out, m, std::regex(R"(\[activation_checkpoint\]
+  layers_per_stage = (\[[0-9, ]+\]))")))
+            << p.out;
+        const std::string ckpt = m[1];
+        ASSERT_EQ(p.out.find("offload = \"cpu\""), std::string::npos) << p.out;
+        const shell::Result d = shell::sh(std::string(LLMTRAIN_BIN) + sets + " --dry-run --world-size 4 --set parallel.pp=2" +
+                                          " --set parallel.zero_stage=" + zero + " --set training.grad_accum_steps=" + accum +
+                                          " --set 'pipeline.layers_per_stage=" + layers +
+                                          "' --set 'activation_checkpoint.layers_per_stage=" + ckpt + "'");
+        ASSERT_EQ(d.code, 0) << d.out;
+        for (const std::string stage : {"0", "1"}) {
+            // The plan's row "stage layers ckpt in_flight ... device MiB |", the dry run's "zero pp_stage ... total |".
+            ASSERT_TRUE(std::regex_search(p.out, m, std::regex("\n +" + stage + R"( +[0-9]+ +[0-9]+ +[0-9]+ +[^|\n]* ([0-9.]+) \|)")))
+                << p.out;
+            const double planned = std::stod(m[1]);
+            ASSERT_TRUE(std::regex_search(d.out, m, std::regex("\n +" + zero + " +" + stage + R"( +[0-9. ]* ([0-9.]+) \|)")))
+                << d.out;
+            EXPECT_NEAR(planned, std::stod(m[1]), 0.1) << "ep " << ep << " stage " << stage << "\n" << p.out << d.out;
+            EXPECT_LE(planned, 280 * 0.9 + 0.05) << p.out;
+        }
+    }
+}
+
 TEST(PlanMoe, ForcedSplitsExitTwoNamingThem) {
     const std::string plan = std::string(LLMTRAIN_PLAN_BIN) + kMoe + " --world-size 4 --device-memory 1GiB --device-tflops 10";
-    for (const std::string flag : {"--pp", "--tp", "--cp"}) {
+    for (const std::string flag : {"--tp", "--cp"}) {  // --pp plans (PipelineStagesAreTheDryRunsCount)
         const shell::Result b = shell::sh(plan + " " + flag + " 2");
         EXPECT_EQ(b.code, 2) << flag << "\n" << b.out;
         EXPECT_NE(b.out.find(flag + ": a mixture of experts (model.moe)"), std::string::npos) << b.out;
