@@ -116,7 +116,7 @@ std::vector<std::string> Trainer::summary() const {
     } else {
         std::string when = ck.interval > 0 ? "every " + std::to_string(ck.interval) + " steps" : std::string();
         if (ck.at_end) when += std::string(when.empty() ? "" : ", ") + "at the end and on SIGTERM/SIGINT";
-        out.push_back("checkpoints: " + when + "; host snapshot " + mib(3 * sizeof(float) * I.saver->reserved()) +
+        out.push_back("checkpoints: " + when + "; host snapshot " + mib(3 * sizeof(float) * I.checkpoints->reserved()) +
                       " (pinned) on this rank");
     }
     return out;

@@ -1,7 +1,8 @@
 // app/trainer.cpp — the training loop (see trainer.hpp): Trainer::run, one screen that reads as
 // the order of a step (train, report, eval and sample, checkpoint or stop), and the reporting it
 // calls; the stop signals and the MFU peak. What the loop runs lives by concept beside it:
-// trainer_setup.cpp, trainer_step.cpp, trainer_eval.cpp, trainer_checkpoint.cpp (trainer_impl.hpp).
+// trainer_setup.cpp, trainer_step.cpp, trainer_eval.cpp, trainer_checkpoint.cpp and the pieces
+// trainer_impl.hpp names.
 #include "app/trainer_impl.hpp"
 
 #include <csignal>
@@ -149,7 +150,7 @@ void Trainer::run(RunLog& log, Metrics* metrics) {
         I.report_moe(s, log_line, log, metrics);
         I.report_sources(s, log_line, log, metrics);
         I.eval_and_sample(s, log, metrics);
-        if (I.checkpoint_and_maybe_stop(s, log, metrics)) return;
+        if (I.checkpoints->end_of_step(s, log, metrics)) return;
     }
     I.log_peak_memory(log);
 }
@@ -190,7 +191,7 @@ void Trainer::Impl::count_skipped(int64_t s, const StepResult& r, RunLog& log, M
                   cfg.training.max_skipped_steps);
     log.line(buf);
     if (skipped_in_a_row >= cfg.training.max_skipped_steps) {
-        saver->complete(log, metrics);  // every rank stops here alike: the checkpoint in flight is kept
+        checkpoints->complete(log, metrics);  // every rank stops here alike: the checkpoint in flight is kept
         throw std::runtime_error("stopping at step " + std::to_string(s) + ": " + std::to_string(skipped_in_a_row) +
                                  " steps in a row had a non-finite loss or gradient norm "
                                  "(training.max_skipped_steps); the last checkpoint is kept as it was");

@@ -1,11 +1,13 @@
 // app/trainer_impl.hpp — Trainer's state (Trainer::Impl) and the declarations of what works on it,
 // so that each concept of the trainer reads in its own file: trainer_setup.cpp (building the run),
 // trainer_step.cpp (one optimizer step), trainer_eval.cpp (val loss, HellaSwag, samples),
-// trainer_checkpoint.cpp (saving, resuming), trainer.cpp (the loop and its reporting) and
-// run_summary.cpp (the start-up summary). Its state is mostly owned pieces built in that order: the
-// run's shape and topology (RunShape), the model state (ModelState), the step's parallelisms
-// (StepAxes), what the run reads (TrainerData), the checkpoint saver, and how far the run has come
-// (TrainProgress: the counters state.toml records). Internal to app/: nothing else includes it.
+// trainer_checkpoint.cpp (what state.toml records, resuming), trainer.cpp (the loop and its
+// reporting) and run_summary.cpp (the start-up summary). Its state is mostly owned pieces built in
+// that order: the run's shape and topology (RunShape), the model state (ModelState), the step's
+// parallelisms (StepAxes), what the run reads (TrainerData), how far the run has come
+// (TrainProgress: the counters state.toml records) and the checkpoint orchestration
+// (TrainerCheckpoints: the parts, the saves, the end-of-step stop). Internal to app/: nothing else
+// includes it.
 #pragma once
 #include "app/trainer.hpp"
 
@@ -14,11 +16,11 @@
 #include <random>
 
 #include "app/checkpoint/checkpoint.hpp"
-#include "app/checkpoint/saver.hpp"
 #include "app/eval/hellaswag_eval.hpp"
 #include "app/moe_balance.hpp"
 #include "app/state/model_state.hpp"
 #include "app/step_trace.hpp"
+#include "app/trainer_checkpoints.hpp"
 #include "app/trainer_data.hpp"
 #include "app/trainer_progress.hpp"
 #include "data/loader.hpp"
@@ -45,10 +47,6 @@ inline std::string shape_of(const GPTConfig& m) {
            " n_embd=" + std::to_string(m.n_embd) + " seq_len=" + std::to_string(m.seq_len) +
            " vocab_size=" + std::to_string(m.vocab_size);
 }
-
-/// The signal number that asked the loop to stop (install_stop_signal_handlers), or 0; read anew
-/// at every call. Defined in app/trainer.cpp beside the handler.
-int stop_signal();
 
 /// One optimizer step as the loop reports it.
 struct StepResult {
@@ -83,7 +81,8 @@ struct Trainer::Impl {
     std::mt19937_64 sampler_rng;
     std::unique_ptr<StepTrace> trace;      // run.trace
     TrainProgress progress;  // the step, tokens seen, run id, restarts, skipped steps (app/trainer_progress.hpp)
-    std::unique_ptr<CheckpointSaver> saver;  // the checkpoint writer (background thread when async)
+    // Which part this rank writes, what it hands the saver, when to save or stop (app/trainer_checkpoints.hpp).
+    std::unique_ptr<TrainerCheckpoints> checkpoints;
     std::unique_ptr<HellaSwagInLoop> hellaswag;  // run.eval_hellaswag_interval > 0
     std::vector<std::string> rss_lines;  // "memory: peak RSS ..." at start and resume, logged by run()
     std::optional<MoeBalance> moe;       // model.moe: the routing's figures (app/trainer_moe.cpp)
@@ -91,7 +90,7 @@ struct Trainer::Impl {
     // --- app/trainer_setup.cpp: building the run
 
     /// The data (loaders, HellaSwag, the samples' tokenizer) first, then the backend, the model
-    /// state (make_model_state), its initial weights and warm-up, the LR schedule and the saver.
+    /// state (make_model_state), its initial weights and warm-up, the LR schedule and the checkpoints.
     Impl(const Config& c, const RunShape& s, Comm& cm);
 
     /// "memory: peak RSS <when> (MiB, VmHWM): rank 0 X, rank 1 Y, ..." (peak_rss_mib of every
@@ -132,33 +131,7 @@ struct Trainer::Impl {
     /// (the pipeline's through the last stage's logits), drawn with sampler_rng; rank 0 logs them.
     void sample(int64_t s, RunLog& log);
 
-    // --- app/trainer_checkpoint.cpp: saving and resuming
-
-    /// Starts a checkpoint of the state after progress.step (docs/checkpoints.md "Checkpoints"), collective:
-    /// waits for the one in flight, then each rank of replica 0 (together they hold every shard
-    /// once) copies its fp32 shard (weights, m, v) into the saver's host snapshot on the saver's own
-    /// stream, and the saver's writer thread writes it as optim_<k>.h5 and its slices of model.h5
-    /// (model.h5 whole when it is the only part) while training goes on; the commit
-    /// follows at a later step boundary (CheckpointSaver::poll) or at complete().
-    void save(RunLog& log, Metrics* metrics);
-
-    /// save() with tp > 1: the stage's whole tensors (full_layout: the files of a tp = 1 run) are
-    /// cut into one contiguous piece per rank of the stage's replica 0; the ranks exchange their
-    /// fp32 shards' elements over the world Comm so that each holds its piece, which it writes as
-    /// its own part k = stage x (N x tp) + tp_index x N + zero_index (app/state/tp_state.hpp). Costs each
-    /// of them 12 bytes of host memory per parameter of its stage / (N x tp)
-    /// (docs/parallelism.md "Tensor parallelism", docs/checkpoints.md "By shard").
-    void save_tp(RunLog& log, Metrics* metrics, Clock::time_point t0, double waited);
-
-    /// With a pipeline, on replica 0 at its first and last stage: the two copies of the tied wte
-    /// must be equal, bit for bit; the last stage sends its chunk of unit 0 (same ZeRO and TP index,
-    /// same chunk) to the first, which compares. w: this rank's shard-local weights (unit 0 first).
-    /// Returns the problem on the first stage, else "".
-    std::string tied_wte_problem(const float* w);
-
-    /// The units of this rank's stage (ascending, as its ZeRO shard holds them), or with `saved`
-    /// those its checkpoint writes: the last stage's copy of the tied wte is the first stage's.
-    std::vector<int> tp_units(bool saved) const;
+    // --- app/trainer_checkpoint.cpp: what state.toml records, reading a checkpoint back
 
     /// What state.toml records of the run after progress.step: its counters (TrainProgress::record), loader position, sampler RNG,
     /// the model's shape and hash, the layout and backend it was written by.
@@ -169,11 +142,6 @@ struct Trainer::Impl {
     /// layout it was written in: the same dp, and its step count times grad_accum_steps equal to the
     /// micro-batches epoch, batch count at this micro_batch_size. Errors: CheckpointError otherwise.
     LoaderState legacy_loader_state(const TrainState& st, const std::string& dir) const;
-
-    /// The end of step `s`: every rank agrees on a stop signal and on the saver's state, starts the
-    /// periodic or final checkpoint, and completes the one in flight at the end. Returns true when a
-    /// signal stops the loop here (logged). Collective: every rank calls it after every step.
-    bool checkpoint_and_maybe_stop(int64_t s, RunLog& log, Metrics* metrics);
 
     // --- app/trainer.cpp: the loop's reporting
 

@@ -1,6 +1,6 @@
 // app/trainer_setup.cpp — building a run (Trainer::Impl's constructor): the data first, so a bad
 // file fails before any large allocation, then the backend, the model state, its initial weights
-// and warm-up, the LR schedule and the checkpoint saver. Out of app/trainer.cpp so the loop reads
+// and warm-up, the LR schedule and the checkpoints. Out of app/trainer.cpp so the loop reads
 // apart from what it runs on.
 #include "app/trainer_impl.hpp"
 
@@ -71,17 +71,11 @@ Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
     sched.decay_ratio = cfg.lr_schedule.decay_ratio;
     sched.decay_type = parse_wsd_decay_type(cfg.lr_schedule.decay_type);
     norm_scratch = static_cast<float*>(alloc->alloc(MemCategory::workspace, sizeof(float)));
-    // With tp > 1 a checkpoint holds the whole model like a tp = 1 one (so any tp resumes it),
-    // each rank of replica 0 writing one piece of its stage's whole tensors (save_tp): one part per
-    // rank of replica 0 at any tp.
-    if (topo.tp() > 1 || ms.ep_grads) full_layout = std::make_unique<ParamLayout>(shape.model);  // ep: ExpertDp's writers
-    saver = std::make_unique<CheckpointSaver>(comm, *alloc, full_layout ? *full_layout : *ms.layout, cfg.run.run_dir,
-                                              ms.ep_grads ? topo.pp() * ms.ep_grads->groups().writers
-                                                          : topo.pp() * topo.zero_group_size() * topo.tp(),
-                                              cfg.checkpoint.keep_last, cfg.checkpoint.async, cfg.checkpoint.timeout_s);
-    // The snapshot's host memory, mapped now rather than inside the first checkpoint's copy; none
-    // when checkpoints are off (checkpoint.interval = 0, checkpoint.at_end = false).
-    if (const size_t n = checkpoint_snapshot_elems(shape, topo, *ms.engine, *ms.adam)) saver->reserve(n);
+    // With tp > 1 or ep > 1 a checkpoint holds the whole model like a tp = 1 one (so any tp or ep
+    // resumes it): the saver writes pieces of the whole tensors (TrainerCheckpoints::save_whole).
+    if (topo.tp() > 1 || ms.ep_grads) full_layout = std::make_unique<ParamLayout>(shape.model);
+    checkpoints = std::make_unique<TrainerCheckpoints>(cfg, shape, comm, topo, ms, *axes, *alloc, full_layout.get(),
+                                                       [this] { return train_state(); });
 
     rss_lines.push_back(peak_rss_line("at start, after the init and the checkpoint snapshot's reserve"));
 }

@@ -40,7 +40,7 @@ bool Trainer::Impl::train_step(float* loss, float* lr, float* norm) {
     // Every rank sees the same all-reduced loss and norm, so every rank decides alike.
     if (!std::isfinite(*loss) || !std::isfinite(*norm)) return false;
     const float scale = clip_scale(*norm, cfg.training.grad_clip) / float(axes->dp());
-    if (saver) saver->before_update();  // a checkpoint's snapshot copies finish first
+    if (checkpoints) checkpoints->before_update();  // a checkpoint's snapshot copies finish first
     ms.adam->step(ms.engine->param_shard(), ms.engine->grad_shard(), *lr, scale);
     axes->after_update();  // the engine gathers the updated params
     return true;
