@@ -1,6 +1,9 @@
 // app/trainer_moe.cpp — the trainer's part of a mixture of experts (model.moe; docs/model.md "Mixture
-// of experts"): each step's balance loss and expert loads, all-reduced over the dp ranks, into the
-// log, losses.tsv and the metrics (app/moe_balance.hpp).
+// of experts"): each step's balance loss and expert loads, all-reduced over the dp ranks (with cp
+// each rank's loads are its rows' and its balance loss the window's; with tp TP index 0 alone
+// counts), into the log, losses.tsv and the metrics (app/moe_balance.hpp).
+#include <algorithm>
+
 #include "app/trainer_impl.hpp"
 
 namespace llmtrain {
@@ -12,6 +15,10 @@ void Trainer::Impl::moe_after_step() {
     std::vector<int64_t> load;
     ms.gpt->take_moe_load(load);
     float aux = float(ms.gpt->take_moe_aux_sum() / accum);
+    if (topo.tp_index() != 0) {  // the TP ranks route the same rows alike (gpt_moe.cpp): count TP index 0's
+        std::fill(load.begin(), load.end(), int64_t(0));
+        aux = 0.0f;
+    }
     if (topo.world_size() > 1) {  // one all-reduce: the loads (fp32 sums of integers, exact below 2^24 each), then aux
         std::vector<float> f(load.begin(), load.end());
         f.push_back(aux);

@@ -21,6 +21,7 @@ public:
     bool implements(OpFamily) const override { return true; }  // it counts every architecture's memory
     bool implements_attention_rows() const override { return true; }
     bool implements_moe() const override { return true; }  // counts MoE's buffers
+    bool implements_moe_aux_fractions() const override { return true; }
     bool implements_qk_norm() const override { return true; }  // counts QK-norm's buffers
     std::string fp8_unsupported(Fp8Recipe) const override { return ""; }  // the device is checked where it runs
 

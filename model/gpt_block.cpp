@@ -124,8 +124,9 @@ void GPT::Impl::layer_backward(Context& c, int i, const void* w, void* g, const 
     auto G = [&](size_t off) { return this->G(g, off); };
     const int k2 = norm_slots();  // lng slot of the second norm's weight
     // MLP branch: out = res2 + proj(act(fc(ln2))); dbuf_4c = d fch_pre (N,Mt)
+    const void* dln2 = nullptr;
     if (spec.moe()) {
-        moe_mlp_backward(c, i, w, g, a);  // dbuf_c = d ln2 (gpt_moe.cpp)
+        dln2 = moe_mlp_backward(c, i, w, g, a);  // d ln2, this rank's rows, summed where split (gpt_moe.cpp)
     } else if (spec.mlp == MlpKind::gelu) {
         linear_backward(dbuf_4c, G(p.fcprojw), G(p.fcprojb), gather_rows(dres), a.fch, P(p.fcprojw), a.fch_pre,
                             N, Ft, C);  // GELU backward fused
@@ -134,9 +135,10 @@ void GPT::Impl::layer_backward(Context& c, int i, const void* w, void* g, const 
                             Ft, C);  // dbuf_f = d fch (N,Ft)
         ops.swiglu_backward(dbuf_4c, dbuf_f, a.fch_pre, N, Ft);
     }
-    if (!spec.moe())
+    if (!spec.moe()) {
         linear_backward(dbuf_c, G(p.fcw), G(p.fcb), dbuf_4c, gather_rows(a.ln2), P(p.fcw), nullptr, N, C, Mt);
-    const void* dln2 = sum_rows(dbuf_c, tmp);
+        dln2 = sum_rows(dbuf_c, tmp);
+    }
     norm_backward(dres, ln_grad(g, p.ln2w, k2), ln_grad(g, p.ln2b, k2 + 1), dln2, a.res2, P(p.ln2w), a.ln2_mean,
                   a.ln2_rstd, R);  // dres = d res2
     // attention branch: res2 = x + proj(attention(positions(qkv(ln1))))

@@ -84,6 +84,8 @@ struct Context {
     double moe_aux = 0.0;  // with model.moe: the sum of this range's layers' balance losses (forward)
     int* moe_load_dst = nullptr;  // with model.moe, set by a training GPT::forward: (n_local, E+1) host int32 the
                                   // forward copies each layer's dispatch offsets to (null: not recorded)
+    std::vector<double> moe_f;    // MoE with cp: (n_local, E) the window's assignment fractions of each layer's
+                                  // last forward, for its balance loss's gradient (gpt_moe.cpp moe_cp_aux)
 };
 
 /// Element offset of a tensor from the start of its unit; kNoTensor where the architecture has none.
@@ -273,9 +275,21 @@ struct GPT::Impl {
 
     // ---- mixture of experts (gpt_moe.cpp; docs/model.md "Mixture of experts") ----
     MoeWork moe_work;  // scratch shared by the layers (workspace)
-    /// What MoE does not run with yet: a backend without Ops::implements_moe, tp, cp (ncp > 1), a
-    /// layer range short of the whole model (pp), training.fp8. std::invalid_argument naming it.
+    /// What MoE does not run with yet: a backend without Ops::implements_moe, cp (ncp > 1) with a
+    /// balance loss on a backend without Ops::implements_moe_aux_fractions, a layer range short of
+    /// the whole model (pp), training.fp8. std::invalid_argument naming it.
     void check_moe(int ncp) const;
+    /// With sp: (N,C) workspace — the routed experts' output over every row (the shared experts' sum
+    /// in this rank's rows) in forward, the whole d out and then d ln2's rows in backward.
+    void* moe_rows = nullptr;
+    /// With cp and a balance loss: (2E) fp32 device scratch for moe_cp_aux's all-reduce.
+    float* moe_cp_stats = nullptr;
+    /// Context parallelism: layer i's balance loss over the whole window (this rank holds N of its
+    /// ncp·N rows): each rank's per-expert assignment counts and score sums (from a.scores, a.ids)
+    /// all-reduced over the CP group (fp32, rank order), c.moe_f's row i = the window's fractions
+    /// f_e; returns alpha E sum_e f_e P_e, the value one rank holding the window computes (within
+    /// fp32 rounding of the score sums). A host wait for the scores.
+    float moe_cp_aux(Context& c, int i, const MoeActs& a);
     /// The layers' MoE shape (N = B*T rows, expert width Fe, the config's router and alpha); with
     /// local layer i >= 0 and a sigmoid router also that layer's selection bias (moe_bias).
     MoeShape moe_shape(int i = -1) const;
@@ -290,9 +304,12 @@ struct GPT::Impl {
     /// tmp and c.moe_aux += the layer's balance loss (only when write_out; a recomputation runs the
     /// router and the experts for their activations only).
     void moe_mlp_forward(Context& c, int i, const void* w, const LayerActs& a, bool write_out);
-    /// Its backward: dbuf_c (N,C) = d a.ln2 from dres = d c.res[i+1]; the balance loss's gradient
-    /// scaled by alpha * c.dloss * N (dloss is per position, the balance loss per micro-batch).
-    void moe_mlp_backward(Context& c, int i, const void* w, void* g, const LayerActs& a);
+    /// Its backward from dres = d c.res[i+1] (R,C): returns d a.ln2 (R,C: this rank's rows; in
+    /// dbuf_c or moe_rows); the balance loss's gradient scaled by alpha * c.dloss * N (dloss is per
+    /// position, the balance loss per micro-batch). Under tp the routed experts run on every rank
+    /// over the whole (N,C) rows (gathered with sp): their gradients and d ln2 are whole; the
+    /// shared experts' are split as the dense MLP's and summed over the group.
+    const void* moe_mlp_backward(Context& c, int i, const void* w, void* g, const LayerActs& a);
     /// The next free slot of load_host ((n_local, E+1) int32), load_pending counted.
     int* load_slot();
 
@@ -309,10 +326,11 @@ struct GPT::Impl {
     /// Local layer i: moe_forward's work with the experts spread over the ep group: dispatch here, rows to their
     /// experts' ranks, this rank's experts on what it received, outputs back, combine into out
     /// when write_out. Returns the balance loss.
-    float moe_ep_forward(int i, const void* w, const LayerActs& a, void* out, bool write_out);
-    /// Its backward: dx (N,C) OVERWRITTEN from dout; router, w13, w2 gradients += (this rank's experts).
-    void moe_ep_backward(int i, const void* w, void* g, const LayerActs& a, void* dx, const void* dout,
-                         float aux_scale);
+    float moe_ep_forward(int i, const void* w, const LayerActs& a, const void* x, void* out, bool write_out);
+    /// Its backward for shape s: dx (N,C) OVERWRITTEN from dout; router, w13, w2 gradients += (this
+    /// rank's experts). x (N,C): the layer's input rows (a.ln2, or gathered with sp).
+    void moe_ep_backward(const MoeShape& s, int i, const void* w, void* g, const LayerActs& a, const void* x,
+                         void* dx, const void* dout, float aux_scale);
 };
 
 }  // namespace llmtrain

@@ -5,11 +5,18 @@
 // n_shared * Fe beside them. The load-balancing loss (Switch Transformer, Fedus et al. 2021, eq.
 // 4-6; alpha * E * sum_e f_e P_e) is added to the training objective per micro-batch and layer.
 // The backend runs the layer (Ops::moe_forward / moe_backward, model/moe_layer.hpp); this file
-// carves its buffers and wires it between the block's second norm and the residual add. No tensor,
-// sequence or context parallelism yet (the constructor refuses them); a pipeline stage runs its layers.
+// carves its buffers and wires it between the block's second norm and the residual add.
+// Tensor parallelism (docs/parallelism.md "Mixture of experts under tp and cp"): the shared experts
+// split as the dense MLP does (column- then row-parallel, their output summed over the group); the
+// router and the routed experts are replicated — every TP rank routes the whole (N,C) rows (with
+// sequence parallelism gathered first, as the dense MLP's input is) and runs every expert (or its
+// ep share) on them, so routing, balance loss and expert gradients are the same on every TP rank,
+// like a norm weight's, and d ln2 through them is whole (no sum). Context parallelism: each rank
+// routes its own rows; the balance loss is taken over the whole window (moe_cp_aux).
 #include <cmath>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "model/gpt_impl.hpp"
 
@@ -20,8 +27,9 @@ void GPT::Impl::check_moe(int ncp) const {
         throw std::invalid_argument("model.moe: mixture of experts does not run with " + what + " yet");
     };
     if (!ops.implements_moe()) no(std::string("the ") + ops.name() + " backend (run it with run.backend = \"cpu\")");
-    if (ntp > 1) no("tensor parallelism (parallel.tp > 1)");
-    if (ncp > 1) no("context parallelism (parallel.cp > 1)");
+    if (ncp > 1 && cfg.moe_aux_loss_coef > 0.0f && !ops.implements_moe_aux_fractions())
+        no(std::string("context parallelism (parallel.cp > 1) and a balance loss on the ") + ops.name() +
+           " backend (run it with run.backend = \"cpu\", or model.moe.aux_loss_coef = 0)");
     if (opt.fp8 != Fp8Recipe::off) no("training.fp8");
 }
 
@@ -77,6 +85,9 @@ void GPT::Impl::make_moe_work() {
     w.dxg = take(nc);
     w.dgu = take(ngu);
     w.dh = take(nh);
+    if (sp) moe_rows = get(MemCategory::workspace, N * C * es);
+    if (ncp > 1 && cfg.moe_aux_loss_coef > 0.0f)
+        moe_cp_stats = static_cast<float*>(get(MemCategory::workspace, align256(2 * E * 4)));
     if (!cfg.moe_sigmoid) return;
     moe_bias = static_cast<float*>(get(MemCategory::workspace, align256(size_t(n_local) * E * 4)));
     ops.memset(moe_bias, 0, size_t(n_local) * E * 4);  // no bias until set_moe_bias
@@ -90,41 +101,103 @@ void GPT::set_moe_bias(const float* bias) {
     m.ops.memcpy_h2d(m.moe_bias, bias + size_t(m.opt.l0) * E, size_t(m.n_local) * E * 4);
 }
 
+float GPT::Impl::moe_cp_aux(Context& c, int i, const MoeActs& a) {
+    const MoeShape s = moe_shape();
+    const size_t N = size_t(s.N), E = size_t(s.E), k = size_t(s.k);
+    std::vector<float> scores(N * E);
+    std::vector<int> ids(N * k);
+    ops.memcpy_d2h(scores.data(), a.scores, scores.size() * 4);
+    ops.memcpy_d2h(ids.data(), a.ids, ids.size() * 4);
+    ops.synchronize();
+    // This rank's counts per expert and sums of q (the scores, or for sigmoid over their row sum),
+    // as moe_aux_loss sums them (model/cpu/moe.cpp), then the window's by one all-reduce.
+    std::vector<double> cnt(E, 0.0), P(E, 0.0);
+    for (size_t r = 0; r < N * k; ++r) cnt[size_t(ids[r])] += 1.0;
+    for (size_t n = 0; n < N; ++n) {
+        const float* q = scores.data() + n * E;
+        double rowsum = 1.0;
+        if (s.score == MoeScore::sigmoid) {
+            rowsum = 0.0;
+            for (size_t e = 0; e < E; ++e) rowsum += q[e];
+        }
+        for (size_t e = 0; e < E; ++e) P[e] += q[e] / rowsum;
+    }
+    std::vector<float> st(2 * E);
+    for (size_t e = 0; e < E; ++e) st[e] = float(cnt[e]), st[E + e] = float(P[e]);  // counts exact below 2^24
+    ops.memcpy_h2d(moe_cp_stats, st.data(), st.size() * 4);
+    cpg->all_reduce(moe_cp_stats, 2 * E, DType::f32);
+    ops.memcpy_d2h(st.data(), moe_cp_stats, st.size() * 4);
+    ops.synchronize();
+    const double rows = double(N) * double(ncp);  // the window's rows
+    if (c.moe_f.size() != size_t(n_local) * E) c.moe_f.assign(size_t(n_local) * E, 0.0);
+    double* f = c.moe_f.data() + size_t(i) * E;
+    double loss = 0.0;
+    for (size_t e = 0; e < E; ++e) {
+        f[e] = double(st[e]) / (rows * double(k));
+        loss += f[e] * (double(st[E + e]) / rows);
+    }
+    return float(loss * double(s.aux_coef) * double(E));
+}
+
 void GPT::Impl::moe_mlp_forward(Context& c, int i, const void* w, const LayerActs& a, bool write_out) {
     const LayerParams& p = lp[i];
     const int N = static_cast<int>(n_rows()), C = cfg.n_embd;
-    if (spec.F > 0) {  // the shared experts: [gate | up] in one matmul, silu(gate) * up
-        linear_forward(a.fch_pre, nullptr, a.ln2, P(w, p.fcw), nullptr, N, C, Mt);
+    const size_t nc = static_cast<size_t>(N) * C;
+    const void* x = gather_rows(a.ln2);  // whole rows (with sp gathered into gath, kept through the layer)
+    // out: what the routed experts' combine adds to, the shared experts' output there first (whole
+    // rows; with sp this rank's rows of moe_rows, the rest zero: only this rank's rows are used).
+    void* out = sp ? moe_rows : tmp;
+    void* mine = sp ? static_cast<char*>(moe_rows) + size_t(tp_rank) * size_t(R) * C * es : tmp;
+    if (spec.F > 0) {  // the shared experts: [gate | up] in one matmul, silu(gate) * up; split as the dense MLP
+        linear_forward(a.fch_pre, nullptr, x, P(w, p.fcw), nullptr, N, C, Mt);  // column-parallel
         ops.swiglu_forward(a.fch, a.fch_pre, N, Ft);
-        if (write_out) linear_forward(tmp, nullptr, a.fch, P(w, p.fcprojw), nullptr, N, Ft, C);
+        if (write_out) {
+            linear_forward(tmp, nullptr, a.fch, P(w, p.fcprojw), nullptr, N, Ft, C);  // row-parallel: partial sums
+            if (sp) ops.memset(moe_rows, 0, nc * es);
+            sum_rows(tmp, mine);  // the group's sum (nothing at tp 1); with sp this rank's rows into moe_rows
+        }
     } else if (write_out) {
-        ops.memset(tmp, 0, static_cast<size_t>(N) * C * es);
+        ops.memset(out, 0, nc * es);
     }
-    const float aux = nep > 1 ? moe_ep_forward(i, w, a, tmp, write_out)  // the experts over the ep group (gpt_moe_ep.cpp)
-                              : ops.moe_forward(moe_shape(i), a.moe, moe_work, tmp, a.ln2, P(w, p.router),
-                                                P(w, p.w13), P(w, p.w2), write_out);
+    float aux = nep > 1 ? moe_ep_forward(i, w, a, x, out, write_out)  // the experts over the ep group (gpt_moe_ep.cpp)
+                        : ops.moe_forward(moe_shape(i), a.moe, moe_work, out, x, P(w, p.router), P(w, p.w13),
+                                          P(w, p.w2), write_out);
     if (!write_out) return;
+    if (ncp > 1 && cfg.moe_aux_loss_coef > 0.0f) aux = moe_cp_aux(c, i, a.moe);  // over the whole window
     c.moe_aux += aux;
     if (c.moe_load_dst != nullptr)  // the routing's per-expert row counts, for GPT::take_moe_load
         ops.memcpy_d2h(c.moe_load_dst + size_t(i) * size_t(spec.E + 1), a.moe.offsets, size_t(spec.E + 1) * 4);
-    ops.residual_forward(c.res[i + 1], a.res2, tmp, static_cast<size_t>(N) * C);
+    ops.residual_forward(c.res[i + 1], a.res2, mine, static_cast<size_t>(R) * C);
 }
 
-void GPT::Impl::moe_mlp_backward(Context& c, int i, const void* w, void* g, const LayerActs& a) {
+const void* GPT::Impl::moe_mlp_backward(Context& c, int i, const void* w, void* g, const LayerActs& a) {
     const LayerParams& p = lp[i];
     const int N = static_cast<int>(n_rows()), C = cfg.n_embd;
-    const MoeShape s = moe_shape();
+    const size_t nc = static_cast<size_t>(N) * C, mine = size_t(tp_rank) * size_t(R) * C * es;
+    MoeShape s = moe_shape();
+    if (ncp > 1 && s.aux_coef > 0.0f) s.aux_f = c.moe_f.data() + size_t(i) * size_t(s.E);  // the window's f_e
     const float aux_scale = s.aux_coef * c.dloss * static_cast<float>(N);
+    const void* dout = dres;  // d out (N,C), whole
+    if (sp) {  // this rank's rows gathered, kept in moe_rows while gath takes the input rows
+        ops.memcpy_d2d(moe_rows, gather_rows(dres), nc * es);
+        dout = moe_rows;
+    }
+    const void* x = gather_rows(a.ln2);
     if (nep > 1)
-        moe_ep_backward(i, w, g, a, dbuf_c, dres, aux_scale);  // dbuf_c = d ln2 via the experts (gpt_moe_ep.cpp)
+        moe_ep_backward(s, i, w, g, a, x, dbuf_c, dout, aux_scale);  // dbuf_c = d ln2 via the experts (gpt_moe_ep.cpp)
     else
-        ops.moe_backward(s, a.moe, moe_work, dbuf_c, G(g, p.router), G(g, p.w13), G(g, p.w2), dres, a.ln2,
+        ops.moe_backward(s, a.moe, moe_work, dbuf_c, G(g, p.router), G(g, p.w13), G(g, p.w2), dout, x,
                          P(w, p.router), P(w, p.w13), P(w, p.w2), aux_scale);  // dbuf_c = d ln2 via the experts
-    if (spec.F == 0) return;
-    linear_backward(dbuf_f, G(g, p.fcprojw), nullptr, dres, a.fch, P(w, p.fcprojw), nullptr, N, Ft, C);
+    void* routed = static_cast<char*>(dbuf_c) + (sp ? mine : 0);  // whole on every TP rank: this rank's rows
+    if (spec.F == 0) return routed;
+    linear_backward(dbuf_f, G(g, p.fcprojw), nullptr, dout, a.fch, P(w, p.fcprojw), nullptr, N, Ft, C);
     ops.swiglu_backward(dbuf_4c, dbuf_f, a.fch_pre, N, Ft);
-    linear_backward(tmp, G(g, p.fcw), nullptr, dbuf_4c, a.ln2, P(w, p.fcw), nullptr, N, C, Mt);
-    ops.residual_forward(dbuf_c, dbuf_c, tmp, static_cast<size_t>(N) * C);  // + d ln2 via the shared experts
+    linear_backward(tmp, G(g, p.fcw), nullptr, dbuf_4c, x, P(w, p.fcw), nullptr, N, C, Mt);  // partial over tp
+    // + d ln2 via the shared experts, summed over the group (with sp this rank's rows, into moe_rows:
+    // d out is used up)
+    const void* shared = sum_rows(tmp, moe_rows);
+    ops.residual_forward(routed, routed, shared, static_cast<size_t>(R) * C);
+    return routed;
 }
 
 int* GPT::Impl::load_slot() {

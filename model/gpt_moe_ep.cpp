@@ -137,12 +137,12 @@ void GPT::Impl::make_moe_ep_work() {
     moe_ep_work.dh = p + 2 * nx + ngu;
 }
 
-float GPT::Impl::moe_ep_forward(int i, const void* w, const LayerActs& a, void* out, bool write_out) {
+float GPT::Impl::moe_ep_forward(int i, const void* w, const LayerActs& a, const void* x, void* out, bool write_out) {
     const LayerParams& p = lp[size_t(i)];
     const MoeShape s = moe_shape(i);  // with layer i's selection bias
     const int np = nep, El = s.E / np;
     const size_t C = size_t(s.C), row = C * es;
-    const float aux = ops.moe_dispatch_forward(s, a.moe, moe_work, a.ln2, P(w, p.router));
+    const float aux = ops.moe_dispatch_forward(s, a.moe, moe_work, x, P(w, p.router));
     // Counts first: peer q gets this rank's row counts of its El experts (moe_work.counts (E)).
     const std::vector<size_t> per_peer(size_t(np), size_t(El) * 4);  // int32 as bytes
     epg->all_to_all_v(moe_work.counts, per_peer.data(), a.moe_ep.counts, per_peer.data(), DType::u8);
@@ -163,10 +163,9 @@ float GPT::Impl::moe_ep_forward(int i, const void* w, const LayerActs& a, void* 
     return aux;
 }
 
-void GPT::Impl::moe_ep_backward(int i, const void* w, void* g, const LayerActs& a, void* dx, const void* dout,
-                                float aux_scale) {
+void GPT::Impl::moe_ep_backward(const MoeShape& s, int i, const void* w, void* g, const LayerActs& a, const void* x,
+                                void* dx, const void* dout, float aux_scale) {
     const LayerParams& p = lp[size_t(i)];
-    const MoeShape s = moe_shape();
     const int np = nep, El = s.E / np;
     const size_t C = size_t(s.C), row = C * es;
     const EpPlan plan = read_plan(ops, a.moe.offsets, a.moe_ep.counts, np, El);
@@ -185,8 +184,7 @@ void GPT::Impl::moe_ep_backward(int i, const void* w, void* g, const LayerActs& 
     const size_t dropped = size_t(s.N) * size_t(s.k) - std::accumulate(plan.send.begin(), plan.send.end(), size_t(0));
     if (dropped > 0)  // a capacity-limited plan's dropped pairs (after every expert's block): no expert ran them
         ops.memset(static_cast<char*>(moe_work.dxg) + (size_t(s.N) * size_t(s.k) - dropped) * row, 0, dropped * row);
-    ops.moe_dispatch_backward(s, a.moe, moe_work, dx, G(g, p.router), moe_work.dxg, a.ln2, P(w, p.router),
-                              aux_scale);
+    ops.moe_dispatch_backward(s, a.moe, moe_work, dx, G(g, p.router), moe_work.dxg, x, P(w, p.router), aux_scale);
 }
 
 }  // namespace llmtrain

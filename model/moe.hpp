@@ -70,6 +70,14 @@ void moe_router_forward(float* logits, float* scores, int* ids, float* gates, co
 float moe_aux_loss(float* dscores, const float* scores, const int* ids, int N, int E, int k,
                    MoeScore score, float alpha);
 
+/// moe_aux_loss's gradient with the assignment fractions f (E) given instead of counted from these
+/// rows' ids: dscores (N,E) OVERWRITTEN with d(alpha * E * sum_e f_e P_e) / d scores, P_e the mean
+/// over these N rows (softmax: alpha E f_e / N; sigmoid through q = s / sum_e s). Context
+/// parallelism (model/gpt_moe.cpp) passes the whole window's fractions, all-reduced over the CP
+/// group, so each rank's share of the gradient is the one a single rank holding the window computes.
+/// fp32 scores, double f; the same arithmetic as moe_aux_loss's. Throws std::invalid_argument on bad sizes.
+void moe_aux_grad(float* dscores, const float* scores, const double* f, int N, int E, MoeScore score, float alpha);
+
 /// The router's backward. dlogits (N,E) (OVERWRITTEN) = the Jacobian of the score function applied
 /// to dscores_in (N,E) (may be null, e.g. moe_aux_loss's gradient) plus d gates (N,k) taken back
 /// through route_scale and the renormalization onto the selected scores; then dx (N,C) += dlogits

@@ -23,6 +23,12 @@ struct MoeShape {
     /// Rows an expert takes at most (model/moe.hpp moe_dispatch_plan_capped: the first in pair
     /// order, the rest dropped); 0 = dropless (every buffer is still sized for N*k rows).
     int capacity = 0;
+    /// (E) host doubles, or null: the balance loss's assignment fractions f_e counted over a token
+    /// set larger than these N rows (context parallelism: the whole window's, all-reduced over the
+    /// CP group; model/gpt_moe.cpp). The backward's balance-loss gradient then takes them in place
+    /// of the N rows' own counts (model/moe.hpp moe_aux_grad); the forward's returned loss is still
+    /// these rows' own. Only backends with Ops::implements_moe_aux_fractions take it.
+    const double* aux_f = nullptr;
 };
 
 /// What a layer keeps from its forward for its backward (activations; act dtype unless noted).

@@ -384,6 +384,10 @@ public:
     // pieces and their sources; model/moe_layer.hpp, the buffers). The defaults throw
     // std::logic_error naming the op; implements_moe() says whether a backend has them. ----
     virtual bool implements_moe() const { return false; }
+    /// Whether moe_backward / moe_dispatch_backward honour MoeShape::aux_f (the balance loss's
+    /// fractions over a larger token set: MoE under context parallelism). Without, the model refuses
+    /// MoE at cp > 1 with a balance loss (GPT::Impl::check_moe).
+    virtual bool implements_moe_aux_fractions() const { return false; }
     /// One MoE layer's forward for x (N,C): router (logits, scores, top-k ids, gates renormalized
     /// over the k), the dropless dispatch plan, the grouped rows a.xg, every expert's SwiGLU FFN on
     /// its rows (a.gu, a.h, a.yg), and, when `combine`, out (N,C) += sum_j gates[n,j] * expert

@@ -123,6 +123,7 @@ public:
                            int n_pos) override;
     // moe_layer.cpp
     bool implements_moe() const override { return true; }
+    bool implements_moe_aux_fractions() const override { return true; }
     float moe_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* out, const void* x,
                       const void* w_router, const void* w13, const void* w2, bool combine) override;
     void moe_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dx, void* dw_router, void* dw13,

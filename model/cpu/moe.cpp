@@ -106,6 +106,27 @@ void moe_router_forward(float* logits, float* scores, int* ids, float* gates, co
     }
 }
 
+void moe_aux_grad(float* dscores, const float* scores, const double* f, int N, int E, MoeScore score, float alpha) {
+    check_sizes("moe_aux_grad", N, 1, E, 1);
+    // d loss / d q[n,e] = alpha E f_e / N; for sigmoid, through q = s / T: (dq - sum(dq q)) / T.
+    std::vector<double> dq(E);
+    for (int e = 0; e < E; ++e) dq[e] = double(alpha) * E * f[e] / N;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; ++n) {
+        const float* s = scores + size_t(n) * E;
+        float* d = dscores + size_t(n) * E;
+        if (score == MoeScore::softmax) {
+            for (int e = 0; e < E; ++e) d[e] = float(dq[e]);
+        } else {
+            double rowsum = 0;
+            for (int e = 0; e < E; ++e) rowsum += s[e];
+            double dot = 0;
+            for (int e = 0; e < E; ++e) dot += dq[e] * s[e] / rowsum;
+            for (int e = 0; e < E; ++e) d[e] = float((dq[e] - dot) / rowsum);
+        }
+    }
+}
+
 float moe_aux_loss(float* dscores, const float* scores, const int* ids, int N, int E, int k,
                    MoeScore score, float alpha) {
     check_sizes("moe_aux_loss", N, 1, E, k);
@@ -128,23 +149,7 @@ float moe_aux_loss(float* dscores, const float* scores, const int* ids, int N, i
     double loss = 0;
     for (int e = 0; e < E; ++e) loss += f[e] * (P[e] / N);
     loss *= double(alpha) * E;
-    if (dscores) {
-        // d loss / d q[n,e] = alpha E f_e / N; for sigmoid, through q = s / T: (dq - sum(dq q)) / T.
-        std::vector<double> dq(E);
-        for (int e = 0; e < E; ++e) dq[e] = double(alpha) * E * f[e] / N;
-#pragma omp parallel for schedule(static)
-        for (int n = 0; n < N; ++n) {
-            const float* s = scores + size_t(n) * E;
-            float* d = dscores + size_t(n) * E;
-            if (score == MoeScore::softmax) {
-                for (int e = 0; e < E; ++e) d[e] = float(dq[e]);
-            } else {
-                double dot = 0;
-                for (int e = 0; e < E; ++e) dot += dq[e] * s[e] / rowsum[n];
-                for (int e = 0; e < E; ++e) d[e] = float((dq[e] - dot) / rowsum[n]);
-            }
-        }
-    }
+    if (dscores) moe_aux_grad(dscores, scores, f.data(), N, E, score, alpha);
     return float(loss);
 }
 

@@ -84,7 +84,10 @@ void CpuOps::moe_dispatch_backward(const MoeShape& s, const MoeActs& a, const Mo
     moe_permute_backward(f(dx), f(dxg), a.pos, s.N, s.k, s.C);
     const float* dscores = nullptr;
     if (aux_scale != 0.0f) {  // d(aux_scale * E * sum f_e P_e) / d scores
-        moe_aux_loss(w.dscores, a.scores, a.ids, s.N, s.E, s.k, s.score, aux_scale);
+        if (s.aux_f != nullptr)  // the fractions over the whole window (context parallelism)
+            moe_aux_grad(w.dscores, a.scores, s.aux_f, s.N, s.E, s.score, aux_scale);
+        else
+            moe_aux_loss(w.dscores, a.scores, a.ids, s.N, s.E, s.k, s.score, aux_scale);
         dscores = w.dscores;
     }
     moe_router_backward(f(dx), f(dw_router), w.logits, dscores, w.dgates, a.scores, a.ids, f(x), f(w_router), s.N,
