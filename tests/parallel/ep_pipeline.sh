@@ -7,7 +7,8 @@
 #   pp 2 (2 ranks: a stage per layer, 4 micro-batches),
 #   ep 2 x pp 2 (4 ranks: dp 2 per stage, each stage's MoE layer split over its ep group of 2,
 #   2 micro-batches per rank), and the same at ZeRO-1,
-#   the pp 2 run's step-3 checkpoint resumed in one process, the one process's at ep 2 x pp 2.
+#   the pp 2 run's step-3 checkpoint resumed in one process, the one process's at ep 2 x pp 2 and
+#   the ep 2 x pp 2 run's in one process.
 # Compared: the train and val losses, the balance loss (`moe_aux`, the sum over both stages' layers)
 # and each layer's load imbalance (`moe_imbalance:<layer>`, the loads gathered from both stages) of
 # every step, and the final weights.
@@ -57,4 +58,8 @@ compare pp2 pp2_then_1 $LT 3 $WT "$KINDS"
 run 4 one_then_ep2_pp2 "${MOE[@]}" --set training.grad_accum_steps=2 --set parallel.pp=2 --set parallel.ep=2 \
     --set "checkpoint.resume=\"$WORK/one/checkpoints/step_3\""
 compare ep2_pp2 one_then_ep2_pp2 $LT 3 $WT "$KINDS"
-echo "ep_pipeline: pp 2 and ep 2 x pp 2 (ZeRO-0 and -1) track one process; resume pp 2 -> 1 and 1 -> ep 2 x pp 2"
+# ... and ep 2 x pp 2 -> one process (its 4 ranks' pieces, 2 writers per stage, make the whole tensors).
+run 1 ep2_pp2_then_1 "${MOE[@]}" --set training.grad_accum_steps=4 \
+    --set "checkpoint.resume=\"$WORK/ep2_pp2/checkpoints/step_3\""
+compare one ep2_pp2_then_1 $LT 3 $WT "$KINDS"
+echo "ep_pipeline: pp 2 and ep 2 x pp 2 (ZeRO-0 and -1) track one process; resume pp 2 -> 1, 1 -> ep 2 x pp 2 and back"
