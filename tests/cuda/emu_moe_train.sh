@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # tests/cuda/emu_moe_train.sh — a mixture of experts ([model.moe]; docs/model.md "Mixture of
 # experts") trained by llmtrain-emu with run.backend = "cuda" (cuda_ops_moe.cu: the router, plan and
-# permute kernels, cuBLASLt per expert) against the CPU llmtrain on the same config, data and seed,
-# and resumed. The sibling of emu_llama_train.sh.
+# permute kernels, the experts' grouped GEMM of moe_grouped_gemm.cu) against the CPU llmtrain on the
+# same config, data and seed, and resumed. The sibling of emu_llama_train.sh.
 #
 # Usage: emu_moe_train.sh <llmtrain> <llmtrain-emu> <moe-tiny.toml> <tiny_data_dir> <work_dir>
 # configs/moe-tiny.toml's shapes cut to 2 layers at seq_len 64 (n_embd 256, 8 experts of width 384,
