@@ -154,7 +154,7 @@ int run(const CliArgs& args) {
     for (const auto& l : trainer.summary()) log.line(l);
     for (const auto& l : node_report(shape.topology(rank), node_map(), shape.zero_stage)) log.line(l);
     for (const auto& l : ckpt_notes) log.line(l);
-    const std::string& from = cfg.model.init_from;
+    const std::string& from = shape.init_from;
     const std::string weights = from.empty() ? "" : ", weights from model.init_from = " + from;
     log.line(resume_note.empty()
                  ? "start: from scratch" + weights + " (checkpoint.resume = \"" + cfg.checkpoint.resume + "\")"

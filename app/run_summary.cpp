@@ -38,7 +38,7 @@ std::vector<std::string> Trainer::summary() const {
     const auto& c = I.cfg;
     std::vector<std::string> out;
     out.push_back("llmtrain: run '" + c.run.name + "' in " + c.run.run_dir);
-    out.push_back("backend: " + std::string(I.ops->name()) + ", precision " + c.training.precision + ", world " +
+    out.push_back("backend: " + std::string(I.ops->name()) + ", precision " + precision_name(I.shape.precision) + ", world " +
                   std::to_string(world_size()) + ", dp " + std::to_string(I.topo.data_parallel()) + ", tp " +
                   std::to_string(I.topo.tp()) + (I.topo.cp() > 1 ? ", cp " + std::to_string(I.topo.cp()) : std::string()) +
                   (I.shape.ep > 1 ? ", ep " + std::to_string(I.shape.ep) : std::string()));
@@ -49,7 +49,7 @@ std::vector<std::string> Trainer::summary() const {
                       (c.data.reset_position_ids ? ", positions restart at each document" : ", positions run on") +
                       " (a document ends at eos id " + std::to_string(I.data.train->info().eos_id) + ")");
     out.push_back("parallel: zero_stage " + std::to_string(I.shape.zero_stage) + ", grad_reduce_dtype " +
-                  c.parallel.grad_reduce_dtype + " | " + I.topo.describe());
+                  precision_name(I.shape.reduce_dtype) + " | " + I.topo.describe());
     const int64_t idle = ArchSpec(I.shape.model).idle_expert_params();  // MoE: experts a token skips
     out.push_back("model: " + arch_shape_of(I.shape.model) + " | " + format_thousands(double(I.nparams())) +
                   " parameters" +
@@ -72,8 +72,8 @@ std::vector<std::string> Trainer::summary() const {
     out.push_back(mem + " device total " + mib(I.alloc->current_total()));
     if (I.ms.pipe) {
         const int P = I.topo.pp(), m = I.accum;
-        const PipelineSchedule sch = parse_pipeline_schedule(c.pipeline.schedule);
-        out.push_back("pipeline: pp " + std::to_string(P) + ", schedule " + c.pipeline.schedule + ", " +
+        const PipelineSchedule sch = I.shape.schedule;
+        out.push_back("pipeline: pp " + std::to_string(P) + ", schedule " + I.shape.schedule_name + ", " +
                       std::to_string(m) + " micro-batches per step; per stage (memory of its first rank, counted "
                       "as in --dry-run):");
         for (int s = 0; s < P; ++s) {
@@ -107,7 +107,7 @@ std::vector<std::string> Trainer::summary() const {
     char sched[200];
     std::snprintf(sched, sizeof sched, "schedule: max_steps %d, lr %.3g -> %.3g (%s), warmup_steps %d, grad_clip %g",
                   c.run.max_steps, c.optimizer.lr, c.lr_schedule.min_lr, c.lr_schedule.decay.c_str(),
-                  c.lr_schedule.warmup_steps, c.training.grad_clip);
+                  c.lr_schedule.warmup_steps, I.shape.grad_clip);
     out.push_back(sched);
     const CheckpointConfig& ck = c.checkpoint;
     if (!checkpoints_on(c)) {

@@ -188,9 +188,9 @@ void Trainer::Impl::count_skipped(int64_t s, const StepResult& r, RunLog& log, M
     char buf[160];
     std::snprintf(buf, sizeof buf, "step %lld: loss %g, grad norm %g: not finite, no update (%d in a row, limit "
                   "training.max_skipped_steps = %d)", (long long)s, r.loss, r.norm, skipped_in_a_row,
-                  cfg.training.max_skipped_steps);
+                  shape.max_skipped_steps);
     log.line(buf);
-    if (skipped_in_a_row >= cfg.training.max_skipped_steps) {
+    if (skipped_in_a_row >= shape.max_skipped_steps) {
         checkpoints->complete(log, metrics);  // every rank stops here alike: the checkpoint in flight is kept
         throw std::runtime_error("stopping at step " + std::to_string(s) + ": " + std::to_string(skipped_in_a_row) +
                                  " steps in a row had a non-finite loss or gradient norm "

@@ -26,8 +26,8 @@ TrainState Trainer::Impl::train_state() const {
     st.dp = topo.data_parallel();  // the data stream's ranks (dp / cp)
     st.world_size = world_size();
     st.backend = ops->name();
-    st.precision = cfg.training.precision;
-    if (moe && cfg.moe.bias_update_rate > 0.0f) st.moe_bias = moe->bias, st.moe_experts = moe->E;
+    st.precision = precision_name(shape.precision);
+    if (moe && shape.moe_bias_update_rate > 0.0f) st.moe_bias = moe->bias, st.moe_experts = moe->E;
     return st;
 }
 
@@ -77,7 +77,7 @@ std::string Trainer::resume_from(const std::string& dir) {
     // The checkpoint holds fp32 master weights. Rounded to nearest they would not be the bf16 params
     // the last step wrote stochastically; its rounding, keyed by (t, flat index), rebuilds them
     // exactly, for every copy of every element (docs/checkpoints.md "Resume").
-    if (I.cfg.training.stochastic_rounding && st.adam_t > 0) {
+    if (I.shape.stochastic_rounding && st.adam_t > 0) {
         size_t local = 0;
         for (const FlatRange& r : ranges) {
             round_params_of_step(w.data() + local, r.numel, r.offset, st.adam_t);
@@ -102,7 +102,7 @@ std::string Trainer::resume_from(const std::string& dir) {
         note += "; dp changed from " + std::to_string(st.dp) + " to " + std::to_string(I.topo.data_parallel());
     if (I.data.train->state().seed != I.cfg.run.seed)
         note += "; the data order keeps the checkpoint's seed " + std::to_string(I.data.train->state().seed);
-    if (st.backend != I.ops->name() || st.precision != I.cfg.training.precision)
+    if (st.backend != I.ops->name() || st.precision != precision_name(I.shape.precision))
         note += "; written by backend " + st.backend + "/" + st.precision;
     return note;
 }

@@ -27,15 +27,15 @@ void Trainer::Impl::moe_after_step() {
         aux = f.back() / float(dp);  // the dp mean of the sum over the pipeline's stages (each its layers')
     }
     moe->add_step(aux, load);
-    if (cfg.moe.bias_update_rate > 0.0f) {  // DeepSeek-V3's auxiliary-loss-free balancing
-        moe->update_bias(cfg.moe.bias_update_rate);
+    if (shape.moe_bias_update_rate > 0.0f) {  // DeepSeek-V3's auxiliary-loss-free balancing
+        moe->update_bias(shape.moe_bias_update_rate);
         ms.gpt->set_moe_bias(moe->bias.data());
     }
 }
 
 void Trainer::Impl::restore_moe_bias(const TrainState& st, const std::string& dir) {
     const GPTConfig& m = shape.model;
-    if (m.moe_experts == 0 || cfg.moe.bias_update_rate <= 0.0f || st.moe_bias.empty()) return;
+    if (m.moe_experts == 0 || shape.moe_bias_update_rate <= 0.0f || st.moe_bias.empty()) return;
     if (st.moe_experts != m.moe_experts || st.moe_bias.size() != size_t(m.n_layer) * size_t(m.moe_experts))
         throw CheckpointError(dir + "/state.toml: moe.bias: " + std::to_string(st.moe_bias.size()) +
                               " biases in rows of " + std::to_string(st.moe_experts) + ", the model has " +

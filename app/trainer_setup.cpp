@@ -46,18 +46,15 @@ Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
         TokenDataset ds(expand_data_path(data.train->info().path).front());  // the (first) source's first shard
         tokenizer.emplace(Tokenizer::from_dataset(ds));
     }
-    ops = make_backend(cfg.run.backend, cfg.training.precision, shape.cuda);
+    ops = make_backend(cfg.run.backend, precision_name(shape.precision), shape.cuda);
     alloc = std::make_unique<Allocator>(*ops);
-    CommOptions co;
-    co.timeout_s = cfg.parallel.timeout_s;
-    co.comm = cfg.parallel.comm;
-    co.hierarchical = cfg.parallel.hierarchical_allreduce;
+    const CommOptions& co = shape.comm;
     const CommFactory comms = [&](const std::vector<int>& ranks, bool host) {
         return host ? make_mpi_comm(ranks, co) : make_comm(*ops, ranks, co);
     };
     ms = make_model_state(cfg, shape, *alloc, topo, comms, data.train->info().eos_id);
     axes = step_axes_of(ms, topo, comm, ops->act_dtype());
-    init_weights(cfg, *ms.gpt, *ms.adam, ms.engine->param_shard());  // random, or model.init_from's file
+    init_weights(cfg, shape, *ms.gpt, *ms.adam, ms.engine->param_shard());  // random, or model.init_from's file
     if (ms.pipe) ms.pipe->warm_up();  // its junk gradients are zeroed by the first step's begin_step
     else if (std::string(ops->name()) == "cuda") {  // the same, without a pipeline (docs/cuda.md "First step")
         ms.gpt->warm_up(accum);

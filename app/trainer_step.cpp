@@ -23,7 +23,7 @@ bool Trainer::Impl::train_step(float* loss, float* lr, float* norm) {
     } else {
         for (int a = 0; a < accum; ++a) {  // queued: the losses are read once, below
             data.train->next(data.inputs.data(), data.targets.data());
-            ms.engine->reduce_during_backward(cfg.parallel.overlap_grad_reduce && a == accum - 1);
+            ms.engine->reduce_during_backward(shape.overlap_grad_reduce && a == accum - 1);
             ms.gpt->forward_backward(data.inputs.data(), data.targets.data(), dloss);
         }
     }
@@ -39,7 +39,7 @@ bool Trainer::Impl::train_step(float* loss, float* lr, float* norm) {
     progress.advance(tokens_per_step());
     // Every rank sees the same all-reduced loss and norm, so every rank decides alike.
     if (!std::isfinite(*loss) || !std::isfinite(*norm)) return false;
-    const float scale = clip_scale(*norm, cfg.training.grad_clip) / float(axes->dp());
+    const float scale = clip_scale(*norm, shape.grad_clip) / float(axes->dp());
     if (checkpoints) checkpoints->before_update();  // a checkpoint's snapshot copies finish first
     ms.adam->step(ms.engine->param_shard(), ms.engine->grad_shard(), *lr, scale);
     axes->after_update();  // the engine gathers the updated params

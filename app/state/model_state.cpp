@@ -32,7 +32,7 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
     const GPTConfig& g = shape.model;
     const int N = topo.zero_group_size(), P = topo.pp(), st = topo.stage();
     const StageLayers plan = shape.stages[size_t(st)];  // this rank's layers and recomputed layers
-    const PipelineSchedule schedule = parse_pipeline_schedule(cfg.pipeline.schedule);
+    const PipelineSchedule schedule = shape.schedule;
     GPTOptions go;
     go.B = shape.B;
     go.T = shape.T;
@@ -44,7 +44,7 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
     go.doc_eos = doc_eos;
     go.doc_mask = cfg.data.document_mask;
     go.doc_positions = cfg.data.reset_position_ids;
-    go.fp8 = parse_fp8_recipe(cfg.training.fp8);  // validated by the config
+    go.fp8 = shape.fp8;
     // parallel.ep > 1: this rank's experts only, and the engine over the ranks that hold the same
     // experts (parallel/ep_grads.hpp: ZeRO group zero_group_size / ep of them, or 1 at stage 0).
     const int ep = shape.ep;
@@ -106,8 +106,8 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
     return s;
 }
 
-void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_shard) {
-    if (cfg.model.init_from.empty()) {
+void init_weights(const Config& cfg, const RunShape& shape, GPT& gpt, AdamW& adam, const void* param_shard) {
+    if (shape.init_from.empty()) {
         gpt.init_params(cfg.run.seed);
         adam.init_state(param_shard);
         return;
@@ -115,11 +115,11 @@ void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_sh
     const ParamLayout& layout = gpt.layout();
     std::vector<float> host(layout.total_numel());
     if (layout.whole()) {
-        load_pretrained(cfg.model.init_from, layout, host.data());
+        load_pretrained(shape.init_from, layout, host.data());
     } else {  // the whole model, then this TP (or EP) rank's part of every tensor
         const ParamLayout full(layout.config());
         std::vector<float> whole(full.total_numel());
-        load_pretrained(cfg.model.init_from, full, whole.data());
+        load_pretrained(shape.init_from, full, whole.data());
         layout.cut_local_flat(full, whole.data(), host.data());
     }
     gpt.store().load_params(host.data());  // every rank takes the part it holds
@@ -209,7 +209,7 @@ std::vector<std::string> pipeline_report(const Config& cfg, const RunShape& shap
     char buf[200];
     out.push_back("zero pp_stage layers ckpt in_flight" + memory_columns_head() + " device total | model states");
     const std::vector<StageLayers>& plan = shape.stages;
-    const PipelineSchedule schedule = parse_pipeline_schedule(cfg.pipeline.schedule);
+    const PipelineSchedule schedule = shape.schedule;
     const int P = shape.pp, m = std::max(1, shape.accum);
     for (int zero = 0; zero <= 1; ++zero)
         for (int s = 0; s < P; ++s) {
@@ -222,7 +222,7 @@ std::vector<std::string> pipeline_report(const Config& cfg, const RunShape& shap
             out.push_back(row + buf);
         }
     const Topology topo = at_zero_stage(shape, 1, shape.zero_group_size).topology(0);
-    out.push_back("groups at stage 1: " + topo.describe() + "; schedule " + cfg.pipeline.schedule + ", " +
+    out.push_back("groups at stage 1: " + topo.describe() + "; schedule " + shape.schedule_name + ", " +
                   std::to_string(m) + " micro-batches per step (grad_accum_steps)");
     out.push_back("(in_flight: micro-batches whose activations a stage holds at once, each in its own activation "
                   "context; stage 0 also holds the embeddings, the last stage ln_f, the LM head (a tied one is a copy of wte) and the logits. "
@@ -248,8 +248,8 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
     char buf[640];
     std::snprintf(buf, sizeof buf, "dry run: world %d, %s, %.4g parameters (Psi), micro_batch_size %d x seq_len %d, "
                   "activation_checkpoint.ratio %g, optimizer.offload %s (fraction %g); per rank, MiB:", world,
-                  cfg.training.precision.c_str(), psi, shape.B, shape.T,
-                  cfg.activation_checkpoint.ratio, cfg.optimizer.offload.c_str(), off.enabled ? off.fraction : 0.0);
+                  precision_name(shape.precision), psi, shape.B, shape.T,
+                  shape.recompute_ratio, cfg.optimizer.offload.c_str(), off.enabled ? off.fraction : 0.0);
     out.push_back(buf);
     if (const int64_t idle = ArchSpec(g).idle_expert_params(); idle > 0) {  // MoE: total and active, exactly
         std::snprintf(buf, sizeof buf, "mixture of experts: %lld parameters, %lld active per token (top_k %d of "
@@ -316,11 +316,11 @@ std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape)
                       cuda::kFlashDqWorkspaceCap / 1048576.0, bytes / 1048576.0);
         out.push_back(buf);
     }
-    if (cfg.training.fp8 != "off") out.push_back(fp8_workspace_line(cfg, shape));
+    if (shape.fp8 != Fp8Recipe::off) out.push_back(fp8_workspace_line(shape));
     return out;
 }
 
-std::string fp8_workspace_line(const Config& cfg, const RunShape& shape) {
+std::string fp8_workspace_line(const RunShape& shape) {
     const ArchSpec spec(shape.model);
     const int tp = shape.tp, C = shape.model.n_embd;
     const int N = shape.B * shape.T / shape.cp;  // this rank's rows
@@ -335,7 +335,7 @@ std::string fp8_workspace_line(const Config& cfg, const RunShape& shape) {
     char buf[400];
     std::snprintf(buf, sizeof buf, "(CUDA, training.fp8 = \"%s\": one linear layer call's FP8 copies (4 x %.1f MiB: "
                   "the backward's dout, weight^T, dout^T, inp^T) and scales (%.1f KiB), %.1f MiB per rank, counted as "
-                  "workspace; docs/fp8.md.)", cfg.training.fp8.c_str(), double(copies) / 4 / 1048576.0,
+                  "workspace; docs/fp8.md.)", fp8_recipe_name(shape.fp8), double(copies) / 4 / 1048576.0,
                   double(scales) / 1024.0, double(bytes) / 1048576.0);
     return buf;
 }

@@ -75,10 +75,11 @@ ModelState make_model_state(const Config& cfg, const RunShape& shape, Allocator&
                             const CommFactory& comms, int doc_eos = -1);
 
 /// The run's first weights and a fresh optimizer state (t = 0, m = v = 0): GPT-2's random init from
-/// run.seed, or the weights of model.init_from (app/interop/pretrained.hpp), whose fp32 values are
-/// also the master weights. param_shard: the store's shard-local params (ZeroEngine::param_shard()).
-/// Errors: InteropError naming the file, tensor or key (app/interop/safetensors.hpp).
-void init_weights(const Config& cfg, GPT& gpt, AdamW& adam, const void* param_shard);
+/// cfg's run.seed, or the weights of shape.init_from (model.init_from, app/interop/pretrained.hpp),
+/// whose fp32 values are also the master weights. param_shard: the store's shard-local params
+/// (ZeroEngine::param_shard()). Errors: InteropError naming the file, tensor or key
+/// (app/interop/safetensors.hpp).
+void init_weights(const Config& cfg, const RunShape& shape, GPT& gpt, AdamW& adam, const void* param_shard);
 
 /// Whether the run can write checkpoints: checkpoint.interval > 0 or checkpoint.at_end (the end of
 /// the run and a stop signal). Off, the trainer allocates no checkpoint snapshot.
@@ -116,9 +117,9 @@ std::pair<double, double> append_memory_columns(std::string& row, const MemBytes
 /// bytes by category, next to the paper's model-state formula (docs/reference.md "ZeRO memory").
 std::vector<std::string> memory_report(const Config& cfg, const RunShape& shape);
 
-/// The dry run's FP8 line (training.fp8 != "off"): the CUDA backend's FP8 workspace for the largest
-/// of a block's linear layer calls at this rank's rows and widths (model/cuda/fp8_linear.hpp), in
-/// MiB. Never throws.
-std::string fp8_workspace_line(const Config& cfg, const RunShape& shape);
+/// The dry run's FP8 line (shape.fp8, training.fp8 != "off"): the CUDA backend's FP8 workspace for
+/// the largest of a block's linear layer calls at this rank's rows and widths
+/// (model/cuda/fp8_linear.hpp), in MiB. Never throws.
+std::string fp8_workspace_line(const RunShape& shape);
 
 }  // namespace llmtrain

@@ -57,6 +57,19 @@ RunShape run_shape(const Config& cfg, int world) {
     r.offload = offload_config_of(cfg);
     r.cuda = cuda_options_of(cfg);
     r.checkpoints = cfg.checkpoint.interval > 0 || cfg.checkpoint.at_end;  // checkpoints_on (model_state.hpp)
+    r.stochastic_rounding = cfg.training.stochastic_rounding;
+    r.fp8 = parse_fp8_recipe(cfg.training.fp8);  // validated by the config
+    r.schedule = parse_pipeline_schedule(cfg.pipeline.schedule);
+    r.schedule_name = cfg.pipeline.schedule;
+    r.recompute_ratio = cfg.activation_checkpoint.ratio;
+    r.comm.timeout_s = cfg.parallel.timeout_s;
+    r.comm.comm = cfg.parallel.comm;
+    r.comm.hierarchical = cfg.parallel.hierarchical_allreduce;
+    r.overlap_grad_reduce = cfg.parallel.overlap_grad_reduce;
+    r.grad_clip = cfg.training.grad_clip;
+    r.max_skipped_steps = cfg.training.max_skipped_steps;
+    r.init_from = cfg.model.init_from;
+    r.moe_bias_update_rate = cfg.moe.bias_update_rate;
     return r;
 }
 

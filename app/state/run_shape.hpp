@@ -9,15 +9,21 @@
 
 #include "app/config/config.hpp"
 #include "model/cuda/cuda_backend.hpp"
+#include "model/fp8.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
+#include "parallel/comm.hpp"
 #include "parallel/partition.hpp"
+#include "parallel/schedule.hpp"
 #include "parallel/topology.hpp"
 
 namespace llmtrain {
 
 /// training.precision as the device compute dtype (the config has validated it: "fp32" or "bf16").
 DType precision_dtype(const Config& cfg);
+/// A precision or gradient-reduction dtype by its config name: "bf16" for DType::bf16, else "fp32"
+/// (the names training.precision and parallel.grad_reduce_dtype take; state.toml records them).
+inline const char* precision_name(DType d) { return d == DType::bf16 ? "bf16" : "fp32"; }
 /// The ZeRO group size a topology is built with: 1 at stage 0 (plain DP), else parallel.zero_group_size.
 int zero_group_of(const Config& cfg);
 /// model.attention*, training.stochastic_rounding as the CUDA backend's options (the CPU ignores them).
@@ -49,6 +55,19 @@ struct RunShape {
     OffloadConfig offload;            ///< the optimizer's offload
     CudaBackendOptions cuda;          ///< the CUDA backend's options (the CPU ignores them)
     bool checkpoints = false;         ///< checkpoints on: checkpoint.interval > 0 or checkpoint.at_end
+    // The rest of the model, training and parallel keys, read once here so that nothing after the
+    // door reads them from the config (docs/design.md "How we checked the config enters each room once").
+    bool stochastic_rounding = false;  ///< training.stochastic_rounding (bf16 params from fp32 masters)
+    Fp8Recipe fp8 = Fp8Recipe::off;    ///< training.fp8
+    PipelineSchedule schedule = PipelineSchedule::one_f_one_b;  ///< pipeline.schedule
+    std::string schedule_name = "1f1b";  ///< pipeline.schedule as configured (the summary's and the dry run's)
+    double recompute_ratio = 0;        ///< activation_checkpoint.ratio as configured (the dry run's line)
+    CommOptions comm;                  ///< parallel.timeout_s, parallel.comm, parallel.hierarchical_allreduce
+    bool overlap_grad_reduce = true;   ///< parallel.overlap_grad_reduce
+    float grad_clip = 1.0f;            ///< training.grad_clip: the global norm's bound (0: none)
+    int max_skipped_steps = 10;        ///< training.max_skipped_steps: non-finite steps in a row before a stop
+    std::string init_from;             ///< model.init_from: "" random weights from run.seed, else the file
+    float moe_bias_update_rate = 0;    ///< model.moe.bias_update_rate (0: no selection-bias update)
     /// The topology of this shape seen from world rank `rank`: the one Topology of a run (main's
     /// node report and the trainer's groups are this one). Errors: as Topology.
     Topology topology(int rank) const { return Topology(world, rank, pp, zero_group, tp, cp); }
