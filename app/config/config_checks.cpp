@@ -81,6 +81,10 @@ void check_expert_parallel(const Config& c, const At& at) {
         fail(at({"parallel.ep", "model.moe.n_experts"}),
              "parallel.ep: expected a divisor of model.moe.n_experts = " + std::to_string(c.moe.n_experts) + ", got " +
                  ep);
+    if (c.parallel.tp > 1)
+        fail(at({"parallel.ep", "parallel.tp"}),
+             "parallel.ep: expert parallelism does not run with tensor parallelism yet (MoE runs at tp > 1 with "
+             "every expert on each rank), got ep = " + ep + " with parallel.tp = " + std::to_string(c.parallel.tp));
     if (c.run.eval_hellaswag_interval > 0)
         fail(at({"parallel.ep", "run.eval_hellaswag_interval"}),
              "parallel.ep: HellaSwag in the loop does not run with expert parallelism yet, got ep = " + ep +
