@@ -164,8 +164,9 @@ size_t checkpoint_snapshot_elems(const RunShape& shape, const Topology& topo, co
     }
     if (topo.tp() == 1) return topo.replica() == 0 ? adam.numel() : 0;
     if (topo.replica() != 0) return 0;
-    // save_tp: the whole tensors (tp = 1 layout, units numbered alike) of the stage's saved units,
-    // one piece per rank of replica 0 (app/state/tp_state.hpp tp_piece).
+    // TrainerCheckpoints::save_whole (app/trainer_checkpoints.hpp): the whole tensors (tp = 1
+    // layout, units numbered alike) of the stage's saved units, one piece per rank of replica 0
+    // (app/state/tp_state.hpp tp_piece).
     const ParamLayout full(shape.model);
     std::vector<int> held;
     for (int u = 0; u < int(full.units().size()); ++u)
