@@ -8,7 +8,7 @@
 #   ep 2 x pp 2 (4 ranks: dp 2 per stage, each stage's MoE layer split over its ep group of 2,
 #   2 micro-batches per rank), and the same at ZeRO-1,
 #   the pp 2 run's step-3 checkpoint resumed in one process, the one process's at ep 2 x pp 2 and
-#   the ep 2 x pp 2 run's in one process.
+#   the ep 2 x pp 2 run's in one process; ep 4 at pp 2 on 4 ranks (dp 2 per stage) exits 2 naming parallel.ep.
 # Compared: the train and val losses, the balance loss (`moe_aux`, the sum over both stages' layers)
 # and each layer's load imbalance (`moe_imbalance:<layer>`, the loads gathered from both stages) of
 # every step, and the final weights.
@@ -31,6 +31,15 @@ MOE=("${LLAMA[@]}" --set model.moe.n_experts=4 --set model.moe.top_k=2 --set mod
      --set run.sample_interval=0)
 LT=1e-5 WT=5e-5
 KINDS="train val moe_aux moe_imbalance:0 moe_imbalance:1"
+
+# The ep groups are per stage: at world 4, pp 2 leaves dp 2 per stage, which ep 4 does not divide.
+set +e
+"$BIN" "${LLAMA[@]}" --set model.moe.n_experts=4 --set "model.vocab_size=$VOCAB" --dry-run --world-size 4 \
+    --set parallel.pp=2 --set parallel.ep=4 >"$WORK/bad_ep.log" 2>&1
+code=$?
+set -e
+[ $code = 2 ] && grep -qF "parallel.ep: expected a divisor of the data-parallel ranks dp = 2, got 4" "$WORK/bad_ep.log" ||
+    { echo "ep 4 at pp 2 x dp 2: exit $code"; cat "$WORK/bad_ep.log"; exit 1; }
 
 run 1 one "${MOE[@]}" --set training.grad_accum_steps=4
 run 2 pp2 "${MOE[@]}" --set training.grad_accum_steps=4 --set parallel.pp=2
