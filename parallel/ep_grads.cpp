@@ -11,8 +11,6 @@ ExpertDp expert_dp_of(const Topology& topo, int ep) {
     if (ep < 2 || topo.dp() % ep != 0)
         throw std::invalid_argument("parallel.ep: expected a divisor > 1 of the data-parallel ranks dp = " +
                                     std::to_string(topo.dp()) + ", got " + P);
-    if (topo.tp() > 1)  // cp ranks are dp indices: an ep group may hold a window's ranks (docs/parallelism.md)
-        throw std::invalid_argument("parallel.ep: expert parallelism runs with parallel.tp = 1 yet, got ep = " + P);
     const int zg = topo.zero_group_size();
     if (zg > 1 && zg % ep != 0)
         throw std::invalid_argument("parallel.zero_group_size: with parallel.ep = " + P +
@@ -24,11 +22,13 @@ ExpertDp expert_dp_of(const Topology& topo, int ep) {
     x.ep_index = d % ep;
     x.zero_size = zg > 1 ? zg / ep : 1;
     const int e2 = d / ep, z = e2 % x.zero_size, r = e2 / x.zero_size, R = topo.dp() / ep / x.zero_size;
-    auto rank_of_dp = [&](int dp) { return topo.rank_of(topo.stage(), dp / zg, dp % zg); };  // tp = 1; this stage's
+    auto rank_of_dp = [&](int dp) {  // this stage's, this TP index's (cp ranks are dp indices)
+        return topo.rank_of(topo.stage(), dp / zg, dp % zg, topo.tp_index());
+    };
     for (int j = 0; j < x.zero_size; ++j) x.zero_group.push_back(rank_of_dp(ep * (r * x.zero_size + j) + x.ep_index));
     for (int j = 0; j < R; ++j) x.replica_group.push_back(rank_of_dp(ep * (j * x.zero_size + z) + x.ep_index));
-    x.writers = ep * x.zero_size;
-    x.writer = d < x.writers ? d : -1;
+    x.writers = ep * x.zero_size * topo.tp();  // the dp indices [0, ep x Ne), each with its TP ranks
+    x.writer = d < ep * x.zero_size ? d * topo.tp() + topo.tp_index() : -1;
     return x;
 }
 
@@ -42,9 +42,13 @@ EpGrads::EpGrads(ZeroEngine& engine, Comm& ep_comm, std::unique_ptr<Comm> ep_hos
                                     std::to_string(ep_.rank()) + " of " + std::to_string(ep_.size()));
     dense_ = engine_.shard_pieces_where([](const ParamTensor& t) { return !t.expert; });
     expert_ = engine_.shard_pieces_where([](const ParamTensor& t) { return t.expert; });
-    dense_norm_ = norm_skips_embeddings
-                      ? engine_.shard_pieces_where([](const ParamTensor& t) { return !t.expert && t.unit != 0; })
-                      : dense_;
+    // A TP rank other than index 0 leaves out what every TP rank holds whole (the experts, the
+    // router, the norms): TP index 0 counts them, the TP group sums the squares after.
+    const bool skip_rep = L.tp_rank() != 0;
+    dense_norm_ = engine_.shard_pieces_where([&](const ParamTensor& t) {
+        return !t.expert && !(norm_skips_embeddings && t.unit == 0) && !(skip_rep && t.split == TPSplit::replicated);
+    });
+    if (!skip_rep) expert_norm_ = expert_;
 }
 
 void EpGrads::reduce() {
@@ -56,7 +60,7 @@ void EpGrads::reduce() {
 
 float EpGrads::norm_squared(float* scratch) {
     const float dense = engine_.pieces_norm_squared(scratch, dense_norm_);  // the same on every EP rank
-    float experts = engine_.pieces_norm_squared(scratch, expert_);     // this EP index's experts
+    float experts = engine_.pieces_norm_squared(scratch, expert_norm_);  // this EP index's experts (TP index 0)
     ep_host_->all_reduce_sum(&experts, 1, DType::f32);
     return dense + experts;
 }

@@ -30,16 +30,18 @@ struct ExpertDp {
     int zero_size = 1;               ///< Ne, the engine's ZeRO group size
     std::vector<int> zero_group;     ///< the engine's ZeRO group: Ne ranks of this EP index
     std::vector<int> replica_group;  ///< the engine's replica group: the same shard in the other replicas
-    /// Checkpoint writers: the dp indices [0, writers) = P x Ne, together one copy of every shard
-    /// (writer w: EP index w mod P, engine ZeRO index w / P); this rank's writer index, or -1.
+    /// Checkpoint writers: the ranks of dp indices [0, P x Ne) (each with its tp TP ranks), together
+    /// one copy of every shard: writers = P x Ne x tp, writer dp index x tp + TP index (dp index d:
+    /// EP index d mod P, engine ZeRO index d / P); this rank's writer index, or -1.
     int writers = 1, writer = -1;
 };
 
-/// The expert-dp groups of topo's rank at parallel.ep = ep (tp = cp = 1: what MoE runs with), among
-/// the dp ranks of its pipeline stage (each stage has its own groups; the writers are per stage too).
-/// Errors: std::invalid_argument naming parallel.ep when ep < 2 or does not divide dp, or tp or
-/// cp > 1; naming parallel.zero_group_size when the topology's ZeRO group (> 1) is not a multiple of
-/// ep (its ranks of one EP index would not be equally many).
+/// The expert-dp groups of topo's rank at parallel.ep = ep, among the dp ranks of its pipeline stage
+/// and TP index (each stage and TP index has its own groups; the writers are per stage too). With
+/// cp the dp indices include the CP ranks, so an ep group may hold a window's ranks.
+/// Errors: std::invalid_argument naming parallel.ep when ep < 2 or does not divide dp; naming
+/// parallel.zero_group_size when the topology's ZeRO group (> 1) is not a multiple of ep (its
+/// ranks of one EP index would not be equally many).
 ExpertDp expert_dp_of(const Topology& topo, int ep);
 
 /// The gradient sums and norm of an expert-parallel rank, over its ZeRO engine (built over
@@ -63,8 +65,10 @@ public:
     /// rank order). Collective over the EP group.
     void reduce();
     /// The squared norm of the stage's reduced gradient: the dense pieces' squares once (every
-    /// EP rank holds the same; unit 0 left out with norm_skips_embeddings), plus the expert pieces' squares summed over the EP group (one host
-    /// float), the same bits on every dp rank. scratch: one device fp32. Collective over the engine's
+    /// EP rank holds the same; unit 0 left out with norm_skips_embeddings), plus the expert pieces'
+    /// squares summed over the EP group (one host float), the same bits on every dp rank. At a TP
+    /// index other than 0 the replicated tensors (the experts among them) are left out: TP index 0
+    /// counts them before the TP group's sum. scratch: one device fp32. Collective over the engine's
     /// groups and the EP group.
     float norm_squared(float* scratch);
 
@@ -74,7 +78,9 @@ private:
     std::unique_ptr<Comm> ep_host_;
     ExpertDp groups_;
     std::vector<FlatRange> dense_, expert_;
-    std::vector<FlatRange> dense_norm_;  // dense_ without unit 0 where the norm skips it
+    std::vector<FlatRange> dense_norm_;   // dense_ without unit 0 where the norm skips it, without the
+                                          // replicated tensors at a TP index other than 0
+    std::vector<FlatRange> expert_norm_;  // expert_ at TP index 0, else empty (replicated over tp)
 };
 
 }  // namespace llmtrain

@@ -182,13 +182,17 @@ std::string exchange_ep_state(Comm& world, const Topology& topo, const ExpertDp&
                               int zero_shard_multiple, const std::vector<int>& shard_units, const std::vector<int>& held,
                               const float* mine, size_t ns, const std::function<float*(size_t)>& snapshot,
                               std::vector<OptimShardView>& views) {
-    Holders h;
-    const int P = x.ep, zg = topo.zero_group_size(), st = topo.stage();
-    for (int e = 0; e < P; ++e) h.lays.emplace_back(full.config(), zero_shard_multiple, 1, 0, P, e);
+    Holders h;  // holder i = e x T + t: EP index e, TP index t (T = 1 without tensor parallelism)
+    const int P = x.ep, T = topo.tp(), zg = topo.zero_group_size(), st = topo.stage();
+    for (int e = 0; e < P; ++e)
+        for (int t = 0; t < T; ++t) h.lays.emplace_back(full.config(), zero_shard_multiple, T, t, P, e);
     h.N = x.zero_size;
-    h.writer = [P](int e, int z) { return z * P + e; };  // = its dp index
-    h.rank = [&topo, P, zg, st](int e, int z) { const int d = z * P + e; return topo.rank_of(st, d / zg, d % zg); };
-    h.my_t = x.ep_index, h.my_z = topo.dp_index() / P % x.zero_size;
+    h.writer = [P, T](int i, int z) { return (z * P + i / T) * T + i % T; };  // its dp index x T + TP index
+    h.rank = [&topo, P, T, zg, st](int i, int z) {
+        const int d = z * P + i / T;
+        return topo.rank_of(st, d / zg, d % zg, i % T);
+    };
+    h.my_t = x.ep_index * T + topo.tp_index(), h.my_z = topo.dp_index() / P % x.zero_size;
     return exchange_state(world, h, full, shard_units, held, mine, ns, snapshot, views, "EP");
 }
 

@@ -53,14 +53,14 @@ std::string exchange_tp_stage(Comm& world, const Topology& topo, const ParamLayo
                               size_t ns, const std::function<float*(size_t)>& snapshot,
                               std::vector<OptimShardView>& views);
 
-/// The same for parallel.ep > 1 (tp = 1; call it on x's writers only, x.writer >= 0; with a
-/// pipeline, x's groups and writers are this rank's stage's): every writer's piece of the stage's
-/// saved units `held` (tp_piece over x.writers), gathered from the writers' shards of the units
-/// the stage holds (`shard_units`; all of them, both lists, at pp 1) — each holds EP index
-/// x.ep_index's layout (dense tensors whole, its experts) sharded over x.zero_size ranks
-/// (zero_shard_multiple: the unit padding the layouts were built with). A dense tensor is taken
-/// from EP rank 0, the others' copies checked bitwise (the message names the first that differs,
-/// else ""). Errors: CommError from the Comm.
+/// The same for parallel.ep > 1 (call it on x's writers only, x.writer >= 0; with a pipeline, x's
+/// groups and writers are this rank's stage's): every writer's piece of the stage's saved units
+/// `held` (tp_piece over x.writers), gathered from the writers' shards of the units the stage holds
+/// (`shard_units`; all of them, both lists, at pp 1) — each holds the layout of EP index
+/// x.ep_index and its TP index (dense tensors whole or their TP part, its experts) sharded over
+/// x.zero_size ranks (zero_shard_multiple: the unit padding the layouts were built with). A
+/// replicated dense tensor is taken from EP rank 0's TP rank 0, the others' copies checked bitwise
+/// (the message names the first that differs, else ""). Errors: CommError from the Comm.
 std::string exchange_ep_state(Comm& world, const Topology& topo, const ExpertDp& x, const ParamLayout& full,
                               int zero_shard_multiple, const std::vector<int>& shard_units, const std::vector<int>& held,
                               const float* mine, size_t ns, const std::function<float*(size_t)>& snapshot,

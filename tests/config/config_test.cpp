@@ -316,9 +316,9 @@ TEST(Config, LlamaKeysNameTheKeyAtFault) {
     EXPECT_NE(msg({llama, moe, "parallel.pp=2", "training.fp8=\"tensorwise\""})
                   .find("model.moe.n_experts: mixture of experts does not run with training.fp8 yet"),
               std::string::npos);
-    // A mixture of experts runs with tp (and sequence parallelism) and cp on the cpu backend, ep beside cp
+    // A mixture of experts runs with tp (and sequence parallelism) and cp on the cpu backend, ep beside both
     // (docs/parallelism.md "Mixture of experts under tp and cp"); on cuda tp, and cp with a balance loss,
-    // are refused, and ep with tp everywhere, each naming the key.
+    // are refused naming the key; ep runs beside tp.
     const std::string moe4 = "model.moe.n_experts=4";
     EXPECT_EQ(load_config("", {llama, moe4, "parallel.tp=2", "parallel.sequence_parallel=true"}).parallel.tp, 2);
     EXPECT_EQ(load_config("", {llama, moe4, "parallel.cp=2", "parallel.ep=2"}).parallel.cp, 2);
@@ -330,9 +330,7 @@ TEST(Config, LlamaKeysNameTheKeyAtFault) {
     EXPECT_NE(msg({llama, moe4, "parallel.cp=2", "run.backend=\"cuda\""})
                   .find("parallel.cp: mixture of experts with a balance loss runs with context parallelism on the cpu"),
               std::string::npos);
-    EXPECT_NE(msg({llama, moe4, "parallel.tp=2", "parallel.ep=2"})
-                  .find("parallel.ep: expert parallelism does not run with tensor parallelism yet"),
-              std::string::npos);
+    EXPECT_EQ(load_config("", {llama, moe4, "parallel.tp=2", "parallel.ep=2"}).parallel.ep, 2);
     // A valid Llama: multi-query and untied.
     const Config c = load_config("", {llama, "model.n_kv_head=1", "model.tie_embeddings=false"});
     EXPECT_EQ(c.model.arch, "llama");

@@ -6,8 +6,9 @@
 # plain dp at the same global batch: tp 2 (the shared expert split, the router and routed experts
 # replicated on both TP ranks), tp 2 with sequence parallelism (the rows gathered before the router),
 # cp 2 (each rank routes its half of every window; the balance loss over the whole window), cp 2 with
-# a sigmoid router and DeepSeek-V3's bias update, ep 2 x cp 2 (4 ranks) against dp 2;
-# a tp 2 checkpoint resumed at tp 1 and a cp 2 one at cp 1 continue the unbroken runs.
+# a sigmoid router and DeepSeek-V3's bias update, ep 2 x tp 2 and ep 2 x cp 2 (4 ranks) against dp 2;
+# a tp 2 checkpoint resumed at tp 1, a cp 2 one at cp 1 and an ep 2 x tp 2 one at dp 2 continue the
+# unbroken runs.
 # Compared: the train and val losses, the logged balance loss (moe_aux) and each layer's load
 # imbalance (moe_imbalance:<layer>: max/mean tokens per expert, from the loads summed over the ranks)
 # within 1e-5 relative, and the final weights within 1e-4 absolute (tp_equivalence.sh's and
@@ -41,9 +42,12 @@ BIAS=(--set 'model.moe.router="sigmoid"' --set model.moe.bias_update_rate=0.01)
 run 1 one_bias "${MOE[@]}" "${BIAS[@]}"
 run 2 cp2_bias "${MOE[@]}" "${BIAS[@]}" --set parallel.cp=2
 compare one_bias cp2_bias $LT 0 $WT "$KINDS"
-# With expert parallelism: an ep group of consecutive dp indices is here a window's CP group (ep 2 x
-# cp 2: dp 4 carries cp 2 and ep 2), against plain dp 2 (the same global batch).
+# With expert parallelism: the ep groups hold ranks of one TP index (ep 2 x tp 2, each TP rank
+# running its EP index's experts on all rows) or a window's CP group (ep 2 x cp 2: dp 4 carries cp 2
+# and ep 2), against plain dp 2 (the same global batch).
 run 2 dp2 "${MOE[@]}"
+run 4 dp2_ep2_tp2 "${MOE[@]}" --set parallel.ep=2 --set parallel.tp=2
+compare dp2 dp2_ep2_tp2 $LT 0 $WT "$KINDS"
 run 4 dp2_ep2_cp2 "${MOE[@]}" --set parallel.ep=2 --set parallel.cp=2
 compare dp2 dp2_ep2_cp2 $LT 0 $WT "$KINDS"
 # Checkpoints hold whole tensors: tp 2 -> tp 1 and cp 2 -> cp 1 continue the unbroken runs.
@@ -51,4 +55,7 @@ run 1 tp2_then_1 "${MOE[@]}" --set "checkpoint.resume=\"$WORK/tp2/checkpoints/st
 compare tp2 tp2_then_1 $LT 3 $WT "$KINDS"
 run 1 cp2_then_1 "${MOE[@]}" --set "checkpoint.resume=\"$WORK/cp2/checkpoints/step_3\""
 compare cp2 cp2_then_1 $LT 3 $WT "$KINDS"
-echo "moe_tp_cp_equivalence: MoE at tp 2 (with and without sequence parallelism), cp 2 and ep 2 x cp 2 tracks one process / dp 2; resume tp 2 -> 1 and cp 2 -> 1"
+# ... and ep 2 x tp 2's (its 4 writers' pieces, each gathered from the EP x TP holders) at dp 2.
+run 2 ep2tp2_then_dp2 "${MOE[@]}" --set "checkpoint.resume=\"$WORK/dp2_ep2_tp2/checkpoints/step_3\""
+compare dp2_ep2_tp2 ep2tp2_then_dp2 $LT 3 $WT "$KINDS"
+echo "moe_tp_cp_equivalence: MoE at tp 2 (with and without sequence parallelism), cp 2, ep 2 x tp 2 and ep 2 x cp 2 tracks one process / dp 2; resume tp 2 -> 1, cp 2 -> 1 and ep 2 x tp 2 -> dp 2"

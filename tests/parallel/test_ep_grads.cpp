@@ -120,7 +120,29 @@ TEST(ExpertDp, GroupsAreRanksOfOneEpIndexThatCoverDpOnce) {
             EXPECT_EQ(int(writers.size()), ep * Ne);
         }
     EXPECT_THROW(expert_dp_of(Topology(4, 0, 1, 1), 3), std::invalid_argument);  // 3 does not divide dp 4
-    EXPECT_THROW(expert_dp_of(Topology(4, 0, 1, 1, 2), 2), std::invalid_argument);  // tp 2
+}
+
+// With tensor parallelism each TP index has its own groups (docs/parallelism.md "Mixture of experts
+// under tp and cp"): world 8 at tp 2 is dp 4; rank r has TP index r % 2 and dp index r / 2, and its
+// groups are the tp-1 world-4 groups of rank r / 2 with every member m at world rank 2m + r % 2. The
+// checkpoint writers are the dp indices [0, ep x Ne) with both TP ranks: writer d x 2 + TP index.
+TEST(ExpertDp, EachTpIndexHasItsOwnGroups) {
+    const int W = 8, T = 2;
+    for (int zg : {1, 2, 4})
+        for (int r = 0; r < W; ++r) {
+            const Topology t(W, r, 1, zg, T);
+            const ExpertDp x = expert_dp_of(t, 2), y = expert_dp_of(Topology(W / T, r / T, 1, zg), 2);
+            const std::string at = "zg " + std::to_string(zg) + " rank " + std::to_string(r);
+            EXPECT_EQ(x.ep_index, y.ep_index) << at;
+            EXPECT_EQ(x.zero_size, y.zero_size) << at;
+            EXPECT_EQ(x.writers, y.writers * T) << at;
+            EXPECT_EQ(x.writer, y.writer < 0 ? -1 : y.writer * T + r % T) << at;
+            ASSERT_EQ(x.zero_group.size(), y.zero_group.size()) << at;
+            for (size_t i = 0; i < x.zero_group.size(); ++i) EXPECT_EQ(x.zero_group[i], T * y.zero_group[i] + r % T) << at;
+            ASSERT_EQ(x.replica_group.size(), y.replica_group.size()) << at;
+            for (size_t i = 0; i < x.replica_group.size(); ++i)
+                EXPECT_EQ(x.replica_group[i], T * y.replica_group[i] + r % T) << at;
+        }
 }
 
 // With a pipeline (issue 45) each stage has its own groups, of its own dp ranks: world 8 at pp 2 is
