@@ -213,6 +213,8 @@ public:
     // grid (the stream synchronizes), and moe_dispatch_forward waits for the balance loss it returns
     // (when aux_coef != 0); the rest is asynchronous. ----
     bool implements_moe() const override { return true; }
+    /// MoeShape::aux_f's fractions (host doubles) copied into the balance-loss gradient's stats.
+    bool implements_moe_aux_fractions() const override { return true; }
     float moe_forward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* out, const void* x,
                       const void* w_router, const void* w13, const void* w2, bool combine) override;
     void moe_backward(const MoeShape& s, const MoeActs& a, const MoeWork& w, void* dx, void* dw_router, void* dw13,

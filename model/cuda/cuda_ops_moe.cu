@@ -163,7 +163,10 @@ void CudaOps::moe_dispatch_backward(const MoeShape& s, const MoeActs& a, const M
     const float* dscores = nullptr;
     if (aux_scale != 0.0f) {  // d(aux_scale * E * sum f_e P_e) / d scores
         double* stats = reinterpret_cast<double*>(scratch_for((2 * static_cast<size_t>(s.E) + 1) * sizeof(double)));
-        cuda::moe_aux_stats(stats, a.scores, a.ids, s.N, s.E, s.k, sig, aux_scale, stream_);
+        if (s.aux_f != nullptr)  // the window's fractions f_e (context parallelism), host doubles: stats[0, E)
+            memcpy_h2d(stats, s.aux_f, static_cast<size_t>(s.E) * sizeof(double));
+        else
+            cuda::moe_aux_stats(stats, a.scores, a.ids, s.N, s.E, s.k, sig, aux_scale, stream_);
         cuda::moe_aux_grad(w.dscores, stats, a.scores, s.N, s.E, sig, aux_scale, stream_);
         dscores = w.dscores;
     }
