@@ -107,9 +107,6 @@ int main(int argc, char** argv) {
                 if (v > 1)
                     throw ConfigError(std::string(flag) + ": a mixture of experts (model.moe) runs at tp = cp = 1 "
                                       "only yet, got " + flag + " " + std::to_string(v));
-            if (profile)
-                throw ConfigError("--profile: the layer timing does not time a mixture of experts (model.moe) yet "
-                                  "(its routing and all-to-alls); use --device-tflops");
         }
         if (opt.tp > 0 && opt.world % opt.tp != 0)
             throw ConfigError("--tp: expected a divisor of --world-size " + std::to_string(opt.world) + ", got " +

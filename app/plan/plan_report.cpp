@@ -48,8 +48,9 @@ std::vector<std::string> plan_report(const Config& cfg, const PlanOptions& opt, 
     }
     if (cfg.moe.n_experts > 0) {  // docs/parallelism.md "The planner with a mixture of experts"
         std::snprintf(buf, sizeof buf, "mixture of experts: %d experts, top %d, parallel.ep %d: tp and cp 1 only (what "
-                      "it runs), layer times from the active parameters%s", cfg.moe.n_experts, cfg.moe.top_k,
-                      cfg.parallel.ep, cfg.parallel.ep > 1 ? " plus 2 + 2 (+ 2 recomputed) all-to-alls per layer" : "");
+                      "it runs), layer times %s%s", cfg.moe.n_experts, cfg.moe.top_k, cfg.parallel.ep,
+                      opt.times.source.rfind("measured", 0) == 0 ? "profiled at ep 1 (router and the top-k experts "
+                      "each token runs)" : "from the active parameters", cfg.parallel.ep > 1 ? " plus 2 + 2 (+ 2 recomputed) all-to-alls per layer" : "");
         out.push_back(buf);
     }
     out.push_back("  tp   cp   pp   dp    m zero offload  fits      step s     tokens/s  cross MiB  layers per stage / recomputed");

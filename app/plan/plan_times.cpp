@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <stdexcept>
@@ -11,6 +12,7 @@
 #include "app/state/model_state.hpp"
 #include "model/allocator.hpp"
 #include "model/arch.hpp"
+#include "model/bf16.hpp"
 #include "model/gpt.hpp"
 #include "parallel/partition.hpp"
 
@@ -60,6 +62,24 @@ RangeTimes time_range(const GPTConfig& g, int B, int T, int l0, int l1, int ckpt
     void* din = alloc.alloc(MemCategory::activations, act);
     ops.memset(in, 0, act);
     ops.memset(dout, 0, act);
+    if (g.moe_experts > 0 && l0 > 0) {
+        // A mixture of experts routes by its input: zeros would score every expert alike and send every
+        // token to the same top_k. A fixed pseudo-random activation (unit scale) routes as a trained
+        // model's roughly evenly, so the timed experts see about B*T*top_k/E rows each.
+        std::vector<float> x(BT * size_t(g.n_embd));
+        uint32_t h = 2463534242u;
+        for (float& v : x) {
+            h ^= h << 13, h ^= h >> 17, h ^= h << 5;  // xorshift32
+            v = float(h) / 4294967296.0f * 2.0f - 1.0f;
+        }
+        if (ops.act_dtype() == DType::f32) {
+            ops.memcpy_h2d(in, x.data(), act);
+        } else {
+            std::vector<uint16_t> b(x.size());
+            for (size_t i = 0; i < x.size(); ++i) b[i] = f32_to_bf16(x[i]);
+            ops.memcpy_h2d(in, b.data(), act);
+        }
+    }
     const bool last = l1 == g.n_layer;
     RangeTimes r{};
     const double pair = median_seconds(ops, reps, [&] {

@@ -26,7 +26,11 @@ struct LayerTimes {
 /// the first layer with the embedding, the last with the head; each the median of `reps` timed passes
 /// after one untimed pass. A layer is half its pair; the embedding and the head are what the
 /// one-layer end ranges add to a layer (0 when timing noise makes that negative). AdamW: the median of
-/// `reps` updates of one layer's parameters. Allocates a few activation sets on `ops` (freed before
+/// `reps` updates of one layer's parameters. A mixture of experts' layer is timed whole on this one rank
+/// (ep 1): its router, the top_k experts each token runs (the middle ranges' input a fixed pseudo-random
+/// activation, so tokens spread over the experts as in training), the shared experts and the balance
+/// loss; not the all-to-alls of ep > 1, which the planner adds from their bytes over the link rate
+/// (docs/parallelism.md "The planner with a mixture of experts"). Allocates a few activation sets on `ops` (freed before
 /// it returns). Errors: std::invalid_argument when reps < 1, as GPT's constructor otherwise.
 LayerTimes measure_layer_times(const Config& cfg, Ops& ops, int reps);
 
