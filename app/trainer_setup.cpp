@@ -40,7 +40,8 @@ Trainer::Impl::Impl(const Config& c, const RunShape& s, Comm& cm)
     // before the loaders' I/O threads start (HDF5 may not be thread-safe). Items are split by the
     // data index: a CP group scores the same items together, each rank its rows of every window.
     if (cfg.run.eval_hellaswag_interval > 0)
-        hellaswag = std::make_unique<HellaSwagInLoop>(cfg, shape.B, shape.T, topo.data_index(), topo.data_parallel());
+        hellaswag = std::make_unique<HellaSwagInLoop>(cfg, shape.B, shape.T, shape.model.vocab_size, topo.data_index(),
+                                                      topo.data_parallel());
     data = open_trainer_data(cfg, shape, topo);
     if (rank == 0 && cfg.run.sample_interval > 0) {
         TokenDataset ds(expand_data_path(data.train->info().path).front());  // the (first) source's first shard

@@ -9,17 +9,17 @@
 
 namespace llmtrain {
 
-HellaSwagInLoop::HellaSwagInLoop(const Config& cfg, int B, int T, int dp_index, int dp) : B_(B), T_(T), dp_(dp) {
+HellaSwagInLoop::HellaSwagInLoop(const Config& cfg, int B, int T, int vocab_size, int dp_index, int dp) : B_(B), T_(T), dp_(dp) {
     const bool ours = cfg.data.hellaswag.empty();
     const std::string path = ours ? hellaswag_default_path() : cfg.data.hellaswag;
     const std::vector<HellaSwagItem> items =
         read_hellaswag(path, ours ? kHellaSwagValSha256 : "", size_t(cfg.run.eval_hellaswag_items));
     TokenDataset ds(cfg.data.train);
     const Tokenizer tok = Tokenizer::from_dataset(ds);
-    if (tok.vocab_size() > cfg.model.vocab_size)
+    if (tok.vocab_size() > vocab_size)
         throw ConfigError("run.eval_hellaswag_interval: the tokenizer of " + cfg.data.train + " has " +
                           std::to_string(tok.vocab_size()) + " ids, more than model.vocab_size " +
-                          std::to_string(cfg.model.vocab_size));
+                          std::to_string(vocab_size));
     total_ = items.size();
     for (size_t i = 0; i < items.size(); ++i) {
         HellaSwagRows r = encode_hellaswag(items[i], tok, T_, i, path);  // every item on every rank: see the header

@@ -19,7 +19,7 @@ namespace llmtrain {
 class HellaSwagInLoop {
 public:
     /// Scores in micro-batches of (B, T): the run's RunShape B (training.micro_batch_size) and T
-    /// (model.seq_len), handed down by the trainer. Reads data.hellaswag (empty: the project's copy,
+    /// (model.seq_len), handed down by the trainer with its vocab_size (model.vocab_size). Reads data.hellaswag (empty: the project's copy,
     /// checked by SHA-256), its first
     /// run.eval_hellaswag_items items (0: all), and encodes every one of them with the tokenizer of
     /// data.train (on every rank, so an item longer than model.seq_len fails on all ranks alike),
@@ -27,7 +27,7 @@ public:
     /// context-parallel group score the same items together). Errors: HellaSwagError naming the file and item,
     /// DataError (data.train's tokenizer), ConfigError when the tokenizer's vocabulary exceeds
     /// model.vocab_size.
-    HellaSwagInLoop(const Config& cfg, int B, int T, int dp_index, int dp);
+    HellaSwagInLoop(const Config& cfg, int B, int T, int vocab_size, int dp_index, int dp);
 
     /// Collective over `comm` (every rank of the job calls it): scores this rank's items through
     /// `forward` with micro-batches of (B, T) (the constructor's), every rank
