@@ -1,7 +1,7 @@
 // app/trainer.cpp — the training loop (see trainer.hpp): Trainer::run, one screen that reads as
 // the order of a step (train, report, eval and sample, checkpoint or stop), and the reporting it
 // calls; the stop signals and the MFU peak. What the loop runs lives by concept beside it:
-// trainer_setup.cpp, trainer_step.cpp, trainer_eval.cpp, trainer_checkpoint.cpp and the pieces
+// trainer_setup.cpp, trainer_step.cpp, trainer_eval.cpp, trainer_resume.cpp and the pieces
 // trainer_impl.hpp names.
 #include "app/trainer_impl.hpp"
 

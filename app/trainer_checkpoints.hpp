@@ -3,7 +3,7 @@
 // saver at a save (its shard, or with tp > 1 or ep > 1 its piece of the whole tensors), the tied
 // wte's check, and the end-of-step decision to save or stop. The format, the writer thread and the
 // commit are app/checkpoint/'s (CheckpointSaver); what state.toml records is asked of the trainer
-// (a callback) and reading a checkpoint back is Trainer::resume_from (app/trainer_checkpoint.cpp).
+// (a callback) and reading a checkpoint back is Trainer::resume_from (app/trainer_resume.cpp).
 // Collective throughout: every rank makes the same calls in the same order.
 #pragma once
 #include <chrono>

@@ -1,7 +1,7 @@
 // app/trainer_impl.hpp — Trainer's state (Trainer::Impl) and the declarations of what works on it,
 // so that each concept of the trainer reads in its own file: trainer_setup.cpp (building the run),
 // trainer_step.cpp (one optimizer step), trainer_eval.cpp (val loss, HellaSwag, samples),
-// trainer_checkpoint.cpp (what state.toml records, resuming), trainer.cpp (the loop and its
+// trainer_resume.cpp (what state.toml records, resuming), trainer.cpp (the loop and its
 // reporting) and run_summary.cpp (the start-up summary). Its state is mostly owned pieces built in
 // that order: the run's shape and topology (RunShape), the model state (ModelState), the step's
 // parallelisms (StepAxes), what the run reads (TrainerData), how far the run has come
@@ -131,7 +131,7 @@ struct Trainer::Impl {
     /// (the pipeline's through the last stage's logits), drawn with sampler_rng; rank 0 logs them.
     void sample(int64_t s, RunLog& log);
 
-    // --- app/trainer_checkpoint.cpp: what state.toml records, reading a checkpoint back
+    // --- app/trainer_resume.cpp: what state.toml records, reading a checkpoint back
 
     /// What state.toml records of the run after progress.step: its counters (TrainProgress::record), loader position, sampler RNG,
     /// the model's shape and hash, the layout and backend it was written by.

@@ -1,4 +1,4 @@
-// app/trainer_checkpoint.cpp — the trainer's side of a checkpoint's contents and of resuming (the
+// app/trainer_resume.cpp — the trainer's side of a checkpoint's contents and of resuming (the
 // format and the saver are app/checkpoint/'s, which part each rank writes and when is
 // TrainerCheckpoints', app/trainer_checkpoints.hpp): what state.toml records (train_state), an older
 // checkpoint's loader position, and reading a checkpoint back (Trainer::resume_from: each rank reads
