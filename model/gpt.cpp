@@ -106,6 +106,7 @@ GPT::Impl::~Impl() {
         }
     }
     for (float* p : loss_host) ops.free_host(p);
+    for (int* p : load_host) ops.free_host(p);
     for (void* p : owned) alloc.release(p);
 }
 

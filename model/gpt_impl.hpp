@@ -203,7 +203,9 @@ struct GPT::Impl {
     double aux_pending = 0.0;  // MoE balance losses of the training forwards not yet taken
     // MoE: one (n_local, E+1) host int32 slot of dispatch offsets per micro-batch queued by
     // a training GPT::forward and not yet taken (GPT::take_moe_load; grown on demand, kept).
-    std::vector<std::vector<int>> load_host;
+    // Page-locked (Ops::malloc_host, as loss_host) so the copies stay asynchronous inside a
+    // pipeline stage; freed in ~Impl.
+    std::vector<int*> load_host;
     int load_pending = 0;
     Event loss_ready = nullptr;
 
@@ -276,8 +278,8 @@ struct GPT::Impl {
     // ---- mixture of experts (gpt_moe.cpp; docs/model.md "Mixture of experts") ----
     MoeWork moe_work;  // scratch shared by the layers (workspace)
     /// What MoE does not run with yet: a backend without Ops::implements_moe, cp (ncp > 1) with a
-    /// balance loss on a backend without Ops::implements_moe_aux_fractions, a layer range short of
-    /// the whole model (pp), training.fp8. std::invalid_argument naming it.
+    /// balance loss on a backend without Ops::implements_moe_aux_fractions, training.fp8.
+    /// std::invalid_argument naming it.
     void check_moe(int ncp) const;
     /// With sp: (N,C) workspace — the routed experts' output over every row (the shared experts' sum
     /// in this rank's rows) in forward, the whole d out and then d ln2's rows in backward.

@@ -202,8 +202,9 @@ const void* GPT::Impl::moe_mlp_backward(Context& c, int i, const void* w, void* 
 
 int* GPT::Impl::load_slot() {
     const size_t k = static_cast<size_t>(load_pending++);
-    if (load_host.size() <= k) load_host.emplace_back(size_t(n_local) * size_t(spec.E + 1), 0);
-    return load_host[k].data();
+    while (load_host.size() <= k)  // page-locked: the d2h copies do not wait on the host
+        load_host.push_back(static_cast<int*>(ops.malloc_host(size_t(n_local) * size_t(spec.E + 1) * 4)));
+    return load_host[k];
 }
 
 void GPT::take_moe_load(std::vector<int64_t>& counts) {
@@ -216,7 +217,7 @@ void GPT::take_moe_load(std::vector<int64_t>& counts) {
     m.store->host_wait(m.ops, m.loss_ready, "reading the step's expert loads");  // after the copies
     int64_t* mine = counts.data() + size_t(m.opt.l0) * size_t(E);
     for (int k = 0; k < m.load_pending; ++k) {
-        const int* off = m.load_host[size_t(k)].data();
+        const int* off = m.load_host[size_t(k)];
         for (int l = 0; l < m.n_local; ++l)
             for (int e = 0; e < E; ++e)
                 mine[size_t(l) * size_t(E) + size_t(e)] += off[l * (E + 1) + e + 1] - off[l * (E + 1) + e];

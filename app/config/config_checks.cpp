@@ -31,18 +31,13 @@ void check_context_parallel(const Config& c, const At& at) {
 }
 
 /// model.moe.n_experts > 0 (docs/model.md "Mixture of experts"): what the MoE model does not run
-/// with yet — FP8; on the cuda backend a pipeline (pp > 1: not checked under the emulator yet). Both
-/// backends run it with tp and cp (docs/parallelism.md "Mixture of experts under tp and cp"; on cuda
-/// checked by tests/cuda/emu_moe_tp_cp.sh); pp on the cpu backend (issue 45).
+/// with yet — FP8. Both backends run it with tp and cp (docs/parallelism.md "Mixture of experts under
+/// tp and cp"; on cuda checked by tests/cuda/emu_moe_tp_cp.sh) and in a pipeline (tests/cuda/emu_moe_pp.sh;
+/// issue 45).
 /// (The architecture's own MoE rules, llama only and top_k in 1..n_experts, are ArchSpec's.)
 template <class At>
 void check_moe(const Config& c, const At& at) {
     const std::string n = std::to_string(c.moe.n_experts);
-    if (c.run.backend == "cuda" && c.parallel.pp > 1)  // issue 45: the pipeline runs MoE on the cpu backend
-        fail(at({"parallel.pp", "model.moe.n_experts", "run.backend"}),
-             "parallel.pp: mixture of experts runs in a pipeline on the cpu backend only yet (not checked under "
-             "the cuda emulator: its expert-load copies and ep's count exchange wait on the host inside a stage), "
-             "got n_experts = " + n + " with pp = " + std::to_string(c.parallel.pp) + " and run.backend = \"cuda\"");
     if (c.moe.bias_update_rate > 0.0f && c.moe.router != "sigmoid")
         fail(at({"model.moe.bias_update_rate", "model.moe.router"}),
              "model.moe.bias_update_rate: the selection bias (DeepSeek-V3's auxiliary-loss-free balancing) "
