@@ -373,10 +373,11 @@ TEST_F(E2E, AutoPlanKeepsTheRunsTp) {
 }
 
 TEST_F(E2E, AutoPlanMoeTrainsAsTheLayoutByHand) {
-    // moe-tiny.toml at pp 2 on 2 ranks (ep 1) and on 4 ranks (ep 2 x dp 2 per stage): rank 0 profiles
-    // the MoE layers and plans; every stage runs the plan's lists, and the losses of 3 steps equal,
-    // bitwise, a run with the same lists set by hand (same layout, same sums).
-    for (int ep : {1, 2}) {
+    // moe-tiny.toml at pp 2 on 4 ranks (ep 2 x dp 2 per stage): rank 0 profiles the MoE layers and
+    // plans; every stage runs the plan's lists, and the losses of 3 steps equal, bitwise, a run with
+    // the same lists set by hand (same layout, same sums). (ep 1 at pp 2 on 2 ranks, the same code
+    // path less the exchange, also passed; left out for the suite's time.)
+    for (int ep : {2}) {
         const int ranks = 2 * ep;
         const std::vector<std::string> sets = {"model.seq_len=64", "training.micro_batch_size=2",
                                                "training.grad_accum_steps=4", "parallel.pp=2",
